@@ -1,0 +1,70 @@
+/* cli — the subcommands and the option groups they share, so one flag means one thing
+ * in run, serve, sim, sweep and model. Every command returns its exit status: 0 fine,
+ * 1 the run failed, 2 bad input (one clear line on stderr, no artifacts claiming success). */
+#ifndef STALLSCOPE_CLI_H
+#define STALLSCOPE_CLI_H
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/opts.h"
+#include "engine/cost.h"
+#include "engine/sched.h"
+#include "workload/workload.h"
+
+#define CLI_EXIT_OK 0
+#define CLI_EXIT_FAIL 1
+#define CLI_EXIT_USAGE 2
+
+int cli_model(int argc, char **argv);
+int cli_sim(int argc, char **argv);
+int cli_run(int argc, char **argv);
+int cli_serve(int argc, char **argv);
+int cli_report(int argc, char **argv);
+
+/* --gpu --model --model-config --params --step-overhead --compute-efficiency
+ * --bandwidth-efficiency --gpu-memory-utilization */
+typedef struct cli_engine_cfg {
+    char gpu[32];
+    char model[64];
+    char model_config[512];
+    double params_override;
+    int64_t step_overhead_ns;
+    double compute_efficiency;
+    double bandwidth_efficiency;
+    double gpu_memory_utilization;
+} cli_engine_cfg;
+
+/* --policy --max-num-batched-tokens --max-num-seqs --max-model-len --kv-blocks
+ * --enable-chunked-prefill --no-enable-chunked-prefill */
+typedef struct cli_sched_cfg {
+    sched_config sched;
+    int64_t kv_blocks_override; /* 0: from the GPU's memory */
+    bool max_model_len_set;
+} cli_sched_cfg;
+
+/* --preset --users --duration --inject-every --inject-at --prompt-tokens
+ * --inject-max-tokens --seed --bg-prompt-tokens --bg-answer-tokens */
+typedef struct cli_workload_cfg {
+    workload_config wl;
+} cli_workload_cfg;
+
+void cli_engine_defaults(cli_engine_cfg *cfg);
+void cli_sched_defaults(cli_sched_cfg *cfg);
+/* Lesson preset unless argv names another --preset (applied before other flags). */
+int cli_workload_defaults(cli_workload_cfg *cfg, int argc, char **argv, char *err);
+
+opts_group cli_engine_group(cli_engine_cfg *cfg);
+opts_group cli_sched_group(cli_sched_cfg *cfg);
+opts_group cli_workload_group(cli_workload_cfg *cfg);
+
+/* Resolve names against the catalog into cost parameters. */
+int cli_engine_resolve(const cli_engine_cfg *cfg, cost_params *out, char *err);
+/* Finish the scheduler config for a cost model: KV blocks from GPU memory unless given,
+ * max_model_len from the model unless given. */
+int cli_sched_resolve(cli_sched_cfg *cfg, const cost_params *cost, double gpu_mem_util,
+                      char *err);
+
+/* Print "stallscope <cmd>: <msg>" on stderr and return CLI_EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *msg);
+
+#endif

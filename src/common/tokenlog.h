@@ -1,0 +1,83 @@
+/* tokenlog — the one token-log format shared by sim, run and report (DESIGN.md,
+ * "Artifacts"). In memory: growable arrays of events, requests and steps. On disk:
+ *
+ *   tokens.csv    t_ns,user,request,kind,n_tokens
+ *   requests.csv  request,user,kind,t_plan_ns,t_send_ns,t_first_ns,t_end_ns,
+ *                 prompt_tokens_requested,prompt_tokens,completion_tokens,finish_reason,error
+ *   steps.csv     step,t_start_ns,t_end_ns,decode_tokens,prefill_tokens,n_requests,modeled_ns
+ *
+ * Times are integer ns from the run's t = 0; -1 means "never happened" (no first token).
+ * kind is "bg" or "inject"; the injector's user is -1. steps.csv exists only where the
+ * engine is ours (sim, embedded server). */
+#ifndef STALLSCOPE_TOKENLOG_H
+#define STALLSCOPE_TOKENLOG_H
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum { TOKENLOG_BG = 0, TOKENLOG_INJECT = 1 } tokenlog_kind;
+
+typedef struct tokenlog_event {
+    int64_t t_ns;
+    int64_t request;
+    int32_t user;
+    int32_t n_tokens;
+    int32_t kind; /* tokenlog_kind */
+} tokenlog_event;
+
+typedef struct tokenlog_request {
+    int64_t request;
+    int32_t user;
+    int32_t kind;
+    int64_t t_plan_ns;
+    int64_t t_send_ns;
+    int64_t t_first_ns;
+    int64_t t_end_ns;
+    int32_t prompt_tokens_requested;
+    int32_t prompt_tokens;     /* as the server reported (usage), else as sent */
+    int32_t completion_tokens; /* as the server reported (usage), else as counted */
+    char finish_reason[16];    /* "length", "stop", "abort", "" */
+    char error[128];           /* "" when fine */
+} tokenlog_request;
+
+typedef struct tokenlog_step {
+    int64_t step;
+    int64_t t_start_ns;
+    int64_t t_end_ns;
+    int32_t decode_tokens;
+    int32_t prefill_tokens;
+    int32_t n_requests;
+    int64_t modeled_ns; /* the cost model's duration for this batch (0 if unknown) */
+} tokenlog_step;
+
+typedef struct tokenlog {
+    tokenlog_event *events;
+    int64_t n_events, cap_events;
+    tokenlog_request *requests;
+    int64_t n_requests, cap_requests;
+    tokenlog_step *steps;
+    int64_t n_steps, cap_steps;
+} tokenlog;
+
+void tokenlog_init(tokenlog *log);
+void tokenlog_free(tokenlog *log);
+/* Appends; -1 only on out-of-memory. add_request returns the new row's index via *index. */
+int tokenlog_add_event(tokenlog *log, const tokenlog_event *ev);
+int tokenlog_add_request(tokenlog *log, const tokenlog_request *req, int64_t *index);
+int tokenlog_add_step(tokenlog *log, const tokenlog_step *st);
+
+const char *tokenlog_kind_name(int kind);
+
+/* CSV rows (with header helpers) so a live client can write incrementally. */
+void tokenlog_write_events_header(FILE *f);
+void tokenlog_write_event(FILE *f, const tokenlog_event *ev);
+void tokenlog_write_requests_header(FILE *f);
+void tokenlog_write_request(FILE *f, const tokenlog_request *r);
+void tokenlog_write_steps_header(FILE *f);
+void tokenlog_write_step(FILE *f, const tokenlog_step *st);
+
+/* Write tokens.csv, requests.csv and (when n_steps > 0) steps.csv into dir (created). */
+int tokenlog_write_dir(const tokenlog *log, const char *dir, char *err);
+/* Read them back (steps.csv optional). Malformed rows -> -1 with "file:line: why". */
+int tokenlog_read_dir(tokenlog *log, const char *dir, char *err);
+
+#endif

@@ -1,0 +1,107 @@
+/* cost — the roofline cost model of one engine step, and its catalog of GPUs and models.
+ *
+ * A step is a ragged batch: for each request, how many new tokens it feeds (1 for a
+ * decode, a chunk or a whole prompt for a prefill), how many tokens of context it already
+ * has in the KV cache, and whether it samples (its last row goes through the LM head).
+ *
+ *   FLOPs  = 2 x linear_params x tokens                       (every token of the step)
+ *          + 2 x lm_head_params x sampling rows                (LM head only where sampled)
+ *          + L x 4 x d x sum over new tokens of (position + 1) (causal attention)
+ *            where d = n_heads x head_dim; for a fresh prompt of n tokens this is
+ *            L x 2 x d x n (n + 1) ~= 2 n^2 d L, the lesson's figure; a chunk of c tokens over
+ *            p tokens of context gives L x 4 d (c p + c (c + 1) / 2).
+ *   bytes  = weight_bytes (read once per step) + KV read (context + new, every layer)
+ *          + KV write (new tokens, every layer)
+ *   time   = max(FLOPs / (peak_flops x compute_efficiency),
+ *                bytes / (mem_bandwidth x bandwidth_efficiency)) + step_overhead
+ *
+ * When params_override > 0 (the lesson's arithmetic: Llama 3.1 8B taken as 8e9 params, so
+ * 2 x 8e9 = 16 GFLOP per token) every token costs 2 x params_override FLOPs, LM head
+ * included, and the weights weigh params_override x bytes_per_param.
+ */
+#ifndef STALLSCOPE_COST_H
+#define STALLSCOPE_COST_H
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct cost_gpu {
+    char name[32];
+    double peak_flops;    /* dense BF16 FLOP/s, no sparsity */
+    double mem_bandwidth; /* HBM bytes/s */
+    double mem_bytes;     /* device memory, bytes (KV capacity) */
+    const char *source;   /* where the figures come from */
+} cost_gpu;
+
+typedef struct cost_arch {
+    char name[64];
+    int n_layers;
+    int hidden;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;
+    int ffn;
+    int vocab;
+    int max_position; /* context length the model supports */
+    bool tied_embeddings;
+    const char *source;
+} cost_arch;
+
+typedef struct cost_params {
+    cost_gpu gpu;
+    cost_arch arch;
+    double compute_efficiency;   /* 0 < e <= 1, default 1.0 */
+    double bandwidth_efficiency; /* 0 < e <= 1, default 1.0 */
+    int64_t step_overhead_ns;    /* added to every step, default 0 */
+    double bytes_per_param;      /* 2 (BF16) */
+    double kv_bytes_per_elem;    /* 2 (BF16) */
+    double params_override;      /* 0: derive from arch; >0: lesson-style 2 x params */
+} cost_params;
+
+typedef struct cost_seq {
+    int new_tokens; /* tokens this request feeds in this step */
+    int context;    /* tokens already in its KV cache before this step */
+    bool samples;   /* its last row goes through the LM head */
+} cost_seq;
+
+typedef struct cost_breakdown {
+    double linear_flops;
+    double lm_head_flops;
+    double attention_flops;
+    double weight_bytes;
+    double kv_bytes;
+    double compute_ns; /* FLOPs / effective peak */
+    double memory_ns;  /* bytes / effective bandwidth */
+    int64_t total_ns;  /* max(compute, memory) + overhead, rounded to ns */
+} cost_breakdown;
+
+/* Catalog look-ups: 0 and *out filled, or -1 with err listing the known names. */
+int cost_gpu_find(const char *name, cost_gpu *out, char *err);
+int cost_arch_find(const char *name, cost_arch *out, char *err);
+/* Read a Hugging Face config.json of a Llama-family model (hidden_size, num_hidden_layers,
+ * num_attention_heads, num_key_value_heads, head_dim?, intermediate_size, vocab_size,
+ * max_position_embeddings, tie_word_embeddings). */
+int cost_arch_from_hf_config(const char *path, cost_arch *out, char *err);
+/* Print the catalog (names and figures) for --help and errors. */
+void cost_catalog_print(FILE *out);
+
+/* Defaults: efficiencies 1.0, overhead 0, BF16 weights and KV, no override. */
+void cost_params_init(cost_params *p, const cost_gpu *gpu, const cost_arch *arch);
+
+/* Derived sizes. */
+double cost_linear_params(const cost_params *p); /* per-token linear params, no LM head */
+double cost_lm_head_params(const cost_params *p);
+double cost_weight_bytes(const cost_params *p);
+double cost_kv_bytes_per_token(const cost_params *p); /* all layers, K and V */
+/* KV-cache capacity in 16-token blocks for a given memory utilisation (vLLM's 0.9). */
+int64_t cost_kv_blocks(const cost_params *p, double gpu_memory_utilization, int block_size);
+
+/* Duration of one step over n seqs (breakdown may be NULL). */
+int64_t cost_step_ns(const cost_params *p, const cost_seq *seqs, int n, cost_breakdown *out);
+
+/* Convenience: one fresh prompt of n tokens prefilled alone (samples its first token). */
+int64_t cost_prefill_ns(const cost_params *p, int prompt_tokens, cost_breakdown *out);
+/* Convenience: a decode-only step of batch requests each holding context tokens. */
+int64_t cost_decode_ns(const cost_params *p, int batch, int context, cost_breakdown *out);
+
+#endif

@@ -1,0 +1,46 @@
+/* stallscope — subcommand dispatch only. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} commands[] = {
+    {"run", cli_run, "the experiment over HTTP: background chats + injector, baseline, report"},
+    {"serve", cli_serve, "the embedded OpenAI-compatible server with a continuous-batching engine"},
+    {"sim", cli_sim, "the same engine in virtual time: instant what-ifs"},
+    {"model", cli_model, "the arithmetic: prefill and decode step times from the cost model"},
+    {"report", cli_report, "recompute the summary and report from a run's artifacts"},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: stallscope <command> [options]\n\n"
+                 "Reproduce and measure long-prompt interference in LLM serving.\n\n"
+                 "commands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].help);
+    fprintf(out, "\n'stallscope <command> --help' for each command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].fn(argc - 2, argv + 2);
+    fprintf(stderr, "stallscope: unknown command '%s' (run, serve, sim, model, report)\n",
+            argv[1]);
+    return CLI_EXIT_USAGE;
+}

@@ -1,0 +1,18 @@
+/* report — what people read: the side-by-side terminal table and the verdict. */
+#ifndef STALLSCOPE_REPORT_H
+#define STALLSCOPE_REPORT_H
+#include <stdio.h>
+
+#include "analysis/analysis.h"
+
+/* Side-by-side table: metric | baseline | interference | change. baseline may be NULL.
+ * Rows: p50, p90, p99, p99.9, max gap; stalls (count, aligned fraction); spike ratio;
+ * injections' TTFT p50/max; background TTFT p50/p99. */
+void report_table_print(FILE *out, const analysis_summary *baseline,
+                        const analysis_summary *interference);
+/* One paragraph, e.g. "4/4 injections each stalled 32/32 users; max gap 152 ms = 15x p50;
+ * p99 unchanged (+0.4 %); p99.9 +38 %." Written into buf. */
+void report_verdict(char *buf, size_t size, const analysis_summary *baseline,
+                    const analysis_summary *interference);
+
+#endif

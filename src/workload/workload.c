@@ -1,0 +1,101 @@
+#include "workload/workload.h"
+
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/err.h"
+#include "common/rng.h"
+
+void workload_default(workload_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->users = 32;
+    cfg->duration_ns = 40 * CLOCK_NS_PER_S;
+    cfg->inject = true;
+    cfg->inject_at_ns = 5 * CLOCK_NS_PER_S;
+    cfg->inject_every_ns = 10 * CLOCK_NS_PER_S;
+    cfg->prompt_tokens = 8000;
+    cfg->inject_max_tokens = 16;
+    /* Chat turns: short prompts, long answers. */
+    cfg->bg_prompt_min = 32;
+    cfg->bg_prompt_max = 128;
+    cfg->bg_answer_min = 256;
+    cfg->bg_answer_max = 1024;
+    cfg->seed = 1;
+}
+
+int workload_preset(workload_config *cfg, const char *name, char *err)
+{
+    if (strcmp(name, "lesson") == 0) {
+        uint64_t seed = cfg->seed;
+        workload_default(cfg);
+        cfg->seed = seed ? seed : 1;
+        return 0;
+    }
+    if (strcmp(name, "lesson-1s") == 0) {
+        uint64_t seed = cfg->seed;
+        workload_default(cfg);
+        cfg->seed = seed ? seed : 1;
+        cfg->inject_at_ns = 500 * CLOCK_NS_PER_MS;
+        cfg->inject_every_ns = CLOCK_NS_PER_S;
+        return 0;
+    }
+    return err_set(err, "unknown preset '%s' (known: lesson, lesson-1s)", name);
+}
+
+int workload_check(const workload_config *cfg, char *err)
+{
+    if (cfg->users < 0 || cfg->users > 1000000)
+        return err_set(err, "users must be between 0 and 1000000 (got %d)", cfg->users);
+    if (cfg->duration_ns <= 0)
+        return err_set(err, "duration must be positive");
+    if (cfg->inject) {
+        if (cfg->inject_every_ns <= 0)
+            return err_set(err, "inject-every must be positive");
+        if (cfg->inject_at_ns < 0)
+            return err_set(err, "inject-at must not be negative");
+        if (cfg->prompt_tokens <= 0)
+            return err_set(err, "prompt-tokens must be positive (got %d)", cfg->prompt_tokens);
+        if (cfg->inject_max_tokens <= 0)
+            return err_set(err, "inject-max-tokens must be positive");
+        if ((cfg->duration_ns - cfg->inject_at_ns) / cfg->inject_every_ns >
+            WORKLOAD_MAX_INJECTIONS)
+            return err_set(err, "more than %d injections planned", WORKLOAD_MAX_INJECTIONS);
+    }
+    if (cfg->bg_prompt_min <= 0 || cfg->bg_prompt_max < cfg->bg_prompt_min)
+        return err_set(err, "background prompt range %d..%d is invalid", cfg->bg_prompt_min,
+                       cfg->bg_prompt_max);
+    if (cfg->bg_answer_min <= 0 || cfg->bg_answer_max < cfg->bg_answer_min)
+        return err_set(err, "background answer range %d..%d is invalid", cfg->bg_answer_min,
+                       cfg->bg_answer_max);
+    return 0;
+}
+
+int workload_injection_times(const workload_config *cfg, int64_t *out, int max)
+{
+    if (!cfg->inject || cfg->inject_every_ns <= 0)
+        return 0;
+    int n = 0;
+    for (int64_t t = cfg->inject_at_ns; t < cfg->duration_ns && n < max; t += cfg->inject_every_ns)
+        out[n++] = t;
+    return n;
+}
+
+workload_bg_request workload_bg(const workload_config *cfg, int user, int64_t k)
+{
+    uint64_t state = rng_hash3(cfg->seed, (uint64_t)user + 1, (uint64_t)k);
+    workload_bg_request r;
+    r.prompt_tokens = (int)rng_range(&state, cfg->bg_prompt_min, cfg->bg_prompt_max);
+    r.max_tokens = (int)rng_range(&state, cfg->bg_answer_min, cfg->bg_answer_max);
+    return r;
+}
+
+void workload_prompt_ids(const workload_config *cfg, int is_inject, int64_t index, int32_t *ids,
+                         int n, int vocab)
+{
+    uint64_t state = rng_hash3(cfg->seed, is_inject ? 0x1a7ec7ULL : 0xb9ULL, (uint64_t)index);
+    /* Keep away from id 0..99, which servers often reserve for special tokens. */
+    int lo = vocab > 1000 ? 100 : 0;
+    for (int i = 0; i < n; i++)
+        ids[i] = (int32_t)rng_range(&state, lo, vocab - 1);
+}
