@@ -64,6 +64,14 @@ int cli_engine_resolve(const cli_engine_cfg *cfg, cost_params *out, char *err);
 int cli_sched_resolve(cli_sched_cfg *cfg, const cost_params *cost, double gpu_mem_util,
                       char *err);
 
+/* config.json: everything needed to rerun, plus the keys `report` reads back: label,
+ * engine, target, duration_s, users, complete, argv, workload{...}, cost{...} (when cost is
+ * given), sched{...} (when sched is given). New reference; caller decrefs. */
+#include <jansson.h>
+json_t *cli_config_to_json(const char *label, const char *engine, const char *target,
+                           const workload_config *wl, const cost_params *cost,
+                           const sched_config *sched, int argc, char **argv);
+
 /* Print "stallscope <cmd>: <msg>" on stderr and return CLI_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *msg);
 

@@ -283,6 +283,12 @@ static int wl_at(void *c, const char *v, char *err)
 {
     return parse_positive_duration(v, &((cli_workload_cfg *)c)->wl.inject_at_ns, true, err);
 }
+static int wl_poisson(void *c, const char *v, char *err)
+{
+    (void)v, (void)err;
+    ((cli_workload_cfg *)c)->wl.inject_poisson = true;
+    return 0;
+}
 static int wl_prompt(void *c, const char *v, char *err)
 {
     return parse_int_count(v, &((cli_workload_cfg *)c)->wl.prompt_tokens, 1, 1 << 24, err);
@@ -336,6 +342,7 @@ static const opts_spec workload_specs[] = {
     {"duration", "DUR", "length of each run (default 40s)", wl_duration},
     {"inject-every", "DUR", "period of the long-prompt injector (default 10s)", wl_every},
     {"inject-at", "DUR", "first injection (default 5s)", wl_at},
+    {"inject-poisson", NULL, "random (exponential) gaps with mean --inject-every", wl_poisson},
     {"prompt-tokens", "N", "tokens of each injected prompt (default 8000; 8k, 16k ...)", wl_prompt},
     {"inject-max-tokens", "N", "answer tokens of each injection (default 16)", wl_inject_max},
     {"bg-prompt-tokens", "MIN..MAX", "background prompt tokens (default 32..128)", wl_bg_prompt},
@@ -347,4 +354,70 @@ opts_group cli_workload_group(cli_workload_cfg *cfg)
 {
     return (opts_group){"workload", workload_specs,
                         (int)(sizeof workload_specs / sizeof workload_specs[0]), cfg};
+}
+
+/* ---- config.json ----------------------------------------------------------------- */
+
+json_t *cli_config_to_json(const char *label, const char *engine, const char *target,
+                           const workload_config *wl, const cost_params *cost,
+                           const sched_config *sched, int argc, char **argv)
+{
+    json_t *root = json_object();
+    json_object_set_new(root, "label", json_string(label ? label : ""));
+    json_object_set_new(root, "engine", json_string(engine ? engine : ""));
+    json_object_set_new(root, "target", json_string(target ? target : ""));
+    json_object_set_new(root, "duration_s", json_real((double)wl->duration_ns / 1e9));
+    json_object_set_new(root, "users", json_integer(wl->users));
+    json_object_set_new(root, "complete", json_true());
+    json_t *args = json_array();
+    for (int i = 0; i < argc; i++)
+        json_array_append_new(args, json_string(argv[i]));
+    json_object_set_new(root, "argv", args);
+
+    json_t *w = json_object();
+    json_object_set_new(w, "users", json_integer(wl->users));
+    json_object_set_new(w, "duration_ns", json_integer(wl->duration_ns));
+    json_object_set_new(w, "inject", json_boolean(wl->inject));
+    json_object_set_new(w, "inject_at_ns", json_integer(wl->inject_at_ns));
+    json_object_set_new(w, "inject_every_ns", json_integer(wl->inject_every_ns));
+    json_object_set_new(w, "inject_poisson", json_boolean(wl->inject_poisson));
+    json_object_set_new(w, "prompt_tokens", json_integer(wl->prompt_tokens));
+    json_object_set_new(w, "inject_max_tokens", json_integer(wl->inject_max_tokens));
+    json_object_set_new(w, "bg_prompt_min", json_integer(wl->bg_prompt_min));
+    json_object_set_new(w, "bg_prompt_max", json_integer(wl->bg_prompt_max));
+    json_object_set_new(w, "bg_answer_min", json_integer(wl->bg_answer_min));
+    json_object_set_new(w, "bg_answer_max", json_integer(wl->bg_answer_max));
+    json_object_set_new(w, "seed", json_integer((json_int_t)wl->seed));
+    json_object_set_new(root, "workload", w);
+
+    if (cost) {
+        json_t *c = json_object();
+        json_object_set_new(c, "gpu", json_string(cost->gpu.name));
+        json_object_set_new(c, "peak_flops", json_real(cost->gpu.peak_flops));
+        json_object_set_new(c, "mem_bandwidth", json_real(cost->gpu.mem_bandwidth));
+        json_object_set_new(c, "model", json_string(cost->arch.name));
+        json_object_set_new(c, "n_layers", json_integer(cost->arch.n_layers));
+        json_object_set_new(c, "hidden", json_integer(cost->arch.hidden));
+        json_object_set_new(c, "n_heads", json_integer(cost->arch.n_heads));
+        json_object_set_new(c, "n_kv_heads", json_integer(cost->arch.n_kv_heads));
+        json_object_set_new(c, "head_dim", json_integer(cost->arch.head_dim));
+        json_object_set_new(c, "ffn", json_integer(cost->arch.ffn));
+        json_object_set_new(c, "vocab", json_integer(cost->arch.vocab));
+        json_object_set_new(c, "compute_efficiency", json_real(cost->compute_efficiency));
+        json_object_set_new(c, "bandwidth_efficiency", json_real(cost->bandwidth_efficiency));
+        json_object_set_new(c, "step_overhead_ns", json_integer(cost->step_overhead_ns));
+        json_object_set_new(c, "params_override", json_real(cost->params_override));
+        json_object_set_new(root, "cost", c);
+    }
+    if (sched) {
+        json_t *s = json_object();
+        json_object_set_new(s, "policy", json_string(sched_policy_name(sched->policy)));
+        json_object_set_new(s, "max_num_batched_tokens", json_integer(sched->max_num_batched_tokens));
+        json_object_set_new(s, "max_num_seqs", json_integer(sched->max_num_seqs));
+        json_object_set_new(s, "max_model_len", json_integer(sched->max_model_len));
+        json_object_set_new(s, "block_size", json_integer(sched->block_size));
+        json_object_set_new(s, "kv_blocks", json_integer(sched->kv_blocks));
+        json_object_set_new(root, "sched", s);
+    }
+    return root;
 }

@@ -1,5 +1,6 @@
 #include "workload/workload.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "common/clock.h"
@@ -76,6 +77,16 @@ int workload_injection_times(const workload_config *cfg, int64_t *out, int max)
     if (!cfg->inject || cfg->inject_every_ns <= 0)
         return 0;
     int n = 0;
+    if (cfg->inject_poisson) {
+        uint64_t state = rng_hash3(cfg->seed, 0x9015502ULL, 0);
+        double t = (double)cfg->inject_at_ns;
+        while (t < (double)cfg->duration_ns && n < max) {
+            out[n++] = (int64_t)t;
+            /* 1 - u is in (0, 1]: the log is finite. */
+            t += -log(1.0 - rng_uniform(&state)) * (double)cfg->inject_every_ns;
+        }
+        return n;
+    }
     for (int64_t t = cfg->inject_at_ns; t < cfg->duration_ns && n < max; t += cfg->inject_every_ns)
         out[n++] = t;
     return n;

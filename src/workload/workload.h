@@ -20,7 +20,8 @@ typedef struct workload_config {
     int64_t duration_ns;
     bool inject;              /* false: the baseline */
     int64_t inject_at_ns;     /* first injection */
-    int64_t inject_every_ns;  /* period */
+    int64_t inject_every_ns;  /* period (the mean gap when inject_poisson) */
+    bool inject_poisson;      /* exponential gaps from inject_at instead of a fixed period */
     int prompt_tokens;        /* each injection's prompt */
     int inject_max_tokens;    /* each injection's answer */
     int bg_prompt_min, bg_prompt_max; /* background prompt tokens */

@@ -1,0 +1,529 @@
+#include "common/tokenlog.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/err.h"
+
+/* The event is the one row type that reaches 10^8 rows in an hour-long run at 256 users:
+ * its size is the run's memory. */
+_Static_assert(sizeof(tokenlog_event) <= 32, "tokenlog_event must stay within 32 bytes");
+
+#define TOKENS_HEADER "t_ns,user,request,kind,n_tokens"
+#define REQUESTS_HEADER                                                                   \
+    "request,user,kind,t_plan_ns,t_send_ns,t_first_ns,t_end_ns,prompt_tokens_requested," \
+    "prompt_tokens,completion_tokens,finish_reason,error"
+#define STEPS_HEADER "step,t_start_ns,t_end_ns,decode_tokens,prefill_tokens,n_requests,modeled_ns"
+
+void tokenlog_init(tokenlog *log)
+{
+    memset(log, 0, sizeof *log);
+}
+
+void tokenlog_free(tokenlog *log)
+{
+    free(log->events);
+    free(log->requests);
+    free(log->steps);
+    tokenlog_init(log);
+}
+
+/* Doubling keeps appends amortised O(1): a live client appends every token. */
+static int grow(void **items, int64_t *cap, int64_t need, size_t item_size)
+{
+    if (need <= *cap)
+        return 0;
+    int64_t new_cap = *cap > 0 ? *cap : 1024;
+    while (new_cap < need) {
+        if (new_cap > INT64_MAX / 2)
+            return -1;
+        new_cap *= 2;
+    }
+    if ((uint64_t)new_cap > SIZE_MAX / item_size)
+        return -1;
+    void *p = realloc(*items, (size_t)new_cap * item_size);
+    if (!p)
+        return -1;
+    *items = p;
+    *cap = new_cap;
+    return 0;
+}
+
+int tokenlog_add_event(tokenlog *log, const tokenlog_event *ev)
+{
+    if (log->n_events == log->cap_events &&
+        grow((void **)&log->events, &log->cap_events, log->n_events + 1, sizeof *ev) != 0)
+        return -1;
+    log->events[log->n_events++] = *ev;
+    return 0;
+}
+
+int tokenlog_add_request(tokenlog *log, const tokenlog_request *req, int64_t *index)
+{
+    if (log->n_requests == log->cap_requests &&
+        grow((void **)&log->requests, &log->cap_requests, log->n_requests + 1, sizeof *req) != 0)
+        return -1;
+    if (index)
+        *index = log->n_requests;
+    log->requests[log->n_requests++] = *req;
+    return 0;
+}
+
+int tokenlog_add_step(tokenlog *log, const tokenlog_step *st)
+{
+    if (log->n_steps == log->cap_steps &&
+        grow((void **)&log->steps, &log->cap_steps, log->n_steps + 1, sizeof *st) != 0)
+        return -1;
+    log->steps[log->n_steps++] = *st;
+    return 0;
+}
+
+const char *tokenlog_kind_name(int kind)
+{
+    return kind == TOKENLOG_INJECT ? "inject" : "bg";
+}
+
+/* ---- writing --------------------------------------------------------------------- */
+
+/* RFC 4180 quoting, only when needed, so ordinary rows stay greppable. */
+static void write_csv_text(FILE *f, const char *s)
+{
+    if (!strpbrk(s, ",\"\r\n")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (const char *p = s; *p; p++) {
+        if (*p == '"')
+            fputc('"', f);
+        fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+void tokenlog_write_events_header(FILE *f)
+{
+    fputs(TOKENS_HEADER "\n", f);
+}
+
+void tokenlog_write_event(FILE *f, const tokenlog_event *ev)
+{
+    fprintf(f, "%lld,%d,%lld,%s,%d\n", (long long)ev->t_ns, ev->user, (long long)ev->request,
+            tokenlog_kind_name(ev->kind), ev->n_tokens);
+}
+
+void tokenlog_write_requests_header(FILE *f)
+{
+    fputs(REQUESTS_HEADER "\n", f);
+}
+
+void tokenlog_write_request(FILE *f, const tokenlog_request *r)
+{
+    /* The fixed-size text fields may arrive unterminated from a careless writer: bound
+     * them before printing. */
+    char finish[sizeof r->finish_reason + 1], error[sizeof r->error + 1];
+    memcpy(finish, r->finish_reason, sizeof r->finish_reason);
+    finish[sizeof r->finish_reason] = '\0';
+    memcpy(error, r->error, sizeof r->error);
+    error[sizeof r->error] = '\0';
+    fprintf(f, "%lld,%d,%s,%lld,%lld,%lld,%lld,%d,%d,%d,", (long long)r->request, r->user,
+            tokenlog_kind_name(r->kind), (long long)r->t_plan_ns, (long long)r->t_send_ns,
+            (long long)r->t_first_ns, (long long)r->t_end_ns, r->prompt_tokens_requested,
+            r->prompt_tokens, r->completion_tokens);
+    write_csv_text(f, finish);
+    fputc(',', f);
+    write_csv_text(f, error);
+    fputc('\n', f);
+}
+
+void tokenlog_write_steps_header(FILE *f)
+{
+    fputs(STEPS_HEADER "\n", f);
+}
+
+void tokenlog_write_step(FILE *f, const tokenlog_step *st)
+{
+    fprintf(f, "%lld,%lld,%lld,%d,%d,%d,%lld\n", (long long)st->step, (long long)st->t_start_ns,
+            (long long)st->t_end_ns, st->decode_tokens, st->prefill_tokens, st->n_requests,
+            (long long)st->modeled_ns);
+}
+
+static int mkdirs(const char *dir, char *err)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return err_set(err, "%s: path too long", dir);
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(path, 0777) != 0 && errno != EEXIST)
+            return err_set(err, "mkdir %s: %s", path, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(path, 0777) != 0 && errno != EEXIST)
+        return err_set(err, "mkdir %s: %s", path, strerror(errno));
+    return 0;
+}
+
+typedef enum { FILE_TOKENS, FILE_REQUESTS, FILE_STEPS } file_kind;
+
+static int write_file(const tokenlog *log, const char *dir, const char *name, file_kind kind,
+                      char *err)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+        return err_set(err, "%s/%s: path too long", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return err_set(err, "%s: %s", path, strerror(errno));
+    /* Large buffer: tokens.csv reaches gigabytes in long runs. */
+    setvbuf(f, NULL, _IOFBF, 1 << 20);
+    switch (kind) {
+    case FILE_TOKENS:
+        tokenlog_write_events_header(f);
+        for (int64_t i = 0; i < log->n_events; i++)
+            tokenlog_write_event(f, &log->events[i]);
+        break;
+    case FILE_REQUESTS:
+        tokenlog_write_requests_header(f);
+        for (int64_t i = 0; i < log->n_requests; i++)
+            tokenlog_write_request(f, &log->requests[i]);
+        break;
+    case FILE_STEPS:
+        tokenlog_write_steps_header(f);
+        for (int64_t i = 0; i < log->n_steps; i++)
+            tokenlog_write_step(f, &log->steps[i]);
+        break;
+    }
+    /* A full disk shows up at flush time, not at fprintf: check both. */
+    int failed = ferror(f);
+    int saved = errno;
+    if (fclose(f) != 0 && !failed) {
+        failed = 1;
+        saved = errno;
+    }
+    if (failed)
+        return err_set(err, "%s: write failed: %s", path, strerror(saved));
+    return 0;
+}
+
+int tokenlog_write_dir(const tokenlog *log, const char *dir, char *err)
+{
+    if (mkdirs(dir, err) != 0)
+        return -1;
+    if (write_file(log, dir, "tokens.csv", FILE_TOKENS, err) != 0 ||
+        write_file(log, dir, "requests.csv", FILE_REQUESTS, err) != 0)
+        return -1;
+    if (log->n_steps > 0 && write_file(log, dir, "steps.csv", FILE_STEPS, err) != 0)
+        return -1;
+    return 0;
+}
+
+/* ---- reading --------------------------------------------------------------------- */
+
+#define CSV_MAX_FIELDS 16
+
+/* One CSV record: the raw text (possibly several physical lines when a quoted field holds
+ * a newline), and its fields unquoted in place. */
+typedef struct csv_reader {
+    FILE *f;
+    const char *path;
+    char *line;       /* getline's buffer */
+    size_t line_cap;
+    char *rec;        /* the record being assembled */
+    size_t rec_len, rec_cap;
+    int64_t line_no;  /* physical line where the current record starts */
+    int64_t next_line;
+    char *fields[CSV_MAX_FIELDS];
+    int n_fields;
+} csv_reader;
+
+static int rec_append(csv_reader *r, const char *s, size_t n)
+{
+    if (r->rec_len + n + 1 > r->rec_cap) {
+        size_t cap = r->rec_cap ? r->rec_cap : 256;
+        while (cap < r->rec_len + n + 1)
+            cap *= 2;
+        char *p = realloc(r->rec, cap);
+        if (!p)
+            return -1;
+        r->rec = p;
+        r->rec_cap = cap;
+    }
+    memcpy(r->rec + r->rec_len, s, n);
+    r->rec_len += n;
+    r->rec[r->rec_len] = '\0';
+    return 0;
+}
+
+/* Split r->rec into fields, removing the quoting in place. */
+static int split_fields(csv_reader *r, char *err)
+{
+    char *p = r->rec;
+    r->n_fields = 0;
+    for (;;) {
+        if (r->n_fields == CSV_MAX_FIELDS)
+            return err_set(err, "%s:%lld: more than %d fields", r->path, (long long)r->line_no,
+                           CSV_MAX_FIELDS);
+        char *field = p;
+        r->fields[r->n_fields++] = field;
+        if (*p == '"') {
+            char *out = p;
+            p++;
+            for (;;) {
+                if (*p == '\0')
+                    return err_set(err, "%s:%lld: unterminated quoted field", r->path,
+                                   (long long)r->line_no);
+                if (*p == '"') {
+                    if (p[1] == '"') {
+                        *out++ = '"';
+                        p += 2;
+                        continue;
+                    }
+                    p++;
+                    break;
+                }
+                *out++ = *p++;
+            }
+            if (*p != ',' && *p != '\0')
+                return err_set(err, "%s:%lld: text after a closing quote in field %d", r->path,
+                               (long long)r->line_no, r->n_fields);
+            char next = *p;
+            *out = '\0';
+            if (next == '\0')
+                return 0;
+            p++;
+        } else {
+            while (*p && *p != ',') {
+                if (*p == '"')
+                    return err_set(err, "%s:%lld: stray quote in field %d", r->path,
+                                   (long long)r->line_no, r->n_fields);
+                p++;
+            }
+            if (*p == '\0')
+                return 0;
+            *p++ = '\0';
+        }
+    }
+}
+
+static int quotes_balanced(const char *s, size_t n)
+{
+    size_t q = 0;
+    for (size_t i = 0; i < n; i++)
+        q += s[i] == '"';
+    return q % 2 == 0;
+}
+
+/* Next non-empty record: 1, 0 at end of file, -1 with err. */
+static int csv_next(csv_reader *r, char *err)
+{
+    for (;;) {
+        r->rec_len = 0;
+        r->line_no = r->next_line;
+        int have = 0;
+        for (;;) {
+            ssize_t n = getline(&r->line, &r->line_cap, r->f);
+            if (n < 0) {
+                if (ferror(r->f))
+                    return err_set(err, "%s: read failed: %s", r->path, strerror(errno));
+                if (!have)
+                    return 0;
+                return err_set(err, "%s:%lld: unterminated quoted field at end of file",
+                               r->path, (long long)r->line_no);
+            }
+            r->next_line++;
+            have = 1;
+            if (rec_append(r, r->line, (size_t)n) != 0)
+                return err_set(err, "%s: out of memory", r->path);
+            /* An odd number of quotes so far means a quoted field holds a newline: the
+             * record continues on the next physical line. */
+            if (quotes_balanced(r->rec, r->rec_len))
+                break;
+        }
+        while (r->rec_len > 0 &&
+               (r->rec[r->rec_len - 1] == '\n' || r->rec[r->rec_len - 1] == '\r'))
+            r->rec[--r->rec_len] = '\0';
+        if (r->rec_len == 0)
+            continue; /* blank line: a trailing newline is no row */
+        if (split_fields(r, err) != 0)
+            return -1;
+        return 1;
+    }
+}
+
+static int parse_i64(const csv_reader *r, int i, const char *name, int64_t *out, char *err)
+{
+    const char *s = r->fields[i];
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || errno == ERANGE || *s == ' ')
+        return err_set(err, "%s:%lld: %s is '%s', not an integer", r->path,
+                       (long long)r->line_no, name, s);
+    *out = v;
+    return 0;
+}
+
+static int parse_i32(const csv_reader *r, int i, const char *name, int32_t *out, char *err)
+{
+    int64_t v;
+    if (parse_i64(r, i, name, &v, err) != 0)
+        return -1;
+    if (v < INT32_MIN || v > INT32_MAX)
+        return err_set(err, "%s:%lld: %s %lld is out of range", r->path, (long long)r->line_no,
+                       name, (long long)v);
+    *out = (int32_t)v;
+    return 0;
+}
+
+static int parse_kind(const csv_reader *r, int i, int32_t *out, char *err)
+{
+    const char *s = r->fields[i];
+    if (strcmp(s, "bg") == 0)
+        *out = TOKENLOG_BG;
+    else if (strcmp(s, "inject") == 0)
+        *out = TOKENLOG_INJECT;
+    else
+        return err_set(err, "%s:%lld: kind is '%s', not bg or inject", r->path,
+                       (long long)r->line_no, s);
+    return 0;
+}
+
+/* Text longer than the in-memory field is cut, not refused: the rest of the row is
+ * still good data. */
+static void copy_text(char *dst, size_t size, const char *src)
+{
+    snprintf(dst, size, "%s", src);
+}
+
+static int parse_event(const csv_reader *r, tokenlog *log, char *err)
+{
+    tokenlog_event ev;
+    memset(&ev, 0, sizeof ev);
+    if (parse_i64(r, 0, "t_ns", &ev.t_ns, err) != 0 || parse_i32(r, 1, "user", &ev.user, err) != 0 ||
+        parse_i64(r, 2, "request", &ev.request, err) != 0 || parse_kind(r, 3, &ev.kind, err) != 0 ||
+        parse_i32(r, 4, "n_tokens", &ev.n_tokens, err) != 0)
+        return -1;
+    if (tokenlog_add_event(log, &ev) != 0)
+        return err_set(err, "%s: out of memory", r->path);
+    return 0;
+}
+
+static int parse_request(const csv_reader *r, tokenlog *log, char *err)
+{
+    tokenlog_request q;
+    memset(&q, 0, sizeof q);
+    if (parse_i64(r, 0, "request", &q.request, err) != 0 ||
+        parse_i32(r, 1, "user", &q.user, err) != 0 || parse_kind(r, 2, &q.kind, err) != 0 ||
+        parse_i64(r, 3, "t_plan_ns", &q.t_plan_ns, err) != 0 ||
+        parse_i64(r, 4, "t_send_ns", &q.t_send_ns, err) != 0 ||
+        parse_i64(r, 5, "t_first_ns", &q.t_first_ns, err) != 0 ||
+        parse_i64(r, 6, "t_end_ns", &q.t_end_ns, err) != 0 ||
+        parse_i32(r, 7, "prompt_tokens_requested", &q.prompt_tokens_requested, err) != 0 ||
+        parse_i32(r, 8, "prompt_tokens", &q.prompt_tokens, err) != 0 ||
+        parse_i32(r, 9, "completion_tokens", &q.completion_tokens, err) != 0)
+        return -1;
+    copy_text(q.finish_reason, sizeof q.finish_reason, r->fields[10]);
+    copy_text(q.error, sizeof q.error, r->fields[11]);
+    if (tokenlog_add_request(log, &q, NULL) != 0)
+        return err_set(err, "%s: out of memory", r->path);
+    return 0;
+}
+
+static int parse_step(const csv_reader *r, tokenlog *log, char *err)
+{
+    tokenlog_step st;
+    memset(&st, 0, sizeof st);
+    if (parse_i64(r, 0, "step", &st.step, err) != 0 ||
+        parse_i64(r, 1, "t_start_ns", &st.t_start_ns, err) != 0 ||
+        parse_i64(r, 2, "t_end_ns", &st.t_end_ns, err) != 0 ||
+        parse_i32(r, 3, "decode_tokens", &st.decode_tokens, err) != 0 ||
+        parse_i32(r, 4, "prefill_tokens", &st.prefill_tokens, err) != 0 ||
+        parse_i32(r, 5, "n_requests", &st.n_requests, err) != 0 ||
+        parse_i64(r, 6, "modeled_ns", &st.modeled_ns, err) != 0)
+        return -1;
+    if (tokenlog_add_step(log, &st) != 0)
+        return err_set(err, "%s: out of memory", r->path);
+    return 0;
+}
+
+/* 1 read, 0 absent and optional, -1 error. */
+static int read_file(tokenlog *log, const char *dir, const char *name, file_kind kind,
+                     int optional, char *err)
+{
+    static const char *const headers[] = {TOKENS_HEADER, REQUESTS_HEADER, STEPS_HEADER};
+    static const int n_fields[] = {5, 12, 7};
+    int (*const parsers[])(const csv_reader *, tokenlog *, char *) = {parse_event, parse_request,
+                                                                        parse_step};
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+        return err_set(err, "%s/%s: path too long", dir, name);
+    csv_reader r;
+    memset(&r, 0, sizeof r);
+    r.path = path;
+    r.next_line = 1;
+    r.f = fopen(path, "r");
+    if (!r.f) {
+        if (optional && errno == ENOENT)
+            return 0;
+        return err_set(err, "%s: %s", path, strerror(errno));
+    }
+    setvbuf(r.f, NULL, _IOFBF, 1 << 20);
+    int rc = -1;
+    int got = csv_next(&r, err);
+    if (got < 0)
+        goto done;
+    if (got == 0) {
+        err_set(err, "%s: empty file (expected the header '%s')", path, headers[kind]);
+        goto done;
+    }
+    /* Compare the header as a joined line: fields are split in place. */
+    {
+        char joined[256];
+        size_t len = 0;
+        joined[0] = '\0';
+        for (int i = 0; i < r.n_fields && len < sizeof joined; i++)
+            len += (size_t)snprintf(joined + len, sizeof joined - len, "%s%s", i ? "," : "",
+                                    r.fields[i]);
+        if (strcmp(joined, headers[kind]) != 0) {
+            err_set(err, "%s:%lld: header is '%.60s', expected '%s'", path, (long long)r.line_no,
+                    joined, headers[kind]);
+            goto done;
+        }
+    }
+    while ((got = csv_next(&r, err)) == 1) {
+        if (r.n_fields != n_fields[kind]) {
+            err_set(err, "%s:%lld: %d fields, expected %d", path, (long long)r.line_no,
+                    r.n_fields, n_fields[kind]);
+            goto done;
+        }
+        if (parsers[kind](&r, log, err) != 0)
+            goto done;
+    }
+    if (got == 0)
+        rc = 1;
+done:
+    fclose(r.f);
+    free(r.line);
+    free(r.rec);
+    return rc;
+}
+
+int tokenlog_read_dir(tokenlog *log, const char *dir, char *err)
+{
+    /* Always start from an empty log, and leave it empty on failure, so a caller may
+     * tokenlog_free it either way. */
+    tokenlog_init(log);
+    if (read_file(log, dir, "tokens.csv", FILE_TOKENS, 0, err) < 0 ||
+        read_file(log, dir, "requests.csv", FILE_REQUESTS, 0, err) < 0 ||
+        read_file(log, dir, "steps.csv", FILE_STEPS, 1, err) < 0) {
+        tokenlog_free(log);
+        return -1;
+    }
+    return 0;
+}

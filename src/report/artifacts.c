@@ -1,0 +1,91 @@
+#include "report/artifacts.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/err.h"
+#include "report/report.h"
+
+int artifacts_mkdirs(const char *path, char *err)
+{
+    char buf[4096];
+    if (strlen(path) >= sizeof buf)
+        return err_set(err, "path too long: %s", path);
+    strcpy(buf, path);
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char saved = *p;
+            *p = '\0';
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+                return err_set(err, "cannot create %s: %s", buf, strerror(errno));
+            *p = saved;
+            if (saved == '\0')
+                break;
+        }
+    }
+    return 0;
+}
+
+static int dump_json(json_t *json, const char *path, char *err)
+{
+    /* Write to a temporary name and rename, so a reader never sees half a file. */
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (json_dump_file(json, tmp, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) != 0)
+        return err_set(err, "cannot write %s: %s", tmp, strerror(errno));
+    if (rename(tmp, path) != 0)
+        return err_set(err, "cannot rename %s: %s", tmp, strerror(errno));
+    return 0;
+}
+
+int artifacts_write_run(const char *out_dir, const tokenlog *log, const analysis_options *opt,
+                        json_t *config, analysis_summary *summary_out, char *err)
+{
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s/%s", out_dir, opt->label);
+    if (artifacts_mkdirs(dir, err) != 0)
+        return -1;
+    if (tokenlog_write_dir(log, dir, err) != 0)
+        return -1;
+    if (config) {
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        if (dump_json(config, path, err) != 0)
+            return -1;
+    }
+    if (analysis_summarize(log, opt, summary_out, err) != 0)
+        return -1;
+    json_t *summary = analysis_summary_to_json(summary_out);
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    int rc = summary ? dump_json(summary, path, err) : err_set(err, "cannot encode summary");
+    json_decref(summary);
+    return rc;
+}
+
+int artifacts_finish(const char *out_dir, const analysis_summary *baseline,
+                     const analysis_summary *interference, bool json, char *err)
+{
+    char path[4200];
+    json_t *cmp = analysis_comparison_to_json(baseline, interference);
+    if (!cmp)
+        return err_set(err, "cannot encode comparison");
+    snprintf(path, sizeof path, "%s/comparison.json", out_dir);
+    if (dump_json(cmp, path, err) != 0) {
+        json_decref(cmp);
+        return -1;
+    }
+    if (json) {
+        json_dumpf(cmp, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+        fputc('\n', stdout);
+    } else {
+        char verdict[1024];
+        report_table_print(stdout, baseline, interference);
+        report_verdict(verdict, sizeof verdict, baseline, interference);
+        printf("\n%s\n", verdict);
+        printf("\nartifacts: %s/\n", out_dir);
+    }
+    json_decref(cmp);
+    fflush(stdout);
+    return 0;
+}

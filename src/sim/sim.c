@@ -1,0 +1,272 @@
+#include "sim/sim.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+
+/* One simulated request; sched_req is embedded so the scheduler's pointer leads back. */
+typedef struct sim_req {
+    sched_req sr;
+    int user; /* -1 for the injector */
+    int kind; /* tokenlog_kind */
+    int64_t k; /* index of this request for its user, or injection index */
+    int64_t log_index; /* row in log->requests, -1 without a log */
+    int64_t t_first_ns;
+} sim_req;
+
+typedef struct sim_state {
+    const sim_config *cfg;
+    sched *sched;
+    tokenlog *log;
+    sim_stats *stats;
+    sim_req **reqs; /* every request ever created, for freeing */
+    int64_t n_reqs, cap_reqs;
+    int64_t *next_k; /* per user: index of its next request */
+    cost_seq *seqs;
+    int cap_seqs;
+    int64_t next_id;
+} sim_state;
+
+static sim_req *sim_new_req(sim_state *st)
+{
+    if (st->n_reqs == st->cap_reqs) {
+        int64_t cap = st->cap_reqs ? st->cap_reqs * 2 : 1024;
+        sim_req **grown = realloc(st->reqs, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return NULL;
+        st->reqs = grown;
+        st->cap_reqs = cap;
+    }
+    sim_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    st->reqs[st->n_reqs++] = r;
+    r->sr.user = r;
+    r->sr.id = st->next_id++;
+    r->log_index = -1;
+    r->t_first_ns = -1;
+    return r;
+}
+
+static int sim_submit(sim_state *st, sim_req *r, int64_t t_ns, char *err)
+{
+    if (st->log) {
+        tokenlog_request row;
+        memset(&row, 0, sizeof row);
+        row.request = r->sr.id;
+        row.user = r->user;
+        row.kind = r->kind;
+        /* Virtual time has no network: planned, sent and arrived are one instant. */
+        row.t_plan_ns = t_ns;
+        row.t_send_ns = t_ns;
+        row.t_first_ns = -1;
+        row.t_end_ns = -1;
+        row.prompt_tokens_requested = r->sr.prompt_tokens;
+        row.prompt_tokens = r->sr.prompt_tokens;
+        if (tokenlog_add_request(st->log, &row, &r->log_index) != 0)
+            return err_set(err, "out of memory for the request log");
+    }
+    st->stats->requests++;
+    char why[ERR_LEN];
+    if (sched_add(st->sched, &r->sr, why) != 0)
+        return err_set(err, "request %lld refused: %s", (long long)r->sr.id, why);
+    return 0;
+}
+
+static int sim_start_bg(sim_state *st, int user, int64_t t_ns, char *err)
+{
+    sim_req *r = sim_new_req(st);
+    if (!r)
+        return err_set(err, "out of memory");
+    workload_bg_request w = workload_bg(&st->cfg->wl, user, st->next_k[user]);
+    r->user = user;
+    r->kind = TOKENLOG_BG;
+    r->k = st->next_k[user]++;
+    r->sr.prompt_tokens = w.prompt_tokens;
+    r->sr.max_tokens = w.max_tokens;
+    r->sr.min_tokens = w.max_tokens; /* ignore_eos: answers run to max_tokens */
+    return sim_submit(st, r, t_ns, err);
+}
+
+static int sim_start_inject(sim_state *st, int64_t index, int64_t t_ns, char *err)
+{
+    sim_req *r = sim_new_req(st);
+    if (!r)
+        return err_set(err, "out of memory");
+    r->user = -1;
+    r->kind = TOKENLOG_INJECT;
+    r->k = index;
+    r->sr.prompt_tokens = st->cfg->wl.prompt_tokens;
+    r->sr.max_tokens = st->cfg->wl.inject_max_tokens;
+    r->sr.min_tokens = st->cfg->wl.inject_max_tokens;
+    return sim_submit(st, r, t_ns, err);
+}
+
+int sim_check(const sim_config *cfg, char *err)
+{
+    if (workload_check(&cfg->wl, err) != 0)
+        return -1;
+    sched *s = sched_create(&cfg->sched, err);
+    if (!s)
+        return -1;
+    int rc = 0;
+    char why[ERR_LEN];
+    sched_req probe;
+    memset(&probe, 0, sizeof probe);
+    if (cfg->wl.inject) {
+        probe.prompt_tokens = cfg->wl.prompt_tokens;
+        probe.max_tokens = cfg->wl.inject_max_tokens;
+        if (sched_add(s, &probe, why) != 0)
+            rc = err_set(err, "the injected prompt cannot run: %s", why);
+        else
+            sched_abort(s, &probe);
+    }
+    if (rc == 0) {
+        memset(&probe, 0, sizeof probe);
+        probe.prompt_tokens = cfg->wl.bg_prompt_max;
+        probe.max_tokens = cfg->wl.bg_answer_max;
+        if (sched_add(s, &probe, why) != 0)
+            rc = err_set(err, "a background request cannot run: %s", why);
+        else
+            sched_abort(s, &probe);
+    }
+    sched_free(s);
+    return rc;
+}
+
+static void sim_free_state(sim_state *st)
+{
+    for (int64_t i = 0; i < st->n_reqs; i++)
+        free(st->reqs[i]);
+    free(st->reqs);
+    free(st->next_k);
+    free(st->seqs);
+    if (st->sched)
+        sched_free(st->sched);
+}
+
+/* The end of a step: stamp each sampled token, close finished requests and let their
+ * users start the next one at once (closed loop). */
+static int sim_finish_step(sim_state *st, const sched_batch *b, int64_t t_end, char *err)
+{
+    for (int i = 0; i < b->n_items; i++) {
+        const sched_item *it = &b->items[i];
+        if (!it->samples)
+            continue;
+        sim_req *r = it->req->user;
+        st->stats->token_events++;
+        if (r->t_first_ns < 0)
+            r->t_first_ns = t_end;
+        if (st->log) {
+            tokenlog_event ev = {.t_ns = t_end, .request = r->sr.id, .user = r->user,
+                                 .n_tokens = 1, .kind = r->kind};
+            if (tokenlog_add_event(st->log, &ev) != 0)
+                return err_set(err, "out of memory for the token log");
+            tokenlog_request *row = &st->log->requests[r->log_index];
+            if (row->t_first_ns < 0)
+                row->t_first_ns = t_end;
+            row->completion_tokens = r->sr.generated;
+        }
+        if (r->sr.state == SCHED_FINISHED) {
+            if (st->log) {
+                tokenlog_request *row = &st->log->requests[r->log_index];
+                row->t_end_ns = t_end;
+                strcpy(row->finish_reason, "length");
+            }
+            if (r->kind == TOKENLOG_BG && sim_start_bg(st, r->user, t_end, err) != 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+int sim_run(const sim_config *cfg, tokenlog *log, sim_stats *stats, char *err)
+{
+    sim_stats local;
+    if (!stats)
+        stats = &local;
+    memset(stats, 0, sizeof *stats);
+    if (sim_check(cfg, err) != 0)
+        return -1;
+
+    sim_state st;
+    memset(&st, 0, sizeof st);
+    st.cfg = cfg;
+    st.log = log;
+    st.stats = stats;
+    int64_t *inject_times = NULL;
+    int rc = -1;
+
+    st.sched = sched_create(&cfg->sched, err);
+    st.next_k = calloc((size_t)cfg->wl.users + 1, sizeof *st.next_k);
+    inject_times = malloc(sizeof *inject_times * WORKLOAD_MAX_INJECTIONS);
+    if (!st.sched || !st.next_k || !inject_times) {
+        if (st.sched)
+            err_set(err, "out of memory");
+        goto done;
+    }
+    int n_inject = workload_injection_times(&cfg->wl, inject_times, WORKLOAD_MAX_INJECTIONS);
+
+    for (int u = 0; u < cfg->wl.users; u++)
+        if (sim_start_bg(&st, u, 0, err) != 0)
+            goto done;
+
+    int64_t t = 0;
+    int next_inject = 0;
+    sched_batch batch;
+    while (t < cfg->wl.duration_ns) {
+        while (next_inject < n_inject && inject_times[next_inject] <= t) {
+            if (sim_start_inject(&st, next_inject, inject_times[next_inject], err) != 0)
+                goto done;
+            next_inject++;
+        }
+        int n = sched_next(st.sched, &batch);
+        if (n == 0) {
+            if (next_inject >= n_inject)
+                break; /* nothing running and nothing to come */
+            t = inject_times[next_inject]; /* idle until the next arrival */
+            continue;
+        }
+        if (n > st.cap_seqs) {
+            int cap = n * 2;
+            cost_seq *grown = realloc(st.seqs, (size_t)cap * sizeof *grown);
+            if (!grown) {
+                err_set(err, "out of memory");
+                goto done;
+            }
+            st.seqs = grown;
+            st.cap_seqs = cap;
+        }
+        for (int i = 0; i < n; i++)
+            st.seqs[i] = (cost_seq){.new_tokens = batch.items[i].new_tokens,
+                                    .context = batch.items[i].context,
+                                    .samples = batch.items[i].samples};
+        int64_t duration = cost_step_ns(&cfg->cost, st.seqs, n, NULL);
+        if (duration < 1)
+            duration = 1; /* time must move */
+        int64_t t_end = t + duration;
+        sched_commit(st.sched, &batch);
+        if (log) {
+            tokenlog_step step = {.step = stats->steps, .t_start_ns = t, .t_end_ns = t_end,
+                                  .decode_tokens = batch.decode_tokens,
+                                  .prefill_tokens = batch.prefill_tokens, .n_requests = n,
+                                  .modeled_ns = duration};
+            if (tokenlog_add_step(log, &step) != 0) {
+                err_set(err, "out of memory for the step log");
+                goto done;
+            }
+        }
+        stats->steps++;
+        if (sim_finish_step(&st, &batch, t_end, err) != 0)
+            goto done;
+        t = t_end;
+    }
+    stats->virtual_ns = t;
+    stats->preemptions = sched_num_preemptions(st.sched);
+    rc = 0;
+done:
+    free(inject_times);
+    sim_free_state(&st);
+    return rc;
+}

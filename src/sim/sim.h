@@ -1,0 +1,37 @@
+/* sim — the discrete-event simulator: the workload drives the real scheduler (sched_*)
+ * and the cost model (cost_*) under a virtual clock. No thread, no sleep: a 40 s run takes
+ * milliseconds. Every step takes cost_step_ns(batch); every token of a step is stamped at
+ * the step's end; a background user's next request arrives the instant its answer ends;
+ * an injection arrives at its planned time and joins the first step that starts after it.
+ * Writes the same token log as a live run, so one analysis serves both. */
+#ifndef STALLSCOPE_SIM_H
+#define STALLSCOPE_SIM_H
+#include <stdint.h>
+
+#include "common/tokenlog.h"
+#include "engine/cost.h"
+#include "engine/sched.h"
+#include "workload/workload.h"
+
+typedef struct sim_config {
+    workload_config wl;
+    cost_params cost;
+    sched_config sched;
+} sim_config;
+
+typedef struct sim_stats {
+    int64_t steps;
+    int64_t token_events;
+    int64_t requests;
+    int64_t preemptions;
+    int64_t virtual_ns; /* end of the last step */
+} sim_stats;
+
+/* Refuse a workload the engine could never serve (an injection longer than the context,
+ * or than the token budget under mixed/prefill-first), with sched's own message. */
+int sim_check(const sim_config *cfg, char *err);
+
+/* Run one simulation. log may be NULL (statistics only: benchmarks). 0 or -1 with err. */
+int sim_run(const sim_config *cfg, tokenlog *log, sim_stats *stats, char *err);
+
+#endif
