@@ -159,12 +159,12 @@ static void print_table(FILE *out, const cost_params *p, const model_cfg *cfg,
             a->name, a->n_layers, a->hidden, a->n_heads, a->n_kv_heads, a->head_dim, a->ffn,
             a->vocab, a->max_position, a->tied_embeddings ? ", tied embeddings" : "");
     if (p->params_override > 0)
-        fprintf(out, "FLOP per token: %.1f GFLOP (2 x %.3g params, LM head included)\n",
-                r->flop_per_token / 1e9, p->params_override);
+        fprintf(out, "FLOP per token: %.1f GFLOP (2 x %.2f G params, LM head included)\n",
+                r->flop_per_token / 1e9, p->params_override / 1e9);
     else
-        fprintf(out, "FLOP per token: %.2f GFLOP (2 x %.4g linear params) + %.2f GFLOP LM head "
-                     "per sampled row\n",
-                r->flop_per_token / 1e9, cost_linear_params(p), r->lm_head_flop_row / 1e9);
+        fprintf(out, "FLOP per token: %.2f GFLOP (2 x %.3f G linear params) + %.2f GFLOP LM "
+                     "head per sampled row\n",
+                r->flop_per_token / 1e9, cost_linear_params(p) / 1e9, r->lm_head_flop_row / 1e9);
     fprintf(out, "weights read per step: %.2f GB; KV cache: %.1f KiB per token\n",
             cost_weight_bytes(p) / 1e9, cost_kv_bytes_per_token(p) / 1024);
 

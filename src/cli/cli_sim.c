@@ -75,7 +75,7 @@ static int sim_one(const char *label, const sim_config *cfg, const char *engine,
                             .reference_p50_ms = reference_p50_ms, .complete = true};
     rc = artifacts_write_run(out->out, &log, &opt, config, summary, err);
     if (rc == 0 && !out->json)
-        fprintf(stderr, "sim %-12s %lld steps, %lld token events, %lld requests, %lld preemptions\n",
+        printf("sim %-12s %lld steps, %lld token events, %lld requests, %lld preemptions\n",
                 label, (long long)stats.steps, (long long)stats.token_events,
                 (long long)stats.requests, (long long)stats.preemptions);
 done:

@@ -111,20 +111,26 @@ static int parse_list(const char *text, int64_t *out, int max, int *n, char *err
                       item_parser parse)
 {
     char buf[1024];
-    if (!text || strlen(text) >= sizeof buf)
-        return err_set(err, "list too long or empty");
+    if (!text || !*text || strlen(text) >= sizeof buf)
+        return err_set(err, "'%s' is empty or too long for a list", text ? text : "");
     strcpy(buf, text);
     *n = 0;
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    /* Split by hand: strtok would silently skip an empty item ("4k,,8k"). */
+    for (char *item = buf;;) {
+        char *comma = strchr(item, ',');
+        if (comma)
+            *comma = '\0';
+        if (*item == '\0')
+            return err_set(err, "'%s' has an empty item", text);
         if (*n >= max)
             return err_set(err, "'%s': at most %d items", text, max);
-        if (parse(tok, &out[*n], err) != 0)
+        if (parse(item, &out[*n], err) != 0)
             return -1;
         (*n)++;
+        if (!comma)
+            break;
+        item = comma + 1;
     }
-    if (*n == 0)
-        return err_set(err, "'%s' is an empty list", text);
     return 0;
 }
 

@@ -42,7 +42,8 @@ static double layer_linear_params(const cost_arch *a)
     const double attention = hidden * q_dim       /* wq: (hidden, q_dim) */
                              + 2 * hidden * kv_dim /* wk, wv: (hidden, kv_dim) each */
                              + q_dim * hidden;     /* wo: (q_dim, hidden) */
-    const double mlp = 3 * hidden * (double)a->ffn; /* gate, up: (hidden, ffn); down: (ffn, hidden) */
+    /* SwiGLU: gate and up (hidden, ffn), down (ffn, hidden) */
+    const double mlp = 3 * hidden * (double)a->ffn;
     return attention + mlp;
 }
 

@@ -102,8 +102,8 @@ void cost_catalog_print(FILE *out)
     fprintf(out, "GPUs (dense BF16 peak, memory bandwidth, memory):\n");
     for (int i = 0; i < N_GPUS; i++) {
         const cost_gpu *g = &gpu_catalog[i];
-        fprintf(out, "  %-10s %7.1f TFLOP/s  %5.2f TB/s  %4.0f GB   %s\n", g->name,
-                g->peak_flops / 1e12, g->mem_bandwidth / 1e12, g->mem_bytes / 1e9, g->source);
+        fprintf(out, "  %-10s %7.1f TFLOP/s  %5.0f GB/s  %4.0f GB   %s\n", g->name,
+                g->peak_flops / 1e12, g->mem_bandwidth / 1e9, g->mem_bytes / 1e9, g->source);
     }
     fprintf(out, "\nmodels (layers, hidden, heads/KV heads x head dim, FFN, vocab, context):\n");
     for (int i = 0; i < N_ARCHS; i++) {

@@ -43,7 +43,6 @@ struct sched {
     req_list waiting; /* FCFS; preempted requests at the front */
     req_list running; /* admission order; tail = most recently admitted */
     int n_prefilling; /* running requests in SCHED_PREFILLING, to skip the continuation pass */
-    int n_live;       /* waiting + running */
     int64_t blocks_free;
     int64_t next_order;
     int64_t n_preemptions;
@@ -126,7 +125,6 @@ static void leave(sched *s, sched_req *req, sched_state final)
     } else {
         return; /* already FINISHED or ABORTED: nothing to undo */
     }
-    s->n_live--;
     req->state = final;
 }
 
@@ -234,8 +232,8 @@ int sched_add(sched *s, sched_req *req, char *err)
                        "but the whole cache has %lld",
                        (long long)req->id, req->prompt_tokens, req->max_tokens,
                        (long long)max_blocks, (long long)cfg->kv_blocks);
-    const int running_bound =
-        s->n_live + 1 < cfg->max_num_seqs ? s->n_live + 1 : cfg->max_num_seqs;
+    const int live_after = s->waiting.count + s->running.count + 1;
+    const int running_bound = live_after < cfg->max_num_seqs ? live_after : cfg->max_num_seqs;
     if (reserve_items(s, running_bound, err) != 0)
         return -1;
 
@@ -246,7 +244,6 @@ int sched_add(sched *s, sched_req *req, char *err)
     req->n_preemptions = 0;
     req->order = s->next_order++;
     list_push_back(&s->waiting, req);
-    s->n_live++;
     return 0;
 }
 
@@ -279,10 +276,12 @@ static void add_item(step_builder *b, sched_req *req, int new_tokens)
 }
 
 /* Recompute preemption: the victim loses its KV and goes back to the front of the waiting
- * queue. If it already has an item in this step (a decode scheduled before a prefill chunk
- * that needed its blocks), the item is withdrawn and its tokens return to the budget.
- * Preemption is rare, so the backward scan over the items costs nothing in the steady
- * state. */
+ * queue. With the policies as they are the victim never has an item yet: decodes walk the
+ * running list head to tail and the victim is the tail, and a partial prefill always takes
+ * the whole budget left, so it is the newest running request and its own victim. Should
+ * that change (a decode scheduled before a chunk that needs its blocks), the item is
+ * withdrawn and its tokens return to the budget rather than running a request with no KV.
+ * The scan only runs on a preemption. */
 static void preempt(step_builder *b, sched_req *victim)
 {
     sched *s = b->s;
@@ -429,9 +428,12 @@ int sched_next(sched *s, sched_batch *batch)
             schedule_continuations(&builder);
             if (batch->n_preempted == 0)
                 schedule_waiting(&builder);
-        } else {
-            schedule_decodes(&builder);
         }
+        /* A prefill step comes out empty when its only candidate, a chunked recompute,
+         * had to preempt itself; an empty step would read as "idle" to the engine while
+         * requests wait, so the running decodes go instead. */
+        if (batch->n_items == 0)
+            schedule_decodes(&builder);
     } else {
         schedule_decodes(&builder);
         schedule_continuations(&builder);

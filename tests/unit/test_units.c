@@ -103,6 +103,9 @@ static void test_lists(void **state)
     assert_int_equal(units_parse_count_list("1,2,3", v, 2, &n, err), -1); /* too many */
     assert_int_equal(units_parse_count_list("1,x", v, 8, &n, err), -1);
     assert_int_equal(units_parse_count_list(",", v, 8, &n, err), -1);
+    assert_int_equal(units_parse_count_list("4k,,8k", v, 8, &n, err), -1);
+    assert_int_equal(units_parse_count_list("4k,", v, 8, &n, err), -1);
+    assert_int_equal(units_parse_count_list("", v, 8, &n, err), -1);
     assert_int_equal(units_parse_duration_list("10s,1s", v, 8, &n, err), 0);
     assert_int_equal(n, 2);
     assert_int_equal(v[1], 1000000000LL);

@@ -1,0 +1,90 @@
+/* summary.json and comparison.json: DESIGN.md's shapes, built in one place. */
+#include <math.h>
+
+#include "analysis/analysis.h"
+
+/* A non-finite double has no JSON spelling: write null rather than a broken file. */
+static json_t *real_or_null(double x)
+{
+    return isfinite(x) ? json_real(x) : json_null();
+}
+
+static json_t *itl_json(const analysis_dist *d)
+{
+    return json_pack("{s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "count", (json_int_t)d->count,
+                     "mean", real_or_null(d->mean), "p50", real_or_null(d->p50), "p90",
+                     real_or_null(d->p90), "p99", real_or_null(d->p99), "p999",
+                     real_or_null(d->p999), "max", real_or_null(d->max));
+}
+
+static json_t *ttft_json(const analysis_dist *d)
+{
+    return json_pack("{s:I, s:o, s:o, s:o}", "count", (json_int_t)d->count, "p50",
+                     real_or_null(d->p50), "p99", real_or_null(d->p99), "max",
+                     real_or_null(d->max));
+}
+
+static json_t *injection_json(const analysis_injection *inj)
+{
+    /* -1 means "never happened" in memory; in the file that is null, not a time. */
+    return json_pack("{s:o, s:o, s:o, s:i, s:o, s:o, s:i}", "t_plan_s",
+                     real_or_null(inj->t_plan_s), "t_send_s",
+                     inj->t_send_s >= 0 ? json_real(inj->t_send_s) : json_null(), "ttft_ms",
+                     inj->ttft_ms >= 0 ? json_real(inj->ttft_ms) : json_null(), "prompt_tokens",
+                     inj->prompt_tokens, "max_gap_ms", real_or_null(inj->max_gap_ms),
+                     "median_gap_ms", real_or_null(inj->median_gap_ms), "users_stalled",
+                     inj->users_stalled);
+}
+
+json_t *analysis_summary_to_json(const analysis_summary *s)
+{
+    json_t *injections = json_array();
+    if (!injections)
+        return NULL;
+    for (int i = 0; i < s->n_injections; i++)
+        if (json_array_append_new(injections, injection_json(&s->injections[i])) != 0) {
+            json_decref(injections);
+            return NULL;
+        }
+    const analysis_stalls *st = &s->stalls;
+    json_t *stalls = json_pack(
+        "{s:o, s:I, s:o, s:I, s:o, s:o}", "threshold_ms", real_or_null(st->threshold_ms),
+        "count", (json_int_t)st->count, "fraction_of_gaps", real_or_null(st->fraction_of_gaps),
+        "aligned", (json_int_t)st->aligned, "aligned_fraction",
+        real_or_null(st->aligned_fraction), "stalled_time_fraction",
+        real_or_null(st->stalled_time_fraction));
+    /* "o" steals each reference, even when json_pack fails, so nothing leaks here. */
+    return json_pack("{s:s, s:s, s:s, s:o, s:i, s:I, s:o, s:o, s:o, s:o, s:o, s:b, s:I, s:i}",
+                     "label", s->label, "engine", s->engine, "target", s->target, "duration_s",
+                     real_or_null(s->duration_s), "users", s->users, "tokens_received",
+                     (json_int_t)s->tokens_received, "itl_ms", itl_json(&s->itl_ms), "ttft_ms",
+                     ttft_json(&s->ttft_ms), "stalls", stalls, "injections", injections,
+                     "spike_ratio", real_or_null(s->spike_ratio), "complete", (int)s->complete,
+                     "errors", (json_int_t)s->errors, "injections_with_stalls",
+                     s->injections_with_stalls);
+}
+
+/* interference / baseline, or null when there is nothing to divide by. */
+static json_t *ratio(const analysis_summary *baseline, double base, double value)
+{
+    if (!baseline || !(base != 0) || !isfinite(value / base))
+        return json_null();
+    return json_real(value / base);
+}
+
+json_t *analysis_comparison_to_json(const analysis_summary *baseline,
+                                    const analysis_summary *interference)
+{
+    const analysis_dist *b = baseline ? &baseline->itl_ms : NULL;
+    const analysis_dist *x = &interference->itl_ms;
+    json_t *ratios = json_pack(
+        "{s:o, s:o, s:o, s:o, s:o, s:o}", "p50", ratio(baseline, b ? b->p50 : 0, x->p50), "p90",
+        ratio(baseline, b ? b->p90 : 0, x->p90), "p99", ratio(baseline, b ? b->p99 : 0, x->p99),
+        "p999", ratio(baseline, b ? b->p999 : 0, x->p999), "max",
+        ratio(baseline, b ? b->max : 0, x->max), "stall_count",
+        ratio(baseline, baseline ? (double)baseline->stalls.count : 0,
+              (double)interference->stalls.count));
+    return json_pack("{s:o, s:o, s:o}", "baseline",
+                     baseline ? analysis_summary_to_json(baseline) : json_null(), "interference",
+                     analysis_summary_to_json(interference), "ratios", ratios);
+}

@@ -1,0 +1,361 @@
+/* The terminal table and the one-paragraph verdict: what people quote from a run. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "report/report.h"
+
+#define COL_METRIC 26
+#define COL_VALUE 13
+#define COL_CHANGE 10
+#define DASH "\xe2\x80\x94"  /* — */
+#define TIMES "\xc3\x97"     /* × */
+#define UNCHANGED_PCT 5.0    /* within ±5 % reads as "unchanged" */
+
+/* Display width of UTF-8 text: count code points, not bytes, or "×" and "—" would
+ * shift every column after them. */
+static int display_width(const char *s)
+{
+    int w = 0;
+    for (; *s; s++)
+        w += ((unsigned char)*s & 0xc0) != 0x80;
+    return w;
+}
+
+static void print_padded(FILE *out, const char *s, int width, int right_align)
+{
+    int pad = width - display_width(s);
+    if (right_align)
+        for (int i = 0; i < pad; i++)
+            fputc(' ', out);
+    fputs(s, out);
+    if (!right_align)
+        for (int i = 0; i < pad; i++)
+            fputc(' ', out);
+}
+
+/* Copy at most size - 1 bytes, never cutting a UTF-8 sequence in half: a long label
+ * must not widen its column. */
+static void clip(char *dst, size_t size, const char *src)
+{
+    size_t n = strlen(src);
+    if (n >= size) {
+        n = size - 1;
+        while (n > 0 && ((unsigned char)src[n] & 0xc0) == 0x80)
+            n--;
+    }
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+/* Precision that suits the magnitude: 4.78, 14.6, 152. */
+static void format_ms(char *buf, size_t size, double ms)
+{
+    if (fabs(ms) < 10)
+        snprintf(buf, size, "%.2f", ms);
+    else if (fabs(ms) < 1000)
+        snprintf(buf, size, "%.1f", ms);
+    else
+        snprintf(buf, size, "%.0f", ms);
+}
+
+/* The change from base to value: "+0.3 %", "-12.0 %", "×14.8"; "" when there is no base. */
+static void format_change(char *buf, size_t size, int have_base, double base, double value)
+{
+    if (!have_base) {
+        snprintf(buf, size, "%s", "");
+        return;
+    }
+    if (base == 0) {
+        snprintf(buf, size, "%s", value == 0 ? "=" : "new");
+        return;
+    }
+    double ratio = value / base;
+    if (ratio >= 2)
+        snprintf(buf, size, TIMES "%.1f", ratio);
+    else
+        snprintf(buf, size, "%+.1f %%", (ratio - 1) * 100);
+}
+
+typedef enum { FMT_MS, FMT_COUNT, FMT_PERCENT, FMT_RATIO } row_format;
+
+static void format_value(char *buf, size_t size, row_format fmt, double v)
+{
+    switch (fmt) {
+    case FMT_MS:
+        format_ms(buf, size, v);
+        break;
+    case FMT_COUNT:
+        snprintf(buf, size, "%.0f", v);
+        break;
+    case FMT_PERCENT:
+        snprintf(buf, size, "%.2f %%", v * 100);
+        break;
+    case FMT_RATIO:
+        snprintf(buf, size, "%.1f", v);
+        break;
+    }
+}
+
+static void print_row(FILE *out, const char *metric, row_format fmt, int have_base, double base,
+                      int have_value, double value)
+{
+    char b[32], v[32], c[32];
+    if (have_base)
+        format_value(b, sizeof b, fmt, base);
+    else
+        snprintf(b, sizeof b, DASH);
+    if (have_value)
+        format_value(v, sizeof v, fmt, value);
+    else
+        snprintf(v, sizeof v, DASH);
+    if (fmt == FMT_PERCENT && have_base && have_value)
+        /* A fraction's change reads best in points: 0 % -> 1.46 % is "+1.46 pt". */
+        snprintf(c, sizeof c, "%+.2f pt", (value - base) * 100);
+    else
+        format_change(c, sizeof c, have_base && have_value, base, value);
+    print_padded(out, metric, COL_METRIC, 0);
+    fputc(' ', out);
+    print_padded(out, b, COL_VALUE, 1);
+    fputc(' ', out);
+    print_padded(out, v, COL_VALUE, 1);
+    if (c[0]) { /* no trailing blanks when there is no change to show */
+        fputs("  ", out);
+        print_padded(out, c, COL_CHANGE, 1);
+    }
+    fputc('\n', out);
+}
+
+/* Nearest-rank quantile of the injections' TTFTs (those that got a token). */
+static int injection_ttft(const analysis_summary *s, double p, double *out)
+{
+    if (!s || s->n_injections == 0)
+        return 0;
+    double *v = malloc((size_t)s->n_injections * sizeof *v);
+    if (!v)
+        return 0;
+    int n = 0;
+    for (int i = 0; i < s->n_injections; i++)
+        if (s->injections[i].ttft_ms >= 0)
+            v[n++] = s->injections[i].ttft_ms;
+    analysis_dist d;
+    analysis_dist_from(v, n, &d);
+    *out = p >= 1 ? d.max : analysis_quantile(v, n, p);
+    free(v);
+    return n > 0;
+}
+
+static void format_threshold(char *buf, size_t size, double ms)
+{
+    if (ms < 100)
+        snprintf(buf, size, "%.1f", ms);
+    else
+        snprintf(buf, size, "%.0f", ms);
+}
+
+static void print_run_line(FILE *out, const char *role, const analysis_summary *s)
+{
+    fprintf(out, "%s: %s%s%s, %d users, %.1f s, %lld tokens%s\n", role,
+            s->label[0] ? s->label : role, s->engine[0] ? " on " : "", s->engine, s->users,
+            s->duration_s, (long long)s->tokens_received, s->complete ? "" : " (cut short)");
+}
+
+void report_table_print(FILE *out, const analysis_summary *baseline,
+                        const analysis_summary *interference)
+{
+    const analysis_summary *b = baseline, *x = interference;
+    if (!x)
+        return;
+    int hb = b != NULL;
+    char title_b[COL_VALUE + 1], title_x[COL_VALUE + 1], thr[32], metric[64];
+    clip(title_b, sizeof title_b, hb && b->label[0] ? b->label : "baseline");
+    clip(title_x, sizeof title_x, x->label[0] ? x->label : "interference");
+
+    if (hb)
+        print_run_line(out, "baseline", b);
+    print_run_line(out, "interference", x);
+    fputc('\n', out);
+    print_padded(out, "metric", COL_METRIC, 0);
+    fputc(' ', out);
+    print_padded(out, title_b, COL_VALUE, 1);
+    fputc(' ', out);
+    print_padded(out, title_x, COL_VALUE, 1);
+    fputs("  ", out);
+    print_padded(out, "change", COL_CHANGE, 1);
+    fputc('\n', out);
+    for (int i = 0; i < COL_METRIC + COL_VALUE * 2 + COL_CHANGE + 4; i++)
+        fputc('-', out);
+    fputc('\n', out);
+
+    const analysis_dist *bi = hb ? &b->itl_ms : NULL, *xi = &x->itl_ms;
+    print_row(out, "gap p50 (ms)", FMT_MS, hb, hb ? bi->p50 : 0, 1, xi->p50);
+    print_row(out, "gap p90 (ms)", FMT_MS, hb, hb ? bi->p90 : 0, 1, xi->p90);
+    print_row(out, "gap p99 (ms)", FMT_MS, hb, hb ? bi->p99 : 0, 1, xi->p99);
+    print_row(out, "gap p99.9 (ms)", FMT_MS, hb, hb ? bi->p999 : 0, 1, xi->p999);
+    print_row(out, "max gap (ms)", FMT_MS, hb, hb ? bi->max : 0, 1, xi->max);
+    print_row(out, "mean gap (ms)", FMT_MS, hb, hb ? bi->mean : 0, 1, xi->mean);
+    print_row(out, "gaps counted", FMT_COUNT, hb, hb ? (double)bi->count : 0, 1,
+              (double)xi->count);
+    format_threshold(thr, sizeof thr, x->stalls.threshold_ms);
+    snprintf(metric, sizeof metric, "stalls (>%s ms)", thr);
+    print_row(out, metric, FMT_COUNT, hb, hb ? (double)b->stalls.count : 0, 1,
+              (double)x->stalls.count);
+    print_row(out, "aligned fraction", FMT_PERCENT, hb, hb ? b->stalls.aligned_fraction : 0, 1,
+              x->stalls.aligned_fraction);
+    print_row(out, "stalled time %", FMT_PERCENT, hb, hb ? b->stalls.stalled_time_fraction : 0,
+              1, x->stalls.stalled_time_fraction);
+    print_row(out, "spike ratio (max/p50)", FMT_RATIO, hb, hb ? b->spike_ratio : 0, 1,
+              x->spike_ratio);
+    double bv = 0, xv = 0;
+    int hbv = injection_ttft(b, 0.5, &bv), hxv = injection_ttft(x, 0.5, &xv);
+    print_row(out, "injection TTFT p50 (ms)", FMT_MS, hbv, bv, hxv, xv);
+    hbv = injection_ttft(b, 1, &bv), hxv = injection_ttft(x, 1, &xv);
+    print_row(out, "injection TTFT max (ms)", FMT_MS, hbv, bv, hxv, xv);
+    print_row(out, "background TTFT p50 (ms)", FMT_MS, hb && b->ttft_ms.count > 0,
+              hb ? b->ttft_ms.p50 : 0, x->ttft_ms.count > 0, x->ttft_ms.p50);
+    print_row(out, "background TTFT p99 (ms)", FMT_MS, hb && b->ttft_ms.count > 0,
+              hb ? b->ttft_ms.p99 : 0, x->ttft_ms.count > 0, x->ttft_ms.p99);
+    print_row(out, "errors", FMT_COUNT, hb, hb ? (double)b->errors : 0, 1, (double)x->errors);
+
+    /* The stall row names one threshold; say so when the runs were cut differently. */
+    if (hb && fabs(b->stalls.threshold_ms - x->stalls.threshold_ms) > 1e-9) {
+        char tb[32];
+        format_threshold(tb, sizeof tb, b->stalls.threshold_ms);
+        fprintf(out, "(baseline stalls counted above %s ms)\n", tb);
+    }
+}
+
+/* ---- verdict ----------------------------------------------------------------------- */
+
+typedef struct sbuf {
+    char *buf;
+    size_t size, len;
+} sbuf;
+
+static void sb_printf(sbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *sb, const char *fmt, ...)
+{
+    if (sb->len >= sb->size)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(sb->buf + sb->len, sb->size - sb->len, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        sb->len += (size_t)n;
+    if (sb->len >= sb->size)
+        sb->len = sb->size; /* truncated: stop appending, the buffer stays terminated */
+}
+
+static void format_ms_short(char *buf, size_t size, double ms)
+{
+    if (ms >= 100)
+        snprintf(buf, size, "%.0f ms", ms);
+    else
+        snprintf(buf, size, "%.1f ms", ms);
+}
+
+/* "unchanged (+0.4 %)", "+38 %", "×14.8"; 1 when the change counts as unchanged. */
+static int describe_change(char *buf, size_t size, double base, double value)
+{
+    if (base == 0) {
+        snprintf(buf, size, "%s", value == 0 ? "unchanged (0)" : "up from 0");
+        return value == 0;
+    }
+    double ratio = value / base;
+    double pct = (ratio - 1) * 100;
+    if (fabs(pct) <= UNCHANGED_PCT) {
+        snprintf(buf, size, "unchanged (%+.1f %%)", pct);
+        return 1;
+    }
+    if (ratio >= 2)
+        snprintf(buf, size, TIMES "%.1f", ratio);
+    else
+        snprintf(buf, size, "%+.0f %%", pct);
+    return 0;
+}
+
+void report_verdict(char *buf, size_t size, const analysis_summary *baseline,
+                    const analysis_summary *interference)
+{
+    if (!buf || size == 0)
+        return;
+    buf[0] = '\0';
+    const analysis_summary *x = interference;
+    if (!x)
+        return;
+    sbuf sb = {buf, size, 0};
+    char thr[32], ms[32], ch[64];
+    format_threshold(thr, sizeof thr, x->stalls.threshold_ms);
+
+    /* Who was hurt: the injections and the users each one froze. */
+    if (x->n_injections == 0) {
+        sb_printf(&sb, "no injections");
+    } else if (x->injections_with_stalls == 0) {
+        sb_printf(&sb, "0/%d injections stalled any user", x->n_injections);
+    } else {
+        int lo = -1, hi = 0;
+        for (int i = 0; i < x->n_injections; i++) {
+            int u = x->injections[i].users_stalled;
+            if (u == 0)
+                continue;
+            if (lo < 0 || u < lo)
+                lo = u;
+            if (u > hi)
+                hi = u;
+        }
+        if (lo == hi)
+            sb_printf(&sb, "%d/%d injections each stalled %d/%d users",
+                      x->injections_with_stalls, x->n_injections, hi, x->users);
+        else
+            sb_printf(&sb, "%d/%d injections stalled %d-%d of %d users each",
+                      x->injections_with_stalls, x->n_injections, lo, hi, x->users);
+    }
+
+    /* How badly: stall count, and the longest gap against the median. */
+    if (x->stalls.count == 0) {
+        sb_printf(&sb, "; no stalls above %s ms", thr);
+    } else {
+        sb_printf(&sb, "; %lld stall%s above %s ms, %.0f %% aligned with injections",
+                  (long long)x->stalls.count, x->stalls.count == 1 ? "" : "s", thr,
+                  x->stalls.aligned_fraction * 100);
+    }
+    if (x->itl_ms.count > 0) {
+        format_ms_short(ms, sizeof ms, x->itl_ms.max);
+        sb_printf(&sb, "; max gap %s = %.*f" TIMES " p50", ms, x->spike_ratio >= 10 ? 0 : 1,
+                  x->spike_ratio);
+    }
+
+    /* Against the baseline: the median, then the tail. */
+    if (baseline && baseline->itl_ms.count > 0) {
+        const analysis_dist *b = &baseline->itl_ms, *d = &x->itl_ms;
+        describe_change(ch, sizeof ch, b->p50, d->p50);
+        sb_printf(&sb, "; median %s", ch);
+        int p99_flat = describe_change(ch, sizeof ch, b->p99, d->p99);
+        sb_printf(&sb, "; p99 %s", ch);
+        describe_change(ch, sizeof ch, b->p999, d->p999);
+        sb_printf(&sb, "; p99.9 %s", ch);
+        describe_change(ch, sizeof ch, b->max, d->max);
+        sb_printf(&sb, "; max %s", ch);
+        /* The lesson's trap: spikes under 1 % of gaps are invisible to p99. */
+        if (p99_flat && x->stalls.count > 0 && x->stalls.fraction_of_gaps < 0.01)
+            sb_printf(&sb, " (stalls are %.2f %% of gaps, under the 1 %% that p99 looks at: "
+                           "read p99.9, max and the stall count)",
+                      x->stalls.fraction_of_gaps * 100);
+    } else {
+        char p50[32], p999[32];
+        format_ms_short(p50, sizeof p50, x->itl_ms.p50);
+        format_ms_short(p999, sizeof p999, x->itl_ms.p999);
+        format_ms_short(ms, sizeof ms, x->itl_ms.max);
+        sb_printf(&sb, "; median %s, p99.9 %s, max %s (no baseline to compare)", p50, p999, ms);
+    }
+    if (x->errors > 0)
+        sb_printf(&sb, "; %lld request%s failed", (long long)x->errors, x->errors == 1 ? "" : "s");
+    if (!x->complete)
+        sb_printf(&sb, "; the run was cut short");
+    sb_printf(&sb, ".");
+    /* Sentence case. */
+    if (buf[0] >= 'a' && buf[0] <= 'z')
+        buf[0] = (char)(buf[0] - 'a' + 'A');
+}

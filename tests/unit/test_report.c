@@ -1,0 +1,168 @@
+/* report: the table's rows and layout, and the verdict's sentences. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "report/report.h"
+
+static analysis_injection injections[4];
+
+/* The issue's picture: 32 users, ~10 ms steps, four 8k prompts each freezing everyone
+ * for one ~152 ms step. */
+static void lesson_pair(analysis_summary *base, analysis_summary *x)
+{
+    memset(base, 0, sizeof *base);
+    snprintf(base->label, sizeof base->label, "baseline");
+    base->users = 32;
+    base->duration_s = 40;
+    base->complete = true;
+    base->itl_ms = (analysis_dist){.count = 126000, .mean = 10.0, .p50 = 10.0, .p90 = 10.1,
+                                   .p99 = 10.2, .p999 = 11.0, .max = 12.0};
+    base->ttft_ms = (analysis_dist){.count = 300, .p50 = 20, .p99 = 25, .max = 26};
+    base->stalls.threshold_ms = 50;
+    base->spike_ratio = 1.2;
+
+    *x = *base;
+    snprintf(x->label, sizeof x->label, "interference");
+    x->itl_ms = (analysis_dist){.count = 125900, .mean = 10.1, .p50 = 10.03, .p90 = 10.1,
+                                .p99 = 10.2408, .p999 = 15.18, .max = 152.0};
+    x->spike_ratio = 152.0 / 10.03;
+    x->stalls = (analysis_stalls){.threshold_ms = 50, .count = 128, .fraction_of_gaps = 128.0 / 125900,
+                                  .aligned = 128, .aligned_fraction = 1.0,
+                                  .stalled_time_fraction = 0.0146};
+    for (int i = 0; i < 4; i++)
+        injections[i] = (analysis_injection){.t_plan_s = 5 + 10 * i, .t_send_s = 5 + 10 * i,
+                                             .ttft_ms = 150 + i, .prompt_tokens = 8000,
+                                             .max_gap_ms = 152, .median_gap_ms = 10,
+                                             .users_stalled = 32};
+    x->injections = injections;
+    x->n_injections = 4;
+    x->injections_with_stalls = 4;
+}
+
+static void expect_contains(const char *text, const char *want)
+{
+    if (!strstr(text, want))
+        fail_msg("'%s' not in:\n%s", want, text);
+}
+
+static void test_verdict_stalled_run(void **state)
+{
+    (void)state;
+    analysis_summary b, x;
+    lesson_pair(&b, &x);
+    char v[1024];
+    report_verdict(v, sizeof v, &b, &x);
+    expect_contains(v, "4/4 injections each stalled 32/32 users");
+    expect_contains(v, "128 stalls above 50.0 ms, 100 % aligned with injections");
+    expect_contains(v, "max gap 152 ms = 15\xc3\x97 p50");
+    expect_contains(v, "median unchanged (+0.3 %)");
+    expect_contains(v, "p99 unchanged (+0.4 %)");
+    expect_contains(v, "p99.9 +38 %");
+    expect_contains(v, "max \xc3\x97" "12.7");
+    /* Stalls are 0.10 % of gaps: the verdict says why p99 did not move. */
+    expect_contains(v, "0.10 % of gaps");
+    assert_int_equal(v[strlen(v) - 1], '.');
+
+    /* Some injections stalled fewer users. */
+    injections[1].users_stalled = 20;
+    injections[3].users_stalled = 0;
+    x.injections_with_stalls = 3;
+    report_verdict(v, sizeof v, &b, &x);
+    expect_contains(v, "3/4 injections stalled 20-32 of 32 users each");
+
+    /* A short buffer is cut, never overrun, and stays terminated. */
+    char small[16];
+    report_verdict(small, sizeof small, &b, &x);
+    assert_int_equal(strlen(small), 15);
+}
+
+static void test_verdict_clean_run(void **state)
+{
+    (void)state;
+    analysis_summary b, x;
+    lesson_pair(&b, &x);
+    x.itl_ms = b.itl_ms;
+    x.itl_ms.p999 = 11.3; /* +2.7 % */
+    x.spike_ratio = 1.2;
+    memset(&x.stalls, 0, sizeof x.stalls);
+    x.stalls.threshold_ms = 50;
+    for (int i = 0; i < 4; i++)
+        injections[i].users_stalled = 0;
+    x.injections_with_stalls = 0;
+    char v[1024];
+    report_verdict(v, sizeof v, &b, &x);
+    expect_contains(v, "0/4 injections stalled any user");
+    expect_contains(v, "no stalls above 50.0 ms");
+    expect_contains(v, "median unchanged (+0.0 %)");
+    expect_contains(v, "p99.9 unchanged (+2.7 %)");
+    if (strstr(v, "of gaps"))
+        fail_msg("clean run should not explain p99: %s", v);
+
+    /* The baseline alone: no injections, nothing to compare against. */
+    report_verdict(v, sizeof v, NULL, &b);
+    expect_contains(v, "No injections");
+    expect_contains(v, "no baseline");
+}
+
+static void test_table_rows_and_width(void **state)
+{
+    (void)state;
+    analysis_summary b, x;
+    lesson_pair(&b, &x);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    report_table_print(f, &b, &x);
+    fclose(f);
+    const char *rows[] = {"p50",           "p90",          "p99 ",
+                          "p99.9",         "max gap (ms)", "mean",
+                          "gaps counted",  "stalls (>50.0 ms)", "aligned fraction",
+                          "stalled time %", "spike ratio (max/p50)", "injection TTFT p50 (ms)",
+                          "injection TTFT max (ms)", "background TTFT p50 (ms)",
+                          "background TTFT p99 (ms)", "errors", "baseline", "interference",
+                          "change"};
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
+        expect_contains(text, rows[i]);
+    expect_contains(text, "152.0");
+    expect_contains(text, "\xc3\x97" "12.7"); /* max gap: 152 / 12 */
+    expect_contains(text, "+0.3 %");          /* p50 */
+    expect_contains(text, "+1.46 pt");        /* stalled time: 0 % -> 1.46 % */
+    /* Every line fits 80 columns, counting UTF-8 characters, not bytes. */
+    int width = 0;
+    for (const char *p = text; *p; p++) {
+        if (*p == '\n') {
+            assert_true(width <= 80);
+            width = 0;
+        } else if (((unsigned char)*p & 0xc0) != 0x80) {
+            width++;
+        }
+    }
+    free(text);
+
+    /* Without a baseline its column is a dash and there is no change. */
+    text = NULL;
+    f = open_memstream(&text, &len);
+    report_table_print(f, NULL, &x);
+    fclose(f);
+    expect_contains(text, "\xe2\x80\x94");
+    expect_contains(text, "gaps counted");
+    if (strstr(text, "\xc3\x97"))
+        fail_msg("no change column expected without a baseline:\n%s", text);
+    free(text);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_verdict_stalled_run),
+        cmocka_unit_test(test_verdict_clean_run),
+        cmocka_unit_test(test_table_rows_and_width),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

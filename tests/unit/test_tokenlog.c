@@ -1,0 +1,279 @@
+/* tokenlog: growth, the CSV writers and readers, and the readers' errors. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/err.h"
+#include "common/tokenlog.h"
+
+static void make_tmpdir(char *dir, size_t size)
+{
+    snprintf(dir, size, "/tmp/test_tokenlog_XXXXXX");
+    assert_non_null(mkdtemp(dir));
+}
+
+static void remove_tree(const char *dir)
+{
+    const char *names[] = {"tokens.csv", "requests.csv", "steps.csv"};
+    char path[512];
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+static void write_text(const char *dir, const char *name, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+#define TOKENS_HDR "t_ns,user,request,kind,n_tokens\n"
+#define REQUESTS_HDR                                                                      \
+    "request,user,kind,t_plan_ns,t_send_ns,t_first_ns,t_end_ns,prompt_tokens_requested," \
+    "prompt_tokens,completion_tokens,finish_reason,error\n"
+#define GOOD_REQUEST "7,3,bg,0,100,200,900,20,20,5,length,\n"
+
+static void test_event_fits_32_bytes(void **state)
+{
+    (void)state;
+    assert_true(sizeof(tokenlog_event) <= 32);
+}
+
+static void test_growth_keeps_every_row(void **state)
+{
+    (void)state;
+    tokenlog log;
+    tokenlog_init(&log);
+    for (int64_t i = 0; i < 100000; i++) {
+        tokenlog_event ev = {.t_ns = i * 7, .request = i / 100, .user = (int32_t)(i % 32),
+                             .n_tokens = 1, .kind = TOKENLOG_BG};
+        assert_int_equal(tokenlog_add_event(&log, &ev), 0);
+    }
+    assert_int_equal(log.n_events, 100000);
+    assert_true(log.cap_events >= log.n_events);
+    /* Geometric: capacity at most twice what is needed. */
+    assert_true(log.cap_events < 2 * log.n_events);
+    for (int64_t i = 0; i < 100000; i += 9973) {
+        assert_int_equal(log.events[i].t_ns, i * 7);
+        assert_int_equal(log.events[i].user, i % 32);
+    }
+    tokenlog_request r;
+    memset(&r, 0, sizeof r);
+    int64_t index = -1;
+    r.request = 5;
+    assert_int_equal(tokenlog_add_request(&log, &r, &index), 0);
+    assert_int_equal(index, 0);
+    r.request = 6;
+    assert_int_equal(tokenlog_add_request(&log, &r, &index), 0);
+    assert_int_equal(index, 1);
+    assert_int_equal(log.requests[1].request, 6);
+    tokenlog_free(&log);
+    assert_null(log.events);
+    assert_int_equal(log.n_events, 0);
+}
+
+static void test_writers_exact_format(void **state)
+{
+    (void)state;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    tokenlog_event ev = {.t_ns = 123456789, .request = 42, .user = 3, .n_tokens = 2,
+                         .kind = TOKENLOG_INJECT};
+    tokenlog_write_events_header(f);
+    tokenlog_write_event(f, &ev);
+    tokenlog_request r;
+    memset(&r, 0, sizeof r);
+    r.request = 1;
+    r.user = -1;
+    r.kind = TOKENLOG_INJECT;
+    r.t_plan_ns = 5;
+    r.t_send_ns = 6;
+    r.t_first_ns = -1;
+    r.t_end_ns = 9;
+    r.prompt_tokens_requested = 8000;
+    r.prompt_tokens = 8001;
+    r.completion_tokens = 0;
+    strcpy(r.finish_reason, "abort");
+    strcpy(r.error, "HTTP 500, \"boom\"");
+    tokenlog_write_request(f, &r);
+    fclose(f);
+    assert_string_equal(text, TOKENS_HDR "123456789,3,42,inject,2\n"
+                                         "1,-1,inject,5,6,-1,9,8000,8001,0,abort,"
+                                         "\"HTTP 500, \"\"boom\"\"\"\n");
+    free(text);
+}
+
+static void test_round_trip(void **state)
+{
+    (void)state;
+    char dir[64], sub[128];
+    make_tmpdir(dir, sizeof dir);
+    snprintf(sub, sizeof sub, "%s/run", dir); /* write_dir creates it */
+
+    tokenlog log;
+    tokenlog_init(&log);
+    tokenlog_event evs[] = {
+        {.t_ns = 1000, .request = 0, .user = 0, .n_tokens = 1, .kind = TOKENLOG_BG},
+        {.t_ns = 2000, .request = 1, .user = 1, .n_tokens = 3, .kind = TOKENLOG_BG},
+        {.t_ns = 5000000000LL, .request = 9, .user = -1, .n_tokens = 1, .kind = TOKENLOG_INJECT},
+    };
+    for (size_t i = 0; i < 3; i++)
+        assert_int_equal(tokenlog_add_event(&log, &evs[i]), 0);
+    tokenlog_request reqs[2];
+    memset(reqs, 0, sizeof reqs);
+    reqs[0] = (tokenlog_request){.request = 0, .user = 0, .kind = TOKENLOG_BG, .t_plan_ns = 0,
+                                 .t_send_ns = 10, .t_first_ns = 1000, .t_end_ns = 9000,
+                                 .prompt_tokens_requested = 32, .prompt_tokens = 33,
+                                 .completion_tokens = 100};
+    strcpy(reqs[0].finish_reason, "length");
+    reqs[1] = (tokenlog_request){.request = 9, .user = -1, .kind = TOKENLOG_INJECT,
+                                 .t_plan_ns = 5000000000LL, .t_send_ns = 5000000100LL,
+                                 .t_first_ns = -1, .t_end_ns = -1,
+                                 .prompt_tokens_requested = 8000, .prompt_tokens = 8000};
+    strcpy(reqs[1].error, "server said \"no\", twice\nthen hung up");
+    for (size_t i = 0; i < 2; i++)
+        assert_int_equal(tokenlog_add_request(&log, &reqs[i], NULL), 0);
+    tokenlog_step st = {.step = 0, .t_start_ns = 100, .t_end_ns = 146000100, .decode_tokens = 32,
+                        .prefill_tokens = 8000, .n_requests = 33, .modeled_ns = 146000000};
+    assert_int_equal(tokenlog_add_step(&log, &st), 0);
+
+    char err[ERR_LEN] = "";
+    assert_int_equal(tokenlog_write_dir(&log, sub, err), 0);
+    tokenlog back;
+    assert_int_equal(tokenlog_read_dir(&back, sub, err), 0);
+    assert_int_equal(back.n_events, 3);
+    assert_int_equal(back.n_requests, 2);
+    assert_int_equal(back.n_steps, 1);
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(back.events[i].t_ns, evs[i].t_ns);
+        assert_int_equal(back.events[i].request, evs[i].request);
+        assert_int_equal(back.events[i].user, evs[i].user);
+        assert_int_equal(back.events[i].n_tokens, evs[i].n_tokens);
+        assert_int_equal(back.events[i].kind, evs[i].kind);
+    }
+    for (size_t i = 0; i < 2; i++) {
+        const tokenlog_request *a = &reqs[i], *b = &back.requests[i];
+        assert_int_equal(b->request, a->request);
+        assert_int_equal(b->user, a->user);
+        assert_int_equal(b->kind, a->kind);
+        assert_int_equal(b->t_plan_ns, a->t_plan_ns);
+        assert_int_equal(b->t_send_ns, a->t_send_ns);
+        assert_int_equal(b->t_first_ns, a->t_first_ns);
+        assert_int_equal(b->t_end_ns, a->t_end_ns);
+        assert_int_equal(b->prompt_tokens_requested, a->prompt_tokens_requested);
+        assert_int_equal(b->prompt_tokens, a->prompt_tokens);
+        assert_int_equal(b->completion_tokens, a->completion_tokens);
+        assert_string_equal(b->finish_reason, a->finish_reason);
+        assert_string_equal(b->error, a->error);
+    }
+    assert_int_equal(back.steps[0].t_end_ns, 146000100);
+    assert_int_equal(back.steps[0].prefill_tokens, 8000);
+    assert_int_equal(back.steps[0].modeled_ns, 146000000);
+    tokenlog_free(&back);
+
+    /* Without steps, no steps.csv, and reading does not need one. */
+    log.n_steps = 0;
+    char path[256];
+    snprintf(path, sizeof path, "%s/steps.csv", sub);
+    unlink(path);
+    assert_int_equal(tokenlog_write_dir(&log, sub, err), 0);
+    assert_int_equal(access(path, F_OK), -1);
+    assert_int_equal(tokenlog_read_dir(&back, sub, err), 0);
+    assert_int_equal(back.n_steps, 0);
+    assert_int_equal(back.n_events, 3);
+    tokenlog_free(&back);
+    tokenlog_free(&log);
+    remove_tree(sub);
+    rmdir(dir);
+}
+
+static void test_reader_tolerates_crlf_and_blank_lines(void **state)
+{
+    (void)state;
+    char dir[64];
+    make_tmpdir(dir, sizeof dir);
+    write_text(dir, "tokens.csv", "t_ns,user,request,kind,n_tokens\r\n5,0,1,bg,1\r\n\r\n6,0,1,bg,1\n\n");
+    write_text(dir, "requests.csv", REQUESTS_HDR "1,0,bg,0,1,5,6,3,3,2,\"stop\",\"\"\n");
+    tokenlog log;
+    char err[ERR_LEN] = "";
+    assert_int_equal(tokenlog_read_dir(&log, dir, err), 0);
+    assert_int_equal(log.n_events, 2);
+    assert_int_equal(log.events[1].t_ns, 6);
+    assert_string_equal(log.requests[0].finish_reason, "stop");
+    assert_string_equal(log.requests[0].error, "");
+    tokenlog_free(&log);
+    remove_tree(dir);
+}
+
+/* Write the two files, read, and expect failure with `want` in the message. */
+static void expect_read_error(const char *tokens, const char *requests, const char *want)
+{
+    char dir[64];
+    make_tmpdir(dir, sizeof dir);
+    if (tokens)
+        write_text(dir, "tokens.csv", tokens);
+    if (requests)
+        write_text(dir, "requests.csv", requests);
+    tokenlog log;
+    char err[ERR_LEN] = "";
+    assert_int_equal(tokenlog_read_dir(&log, dir, err), -1);
+    if (!strstr(err, want))
+        fail_msg("error '%s' lacks '%s'", err, want);
+    /* Left empty on failure, so freeing is safe. */
+    assert_int_equal(log.n_events, 0);
+    tokenlog_free(&log);
+    remove_tree(dir);
+}
+
+static void test_read_errors_name_file_and_line(void **state)
+{
+    (void)state;
+    expect_read_error(TOKENS_HDR "1,0,1,bg,1\n2,0,1,bg,1\nabc,0,1,bg,1\n", REQUESTS_HDR,
+                      "tokens.csv:4: t_ns is 'abc', not an integer");
+    expect_read_error(TOKENS_HDR "1,0,1,bg\n", REQUESTS_HDR, "tokens.csv:2: 4 fields, expected 5");
+    expect_read_error(TOKENS_HDR "1,0,1,decode,1\n", REQUESTS_HDR,
+                      "tokens.csv:2: kind is 'decode'");
+    expect_read_error(TOKENS_HDR "1,99999999999,1,bg,1\n", REQUESTS_HDR,
+                      "tokens.csv:2: user 99999999999 is out of range");
+    expect_read_error("time,user\n1,2\n", REQUESTS_HDR, "tokens.csv:1: header is 'time,user'");
+    expect_read_error("", REQUESTS_HDR, "tokens.csv: empty file");
+    expect_read_error(TOKENS_HDR, NULL, "requests.csv: No such file");
+    expect_read_error(NULL, REQUESTS_HDR, "tokens.csv: No such file");
+    /* A quoted newline makes one record of two physical lines: the bad row after it is
+     * on line 4 of the file. */
+    expect_read_error(TOKENS_HDR,
+                      REQUESTS_HDR "1,0,bg,0,1,5,6,3,3,2,stop,\"two\nlines\"\n"
+                                   "2,0,bg,0,1,5,6,3,x,2,stop,\n",
+                      "requests.csv:4: prompt_tokens is 'x'");
+    expect_read_error(TOKENS_HDR, REQUESTS_HDR "1,0,bg,0,1,5,6,3,3,2,stop,\"never closed\n",
+                      "requests.csv:2: unterminated quoted field");
+    expect_read_error(TOKENS_HDR, REQUESTS_HDR "1,0,bg,0,1,5,6,3,3,2,st\"o\"p,\n",
+                      "requests.csv:2: stray quote");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_event_fits_32_bytes),
+        cmocka_unit_test(test_growth_keeps_every_row),
+        cmocka_unit_test(test_writers_exact_format),
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_reader_tolerates_crlf_and_blank_lines),
+        cmocka_unit_test(test_read_errors_name_file_and_line),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
