@@ -4,16 +4,3 @@
 
 #include "cli/cli.h"
 
-int cli_serve(int argc, char **argv)
-{
-    (void)argc, (void)argv;
-    fprintf(stderr, "stallscope serve: not built yet\n");
-    return CLI_EXIT_FAIL;
-}
-
-int cli_run(int argc, char **argv)
-{
-    (void)argc, (void)argv;
-    fprintf(stderr, "stallscope run: not built yet\n");
-    return CLI_EXIT_FAIL;
-}

@@ -1,0 +1,148 @@
+#include "server/metrics.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* vLLM's buckets (vllm/v1/metrics/loggers.py). */
+static const double ttft_bounds[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
+                                     0.25,  0.5,   0.75, 1.0,  2.5,  5.0,  7.5,  10.0,
+                                     20.0,  40.0,  80.0, 160.0, 640.0, 2560.0};
+static const double itl_bounds[] = {0.01, 0.025, 0.05, 0.075, 0.1,  0.15, 0.2,
+                                    0.3,  0.4,   0.5,  0.75,  1.0,  2.5,  5.0,
+                                    7.5,  10.0,  20.0, 40.0,  80.0};
+static const double iteration_bounds[] = {1,   8,    16,   32,   64,   128,  256,
+                                          512, 1024, 2048, 4096, 8192, 16384};
+
+#define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static void hist_init(metrics_hist *h, const double *bounds, int n)
+{
+    memset(h, 0, sizeof *h);
+    h->bounds = bounds;
+    h->n_bounds = n < METRICS_MAX_BUCKETS ? n : METRICS_MAX_BUCKETS;
+}
+
+void metrics_init(metrics_state *m)
+{
+    memset(m, 0, sizeof *m);
+    hist_init(&m->ttft, ttft_bounds, N(ttft_bounds));
+    hist_init(&m->itl, itl_bounds, N(itl_bounds));
+    hist_init(&m->iteration_tokens, iteration_bounds, N(iteration_bounds));
+}
+
+void metrics_hist_observe(metrics_hist *h, double value)
+{
+    int i = 0;
+    while (i < h->n_bounds && value > h->bounds[i])
+        i++;
+    h->counts[i]++;
+    h->count++;
+    h->sum += value;
+}
+
+static void append_f(openai_buf *out, const char *fmt, double v)
+{
+    char tmp[64];
+    int n = snprintf(tmp, sizeof tmp, fmt, v);
+    openai_buf_append(out, tmp, (size_t)n);
+}
+
+static void header(openai_buf *out, const char *name, const char *type, const char *help)
+{
+    openai_buf_append_str(out, "# HELP ");
+    openai_buf_append_str(out, name);
+    openai_buf_append(out, " ", 1);
+    openai_buf_append_str(out, help);
+    openai_buf_append_str(out, "\n# TYPE ");
+    openai_buf_append_str(out, name);
+    openai_buf_append(out, " ", 1);
+    openai_buf_append_str(out, type);
+    openai_buf_append(out, "\n", 1);
+}
+
+/* name{model_name="m"} value */
+static void sample(openai_buf *out, const char *name, const char *suffix, const char *label,
+                   double value)
+{
+    openai_buf_append_str(out, name);
+    openai_buf_append_str(out, suffix);
+    openai_buf_append(out, "{", 1);
+    openai_buf_append_str(out, label);
+    append_f(out, "} %.17g\n", value);
+}
+
+static void gauge(openai_buf *out, const char *name, const char *help, const char *label,
+                  double value)
+{
+    header(out, name, "gauge", help);
+    sample(out, name, "", label, value);
+}
+
+/* Counters are declared by their base name and sampled with _total, as prometheus_client
+ * (and so vLLM) exposes them. */
+static void counter(openai_buf *out, const char *base, const char *help, const char *label,
+                    double value)
+{
+    header(out, base, "counter", help);
+    sample(out, base, "_total", label, value);
+}
+
+static void histogram(openai_buf *out, const char *name, const char *help, const char *label,
+                      const metrics_hist *h)
+{
+    header(out, name, "histogram", help);
+    uint64_t cumulative = 0;
+    for (int i = 0; i <= h->n_bounds; i++) {
+        cumulative += h->counts[i];
+        openai_buf_append_str(out, name);
+        openai_buf_append_str(out, "_bucket{");
+        openai_buf_append_str(out, label);
+        if (i < h->n_bounds)
+            append_f(out, ",le=\"%g\"}", h->bounds[i]);
+        else
+            openai_buf_append_str(out, ",le=\"+Inf\"}");
+        append_f(out, " %.17g\n", (double)cumulative);
+    }
+    sample(out, name, "_count", label, (double)h->count);
+    sample(out, name, "_sum", label, h->sum);
+}
+
+void metrics_format(const metrics_state *m, const char *model_name, openai_buf *out)
+{
+    char label[160];
+    /* Model names come from our own command line; quotes and backslashes are escaped as
+     * the exposition format asks. */
+    size_t at = (size_t)snprintf(label, sizeof label, "model_name=\"");
+    for (const char *p = model_name; *p && at + 4 < sizeof label; p++) {
+        if (*p == '"' || *p == '\\')
+            label[at++] = '\\';
+        label[at++] = *p == '\n' ? ' ' : *p;
+    }
+    label[at++] = '"';
+    label[at] = '\0';
+
+    gauge(out, "vllm:num_requests_running", "Number of requests in model execution batches.",
+          label, (double)m->running);
+    gauge(out, "vllm:num_requests_waiting", "Number of requests waiting to be processed.", label,
+          (double)m->waiting);
+    gauge(out, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", label,
+          m->kv_usage);
+    counter(out, "vllm:num_preemptions", "Cumulative number of preemptions from the engine.",
+            label, (double)m->preemptions);
+    counter(out, "vllm:prompt_tokens", "Number of prefill tokens processed.", label,
+            (double)m->prompt_tokens);
+    counter(out, "vllm:generation_tokens", "Number of generation tokens processed.", label,
+            (double)m->generation_tokens);
+    histogram(out, "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
+              label, &m->iteration_tokens);
+    histogram(out, "vllm:time_to_first_token_seconds",
+              "Histogram of time to first token in seconds.", label, &m->ttft);
+    histogram(out, "vllm:inter_token_latency_seconds",
+              "Histogram of inter-token latency in seconds.", label, &m->itl);
+    counter(out, "stallscope:engine_steps", "Engine steps run.", label, (double)m->steps);
+    counter(out, "stallscope:engine_slips",
+            "Times the emulated schedule fell more than 2 ms behind and restarted from now.",
+            label, (double)m->slips);
+    gauge(out, "stallscope:engine_realtime", "1 when the engine thread runs SCHED_FIFO.", label,
+          m->realtime ? 1 : 0);
+}

@@ -1,0 +1,50 @@
+/* metrics — the server's Prometheus numbers, with vLLM's metric names where the meaning
+ * matches, so dashboards and scripts written for vLLM read stallscope unchanged.
+ *
+ *   vllm:num_requests_running      gauge     requests in the running set (after a step)
+ *   vllm:num_requests_waiting      gauge     requests queued
+ *   vllm:kv_cache_usage_perc       gauge     KV blocks used / total, a fraction 0..1 (as
+ *                                            vLLM, despite "perc")
+ *   vllm:time_to_first_token_seconds    histogram  request arrival -> end of the step
+ *                                            that sampled its first token
+ *   vllm:inter_token_latency_seconds    histogram  end of one token's step -> the next's
+ *   vllm:iteration_tokens_total    histogram tokens per engine step
+ *   vllm:prompt_tokens_total       counter   prompt tokens of requests that got a first
+ *                                            token
+ *   vllm:generation_tokens_total   counter   tokens generated
+ *   vllm:num_preemptions_total     counter   recompute preemptions
+ *   stallscope:engine_steps_total  counter   engine steps
+ *   stallscope:engine_slips_total  counter   times the emulated schedule fell > 2 ms behind
+ *   stallscope:engine_realtime     gauge     1 when the engine thread got SCHED_FIFO
+ * Every sample carries model_name="...". Bucket bounds are vLLM's. Pure: the HTTP thread
+ * owns one metrics_state and formats it on GET /metrics. */
+#ifndef STALLSCOPE_METRICS_H
+#define STALLSCOPE_METRICS_H
+#include <stdint.h>
+
+#include "server/openai.h"
+
+#define METRICS_MAX_BUCKETS 32
+
+typedef struct metrics_hist {
+    const double *bounds; /* ascending upper bounds (le), +Inf implied */
+    int n_bounds;
+    uint64_t counts[METRICS_MAX_BUCKETS + 1]; /* per bucket, not cumulative; last: +Inf */
+    uint64_t count;
+    double sum;
+} metrics_hist;
+
+typedef struct metrics_state {
+    int64_t running, waiting;
+    double kv_usage;
+    uint64_t prompt_tokens, generation_tokens, preemptions, steps, slips;
+    bool realtime; /* the engine thread runs SCHED_FIFO */
+    metrics_hist ttft, itl, iteration_tokens;
+} metrics_state;
+
+void metrics_init(metrics_state *m);
+void metrics_hist_observe(metrics_hist *h, double value);
+/* Append the Prometheus text exposition (format 0.0.4). */
+void metrics_format(const metrics_state *m, const char *model_name, openai_buf *out);
+
+#endif

@@ -1,0 +1,75 @@
+# Helpers for the serve_*.sh integration tests (sourced; ctest registers only *.sh).
+# Needs BIN (the stallscope binary) and DIR (scratch) set. One server at a time:
+#   start_server NAME [serve flags...]   sets PORT and SERVER_PID; waits <= 20 s for the
+#                                        ready line
+#   stop_server [SIGNAL]                 SIGTERM by default; waits <= 20 s; fails unless
+#                                        the exit status is 0 and stderr has no sanitizer
+#                                        report
+# The EXIT trap kills a server still running.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
+
+SERVER_PID=
+SERVER_NAME=
+PORT=
+CLIENT_PY="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+kill_server() {
+  if [ -n "$SERVER_PID" ]; then
+    kill -KILL "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=
+  fi
+}
+trap kill_server EXIT
+
+start_server() {
+  SERVER_NAME=$1
+  shift
+  "$BIN" serve --port 0 "$@" >"$DIR/$SERVER_NAME.out" 2>"$DIR/$SERVER_NAME.err" &
+  SERVER_PID=$!
+  local i
+  for i in $(seq 1 200); do
+    grep -q '^listening on http://' "$DIR/$SERVER_NAME.out" 2>/dev/null && break
+    if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+      cat "$DIR/$SERVER_NAME.err" >&2
+      fail "server $SERVER_NAME exited before its ready line"
+    fi
+    sleep 0.1
+  done
+  PORT=$(sed -n 's#^listening on http://127\.0\.0\.1:\([0-9][0-9]*\)$#\1#p' "$DIR/$SERVER_NAME.out")
+  [ -n "$PORT" ] || fail "no ready line from $SERVER_NAME within 20 s: $(cat "$DIR/$SERVER_NAME.out")"
+  [ "$(wc -l <"$DIR/$SERVER_NAME.out")" -eq 1 ] || fail "stdout must be exactly the ready line"
+}
+
+stop_server() {
+  local sig=${1:-TERM}
+  kill "-$sig" "$SERVER_PID" || fail "server $SERVER_NAME is not running"
+  wait_server "SIG$sig"
+}
+
+# wait_server WHY: the server is expected to exit by itself (a client sent the signal).
+wait_server() {
+  local sig=${1:-signal}
+  local i
+  for i in $(seq 1 200); do
+    kill -0 "$SERVER_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$SERVER_PID" 2>/dev/null; then
+    fail "server $SERVER_NAME still running 20 s after $sig"
+  fi
+  local rc=0
+  wait "$SERVER_PID" || rc=$?
+  SERVER_PID=
+  [ "$rc" -eq 0 ] || { cat "$DIR/$SERVER_NAME.err" >&2; fail "server $SERVER_NAME exited $rc after $sig"; }
+  if grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' "$DIR/$SERVER_NAME.err"; then
+    cat "$DIR/$SERVER_NAME.err" >&2
+    fail "sanitizer report from $SERVER_NAME"
+  fi
+  pass "server $SERVER_NAME exited 0 on $sig, no sanitizer report"
+}
+
+# py CODE...: run python with serve_client importable and PORT, DIR in the environment.
+py() {
+  PORT="$PORT" DIR="$DIR" SERVER_PID="$SERVER_PID" PYTHONPATH="$CLIENT_PY" timeout 240 python3 -c "$1"
+}
