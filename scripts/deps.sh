@@ -21,6 +21,7 @@ declare -A TOOLS=([cmake]=cmake [pkg-config]=pkg-config [cc]=gcc [make]=make [cu
 if [ "$mode" = test ]; then
   TOOLS[clang]=clang
   TOOLS[python3]=python3
+  TOOLS[chromium]=chromium # headless: the HTML report's load test
 fi
 
 missing=()

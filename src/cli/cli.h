@@ -20,9 +20,11 @@ int cli_sim(int argc, char **argv);
 int cli_run(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_report(int argc, char **argv);
+int cli_sweep(int argc, char **argv);
+int cli_calibrate(int argc, char **argv);
 
 /* --gpu --model --model-config --params --step-overhead --compute-efficiency
- * --bandwidth-efficiency --gpu-memory-utilization */
+ * --bandwidth-efficiency --gpu-memory-utilization --hardware --threads */
 typedef struct cli_engine_cfg {
     char gpu[32];
     char model[64];
@@ -32,6 +34,9 @@ typedef struct cli_engine_cfg {
     double compute_efficiency;
     double bandwidth_efficiency;
     double gpu_memory_utilization;
+    char hardware[512]; /* a calibrated hardware profile: replaces --gpu */
+    int threads;        /* cpu engine threads; 0: online cores - 1, at least 1 */
+    bool gpu_set, model_set, step_overhead_set; /* given on the command line */
 } cli_engine_cfg;
 
 /* --policy --max-num-batched-tokens --max-num-seqs --max-model-len --kv-blocks
@@ -57,8 +62,20 @@ opts_group cli_engine_group(cli_engine_cfg *cfg);
 opts_group cli_sched_group(cli_sched_cfg *cfg);
 opts_group cli_workload_group(cli_workload_cfg *cfg);
 
-/* Resolve names against the catalog into cost parameters. */
+/* Resolve names against the catalog into cost parameters (the device from --hardware when
+ * given, its step overhead unless --step-overhead is). */
 int cli_engine_resolve(const cli_engine_cfg *cfg, cost_params *out, char *err);
+/* For --engine cpu: the device defaults to the catalog's "cpu" and the model to
+ * CLI_CPU_DEFAULT_MODEL unless --gpu/--hardware or --model/--model-config were given.
+ * Call after parsing, before cli_engine_resolve. */
+#define CLI_CPU_DEFAULT_MODEL "small"
+void cli_engine_cpu_defaults(cli_engine_cfg *cfg);
+/* The cpu executor: the model's shape from cost->arch, --threads, the scheduler's KV
+ * blocks; on a CPU device (the catalog's "cpu" or a --hardware profile) each step's
+ * modeled_ns is the cost model's prediction. 0, or -1 with err. */
+struct exec;
+int cli_engine_create_cpu(const cli_engine_cfg *cfg, const cost_params *cost,
+                          const sched_config *sched, struct exec **out, char *err);
 /* Finish the scheduler config for a cost model: KV blocks from GPU memory unless given,
  * max_model_len from the model unless given. */
 int cli_sched_resolve(cli_sched_cfg *cfg, const cost_params *cost, double gpu_mem_util,

@@ -5,6 +5,7 @@
 #include "cli/cli.h"
 #include "common/err.h"
 #include "common/units.h"
+#include "engine/exec_cpu.h"
 
 int cli_usage_error(const char *cmd, const char *msg)
 {
@@ -57,16 +58,29 @@ void cli_engine_defaults(cli_engine_cfg *cfg)
 
 static int eng_gpu(void *c, const char *v, char *err)
 {
+    ((cli_engine_cfg *)c)->gpu_set = true;
     return copy_name(((cli_engine_cfg *)c)->gpu, sizeof ((cli_engine_cfg *)c)->gpu, v, err);
 }
 static int eng_model(void *c, const char *v, char *err)
 {
+    ((cli_engine_cfg *)c)->model_set = true;
     return copy_name(((cli_engine_cfg *)c)->model, sizeof ((cli_engine_cfg *)c)->model, v, err);
 }
 static int eng_model_config(void *c, const char *v, char *err)
 {
     cli_engine_cfg *cfg = c;
+    cfg->model_set = true;
     return copy_name(cfg->model_config, sizeof cfg->model_config, v, err);
+}
+static int eng_hardware(void *c, const char *v, char *err)
+{
+    cli_engine_cfg *cfg = c;
+    cfg->gpu_set = true;
+    return copy_name(cfg->hardware, sizeof cfg->hardware, v, err);
+}
+static int eng_threads(void *c, const char *v, char *err)
+{
+    return parse_int_count(v, &((cli_engine_cfg *)c)->threads, 1, 1024, err);
 }
 static int eng_params(void *c, const char *v, char *err)
 {
@@ -92,6 +106,7 @@ static int eng_overhead(void *c, const char *v, char *err)
     if (ns < 0)
         return err_set(err, "'%s' must not be negative", v);
     ((cli_engine_cfg *)c)->step_overhead_ns = ns;
+    ((cli_engine_cfg *)c)->step_overhead_set = true;
     return 0;
 }
 static int eng_ceff(void *c, const char *v, char *err)
@@ -121,6 +136,10 @@ static const opts_spec engine_specs[] = {
      eng_beff},
     {"gpu-memory-utilization", "F", "fraction of GPU memory for weights + KV (default 0.9)",
      eng_memutil},
+    {"hardware", "FILE", "a hardware profile from 'stallscope calibrate' instead of --gpu",
+     eng_hardware},
+    {"threads", "N", "cpu engine: threads of the forward pass (default: cores - 1, at least 1)",
+     eng_threads},
 };
 
 opts_group cli_engine_group(cli_engine_cfg *cfg)
@@ -133,8 +152,12 @@ int cli_engine_resolve(const cli_engine_cfg *cfg, cost_params *out, char *err)
 {
     cost_gpu gpu;
     cost_arch arch;
-    if (cost_gpu_find(cfg->gpu, &gpu, err) != 0)
+    if (cfg->hardware[0]) {
+        if (cost_gpu_from_profile(cfg->hardware, &gpu, err) != 0)
+            return -1;
+    } else if (cost_gpu_find(cfg->gpu, &gpu, err) != 0) {
         return -1;
+    }
     if (cfg->model_config[0]) {
         if (cost_arch_from_hf_config(cfg->model_config, &arch, err) != 0)
             return -1;
@@ -144,8 +167,37 @@ int cli_engine_resolve(const cli_engine_cfg *cfg, cost_params *out, char *err)
     cost_params_init(out, &gpu, &arch);
     out->compute_efficiency = cfg->compute_efficiency;
     out->bandwidth_efficiency = cfg->bandwidth_efficiency;
-    out->step_overhead_ns = cfg->step_overhead_ns;
+    if (cfg->step_overhead_set || gpu.step_overhead_ns == 0)
+        out->step_overhead_ns = cfg->step_overhead_ns;
     out->params_override = cfg->params_override;
+    return 0;
+}
+
+void cli_engine_cpu_defaults(cli_engine_cfg *cfg)
+{
+    if (!cfg->gpu_set)
+        strcpy(cfg->gpu, "cpu");
+    if (!cfg->model_set)
+        strcpy(cfg->model, CLI_CPU_DEFAULT_MODEL);
+}
+
+int cli_engine_create_cpu(const cli_engine_cfg *cfg, const cost_params *cost,
+                          const sched_config *sched, struct exec **out, char *err)
+{
+    exec_cpu_config cpu = {
+        .arch = cost->arch,
+        .threads = cfg->threads,
+        .kv_blocks = sched->kv_blocks,
+        /* A prediction only makes sense for a CPU device: a profile or the "cpu" entry. */
+        .cost = cost->gpu.threads > 0 ? cost : NULL,
+    };
+    if (exec_cpu_create(&cpu, out, err) != 0)
+        return -1;
+    if (cost->gpu.threads > 0 && cost->gpu.threads != exec_cpu_threads(*out))
+        fprintf(stderr, "stallscope: note: %s was measured with %d thread%s, the engine runs %d: "
+                        "modeled step times will not match\n",
+                cost->gpu.name, cost->gpu.threads, cost->gpu.threads == 1 ? "" : "s",
+                exec_cpu_threads(*out));
     return 0;
 }
 
@@ -407,6 +459,10 @@ json_t *cli_config_to_json(const char *label, const char *engine, const char *ta
         json_object_set_new(c, "bandwidth_efficiency", json_real(cost->bandwidth_efficiency));
         json_object_set_new(c, "step_overhead_ns", json_integer(cost->step_overhead_ns));
         json_object_set_new(c, "params_override", json_real(cost->params_override));
+        json_object_set_new(c, "attention_flops", json_real(cost->gpu.attention_flops));
+        json_object_set_new(c, "bytes_per_param", json_real(cost->bytes_per_param));
+        json_object_set_new(c, "kv_bytes_per_elem", json_real(cost->kv_bytes_per_elem));
+        json_object_set_new(c, "threads", json_integer(cost->gpu.threads));
         json_object_set_new(root, "cost", c);
     }
     if (sched) {

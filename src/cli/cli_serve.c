@@ -97,7 +97,8 @@ static int srv_no_realtime(void *c, const char *v, char *err)
 static const opts_spec server_specs[] = {
     {"host", "ADDR", "address to listen on (default 127.0.0.1)", srv_host},
     {"port", "N", "port (default 8000; 0: a free port, printed in the ready line)", srv_port},
-    {"engine", "E", "emulate (default: the cost model in real time) | cpu (not built yet)",
+    {"engine", "E", "cpu (default: a real forward pass on this CPU) | emulate (a GPU of the "
+     "catalog, the cost model in real time)",
      srv_engine},
     {"api-key", "KEY", "require 'Authorization: Bearer KEY' on /v1/ (default: none)",
      srv_api_key},
@@ -129,7 +130,7 @@ int cli_serve(int argc, char **argv)
     o.server.max_body_bytes = SERVER_DEFAULT_MAX_BODY;
     o.server.handle_signals = true;
     o.server.realtime = true;
-    strcpy(o.engine, "emulate");
+    strcpy(o.engine, "cpu");
     cli_engine_cfg engine_cfg;
     cli_sched_cfg sched_cfg;
     cli_engine_defaults(&engine_cfg);
@@ -152,8 +153,13 @@ int cli_serve(int argc, char **argv)
     char err[ERR_LEN] = "";
     if (opts_parse(argc, argv, groups, n_groups, NULL, 0, NULL, err) != 0)
         return cli_usage_error("serve", err);
-    if (strcmp(o.engine, "cpu") == 0)
-        return cli_usage_error("serve", "--engine cpu: not built yet (use --engine emulate)");
+    const bool cpu = strcmp(o.engine, "cpu") == 0;
+    if (cpu) {
+        cli_engine_cpu_defaults(&engine_cfg);
+        /* A busy SCHED_FIFO thread gets throttled by the kernel (~50 ms a second): the real
+         * engine must stay SCHED_OTHER. Only the emulator's sleeps benefit from FIFO. */
+        o.server.realtime = false;
+    }
 
     cost_params cost;
     if (cli_engine_resolve(&engine_cfg, &cost, err) != 0 ||
@@ -163,8 +169,9 @@ int cli_serve(int argc, char **argv)
     if (!o.server.model_name[0])
         snprintf(o.server.model_name, sizeof o.server.model_name, "%s", cost.arch.name);
 
-    exec *executor = exec_emulate_create(&cost, err);
-    if (!executor) {
+    exec *executor = NULL;
+    if (cpu ? cli_engine_create_cpu(&engine_cfg, &cost, &o.server.sched, &executor, err) != 0
+            : !(executor = exec_emulate_create(&cost, err))) {
         fprintf(stderr, "stallscope serve: %s\n", err);
         return CLI_EXIT_FAIL;
     }
@@ -181,9 +188,10 @@ int cli_serve(int argc, char **argv)
            server_port(srv));
     fflush(stdout);
     fprintf(stderr,
-            "stallscope serve: %s on %s (emulated), policy %s, max_num_batched_tokens %d, "
+            "stallscope serve: %s on %s (%s), policy %s, max_num_batched_tokens %d, "
             "max_num_seqs %d, max_model_len %d, %lld KV blocks\n",
-            o.server.model_name, cost.gpu.name, sched_policy_name(o.server.sched.policy),
+            o.server.model_name, cost.gpu.name, cpu ? "cpu engine" : "emulated",
+            sched_policy_name(o.server.sched.policy),
             o.server.sched.max_num_batched_tokens, o.server.sched.max_num_seqs,
             o.server.sched.max_model_len, (long long)o.server.sched.kv_blocks);
     int rc = server_run(srv, err);

@@ -15,6 +15,7 @@ typedef struct sim_output_cfg {
     char out[1024];
     bool no_baseline;
     bool json;
+    bool no_report;
     double threshold_ms;
 } sim_output_cfg;
 
@@ -38,6 +39,12 @@ static int out_json(void *c, const char *v, char *err)
     ((sim_output_cfg *)c)->json = true;
     return 0;
 }
+static int out_no_report(void *c, const char *v, char *err)
+{
+    (void)v, (void)err;
+    ((sim_output_cfg *)c)->no_report = true;
+    return 0;
+}
 static int out_threshold(void *c, const char *v, char *err)
 {
     int64_t ns;
@@ -53,6 +60,8 @@ static const opts_spec output_specs[] = {
     {"out", "DIR", "artifacts directory (default out/sim)", out_dir},
     {"no-baseline", NULL, "skip the baseline run (injector off)", out_no_baseline},
     {"json", NULL, "print comparison.json instead of the table", out_json},
+    {"no-report", NULL, "skip OUT/report.html and OUT/plots/ (rebuild later: stallscope report)",
+     out_no_report},
     {"stall-threshold", "DUR", "a stall is a gap above this (default 5 x baseline p50)",
      out_threshold},
 };
@@ -106,7 +115,8 @@ int cli_sim(int argc, char **argv)
         opts_print_help(stdout, "stallscope sim [options]",
                         "Run the experiment in virtual time: the workload drives the real scheduler\n"
                         "and the roofline cost model, no network and no sleeping. Writes a baseline\n"
-                        "run (injector off) and an interference run, then prints them side by side.\n"
+                        "run (injector off) and an interference run, prints them side by side and\n"
+                        "writes OUT/report.html (plots in OUT/plots/).\n"
                         "Defaults: --preset lesson on an H100 SXM with Llama 3.1 8B, one-step prefill\n"
                         "(--policy mixed --max-num-batched-tokens 16384).",
                         groups, n_groups);
@@ -146,8 +156,8 @@ int cli_sim(int argc, char **argv)
     if (sim_one("interference", &cfg, engine, &out, reference_p50, argc, argv, &interference,
                 err) != 0)
         goto done;
-    if (artifacts_finish(out.out, out.no_baseline ? NULL : &baseline, &interference, out.json,
-                         err) != 0)
+    if (artifacts_finish_report(out.out, out.no_baseline ? NULL : &baseline, &interference,
+                                out.json, !out.no_report, err) != 0)
         goto done;
     status = CLI_EXIT_OK;
 done:

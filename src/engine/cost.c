@@ -30,6 +30,13 @@ void cost_params_init(cost_params *p, const cost_gpu *gpu, const cost_arch *arch
     p->step_overhead_ns = 0;
     p->bytes_per_param = 2.0;   /* BF16 weights */
     p->kv_bytes_per_elem = 2.0; /* BF16 KV cache (vLLM's "auto" for a BF16 model) */
+    /* A device that says otherwise (a CPU profile: F32, a measured per-step overhead). */
+    if (gpu->bytes_per_param > 0)
+        p->bytes_per_param = gpu->bytes_per_param;
+    if (gpu->kv_bytes_per_elem > 0)
+        p->kv_bytes_per_elem = gpu->kv_bytes_per_elem;
+    if (gpu->step_overhead_ns > 0)
+        p->step_overhead_ns = gpu->step_overhead_ns;
     p->params_override = 0;
 }
 
@@ -131,7 +138,13 @@ static int64_t sums_finish(const cost_params *p, const step_sums *s, cost_breakd
 
         const double flops_per_s = p->gpu.peak_flops * p->compute_efficiency;
         const double bytes_per_s = p->gpu.mem_bandwidth * p->bandwidth_efficiency;
-        b.compute_ns = (b.linear_flops + b.lm_head_flops + b.attention_flops) / flops_per_s * 1e9;
+        if (p->gpu.attention_flops > 0) /* a device whose attention runs at its own rate */
+            b.compute_ns = ((b.linear_flops + b.lm_head_flops) / flops_per_s +
+                            b.attention_flops / (p->gpu.attention_flops * p->compute_efficiency)) *
+                           1e9;
+        else
+            b.compute_ns =
+                (b.linear_flops + b.lm_head_flops + b.attention_flops) / flops_per_s * 1e9;
         b.memory_ns = (b.weight_bytes + b.kv_bytes) / bytes_per_s * 1e9;
         const double bound_ns = b.compute_ns > b.memory_ns ? b.compute_ns : b.memory_ns;
         b.total_ns = (int64_t)llround(bound_ns) + p->step_overhead_ns;

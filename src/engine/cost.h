@@ -12,7 +12,9 @@
  *            p tokens of context gives L x 4 d (c p + c (c + 1) / 2).
  *   bytes  = weight_bytes (read once per step) + KV read (context + new, every layer)
  *          + KV write (new tokens, every layer)
- *   time   = max(FLOPs / (peak_flops x compute_efficiency),
+ *   time   = max(FLOPs / (peak_flops x compute_efficiency),     (attention FLOPs at
+ *                                                                attention_flops when the
+ *                                                                device gives one)
  *                bytes / (mem_bandwidth x bandwidth_efficiency)) + step_overhead
  *
  * When params_override > 0 (the lesson's arithmetic: Llama 3.1 8B taken as 8e9 params, so
@@ -31,6 +33,13 @@ typedef struct cost_gpu {
     double mem_bandwidth; /* HBM bytes/s */
     double mem_bytes;     /* device memory, bytes (KV capacity) */
     const char *source;   /* where the figures come from */
+    /* Devices that are not BF16 GPUs (a CPU's hardware profile, `stallscope calibrate`);
+     * 0 everywhere keeps the GPU behaviour above. */
+    double attention_flops;   /* FLOP/s of causal attention; 0: peak_flops */
+    double bytes_per_param;   /* weight bytes per parameter; 0: 2 (BF16) */
+    double kv_bytes_per_elem; /* KV-cache bytes per element; 0: 2 (BF16) */
+    int64_t step_overhead_ns; /* fixed time per step; 0: none (--step-overhead overrides) */
+    int threads;              /* CPU threads the figures were measured with; 0: n/a */
 } cost_gpu;
 
 typedef struct cost_arch {
@@ -78,6 +87,10 @@ typedef struct cost_breakdown {
 /* Catalog look-ups: 0 and *out filled, or -1 with err listing the known names. */
 int cost_gpu_find(const char *name, cost_gpu *out, char *err);
 int cost_arch_find(const char *name, cost_arch *out, char *err);
+/* Read a hardware profile written by `stallscope calibrate` (JSON: name, peak_flops,
+ * attention_flops, mem_bandwidth, mem_bytes, bytes_per_param, kv_bytes_per_elem,
+ * step_overhead_ns, threads). */
+int cost_gpu_from_profile(const char *path, cost_gpu *out, char *err);
 /* Read a Hugging Face config.json of a Llama-family model (hidden_size, num_hidden_layers,
  * num_attention_heads, num_key_value_heads, head_dim?, intermediate_size, vocab_size,
  * max_position_embeddings, tie_word_embeddings). */

@@ -147,6 +147,8 @@ static void emit_final(engine *e, engine_req *r, engine_finish finish, int64_t t
     ev->completion_tokens = r->sr.generated;
     ev->finish = (int16_t)finish;
     engine_req_release(r);
+    if (e->x->release)
+        e->x->release(e->x, r->id);
 }
 
 /* Append this step's events to the outbox; wake the consumer if it had nothing. */
@@ -405,6 +407,8 @@ static int64_t run_step(engine *e, const sched_batch *batch, int64_t start_ns)
             continue;
         /* Length was applied by sched_commit; EOS and stop strings end it here. */
         sched_finish(e->sched, &r->sr);
+        if (e->x->release)
+            e->x->release(e->x, r->id);
         r->finishing = ENGINE_FINISH_NONE;
         live_remove(e, r);
         engine_req_release(r);

@@ -50,6 +50,9 @@ struct exec {
     /* Tokens of a text prompt (any thread); ids (may be NULL) gets the first max_ids. */
     int64_t (*tokenize)(const exec *x, const char *text, size_t len, int32_t *ids,
                         int64_t max_ids);
+    /* The request left the engine (finished, stopped, aborted): free what the executor
+     * holds for it (its KV pages). NULL when the executor keeps nothing per request. */
+    void (*release)(exec *x, int64_t request_id);
     void (*destroy)(exec *x);
 };
 

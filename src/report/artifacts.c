@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 
 #include "common/err.h"
+#include "report/html.h"
+#include "report/plot.h"
 #include "report/report.h"
 
 int artifacts_mkdirs(const char *path, char *err)
@@ -63,8 +65,48 @@ int artifacts_write_run(const char *out_dir, const tokenlog *log, const analysis
     return rc;
 }
 
-int artifacts_finish(const char *out_dir, const analysis_summary *baseline,
-                     const analysis_summary *interference, bool json, char *err)
+int artifacts_write_comparison(const char *out_dir, const analysis_summary *baseline,
+                               const analysis_summary *interference, char *err)
+{
+    char path[4200];
+    json_t *cmp = analysis_comparison_to_json(baseline, interference);
+    if (!cmp)
+        return err_set(err, "cannot encode comparison");
+    snprintf(path, sizeof path, "%s/comparison.json", out_dir);
+    int rc = dump_json(cmp, path, err);
+    json_decref(cmp);
+    return rc;
+}
+
+int artifacts_report(const char *out_dir, double threshold_ms, char *err)
+{
+    html_options opt = {.predict = true};
+    char why[ERR_LEN];
+    int rc;
+    if (html_is_sweep(out_dir)) {
+        html_sweep sw;
+        rc = html_sweep_load(&sw, out_dir, threshold_ms, stderr, why);
+        if (rc == 0)
+            rc = html_sweep_write_results(&sw, why);
+        if (rc == 0)
+            rc = html_write_sweep_report(&sw, &opt, why);
+        html_sweep_free(&sw);
+    } else {
+        html_set set;
+        rc = html_set_load(&set, out_dir, threshold_ms, true, stderr, why);
+        if (rc == 0)
+            rc = html_write_run_report(&set, &opt, why);
+        html_set_free(&set);
+    }
+    plot_release_caches();
+    if (rc != 0)
+        return err_set(err, "report: %s", why);
+    return 0;
+}
+
+int artifacts_finish_report(const char *out_dir, const analysis_summary *baseline,
+                            const analysis_summary *interference, bool json, bool report,
+                            char *err)
 {
     char path[4200];
     json_t *cmp = analysis_comparison_to_json(baseline, interference);
@@ -72,6 +114,13 @@ int artifacts_finish(const char *out_dir, const analysis_summary *baseline,
         return err_set(err, "cannot encode comparison");
     snprintf(path, sizeof path, "%s/comparison.json", out_dir);
     if (dump_json(cmp, path, err) != 0) {
+        json_decref(cmp);
+        return -1;
+    }
+    /* The report reads back what was just written, so `report DIR` rebuilds the same
+     * page; the threshold in hand keeps its stall counts equal to these summaries'. */
+    if (report && artifacts_report(out_dir, interference ? interference->stalls.threshold_ms : 0,
+                                   err) != 0) {
         json_decref(cmp);
         return -1;
     }
@@ -84,8 +133,16 @@ int artifacts_finish(const char *out_dir, const analysis_summary *baseline,
         report_verdict(verdict, sizeof verdict, baseline, interference);
         printf("\n%s\n", verdict);
         printf("\nartifacts: %s/\n", out_dir);
+        if (report)
+            printf("report:    %s/report.html\n", out_dir);
     }
     json_decref(cmp);
     fflush(stdout);
     return 0;
+}
+
+int artifacts_finish(const char *out_dir, const analysis_summary *baseline,
+                     const analysis_summary *interference, bool json, char *err)
+{
+    return artifacts_finish_report(out_dir, baseline, interference, json, true, err);
 }

@@ -25,7 +25,7 @@ trap kill_server EXIT
 start_server() {
   SERVER_NAME=$1
   shift
-  "$BIN" serve --port 0 "$@" >"$DIR/$SERVER_NAME.out" 2>"$DIR/$SERVER_NAME.err" &
+  "$BIN" serve --port 0 --engine emulate "$@" >"$DIR/$SERVER_NAME.out" 2>"$DIR/$SERVER_NAME.err" &
   SERVER_PID=$!
   local i
   for i in $(seq 1 200); do

@@ -1,0 +1,426 @@
+/* bench_client — how well the load generator sees time, and what it costs.
+ *
+ * For 32, 1,024 and 4,096 concurrent closed-loop streams it prints the client's timestamp
+ * error (receive stamp - the server's emit_ns, both CLOCK_MONOTONIC on this machine)
+ * p50/p99/max, tokens/s received and client CPU time per token, against:
+ *   1. the embedded emulated server (`stallscope serve`, a child process): the number the
+ *      acceptance names; it includes the server's own delay between stamping a chunk and
+ *      its event loop writing it;
+ *   2. a raw sender (a child process of this bench: one epoll loop that stamps each chunk
+ *      right before its send()): the client's own error, with the server out of the way;
+ *   3. a Python aiohttp streaming client (Debian's python3-aiohttp, what Python benchmark
+ *      clients do) against the same embedded server, for the ratio.
+ * Prints figures; never fails on time. Options: --quick (short runs), --streams N,...
+ * STALLSCOPE_BIN overrides the server binary (default: ./stallscope beside this one). */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+
+#include "analysis/analysis.h"
+#include "client/driver.h"
+#include "client/stream.h"
+#include "common/clock.h"
+#include "common/err.h"
+#include "workload/workload.h"
+
+typedef struct figures {
+    int streams;
+    double seconds;
+    int64_t tokens;
+    double cpu_ns_per_token;
+    analysis_dist error_ms;
+    int64_t errors;
+} figures;
+
+static void print_row(const char *against, const figures *f)
+{
+    printf("%-22s %6d %9.0f %10.2f %9.0f %9.0f %9.0f %7lld\n", against, f->streams,
+           (double)f->tokens / f->seconds, f->cpu_ns_per_token / 1e3, f->error_ms.p50 * 1e3,
+           f->error_ms.p99 * 1e3, f->error_ms.max * 1e3, (long long)f->errors);
+    fflush(stdout);
+}
+
+/* ---- child processes --------------------------------------------------------------- */
+
+static pid_t spawn_serve(const char *bin, int streams, char *url, size_t url_size, const char *log)
+{
+    char seqs[32], blocks[32];
+    snprintf(seqs, sizeof seqs, "%d", streams * 2 + 64);
+    snprintf(blocks, sizeof blocks, "%d", streams * 32 + 4096); /* KV is virtual here */
+    unlink(log);
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+        execl(bin, "stallscope", "serve", "--host", "127.0.0.1", "--port", "0", "--max-num-seqs",
+              seqs, "--kv-blocks", blocks, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 300; i++) {
+        FILE *f = fopen(log, "r");
+        char line[256];
+        while (f && fgets(line, sizeof line, f)) {
+            char *at = strstr(line, "http://");
+            if (strstr(line, "listening on") && at) {
+                at[strcspn(at, " \r\n")] = '\0';
+                snprintf(url, url_size, "%s", at);
+                fclose(f);
+                return pid;
+            }
+        }
+        if (f)
+            fclose(f);
+        clock_sleep_until_ns(clock_now_ns() + 20 * CLOCK_NS_PER_MS);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+}
+
+static void stop_child(pid_t pid)
+{
+    if (pid <= 0)
+        return;
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 300; i++) {
+        if (waitpid(pid, NULL, WNOHANG) == pid)
+            return;
+        clock_sleep_until_ns(clock_now_ns() + 10 * CLOCK_NS_PER_MS);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+/* The raw sender: every step_ns, one SSE chunk to every open stream, each stamped right
+ * before its send(). A stream ends after `answer` chunks (then the client reconnects). */
+typedef struct raw_conn {
+    int fd;
+    bool streaming;
+    int sent;
+    char in[8192];
+    size_t in_len;
+} raw_conn;
+
+static void raw_sender(int listen_fd, int64_t step_ns, int answer)
+{
+    int ep = epoll_create1(0);
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+    epoll_ctl(ep, EPOLL_CTL_ADD, listen_fd, &ev);
+    static const char head[] = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                               "Connection: close\r\n\r\n";
+    int64_t next_step = clock_now_ns() + step_ns, step = 0;
+    raw_conn **conns = calloc(65536, sizeof *conns);
+    for (;;) {
+        struct epoll_event evs[256];
+        int64_t wait_ms = (next_step - clock_now_ns()) / CLOCK_NS_PER_MS;
+        int n = epoll_wait(ep, evs, 256, wait_ms > 0 ? (int)wait_ms : 0);
+        for (int i = 0; i < n; i++) {
+            if (!evs[i].data.ptr) {
+                int fd;
+                while ((fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK)) >= 0) {
+                    int one = 1;
+                    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+                    raw_conn *c = calloc(1, sizeof *c);
+                    c->fd = fd;
+                    if (fd < 65536)
+                        conns[fd] = c;
+                    struct epoll_event cev = {.events = EPOLLIN, .data.ptr = c};
+                    epoll_ctl(ep, EPOLL_CTL_ADD, fd, &cev);
+                }
+                continue;
+            }
+            raw_conn *c = evs[i].data.ptr;
+            ssize_t r = recv(c->fd, c->in + c->in_len, sizeof c->in - 1 - c->in_len, 0);
+            if (r <= 0) {
+                conns[c->fd] = NULL;
+                close(c->fd);
+                free(c);
+                continue;
+            }
+            c->in_len += (size_t)r;
+            c->in[c->in_len] = '\0';
+            char *end = strstr(c->in, "\r\n\r\n");
+            const char *cl = strcasestr(c->in, "Content-Length:");
+            if (end && !c->streaming &&
+                c->in_len >= (size_t)(end + 4 - c->in) + (cl ? (size_t)atol(cl + 15) : 0)) {
+                c->streaming = true;
+                send(c->fd, head, sizeof head - 1, MSG_NOSIGNAL);
+            }
+        }
+        if (clock_now_ns() < next_step)
+            continue;
+        step++;
+        for (int fd = 0; fd < 65536; fd++) {
+            raw_conn *c = conns[fd];
+            if (!c || !c->streaming)
+                continue;
+            c->sent++;
+            char buf[512];
+            int len = snprintf(buf, sizeof buf,
+                               "data: {\"choices\":[{\"index\":0,\"text\":\" w\",\"finish_reason\":%s}],"
+                               "\"usage\":{\"prompt_tokens\":16,\"completion_tokens\":%d},"
+                               "\"stallscope\":{\"emit_ns\":%lld,\"step\":%lld}}\n\n%s",
+                               c->sent >= answer ? "\"length\"" : "null", c->sent,
+                               (long long)clock_now_ns(), (long long)step,
+                               c->sent >= answer ? "data: [DONE]\n\n" : "");
+            send(c->fd, buf, (size_t)len, MSG_NOSIGNAL);
+            if (c->sent >= answer) {
+                conns[fd] = NULL;
+                close(c->fd);
+                free(c);
+            }
+        }
+        next_step += step_ns;
+        if (next_step < clock_now_ns())
+            next_step = clock_now_ns() + step_ns; /* fell behind: no catch-up burst */
+    }
+}
+
+static pid_t spawn_raw(int64_t step_ns, int answer, char *url, size_t url_size)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 4096) != 0)
+        return -1;
+    socklen_t alen = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &alen);
+    snprintf(url, url_size, "http://127.0.0.1:%d", ntohs(a.sin_port));
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        struct rlimit rl;
+        getrlimit(RLIMIT_NOFILE, &rl);
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        raw_sender(fd, step_ns, answer);
+        _exit(0);
+    }
+    close(fd);
+    return pid;
+}
+
+/* ---- our client ---------------------------------------------------------------------- */
+
+static int run_ours(const char *url, int streams, int64_t duration_ns, figures *out)
+{
+    char err[ERR_LEN];
+    stream_options so = {0};
+    so.base_url = url;
+    so.max_streams = streams;
+    so.idle_timeout_ns = 30 * CLOCK_NS_PER_S;
+    stream_client *c = stream_create(&so, err);
+    if (!c) {
+        fprintf(stderr, "bench_client: %s\n", err);
+        return -1;
+    }
+    stream_transport t = stream_client_transport(c);
+    workload_config wl;
+    workload_default(&wl);
+    wl.users = streams;
+    wl.duration_ns = duration_ns;
+    wl.inject = false;
+    wl.bg_prompt_min = 16;
+    wl.bg_prompt_max = 32;
+    wl.bg_answer_min = 64;
+    wl.bg_answer_max = 128;
+    driver_api api;
+    driver_api_defaults(&api);
+    api.token_ids = true;
+    api.timestamps = true;
+    api.vocab = 32000;
+    driver_phase ph = {.wl = &wl, .api = &api, .salt = 3, .record = true,
+                       .warmup_ns = CLOCK_NS_PER_S};
+    tokenlog log;
+    tokenlog_init(&log);
+    driver_result res;
+    stream_stats s0, s1;
+    stream_get_stats(c, &s0);
+    int64_t cpu0 = clock_process_cpu_ns(), t0 = clock_now_ns();
+    int rc = driver_run_phase(&t, &ph, &log, &res, err);
+    int64_t cpu1 = clock_process_cpu_ns(), t1 = clock_now_ns();
+    stream_get_stats(c, &s1);
+    if (rc == 0) {
+        out->streams = streams;
+        out->seconds = (double)(t1 - t0) / 1e9;
+        out->tokens = s1.tokens - s0.tokens;
+        out->cpu_ns_per_token = out->tokens ? (double)(cpu1 - cpu0) / (double)out->tokens : 0;
+        analysis_dist_from(res.fidelity_ms, res.n_fidelity, &out->error_ms);
+        out->errors = s1.errors - s0.errors;
+        out->tokens = out->tokens; /* over warm-up + run, like the CPU time */
+        if (!res.complete)
+            fprintf(stderr, "bench_client: run incomplete: %s\n", res.error);
+    } else {
+        fprintf(stderr, "bench_client: %s\n", err);
+    }
+    driver_result_free(&res);
+    tokenlog_free(&log);
+    stream_free(c);
+    return rc;
+}
+
+/* ---- the Python client ---------------------------------------------------------------- */
+
+static const char *python_client =
+    "import asyncio, json, math, random, sys, time\n"
+    "import aiohttp\n"
+    "url, streams, duration = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])\n"
+    "errors, tokens = [], 0\n"
+    "async def user(session, stop):\n"
+    "    global tokens\n"
+    "    while time.monotonic() < stop:\n"
+    "        body = {'prompt': [random.randrange(100, 32000) for _ in range(random.randint(16, 32))],\n"
+    "                'max_tokens': random.randint(64, 128), 'stream': True, 'ignore_eos': True,\n"
+    "                'stream_options': {'include_usage': True, 'continuous_usage_stats': True},\n"
+    "                'stallscope': {'timestamps': True}}\n"
+    "        async with session.post(url + '/v1/completions', json=body) as resp:\n"
+    "            async for line in resp.content:\n"
+    "                t = time.monotonic_ns()\n"
+    "                if not line.startswith(b'data: ') or line.startswith(b'data: [DONE]'):\n"
+    "                    continue\n"
+    "                chunk = json.loads(line[6:])\n"
+    "                if chunk.get('choices'):\n"
+    "                    tokens += 1\n"
+    "                    emit = chunk.get('stallscope', {}).get('emit_ns')\n"
+    "                    if emit: errors.append((t - emit) / 1e6)\n"
+    "                if time.monotonic() >= stop: break\n"
+    "async def main():\n"
+    "    conn = aiohttp.TCPConnector(limit=0)\n"
+    "    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=None)) as s:\n"
+    "        stop = time.monotonic() + duration\n"
+    "        await asyncio.gather(*(user(s, stop) for _ in range(streams)), return_exceptions=True)\n"
+    "c0, t0 = time.process_time(), time.monotonic()\n"
+    "asyncio.run(main())\n"
+    "c1, t1 = time.process_time(), time.monotonic()\n"
+    "errors.sort(); n = len(errors)\n"
+    "q = lambda p: errors[max(0, min(n - 1, math.ceil(p * n) - 1))] if n else 0\n"
+    "print(json.dumps({'tokens': tokens, 'seconds': t1 - t0, 'cpu_s': c1 - c0,\n"
+    "                  'p50': q(0.5), 'p99': q(0.99), 'max': errors[-1] if n else 0}))\n";
+
+static int run_python(const char *url, int streams, double seconds, figures *out)
+{
+    const char *py = "/usr/bin/python3";
+    char path[] = "/tmp/bench_client_aiohttp_XXXXXX.py";
+    int fd = mkstemps(path, 3);
+    if (fd < 0)
+        return -1;
+    if (write(fd, python_client, strlen(python_client)) < 0) {
+        close(fd);
+        return -1;
+    }
+    close(fd);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s %s %s %d %.1f 2>/dev/null", py, path, url, streams, seconds);
+    FILE *p = popen(cmd, "r");
+    char line[1024] = "";
+    if (p) {
+        if (!fgets(line, sizeof line, p))
+            line[0] = '\0';
+        pclose(p);
+    }
+    unlink(path);
+    double tokens = 0, secs = 0, cpu = 0, p50 = 0, p99 = 0, max = 0;
+    if (sscanf(line, "{\"tokens\": %lf, \"seconds\": %lf, \"cpu_s\": %lf, \"p50\": %lf, \"p99\": "
+                     "%lf, \"max\": %lf}",
+               &tokens, &secs, &cpu, &p50, &p99, &max) != 6)
+        return -1;
+    memset(out, 0, sizeof *out);
+    out->streams = streams;
+    out->seconds = secs;
+    out->tokens = (int64_t)tokens;
+    out->cpu_ns_per_token = tokens > 0 ? cpu * 1e9 / tokens : 0;
+    out->error_ms.p50 = p50;
+    out->error_ms.p99 = p99;
+    out->error_ms.max = max;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    bool quick = false, only_raw = false;
+    int counts[8] = {32, 1024, 4096}, n_counts = 3;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) {
+            quick = true;
+        } else if (strcmp(argv[i], "--raw-only") == 0) {
+            only_raw = true; /* for profiling the client alone */
+        } else if (strcmp(argv[i], "--streams") == 0 && i + 1 < argc) {
+            n_counts = 0;
+            for (char *tok = strtok(argv[++i], ","); tok && n_counts < 8; tok = strtok(NULL, ","))
+                counts[n_counts++] = atoi(tok);
+        }
+    }
+    signal(SIGPIPE, SIG_IGN);
+    char bin[PATH_MAX];
+    const char *env = getenv("STALLSCOPE_BIN");
+    if (env) {
+        snprintf(bin, sizeof bin, "%s", env);
+    } else {
+        char self[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        self[n > 0 ? n : 0] = '\0';
+        snprintf(bin, sizeof bin, "%s/stallscope", dirname(self));
+    }
+    int64_t duration = (quick ? 3 : 8) * CLOCK_NS_PER_S;
+    bool have_python = access("/usr/bin/python3", X_OK) == 0 &&
+                       system("/usr/bin/python3 -c 'import aiohttp' 2>/dev/null") == 0;
+    printf("bench_client: %lld s per point (+1 s warm-up), closed-loop streams, answers of 64-128 "
+           "tokens\n",
+           (long long)(duration / CLOCK_NS_PER_S));
+    printf("timestamp error = client receive stamp - server emit_ns (same CLOCK_MONOTONIC)\n\n");
+    printf("%-22s %6s %9s %10s %9s %9s %9s %7s\n", "against", "streams", "tokens/s", "cpu us/tok",
+           "err p50us", "err p99us", "err maxus", "errors");
+    for (int i = 0; i < n_counts; i++) {
+        int n = counts[i];
+        char url[128], log[] = "/tmp/bench_client_serve.log";
+        figures f;
+        pid_t pid = only_raw ? 0 : spawn_serve(bin, n, url, sizeof url, log);
+        if (only_raw) {
+        } else if (pid < 0) {
+            printf("%-22s %6d (the server did not start: %s)\n", "embedded emulate", n, bin);
+        } else {
+            if (run_ours(url, n, duration, &f) == 0)
+                print_row("embedded emulate", &f);
+            if (have_python && n <= 1024) {
+                figures py;
+                if (run_python(url, n, (double)duration / 1e9, &py) == 0)
+                    print_row("  python aiohttp", &py);
+                else
+                    printf("  python aiohttp: failed\n");
+            }
+            stop_child(pid);
+        }
+        /* The raw sender: 20 ms steps offer 50 tokens/s per stream. */
+        pid = spawn_raw(20 * CLOCK_NS_PER_MS, 100, url, sizeof url);
+        if (pid > 0) {
+            if (run_ours(url, n, duration, &f) == 0)
+                print_row("raw sender (20 ms)", &f);
+            stop_child(pid);
+        }
+    }
+    if (!have_python)
+        printf("\n(python3-aiohttp not installed: no Python comparison)\n");
+    printf("\ncpu us/tok: this process's CPU time (user + system) / tokens received; 1 / it is "
+           "the token rate one core sustains.\n");
+    return 0;
+}

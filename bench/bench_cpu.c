@@ -1,0 +1,225 @@
+/* bench_cpu — the cpu engine's speed against this machine's measured roofline.
+ *
+ * Prints, for each thread count: the sustained SGEMM rate, attention-kernel rate and read
+ * bandwidth (cpu_calib.h), then one-shot prefill of 512, 2,048 and 8,192 tokens and decode
+ * steps of 1, 32 and 256 sequences at context 512, each with the cost model's FLOPs and
+ * bytes (F32) and its roofline: max(FLOPs / SGEMM rate, bytes / bandwidth). Never fails on
+ * time.
+ *
+ *   bench_cpu [--model NAME] [--threads N] [--quick]
+ * Default: model ref-256, threads 1 and every count up to the cores. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#include "common/clock.h"
+#include "common/err.h"
+#include "engine/cost.h"
+#include "engine/cpu/cpu_calib.h"
+#include "engine/cpu/cpu_forward.h"
+#include "engine/cpu/cpu_kernels.h"
+
+static void cpu_name(char *out, size_t size)
+{
+    snprintf(out, size, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[256];
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "model name", 10) == 0) {
+            const char *colon = strchr(line, ':');
+            if (colon) {
+                snprintf(out, size, "%s", colon + 2);
+                out[strcspn(out, "\n")] = '\0';
+            }
+            break;
+        }
+    fclose(f);
+}
+
+typedef struct bench {
+    cpu_model model;
+    cpu_runstate run;
+    cpu_kv kv;
+    cpu_pool *pool;
+    cost_params cost; /* F32, the measured rates */
+} bench;
+
+static void die(const char *what, const char *err)
+{
+    fprintf(stderr, "bench_cpu: %s: %s\n", what, err);
+    exit(1);
+}
+
+/* Give s a cache of n_tokens positions without computing them (decode timing does not
+ * depend on what the keys hold): zeroed K and V. */
+static void fake_context(bench *b, cpu_kv_seq *s, int n_tokens)
+{
+    char err[ERR_LEN];
+    if (cpu_kv_reserve(&b->kv, s, n_tokens, err) != 0)
+        die("kv", err);
+    for (int l = 0; l < b->kv.n_layers; l++)
+        for (int h = 0; h < b->kv.n_kv_heads; h++)
+            for (int i = 0; i < s->n_blocks; i++)
+                memset((float *)cpu_kv_head_k(&b->kv, l, h) + (size_t)s->blocks[i] * b->kv.block_floats,
+                       0, b->kv.block_floats * sizeof(float));
+}
+
+static int64_t time_forward(bench *b, const cpu_batch_seq *seqs, int n)
+{
+    char err[ERR_LEN];
+    const int64_t t0 = clock_now_ns();
+    if (cpu_forward(&b->model, &b->run, &b->kv, b->pool, seqs, n, err) != 0)
+        die("forward", err);
+    return clock_now_ns() - t0;
+}
+
+static void bench_prefill(bench *b, int tokens, int reps)
+{
+    int32_t *ids = malloc(sizeof *ids * (size_t)tokens);
+    for (int i = 0; i < tokens; i++)
+        ids[i] = (i * 7919) % b->model.config.vocab_size;
+    int64_t best = INT64_MAX;
+    for (int r = 0; r < reps; r++) {
+        cpu_kv_seq s = {0};
+        char err[ERR_LEN];
+        if (cpu_kv_reserve(&b->kv, &s, tokens, err) != 0)
+            die("kv", err);
+        const cpu_batch_seq seq = {ids, 0, tokens, &s, true};
+        const int64_t ns = time_forward(b, &seq, 1);
+        best = ns < best ? ns : best;
+        cpu_kv_release(&b->kv, &s);
+        cpu_kv_seq_free(&s);
+    }
+    cost_breakdown cb;
+    const int64_t roof = cost_prefill_ns(&b->cost, tokens, &cb);
+    const double flops = cb.linear_flops + cb.lm_head_flops + cb.attention_flops;
+    printf("  %6d %9.1f %9.0f %8.1f %8.1f %7.1f%% %11.1f %8.2fx   (attention %.0f%% of FLOPs)\n",
+           tokens, best / 1e6, tokens / (best / 1e9), flops / 1e9, flops / best,
+           100.0 * flops / best * 1e9 / b->cost.gpu.peak_flops, roof / 1e6,
+           (double)best / roof, 100 * cb.attention_flops / flops);
+    free(ids);
+}
+
+static void bench_decode(bench *b, int batch, int context, int reps)
+{
+    cpu_kv_seq *kv = calloc((size_t)batch, sizeof *kv);
+    cpu_batch_seq *seqs = calloc((size_t)batch, sizeof *seqs);
+    int32_t *ids = calloc((size_t)batch, sizeof *ids);
+    for (int i = 0; i < batch; i++) {
+        fake_context(b, &kv[i], context + 1);
+        ids[i] = (i * 31) % b->model.config.vocab_size;
+        seqs[i] = (cpu_batch_seq){ids + i, context, 1, &kv[i], true};
+    }
+    time_forward(b, seqs, batch); /* warm: buffers grown, weights in cache as they will be */
+    int64_t best = INT64_MAX, total = 0;
+    for (int r = 0; r < reps; r++) {
+        const int64_t ns = time_forward(b, seqs, batch);
+        best = ns < best ? ns : best;
+        total += ns;
+    }
+    cost_breakdown cb;
+    const int64_t roof = cost_decode_ns(&b->cost, batch, context, &cb);
+    const double flops = cb.linear_flops + cb.lm_head_flops + cb.attention_flops;
+    printf("  %6d %9.2f %9.2f %8.2f %8.1f %11.2f %-7s %8.2fx\n", batch, best / 1e6,
+           total / 1e6 / reps, flops / 1e9, (cb.weight_bytes + cb.kv_bytes) / 1e6, roof / 1e6,
+           cb.compute_ns >= cb.memory_ns ? "compute" : "memory", (double)best / roof);
+    for (int i = 0; i < batch; i++) {
+        cpu_kv_release(&b->kv, &kv[i]);
+        cpu_kv_seq_free(&kv[i]);
+    }
+    free(kv);
+    free(seqs);
+    free(ids);
+}
+
+static void run(const char *model_name, int threads, bool quick)
+{
+    char err[ERR_LEN];
+    bench b;
+    memset(&b, 0, sizeof b);
+    if (!(b.pool = cpu_pool_create(threads, err)))
+        die("pool", err);
+    cpu_calib cal;
+    if (cpu_calib_run(b.pool, quick ? 0.2 : 1.0, &cal, err) != 0)
+        die("calibrate", err);
+    printf("\nthreads %d: SGEMM %.1f GFLOP/s (4096 rows), %.1f GFLOP/s (32 rows); attention "
+           "kernel %.1f GFLOP/s; read bandwidth %.1f GB/s\n",
+           threads, cal.gemm_flops / 1e9, cal.small_gemm_flops / 1e9, cal.attention_flops / 1e9,
+           cal.mem_bandwidth / 1e9);
+
+    cost_arch arch;
+    cpu_config config;
+    if (cost_arch_find(model_name, &arch, err) != 0 ||
+        cpu_config_from_arch(&arch, 1, 0, &config, err) != 0)
+        die("model", err);
+    const int max_prefill = quick ? 2048 : 8192, max_batch = quick ? 32 : 256;
+    const int64_t blocks = (max_prefill + 16) / 16 + (int64_t)max_batch * (512 / 16 + 1) + 16;
+    if (cpu_build_model(&b.model, &config, err) != 0 ||
+        cpu_build_runstate(&b.run, &b.model, threads, err) != 0 ||
+        cpu_kv_init(&b.kv, &config, blocks, err) != 0)
+        die("build", err);
+    cost_gpu roofline = {.peak_flops = cal.gemm_flops, .mem_bandwidth = cal.mem_bandwidth,
+                         .mem_bytes = 1e12, .bytes_per_param = 4, .kv_bytes_per_elem = 4};
+    snprintf(roofline.name, sizeof roofline.name, "this CPU");
+    cost_params_init(&b.cost, &roofline, &arch);
+
+    printf("model %s: %d layers, hidden %d, %d/%d heads x %d, FFN %d, vocab %d; %.1f MB of F32 "
+           "weights\n",
+           arch.name, arch.n_layers, arch.hidden, arch.n_heads, arch.n_kv_heads, arch.head_dim,
+           arch.ffn, arch.vocab, cpu_weight_bytes(&config) / 1e6);
+    printf("prefill, one shot (roofline = cost-model FLOPs / SGEMM rate, attention included):\n");
+    printf("  %6s %9s %9s %8s %8s %8s %11s %9s\n", "tokens", "ms", "tok/s", "GFLOP", "GFLOP/s",
+           "of peak", "roofline ms", "vs roof");
+    static const int prompts[] = {512, 2048, 8192};
+    for (int i = 0; i < 3; i++)
+        if (prompts[i] <= max_prefill)
+            bench_prefill(&b, prompts[i], prompts[i] >= 8192 ? 2 : 3);
+    printf("decode step, every sequence at context 512 (roofline = max(FLOPs / SGEMM, bytes / "
+           "bandwidth)):\n");
+    printf("  %6s %9s %9s %8s %8s %11s %-7s %9s\n", "batch", "best ms", "mean ms", "GFLOP",
+           "MB read", "roofline ms", "bound", "vs roof");
+    static const int batches[] = {1, 32, 256};
+    for (int i = 0; i < 3; i++)
+        if (batches[i] <= max_batch)
+            bench_decode(&b, batches[i], 512, batches[i] >= 256 ? 5 : 20);
+    cpu_kv_free(&b.kv);
+    cpu_free_runstate(&b.run);
+    cpu_free_model(&b.model);
+    cpu_pool_free(b.pool);
+}
+
+int main(int argc, char **argv)
+{
+    const char *model = "ref-256";
+    int threads = 0;
+    bool quick = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
+            model = argv[++i];
+        else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--quick") == 0)
+            quick = true;
+        else {
+            fprintf(stderr, "usage: bench_cpu [--model NAME] [--threads N] [--quick]\n");
+            return 2;
+        }
+    }
+    openblas_set_num_threads(1);
+    char name[128];
+    cpu_name(name, sizeof name);
+    const int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    printf("bench_cpu: %s, %d cores; OpenBLAS %s; AVX-512 kernels %s\n", name, cores,
+           openblas_get_corename(), cpu_simd_enabled() ? "on" : "off");
+    if (threads > 0)
+        run(model, threads, quick);
+    else
+        for (int t = 1; t <= cores; t++)
+            run(model, t, quick);
+    return 0;
+}

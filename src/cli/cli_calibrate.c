@@ -1,0 +1,305 @@
+/* stallscope calibrate — measure this CPU and write a hardware profile for the cost model.
+ *
+ * The profile replaces a GPU of the catalog (--hardware FILE in model, sim, run, serve):
+ *   peak_flops        sustained GEMM FLOP/s of the engine's matrix products (prefill shapes)
+ *   attention_flops   FLOP/s of the engine's attention kernel (cost-model FLOP count)
+ *   mem_bandwidth     streaming-read bytes/s
+ *   mem_bytes         memory granted to weights + KV cache (--mem-bytes)
+ *   bytes_per_param, kv_bytes_per_elem = 4 (the engine computes in F32)
+ *   step_overhead_ns  what a decode step of --model costs beyond the roofline: the engine
+ *                     measured against the cost model at batch 32, mean context 512 (the
+ *                     lesson's steady state); it folds in the small-batch GEMM efficiency
+ *                     and the KV-cache reads that run below streaming bandwidth
+ * With --model (the default) the two rates are first scaled by the engine's one-shot prefill
+ * of --prompt-tokens against their prediction, so the norms, RoPE, SwiGLU, KV writes and
+ * scheduling a real prefill adds are in the profile too (the kernels alone are printed).
+ *   threads           the thread count it was measured with (--threads, as serve runs)
+ * Prints what it measured and the fit; exits 1 when a probe fails. */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cblas.h>
+#include <jansson.h>
+
+#include "cli/cli.h"
+#include "common/err.h"
+#include "common/units.h"
+#include "engine/cpu/cpu_calib.h"
+#include "engine/cpu/cpu_kernels.h"
+#include "engine/cpu/cpu_pool.h"
+
+#define CALIB_BATCH 32
+#define CALIB_CONTEXT 512
+
+typedef struct calib_opts {
+    char out[512];
+    char name[32];
+    char model[64];
+    int threads;
+    double seconds;
+    double mem_bytes;
+    int prompt_tokens;
+    bool fit;
+    bool json;
+} calib_opts;
+
+static int o_out(void *c, const char *v, char *err)
+{
+    calib_opts *o = c;
+    if (!v[0] || strlen(v) >= sizeof o->out)
+        return err_set(err, "'%s' is empty or too long", v);
+    strcpy(o->out, v);
+    return 0;
+}
+static int o_name(void *c, const char *v, char *err)
+{
+    calib_opts *o = c;
+    if (!v[0] || strlen(v) >= sizeof o->name)
+        return err_set(err, "'%s' is empty or longer than %zu bytes", v, sizeof o->name - 1);
+    strcpy(o->name, v);
+    return 0;
+}
+static int o_model(void *c, const char *v, char *err)
+{
+    calib_opts *o = c;
+    if (!v[0] || strlen(v) >= sizeof o->model)
+        return err_set(err, "'%s' is empty or too long", v);
+    strcpy(o->model, v);
+    return 0;
+}
+static int o_threads(void *c, const char *v, char *err)
+{
+    int64_t n;
+    if (units_parse_count(v, &n, err) != 0)
+        return -1;
+    if (n < 1 || n > 1024)
+        return err_set(err, "%lld is out of range [1, 1024]", (long long)n);
+    ((calib_opts *)c)->threads = (int)n;
+    return 0;
+}
+static int o_seconds(void *c, const char *v, char *err)
+{
+    int64_t ns;
+    if (units_parse_duration_ns(v, &ns, err) != 0)
+        return -1;
+    if (ns < 0 || ns > 600 * 1000000000LL)
+        return err_set(err, "'%s' is out of range [0, 600s]", v);
+    ((calib_opts *)c)->seconds = ns / 1e9;
+    return 0;
+}
+static int o_mem(void *c, const char *v, char *err)
+{
+    double b;
+    if (units_parse_quantity(v, &b, err) != 0)
+        return -1;
+    if (!(b >= 1e6))
+        return err_set(err, "'%s' must be at least 1e6 bytes", v);
+    ((calib_opts *)c)->mem_bytes = b;
+    return 0;
+}
+static int o_prompt(void *c, const char *v, char *err)
+{
+    int64_t n;
+    if (units_parse_count(v, &n, err) != 0)
+        return -1;
+    if (n < 0 || n > 65536)
+        return err_set(err, "%lld is out of range [0, 65536]", (long long)n);
+    ((calib_opts *)c)->prompt_tokens = (int)n;
+    return 0;
+}
+static int o_no_fit(void *c, const char *v, char *err)
+{
+    (void)v, (void)err;
+    ((calib_opts *)c)->fit = false;
+    return 0;
+}
+static int o_json(void *c, const char *v, char *err)
+{
+    (void)v, (void)err;
+    ((calib_opts *)c)->json = true;
+    return 0;
+}
+
+static const opts_spec calib_specs[] = {
+    {"out", "FILE", "where to write the profile (default hardware.json)", o_out},
+    {"threads", "N", "threads to measure with, as serve will run (default: cores - 1, at least 1)",
+     o_threads},
+    {"seconds", "DUR", "minimum time of each probe (default 1s; 0: 3 repetitions)", o_seconds},
+    {"model", "M", "model whose decode step fits step_overhead (default " CLI_CPU_DEFAULT_MODEL ")",
+     o_model},
+    {"prompt-tokens", "N", "prefill to check the profile against (default 8000; 0: none)",
+     o_prompt},
+    {"mem-bytes", "B", "memory for weights + KV cache (default 4e9, at most a quarter of RAM)",
+     o_mem},
+    {"name", "NAME", "the profile's name (default cpu-<N>t)", o_name},
+    {"no-fit", NULL, "no model run: step_overhead_ns 0", o_no_fit},
+    {"json", NULL, "also print the profile on stdout", o_json},
+};
+
+static void cpu_model_name(char *out, size_t size)
+{
+    snprintf(out, size, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[256];
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "model name", 10) == 0) {
+            const char *colon = strchr(line, ':');
+            if (colon) {
+                snprintf(out, size, "%s", colon + 2);
+                out[strcspn(out, "\n")] = '\0';
+            }
+            break;
+        }
+    fclose(f);
+}
+
+int cli_calibrate(int argc, char **argv)
+{
+    calib_opts o;
+    memset(&o, 0, sizeof o);
+    strcpy(o.out, "hardware.json");
+    strcpy(o.model, CLI_CPU_DEFAULT_MODEL);
+    o.threads = cpu_pool_default_threads();
+    o.seconds = 1.0;
+    o.prompt_tokens = 8000;
+    o.fit = true;
+    const double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    o.mem_bytes = 4e9 < ram / 4 ? 4e9 : ram / 4;
+    const opts_group groups[] = {
+        {"calibrate", calib_specs, (int)(sizeof calib_specs / sizeof calib_specs[0]), &o},
+    };
+    if (opts_wants_help(argc, argv)) {
+        opts_print_help(stdout, "stallscope calibrate [options]",
+                        "Measure this CPU with the cpu engine's own kernels (GEMM, attention, "
+                        "memory\nbandwidth, a decode step of --model) and write a hardware "
+                        "profile that model, sim,\nrun and serve take as --hardware FILE, so the "
+                        "cost model predicts cpu-engine runs.",
+                        groups, 1);
+        return CLI_EXIT_OK;
+    }
+    char err[ERR_LEN] = "";
+    if (opts_parse(argc, argv, groups, 1, NULL, 0, NULL, err) != 0)
+        return cli_usage_error("calibrate", err);
+    cost_arch arch;
+    if (o.fit && cost_arch_find(o.model, &arch, err) != 0)
+        return cli_usage_error("calibrate", err);
+    if (!o.name[0])
+        snprintf(o.name, sizeof o.name, "cpu-%dt", o.threads);
+
+    openblas_set_num_threads(1);
+    cpu_pool *pool = cpu_pool_create(o.threads, err);
+    if (!pool) {
+        fprintf(stderr, "stallscope calibrate: %s\n", err);
+        return CLI_EXIT_FAIL;
+    }
+    char cpu[128];
+    cpu_model_name(cpu, sizeof cpu);
+    printf("calibrating %s with %d thread%s (AVX-512 kernels %s) ...\n", cpu, o.threads,
+           o.threads == 1 ? "" : "s", cpu_simd_enabled() ? "on" : "off");
+    fflush(stdout);
+    cpu_calib cal;
+    double decode_ns = 0, prefill_ns = 0;
+    if (cpu_calib_run(pool, o.seconds, &cal, err) != 0 ||
+        (o.fit && cpu_calib_model(pool, &arch, CALIB_BATCH, CALIB_CONTEXT, o.prompt_tokens,
+                                  o.seconds, &decode_ns, &prefill_ns, err) != 0)) {
+        cpu_pool_free(pool);
+        fprintf(stderr, "stallscope calibrate: %s\n", err);
+        return CLI_EXIT_FAIL;
+    }
+    cpu_pool_free(pool);
+
+    cost_gpu g;
+    memset(&g, 0, sizeof g);
+    snprintf(g.name, sizeof g.name, "%s", o.name);
+    g.peak_flops = cal.gemm_flops;
+    g.attention_flops = cal.attention_flops;
+    g.mem_bandwidth = cal.mem_bandwidth;
+    g.mem_bytes = o.mem_bytes;
+    g.bytes_per_param = 4;
+    g.kv_bytes_per_elem = 4;
+    g.threads = o.threads;
+    printf("  GEMM (prefill shapes)      %8.1f GFLOP/s\n", cal.gemm_flops / 1e9);
+    printf("  GEMM (32 rows)             %8.1f GFLOP/s\n", cal.small_gemm_flops / 1e9);
+    printf("  attention kernel           %8.1f GFLOP/s\n", cal.attention_flops / 1e9);
+    printf("  streaming read             %8.1f GB/s\n", cal.mem_bandwidth / 1e9);
+    double predicted_decode = 0, predicted_prefill = 0, prefill_scale = 1;
+    if (o.fit) {
+        cost_params p;
+        if (o.prompt_tokens > 0) { /* rates as a whole prefill sustains them */
+            cost_params_init(&p, &g, &arch);
+            const double kernels_ns = (double)cost_prefill_ns(&p, o.prompt_tokens, NULL);
+            prefill_scale = prefill_ns / kernels_ns;
+            g.peak_flops /= prefill_scale;
+            g.attention_flops /= prefill_scale;
+            printf("  %s prefill of %d tokens: %.0f ms measured, the kernels' rates predict %.0f "
+                   "ms -> rates x %.3f\n",
+                   arch.name, o.prompt_tokens, prefill_ns / 1e6, kernels_ns / 1e6, 1 / prefill_scale);
+        }
+        cost_params_init(&p, &g, &arch);
+        predicted_decode = (double)cost_decode_ns(&p, CALIB_BATCH, CALIB_CONTEXT, NULL);
+        g.step_overhead_ns = decode_ns > predicted_decode ? (int64_t)(decode_ns - predicted_decode) : 0;
+        cost_params_init(&p, &g, &arch);
+        predicted_prefill = o.prompt_tokens > 0 ? (double)cost_prefill_ns(&p, o.prompt_tokens, NULL) : 0;
+        printf("  %s decode step, %d sequences at mean context %d: %.2f ms measured, roofline "
+               "%.2f ms -> step_overhead %.2f ms\n",
+               arch.name, CALIB_BATCH, CALIB_CONTEXT, decode_ns / 1e6, predicted_decode / 1e6,
+               g.step_overhead_ns / 1e6);
+        printf("  profile: GEMM %.1f GFLOP/s, attention %.1f GFLOP/s, bandwidth %.1f GB/s, "
+               "overhead %.2f ms\n",
+               g.peak_flops / 1e9, g.attention_flops / 1e9, g.mem_bandwidth / 1e9,
+               g.step_overhead_ns / 1e6);
+    }
+
+    json_t *root = json_object();
+    char when[32];
+    const time_t now = time(NULL);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    json_object_set_new(root, "name", json_string(g.name));
+    json_object_set_new(root, "kind", json_string("cpu"));
+    json_object_set_new(root, "peak_flops", json_real(g.peak_flops));
+    json_object_set_new(root, "attention_flops", json_real(g.attention_flops));
+    json_object_set_new(root, "mem_bandwidth", json_real(g.mem_bandwidth));
+    json_object_set_new(root, "mem_bytes", json_real(g.mem_bytes));
+    json_object_set_new(root, "bytes_per_param", json_real(g.bytes_per_param));
+    json_object_set_new(root, "kv_bytes_per_elem", json_real(g.kv_bytes_per_elem));
+    json_object_set_new(root, "step_overhead_ns", json_integer(g.step_overhead_ns));
+    json_object_set_new(root, "threads", json_integer(g.threads));
+    json_t *m = json_object();
+    json_object_set_new(m, "cpu", json_string(cpu));
+    json_object_set_new(m, "openblas_core", json_string(openblas_get_corename()));
+    json_object_set_new(m, "avx512", json_boolean(cpu_simd_enabled()));
+    json_object_set_new(m, "when", json_string(when));
+    json_object_set_new(m, "small_gemm_flops", json_real(cal.small_gemm_flops));
+    if (o.fit) {
+        json_object_set_new(m, "fit_model", json_string(arch.name));
+        json_object_set_new(m, "fit_batch", json_integer(CALIB_BATCH));
+        json_object_set_new(m, "fit_context", json_integer(CALIB_CONTEXT));
+        json_object_set_new(m, "decode_ns", json_real(decode_ns));
+        json_object_set_new(m, "decode_roofline_ns", json_real(predicted_decode));
+        json_object_set_new(m, "prefill_tokens", json_integer(o.prompt_tokens));
+        json_object_set_new(m, "prefill_ns", json_real(prefill_ns));
+        json_object_set_new(m, "prefill_predicted_ns", json_real(predicted_prefill));
+        json_object_set_new(m, "kernel_gemm_flops", json_real(cal.gemm_flops));
+        json_object_set_new(m, "kernel_attention_flops", json_real(cal.attention_flops));
+        json_object_set_new(m, "prefill_rate_scale", json_real(1 / prefill_scale));
+    }
+    json_object_set_new(root, "measured", m);
+    json_object_set_new(root, "source", json_string("stallscope calibrate"));
+    int rc = CLI_EXIT_OK;
+    if (json_dump_file(root, o.out, JSON_INDENT(2) | JSON_SORT_KEYS) != 0) {
+        fprintf(stderr, "stallscope calibrate: cannot write %s\n", o.out);
+        rc = CLI_EXIT_FAIL;
+    } else {
+        printf("wrote %s (use: --hardware %s)\n", o.out, o.out);
+        if (o.json) {
+            json_dumpf(root, stdout, JSON_INDENT(2) | JSON_SORT_KEYS);
+            printf("\n");
+        }
+    }
+    json_decref(root);
+    return rc;
+}

@@ -1,0 +1,113 @@
+/* driver — the load: background users and the injector, over a stream_transport.
+ *
+ * Background users run a closed loop: user u sends workload_bg(wl, u, k), and the moment
+ * that answer ends (or fails) sends request k + 1. The injector runs an open loop on the
+ * absolute schedule workload_injection_times(): injection i is sent at t0 + plan_i however
+ * many earlier injections are still running, and both the planned and the actual send time
+ * are recorded (wrk2's lesson: measure from the intended time, never let a slow answer
+ * delay the next send).
+ *
+ * Prompts have exact lengths: token-id arrays where the server takes them (driver_probe
+ * finds out once), else text calibrated against the server's usage.prompt_tokens. Every
+ * prompt's content is unique (seeded by phase, user, request), so a prefix cache cannot
+ * hide a prefill. Answers are made long with ignore_eos + max_tokens; a server that ends
+ * early anyway just makes the user start its next request sooner.
+ *
+ * Everything runs in the caller's thread: run() of the transport delivers the callbacks. */
+#ifndef STALLSCOPE_DRIVER_H
+#define STALLSCOPE_DRIVER_H
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "client/stream.h"
+#include "common/tokenlog.h"
+#include "workload/workload.h"
+
+typedef enum { DRIVER_COMPLETIONS = 0, DRIVER_CHAT = 1 } driver_endpoint;
+
+/* How to talk to this server: filled by the caller and driver_probe. */
+typedef struct driver_api {
+    driver_endpoint endpoint;
+    char model[128];      /* "model" of each request; "" to leave it out */
+    bool token_ids;       /* prompts as arrays of token ids (probed) */
+    double text_overhead; /* text prompts: server tokens = overhead + per_word x words */
+    double text_per_word;
+    bool text_calibrated; /* false: the server reported no usage, lengths unverified */
+    int vocab;            /* ids are drawn from [100, vocab) */
+    bool timestamps;      /* ask for stallscope's per-chunk emit_ns ("stallscope" field) */
+} driver_api;
+
+void driver_api_defaults(driver_api *api);
+/* "completions" | "chat" */
+int driver_endpoint_parse(const char *text, driver_endpoint *out, char *err);
+const char *driver_endpoint_path(driver_endpoint e);
+
+/* Probe once: does the server take token-id prompts (a 1-token answer to an 8-token id
+ * prompt, with usage agreeing)? If not, calibrate text against usage.prompt_tokens with two
+ * prompt sizes. Notes go to `notes` (stderr). -1 with err when the server cannot be used
+ * at all (refused, every probe failed). timeout bounds each probe request. */
+int driver_probe(const stream_transport *t, driver_api *api, const workload_config *wl,
+                 int64_t timeout_ns, FILE *notes, char *err);
+
+/* The JSON body of one request (malloc'ed, caller frees): prompt of prompt_tokens tokens,
+ * unique per (salt, is_inject, index), answer of max_tokens. */
+char *driver_build_body(const driver_api *api, const workload_config *wl, uint64_t salt,
+                        int is_inject, int64_t index, int prompt_tokens, int max_tokens,
+                        size_t *len, char *err);
+
+/* Live figures for progress lines. */
+typedef struct driver_progress {
+    int64_t elapsed_ns, duration_ns;
+    double tokens_per_s;   /* over the last interval */
+    int64_t tokens;        /* received in this phase */
+    int active;            /* streams open */
+    int injections_sent, injections_planned;
+    int64_t worst_gap_ns;  /* longest background gap so far */
+    int64_t errors;
+} driver_progress;
+
+typedef struct driver_phase {
+    const workload_config *wl; /* users, duration, injector */
+    const driver_api *api;
+    uint64_t salt;             /* different per phase: prompts never repeat across runs */
+    bool record;               /* false: nothing kept (probes, tests) */
+    /* Background load before t = 0, not recorded: the users start at once, and at t = 0
+     * they are mid-answer at random points (steady state, no synchronized first prefill).
+     * Their answers in flight at t = 0 are recorded from then on, with t_plan/t_send -1
+     * (sent before t = 0): they give gaps, not TTFTs. Injections count from t = 0. */
+    int64_t warmup_ns;
+    FILE *tokens_csv;          /* incremental copies (header already written), may be NULL */
+    FILE *requests_csv;
+    FILE *notes;               /* warnings (stderr), may be NULL */
+    /* Called about every progress_every_ns (and at the end) */
+    void (*progress)(void *ctx, const driver_progress *p);
+    void *progress_ctx;
+    int64_t progress_every_ns;
+    /* Called every tick; return true (and fill why) to stop the phase as failed, e.g. when
+     * the embedded server died. */
+    bool (*should_stop)(void *ctx, char *why, size_t size);
+    void *stop_ctx;
+} driver_phase;
+
+typedef struct driver_result {
+    int64_t t0_ns;     /* CLOCK_MONOTONIC of t = 0 */
+    int64_t t_end_ns;  /* when the phase stopped */
+    bool complete;     /* false: cut short (error says why) */
+    char error[256];
+    int64_t requests, errors, tokens;
+    int injections_sent;
+    int prompt_mismatches; /* requests whose server-counted prompt differed by > 2 % */
+    /* receive - emit per event, ms, where the server sent emit_ns (fidelity self-check) */
+    double *fidelity_ms;
+    int64_t n_fidelity, cap_fidelity;
+} driver_result;
+
+/* Run one phase (warm-up, baseline or interference) on transport t. Events and requests go
+ * into log (times from t0) when cfg->record. Returns 0 when the phase ran (res->complete
+ * tells whether to the end), -1 with err on a local failure (out of memory). */
+int driver_run_phase(const stream_transport *t, const driver_phase *cfg, tokenlog *log,
+                     driver_result *res, char *err);
+void driver_result_free(driver_result *res);
+
+#endif

@@ -1,0 +1,765 @@
+#include "client/stream.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "client/sse.h"
+#include "common/clock.h"
+#include "common/err.h"
+
+#define MAX_EPOLL_EVENTS 512
+#define IDLE_CHECK_NS (100 * CLOCK_NS_PER_MS)
+#define MAX_URL 1024
+
+typedef struct stamp_seg {
+    size_t end;  /* raw[0, end) was read at or before t_ns */
+    int64_t t_ns;
+} stamp_seg;
+
+typedef struct stream_req {
+    stream_client *c;
+    CURL *easy;
+    const stream_handlers *h;
+    void *user;
+    char *body;
+    size_t body_len;
+    char url[MAX_URL];
+
+    /* Bytes read but not parsed yet, with the time each read happened. */
+    char *raw;
+    size_t raw_len, raw_cap;
+    stamp_seg *segs;
+    int n_segs, cap_segs;
+    bool dirty;
+    struct stream_req *next_dirty;
+
+    sse_parser sse;
+    int64_t t_start_ns, last_byte_ns;
+    int http_status;
+    char head[512]; /* the body's first bytes, for error messages */
+    size_t head_len;
+    int64_t so_far;            /* completion tokens delivered */
+    int64_t usage_prompt;      /* -1 until usage says */
+    int64_t usage_completion;  /* -1 until usage says */
+    char finish_reason[16];
+    bool done, stopped, any_event;
+    char error[128];
+    char curl_err[CURL_ERROR_SIZE];
+
+    struct stream_req *prev, *next; /* active list */
+} stream_req;
+
+struct stream_client {
+    CURLM *multi;
+    int ep;
+    struct curl_slist *headers;
+    char base_url[MAX_URL];
+    int64_t idle_timeout_ns, connect_timeout_ns;
+    bool insecure;
+    int64_t timer_ns; /* curl's next timeout, -1 none */
+    int64_t next_idle_check_ns;
+    stream_req *active;
+    int n_active;
+    stream_req *dirty;
+    stream_stats stats;
+    bool use_pwait2;
+};
+
+static void global_init(void)
+{
+    static bool done;
+    if (!done) {
+        curl_global_init(CURL_GLOBAL_DEFAULT);
+        done = true;
+    }
+}
+
+void stream_base_url(const char *target, char *out, size_t size)
+{
+    snprintf(out, size, "%s", target);
+    size_t n = strlen(out);
+    while (n > 0 && out[n - 1] == '/')
+        out[--n] = '\0';
+    if (n >= 3 && strcmp(out + n - 3, "/v1") == 0)
+        out[n - 3] = '\0';
+}
+
+static struct curl_slist *build_headers(const stream_options *opt, char *err)
+{
+    struct curl_slist *list = NULL, *tmp;
+    const char *fixed[] = {"Content-Type: application/json", "Accept: text/event-stream",
+                           /* curl would wait for "100 Continue" before a large body */
+                           "Expect:"};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+        if (!(tmp = curl_slist_append(list, fixed[i])))
+            goto oom;
+        list = tmp;
+    }
+    if (opt->api_key && opt->api_key[0]) {
+        char line[1024];
+        snprintf(line, sizeof line, "Authorization: Bearer %s", opt->api_key);
+        if (!(tmp = curl_slist_append(list, line)))
+            goto oom;
+        list = tmp;
+    }
+    for (int i = 0; i < opt->n_headers; i++) {
+        if (!strchr(opt->headers[i], ':')) {
+            curl_slist_free_all(list);
+            err_set(err, "header '%s' is not 'Name: value'", opt->headers[i]);
+            return NULL;
+        }
+        if (!(tmp = curl_slist_append(list, opt->headers[i])))
+            goto oom;
+        list = tmp;
+    }
+    return list;
+oom:
+    curl_slist_free_all(list);
+    err_set(err, "out of memory building headers");
+    return NULL;
+}
+
+/* ---- curl callbacks ---------------------------------------------------------------- */
+
+static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
+{
+    (void)easy;
+    stream_client *c = userp;
+    if (what == CURL_POLL_REMOVE) {
+        epoll_ctl(c->ep, EPOLL_CTL_DEL, s, NULL); /* may already be closed: fine */
+        curl_multi_assign(c->multi, s, NULL);
+        return 0;
+    }
+    struct epoll_event ev = {0};
+    ev.data.fd = s;
+    ev.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0u) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u);
+    int op = socketp ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    if (epoll_ctl(c->ep, op, s, &ev) != 0) {
+        /* A recycled fd number can be known to one side and not the other. */
+        op = (errno == EEXIST) ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+        epoll_ctl(c->ep, op, s, &ev);
+    }
+    if (!socketp)
+        curl_multi_assign(c->multi, s, c);
+    return 0;
+}
+
+static int on_timer(CURLM *multi, long timeout_ms, void *userp)
+{
+    (void)multi;
+    stream_client *c = userp;
+    c->timer_ns = timeout_ms < 0 ? -1 : clock_now_ns() + (int64_t)timeout_ms * CLOCK_NS_PER_MS;
+    return 0;
+}
+
+static int grow(void **buf, size_t elem, size_t need, size_t *cap)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap : 16;
+    while (n < need)
+        n *= 2;
+    void *b = realloc(*buf, n * elem);
+    if (!b)
+        return -1;
+    *buf = b;
+    *cap = n;
+    return 0;
+}
+
+static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    /* The stamp comes first: these bytes were read from the socket just now. Everything
+     * else (splitting, JSON) waits until every ready socket of this wake-up has been read. */
+    int64_t t = clock_now_ns();
+    stream_req *r = userdata;
+    size_t n = size * nmemb;
+    r->last_byte_ns = t;
+    r->c->stats.bytes += (int64_t)n;
+    if (r->http_status == 0) {
+        long code = 0;
+        curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &code);
+        r->http_status = (int)code;
+    }
+    if (r->head_len < sizeof r->head - 1) {
+        size_t k = n < sizeof r->head - 1 - r->head_len ? n : sizeof r->head - 1 - r->head_len;
+        memcpy(r->head + r->head_len, ptr, k);
+        r->head_len += k;
+        r->head[r->head_len] = '\0';
+    }
+    if (r->http_status >= 400)
+        return n; /* an error body, not a stream: kept in head */
+    size_t cap_segs = (size_t)r->cap_segs;
+    if (grow((void **)&r->raw, 1, r->raw_len + n, &r->raw_cap) != 0 ||
+        grow((void **)&r->segs, sizeof *r->segs, (size_t)r->n_segs + 1, &cap_segs) != 0)
+        return 0; /* curl treats a short write as an error */
+    r->cap_segs = (int)cap_segs;
+    memcpy(r->raw + r->raw_len, ptr, n);
+    r->raw_len += n;
+    if (r->n_segs > 0 && r->segs[r->n_segs - 1].t_ns == t)
+        r->segs[r->n_segs - 1].end = r->raw_len;
+    else
+        r->segs[r->n_segs++] = (stamp_seg){r->raw_len, t};
+    if (!r->dirty) {
+        r->dirty = true;
+        r->next_dirty = r->c->dirty;
+        r->c->dirty = r;
+    }
+    return n;
+}
+
+/* ---- request lifecycle ------------------------------------------------------------- */
+
+static void req_free(stream_req *r)
+{
+    if (r->easy)
+        curl_easy_cleanup(r->easy);
+    sse_parser_free(&r->sse);
+    free(r->raw);
+    free(r->segs);
+    free(r->body);
+    free(r);
+}
+
+static void unlink_active(stream_client *c, stream_req *r)
+{
+    if (r->prev)
+        r->prev->next = r->next;
+    else if (c->active == r)
+        c->active = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    r->prev = r->next = NULL;
+    c->n_active--;
+}
+
+static void unlink_dirty(stream_client *c, stream_req *r)
+{
+    if (!r->dirty)
+        return;
+    for (stream_req **p = &c->dirty; *p; p = &(*p)->next_dirty)
+        if (*p == r) {
+            *p = r->next_dirty;
+            break;
+        }
+    r->dirty = false;
+}
+
+/* The message inside an OpenAI-style error body, else the body's first line. */
+static void error_from_body(const char *body, char *out, size_t size)
+{
+    json_t *root = json_loads(body, 0, NULL);
+    const char *msg = NULL;
+    if (root) {
+        json_t *e = json_object_get(root, "error");
+        msg = json_is_object(e) ? json_string_value(json_object_get(e, "message"))
+                                : json_string_value(e);
+        if (!msg)
+            msg = json_string_value(json_object_get(root, "message"));
+        if (!msg)
+            msg = json_string_value(json_object_get(root, "detail"));
+    }
+    snprintf(out, size, "%.*s", (int)strcspn(msg ? msg : body, "\r\n"), msg ? msg : body);
+    json_decref(root);
+}
+
+/* Take r out of curl, tell the owner, free it. */
+static void req_end(stream_client *c, stream_req *r, bool connect_failed, bool timed_out)
+{
+    curl_multi_remove_handle(c->multi, r->easy);
+    unlink_active(c, r);
+    unlink_dirty(c, r);
+    stream_end end = {0};
+    end.http_status = r->http_status;
+    end.t_end_ns = clock_now_ns();
+    end.prompt_tokens = r->usage_prompt;
+    end.completion_tokens = r->usage_completion >= 0 ? r->usage_completion : r->so_far;
+    snprintf(end.finish_reason, sizeof end.finish_reason, "%s", r->finish_reason);
+    snprintf(end.error, sizeof end.error, "%s", r->error);
+    end.connect_failed = connect_failed;
+    end.timed_out = timed_out;
+    c->stats.requests++;
+    if (end.error[0])
+        c->stats.errors++;
+    if (r->h && r->h->on_end)
+        r->h->on_end(r->h->ctx, r->user, &end);
+    req_free(r);
+}
+
+static void fail(stream_req *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The first failure is the one reported. */
+static void fail(stream_req *r, const char *fmt, ...)
+{
+    if (!r->error[0]) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(r->error, sizeof r->error, fmt, ap);
+        va_end(ap);
+    }
+}
+
+static void handle_event(stream_client *c, stream_req *r, const sse_event *ev, int64_t t_ns)
+{
+    sse_chunk chunk;
+    char err[ERR_LEN];
+    r->any_event = true;
+    if (sse_decode_chunk(ev, &chunk, err) != 0) {
+        fail(r, "%s", err);
+        return;
+    }
+    if (chunk.is_error) {
+        fail(r, "server error event: %s", chunk.error);
+        return;
+    }
+    if (chunk.done) {
+        r->done = true;
+        return;
+    }
+    if (chunk.has_usage) {
+        if (chunk.prompt_tokens >= 0)
+            r->usage_prompt = chunk.prompt_tokens;
+        if (chunk.completion_tokens >= 0)
+            r->usage_completion = chunk.completion_tokens;
+    }
+    if (chunk.finish_reason[0])
+        snprintf(r->finish_reason, sizeof r->finish_reason, "%s", chunk.finish_reason);
+    r->stopped |= chunk.stopped;
+    int k = sse_count_tokens(&chunk, &r->so_far);
+    if (k > 0) {
+        c->stats.events++;
+        c->stats.tokens += k;
+        stream_token tok = {t_ns, k, chunk.emit_ns, chunk.step};
+        if (r->h && r->h->on_token)
+            r->h->on_token(r->h->ctx, r->user, &tok);
+    }
+}
+
+/* Split and decode what r read. Returns false when r failed (caller ends it). */
+static bool req_parse_pending(stream_client *c, stream_req *r)
+{
+    size_t off = 0;
+    for (int j = 0; j < r->n_segs && !r->error[0]; j++) {
+        size_t end = r->segs[j].end;
+        while (off < end && !r->error[0]) {
+            size_t used = 0;
+            sse_event ev;
+            int rc = sse_parse(&r->sse, r->raw + off, end - off, &used, &ev);
+            off += used;
+            if (rc == SSE_ERROR)
+                fail(r, "%s", "malformed SSE: an event larger than the 1 MiB limit");
+            else if (rc == SSE_EVENT)
+                handle_event(c, r, &ev, r->segs[j].t_ns);
+        }
+    }
+    r->raw_len = 0;
+    r->n_segs = 0;
+    return r->error[0] == '\0';
+}
+
+static void process_dirty(stream_client *c)
+{
+    while (c->dirty) {
+        stream_req *r = c->dirty;
+        c->dirty = r->next_dirty;
+        r->dirty = false;
+        r->next_dirty = NULL;
+        if (!req_parse_pending(c, r))
+            req_end(c, r, false, false);
+    }
+}
+
+static void collect_done(stream_client *c)
+{
+    CURLMsg *msg;
+    int left;
+    while ((msg = curl_multi_info_read(c->multi, &left))) {
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        char *priv = NULL;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &priv);
+        stream_req *r = (stream_req *)priv;
+        CURLcode rc = msg->data.result;
+        /* Streams have no overall timeout, only a connect timeout: a timeout here means
+         * the connection never came up. */
+        bool connect_failed = rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
+                              (rc == CURLE_OPERATION_TIMEDOUT && r->head_len == 0);
+        if (r->dirty) { /* bytes of the last read, not parsed yet */
+            unlink_dirty(c, r);
+            req_parse_pending(c, r);
+        }
+        if (r->http_status == 0) {
+            long code = 0;
+            curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &code);
+            r->http_status = (int)code;
+        }
+        if (connect_failed) {
+            long os_errno = 0;
+            curl_easy_getinfo(r->easy, CURLINFO_OS_ERRNO, &os_errno);
+            if (os_errno)
+                fail(r, "cannot connect: %s", strerror((int)os_errno));
+            else
+                fail(r, "cannot connect: %.100s", r->curl_err[0] ? r->curl_err : curl_easy_strerror(rc));
+        } else if (r->http_status >= 400) {
+            char body[100];
+            error_from_body(r->head, body, sizeof body);
+            char line[128];
+            snprintf(line, sizeof line, "HTTP %d: %s", r->http_status, body);
+            fail(r, "%s", line);
+        } else if (rc != CURLE_OK) {
+            fail(r, "connection lost: %.100s", r->curl_err[0] ? r->curl_err : curl_easy_strerror(rc));
+        } else if (!r->done && !r->stopped) {
+            if (!r->any_event)
+                fail(r, "not an SSE stream: %.80s", r->head);
+            else
+                fail(r, "%s", sse_parser_pending(&r->sse) ? "stream cut in the middle of an event"
+                                                          : "stream ended without [DONE]");
+        }
+        req_end(c, r, connect_failed, false);
+    }
+}
+
+static void check_idle(stream_client *c, int64_t now)
+{
+    stream_req *r = c->active;
+    while (r) {
+        stream_req *next = r->next;
+        int64_t since = r->last_byte_ns ? r->last_byte_ns : r->t_start_ns;
+        if (now - since > c->idle_timeout_ns) {
+            char why[64];
+            snprintf(why, sizeof why, "%.1f s", (double)c->idle_timeout_ns / 1e9);
+            fail(r, "timeout: no bytes for %s", why);
+            if (r->dirty) {
+                unlink_dirty(c, r);
+                req_parse_pending(c, r);
+            }
+            req_end(c, r, false, true);
+        }
+        r = next;
+    }
+}
+
+/* ---- public API -------------------------------------------------------------------- */
+
+stream_client *stream_create(const stream_options *opt, char *err)
+{
+    global_init();
+    stream_client *c = calloc(1, sizeof *c);
+    if (!c) {
+        err_set(err, "out of memory");
+        return NULL;
+    }
+    c->ep = -1;
+    stream_base_url(opt->base_url, c->base_url, sizeof c->base_url);
+    c->idle_timeout_ns = opt->idle_timeout_ns > 0 ? opt->idle_timeout_ns : 30 * CLOCK_NS_PER_S;
+    c->connect_timeout_ns = opt->connect_timeout_ns > 0 ? opt->connect_timeout_ns : 5 * CLOCK_NS_PER_S;
+    c->insecure = opt->insecure;
+    c->timer_ns = -1;
+    c->use_pwait2 = true;
+    if (!(c->headers = build_headers(opt, err)))
+        goto error;
+    if ((c->ep = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+        err_set(err, "epoll_create1: %s", strerror(errno));
+        goto error;
+    }
+    if (!(c->multi = curl_multi_init())) {
+        err_set(err, "curl_multi_init failed");
+        goto error;
+    }
+    curl_multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+    curl_multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c);
+    curl_multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, on_timer);
+    curl_multi_setopt(c->multi, CURLMOPT_TIMERDATA, c);
+    /* Closed-loop users reuse their connection; keep one per stream cached. */
+    long maxconn = (long)(opt->max_streams > 0 ? opt->max_streams : 64) + 16;
+    curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, maxconn);
+    /* Thousands of streams need thousands of descriptors: raise the soft limit. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rlim_t want = (rlim_t)maxconn * 2 + 256;
+        if (rl.rlim_cur < want && rl.rlim_cur != RLIM_INFINITY) {
+            rl.rlim_cur = (rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want) ? want : rl.rlim_max;
+            setrlimit(RLIMIT_NOFILE, &rl);
+        }
+    }
+    return c;
+error:
+    stream_free(c);
+    return NULL;
+}
+
+void stream_free(stream_client *c)
+{
+    if (!c)
+        return;
+    while (c->active) {
+        stream_req *r = c->active;
+        curl_multi_remove_handle(c->multi, r->easy);
+        unlink_active(c, r);
+        req_free(r);
+    }
+    if (c->multi)
+        curl_multi_cleanup(c->multi);
+    if (c->ep >= 0)
+        close(c->ep);
+    curl_slist_free_all(c->headers);
+    free(c);
+}
+
+int stream_post(stream_client *c, const stream_request *req, char *err)
+{
+    stream_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return err_set(err, "out of memory");
+    r->c = c;
+    r->h = req->handlers;
+    r->user = req->user;
+    r->usage_prompt = r->usage_completion = -1;
+    sse_parser_init(&r->sse, 0);
+    if (snprintf(r->url, sizeof r->url, "%s%s", c->base_url, req->path) >= (int)sizeof r->url) {
+        req_free(r);
+        return err_set(err, "URL too long");
+    }
+    if (!(r->body = malloc(req->body_len + 1)) || !(r->easy = curl_easy_init())) {
+        req_free(r);
+        return err_set(err, "out of memory");
+    }
+    memcpy(r->body, req->body, req->body_len);
+    r->body[req->body_len] = '\0';
+    r->body_len = req->body_len;
+    CURL *e = r->easy;
+    curl_easy_setopt(e, CURLOPT_URL, r->url);
+    curl_easy_setopt(e, CURLOPT_POST, 1L);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->headers);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, r);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->curl_err);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(c->connect_timeout_ns / CLOCK_NS_PER_MS));
+    if (c->insecure) {
+        curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
+        curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
+    }
+    r->t_start_ns = clock_now_ns();
+    CURLMcode mc = curl_multi_add_handle(c->multi, e);
+    if (mc != CURLM_OK) {
+        req_free(r);
+        return err_set(err, "curl_multi_add_handle: %s", curl_multi_strerror(mc));
+    }
+    r->next = c->active;
+    if (c->active)
+        c->active->prev = r;
+    c->active = r;
+    c->n_active++;
+    return 0;
+}
+
+static int wait_events(stream_client *c, struct epoll_event *evs, int64_t wait_ns)
+{
+    if (wait_ns < 0)
+        wait_ns = 0;
+    if (c->use_pwait2) {
+        /* ns resolution: an injection planned at t is sent at t, not at the next ms. */
+        struct timespec ts = {wait_ns / CLOCK_NS_PER_S, wait_ns % CLOCK_NS_PER_S};
+        int n = epoll_pwait2(c->ep, evs, MAX_EPOLL_EVENTS, &ts, NULL);
+        if (n >= 0 || errno != ENOSYS)
+            return n;
+        c->use_pwait2 = false;
+    }
+    return epoll_wait(c->ep, evs, MAX_EPOLL_EVENTS, (int)(wait_ns / CLOCK_NS_PER_MS));
+}
+
+int stream_run(stream_client *c, int64_t until_ns, char *err)
+{
+    struct epoll_event evs[MAX_EPOLL_EVENTS];
+    int running;
+    for (;;) {
+        int64_t now = clock_now_ns();
+        if (now >= until_ns)
+            return 0;
+        int64_t wake = until_ns;
+        if (c->timer_ns >= 0 && c->timer_ns < wake)
+            wake = c->timer_ns;
+        if (c->n_active > 0) {
+            if (c->next_idle_check_ns == 0)
+                c->next_idle_check_ns = now + IDLE_CHECK_NS;
+            if (c->next_idle_check_ns < wake)
+                wake = c->next_idle_check_ns;
+        }
+        int n = wait_events(c, evs, wake - now);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return err_set(err, "epoll_wait: %s", strerror(errno));
+        }
+        for (int i = 0; i < n; i++) {
+            int flags = 0;
+            if (evs[i].events & EPOLLIN)
+                flags |= CURL_CSELECT_IN;
+            if (evs[i].events & EPOLLOUT)
+                flags |= CURL_CSELECT_OUT;
+            if (evs[i].events & (EPOLLERR | EPOLLHUP))
+                flags |= CURL_CSELECT_ERR;
+            curl_multi_socket_action(c->multi, evs[i].data.fd, flags, &running);
+        }
+        now = clock_now_ns();
+        if (c->timer_ns >= 0 && now >= c->timer_ns) {
+            c->timer_ns = -1;
+            curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+        }
+        process_dirty(c);
+        collect_done(c);
+        if (c->next_idle_check_ns && now >= c->next_idle_check_ns) {
+            c->next_idle_check_ns = now + IDLE_CHECK_NS;
+            check_idle(c, now);
+        }
+    }
+}
+
+void stream_cancel_all(stream_client *c, const char *reason)
+{
+    /* A snapshot first: on_end may post new requests, which must not be cancelled here. */
+    int n = c->n_active;
+    if (n == 0)
+        return;
+    stream_req **snap = malloc((size_t)n * sizeof *snap);
+    if (!snap) { /* no memory for the list: end them without callbacks */
+        while (c->active) {
+            stream_req *r = c->active;
+            curl_multi_remove_handle(c->multi, r->easy);
+            unlink_active(c, r);
+            unlink_dirty(c, r);
+            req_free(r);
+        }
+        return;
+    }
+    int k = 0;
+    for (stream_req *r = c->active; r && k < n; r = r->next)
+        snap[k++] = r;
+    for (int i = 0; i < k; i++) {
+        stream_req *r = snap[i];
+        if (r->dirty) {
+            unlink_dirty(c, r);
+            req_parse_pending(c, r);
+        }
+        snprintf(r->finish_reason, sizeof r->finish_reason, "abort");
+        if (reason && reason[0])
+            fail(r, "%s", reason);
+        req_end(c, r, false, false);
+    }
+    free(snap);
+}
+
+int stream_active(const stream_client *c) { return c->n_active; }
+
+void stream_get_stats(const stream_client *c, stream_stats *out) { *out = c->stats; }
+
+static int t_post(void *impl, const stream_request *req, char *err)
+{
+    return stream_post(impl, req, err);
+}
+static int t_run(void *impl, int64_t until_ns, char *err) { return stream_run(impl, until_ns, err); }
+static void t_cancel(void *impl, const char *reason) { stream_cancel_all(impl, reason); }
+static int t_active(void *impl) { return stream_active(impl); }
+static int64_t t_now(void *impl)
+{
+    (void)impl;
+    return clock_now_ns();
+}
+
+stream_transport stream_client_transport(stream_client *c)
+{
+    return (stream_transport){c, t_post, t_run, t_cancel, t_active, t_now};
+}
+
+/* ---- blocking helper --------------------------------------------------------------- */
+
+typedef struct body_buf {
+    char *data;
+    size_t len, cap;
+} body_buf;
+
+static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    body_buf *b = userdata;
+    size_t n = size * nmemb;
+    if (b->len + n + 1 > (size_t)16 << 20)
+        return 0; /* curl treats a short write as an error */ /* nothing we ask for is that large */
+    if (grow((void **)&b->data, 1, b->len + n + 1, &b->cap) != 0)
+        return 0; /* curl treats a short write as an error */
+    memcpy(b->data + b->len, ptr, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return n;
+}
+
+int stream_http(const stream_options *opt, const char *method, const char *path, const char *body,
+                int64_t timeout_ns, int *status, char **body_out, char *err)
+{
+    global_init();
+    char base[MAX_URL], url[MAX_URL + 256];
+    stream_base_url(opt->base_url, base, sizeof base);
+    snprintf(url, sizeof url, "%s%s", base, path);
+    struct curl_slist *headers = build_headers(opt, err);
+    if (!headers)
+        return -1;
+    CURL *e = curl_easy_init();
+    if (!e) {
+        curl_slist_free_all(headers);
+        return err_set(err, "curl_easy_init failed");
+    }
+    body_buf b = {0};
+    char curl_err[CURL_ERROR_SIZE] = "";
+    int64_t connect_ns = opt->connect_timeout_ns > 0 ? opt->connect_timeout_ns : 5 * CLOCK_NS_PER_S;
+    if (connect_ns > timeout_ns)
+        connect_ns = timeout_ns;
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, curl_err);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(timeout_ns / CLOCK_NS_PER_MS));
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(connect_ns / CLOCK_NS_PER_MS));
+    if (opt->insecure) {
+        curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
+        curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
+    }
+    if (strcmp(method, "POST") == 0) {
+        curl_easy_setopt(e, CURLOPT_POST, 1L);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, body ? body : "");
+    }
+    CURLcode rc = curl_easy_perform(e);
+    long code = 0, os_errno = 0;
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_getinfo(e, CURLINFO_OS_ERRNO, &os_errno);
+    curl_easy_cleanup(e);
+    curl_slist_free_all(headers);
+    if (rc != CURLE_OK) {
+        free(b.data);
+        /* curl says "Couldn't connect"; the OS says why (refused, unreachable ...). */
+        return err_set(err, "%s %s: %s%s%s%s", method, url, os_errno ? strerror((int)os_errno) : "",
+                       os_errno ? " (" : "", curl_err[0] ? curl_err : curl_easy_strerror(rc),
+                       os_errno ? ")" : "");
+    }
+    *status = (int)code;
+    if (body_out)
+        *body_out = b.data ? b.data : strdup("");
+    else
+        free(b.data);
+    return 0;
+}

@@ -1,0 +1,52 @@
+/* cpu_attn — causal attention over the paged KV cache.
+ *
+ * The unit of work is a tile: query rows of one sequence that share one KV head (the
+ * kv_mul query heads of a grouped-query attention group, for one or more consecutive
+ * tokens). Every row attends to keys 0..pos[row] of its sequence, where keys live in
+ * 16-token blocks named by the sequence's block table (cpu_kv.h has the layout). A prefill
+ * chunk that starts at context c therefore sees the earlier chunks through the table, and a
+ * decode row is a tile of kv_mul rows at one position.
+ *
+ * Three implementations, tested against each other:
+ *   cpu_attn_naive        one query over contiguous keys: scores, softmax, weighted sum
+ *                         (llama2.c; the reference forward uses it)
+ *   cpu_attn_tile_generic the paged tile, one row at a time with an online softmax
+ *   cpu_attn_tile_avx512  the paged tile as a flash-attention kernel: up to 8 rows at once
+ *                         against 16 keys (one vector), exp2 with the scale folded into Q,
+ *                         and the running max only rescaled when a score overtakes it by
+ *                         2^8 (a compare, not a reduction, per row and block)
+ * cpu_attn_run runs the fast one when it applies (AVX-512, head_dim 16, 32, 64 or 128). */
+#ifndef STALLSCOPE_CPU_ATTN_H
+#define STALLSCOPE_CPU_ATTN_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cpu_attn_tile {
+    const float *k;             /* this layer's K of the tile's KV head: (n_blocks, head_dim, 16) */
+    const float *v;             /* its V: (n_blocks, 16, head_dim) */
+    int head_dim;               /* block b starts at b * head_dim * 16 in both */
+    const int32_t *block_table; /* physical block of keys [16 b, 16 b + 16) */
+    int n_rows;
+    const float *const *q;      /* (n_rows,) query vectors of head_dim */
+    float *const *out;          /* (n_rows,) outputs of head_dim */
+    const int32_t *pos;         /* (n_rows,) row r attends to keys 0..pos[r]; non-decreasing */
+    float scale;                /* 1 / sqrt(head_dim) */
+} cpu_attn_tile;
+
+/* out (head_dim) = softmax(q . k_j * scale over j < n_keys) . v_j, with key j at
+ * k + j * stride (and v likewise). att: n_keys floats of scratch. */
+void cpu_attn_naive(float *out, const float *q, const float *k, const float *v, int n_keys,
+                    int stride, int head_dim, float scale, float *att);
+
+void cpu_attn_tile_generic(const cpu_attn_tile *t);
+/* Floats of scratch cpu_attn_tile_avx512 and cpu_attn_run need for a tile. */
+size_t cpu_attn_scratch_floats(int n_rows, int head_dim);
+void cpu_attn_tile_avx512(const cpu_attn_tile *t, float *scratch);
+/* The fast kernel when it applies, else the generic one. */
+void cpu_attn_run(const cpu_attn_tile *t, float *scratch);
+
+/* Key blocks per chunk of the AVX-512 kernel: a chunk of K and V stays in L1/L2 while every
+ * row group of the tile passes over it. */
+#define CPU_ATTN_CHUNK_BLOCKS 8
+
+#endif

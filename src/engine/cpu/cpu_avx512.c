@@ -1,0 +1,471 @@
+/* cpu_avx512 — the AVX-512 kernels: the small-batch GEMM, exp2 and the attention tile.
+ * Compiled for AVX-512 by function attribute (no -march for the whole build); callers
+ * check cpu_simd_enabled() first. Each kernel has a plain reference in cpu_kernels.c or
+ * cpu_attn.c that the tests compare it with. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "engine/cpu/cpu_attn.h"
+#include "engine/cpu/cpu_kernels.h"
+
+#define TGT __attribute__((target("avx512f,avx512dq,avx512vl,avx2,fma")))
+#define INLINE static inline __attribute__((always_inline)) TGT
+
+/* ---- horizontal sums ------------------------------------------------------------- */
+
+/* Four vectors to one: lane group g (4 floats) of the result holds, for a..d, the sum of
+ * their 4-float lane group g. */
+INLINE __m512 sum4_by_lane(__m512 a, __m512 b, __m512 c, __m512 d)
+{
+    const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+    const __m512 lo = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(ab), _mm512_castps_pd(cd)));
+    const __m512 hi = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(ab), _mm512_castps_pd(cd)));
+    return _mm512_add_ps(lo, hi);
+}
+
+/* r[i] = horizontal sum of acc[i], for 16 vectors (a transposing reduction: 45 operations
+ * instead of 16 separate reductions). */
+INLINE __m512 sum16(const __m512 *acc)
+{
+    const __m512 t0 = sum4_by_lane(acc[0], acc[1], acc[2], acc[3]);
+    const __m512 t1 = sum4_by_lane(acc[4], acc[5], acc[6], acc[7]);
+    const __m512 t2 = sum4_by_lane(acc[8], acc[9], acc[10], acc[11]);
+    const __m512 t3 = sum4_by_lane(acc[12], acc[13], acc[14], acc[15]);
+    const __m512 w0 = _mm512_add_ps(_mm512_shuffle_f32x4(t0, t1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                    _mm512_shuffle_f32x4(t0, t1, _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512 w1 = _mm512_add_ps(_mm512_shuffle_f32x4(t2, t3, _MM_SHUFFLE(2, 0, 2, 0)),
+                                    _mm512_shuffle_f32x4(t2, t3, _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(w0, w1, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(w0, w1, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* ---- small-batch GEMM ------------------------------------------------------------ */
+
+/* One tile: RM rows of X against RN rows of W (RM x RN = 16 dot products of length k),
+ * out[i * RN + j] = x_i . w_j. Rows past the end are clamped to the last valid one (the
+ * caller does not store them). */
+INLINE void gemm_tile(const float *x, int ldx, int rows_x, const float *w, int rows_w, int k,
+                      int RM, int RN, float *out)
+{
+    __m512 acc[16];
+    const float *xr[16];
+    const float *wr[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++)
+        acc[i] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int i = 0; i < RM; i++)
+        xr[i] = x + (size_t)(i < rows_x ? i : rows_x - 1) * ldx;
+#pragma GCC unroll 16
+    for (int j = 0; j < RN; j++)
+        wr[j] = w + (size_t)(j < rows_w ? j : rows_w - 1) * k;
+    int p = 0;
+    for (; p + 16 <= k; p += 16) {
+        if (RN <= 8) {
+            __m512 wv[8];
+#pragma GCC unroll 8
+            for (int j = 0; j < RN; j++)
+                wv[j] = _mm512_loadu_ps(wr[j] + p);
+#pragma GCC unroll 4
+            for (int i = 0; i < RM; i++) {
+                const __m512 xv = _mm512_loadu_ps(xr[i] + p);
+#pragma GCC unroll 8
+                for (int j = 0; j < RN; j++)
+                    acc[i * RN + j] = _mm512_fmadd_ps(xv, wv[j], acc[i * RN + j]);
+            }
+        } else {
+            const __m512 xv = _mm512_loadu_ps(xr[0] + p);
+#pragma GCC unroll 16
+            for (int j = 0; j < RN; j++)
+                acc[j] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(wr[j] + p), acc[j]);
+        }
+    }
+    if (p < k) {
+        const __mmask16 tail = (__mmask16)((1u << (k - p)) - 1);
+#pragma GCC unroll 4
+        for (int i = 0; i < RM; i++) {
+            const __m512 xv = _mm512_maskz_loadu_ps(tail, xr[i] + p);
+#pragma GCC unroll 16
+            for (int j = 0; j < RN; j++)
+                acc[i * RN + j] =
+                    _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(tail, wr[j] + p), acc[i * RN + j]);
+        }
+    }
+    _mm512_storeu_ps(out, sum16(acc));
+}
+
+INLINE void store_tile(float *y, int ldy, const float *out, int rows_x, int rows_w, int RM,
+                       int RN, bool accumulate)
+{
+    for (int i = 0; i < RM && i < rows_x; i++) {
+        float *yr = y + (size_t)i * ldy;
+        for (int j = 0; j < RN && j < rows_w; j++)
+            yr[j] = accumulate ? yr[j] + out[i * RN + j] : out[i * RN + j];
+    }
+}
+
+/* W is walked in blocks of 16 rows (16 k floats, in L1/L2 after the first tile); every row
+ * group of X passes over the block, so W streams from memory once per call. While a block
+ * computes, the next one (contiguous: rows follow each other) is prefetched into L2, its
+ * lines spread evenly over the block's tiles: without it a block's loads only start when
+ * its compute does, and time is memory plus compute instead of the larger of the two. */
+TGT void cpu_gemm_small_avx512(float *y, int ldy, const float *x, int ldx, const float *w,
+                               int m, int n0, int n1, int k, bool accumulate)
+{
+    float out[16] __attribute__((aligned(64)));
+    /* tiles per block: 4 per group of 4 rows, 2 for a pair, 1 for a single row */
+    const int tiles = (m / 4) * 4 + ((m % 4) >= 2 ? 2 : 0) + ((m % 4) % 2);
+    for (int n = n0; n < n1; n += 16) {
+        const float *wb = w + (size_t)n * k;
+        const int rows_w = n1 - n < 16 ? n1 - n : 16;
+        const int next_rows = n1 - n - 16 < 16 ? n1 - n - 16 : 16; /* <= 0: none */
+        const char *next = (const char *)(wb + (size_t)16 * k);
+        const size_t next_lines = next_rows > 0 ? ((size_t)next_rows * k * sizeof(float) + 63) / 64 : 0;
+        const size_t lines_per_tile = (next_lines + (size_t)tiles - 1) / (size_t)tiles;
+        size_t line = 0;
+#define PREFETCH_SHARE()                                                                     \
+        for (size_t end_ = line + lines_per_tile; line < end_ && line < next_lines; line++)  \
+            _mm_prefetch(next + line * 64, _MM_HINT_T1)
+        int i = 0;
+        for (; i + 4 <= m; i += 4)
+            for (int j = 0; j < 16; j += 4) {
+                PREFETCH_SHARE();
+                if (j >= rows_w)
+                    continue;
+                gemm_tile(x + (size_t)i * ldx, ldx, 4, wb + (size_t)j * k, rows_w - j, k, 4, 4, out);
+                store_tile(y + (size_t)i * ldy + n + j, ldy, out, 4, rows_w - j, 4, 4, accumulate);
+            }
+        if (m - i >= 2) {
+            for (int j = 0; j < 16; j += 8) {
+                PREFETCH_SHARE();
+                if (j >= rows_w)
+                    continue;
+                gemm_tile(x + (size_t)i * ldx, ldx, 2, wb + (size_t)j * k, rows_w - j, k, 2, 8, out);
+                store_tile(y + (size_t)i * ldy + n + j, ldy, out, 2, rows_w - j, 2, 8, accumulate);
+            }
+            i += 2;
+        }
+        if (m - i == 1) {
+            PREFETCH_SHARE();
+            gemm_tile(x + (size_t)i * ldx, ldx, 1, wb, rows_w, k, 1, 16, out);
+            store_tile(y + (size_t)i * ldy + n, ldy, out, 1, rows_w, 1, 16, accumulate);
+        }
+#undef PREFETCH_SHARE
+    }
+}
+
+/* ---- streaming read ---------------------------------------------------------------- */
+
+float cpu_stream_sum_avx512(const float *x, size_t n);
+
+TGT float cpu_stream_sum_avx512(const float *x, size_t n)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        a0 = _mm512_add_ps(a0, _mm512_loadu_ps(x + i));
+        a1 = _mm512_add_ps(a1, _mm512_loadu_ps(x + i + 16));
+        a2 = _mm512_add_ps(a2, _mm512_loadu_ps(x + i + 32));
+        a3 = _mm512_add_ps(a3, _mm512_loadu_ps(x + i + 48));
+    }
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    for (; i < n; i++)
+        sum += x[i];
+    return sum;
+}
+
+/* ---- exp2 ------------------------------------------------------------------------ */
+
+/* 2^x = 2^n * 2^f with n = round(x), |f| <= 1/2: 2^f by its degree-7 Taylor polynomial in
+ * f ln 2 (relative error below 1e-8 before rounding), 2^n by vscalefps. Inputs below -127
+ * give 2^-127 (callers mask what must be zero). */
+INLINE __m512 exp2_ps(__m512 x)
+{
+    x = _mm512_max_ps(x, _mm512_set1_ps(-127.0f));
+    const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(x, n);
+    __m512 p = _mm512_set1_ps(1.525273380405984e-05f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.5403530393381606e-04f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-03f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618129107628477e-03f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550410866482158e-02f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402265069591007e-01f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471805599453e-01f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+TGT void cpu_exp2_avx512(float *out, const float *in, int n)
+{
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(out + i, exp2_ps(_mm512_loadu_ps(in + i)));
+    if (i < n) {
+        const __mmask16 tail = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(out + i, tail, exp2_ps(_mm512_maskz_loadu_ps(tail, in + i)));
+    }
+}
+
+/* silu(g) * u = g / (1 + 2^(-g log2 e)) * u */
+TGT void cpu_swiglu_avx512(float *out, const float *gate, const float *up, int n)
+{
+    const __m512 neg_log2e = _mm512_set1_ps(-1.4426950408889634f);
+    const __m512 one = _mm512_set1_ps(1.0f);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 g = _mm512_loadu_ps(gate + i);
+        const __m512 e = exp2_ps(_mm512_mul_ps(g, neg_log2e));
+        const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, e));
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(silu, _mm512_loadu_ps(up + i)));
+    }
+    if (i < n) {
+        const __mmask16 tail = (__mmask16)((1u << (n - i)) - 1);
+        const __m512 g = _mm512_maskz_loadu_ps(tail, gate + i);
+        const __m512 e = exp2_ps(_mm512_mul_ps(g, neg_log2e));
+        const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, e));
+        _mm512_mask_storeu_ps(out + i, tail, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(tail, up + i)));
+    }
+}
+
+/* ---- sampling -------------------------------------------------------------------- */
+
+TGT float cpu_max_avx512(const float *x, int n)
+{
+    __m512 best = _mm512_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        best = _mm512_max_ps(best, _mm512_loadu_ps(x + i));
+    float top = _mm512_reduce_max_ps(best);
+    for (; i < n; i++)
+        top = x[i] > top ? x[i] : top;
+    return top;
+}
+
+TGT double cpu_exp_weights_avx512(float *x, int n, float max, float inv_temperature,
+                                  double *chunk_sums)
+{
+    const __m512 scale = _mm512_set1_ps(inv_temperature * 1.4426950408889634f);
+    const __m512 shift = _mm512_set1_ps(max);
+    double total = 0;
+    for (int c = 0; c * CPU_SAMPLE_CHUNK < n; c++) {
+        const int lo = c * CPU_SAMPLE_CHUNK;
+        const int hi = lo + CPU_SAMPLE_CHUNK < n ? lo + CPU_SAMPLE_CHUNK : n;
+        __m512 sum = _mm512_setzero_ps();
+        int i = lo;
+        for (; i + 16 <= hi; i += 16) {
+            const __m512 e = exp2_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), shift), scale));
+            _mm512_storeu_ps(x + i, e);
+            sum = _mm512_add_ps(sum, e);
+        }
+        if (i < hi) {
+            const __mmask16 tail = (__mmask16)((1u << (hi - i)) - 1);
+            const __m512 v = _mm512_maskz_loadu_ps(tail, x + i);
+            const __m512 e = _mm512_maskz_mov_ps(tail, exp2_ps(_mm512_mul_ps(_mm512_sub_ps(v, shift), scale)));
+            _mm512_mask_storeu_ps(x + i, tail, e);
+            sum = _mm512_add_ps(sum, e);
+        }
+        chunk_sums[c] = _mm512_reduce_add_ps(sum);
+        total += chunk_sums[c];
+    }
+    return total;
+}
+
+/* ---- attention ------------------------------------------------------------------- */
+
+/* A score may exceed the running max by this much (log2 units) before the max is raised
+ * and the sums rescaled: terms stay below 2^8, far from overflow. */
+#define LAZY_MAX 8.0f
+/* Blocks ahead to prefetch. */
+#define ATTN_PREFETCH 3
+
+typedef struct attn_state {
+    float *qs;  /* (n_rows, hd) q * scale * log2(e) */
+    float *m;   /* (n_rows,) running max, log2 units */
+    float *l;   /* (n_rows, 16) running sums, one per lane */
+    float *o;   /* (n_rows, hd) unnormalised output */
+    float *p;   /* (8, 16) probabilities of the current block */
+} attn_state;
+
+/* Rows [row0, row0 + R) against key blocks [b0, b1); blocks up to b_end exist for the
+ * group (the next one is prefetched while this one computes). DV = head_dim / 16. */
+INLINE void attn_group(const cpu_attn_tile *t, const attn_state *st, int row0, int b0, int b1,
+                       int b_end, int R, int DV)
+{
+    const int hd = DV * 16;
+    const float *k_head = t->k;
+    const float *v_head = t->v;
+    const int32_t *pos = t->pos + row0;
+    const float *qs = st->qs + (size_t)row0 * hd;
+    float *m = st->m + row0;
+    float *l = st->l + (size_t)row0 * 16;
+    float *o = st->o + (size_t)row0 * hd;
+    float *pb = st->p;
+    const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int dv = 0; dv < DV; dv++)
+            acc[r * DV + dv] = _mm512_load_ps(o + (size_t)r * hd + dv * 16);
+
+    for (int b = b0; b < b1; b++) {
+        const size_t block = (size_t)t->block_table[b] * hd * 16;
+        const float *kt = k_head + block;
+        const float *vb = v_head + block;
+        const int key0 = b * 16;
+        const bool masked = key0 + 15 > pos[0];
+        /* Decode rows stream every block from memory once: fetch the lines (hd of K, hd of
+         * V) of the block ATTN_PREFETCH ahead, one pair per step of the score loop; one
+         * block of compute is shorter than a memory round trip. */
+        const float *kt_next = kt, *vb_next = vb;
+        if (b + ATTN_PREFETCH < b_end) {
+            const size_t next = (size_t)t->block_table[b + ATTN_PREFETCH] * hd * 16;
+            kt_next = k_head + next;
+            vb_next = v_head + next;
+        }
+
+        __m512 s[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            s[r] = _mm512_setzero_ps();
+        for (int d = 0; d < hd; d++) {
+            _mm_prefetch((const char *)(kt_next + d * 16), _MM_HINT_T0);
+            _mm_prefetch((const char *)(vb_next + d * 16), _MM_HINT_T0);
+            const __m512 kd = _mm512_load_ps(kt + d * 16);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++)
+                s[r] = _mm512_fmadd_ps(_mm512_set1_ps(qs[(size_t)r * hd + d]), kd, s[r]);
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __mmask16 valid = 0xFFFF;
+            if (masked) {
+                const int n_valid = pos[r] - key0 + 1;
+                valid = n_valid >= 16 ? 0xFFFF : n_valid <= 0 ? 0 : (__mmask16)((1u << n_valid) - 1);
+                s[r] = _mm512_mask_mov_ps(neg_inf, valid, s[r]);
+            }
+            if (_mm512_cmp_ps_mask(s[r], _mm512_set1_ps(m[r] + LAZY_MAX), _CMP_GT_OQ)) {
+                const float top = _mm512_reduce_max_ps(s[r]);
+                const float new_max = top > m[r] ? top : m[r];
+                const __m512 factor = _mm512_set1_ps(exp2f(m[r] - new_max));
+#pragma GCC unroll 8
+                for (int dv = 0; dv < DV; dv++)
+                    acc[r * DV + dv] = _mm512_mul_ps(acc[r * DV + dv], factor);
+                _mm512_store_ps(l + r * 16, _mm512_mul_ps(_mm512_load_ps(l + r * 16), factor));
+                m[r] = new_max;
+            }
+            __m512 p = exp2_ps(_mm512_sub_ps(s[r], _mm512_set1_ps(m[r])));
+            if (masked)
+                p = _mm512_maskz_mov_ps(valid, p);
+            _mm512_store_ps(l + r * 16, _mm512_add_ps(_mm512_load_ps(l + r * 16), p));
+            _mm512_store_ps(pb + r * 16, p);
+        }
+        for (int j = 0; j < 16; j++) {
+            __m512 vj[8];
+#pragma GCC unroll 8
+            for (int dv = 0; dv < DV; dv++)
+                vj[dv] = _mm512_load_ps(vb + (size_t)j * hd + dv * 16);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                const __m512 pj = _mm512_set1_ps(pb[r * 16 + j]);
+#pragma GCC unroll 8
+                for (int dv = 0; dv < DV; dv++)
+                    acc[r * DV + dv] = _mm512_fmadd_ps(pj, vj[dv], acc[r * DV + dv]);
+            }
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int dv = 0; dv < DV; dv++)
+            _mm512_store_ps(o + (size_t)r * hd + dv * 16, acc[r * DV + dv]);
+}
+
+#define GROUP_CASE(RR, DVV)                                                                  \
+    case RR:                                                                                 \
+        attn_group(t, st, row0, b0, b1, b_end, RR, DVV);                                     \
+        break
+
+static TGT void attn_group_dv1(const cpu_attn_tile *t, const attn_state *st, int row0, int b0,
+                               int b1, int b_end, int R)
+{
+    switch (R) {
+        GROUP_CASE(1, 1); GROUP_CASE(2, 1); GROUP_CASE(3, 1); GROUP_CASE(4, 1);
+        GROUP_CASE(5, 1); GROUP_CASE(6, 1); GROUP_CASE(7, 1); default: attn_group(t, st, row0, b0, b1, b_end, 8, 1);
+    }
+}
+static TGT void attn_group_dv2(const cpu_attn_tile *t, const attn_state *st, int row0, int b0,
+                               int b1, int b_end, int R)
+{
+    switch (R) {
+        GROUP_CASE(1, 2); GROUP_CASE(2, 2); GROUP_CASE(3, 2); GROUP_CASE(4, 2);
+        GROUP_CASE(5, 2); GROUP_CASE(6, 2); GROUP_CASE(7, 2); default: attn_group(t, st, row0, b0, b1, b_end, 8, 2);
+    }
+}
+static TGT void attn_group_dv4(const cpu_attn_tile *t, const attn_state *st, int row0, int b0,
+                               int b1, int b_end, int R)
+{
+    switch (R) {
+        GROUP_CASE(1, 4); GROUP_CASE(2, 4); GROUP_CASE(3, 4); default: attn_group(t, st, row0, b0, b1, b_end, 4, 4);
+    }
+}
+static TGT void attn_group_dv8(const cpu_attn_tile *t, const attn_state *st, int row0, int b0,
+                               int b1, int b_end, int R)
+{
+    switch (R) {
+        GROUP_CASE(1, 8); default: attn_group(t, st, row0, b0, b1, b_end, 2, 8);
+    }
+}
+
+static float *align64(float *p)
+{
+    return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+}
+
+TGT void cpu_attn_tile_avx512(const cpu_attn_tile *t, float *scratch)
+{
+    const int hd = t->head_dim, n = t->n_rows, dv = hd / 16;
+    const int group_rows = dv == 8 ? 2 : dv == 4 ? 4 : 8;
+    /* scale * log2(e): scores come out in log2 units for exp2 */
+    const float qscale = t->scale * 1.4426950408889634f;
+    attn_state st;
+    st.p = align64(scratch);
+    st.qs = st.p + 8 * 16;
+    st.o = st.qs + (size_t)n * hd;
+    st.l = st.o + (size_t)n * hd;
+    st.m = st.l + (size_t)n * 16;
+    for (int r = 0; r < n; r++) {
+        for (int d = 0; d < hd; d++) {
+            st.qs[(size_t)r * hd + d] = t->q[r][d] * qscale;
+            st.o[(size_t)r * hd + d] = 0;
+        }
+        memset(st.l + (size_t)r * 16, 0, 16 * sizeof(float));
+        st.m[r] = -INFINITY;
+    }
+    const int n_blocks = t->pos[n - 1] / 16 + 1;
+    for (int c0 = 0; c0 < n_blocks; c0 += CPU_ATTN_CHUNK_BLOCKS) {
+        const int c1 = c0 + CPU_ATTN_CHUNK_BLOCKS < n_blocks ? c0 + CPU_ATTN_CHUNK_BLOCKS : n_blocks;
+        for (int row0 = 0; row0 < n; row0 += group_rows) {
+            const int rows = n - row0 < group_rows ? n - row0 : group_rows;
+            const int last = t->pos[row0 + rows - 1] / 16 + 1;
+            const int b1 = c1 < last ? c1 : last;
+            if (c0 >= b1)
+                continue;
+            switch (dv) {
+            case 1: attn_group_dv1(t, &st, row0, c0, b1, last, rows); break;
+            case 2: attn_group_dv2(t, &st, row0, c0, b1, last, rows); break;
+            case 4: attn_group_dv4(t, &st, row0, c0, b1, last, rows); break;
+            default: attn_group_dv8(t, &st, row0, c0, b1, last, rows); break;
+            }
+        }
+    }
+    for (int r = 0; r < n; r++) {
+        const float inv = 1.0f / _mm512_reduce_add_ps(_mm512_load_ps(st.l + (size_t)r * 16));
+        for (int d = 0; d < hd; d++)
+            t->out[r][d] = st.o[(size_t)r * hd + d] * inv;
+    }
+}

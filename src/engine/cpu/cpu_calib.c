@@ -1,0 +1,294 @@
+#include "engine/cpu/cpu_calib.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/err.h"
+#include "common/rng.h"
+#include "engine/cpu/cpu_attn.h"
+#include "engine/cpu/cpu_forward.h"
+#include "engine/cpu/cpu_kernels.h"
+#include "engine/cpu/cpu_kv.h"
+
+float cpu_stream_sum_avx512(const float *x, size_t n);
+
+float cpu_stream_sum(const float *x, size_t n)
+{
+    if (cpu_simd_enabled())
+        return cpu_stream_sum_avx512(x, n);
+    float lanes[16] = {0};
+    for (size_t i = 0; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++)
+            lanes[j] += x[i + j];
+    float sum = 0;
+    for (int j = 0; j < 16; j++)
+        sum += lanes[j];
+    return sum;
+}
+
+static float *random_floats(size_t n, uint64_t seed)
+{
+    float *x = NULL;
+    if (posix_memalign((void **)&x, 64, n * sizeof(float)) != 0)
+        return NULL;
+    uint64_t state = seed;
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(rng_uniform(&state) - 0.5);
+    return x;
+}
+
+/* Repeat fn until min_seconds have passed (at least 3 times); the fastest run, ns. */
+#define BEST_OF(min_seconds, best_ns, body)                                                  \
+    do {                                                                                     \
+        const int64_t until_ = clock_now_ns() + (int64_t)((min_seconds) * 1e9);             \
+        best_ns = INT64_MAX;                                                                 \
+        for (int rep_ = 0; rep_ < 3 || clock_now_ns() < until_; rep_++) {                   \
+            const int64_t t0_ = clock_now_ns();                                              \
+            body;                                                                            \
+            const int64_t dt_ = clock_now_ns() - t0_;                                        \
+            best_ns = dt_ < best_ns ? dt_ : best_ns;                                         \
+        }                                                                                    \
+    } while (0)
+
+int cpu_calib_gemm(cpu_pool *pool, int rows, double min_seconds, double *flops, char *err)
+{
+    const int dim = 256, ffn = 768;
+    float *x = random_floats((size_t)rows * ffn, 1);
+    float *w1 = random_floats((size_t)ffn * dim, 2);
+    float *w2 = random_floats((size_t)dim * ffn, 3);
+    float *y = random_floats((size_t)rows * ffn, 4);
+    int rc = -1;
+    if (!x || !w1 || !w2 || !y) {
+        err_set(err, "out of memory for the GEMM probe");
+        goto done;
+    }
+    int64_t best;
+    BEST_OF(min_seconds, best, {
+        cpu_gemm(pool, y, ffn, x, dim, w1, rows, ffn, dim, false);  /* (rows, 256) -> 768 */
+        cpu_gemm(pool, x, dim, y, ffn, w2, rows, dim, ffn, false);  /* (rows, 768) -> 256 */
+    });
+    *flops = 2.0 * 2.0 * rows * dim * ffn / (best / 1e9);
+    rc = 0;
+done:
+    free(x);
+    free(w1);
+    free(w2);
+    free(y);
+    return rc;
+}
+
+typedef struct attn_probe {
+    const cpu_kv *kv;
+    const cpu_kv_seq *seq;
+    const float *q;
+    float *out;
+    float **scratch;
+    int head_dim, kv_mul, n_tokens, tile_tokens;
+} attn_probe;
+
+static void attn_probe_task(void *arg, int task, int thread)
+{
+    const attn_probe *p = arg;
+    /* heaviest tiles first, as the forward pass orders them */
+    const int n_tiles = (p->n_tokens + p->tile_tokens - 1) / p->tile_tokens;
+    const int tile = n_tiles - 1 - task;
+    const int t0 = tile * p->tile_tokens;
+    const int tokens = p->n_tokens - t0 < p->tile_tokens ? p->n_tokens - t0 : p->tile_tokens;
+    const float *q[256];
+    float *out[256];
+    int32_t pos[256];
+    int n = 0;
+    for (int t = t0; t < t0 + tokens; t++)
+        for (int h = 0; h < p->kv_mul; h++, n++) {
+            q[n] = p->q + ((size_t)t * p->kv_mul + h) * p->head_dim;
+            out[n] = p->out + ((size_t)t * p->kv_mul + h) * p->head_dim;
+            pos[n] = t;
+        }
+    const cpu_attn_tile at = {cpu_kv_head_k(p->kv, 0, 0), cpu_kv_head_v(p->kv, 0, 0),
+                              p->head_dim, p->seq->blocks, n, q, out, pos,
+                              1.0f / sqrtf((float)p->head_dim)};
+    cpu_attn_run(&at, p->scratch[thread]);
+}
+
+int cpu_calib_attention(cpu_pool *pool, int head_dim, int n_tokens, double min_seconds,
+                        double *flops, char *err)
+{
+    const int kv_mul = 4, tile_tokens = 16;
+    const int threads = cpu_pool_threads(pool);
+    cpu_config c = {.dim = head_dim, .hidden_dim = 16, .n_layers = 1, .n_heads = kv_mul,
+                    .n_kv_heads = 1, .head_dim = head_dim, .vocab_size = 16,
+                    .max_seq_len = n_tokens};
+    cpu_kv kv;
+    cpu_kv_seq seq = {0};
+    int rc = -1;
+    float *q = random_floats((size_t)n_tokens * kv_mul * head_dim, 5);
+    float *out = random_floats((size_t)n_tokens * kv_mul * head_dim, 6);
+    float *k = random_floats((size_t)head_dim, 7);
+    float **scratch = calloc((size_t)threads, sizeof *scratch);
+    if (cpu_kv_init(&kv, &c, (n_tokens + 15) / 16, err) != 0) {
+        free(q), free(out), free(k), free(scratch);
+        return -1;
+    }
+    if (!q || !out || !k || !scratch || cpu_kv_reserve(&kv, &seq, n_tokens, err) != 0) {
+        err_set(err, "out of memory for the attention probe");
+        goto done;
+    }
+    for (int t = 0; t < threads; t++)
+        if (!(scratch[t] = malloc(sizeof(float) * cpu_attn_scratch_floats(tile_tokens * kv_mul, head_dim)))) {
+            err_set(err, "out of memory for the attention probe");
+            goto done;
+        }
+    for (int p = 0; p < n_tokens; p++)
+        cpu_kv_write(&kv, 0, &seq, p, k, k);
+    attn_probe probe = {&kv, &seq, q, out, scratch, head_dim, kv_mul, n_tokens, tile_tokens};
+    const int n_tiles = (n_tokens + tile_tokens - 1) / tile_tokens;
+    int64_t best;
+    BEST_OF(min_seconds, best, cpu_pool_run(pool, n_tiles, attn_probe_task, &probe));
+    /* the cost model's count: 4 d per (query, key) pair, d = heads x head_dim */
+    const double pairs = (double)n_tokens * (n_tokens + 1) / 2;
+    *flops = 4.0 * kv_mul * head_dim * pairs / (best / 1e9);
+    rc = 0;
+done:
+    if (scratch)
+        for (int t = 0; t < threads; t++)
+            free(scratch[t]);
+    free(scratch);
+    free(q);
+    free(out);
+    free(k);
+    cpu_kv_release(&kv, &seq);
+    cpu_kv_seq_free(&seq);
+    cpu_kv_free(&kv);
+    return rc;
+}
+
+typedef struct stream_probe {
+    const float *x;
+    size_t per_task;
+    float sums[64];
+} stream_probe;
+
+static void stream_task(void *arg, int task, int thread)
+{
+    stream_probe *p = arg;
+    p->sums[thread % 64] += cpu_stream_sum(p->x + (size_t)task * p->per_task, p->per_task);
+}
+
+int cpu_calib_bandwidth(cpu_pool *pool, double min_seconds, double *bytes_per_s, char *err)
+{
+    const size_t n = (size_t)64 << 20; /* 256 MB of floats: far past any cache */
+    float *x = random_floats(n, 8);
+    if (!x)
+        return err_set(err, "out of memory for the bandwidth probe");
+    const int tasks = cpu_pool_threads(pool) * 8;
+    stream_probe p = {x, n / (size_t)tasks, {0}};
+    int64_t best;
+    BEST_OF(min_seconds, best, cpu_pool_run(pool, tasks, stream_task, &p));
+    *bytes_per_s = (double)p.per_task * tasks * sizeof(float) / (best / 1e9);
+    free(x);
+    return 0;
+}
+
+int cpu_calib_run(cpu_pool *pool, double min_seconds, cpu_calib *out, char *err)
+{
+    memset(out, 0, sizeof *out);
+    out->threads = cpu_pool_threads(pool);
+    if (cpu_calib_gemm(pool, 4096, min_seconds, &out->gemm_flops, err) != 0 ||
+        cpu_calib_gemm(pool, 32, min_seconds, &out->small_gemm_flops, err) != 0 ||
+        cpu_calib_attention(pool, 32, 4096, min_seconds, &out->attention_flops, err) != 0 ||
+        cpu_calib_bandwidth(pool, min_seconds, &out->mem_bandwidth, err) != 0)
+        return -1;
+    return 0;
+}
+
+int cpu_calib_model(cpu_pool *pool, const cost_arch *arch, int batch, int context,
+                    int prompt_tokens, double min_seconds, double *decode_ns, double *prefill_ns,
+                    char *err)
+{
+    cpu_config c;
+    cpu_model m;
+    cpu_runstate rs;
+    cpu_kv kv;
+    memset(&m, 0, sizeof m);
+    memset(&rs, 0, sizeof rs);
+    memset(&kv, 0, sizeof kv);
+    if (cpu_config_from_arch(arch, 1, 0, &c, err) != 0)
+        return -1;
+    const int64_t blocks = (int64_t)batch * (7 * context / 4 / 16 + 2) + prompt_tokens / 16 + 2;
+    cpu_kv_seq *seqs = calloc((size_t)batch + 1, sizeof *seqs);
+    cpu_batch_seq *steps = calloc((size_t)batch, sizeof *steps);
+    int32_t *ids = calloc((size_t)(prompt_tokens > batch ? prompt_tokens : batch), sizeof *ids);
+    int rc = -1;
+    if (!seqs || !steps || !ids) {
+        err_set(err, "out of memory for the model probe");
+        goto done;
+    }
+    if (cpu_build_model(&m, &c, err) != 0 ||
+        cpu_build_runstate(&rs, &m, cpu_pool_threads(pool), err) != 0 ||
+        cpu_kv_init(&kv, &c, blocks, err) != 0)
+        goto done;
+    for (int i = 0; i < (prompt_tokens > batch ? prompt_tokens : batch); i++)
+        ids[i] = (int32_t)((i * 7919) % c.vocab_size);
+    /* decode as a server runs it: contexts spread evenly over [context / 4, 7 context / 4]
+     * (mean `context`), blocks handed out round-robin as sequences that grow together get
+     * them, so each sequence's pages are scattered. The keys are not computed (a step's
+     * time does not depend on what they hold), only zeroed. */
+    int most = 0;
+    for (int i = 0; i < batch; i++) {
+        const int ctx = batch > 1 ? context / 4 + (int)((int64_t)3 * context / 2 * i / (batch - 1))
+                                  : context;
+        steps[i] = (cpu_batch_seq){ids + i, ctx, 1, &seqs[i], true};
+        most = ctx + 1 > most ? ctx + 1 : most;
+    }
+    for (int upto = 16; upto < most + 16; upto += 16)
+        for (int i = 0; i < batch; i++) {
+            const int want = steps[i].context + 1 < upto ? steps[i].context + 1 : upto;
+            if (cpu_kv_reserve(&kv, &seqs[i], want, err) != 0)
+                goto done;
+        }
+    for (int i = 0; i < batch; i++)
+        for (int l = 0; l < c.n_layers; l++)
+            for (int h = 0; h < c.n_kv_heads; h++)
+                for (int b = 0; b < seqs[i].n_blocks; b++)
+                    memset((float *)cpu_kv_head_k(&kv, l, h) + (size_t)seqs[i].blocks[b] * kv.block_floats,
+                           0, kv.block_floats * sizeof(float));
+    int64_t best;
+    if (cpu_forward(&m, &rs, &kv, pool, steps, batch, err) != 0) /* warm */
+        goto done;
+    BEST_OF(min_seconds, best, cpu_forward(&m, &rs, &kv, pool, steps, batch, err));
+    *decode_ns = (double)best;
+    *prefill_ns = 0;
+    if (prompt_tokens > 0) {
+        cpu_kv_seq *p = &seqs[batch];
+        best = INT64_MAX;
+        for (int rep = 0; rep < 2; rep++) {
+            if (cpu_kv_reserve(&kv, p, prompt_tokens, err) != 0)
+                goto done;
+            const cpu_batch_seq prompt = {ids, 0, prompt_tokens, p, true};
+            const int64_t t0 = clock_now_ns();
+            if (cpu_forward(&m, &rs, &kv, pool, &prompt, 1, err) != 0)
+                goto done;
+            const int64_t dt = clock_now_ns() - t0;
+            best = dt < best ? dt : best;
+            cpu_kv_release(&kv, p);
+        }
+        *prefill_ns = (double)best;
+    }
+    rc = 0;
+done:
+    if (seqs)
+        for (int i = 0; i <= batch; i++) {
+            if (kv.n_blocks)
+                cpu_kv_release(&kv, &seqs[i]);
+            cpu_kv_seq_free(&seqs[i]);
+        }
+    free(seqs);
+    free(steps);
+    free(ids);
+    cpu_kv_free(&kv);
+    cpu_free_runstate(&rs);
+    cpu_free_model(&m);
+    return rc;
+}

@@ -1,0 +1,46 @@
+/* cpu_calib — what this CPU sustains, measured with the engine's own kernels: the numbers
+ * a hardware profile (stallscope calibrate) gives the cost model, and the rooflines the
+ * benchmark compares the engine with.
+ *
+ *   gemm FLOP/s       cpu_gemm (OpenBLAS SGEMM split over the pool) on prefill-sized
+ *                     products: 4096 rows x (256 -> 768) and (768 -> 256), 2 m n k FLOPs
+ *   attention FLOP/s  the attention kernel on a causal prefill of 4096 tokens, counted as
+ *                     the cost model counts it (4 head_dim FLOPs per query-key pair)
+ *   bandwidth         streaming read of a 256 MB buffer split over the pool (bytes/s)
+ *   small-batch GEMM  cpu_gemm with 32 rows (a decode step's shape), FLOP/s
+ * Each figure is the best of several repetitions over at least min_seconds. */
+#ifndef STALLSCOPE_CPU_CALIB_H
+#define STALLSCOPE_CPU_CALIB_H
+
+#include <stddef.h>
+
+#include "engine/cost.h"
+#include "engine/cpu/cpu_pool.h"
+
+typedef struct cpu_calib {
+    int threads;
+    double gemm_flops;
+    double attention_flops;
+    double mem_bandwidth;
+    double small_gemm_flops;
+} cpu_calib;
+
+int cpu_calib_gemm(cpu_pool *pool, int rows, double min_seconds, double *flops, char *err);
+int cpu_calib_attention(cpu_pool *pool, int head_dim, int n_tokens, double min_seconds,
+                        double *flops, char *err);
+int cpu_calib_bandwidth(cpu_pool *pool, double min_seconds, double *bytes_per_s, char *err);
+/* All of the above. */
+int cpu_calib_run(cpu_pool *pool, double min_seconds, cpu_calib *out, char *err);
+
+/* The engine's own step times for a model (synthetic weights): the best decode step of
+ * `batch` sequences whose contexts spread evenly around a mean of `context` tokens (their
+ * blocks interleaved, as in a server), and a one-shot prefill of prompt_tokens (0:
+ * skipped), ns. */
+int cpu_calib_model(cpu_pool *pool, const cost_arch *arch, int batch, int context,
+                    int prompt_tokens, double min_seconds, double *decode_ns, double *prefill_ns,
+                    char *err);
+
+/* A sum over n floats as fast as memory delivers them (the bandwidth probe). */
+float cpu_stream_sum(const float *x, size_t n);
+
+#endif

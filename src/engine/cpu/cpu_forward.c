@@ -1,0 +1,470 @@
+#include "engine/cpu/cpu_forward.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "engine/cpu/cpu_attn.h"
+#include "engine/cpu/cpu_kernels.h"
+
+/* Rows of a row-wise section (norms, RoPE, SwiGLU) per task. */
+#define ROWS_PER_TASK 64
+/* Query rows of an attention tile: tokens x kv_mul, about this many. */
+#define TILE_ROWS 64
+
+/* ---- model ----------------------------------------------------------------------- */
+
+int cpu_build_model(cpu_model *m, const cpu_config *c, char *err)
+{
+    memset(m, 0, sizeof *m);
+    m->config = *c;
+    m->dims = cpu_config_dims(c);
+    return cpu_build_weights(&m->weights, c, err);
+}
+
+void cpu_free_model(cpu_model *m)
+{
+    cpu_free_weights(&m->weights);
+}
+
+/* ---- run state ------------------------------------------------------------------- */
+
+static float *alloc_floats(size_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, (n ? n : 1) * sizeof(float)) != 0)
+        return NULL;
+    return p;
+}
+
+int cpu_build_runstate(cpu_runstate *s, const cpu_model *m, int n_threads, char *err)
+{
+    memset(s, 0, sizeof *s);
+    const cpu_config *c = &m->config;
+    s->n_threads = n_threads;
+    s->tile_tokens = TILE_ROWS / m->dims.kv_mul > 0 ? TILE_ROWS / m->dims.kv_mul : 1;
+    s->tile_rows = s->tile_tokens * m->dims.kv_mul;
+    s->scratch_floats = cpu_attn_scratch_floats(s->tile_rows, c->head_dim);
+    s->scratch = calloc((size_t)n_threads, sizeof *s->scratch);
+    s->tile_q = calloc((size_t)n_threads * s->tile_rows, sizeof *s->tile_q);
+    s->tile_out = calloc((size_t)n_threads * s->tile_rows, sizeof *s->tile_out);
+    s->tile_pos = calloc((size_t)n_threads * s->tile_rows, sizeof *s->tile_pos);
+    if (!s->scratch || !s->tile_q || !s->tile_out || !s->tile_pos)
+        goto oom;
+    for (int t = 0; t < n_threads; t++)
+        if (!(s->scratch[t] = alloc_floats(s->scratch_floats)))
+            goto oom;
+    return 0;
+oom:
+    cpu_free_runstate(s);
+    return err_set(err, "out of memory for the run state");
+}
+
+static void free_activations(cpu_runstate *s)
+{
+    free(s->x);
+    free(s->xb);
+    free(s->qkv);
+    free(s->att);
+    free(s->hb);
+    free(s->pos);
+    free(s->row_seq);
+    s->x = s->xb = s->qkv = s->att = s->hb = NULL;
+    s->pos = s->row_seq = NULL;
+    s->cap_tokens = 0;
+}
+
+void cpu_free_runstate(cpu_runstate *s)
+{
+    free_activations(s);
+    free(s->xs);
+    free(s->logits);
+    free(s->row_start);
+    free(s->rope);
+    free(s->tasks);
+    if (s->scratch)
+        for (int t = 0; t < s->n_threads; t++)
+            free(s->scratch[t]);
+    free(s->scratch);
+    free(s->tile_q);
+    free(s->tile_out);
+    free(s->tile_pos);
+    memset(s, 0, sizeof *s);
+}
+
+/* Grow every per-step buffer to hold the step; buffers only grow. */
+static int reserve(cpu_runstate *s, const cpu_model *m, int n_tokens, int n_samples, int n_seqs,
+                   int max_pos, char *err)
+{
+    const cpu_config *c = &m->config;
+    const cpu_dims *d = &m->dims;
+    if (n_tokens > s->cap_tokens) {
+        free_activations(s);
+        const size_t rows = (size_t)n_tokens;
+        s->x = alloc_floats(rows * c->dim);
+        s->xb = alloc_floats(rows * c->dim);
+        s->qkv = alloc_floats(rows * d->qkv_dim);
+        s->att = alloc_floats(rows * d->q_dim);
+        s->hb = alloc_floats(rows * 2 * c->hidden_dim);
+        s->pos = malloc(rows * sizeof *s->pos);
+        s->row_seq = malloc(rows * sizeof *s->row_seq);
+        if (!s->x || !s->xb || !s->qkv || !s->att || !s->hb || !s->pos || !s->row_seq) {
+            free_activations(s);
+            return err_set(err, "out of memory for the activations of %d tokens", n_tokens);
+        }
+        s->cap_tokens = n_tokens;
+    }
+    if (n_samples > s->cap_samples) {
+        free(s->xs);
+        free(s->logits);
+        s->xs = alloc_floats((size_t)n_samples * c->dim);
+        s->logits = alloc_floats((size_t)n_samples * c->vocab_size);
+        s->cap_samples = s->xs && s->logits ? n_samples : 0;
+        if (!s->cap_samples)
+            return err_set(err, "out of memory for the logits of %d rows", n_samples);
+    }
+    if (n_seqs > s->cap_seqs) {
+        int32_t *grown = realloc(s->row_start, (size_t)n_seqs * sizeof *grown);
+        if (!grown)
+            return err_set(err, "out of memory for a batch of %d sequences", n_seqs);
+        s->row_start = grown;
+        s->cap_seqs = n_seqs;
+    }
+    if (max_pos >= s->cap_positions) {
+        int cap = s->cap_positions ? s->cap_positions : 1024;
+        while (cap <= max_pos)
+            cap *= 2;
+        const int pairs = c->head_dim / 2;
+        float *rope = alloc_floats((size_t)cap * pairs * 2);
+        if (!rope)
+            return err_set(err, "out of memory for a RoPE table of %d positions", cap);
+        for (int p = 0; p < cap; p++)
+            for (int i = 0; i < pairs; i++) {
+                const double angle = cpu_rope_angle(c, p, i);
+                rope[((size_t)p * pairs + i) * 2] = (float)cos(angle);
+                rope[((size_t)p * pairs + i) * 2 + 1] = (float)sin(angle);
+            }
+        free(s->rope);
+        s->rope = rope;
+        s->cap_positions = cap;
+    }
+    return 0;
+}
+
+/* ---- row-wise sections ------------------------------------------------------------- */
+
+typedef enum { ROWS_NORM_ATT, ROWS_ROPE_KV, ROWS_NORM_FFN, ROWS_SWIGLU } rows_op;
+
+typedef struct rows_job {
+    rows_op op;
+    const cpu_model *m;
+    cpu_runstate *s;
+    cpu_kv *kv;
+    const cpu_batch_seq *seqs;
+    const int32_t *row_seq; /* sequence of each row */
+    int layer;
+    int n_rows;
+} rows_job;
+
+static void rope_rotate(float *vec, int n_heads, int head_dim, const float *cos_sin)
+{
+    for (int h = 0; h < n_heads; h++)
+        for (int i = 0; i < head_dim / 2; i++) {
+            float *pair = vec + h * head_dim + 2 * i;
+            const float fcr = cos_sin[2 * i], fci = cos_sin[2 * i + 1];
+            const float v0 = pair[0], v1 = pair[1];
+            pair[0] = v0 * fcr - v1 * fci;
+            pair[1] = v0 * fci + v1 * fcr;
+        }
+}
+
+static void rows_task(void *arg, int task, int thread)
+{
+    (void)thread;
+    const rows_job *j = arg;
+    const cpu_config *c = &j->m->config;
+    const cpu_dims *d = &j->m->dims;
+    const cpu_weights *w = &j->m->weights;
+    cpu_runstate *s = j->s;
+    const int lo = task * ROWS_PER_TASK;
+    const int hi = lo + ROWS_PER_TASK < j->n_rows ? lo + ROWS_PER_TASK : j->n_rows;
+    for (int r = lo; r < hi; r++) {
+        switch (j->op) {
+        case ROWS_NORM_ATT:
+        case ROWS_NORM_FFN: {
+            const float *gain = (j->op == ROWS_NORM_ATT ? w->rms_att : w->rms_ffn) +
+                                (size_t)j->layer * c->dim;
+            cpu_rmsnorm(s->xb + (size_t)r * c->dim, s->x + (size_t)r * c->dim, gain, c->dim,
+                        c->norm_eps);
+            break;
+        }
+        case ROWS_ROPE_KV: {
+            float *q = s->qkv + (size_t)r * d->qkv_dim;
+            float *k = q + d->q_dim;
+            const float *v = k + d->kv_dim;
+            const float *cos_sin = s->rope + (size_t)s->pos[r] * c->head_dim;
+            rope_rotate(q, c->n_heads, c->head_dim, cos_sin);
+            rope_rotate(k, c->n_kv_heads, c->head_dim, cos_sin);
+            cpu_kv_write(j->kv, j->layer, j->seqs[j->row_seq[r]].kv, s->pos[r], k, v);
+            break;
+        }
+        case ROWS_SWIGLU: {
+            float *hb = s->hb + (size_t)r * 2 * c->hidden_dim;
+            cpu_swiglu_fast(hb, hb, hb + c->hidden_dim, c->hidden_dim);
+            break;
+        }
+        }
+    }
+}
+
+static void rows_run(cpu_pool *pool, rows_job *j, rows_op op, int layer)
+{
+    j->op = op;
+    j->layer = layer;
+    cpu_pool_run(pool, (j->n_rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK, rows_task, j);
+}
+
+/* ---- attention ---------------------------------------------------------------------- */
+
+typedef struct attn_job {
+    const cpu_model *m;
+    cpu_runstate *s;
+    const cpu_kv *kv;
+    const cpu_batch_seq *seqs;
+    int layer;
+} attn_job;
+
+static void attn_task(void *arg, int task, int thread)
+{
+    const attn_job *j = arg;
+    cpu_runstate *s = j->s;
+    const cpu_config *c = &j->m->config;
+    const cpu_dims *d = &j->m->dims;
+    const cpu_attn_task *at = &s->tasks[task];
+    const cpu_batch_seq *seq = &j->seqs[at->seq];
+    const float **q = s->tile_q + (size_t)thread * s->tile_rows;
+    float **out = s->tile_out + (size_t)thread * s->tile_rows;
+    int32_t *pos = s->tile_pos + (size_t)thread * s->tile_rows;
+    int n = 0;
+    for (int t = at->token0; t < at->token0 + at->n_tokens; t++) {
+        const size_t row = (size_t)s->row_start[at->seq] + t;
+        for (int hh = 0; hh < d->kv_mul; hh++, n++) {
+            const int head = at->kv_head * d->kv_mul + hh;
+            q[n] = s->qkv + row * d->qkv_dim + (size_t)head * c->head_dim;
+            out[n] = s->att + row * d->q_dim + (size_t)head * c->head_dim;
+            pos[n] = seq->context + t;
+        }
+    }
+    const cpu_attn_tile tile = {
+        .k = cpu_kv_head_k(j->kv, j->layer, at->kv_head),
+        .v = cpu_kv_head_v(j->kv, j->layer, at->kv_head),
+        .head_dim = c->head_dim,
+        .block_table = seq->kv->blocks,
+        .n_rows = n,
+        .q = q,
+        .out = out,
+        .pos = pos,
+        .scale = 1.0f / sqrtf((float)c->head_dim),
+    };
+    cpu_attn_run(&tile, s->scratch[thread]);
+}
+
+static int by_cost_desc(const void *a, const void *b)
+{
+    const double ca = ((const cpu_attn_task *)a)->cost, cb = ((const cpu_attn_task *)b)->cost;
+    return ca < cb ? 1 : ca > cb ? -1 : 0;
+}
+
+/* The step's attention tiles (the same for every layer), heaviest first. */
+static int plan_attention(cpu_runstate *s, const cpu_model *m, const cpu_batch_seq *seqs,
+                          int n_seqs, int *n_tasks, char *err)
+{
+    int n = 0;
+    for (int i = 0; i < n_seqs; i++)
+        n += (seqs[i].new_tokens + s->tile_tokens - 1) / s->tile_tokens * m->config.n_kv_heads;
+    if (n > s->cap_tasks) {
+        cpu_attn_task *grown = realloc(s->tasks, (size_t)n * sizeof *grown);
+        if (!grown)
+            return err_set(err, "out of memory for %d attention tiles", n);
+        s->tasks = grown;
+        s->cap_tasks = n;
+    }
+    int k = 0;
+    for (int i = 0; i < n_seqs; i++)
+        for (int t0 = 0; t0 < seqs[i].new_tokens; t0 += s->tile_tokens) {
+            const int tokens = seqs[i].new_tokens - t0 < s->tile_tokens ? seqs[i].new_tokens - t0
+                                                                        : s->tile_tokens;
+            for (int h = 0; h < m->config.n_kv_heads; h++)
+                s->tasks[k++] = (cpu_attn_task){i, h, t0, tokens,
+                                                (double)tokens * (seqs[i].context + t0 + tokens)};
+        }
+    qsort(s->tasks, (size_t)n, sizeof *s->tasks, by_cost_desc);
+    *n_tasks = n;
+    return 0;
+}
+
+/* ---- the step ------------------------------------------------------------------------ */
+
+int cpu_forward(const cpu_model *m, cpu_runstate *s, cpu_kv *kv, cpu_pool *pool,
+                const cpu_batch_seq *seqs, int n_seqs, char *err)
+{
+    const cpu_config *c = &m->config;
+    const cpu_dims *d = &m->dims;
+    const cpu_weights *w = &m->weights;
+    const int dim = c->dim, ffn = c->hidden_dim;
+    int n_tokens = 0, n_samples = 0, max_pos = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        const int last = seqs[i].context + seqs[i].new_tokens - 1;
+        if (seqs[i].new_tokens < 1 || seqs[i].context < 0)
+            return err_set(err, "sequence %d of the step feeds %d tokens", i, seqs[i].new_tokens);
+        if (last >= c->max_seq_len)
+            return err_set(err, "position %d is past the model's %d positions", last,
+                           c->max_seq_len);
+        n_tokens += seqs[i].new_tokens;
+        n_samples += seqs[i].samples;
+        max_pos = last > max_pos ? last : max_pos;
+    }
+    if (n_tokens == 0)
+        return 0;
+    if (reserve(s, m, n_tokens, n_samples, n_seqs, max_pos, err) != 0)
+        return -1;
+    /* Rows: each sequence's new tokens, in batch order; the embedding of each. */
+    int32_t *row_seq = s->row_seq;
+    int row = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        s->row_start[i] = row;
+        for (int t = 0; t < seqs[i].new_tokens; t++, row++) {
+            const int32_t token = seqs[i].tokens[t];
+            const int32_t id = token >= 0 && token < c->vocab_size ? token : 0;
+            memcpy(s->x + (size_t)row * dim, w->token_embedding + (size_t)id * dim,
+                   (size_t)dim * sizeof(float));
+            s->pos[row] = seqs[i].context + t;
+            row_seq[row] = i;
+        }
+    }
+    int n_tasks = 0;
+    if (plan_attention(s, m, seqs, n_seqs, &n_tasks, err) != 0)
+        return -1;
+    rows_job rj = {ROWS_NORM_ATT, m, s, kv, seqs, row_seq, 0, n_tokens};
+    attn_job aj = {m, s, kv, seqs, 0};
+    for (int l = 0; l < c->n_layers; l++) {
+        const float *wqkv = w->wqkv + (size_t)l * d->qkv_dim * dim;
+        const float *wo = w->wo + (size_t)l * dim * d->q_dim;
+        const float *w13 = w->w13 + (size_t)l * 2 * ffn * dim;
+        const float *w2 = w->w2 + (size_t)l * dim * ffn;
+        /* attention sublayer: x += wo . attention(rope(wqkv . rmsnorm(x))) */
+        rows_run(pool, &rj, ROWS_NORM_ATT, l);
+        cpu_gemm(pool, s->qkv, d->qkv_dim, s->xb, dim, wqkv, n_tokens, d->qkv_dim, dim, false);
+        rows_run(pool, &rj, ROWS_ROPE_KV, l);
+        aj.layer = l;
+        cpu_pool_run(pool, n_tasks, attn_task, &aj);
+        cpu_gemm(pool, s->x, dim, s->att, d->q_dim, wo, n_tokens, dim, d->q_dim, true);
+        /* feed-forward sublayer: x += w2 . (silu(w1 . xb) * (w3 . xb)), xb = rmsnorm(x) */
+        rows_run(pool, &rj, ROWS_NORM_FFN, l);
+        cpu_gemm(pool, s->hb, 2 * ffn, s->xb, dim, w13, n_tokens, 2 * ffn, dim, false);
+        rows_run(pool, &rj, ROWS_SWIGLU, l);
+        cpu_gemm(pool, s->x, dim, s->hb, 2 * ffn, w2, n_tokens, dim, ffn, true);
+    }
+    /* LM head for the last row of each sampling sequence only. */
+    int k = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        if (!seqs[i].samples)
+            continue;
+        const size_t last = (size_t)s->row_start[i] + seqs[i].new_tokens - 1;
+        cpu_rmsnorm(s->xs + (size_t)k * dim, s->x + last * dim, w->rms_final, dim, c->norm_eps);
+        k++;
+    }
+    cpu_gemm(pool, s->logits, c->vocab_size, s->xs, dim, w->wcls, n_samples, c->vocab_size, dim,
+             false);
+    return 0;
+}
+
+/* ---- reference ----------------------------------------------------------------------- */
+
+int cpu_build_ref_state(cpu_ref_state *s, const cpu_config *c, int seq_len, char *err)
+{
+    memset(s, 0, sizeof *s);
+    const cpu_dims d = cpu_config_dims(c);
+    s->seq_len = seq_len;
+    s->x = calloc((size_t)c->dim, sizeof(float));
+    s->xb = calloc((size_t)c->dim, sizeof(float));
+    s->xb2 = calloc((size_t)c->dim, sizeof(float));
+    s->hb = calloc((size_t)c->hidden_dim, sizeof(float));
+    s->hb2 = calloc((size_t)c->hidden_dim, sizeof(float));
+    s->q = calloc((size_t)d.q_dim, sizeof(float));
+    s->att = calloc((size_t)seq_len, sizeof(float));
+    s->logits = calloc((size_t)c->vocab_size, sizeof(float));
+    s->key_cache = calloc((size_t)c->n_layers * seq_len * d.kv_dim, sizeof(float));
+    s->value_cache = calloc((size_t)c->n_layers * seq_len * d.kv_dim, sizeof(float));
+    if (!s->x || !s->xb || !s->xb2 || !s->hb || !s->hb2 || !s->q || !s->att || !s->logits ||
+        !s->key_cache || !s->value_cache) {
+        cpu_free_ref_state(s);
+        return err_set(err, "out of memory for the reference state");
+    }
+    return 0;
+}
+
+void cpu_free_ref_state(cpu_ref_state *s)
+{
+    free(s->x);
+    free(s->xb);
+    free(s->xb2);
+    free(s->hb);
+    free(s->hb2);
+    free(s->q);
+    free(s->att);
+    free(s->logits);
+    free(s->key_cache);
+    free(s->value_cache);
+    memset(s, 0, sizeof *s);
+}
+
+float *cpu_ref_forward(const cpu_model *m, cpu_ref_state *s, int token, int pos)
+{
+    const cpu_config *p = &m->config;
+    const cpu_weights *w = &m->weights;
+    const int dim = p->dim, hidden_dim = p->hidden_dim, head_size = p->head_dim;
+    const int q_dim = p->n_heads * head_size, kv_dim = p->n_kv_heads * head_size;
+    const int qkv_dim = q_dim + 2 * kv_dim, kv_mul = p->n_heads / p->n_kv_heads;
+    float *x = s->x;
+    memcpy(x, w->token_embedding + (size_t)token * dim, (size_t)dim * sizeof(float));
+
+    for (int l = 0; l < p->n_layers; l++) {
+        const float *wq = w->wqkv + (size_t)l * qkv_dim * dim; /* (q_dim, dim) */
+        const float *wk = wq + (size_t)q_dim * dim;            /* (kv_dim, dim) */
+        const float *wv = wk + (size_t)kv_dim * dim;           /* (kv_dim, dim) */
+        const float *w1 = w->w13 + (size_t)l * 2 * hidden_dim * dim; /* (hidden_dim, dim) */
+        const float *w3 = w1 + (size_t)hidden_dim * dim;             /* (hidden_dim, dim) */
+        float *k = s->key_cache + ((size_t)l * s->seq_len + pos) * kv_dim;
+        float *v = s->value_cache + ((size_t)l * s->seq_len + pos) * kv_dim;
+
+        cpu_rmsnorm(s->xb, x, w->rms_att + (size_t)l * dim, dim, p->norm_eps);
+        cpu_matmul_naive(s->q, s->xb, wq, dim, q_dim);
+        cpu_matmul_naive(k, s->xb, wk, dim, kv_dim);
+        cpu_matmul_naive(v, s->xb, wv, dim, kv_dim);
+        cpu_rope_naive(s->q, p->n_heads, head_size, pos, p->rope_theta);
+        cpu_rope_naive(k, p->n_kv_heads, head_size, pos, p->rope_theta);
+
+        for (int h = 0; h < p->n_heads; h++) {
+            const size_t kv_off = (size_t)l * s->seq_len * kv_dim + (size_t)(h / kv_mul) * head_size;
+            cpu_attn_naive(s->xb + h * head_size, s->q + h * head_size, s->key_cache + kv_off,
+                           s->value_cache + kv_off, pos + 1, kv_dim, head_size,
+                           1.0f / sqrtf((float)head_size), s->att);
+        }
+        cpu_matmul_naive(s->xb2, s->xb, w->wo + (size_t)l * dim * q_dim, q_dim, dim);
+        for (int i = 0; i < dim; i++)
+            x[i] += s->xb2[i];
+
+        cpu_rmsnorm(s->xb, x, w->rms_ffn + (size_t)l * dim, dim, p->norm_eps);
+        cpu_matmul_naive(s->hb, s->xb, w1, dim, hidden_dim);
+        cpu_matmul_naive(s->hb2, s->xb, w3, dim, hidden_dim);
+        cpu_swiglu(s->hb, s->hb, s->hb2, hidden_dim);
+        cpu_matmul_naive(s->xb, s->hb, w->w2 + (size_t)l * dim * hidden_dim, hidden_dim, dim);
+        for (int i = 0; i < dim; i++)
+            x[i] += s->xb[i];
+    }
+    cpu_rmsnorm(x, x, w->rms_final, dim, p->norm_eps);
+    cpu_matmul_naive(s->logits, x, w->wcls, dim, p->vocab_size);
+    return s->logits;
+}

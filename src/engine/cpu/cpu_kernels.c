@@ -1,0 +1,183 @@
+#include "engine/cpu/cpu_kernels.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdatomic.h>
+
+/* ---- references ------------------------------------------------------------------ */
+
+void cpu_rmsnorm(float *o, const float *x, const float *weight, int size, float eps)
+{
+    double ss = 0;
+    for (int j = 0; j < size; j++)
+        ss += (double)x[j] * x[j];
+    const float inv_rms = (float)(1.0 / sqrt(ss / size + eps));
+    for (int j = 0; j < size; j++)
+        o[j] = weight[j] * (inv_rms * x[j]);
+}
+
+void cpu_softmax(float *x, int size)
+{
+    float max_val = x[0];
+    for (int i = 1; i < size; i++)
+        max_val = x[i] > max_val ? x[i] : max_val;
+    double sum = 0;
+    for (int i = 0; i < size; i++) {
+        x[i] = expf(x[i] - max_val);
+        sum += x[i];
+    }
+    for (int i = 0; i < size; i++)
+        x[i] = (float)(x[i] / sum);
+}
+
+void cpu_matmul_naive(float *xout, const float *x, const float *w, int n, int d)
+{
+    for (int i = 0; i < d; i++) {
+        double val = 0;
+        for (int j = 0; j < n; j++)
+            val += (double)w[(size_t)i * n + j] * x[j];
+        xout[i] = (float)val;
+    }
+}
+
+void cpu_rope_naive(float *vec, int n_heads, int head_dim, int pos, double theta)
+{
+    for (int h = 0; h < n_heads; h++)
+        for (int i = 0; i < head_dim; i += 2) {
+            const double angle = pos * pow(theta, -(double)i / head_dim);
+            const float fcr = (float)cos(angle), fci = (float)sin(angle);
+            float *pair = vec + h * head_dim + i;
+            const float v0 = pair[0], v1 = pair[1];
+            pair[0] = v0 * fcr - v1 * fci;
+            pair[1] = v0 * fci + v1 * fcr;
+        }
+}
+
+void cpu_swiglu(float *out, const float *gate, const float *up, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+int cpu_argmax(const float *x, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+void cpu_gemm_naive(float *y, int ldy, const float *x, int ldx, const float *w, int m, int n,
+                    int k, bool accumulate)
+{
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double val = accumulate ? y[(size_t)i * ldy + j] : 0;
+            for (int p = 0; p < k; p++)
+                val += (double)x[(size_t)i * ldx + p] * w[(size_t)j * k + p];
+            y[(size_t)i * ldy + j] = (float)val;
+        }
+}
+
+/* ---- fast-path switch ------------------------------------------------------------ */
+
+static atomic_int simd_state = -1; /* -1 unknown, 0 off, 1 on */
+
+bool cpu_simd_available(void)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+#else
+    return false;
+#endif
+}
+
+void cpu_simd_enable(bool on)
+{
+    atomic_store(&simd_state, on && cpu_simd_available() ? 1 : 0);
+}
+
+bool cpu_simd_enabled(void)
+{
+    int s = atomic_load(&simd_state);
+    if (s < 0) {
+        s = cpu_simd_available() ? 1 : 0;
+        atomic_store(&simd_state, s);
+    }
+    return s == 1;
+}
+
+void cpu_swiglu_fast(float *out, const float *gate, const float *up, int n)
+{
+    if (cpu_simd_enabled())
+        cpu_swiglu_avx512(out, gate, up, n);
+    else
+        cpu_swiglu(out, gate, up, n);
+}
+
+/* ---- GEMM ------------------------------------------------------------------------ */
+
+typedef struct gemm_job {
+    float *y;
+    const float *x, *w;
+    int ldy, ldx, m, n, k;
+    bool accumulate;
+    bool small;    /* our kernel; else SGEMM */
+    bool split_m;  /* tasks are row ranges of X; else row ranges of W */
+    int per_task;  /* rows of X or of W per task */
+    int span;      /* m or n: what per_task divides */
+} gemm_job;
+
+static void gemm_task(void *arg, int task, int thread)
+{
+    (void)thread;
+    const gemm_job *g = arg;
+    const int lo = task * g->per_task;
+    const int hi = lo + g->per_task < g->span ? lo + g->per_task : g->span;
+    if (lo >= hi)
+        return;
+    const float beta = g->accumulate ? 1.0f : 0.0f;
+    if (g->small) {
+        cpu_gemm_small_avx512(g->y, g->ldy, g->x, g->ldx, g->w, g->m, lo, hi, g->k, g->accumulate);
+    } else if (g->split_m) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, hi - lo, g->n, g->k, 1.0f,
+                    g->x + (size_t)lo * g->ldx, g->ldx, g->w, g->k, beta,
+                    g->y + (size_t)lo * g->ldy, g->ldy);
+    } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->m, hi - lo, g->k, 1.0f, g->x,
+                    g->ldx, g->w + (size_t)lo * g->k, g->k, beta, g->y + lo, g->ldy);
+    }
+}
+
+static int ceil_div(int a, int b)
+{
+    return (a + b - 1) / b;
+}
+
+void cpu_gemm(cpu_pool *pool, float *y, int ldy, const float *x, int ldx, const float *w,
+              int m, int n, int k, bool accumulate)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    const int threads = cpu_pool_threads(pool);
+    gemm_job g = {y, x, w, ldy, ldx, m, n, k, accumulate, false, false, 0, 0};
+    g.small = m < CPU_GEMM_SMALL_M && cpu_simd_enabled();
+    if (g.small) {
+        /* W rows in multiples of 16 (the kernel's block), about four tasks a thread so
+         * the dynamic hand-out evens out. */
+        g.per_task = ceil_div(ceil_div(n, threads * 4), 16) * 16;
+        g.span = n;
+    } else if (m >= 64 * threads) {
+        g.split_m = true;
+        g.per_task = ceil_div(m, threads);
+        g.span = m;
+    } else {
+        g.per_task = ceil_div(ceil_div(n, threads), 16) * 16;
+        g.span = n;
+    }
+    cpu_pool_run(pool, ceil_div(g.span, g.per_task), gemm_task, &g);
+}

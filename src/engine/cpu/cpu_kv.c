@@ -1,0 +1,129 @@
+#include "engine/cpu/cpu_kv.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+
+double cpu_kv_bytes(const cpu_config *c, int64_t n_blocks)
+{
+    return 2.0 * c->n_layers * (double)n_blocks * c->n_kv_heads * c->head_dim * CPU_KV_BLOCK *
+           sizeof(float);
+}
+
+int cpu_kv_init(cpu_kv *kv, const cpu_config *c, int64_t n_blocks, char *err)
+{
+    memset(kv, 0, sizeof *kv);
+    if (n_blocks < 1 || n_blocks > INT32_MAX)
+        return err_set(err, "KV cache of %lld blocks is out of range [1, 2^31)",
+                       (long long)n_blocks);
+    kv->n_layers = c->n_layers;
+    kv->n_kv_heads = c->n_kv_heads;
+    kv->head_dim = c->head_dim;
+    kv->n_blocks = n_blocks;
+    kv->block_floats = (size_t)c->head_dim * CPU_KV_BLOCK;
+    kv->head_floats = (size_t)n_blocks * kv->block_floats;
+    kv->k = calloc((size_t)c->n_layers, sizeof *kv->k);
+    kv->v = calloc((size_t)c->n_layers, sizeof *kv->v);
+    kv->free_blocks = malloc((size_t)n_blocks * sizeof *kv->free_blocks);
+    if (!kv->k || !kv->v || !kv->free_blocks)
+        goto oom;
+    const size_t layer_bytes = (size_t)c->n_kv_heads * kv->head_floats * sizeof(float);
+    for (int l = 0; l < c->n_layers; l++) {
+        /* 64-byte aligned for the attention kernel's aligned loads; untouched pages cost
+         * nothing until a block is first written. */
+        if (posix_memalign((void **)&kv->k[l], 64, layer_bytes) != 0 ||
+            posix_memalign((void **)&kv->v[l], 64, layer_bytes) != 0)
+            goto oom;
+    }
+    for (int64_t i = 0; i < n_blocks; i++)
+        kv->free_blocks[i] = (int32_t)(n_blocks - 1 - i); /* block 0 on top */
+    kv->n_free = n_blocks;
+    return 0;
+oom:
+    cpu_kv_free(kv);
+    return err_set(err, "out of memory for a KV cache of %lld blocks (%.1f MB)",
+                   (long long)n_blocks, cpu_kv_bytes(c, n_blocks) / 1e6);
+}
+
+void cpu_kv_free(cpu_kv *kv)
+{
+    for (int l = 0; l < kv->n_layers; l++) {
+        if (kv->k)
+            free(kv->k[l]);
+        if (kv->v)
+            free(kv->v[l]);
+    }
+    free(kv->k);
+    free(kv->v);
+    free(kv->free_blocks);
+    memset(kv, 0, sizeof *kv);
+}
+
+int cpu_kv_reserve(cpu_kv *kv, cpu_kv_seq *s, int n_tokens, char *err)
+{
+    const int needed = (n_tokens + CPU_KV_BLOCK - 1) / CPU_KV_BLOCK;
+    if (needed <= s->n_blocks)
+        return 0;
+    if (needed > s->cap_blocks) {
+        int cap = s->cap_blocks ? s->cap_blocks : 8;
+        while (cap < needed)
+            cap *= 2;
+        int32_t *grown = realloc(s->blocks, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return err_set(err, "out of memory for a block table of %d blocks", cap);
+        s->blocks = grown;
+        s->cap_blocks = cap;
+    }
+    if (needed - s->n_blocks > kv->n_free)
+        return err_set(err, "KV cache exhausted: %d more blocks wanted, %lld free of %lld",
+                       needed - s->n_blocks, (long long)kv->n_free, (long long)kv->n_blocks);
+    while (s->n_blocks < needed) {
+        const int32_t block = kv->free_blocks[--kv->n_free];
+        /* The attention kernel multiplies whole blocks of V by probabilities that are 0 past
+         * the last key: never-written slots must hold numbers, not NaN bit patterns. */
+        for (int l = 0; l < kv->n_layers; l++)
+            for (int h = 0; h < kv->n_kv_heads; h++)
+                memset(kv->v[l] + h * kv->head_floats + (size_t)block * kv->block_floats, 0,
+                       kv->block_floats * sizeof(float));
+        s->blocks[s->n_blocks++] = block;
+    }
+    return 0;
+}
+
+void cpu_kv_release(cpu_kv *kv, cpu_kv_seq *s)
+{
+    while (s->n_blocks > 0)
+        kv->free_blocks[kv->n_free++] = s->blocks[--s->n_blocks];
+}
+
+void cpu_kv_seq_free(cpu_kv_seq *s)
+{
+    free(s->blocks);
+    memset(s, 0, sizeof *s);
+}
+
+const float *cpu_kv_head_k(const cpu_kv *kv, int layer, int kv_head)
+{
+    return kv->k[layer] + (size_t)kv_head * kv->head_floats;
+}
+
+const float *cpu_kv_head_v(const cpu_kv *kv, int layer, int kv_head)
+{
+    return kv->v[layer] + (size_t)kv_head * kv->head_floats;
+}
+
+void cpu_kv_write(cpu_kv *kv, int layer, const cpu_kv_seq *s, int pos, const float *k,
+                  const float *v)
+{
+    const int hd = kv->head_dim;
+    const size_t block = (size_t)s->blocks[pos / CPU_KV_BLOCK] * kv->block_floats;
+    const int slot = pos % CPU_KV_BLOCK;
+    for (int h = 0; h < kv->n_kv_heads; h++) {
+        float *kt = kv->k[layer] + h * kv->head_floats + block; /* (head_dim, 16) */
+        float *vr = kv->v[layer] + h * kv->head_floats + block + (size_t)slot * hd;
+        for (int d = 0; d < hd; d++)
+            kt[d * CPU_KV_BLOCK + slot] = k[h * hd + d];
+        memcpy(vr, v + (size_t)h * hd, (size_t)hd * sizeof(float));
+    }
+}

@@ -1,0 +1,62 @@
+/* cpu_kv — the paged KV cache: a pool of 16-token blocks and each sequence's block table
+ * (vLLM's PagedAttention layout, block ids shared by all layers).
+ *
+ * Per layer l, K and V each hold, for every KV head, n_blocks blocks of 16 tokens:
+ *   k[l]: (n_kv_heads, n_blocks, head_dim, 16)  K transposed inside a block: the 16 keys'
+ *                                               element d form one AVX-512 vector
+ *   v[l]: (n_kv_heads, n_blocks, 16, head_dim)  V row-major: token j's values in a row
+ * Head-major, so one head's blocks are 2 head_dim x 16 floats apart and an attention tile
+ * (one head) streams compact pages rather than every other head's data in between.
+ * Token at position p of a sequence lives in block table[p / 16], slot p % 16.
+ * The pool is allocated once (pages are touched only when used); free blocks are a stack,
+ * so recently freed (cache-warm) blocks are reused first. */
+#ifndef STALLSCOPE_CPU_KV_H
+#define STALLSCOPE_CPU_KV_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/cpu/cpu_model.h"
+
+#define CPU_KV_BLOCK 16
+
+typedef struct cpu_kv {
+    int n_layers;
+    int n_kv_heads;
+    int head_dim;
+    int64_t n_blocks;
+    size_t block_floats;  /* head_dim * 16: one block of one head's K (or V) */
+    size_t head_floats;   /* n_blocks * block_floats: one head's pool in one layer */
+    float **k;            /* (n_layers,) pools, layout above */
+    float **v;
+    int32_t *free_blocks; /* stack of free block ids */
+    int64_t n_free;
+} cpu_kv;
+
+typedef struct cpu_kv_seq {
+    int32_t *blocks; /* block table */
+    int n_blocks;
+    int cap_blocks;
+} cpu_kv_seq;
+
+int cpu_kv_init(cpu_kv *kv, const cpu_config *c, int64_t n_blocks, char *err);
+void cpu_kv_free(cpu_kv *kv);
+/* Bytes the pool occupies when every block is in use. */
+double cpu_kv_bytes(const cpu_config *c, int64_t n_blocks);
+
+/* Grow s's table to cover n_tokens positions. 0, or -1 with err (pool exhausted, memory). */
+int cpu_kv_reserve(cpu_kv *kv, cpu_kv_seq *s, int n_tokens, char *err);
+/* Return all of s's blocks to the pool (the table's memory is kept for reuse). */
+void cpu_kv_release(cpu_kv *kv, cpu_kv_seq *s);
+/* Free the table's memory (after release). */
+void cpu_kv_seq_free(cpu_kv_seq *s);
+
+/* One layer's K (or V) of one KV head: (n_blocks, head_dim, 16) (V: (n_blocks, 16,
+ * head_dim)); block b starts at b * block_floats. */
+const float *cpu_kv_head_k(const cpu_kv *kv, int layer, int kv_head);
+const float *cpu_kv_head_v(const cpu_kv *kv, int layer, int kv_head);
+
+/* Store the K and V vectors (kv_dim = n_kv_heads * head_dim each) of position pos. */
+void cpu_kv_write(cpu_kv *kv, int layer, const cpu_kv_seq *s, int pos, const float *k,
+                  const float *v);
+
+#endif

@@ -1,0 +1,649 @@
+/* html — the run report: OUT/report.html with the verdict, the table, the plots, the
+ * injections, the cost model's prediction, the configuration and the files. */
+#include "report/html.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/err.h"
+#include "common/units.h"
+#include "report/artifacts.h"
+#include "report/html_internal.h"
+#include "report/plot.h"
+#include "report/report.h"
+
+#define MAX_INJECTION_ROWS 200
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+void html_escape(FILE *out, const char *text)
+{
+    for (const char *p = text ? text : ""; *p; p++) {
+        switch (*p) {
+        case '&':
+            fputs("&amp;", out);
+            break;
+        case '<':
+            fputs("&lt;", out);
+            break;
+        case '>':
+            fputs("&gt;", out);
+            break;
+        case '"':
+            fputs("&quot;", out);
+            break;
+        case '\'':
+            fputs("&#39;", out);
+            break;
+        default:
+            fputc(*p, out);
+        }
+    }
+}
+
+void html_url(FILE *out, const char *path)
+{
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            strchr("._~/-", *p))
+            fputc(*p, out);
+        else
+            fprintf(out, "%%%02X", *p);
+    }
+}
+
+void html_rel(const char *root, const char *path, char *out, size_t size)
+{
+    size_t n = strlen(root);
+    while (n > 1 && root[n - 1] == '/')
+        n--;
+    if (strncmp(path, root, n) == 0 && (path[n] == '/' || path[n] == '\0')) {
+        const char *rest = path + n;
+        while (*rest == '/')
+            rest++;
+        snprintf(out, size, "%s", *rest ? rest : ".");
+        return;
+    }
+    snprintf(out, size, "%s", path);
+}
+
+void html_format_ms(char *buf, size_t size, double ms)
+{
+    if (fabs(ms) < 10)
+        snprintf(buf, size, "%.2f", ms);
+    else if (fabs(ms) < 1000)
+        snprintf(buf, size, "%.1f", ms);
+    else
+        snprintf(buf, size, "%.0f", ms);
+}
+
+int html_write_atomic(const char *path, const char *data, size_t len, char *err)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return err_set(err, "cannot write %s: %s", tmp, strerror(errno));
+    size_t put = fwrite(data, 1, len, f);
+    int e = errno;
+    if (fclose(f) != 0 || put != len) {
+        remove(tmp);
+        return err_set(err, "cannot write %s: %s", tmp, strerror(e));
+    }
+    if (rename(tmp, path) != 0) {
+        e = errno;
+        remove(tmp);
+        return err_set(err, "cannot rename %s: %s", tmp, strerror(e));
+    }
+    return 0;
+}
+
+static const char STYLE[] =
+    "body{font-family:'DejaVu Sans',Helvetica,Arial,sans-serif;margin:0 auto;max-width:1000px;"
+    "padding:16px 24px 48px;color:#222;line-height:1.45}\n"
+    "h1{font-size:1.5em;margin:0.4em 0 0.2em}h2{font-size:1.2em;margin-top:1.8em;"
+    "border-bottom:1px solid #ddd;padding-bottom:3px}\n"
+    ".meta{color:#666;font-size:0.92em;margin:0}\n"
+    ".verdict{background:#fbf3ea;border-left:4px solid #d9541a;padding:10px 14px;"
+    "font-size:1.02em}\n"
+    ".verdict.model{background:#f2f2f2;border-left-color:#404040}\n"
+    "pre{background:#f7f7f7;padding:10px;overflow-x:auto;font-size:0.85em;line-height:1.3}\n"
+    "table{border-collapse:collapse;font-size:0.9em;margin:8px 0}\n"
+    "th,td{border:1px solid #ddd;padding:3px 8px;text-align:right}\n"
+    "th{background:#f3f3f3}td.k,th.k{text-align:left}td.p{white-space:nowrap}\n"
+    "figure{margin:12px 0}figure svg{max-width:100%;height:auto;display:block}\n"
+    "figcaption{font-size:0.85em;color:#555}\n"
+    ".note{font-size:0.88em;color:#555}\n"
+    "ul.files{columns:2;font-size:0.9em}\n";
+
+void html_begin(FILE *out, const char *title)
+{
+    fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+          "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>",
+          out);
+    html_escape(out, title);
+    fprintf(out, "</title>\n<style>\n%s</style>\n</head>\n<body>\n", STYLE);
+}
+
+void html_end(FILE *out)
+{
+    fputs("<p class=\"note\">Written by stallscope; rebuild with <code>stallscope report "
+          "DIR</code>. Self-contained: no script, no network.</p>\n</body>\n</html>\n",
+          out);
+}
+
+/* The SVG with its XML declaration dropped and every id prefixed, so the glyphs and clip
+ * paths of one chart never resolve to another's in the same document. */
+static void inline_svg(FILE *out, const char *svg, const char *prefix)
+{
+    const char *p = svg;
+    if (strncmp(p, "<?xml", 5) == 0) {
+        const char *end = strstr(p, "?>");
+        if (end)
+            p = end + 2;
+        while (*p == '\n' || *p == '\r')
+            p++;
+    }
+    static const char *const refs[] = {"id=\"", "href=\"#", "url(#"};
+    while (*p) {
+        const char *best = NULL;
+        size_t best_len = 0;
+        for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++) {
+            const char *hit = strstr(p, refs[i]);
+            if (hit && (!best || hit < best)) {
+                best = hit;
+                best_len = strlen(refs[i]);
+            }
+        }
+        if (!best) {
+            fputs(p, out);
+            break;
+        }
+        fwrite(p, 1, (size_t)(best - p) + best_len, out);
+        fprintf(out, "%s-", prefix);
+        p = best + best_len;
+    }
+}
+
+int html_figure(FILE *out, const char *root, const plot_chart *chart, const char *name,
+                const char *caption, char *err)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/plots", root);
+    if (artifacts_mkdirs(dir, err) != 0)
+        return -1;
+    char *svg = NULL;
+    if (plot_render_both(chart, dir, name, &svg, err) != 0)
+        return -1;
+    fprintf(out, "<figure id=\"fig-%s\">\n", name);
+    inline_svg(out, svg, name);
+    free(svg);
+    fputs("<figcaption>", out);
+    if (caption && caption[0]) {
+        html_escape(out, caption);
+        fputc(' ', out);
+    }
+    fprintf(out, "(<a href=\"plots/%s.png\">PNG</a>, <a href=\"plots/%s.svg\">SVG</a>)"
+                 "</figcaption>\n</figure>\n",
+            name, name);
+    return 0;
+}
+
+/* ---- the run report ------------------------------------------------------------------------- */
+
+/* "10 s", "0.5 s", "250 ms": as short as the value allows. */
+static void format_duration(int64_t ns, char *buf, size_t size)
+{
+    if (ns >= 1000000000)
+        snprintf(buf, size, "%g s", (double)ns / 1e9);
+    else
+        snprintf(buf, size, "%g ms", (double)ns / 1e6);
+}
+
+/* "32 users, 40 s; one 8000-token prompt every 10 s from 5 s" from config.json. */
+static void describe_workload(const json_t *config, char *buf, size_t size)
+{
+    workload_config wl;
+    char why[ERR_LEN];
+    buf[0] = '\0';
+    if (!config || html_config_workload(config, &wl, why) != 0)
+        return;
+    json_t *w = json_object_get(config, "workload");
+    json_t *inj = w ? json_object_get(w, "inject") : NULL;
+    bool injects = !inj || json_is_true(inj);
+    char every[32], at[32], dur[32];
+    format_duration(wl.inject_every_ns, every, sizeof every);
+    format_duration(wl.inject_at_ns, at, sizeof at);
+    format_duration(wl.duration_ns, dur, sizeof dur);
+    if (injects)
+        snprintf(buf, size, "%d users, %s; one %d-token prompt %s %s from %s", wl.users, dur,
+                 wl.prompt_tokens, wl.inject_poisson ? "on average every" : "every", every, at);
+    else
+        snprintf(buf, size, "%d users, %s; injector off", wl.users, dur);
+}
+
+static void chart_note(const html_run *x, char *buf, size_t size)
+{
+    char wl[192];
+    describe_workload(x->config, wl, sizeof wl);
+    snprintf(buf, size, "%s%s%s", x->engine[0] ? x->engine : x->label, wl[0] ? " \xc2\xb7 " : "",
+             wl);
+}
+
+static void cell_ms(FILE *out, bool have, double ms)
+{
+    char buf[32];
+    if (!have) {
+        fputs("<td>\xe2\x80\x94</td>", out);
+        return;
+    }
+    html_format_ms(buf, sizeof buf, ms);
+    fprintf(out, "<td>%s</td>", buf);
+}
+
+/* Nearest-rank quantile of the injections' TTFTs that got a token (p >= 1: the max). */
+static bool injection_ttft(const analysis_summary *s, double p, double *out)
+{
+    if (!s || s->n_injections == 0)
+        return false;
+    double *v = malloc((size_t)s->n_injections * sizeof *v);
+    if (!v)
+        return false;
+    int n = 0;
+    for (int i = 0; i < s->n_injections; i++)
+        if (s->injections[i].ttft_ms >= 0)
+            v[n++] = s->injections[i].ttft_ms;
+    analysis_dist d;
+    analysis_dist_from(v, n, &d);
+    *out = p >= 1 ? d.max : analysis_quantile(v, n, p);
+    free(v);
+    return n > 0;
+}
+
+static void write_injections(FILE *out, const analysis_summary *x)
+{
+    fputs("<section id=\"injections\">\n<h2>Each injection</h2>\n", out);
+    if (x->n_injections == 0) {
+        fputs("<p>No injections in this run.</p>\n</section>\n", out);
+        return;
+    }
+    fputs("<p class=\"note\">The longest and the median background gap that overlaps the "
+          "prompt's wait [sent, first token], and the users with a stall there.</p>\n"
+          "<table>\n<tr><th>#</th><th>planned (s)</th><th>sent (s)</th><th>prompt tokens</th>"
+          "<th>TTFT (ms)</th><th>longest gap (ms)</th><th>median gap (ms)</th>"
+          "<th>users stalled</th></tr>\n",
+          out);
+    for (int i = 0; i < x->n_injections && i < MAX_INJECTION_ROWS; i++) {
+        const analysis_injection *in = &x->injections[i];
+        fprintf(out, "<tr><td>%d</td><td>%.3f</td><td>%.3f</td><td>%d</td>", i + 1, in->t_plan_s,
+                in->t_send_s, in->prompt_tokens);
+        cell_ms(out, in->ttft_ms >= 0, in->ttft_ms);
+        cell_ms(out, in->max_gap_ms > 0, in->max_gap_ms);
+        cell_ms(out, in->median_gap_ms > 0, in->median_gap_ms);
+        fprintf(out, "<td>%d/%d</td></tr>\n", in->users_stalled, x->users);
+    }
+    fputs("</table>\n", out);
+    if (x->n_injections > MAX_INJECTION_ROWS)
+        fprintf(out, "<p class=\"note\">First %d of %d; all are in summary.json.</p>\n",
+                MAX_INJECTION_ROWS, x->n_injections);
+    fputs("</section>\n", out);
+}
+
+typedef struct pred_col {
+    const char *title;
+    const analysis_summary *s;
+} pred_col;
+
+static void pred_row(FILE *out, const char *metric, const pred_col *cols, int n, int which)
+{
+    fprintf(out, "<tr><td class=\"k\">%s</td>", metric);
+    for (int i = 0; i < n; i++) {
+        const analysis_summary *s = cols[i].s;
+        double v = 0;
+        bool have = s != NULL;
+        char buf[32];
+        if (have)
+            switch (which) {
+            case 0: v = s->itl_ms.p50; break;
+            case 1: v = s->itl_ms.p99; break;
+            case 2: v = s->itl_ms.p999; break;
+            case 3: v = s->itl_ms.max; break;
+            case 4: v = s->spike_ratio; break;
+            case 5: v = (double)s->stalls.count; break;
+            case 6: have = injection_ttft(s, 0.5, &v); break;
+            case 7: have = injection_ttft(s, 1, &v); break;
+            }
+        if (!have) {
+            fputs("<td>\xe2\x80\x94</td>", out);
+            continue;
+        }
+        if (which == 4)
+            snprintf(buf, sizeof buf, "%.1f\xc3\x97", v);
+        else if (which == 5)
+            snprintf(buf, sizeof buf, "%.0f", v);
+        else
+            html_format_ms(buf, sizeof buf, v);
+        fprintf(out, "<td>%s</td>", buf);
+    }
+    fputs("</tr>\n", out);
+}
+
+static int write_prediction(FILE *out, const html_run *b, const html_run *x,
+                            const html_options *opt, char *err)
+{
+    fputs("<section id=\"prediction\">\n<h2>Measured beside the cost model</h2>\n", out);
+    if (!opt->predict) {
+        fputs("<p>Prediction skipped.</p>\n</section>\n", out);
+        return 0;
+    }
+    html_prediction same, ref;
+    if (html_predict(x->config, false, &same, err) != 0)
+        return -1;
+    if (html_predict(x->config, true, &ref, err) != 0) {
+        html_prediction_free(&same);
+        return -1;
+    }
+    fputs("<p class=\"note\">The same workload (config.json) through the simulator in "
+          "process: the real scheduler, the roofline cost model, a virtual clock. "
+          "\"Reference\" is what an H100 SXM running Llama 3.1 8B would show (catalog "
+          "figures, efficiency 1, no per-step overhead).</p>\n",
+          out);
+    char t_same[256], t_ref[256], t_b[96], t_x[96];
+    snprintf(t_b, sizeof t_b, "measured %s", b ? b->label : "baseline");
+    snprintf(t_x, sizeof t_x, "measured %s", x->label);
+    snprintf(t_same, sizeof t_same, "model, same profile (%s)", same.ok ? same.profile : "n/a");
+    snprintf(t_ref, sizeof t_ref, "model, reference (%s)", ref.ok ? ref.profile : "n/a");
+    pred_col cols[] = {
+        {t_b, b ? &b->summary : NULL},
+        {t_x, &x->summary},
+        {t_same, same.ok ? &same.interference : NULL},
+        {t_ref, ref.ok ? &ref.interference : NULL},
+    };
+    int n = 4;
+    fputs("<table>\n<tr><th class=\"k\">metric</th>", out);
+    for (int i = 0; i < n; i++) {
+        fputs("<th>", out);
+        html_escape(out, cols[i].title);
+        fputs("</th>", out);
+    }
+    fputs("</tr>\n", out);
+    static const char *const rows[] = {"gap p50 (ms)",     "gap p99 (ms)",
+                                       "gap p99.9 (ms)",   "max gap (ms)",
+                                       "spike ratio (max/p50)", "stalls",
+                                       "injection TTFT p50 (ms)", "injection TTFT max (ms)"};
+    for (int r = 0; r < 8; r++)
+        pred_row(out, rows[r], cols, n, r);
+    fputs("</table>\n", out);
+    char verdict[1024];
+    if (same.ok) {
+        report_verdict(verdict, sizeof verdict, &same.baseline, &same.interference);
+        fputs("<p class=\"verdict model\"><b>Model, same profile:</b> ", out);
+        html_escape(out, verdict);
+        fputs("</p>\n", out);
+    } else {
+        fputs("<p class=\"note\">No same-profile prediction: ", out);
+        html_escape(out, same.why);
+        fputs(".</p>\n", out);
+    }
+    if (ref.ok) {
+        report_verdict(verdict, sizeof verdict, &ref.baseline, &ref.interference);
+        fputs("<p class=\"verdict model\"><b>Reference, H100 + Llama 3.1 8B:</b> ", out);
+        html_escape(out, verdict);
+        fputs("</p>\n", out);
+    } else {
+        fputs("<p class=\"note\">No reference prediction: ", out);
+        html_escape(out, ref.why);
+        fputs(".</p>\n", out);
+    }
+    html_prediction_free(&same);
+    html_prediction_free(&ref);
+    fputs("</section>\n", out);
+    return 0;
+}
+
+static const char *jstr(const json_t *obj, const char *key)
+{
+    const char *s = json_string_value(json_object_get(obj, key));
+    return s ? s : "?";
+}
+
+static void kv_row(FILE *out, const char *key, const char *value)
+{
+    if (!value || !value[0])
+        return;
+    fputs("<tr><td class=\"k\">", out);
+    html_escape(out, key);
+    fputs("</td><td class=\"k\">", out);
+    html_escape(out, value);
+    fputs("</td></tr>\n", out);
+}
+
+static void write_config(FILE *out, const html_run *x)
+{
+    fputs("<section id=\"config\">\n<h2>Configuration</h2>\n", out);
+    const json_t *cfg = x->config;
+    if (!cfg) {
+        fputs("<p>No config.json beside the token log.</p>\n</section>\n", out);
+        return;
+    }
+    char buf[512], wl[192];
+    fputs("<table>\n", out);
+    kv_row(out, "engine", x->engine);
+    kv_row(out, "target", x->target);
+    describe_workload(cfg, wl, sizeof wl);
+    kv_row(out, "workload", wl);
+    const json_t *w = json_object_get(cfg, "workload");
+    if (w) {
+        snprintf(buf, sizeof buf, "prompt %lld..%lld tokens, answer %lld..%lld tokens (closed loop)",
+                 (long long)json_integer_value(json_object_get(w, "bg_prompt_min")),
+                 (long long)json_integer_value(json_object_get(w, "bg_prompt_max")),
+                 (long long)json_integer_value(json_object_get(w, "bg_answer_min")),
+                 (long long)json_integer_value(json_object_get(w, "bg_answer_max")));
+        kv_row(out, "background users", buf);
+    }
+    const json_t *c = json_object_get(cfg, "cost");
+    if (c) {
+        snprintf(buf, sizeof buf, "%s (%.1f TFLOP/s, %.2f TB/s), %s; efficiency %.2g compute, "
+                 "%.2g bandwidth; step overhead %.3g ms%s",
+                 jstr(c, "gpu"),
+                 json_number_value(json_object_get(c, "peak_flops")) / 1e12,
+                 json_number_value(json_object_get(c, "mem_bandwidth")) / 1e12,
+                 jstr(c, "model"),
+                 json_number_value(json_object_get(c, "compute_efficiency")),
+                 json_number_value(json_object_get(c, "bandwidth_efficiency")),
+                 (double)json_integer_value(json_object_get(c, "step_overhead_ns")) / 1e6,
+                 json_number_value(json_object_get(c, "params_override")) > 0
+                     ? "; lesson FLOPs (2 x params per token)" : "");
+        kv_row(out, "hardware profile", buf);
+    }
+    const json_t *s = json_object_get(cfg, "sched");
+    if (s) {
+        snprintf(buf, sizeof buf, "--policy %s --max-num-batched-tokens %lld --max-num-seqs %lld "
+                 "(KV blocks %lld)",
+                 jstr(s, "policy"),
+                 (long long)json_integer_value(json_object_get(s, "max_num_batched_tokens")),
+                 (long long)json_integer_value(json_object_get(s, "max_num_seqs")),
+                 (long long)json_integer_value(json_object_get(s, "kv_blocks")));
+        kv_row(out, "scheduler", buf);
+    }
+    const json_t *argv = json_object_get(cfg, "argv");
+    if (argv && json_is_array(argv)) {
+        char line[2048] = "";
+        size_t len = 0;
+        for (size_t i = 0; i < json_array_size(argv) && len < sizeof line - 1; i++) {
+            const char *a = json_string_value(json_array_get(argv, i));
+            int n = snprintf(line + len, sizeof line - len, "%s%s", i ? " " : "", a ? a : "");
+            if (n > 0)
+                len += (size_t)n;
+        }
+        kv_row(out, "command-line options", line);
+    }
+    fputs("</table>\n<details><summary>config.json of the ", out);
+    html_escape(out, x->label);
+    fputs(" run</summary>\n<pre>", out);
+    char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+    html_escape(out, text ? text : "");
+    free(text);
+    fputs("</pre>\n</details>\n</section>\n", out);
+}
+
+static bool exists(const char *dir, const char *name)
+{
+    char path[4200];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return stat(path, &st) == 0;
+}
+
+static void write_files(FILE *out, const html_set *set, bool steps)
+{
+    static const char *const names[] = {"tokens.csv", "requests.csv", "steps.csv",
+                                        "summary.json", "config.json", "fidelity.json"};
+    fputs("<section id=\"files\">\n<h2>Files</h2>\n<ul class=\"files\">\n", out);
+    for (int i = 0; i < set->n_runs; i++) {
+        char rel[4200];
+        html_rel(set->root, set->runs[i].dir, rel, sizeof rel);
+        for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+            if (!exists(set->runs[i].dir, names[k]))
+                continue;
+            char path[4300];
+            if (strcmp(rel, ".") == 0)
+                snprintf(path, sizeof path, "%s", names[k]);
+            else
+                snprintf(path, sizeof path, "%s/%s", rel, names[k]);
+            fputs("<li><a href=\"", out);
+            html_url(out, path);
+            fputs("\">", out);
+            html_escape(out, path);
+            fputs("</a></li>\n", out);
+        }
+    }
+    if (exists(set->root, "comparison.json"))
+        fputs("<li><a href=\"comparison.json\">comparison.json</a></li>\n", out);
+    static const char *const plots[] = {"timeline", "percentiles", "ccdf", "steps"};
+    for (size_t k = 0; k < sizeof plots / sizeof plots[0]; k++) {
+        if (k == 3 && !steps)
+            continue;
+        fprintf(out, "<li><a href=\"plots/%s.png\">plots/%s.png</a>, "
+                     "<a href=\"plots/%s.svg\">.svg</a></li>\n",
+                plots[k], plots[k], plots[k]);
+    }
+    fputs("</ul>\n</section>\n", out);
+}
+
+int html_write_run_report(const html_set *set, const html_options *opt, char *err)
+{
+    const html_run *x = html_set_main(set);
+    if (!x)
+        return err_set(err, "%s: no run to report (expected interference/ or a single run)",
+                       set->root);
+    const html_run *b = set->baseline >= 0 && &set->runs[set->baseline] != x
+                            ? &set->runs[set->baseline] : NULL;
+    char *doc = NULL;
+    size_t doc_len = 0;
+    FILE *out = open_memstream(&doc, &doc_len);
+    if (!out)
+        return err_set(err, "open_memstream: %s", strerror(errno));
+    int rc = -1;
+    plot_chart chart;
+    memset(&chart, 0, sizeof chart);
+    char note[512], title[256], verdict[1024];
+    chart_note(x, note, sizeof note);
+    plot_run runs[2];
+    int n_runs = 0;
+    if (b)
+        runs[n_runs++] = (plot_run){b->label, PLOT_COLOR_BASELINE, &b->log, &b->summary};
+    runs[n_runs++] = (plot_run){x->label, PLOT_COLOR_INTERFERENCE, &x->log, &x->summary};
+
+    snprintf(title, sizeof title, "stallscope: %s", x->engine[0] ? x->engine : x->label);
+    html_begin(out, title);
+    fputs("<h1>Long-prompt interference</h1>\n<p class=\"meta\">", out);
+    html_escape(out, note);
+    fputs("</p>\n", out);
+
+    fputs("<section id=\"verdict\">\n<h2>Verdict</h2>\n<p class=\"verdict\">", out);
+    report_verdict(verdict, sizeof verdict, b ? &b->summary : NULL, &x->summary);
+    html_escape(out, verdict);
+    fputs("</p>\n</section>\n", out);
+
+    fputs("<section id=\"timeline\">\n<h2>Every gap over time</h2>\n", out);
+    if (plot_timeline(&chart, runs, n_runs, note, err) != 0 ||
+        html_figure(out, set->root, &chart, "timeline",
+                    "Each dot is a background user's gap between two tokens (ms, log scale) at "
+                    "the time the second token arrived; dashed purple lines are the long "
+                    "prompts' sends. The spikes stand on the markers.",
+                    err) != 0)
+        goto done;
+    plot_chart_free(&chart);
+    fputs("</section>\n", out);
+
+    fputs("<section id=\"table\">\n<h2>Side by side</h2>\n<pre>", out);
+    {
+        char *table = NULL;
+        size_t table_len = 0;
+        FILE *t = open_memstream(&table, &table_len);
+        if (!t) {
+            err_set(err, "open_memstream: %s", strerror(errno));
+            goto done;
+        }
+        report_table_print(t, b ? &b->summary : NULL, &x->summary);
+        fclose(t);
+        html_escape(out, table);
+        free(table);
+    }
+    fputs("</pre>\n</section>\n", out);
+
+    fputs("<section id=\"percentiles\">\n<h2>Percentiles</h2>\n", out);
+    if (plot_percentiles(&chart, NULL, runs, n_runs, note, err) != 0 ||
+        html_figure(out, set->root, &chart, "percentiles",
+                    "The median stays put; the tail is where the long prompts show.", err) != 0)
+        goto done;
+    plot_chart_free(&chart);
+    fputs("</section>\n", out);
+
+    fputs("<section id=\"ccdf\">\n<h2>Distribution of gaps</h2>\n", out);
+    if (plot_ccdf(&chart, runs, n_runs, note, err) != 0 ||
+        html_figure(out, set->root, &chart, "ccdf",
+                    "A percentile moves only when the spikes are more common than its line: "
+                    "under 1 % of gaps, p99 cannot see them.",
+                    err) != 0)
+        goto done;
+    plot_chart_free(&chart);
+    fputs("</section>\n", out);
+
+    bool steps = x->log.n_steps > 0;
+    if (steps) {
+        fputs("<section id=\"steps\">\n<h2>Engine steps</h2>\n", out);
+        plot_run step_run = {x->label, PLOT_COLOR_INTERFERENCE, &x->log, &x->summary};
+        if (plot_steps(&chart, &step_run, note, err) != 0 ||
+            html_figure(out, set->root, &chart, "steps",
+                        "The server's ground truth (steps.csv): a step lasts as long as its "
+                        "work, and the step carrying a whole prompt is the spike.",
+                        err) != 0)
+            goto done;
+        plot_chart_free(&chart);
+        fputs("</section>\n", out);
+    }
+
+    write_injections(out, &x->summary);
+    if (write_prediction(out, b, x, opt, err) != 0)
+        goto done;
+    write_config(out, x);
+    write_files(out, set, steps);
+    html_end(out);
+    rc = 0;
+done:
+    plot_chart_free(&chart);
+    if (fclose(out) != 0 && rc == 0)
+        rc = err_set(err, "report: %s", strerror(errno));
+    if (rc == 0) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/report.html", set->root);
+        rc = html_write_atomic(path, doc, doc_len, err);
+    }
+    free(doc);
+    return rc;
+}

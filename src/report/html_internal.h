@@ -1,0 +1,32 @@
+/* html_internal — helpers shared by the run report (html.c) and the sweep report
+ * (html_sweep.c); not part of the module's interface. */
+#ifndef STALLSCOPE_HTML_INTERNAL_H
+#define STALLSCOPE_HTML_INTERNAL_H
+#include <stdio.h>
+
+#include "report/plot.h"
+
+/* Text with &, <, >, " and ' escaped. */
+void html_escape(FILE *out, const char *text);
+/* A relative URL: every byte outside [A-Za-z0-9._~/-] percent-encoded. */
+void html_url(FILE *out, const char *path);
+/* path relative to root ("out/sim/baseline" under "out/sim" -> "baseline"). */
+void html_rel(const char *root, const char *path, char *out, size_t size);
+
+/* <!doctype html> ... <body> with the report's stylesheet; and its end. */
+void html_begin(FILE *out, const char *title);
+void html_end(FILE *out);
+
+/* Render chart to DIR/plots/<name>.{png,svg} and inline the SVG in a <figure> with
+ * links to both files; ids inside the SVG get the prefix <name>- so several charts can
+ * live in one document. 0, or -1 with err. */
+int html_figure(FILE *out, const char *root, const plot_chart *chart, const char *name,
+                const char *caption, char *err);
+
+/* Write data to path atomically (beside and rename). */
+int html_write_atomic(const char *path, const char *data, size_t len, char *err);
+
+/* "4.78", "14.6", "152" */
+void html_format_ms(char *buf, size_t size, double ms);
+
+#endif

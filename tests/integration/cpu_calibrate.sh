@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# cpu_calibrate — `stallscope calibrate` writes a hardware profile that `model` and `sim`
+# accept with --hardware, and bad profiles or options are refused with a reason.
+# usage: cpu_calibrate.sh STALLSCOPE_BINARY SCRATCH_DIR
+set -euo pipefail
+
+bin=$1
+scratch=$2
+mkdir -p "$scratch"
+# shellcheck source=lib.bash
+source "$(dirname "$0")/lib.bash"
+
+# ---- calibrate: short probes, the tiny model, a small prefill check ------------------
+profile=$scratch/hw.json
+"$bin" calibrate --threads 1 --seconds 0 --model tiny --prompt-tokens 256 --out "$profile" \
+    >"$scratch/calibrate.out" 2>&1 || { cat "$scratch/calibrate.out"; fail "calibrate exited $?"; }
+grep -q "wrote $profile" "$scratch/calibrate.out" || fail "calibrate did not say where it wrote"
+check "profile has positive rates, F32 sizes, 1 thread" \
+  '(a["peak_flops"] > 0 and a["attention_flops"] > 0 and a["mem_bandwidth"] > 0 and a["mem_bytes"] > 0 and
+    a["bytes_per_param"] == 4 and a["kv_bytes_per_elem"] == 4 and a["threads"] == 1 and
+    a["step_overhead_ns"] >= 0 and a["name"] == "cpu-1t" and
+    a["measured"]["fit_model"] == "tiny" and a["measured"]["decode_ns"] > 0)' "$profile"
+
+# ---- model: the profile replaces --gpu -------------------------------------------------
+"$bin" model --hardware "$profile" --model ref-256 --prompt-tokens 8000 --json >"$scratch/model.json"
+check "model --hardware uses the profile" \
+  '(a["gpu"] == "cpu-1t" and abs(a["peak_flops"] - b["peak_flops"]) < 1e-6 * b["peak_flops"] and a["prompts"][0]["total_ms"] > 0 and
+    abs(a["step_overhead_ms"] * 1e6 - b["step_overhead_ns"]) < 1)' "$scratch/model.json" "$profile"
+
+# --step-overhead still overrides the profile's
+"$bin" model --hardware "$profile" --model ref-256 --step-overhead 7ms --json >"$scratch/model7.json"
+check "--step-overhead overrides the profile" 'a["step_overhead_ms"] == 7.0' "$scratch/model7.json"
+
+# ---- sim: a short lesson-shaped run on the profile --------------------------------------
+# (--step-overhead: a Debug build's fitted overhead is the unoptimised code's, not the CPU's)
+"$bin" sim --hardware "$profile" --step-overhead 1ms --model tiny --users 8 --duration 8s --inject-at 2s \
+    --inject-every 4s --prompt-tokens 2000 --out "$scratch/sim" >"$scratch/sim.out" 2>&1 ||
+    { cat "$scratch/sim.out"; fail "sim --hardware exited $?"; }
+check "sim on the profile: injections stall and align" \
+  '(a["stalls"]["count"] > 0 and a["stalls"]["aligned_fraction"] == 1.0 and
+    a["spike_ratio"] > 10)' "$scratch/sim/interference/summary.json"
+
+# ---- refusals ---------------------------------------------------------------------------
+echo '{"name": "broken", "peak_flops": 1e11}' >"$scratch/broken.json"
+set +e
+"$bin" model --hardware "$scratch/broken.json" --model tiny >/dev/null 2>"$scratch/broken.err"
+rc=$?
+"$bin" model --hardware "$scratch/nope.json" --model tiny >/dev/null 2>"$scratch/nope.err"
+rc_missing=$?
+"$bin" calibrate --threads 0 >/dev/null 2>"$scratch/threads.err"
+rc_threads=$?
+"$bin" calibrate --model gpt-5 >/dev/null 2>"$scratch/model.err"
+rc_model=$?
+set -e
+[ "$rc" -eq 2 ] && grep -q "mem_bandwidth" "$scratch/broken.err" && pass "a profile without mem_bandwidth is refused" \
+    || fail "broken profile: exit $rc, $(cat "$scratch/broken.err")"
+[ "$rc_missing" -eq 2 ] && grep -q "nope.json" "$scratch/nope.err" && pass "a missing profile is refused" \
+    || fail "missing profile: exit $rc_missing"
+[ "$rc_threads" -eq 2 ] && pass "calibrate --threads 0 is refused" || fail "--threads 0: exit $rc_threads"
+[ "$rc_model" -eq 2 ] && grep -q "tiny" "$scratch/model.err" && pass "calibrate --model gpt-5 lists the models" \
+    || fail "--model gpt-5: exit $rc_model"
+"$bin" calibrate --help | grep -q -- "--hardware" && pass "calibrate --help" || fail "calibrate --help"
+echo "cpu_calibrate: all passed"

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# stallscope sweep through `stallscope run` children (issue 6): on the embedded emulated
+# engine (--engine emulate), and against a --target whose server the sweep starts and
+# stops per point (--server-cmd, /health awaited). Short runs: 4 users, 3 s.
+set -euo pipefail
+bin=$1; dir=$2
+. "$(dirname "$0")/lib.bash"
+rm -rf "$dir"; mkdir -p "$dir"
+
+if ! "$bin" run --help >/dev/null 2>&1; then
+  echo "SKIP: 'stallscope run' is not available in this build"
+  exit 0
+fi
+short=(--duration 3s --users 4 --inject-at 1s --warmup 0.5s)
+
+# 1. The embedded emulated H100: the spike grows with the prompt as the cost model says.
+timeout 300 "$bin" sweep --engine emulate --prompt-tokens 2k,8k "${short[@]}" \
+  --out "$dir/emulate" >"$dir/emulate.txt" 2>"$dir/emulate.err" || {
+  cat "$dir/emulate.err"; fail "emulate sweep"; }
+cat "$dir/emulate.txt"
+S=$dir/emulate/sweep.json
+check "both points ran" "[p['status'] for p in a['results']] == ['ok', 'ok']" "$S"
+check "spike step within 5 % of the cost model's" \
+  "abs(a['results'][1]['spike_step'] / a['results'][1]['model_step'] - 1) < 0.05" "$S"
+check "the 8k spike within 5 % of the model's step" \
+  "abs(a['results'][1]['spike_ms'] / a['results'][1]['model_spike_ms'] - 1) < 0.05" "$S"
+for k in 1 2; do
+  [ -s "$dir/emulate/point-$k/report.html" ] || fail "run wrote no report for point-$k"
+  [ -s "$dir/emulate/point-$k/interference/steps.csv" ] || fail "point-$k lacks steps.csv"
+done
+grep -q 'href="point-1/report.html"' "$dir/emulate/report.html" || fail "sweep report links points"
+grep -q "model, same profile (h100-sxm llama-3.1-8b mixed/16384)" "$dir/emulate/point-2/report.html" ||
+  fail "an emulated run's report lacks the cost model's prediction"
+pass "each point's own report (with the prediction), linked from the sweep's"
+
+# 2. A target whose server is started per point: the fix measured beside the problem.
+port=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+timeout 300 "$bin" sweep --target "http://127.0.0.1:$port" \
+  --server-cmd "'$bin' serve --engine emulate --port {port} --policy {policy} --max-num-batched-tokens {max_num_batched_tokens}" \
+  --server-timeout 60s --policy mixed,chunked --max-num-batched-tokens 16384,512 --zip \
+  "${short[@]}" --out "$dir/target" >"$dir/target.txt" 2>"$dir/target.err" || {
+  cat "$dir/target.err"; fail "target sweep"; }
+cat "$dir/target.txt"
+S=$dir/target/sweep.json
+check "both points ran" "[p['status'] for p in a['results']] == ['ok', 'ok']" "$S"
+check "chunked/512: max gap under a fifth of mixed's" \
+  "a['results'][1]['itl_ms']['max'] * 5 < a['results'][0]['itl_ms']['max']" "$S"
+grep -q "policy mixed, max_num_batched_tokens 16384" "$dir/target/point-1/server.log" ||
+  fail "point-1's server did not get its flags"
+grep -q "policy chunked, max_num_batched_tokens 512" "$dir/target/point-2/server.log" ||
+  fail "point-2's server did not get its flags"
+python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', $port))" ||
+  fail "the last server still holds port $port"
+pass "servers started with each point's flags and stopped"
+grep -q "a remote server" "$dir/target/point-1/report.html" &&
+  grep -q "model, reference (h100-sxm llama-3.1-8b mixed/16384)" "$dir/target/point-1/report.html" ||
+  fail "a target run's report: no same-profile prediction, the reference instead"
+pass "a target's report: the reference H100 beside the measurement"
+
+# 3. A server that never answers: the point fails, bounded, and says why.
+set +e
+timeout 120 "$bin" sweep --target "http://127.0.0.1:$port" --server-cmd "sleep 30" \
+  --server-timeout 2s --prompt-tokens 2k,4k "${short[@]}" --out "$dir/dead" >/dev/null 2>"$dir/dead.err"
+rc=$?
+set -e
+[ $rc = 1 ] || fail "dead server: exit $rc, expected 1"
+grep -q "did not answer" "$dir/dead.err" || fail "dead server: no reason given"
+check "dead server: both points failed" "[p['status'] for p in a['results']] == ['failed', 'failed']" \
+  "$dir/dead/sweep.json"
+echo "sweep_run: all checks passed"

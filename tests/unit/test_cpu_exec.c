@@ -1,0 +1,444 @@
+/* Unit tests for the cpu executor (exec_cpu.h) driven by the real scheduler, step by step
+ * as the engine drives it: answers independent of batch mates and of preemption, KV blocks
+ * returned, sampling rules (EOS, min_tokens, seeds), text, and the modeled duration. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/err.h"
+#include "engine/cost.h"
+#include "engine/exec_cpu.h"
+#include "engine/sched.h"
+
+/* A shape small enough for ASan: hidden 64, 2 layers, GQA 4/2 x 16, vocab 300. */
+static cost_arch test_arch(void)
+{
+    cost_arch a;
+    memset(&a, 0, sizeof a);
+    strcpy(a.name, "test-64");
+    a.n_layers = 2;
+    a.hidden = 64;
+    a.n_heads = 4;
+    a.n_kv_heads = 2;
+    a.head_dim = 16;
+    a.ffn = 96;
+    a.vocab = 300;
+    a.max_position = 4096;
+    return a;
+}
+
+static exec *make_exec(int threads, int64_t kv_blocks, const cost_params *cost)
+{
+    char err[ERR_LEN] = "";
+    exec_cpu_config cfg = {.arch = test_arch(), .threads = threads, .kv_blocks = kv_blocks,
+                           .cost = cost};
+    exec *x = NULL;
+    if (exec_cpu_create(&cfg, &x, err) != 0)
+        fail_msg("exec_cpu_create: %s", err);
+    return x;
+}
+
+enum { MAX_REQS = 8, MAX_ANSWER = 64 };
+
+typedef struct client_req {
+    sched_req sr;
+    exec_seq seq;
+    int32_t prompt[200];
+    int32_t answer[MAX_ANSWER];
+    int n_answer;
+} client_req;
+
+static void init_req(client_req *r, int64_t id, int prompt_tokens, int max_tokens, uint64_t seed)
+{
+    memset(r, 0, sizeof *r);
+    r->sr.id = id;
+    r->sr.prompt_tokens = prompt_tokens;
+    r->sr.max_tokens = max_tokens;
+    r->sr.user = r;
+    for (int i = 0; i < prompt_tokens; i++)
+        r->prompt[i] = (int32_t)((i * 37 + seed * 11) % 300);
+    r->seq.seed = seed;
+    r->seq.ignore_eos = true;
+    r->seq.prompt_ids = r->prompt;
+    r->seq.n_prompt_ids = prompt_tokens;
+}
+
+/* Run the scheduler and executor until every request finishes; requests join at the steps
+ * given in arrive_at[]. Returns the number of steps. */
+static int drive(exec *x, const sched_config *cfg, client_req **reqs, const int *arrive_at, int n,
+                 int64_t *preemptions)
+{
+    char err[ERR_LEN] = "";
+    sched *s = sched_create(cfg, err);
+    assert_non_null(s);
+    sched_batch batch;
+    const exec_seq *seqs[64];
+    int32_t tokens[64];
+    int steps = 0, done = 0;
+    bool added[MAX_REQS] = {false};
+    while (done < n) {
+        for (int i = 0; i < n; i++)
+            if (!added[i] && arrive_at[i] <= steps) {
+                if (sched_add(s, &reqs[i]->sr, err) != 0)
+                    fail_msg("sched_add: %s", err);
+                added[i] = true;
+            }
+        const int items = sched_next(s, &batch);
+        if (items > 0) {
+            assert_true(items <= 64);
+            for (int i = 0; i < items; i++)
+                seqs[i] = &((client_req *)batch.items[i].req->user)->seq;
+            int64_t modeled = -1;
+            if (x->step(x, &batch, seqs, 0, tokens, &modeled, err) != 0)
+                fail_msg("step: %s", err);
+            for (int i = 0; i < items; i++) {
+                if (!batch.items[i].samples)
+                    continue;
+                client_req *r = batch.items[i].req->user;
+                assert_true(r->n_answer < MAX_ANSWER);
+                assert_int_equal(batch.items[i].req->generated, r->n_answer);
+                r->answer[r->n_answer++] = tokens[i];
+            }
+            sched_commit(s, &batch);
+        }
+        done = 0;
+        for (int i = 0; i < n; i++)
+            done += added[i] && reqs[i]->sr.state == SCHED_FINISHED;
+        steps++;
+        assert_true(steps < 10000);
+    }
+    if (preemptions)
+        *preemptions = sched_num_preemptions(s);
+    sched_free(s);
+    return steps;
+}
+
+static sched_config make_sched(sched_policy policy, int budget, int64_t kv_blocks)
+{
+    return (sched_config){.policy = policy, .max_num_batched_tokens = budget,
+                          .max_num_seqs = 64, .max_model_len = 4096, .block_size = 16,
+                          .kv_blocks = kv_blocks};
+}
+
+/* One request alone, then among others under every policy (chunked: its prompt in pieces;
+ * a long prompt arriving mid-answer): the same greedy answer each time; every KV block
+ * comes back. */
+static void test_answers_independent_of_company(void **state)
+{
+    (void)state;
+    client_req alone_req;
+    init_req(&alone_req, 1, 50, 30, 5);
+    client_req *alone[1] = {&alone_req};
+    const int at0[1] = {0};
+    exec *x = make_exec(1, 256, NULL);
+    sched_config cfg = make_sched(SCHED_MIXED, 4096, 256);
+    drive(x, &cfg, alone, at0, 1, NULL);
+    assert_int_equal(exec_cpu_blocks_used(x), 0);
+
+    const sched_policy policies[] = {SCHED_MIXED, SCHED_CHUNKED, SCHED_PREFILL_FIRST};
+    for (int p = 0; p < 3; p++) {
+        client_req a, b, c, d;
+        init_req(&a, 10, 50, 30, 5); /* the same request as alone_req */
+        init_req(&b, 11, 20, 40, 6);
+        init_req(&c, 12, 180, 8, 7); /* a long prompt, arriving at step 5 */
+        init_req(&d, 13, 9, 25, 8);
+        client_req *reqs[4] = {&b, &a, &c, &d};
+        const int at[4] = {0, 1, 5, 2};
+        sched_config pc = make_sched(policies[p], policies[p] == SCHED_CHUNKED ? 24 : 4096, 256);
+        drive(x, &pc, reqs, at, 4, NULL);
+        assert_int_equal(a.n_answer, 30);
+        assert_memory_equal(a.answer, alone_req.answer, sizeof(int32_t) * 30);
+        assert_int_equal(exec_cpu_blocks_used(x), 0);
+    }
+    x->destroy(x);
+}
+
+/* A KV pool too small for everyone: the scheduler preempts, the executor recomputes from
+ * its token history, and the answers equal those of a roomy pool; two threads agree. */
+static void test_preemption_recomputes_identically(void **state)
+{
+    (void)state;
+    client_req roomy[4], tight[4];
+    client_req *r1[4], *r2[4];
+    const int at[4] = {0, 0, 1, 2};
+    for (int i = 0; i < 4; i++) {
+        init_req(&roomy[i], 20 + i, 30 + 7 * i, 40, 100 + (uint64_t)i);
+        init_req(&tight[i], 20 + i, 30 + 7 * i, 40, 100 + (uint64_t)i);
+        r1[i] = &roomy[i];
+        r2[i] = &tight[i];
+    }
+    exec *big = make_exec(1, 256, NULL);
+    sched_config cfg = make_sched(SCHED_MIXED, 4096, 256);
+    int64_t preempted = 0;
+    drive(big, &cfg, r1, at, 4, &preempted);
+    assert_int_equal(preempted, 0);
+    big->destroy(big);
+
+    exec *small = make_exec(2, 14, NULL); /* 14 blocks: 224 tokens for ~4 x 75 */
+    sched_config tight_cfg = make_sched(SCHED_MIXED, 4096, 14);
+    drive(small, &tight_cfg, r2, at, 4, &preempted);
+    assert_true(preempted > 0);
+    for (int i = 0; i < 4; i++)
+        assert_memory_equal(tight[i].answer, roomy[i].answer, sizeof(int32_t) * 40);
+    assert_int_equal(exec_cpu_blocks_used(small), 0);
+    small->destroy(small);
+}
+
+/* Sampling rules: EOS never before min_tokens nor with ignore_eos; a temperature answer is
+ * a function of its seed (same seed, same answer, whatever the batch), and differs from
+ * the greedy one. */
+static void test_sampling_rules(void **state)
+{
+    (void)state;
+    exec *x = make_exec(1, 256, NULL);
+    sched_config cfg = make_sched(SCHED_MIXED, 4096, 256);
+    client_req hot1, hot2, hot_other, greedy, mate;
+    init_req(&hot1, 30, 12, 40, 77);
+    hot1.seq.temperature = 1.5;
+    init_req(&hot2, 31, 12, 40, 77);
+    hot2.seq.temperature = 1.5;
+    init_req(&hot_other, 32, 12, 40, 78);
+    hot_other.seq.temperature = 1.5;
+    init_req(&greedy, 33, 12, 40, 77);
+    init_req(&mate, 34, 70, 40, 1);
+    for (int i = 0; i < 12; i++) /* same prompt for all four */
+        hot_other.prompt[i] = hot2.prompt[i] = greedy.prompt[i] = hot1.prompt[i];
+    client_req *one[1] = {&hot1};
+    const int at[3] = {0, 0, 3};
+    drive(x, &cfg, one, at, 1, NULL);
+    client_req *three[3] = {&mate, &hot2, &hot_other};
+    drive(x, &cfg, three, at, 3, NULL);
+    client_req *g[1] = {&greedy};
+    drive(x, &cfg, g, at, 1, NULL);
+    assert_memory_equal(hot1.answer, hot2.answer, sizeof(int32_t) * 40);
+    assert_memory_not_equal(hot1.answer, hot_other.answer, sizeof(int32_t) * 40);
+    assert_memory_not_equal(hot1.answer, greedy.answer, sizeof(int32_t) * 40);
+    for (int i = 0; i < 40; i++)
+        assert_int_not_equal(hot1.answer[i], CPU_EOS_ID); /* ignore_eos */
+    x->destroy(x);
+}
+
+/* A prompt of only EOS ids makes EOS likely: with ignore_eos off it may end the answer, but
+ * never before min_tokens; the executor frees the request when it samples EOS. */
+static void test_eos_respects_min_tokens(void **state)
+{
+    (void)state;
+    exec *x = make_exec(1, 256, NULL);
+    sched_config cfg = make_sched(SCHED_MIXED, 4096, 256);
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+        client_req r;
+        init_req(&r, 40 + (int64_t)seed, 20, 60, seed);
+        r.seq.ignore_eos = false;
+        r.seq.min_tokens = 10;
+        r.seq.temperature = 3.0; /* flat: EOS gets its 1/300 chance and more */
+        client_req *one[1] = {&r};
+        const int at[1] = {0};
+        char err[ERR_LEN];
+        sched *s = sched_create(&cfg, err);
+        sched_add(s, &r.sr, err);
+        sched_batch batch;
+        const exec_seq *seqs[1];
+        int32_t token = -1;
+        while (sched_next(s, &batch) > 0) {
+            seqs[0] = &r.seq;
+            int64_t modeled;
+            assert_int_equal(x->step(x, &batch, seqs, 0, &token, &modeled, err), 0);
+            if (batch.items[0].samples) {
+                if (token == CPU_EOS_ID) {
+                    assert_true(batch.items[0].req->generated >= 10);
+                    assert_true(x->is_eos(x, token));
+                    sched_commit(s, &batch);
+                    sched_finish(s, &r.sr);
+                    break;
+                }
+            }
+            sched_commit(s, &batch);
+        }
+        (void)one, (void)at;
+        sched_free(s);
+        assert_int_equal(exec_cpu_blocks_used(x), 0);
+    }
+    x->destroy(x);
+}
+
+/* Released requests (a stop string, a client gone) give their blocks back. */
+static void test_release(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "";
+    exec *x = make_exec(1, 64, NULL);
+    sched_config cfg = make_sched(SCHED_MIXED, 4096, 64);
+    sched *s = sched_create(&cfg, err);
+    client_req r;
+    init_req(&r, 50, 40, 30, 3);
+    sched_add(s, &r.sr, err);
+    sched_batch batch;
+    const exec_seq *seqs[1] = {&r.seq};
+    int32_t token;
+    int64_t modeled;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(sched_next(s, &batch), 1);
+        assert_int_equal(x->step(x, &batch, seqs, 0, &token, &modeled, err), 0);
+        sched_commit(s, &batch);
+    }
+    assert_int_equal(exec_cpu_blocks_used(x), 3); /* 42 positions: 3 blocks */
+    sched_abort(s, &r.sr);
+    exec_cpu_release(x, 50);
+    assert_int_equal(exec_cpu_blocks_used(x), 0);
+    exec_cpu_release(x, 12345); /* unknown: ignored */
+    sched_free(s);
+    x->destroy(x);
+}
+
+/* Without release, a pool that runs dry takes blocks back from requests not in the step;
+ * one of those coming back fails the step with the reason instead of reading lost keys. */
+static void test_eviction_is_honest(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "";
+    exec *x = make_exec(1, 4, NULL); /* 64 positions */
+    sched_config cfg = make_sched(SCHED_MIXED, 4096, 64); /* the scheduler thinks 64 */
+    sched *s = sched_create(&cfg, err);
+    client_req a, b;
+    init_req(&a, 60, 40, 30, 1);
+    init_req(&b, 61, 40, 30, 2);
+    sched_batch batch;
+    const exec_seq *seqs[2];
+    int32_t tokens[2];
+    int64_t modeled;
+    sched_add(s, &a.sr, err);
+    assert_int_equal(sched_next(s, &batch), 1);
+    seqs[0] = &a.seq;
+    assert_int_equal(x->step(x, &batch, seqs, 0, tokens, &modeled, err), 0);
+    sched_commit(s, &batch);
+    sched_abort(s, &a.sr); /* gone, but nobody tells the executor */
+    sched_add(s, &b.sr, err);
+    assert_int_equal(sched_next(s, &batch), 1);
+    seqs[0] = &b.seq;
+    assert_int_equal(x->step(x, &batch, seqs, 0, tokens, &modeled, err), 0); /* takes a's */
+    sched_commit(s, &batch);
+    sched_free(s);
+    /* a comes back as if it were alive: refused with the reason */
+    sched *s2 = sched_create(&cfg, err);
+    client_req a2;
+    init_req(&a2, 60, 40, 30, 1);
+    sched_add(s2, &a2.sr, err);
+    sched_next(s2, &batch);
+    batch.items[0].context = 40; /* pretend the scheduler thinks its prompt is cached */
+    batch.items[0].new_tokens = 1;
+    seqs[0] = &a2.seq;
+    assert_int_equal(x->step(x, &batch, seqs, 0, tokens, &modeled, err), -1);
+    assert_non_null(strstr(err, "taken back"));
+    sched_free(s2);
+    x->destroy(x);
+}
+
+static void test_text_and_tokens(void **state)
+{
+    (void)state;
+    exec *x = make_exec(1, 16, NULL);
+    assert_string_equal(x->name, "cpu");
+    assert_false(x->paced);
+    assert_int_equal(x->vocab_size, 300);
+    size_t len = 99;
+    assert_string_equal(x->token_text(x, CPU_EOS_ID, &len), "");
+    assert_int_equal(len, 0);
+    const char *t = x->token_text(x, 0, &len);
+    assert_int_equal(len, 4);
+    assert_memory_equal(t, " the", 4);
+    x->token_text(x, 299, &len);
+    assert_true(len > 1);
+    x->token_text(x, 300, &len); /* out of range: no text */
+    assert_int_equal(len, 0);
+    assert_true(x->is_eos(x, CPU_EOS_ID));
+    assert_false(x->is_eos(x, 0));
+    int32_t ids[8];
+    assert_int_equal(x->tokenize(x, "The quick brownish fox", 22, ids, 8), 6);
+    for (int i = 0; i < 6; i++)
+        assert_true(ids[i] >= 0 && ids[i] < 300);
+    x->destroy(x);
+}
+
+/* Text prompts (no ids) get ids from (seed, position): two requests with the same seed
+ * answer alike. With a CPU cost model, modeled_ns is its prediction. */
+static void test_text_prompt_and_modeled_ns(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "";
+    cost_gpu g;
+    assert_int_equal(cost_gpu_find("cpu", &g, err), 0);
+    cost_arch a = test_arch();
+    cost_params cost;
+    cost_params_init(&cost, &g, &a);
+    exec *x = make_exec(1, 64, &cost);
+    sched_config cfg = make_sched(SCHED_MIXED, 4096, 64);
+    client_req r1, r2;
+    init_req(&r1, 70, 30, 10, 9);
+    init_req(&r2, 71, 30, 10, 9);
+    r1.seq.prompt_ids = r2.seq.prompt_ids = NULL;
+    client_req *one[1] = {&r1}, *two[1] = {&r2};
+    const int at[1] = {0};
+    drive(x, &cfg, one, at, 1, NULL);
+    drive(x, &cfg, two, at, 1, NULL);
+    assert_memory_equal(r1.answer, r2.answer, sizeof(int32_t) * 10);
+
+    sched *s = sched_create(&cfg, err);
+    client_req r;
+    init_req(&r, 72, 30, 2, 1);
+    sched_add(s, &r.sr, err);
+    sched_batch batch;
+    sched_next(s, &batch);
+    const exec_seq *seqs[1] = {&r.seq};
+    int32_t token;
+    int64_t modeled = -1;
+    assert_int_equal(x->step(x, &batch, seqs, 0, &token, &modeled, err), 0);
+    const cost_seq cs = {30, 0, true};
+    assert_int_equal(modeled, cost_step_ns(&cost, &cs, 1, NULL));
+    assert_true(modeled > 0);
+    sched_commit(s, &batch);
+    sched_free(s);
+    exec_cpu_release(x, 72);
+    x->destroy(x);
+}
+
+static void test_create_refuses(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "";
+    exec *x = NULL;
+    exec_cpu_config cfg = {.arch = test_arch(), .threads = 1, .kv_blocks = 0};
+    assert_int_equal(exec_cpu_create(&cfg, &x, err), -1); /* no KV blocks */
+    assert_null(x);
+    assert_non_null(strstr(err, "blocks"));
+    cfg.kv_blocks = 16;
+    cfg.arch.n_kv_heads = 3;
+    assert_int_equal(exec_cpu_create(&cfg, &x, err), -1);
+    assert_null(x);
+    cost_arch big;
+    assert_int_equal(cost_arch_find("llama-3.1-8b", &big, err), 0);
+    cfg.arch = big;
+    cfg.max_weight_bytes = 1e9;
+    assert_int_equal(exec_cpu_create(&cfg, &x, err), -1);
+    assert_non_null(strstr(err, "GB"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_answers_independent_of_company),
+        cmocka_unit_test(test_preemption_recomputes_identically),
+        cmocka_unit_test(test_sampling_rules),
+        cmocka_unit_test(test_eos_respects_min_tokens),
+        cmocka_unit_test(test_release),
+        cmocka_unit_test(test_eviction_is_honest),
+        cmocka_unit_test(test_text_and_tokens),
+        cmocka_unit_test(test_text_prompt_and_modeled_ns),
+        cmocka_unit_test(test_create_refuses),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,381 @@
+/* Unit tests for the cpu engine's kernels: every fast kernel against its plain reference
+ * (cpu_kernels.h, cpu_attn.h), on shapes that hit the vector tails and block edges. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+
+#include <cmocka.h>
+
+#include "common/err.h"
+#include "common/rng.h"
+#include "engine/cpu/cpu_attn.h"
+#include "engine/cpu/cpu_kernels.h"
+#include "engine/cpu/cpu_kv.h"
+#include "engine/cpu/cpu_pool.h"
+#include "engine/cpu/cpu_sample.h"
+
+static void fill(float *x, size_t n, uint64_t seed, float scale)
+{
+    uint64_t state = seed;
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(2 * rng_uniform(&state) - 1) * scale;
+}
+
+/* max |a - b| / (1 + max |b|) */
+static double rel_diff(const float *a, const float *b, size_t n)
+{
+    double worst = 0, top = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - b[i]);
+        worst = d > worst ? d : worst;
+        top = fabs(b[i]) > top ? fabs(b[i]) : top;
+    }
+    return worst / (1 + top);
+}
+
+#define assert_close(a, b, n, tol)                                                           \
+    do {                                                                                     \
+        double d_ = rel_diff((a), (b), (n));                                                 \
+        if (!(d_ <= (tol))) {                                                                \
+            print_error("%s vs %s: relative difference %.3g > %.3g\n", #a, #b, d_,           \
+                        (double)(tol));                                                      \
+            fail();                                                                          \
+        }                                                                                    \
+    } while (0)
+
+/* ---- GEMM ------------------------------------------------------------------------ */
+
+/* Y = X W^T (and Y += ...) through cpu_gemm with 1 and 2 threads, against the double-
+ * precision triple loop, for row counts on both sides of CPU_GEMM_SMALL_M and sizes that
+ * are not multiples of 16. */
+static void check_gemm(int m, int n, int k, int threads, bool simd)
+{
+    char err[ERR_LEN];
+    cpu_simd_enable(simd);
+    cpu_pool *pool = cpu_pool_create(threads, err);
+    assert_non_null(pool);
+    const int ldx = k + 3, ldy = n + 5; /* strided rows, as the forward pass uses them */
+    float *x = malloc(sizeof(float) * (size_t)m * ldx);
+    float *w = malloc(sizeof(float) * (size_t)n * k);
+    float *y = malloc(sizeof(float) * (size_t)m * ldy);
+    float *ref = malloc(sizeof(float) * (size_t)m * ldy);
+    fill(x, (size_t)m * ldx, 1, 1.0f);
+    fill(w, (size_t)n * k, 2, 0.1f);
+    for (int acc = 0; acc < 2; acc++) {
+        fill(y, (size_t)m * ldy, 3, 1.0f);
+        memcpy(ref, y, sizeof(float) * (size_t)m * ldy);
+        cpu_gemm(pool, y, ldy, x, ldx, w, m, n, k, acc);
+        cpu_gemm_naive(ref, ldy, x, ldx, w, m, n, k, acc);
+        for (int i = 0; i < m; i++)
+            assert_close(y + (size_t)i * ldy, ref + (size_t)i * ldy, (size_t)n, 1e-5);
+    }
+    free(x);
+    free(w);
+    free(y);
+    free(ref);
+    cpu_pool_free(pool);
+    cpu_simd_enable(true);
+}
+
+static void test_gemm_matches_naive(void **state)
+{
+    (void)state;
+    static const int shapes[][3] = {{1, 37, 64}, {2, 16, 17}, {3, 50, 96}, {5, 33, 40},
+                                    {7, 64, 128}, {31, 20, 48}, {32, 40, 64}, {70, 33, 80}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int threads = 1; threads <= 2; threads++) {
+            check_gemm(shapes[i][0], shapes[i][1], shapes[i][2], threads, true);
+            check_gemm(shapes[i][0], shapes[i][1], shapes[i][2], threads, false);
+        }
+}
+
+/* The small-batch kernel alone over a sub-range of W's rows: rows outside stay untouched. */
+static void test_gemm_small_subrange(void **state)
+{
+    (void)state;
+    if (!cpu_simd_available())
+        skip();
+    const int m = 6, n = 40, k = 33;
+    float x[6 * 33], w[40 * 33], y[6 * 40], ref[6 * 40];
+    fill(x, sizeof x / sizeof x[0], 4, 1.0f);
+    fill(w, sizeof w / sizeof w[0], 5, 1.0f);
+    for (int i = 0; i < m * n; i++)
+        y[i] = ref[i] = -7.0f;
+    cpu_gemm_small_avx512(y, n, x, k, w, m, 16, 35, k, false);
+    cpu_gemm_naive(ref, n, x, k, w, m, n, k, false);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            if (j >= 16 && j < 35)
+                assert_true(fabsf(y[i * n + j] - ref[i * n + j]) <= 1e-4f * (1 + fabsf(ref[i * n + j])));
+            else
+                assert_true(y[i * n + j] == -7.0f);
+        }
+}
+
+/* ---- element-wise -------------------------------------------------------------------- */
+
+static void test_exp2_accuracy(void **state)
+{
+    (void)state;
+    if (!cpu_simd_available())
+        skip();
+    enum { N = 1001 };
+    float in[N], out[N];
+    for (int i = 0; i < N; i++)
+        in[i] = -100.0f + 108.0f * (float)i / (N - 1); /* [-100, 8]: the kernel's range */
+    cpu_exp2_avx512(out, in, N);
+    for (int i = 0; i < N; i++) {
+        const double want = exp2((double)in[i]);
+        assert_true(fabs(out[i] - want) <= 3e-7 * want);
+    }
+    float masked = -INFINITY, tiny;
+    cpu_exp2_avx512(&tiny, &masked, 1); /* -inf clamps to 2^-127: finite, ~0 */
+    assert_true(tiny >= 0 && tiny < 1e-37f);
+}
+
+static void test_swiglu_fast(void **state)
+{
+    (void)state;
+    enum { N = 77 };
+    float gate[N], up[N], fast[N], ref[N];
+    fill(gate, N, 6, 12.0f);
+    fill(up, N, 7, 1.0f);
+    gate[0] = -200.0f; /* exp overflow side: silu -> -0 */
+    gate[1] = 200.0f;
+    cpu_swiglu(ref, gate, up, N);
+    cpu_swiglu_fast(fast, gate, up, N);
+    assert_close(fast, ref, N, 1e-6);
+}
+
+static void test_rmsnorm_softmax_argmax(void **state)
+{
+    (void)state;
+    const float x[4] = {1, 2, 3, 4}, gain[4] = {1, 1, 1, 2};
+    float o[4];
+    cpu_rmsnorm(o, x, gain, 4, 0);
+    /* rms = sqrt(30 / 4) = 2.7386 */
+    assert_true(fabsf(o[0] - 0.365148f) < 1e-5f && fabsf(o[3] - 2.921187f) < 1e-5f);
+    float p[3] = {1, 2, 3};
+    cpu_softmax(p, 3);
+    assert_true(fabsf(p[0] - 0.0900306f) < 1e-6f && fabsf(p[2] - 0.6652409f) < 1e-6f);
+    const float ties[5] = {1, 5, 2, 5, 0};
+    assert_int_equal(cpu_argmax(ties, 5), 1); /* lowest index among equals */
+}
+
+/* ---- attention ------------------------------------------------------------------------ */
+
+/* A KV cache of one layer holding n_keys random keys for a sequence whose block table is
+ * a shuffled set of blocks (pages are not contiguous), plus contiguous copies of the keys
+ * and values of kv head `head` for the naive reference. */
+typedef struct attn_fixture {
+    cpu_kv kv;
+    cpu_kv_seq seq;
+    float *keys, *values; /* (n_keys, kv_dim) */
+    int n_keys, kv_dim;
+} attn_fixture;
+
+static void fixture_build(attn_fixture *f, int n_kv_heads, int head_dim, int n_keys)
+{
+    char err[ERR_LEN];
+    cpu_config c = {.dim = 16, .hidden_dim = 16, .n_layers = 1, .n_heads = n_kv_heads,
+                    .n_kv_heads = n_kv_heads, .head_dim = head_dim, .vocab_size = 16,
+                    .max_seq_len = 4096};
+    memset(f, 0, sizeof *f);
+    const int blocks = (n_keys + 15) / 16 + 3;
+    assert_int_equal(cpu_kv_init(&f->kv, &c, blocks, err), 0);
+    /* take the blocks in a scrambled order: a decoy sequence holds some first */
+    cpu_kv_seq decoy = {0};
+    assert_int_equal(cpu_kv_reserve(&f->kv, &decoy, 16 * 2, err), 0);
+    assert_int_equal(cpu_kv_reserve(&f->kv, &f->seq, n_keys, err), 0);
+    cpu_kv_release(&f->kv, &decoy);
+    cpu_kv_seq_free(&decoy);
+    f->n_keys = n_keys;
+    f->kv_dim = n_kv_heads * head_dim;
+    f->keys = malloc(sizeof(float) * (size_t)n_keys * f->kv_dim);
+    f->values = malloc(sizeof(float) * (size_t)n_keys * f->kv_dim);
+    fill(f->keys, (size_t)n_keys * f->kv_dim, 11, 1.0f);
+    fill(f->values, (size_t)n_keys * f->kv_dim, 12, 1.0f);
+    for (int p = 0; p < n_keys; p++)
+        cpu_kv_write(&f->kv, 0, &f->seq, p, f->keys + (size_t)p * f->kv_dim,
+                     f->values + (size_t)p * f->kv_dim);
+}
+
+static void fixture_free(attn_fixture *f)
+{
+    cpu_kv_release(&f->kv, &f->seq);
+    cpu_kv_seq_free(&f->seq);
+    cpu_kv_free(&f->kv);
+    free(f->keys);
+    free(f->values);
+}
+
+/* n_rows query rows at positions pos0, pos0 (kv_mul heads per token), ... against the
+ * fixture's keys: generic and AVX-512 tiles against the naive reference. */
+static void check_attention(int n_kv_heads, int head_dim, int n_keys, int tokens, int kv_mul,
+                            float q_scale)
+{
+    attn_fixture f;
+    fixture_build(&f, n_kv_heads, head_dim, n_keys);
+    const int n_rows = tokens * kv_mul;
+    float *q = malloc(sizeof(float) * (size_t)n_rows * head_dim);
+    float *out_generic = malloc(sizeof(float) * (size_t)n_rows * head_dim);
+    float *out_fast = malloc(sizeof(float) * (size_t)n_rows * head_dim);
+    float *ref = malloc(sizeof(float) * (size_t)n_rows * head_dim);
+    float *att = malloc(sizeof(float) * (size_t)n_keys);
+    const float **qp = malloc(sizeof *qp * (size_t)n_rows);
+    float **og = malloc(sizeof *og * (size_t)n_rows);
+    float **of = malloc(sizeof *of * (size_t)n_rows);
+    int32_t *pos = malloc(sizeof *pos * (size_t)n_rows);
+    float *scratch = malloc(sizeof(float) * cpu_attn_scratch_floats(n_rows, head_dim));
+    fill(q, (size_t)n_rows * head_dim, 13, q_scale);
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    for (int h = 0; h < n_kv_heads; h++) {
+        for (int r = 0; r < n_rows; r++) {
+            qp[r] = q + (size_t)r * head_dim;
+            og[r] = out_generic + (size_t)r * head_dim;
+            of[r] = out_fast + (size_t)r * head_dim;
+            pos[r] = n_keys - tokens + r / kv_mul; /* the last `tokens` positions */
+            cpu_attn_naive(ref + (size_t)r * head_dim, qp[r], f.keys + (size_t)h * head_dim,
+                           f.values + (size_t)h * head_dim, pos[r] + 1, f.kv_dim, head_dim,
+                           scale, att);
+        }
+        cpu_attn_tile tile = {cpu_kv_head_k(&f.kv, 0, h), cpu_kv_head_v(&f.kv, 0, h), head_dim,
+                              f.seq.blocks, n_rows, qp, og, pos, scale};
+        cpu_attn_tile_generic(&tile);
+        assert_close(out_generic, ref, (size_t)n_rows * head_dim, 2e-5);
+        if (cpu_simd_available()) {
+            tile.out = of;
+            cpu_attn_tile_avx512(&tile, scratch);
+            assert_close(out_fast, ref, (size_t)n_rows * head_dim, 2e-5);
+        }
+    }
+    free(q);
+    free(out_generic);
+    free(out_fast);
+    free(ref);
+    free(att);
+    free(qp);
+    free(og);
+    free(of);
+    free(pos);
+    free(scratch);
+    fixture_free(&f);
+}
+
+static void test_attention_decode_rows(void **state)
+{
+    (void)state;
+    /* one token, kv_mul heads, contexts around block and chunk edges */
+    static const int keys[] = {1, 15, 16, 17, 127, 128, 129, 300};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        check_attention(2, 32, keys[i], 1, 4, 1.0f);
+        check_attention(1, 16, keys[i], 1, 3, 1.0f);
+        check_attention(1, 64, keys[i], 1, 2, 1.0f);
+        check_attention(1, 128, keys[i], 1, 1, 1.0f);
+    }
+}
+
+static void test_attention_prefill_tiles(void **state)
+{
+    (void)state;
+    /* many tokens: causal rows, row groups of every size 1..8 */
+    check_attention(2, 32, 200, 37, 4, 1.0f);
+    check_attention(1, 32, 64, 64, 1, 1.0f);
+    check_attention(1, 16, 90, 23, 5, 1.0f);
+    check_attention(1, 64, 70, 19, 3, 1.0f);
+    check_attention(1, 128, 40, 9, 2, 1.0f);
+}
+
+/* Peaked scores (large q) make the running max jump mid-sequence: the lazy rescale must
+ * still give the exact softmax. */
+static void test_attention_peaked_scores(void **state)
+{
+    (void)state;
+    check_attention(1, 32, 260, 5, 4, 40.0f);
+    check_attention(1, 64, 100, 3, 2, 60.0f);
+}
+
+/* ---- sampling ---------------------------------------------------------------------- */
+
+/* The fast sampler draws what the reference draws (they may differ only when a draw lands
+ * within rounding of a boundary: allow 1 in 100), never the banned id, and greedy is the
+ * argmax. */
+static void test_sampler_matches_naive(void **state)
+{
+    (void)state;
+    enum { V = 1000, DRAWS = 400 };
+    float logits[V], a[V], b[V];
+    fill(logits, V, 21, 4.0f);
+    logits[17] = 6.0f; /* a favourite, to be banned */
+    int same = 0;
+    for (int i = 0; i < DRAWS; i++) {
+        const double t = i % 4 == 0 ? 0.0 : 0.3 + (i % 7) * 0.4;
+        const int32_t banned = i % 3 == 0 ? 17 : -1;
+        memcpy(a, logits, sizeof a);
+        memcpy(b, logits, sizeof b);
+        const int32_t fast = cpu_sample(a, V, t, 1000 + (uint64_t)i, i, banned);
+        const int32_t ref = cpu_sample_naive(b, V, t, 1000 + (uint64_t)i, i, banned);
+        assert_true(fast >= 0 && fast < V);
+        if (banned >= 0)
+            assert_int_not_equal(fast, banned);
+        if (t == 0)
+            assert_int_equal(fast, banned >= 0 ? cpu_argmax(b, V) : 17);
+        same += fast == ref;
+    }
+    assert_true(same >= DRAWS - DRAWS / 100);
+}
+
+/* ---- pool ------------------------------------------------------------------------------ */
+
+typedef struct count_job {
+    int hits[1000];
+} count_job;
+
+static void count_task(void *arg, int task, int thread)
+{
+    (void)thread;
+    ((count_job *)arg)->hits[task]++;
+}
+
+static void test_pool_runs_every_task_once(void **state)
+{
+    (void)state;
+    char err[ERR_LEN];
+    for (int threads = 1; threads <= 3; threads++) {
+        cpu_pool *pool = cpu_pool_create(threads, err);
+        assert_non_null(pool);
+        assert_int_equal(cpu_pool_threads(pool), threads);
+        for (int round = 0; round < 50; round++) {
+            count_job job;
+            memset(&job, 0, sizeof job);
+            const int n = 1 + round * 19 % 1000;
+            cpu_pool_run(pool, n, count_task, &job);
+            for (int i = 0; i < 1000; i++)
+                assert_int_equal(job.hits[i], i < n ? 1 : 0);
+        }
+        cpu_pool_free(pool);
+    }
+    assert_null(cpu_pool_create(0, err));
+    assert_true(cpu_pool_default_threads() >= 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemm_matches_naive),
+        cmocka_unit_test(test_gemm_small_subrange),
+        cmocka_unit_test(test_exp2_accuracy),
+        cmocka_unit_test(test_swiglu_fast),
+        cmocka_unit_test(test_rmsnorm_softmax_argmax),
+        cmocka_unit_test(test_attention_decode_rows),
+        cmocka_unit_test(test_attention_prefill_tiles),
+        cmocka_unit_test(test_attention_peaked_scores),
+        cmocka_unit_test(test_sampler_matches_naive),
+        cmocka_unit_test(test_pool_runs_every_task_once),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,369 @@
+/* html: the report built from artifacts on disk: self-contained, every chart inline with
+ * its ids kept apart, the verdict, the links, the cost model's prediction; and a sweep's
+ * results. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cli/cli.h"
+#include "common/err.h"
+#include "report/artifacts.h"
+#include "report/html.h"
+#include "report/html_internal.h"
+#include "report/plot.h"
+#include "report/report.h"
+#include "sim/sim.h"
+
+#define MARKER_STROKE "stroke:rgb(60%,0%,60%)"
+
+static int count_in(const char *from, const char *to, const char *needle)
+{
+    int n = 0;
+    for (const char *p = from; (p = strstr(p, needle)) != NULL && (!to || p < to); p += strlen(needle))
+        n++;
+    return n;
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static bool exists(const char *dir, const char *name)
+{
+    char path[4200];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return stat(path, &st) == 0;
+}
+
+/* A small experiment in the simulator: 4 users, 6 s, 3 injections. */
+static void small_config(sim_config *cfg, int prompt_tokens, sched_policy policy, int budget,
+                         int64_t overhead_ns)
+{
+    memset(cfg, 0, sizeof *cfg);
+    workload_default(&cfg->wl);
+    cfg->wl.users = 4;
+    cfg->wl.duration_ns = 6000000000LL;
+    cfg->wl.inject_at_ns = 1000000000LL;
+    cfg->wl.inject_every_ns = 2000000000LL;
+    cfg->wl.prompt_tokens = prompt_tokens;
+    cfg->wl.inject = true;
+    cost_gpu gpu;
+    cost_arch arch;
+    assert_int_equal(cost_gpu_find("h100-sxm", &gpu, NULL), 0);
+    assert_int_equal(cost_arch_find("llama-3.1-8b", &arch, NULL), 0);
+    cost_params_init(&cfg->cost, &gpu, &arch);
+    cfg->cost.step_overhead_ns = overhead_ns;
+    cfg->sched = (sched_config){.policy = policy, .max_num_batched_tokens = budget,
+                                .max_num_seqs = 256, .max_model_len = arch.max_position,
+                                .block_size = 16};
+    cfg->sched.kv_blocks = cost_kv_blocks(&cfg->cost, 0.9, 16);
+}
+
+/* OUT/baseline and OUT/interference as `sim` (engine "sim ...") or an emulated `run`
+ * (engine "emulate ...") would leave them. */
+static void write_experiment(const char *out, const sim_config *cfg, const char *engine)
+{
+    char err[ERR_LEN] = "";
+    analysis_summary b, x;
+    double reference = 0;
+    for (int k = 0; k < 2; k++) {
+        sim_config c = *cfg;
+        c.wl.inject = k == 1;
+        const char *label = k == 0 ? "baseline" : "interference";
+        tokenlog log;
+        tokenlog_init(&log);
+        sim_stats stats;
+        if (sim_run(&c, &log, &stats, err) != 0)
+            fail_msg("sim_run: %s", err);
+        char *argv[] = {"--users", "4"};
+        json_t *config =
+            cli_config_to_json(label, engine, "", &c.wl, &c.cost, &c.sched, 2, argv);
+        analysis_options opt = {.label = label, .engine = engine, .target = "",
+                                .duration_s = (double)c.wl.duration_ns / 1e9,
+                                .users = c.wl.users, .reference_p50_ms = reference,
+                                .complete = true};
+        if (artifacts_write_run(out, &log, &opt, config, k == 0 ? &b : &x, err) != 0)
+            fail_msg("artifacts_write_run: %s", err);
+        if (k == 0)
+            reference = b.itl_ms.p50;
+        json_decref(config);
+        tokenlog_free(&log);
+    }
+    assert_int_equal(artifacts_write_comparison(out, &b, &x, err), 0);
+    analysis_summary_free(&b);
+    analysis_summary_free(&x);
+}
+
+static void rm_rf(const char *dir)
+{
+    char cmd[4300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void test_escape_url_rel(void **state)
+{
+    (void)state;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    html_escape(f, "<a href=\"x\">'&'</a>");
+    fputc('|', f);
+    html_url(f, "point 1/ü.csv");
+    fclose(f);
+    assert_string_equal(buf, "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;|point%201/%C3%BC.csv");
+    free(buf);
+    char rel[256];
+    html_rel("out/sim/", "out/sim/baseline", rel, sizeof rel);
+    assert_string_equal(rel, "baseline");
+    html_rel("out/sim", "out/sim", rel, sizeof rel);
+    assert_string_equal(rel, ".");
+    html_rel("out/sim", "out/simulation/x", rel, sizeof rel);
+    assert_string_equal(rel, "out/simulation/x");
+}
+
+static void test_run_report(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test_html_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    sim_config cfg;
+    small_config(&cfg, 4000, SCHED_MIXED, 16384, 1000000);
+    write_experiment(dir, &cfg, "emulate h100-sxm llama-3.1-8b mixed/16384");
+
+    html_set set;
+    char err[ERR_LEN] = "";
+    if (html_set_load(&set, dir, 0, true, stderr, err) != 0)
+        fail_msg("html_set_load: %s", err);
+    assert_int_equal(set.n_runs, 2);
+    assert_true(set.baseline >= 0 && set.interference >= 0);
+    const html_run *x = html_set_main(&set);
+    assert_string_equal(x->label, "interference");
+    assert_int_equal(x->summary.n_injections, 3);
+    html_options opt = {.predict = true};
+    if (html_write_run_report(&set, &opt, err) != 0)
+        fail_msg("html_write_run_report: %s", err);
+    plot_release_caches();
+
+    char path[4200];
+    snprintf(path, sizeof path, "%s/report.html", dir);
+    char *doc = slurp(path);
+    assert_int_equal(strncmp(doc, "<!DOCTYPE html>", 15), 0);
+    /* Self-contained: no script, nothing fetched. */
+    assert_null(strstr(doc, "<script"));
+    assert_null(strstr(doc, "src=\"http"));
+    assert_null(strstr(doc, "href=\"http"));
+    assert_null(strstr(doc, "url(http"));
+    assert_null(strstr(doc, "<img"));
+    assert_null(strstr(doc, "<?xml"));
+    /* Every chart inline, ids per chart: no glyph id left unprefixed. */
+    static const char *const figs[] = {"timeline", "percentiles", "ccdf", "steps"};
+    for (int i = 0; i < 4; i++) {
+        char id[64], file[64];
+        snprintf(id, sizeof id, "<figure id=\"fig-%s\">", figs[i]);
+        assert_non_null(strstr(doc, id));
+        snprintf(id, sizeof id, "id=\"%s-glyph", figs[i]);
+        assert_non_null(strstr(doc, id));
+        snprintf(file, sizeof file, "plots/%s.png", figs[i]);
+        assert_true(exists(dir, file));
+        snprintf(file, sizeof file, "plots/%s.svg", figs[i]);
+        assert_true(exists(dir, file));
+    }
+    assert_null(strstr(doc, "id=\"glyph"));
+    assert_null(strstr(doc, "href=\"#glyph"));
+    /* The timeline's markers: one per injection. */
+    const char *tl = strstr(doc, "<figure id=\"fig-timeline\">");
+    const char *tl_end = strstr(tl, "</figure>");
+    assert_int_equal(count_in(tl, tl_end, MARKER_STROKE), 3);
+    /* The verdict, as the terminal prints it. */
+    char verdict[1024];
+    report_verdict(verdict, sizeof verdict, &set.runs[set.baseline].summary, &x->summary);
+    assert_non_null(strstr(doc, verdict));
+    /* Links to the CSVs, and they exist. */
+    assert_non_null(strstr(doc, "href=\"baseline/tokens.csv\""));
+    assert_non_null(strstr(doc, "href=\"interference/steps.csv\""));
+    assert_non_null(strstr(doc, "href=\"comparison.json\""));
+    /* The prediction: same profile (emulate with 1 ms overhead) and the reference. */
+    assert_non_null(strstr(doc, "model, same profile (h100-sxm llama-3.1-8b mixed/16384)"));
+    assert_non_null(strstr(doc, "model, reference (h100-sxm llama-3.1-8b mixed/16384)"));
+    assert_non_null(strstr(doc, "Reference, H100 + Llama 3.1 8B:"));
+    /* The configuration. */
+    assert_non_null(strstr(doc, "--policy mixed --max-num-batched-tokens 16384"));
+    free(doc);
+    html_set_free(&set);
+    rm_rf(dir);
+}
+
+static void test_predict(void **state)
+{
+    (void)state;
+    sim_config cfg;
+    small_config(&cfg, 4000, SCHED_MIXED, 16384, 0);
+    char *argv[] = {"x"};
+    char err[ERR_LEN] = "";
+    html_prediction p;
+
+    /* A simulation on the reference profile: nothing to predict twice. */
+    json_t *config = cli_config_to_json("interference", "sim h100-sxm llama-3.1-8b mixed/16384",
+                                        "", &cfg.wl, &cfg.cost, &cfg.sched, 1, argv);
+    assert_int_equal(html_predict(config, false, &p, err), 0);
+    assert_false(p.ok);
+    assert_non_null(strstr(p.why, "itself"));
+    assert_int_equal(html_predict(config, true, &p, err), 0);
+    assert_false(p.ok);
+    assert_non_null(strstr(p.why, "reference"));
+    json_decref(config);
+
+    /* A remote server: no profile of its own, the reference for its workload. */
+    config = cli_config_to_json("interference", "remote llama", "http://127.0.0.1:1", &cfg.wl,
+                                NULL, NULL, 1, argv);
+    assert_int_equal(html_predict(config, false, &p, err), 0);
+    assert_false(p.ok);
+    assert_non_null(strstr(p.why, "remote"));
+    assert_int_equal(html_predict(config, true, &p, err), 0);
+    assert_true(p.ok);
+    assert_int_equal(p.interference.n_injections, 3);
+    /* The reference's spike is the model's 4k-token step beside 4 decodes. */
+    double model = html_model_spike_ms(&cfg.cost, &cfg.wl, &cfg.sched, 4000);
+    assert_float_equal(p.interference.itl_ms.max / model, 1.0, 0.03);
+    html_prediction_free(&p);
+    json_decref(config);
+}
+
+static void test_model_spike(void **state)
+{
+    (void)state;
+    sim_config cfg;
+    small_config(&cfg, 8000, SCHED_MIXED, 16384, 0);
+    double mixed = html_model_spike_ms(&cfg.cost, &cfg.wl, &cfg.sched, 8000);
+    double alone = (double)cost_prefill_ns(&cfg.cost, 8000, NULL) / 1e6;
+    /* The whole prompt in one step, a little more than alone (4 decodes ride along). */
+    assert_true(mixed > alone && mixed < alone * 1.02);
+    cfg.sched.policy = SCHED_CHUNKED;
+    cfg.sched.max_num_batched_tokens = 512;
+    double chunked = html_model_spike_ms(&cfg.cost, &cfg.wl, &cfg.sched, 8000);
+    assert_true(chunked < mixed / 10);
+    /* At least the first chunk's step: 512 - 4 decodes = 508 prompt tokens. */
+    assert_true(chunked > (double)cost_prefill_ns(&cfg.cost, 508, NULL) / 1e6);
+}
+
+static void write_sweep_json(const char *dir, const char *const *labels, const char *const *values,
+                             const char *const *status, int n)
+{
+    json_t *root = json_object(), *points = json_array(), *axes = json_array();
+    json_array_append_new(axes, json_string("prompt-tokens"));
+    for (int i = 0; i < n; i++) {
+        json_t *p = json_object(), *v = json_array();
+        json_array_append_new(v, json_string(values[i]));
+        json_object_set_new(p, "label", json_string(labels[i]));
+        json_object_set_new(p, "values", v);
+        json_object_set_new(p, "status", json_string(status[i]));
+        json_object_set_new(p, "reason", json_string(strcmp(status[i], "ok") ? "too long" : ""));
+        json_array_append_new(points, p);
+    }
+    json_object_set_new(root, "mode", json_string("sim"));
+    json_object_set_new(root, "axes", axes);
+    json_object_set_new(root, "points", points);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/sweep.json", dir);
+    assert_int_equal(json_dump_file(root, path, 0), 0);
+    json_decref(root);
+}
+
+static void test_sweep(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test_html_sweep_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    int prompts[] = {2000, 4000};
+    for (int i = 0; i < 2; i++) {
+        sim_config cfg;
+        small_config(&cfg, prompts[i], SCHED_MIXED, 16384, 0);
+        char point[4200];
+        snprintf(point, sizeof point, "%s/point-%d", dir, i + 1);
+        write_experiment(point, &cfg, "sim h100-sxm llama-3.1-8b mixed/16384");
+    }
+    const char *labels[] = {"point-1", "point-2", "point-3"};
+    const char *values[] = {"2k", "4k", "1M"};
+    const char *status[] = {"ok", "ok", "refused"};
+    write_sweep_json(dir, labels, values, status, 3);
+    assert_true(html_is_sweep(dir));
+
+    html_sweep sw;
+    char err[ERR_LEN] = "";
+    if (html_sweep_load(&sw, dir, 0, stderr, err) != 0)
+        fail_msg("html_sweep_load: %s", err);
+    assert_int_equal(sw.n_points, 3);
+    assert_true(sw.points[0].loaded && sw.points[1].loaded && !sw.points[2].loaded);
+    json_t *results = html_sweep_results_json(&sw);
+    assert_int_equal(json_array_size(results), 3);
+    json_t *p2 = json_array_get(results, 1);
+    double step = json_real_value(json_object_get(p2, "spike_step"));
+    double model_step = json_real_value(json_object_get(p2, "model_step"));
+    /* Measured and modeled steps agree: the simulator runs the cost model. */
+    assert_true(step > 1.9);
+    assert_float_equal(step / model_step, 1.0, 0.02);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(results, 2), "status")),
+                        "refused");
+    json_decref(results);
+
+    assert_int_equal(html_sweep_write_results(&sw, err), 0);
+    assert_true(exists(dir, "sweep.csv"));
+    html_options opt = {.predict = true};
+    if (html_write_sweep_report(&sw, &opt, err) != 0)
+        fail_msg("html_write_sweep_report: %s", err);
+    plot_release_caches();
+    char path[4200];
+    snprintf(path, sizeof path, "%s/report.html", dir);
+    char *doc = slurp(path);
+    assert_non_null(strstr(doc, "<figure id=\"fig-spike_vs_prompt\">"));
+    assert_non_null(strstr(doc, "<figure id=\"fig-percentiles\">"));
+    assert_null(strstr(doc, "fig-tradeoff"));
+    assert_non_null(strstr(doc, "refused: too long"));
+    assert_null(strstr(doc, "<script"));
+    free(doc);
+
+    char *table = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&table, &len);
+    html_sweep_table_print(f, &sw);
+    fclose(f);
+    assert_non_null(strstr(table, "point-2  4k"));
+    assert_non_null(strstr(table, "refused: too long"));
+    free(table);
+    html_sweep_free(&sw);
+    rm_rf(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_escape_url_rel),
+        cmocka_unit_test(test_run_report),
+        cmocka_unit_test(test_predict),
+        cmocka_unit_test(test_model_spike),
+        cmocka_unit_test(test_sweep),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,420 @@
+/* plot: the charts' data, the SVG's structure for fixed tiny datasets, the PNG's size and
+ * content, and the one-mark-per-cell reduction. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cairo.h>
+#include <cmocka.h>
+
+#include "common/err.h"
+#include "report/plot.h"
+
+#define MS 1000000LL
+
+/* The injection marker's stroke as cairo writes it in SVG. */
+#define MARKER_STROKE "stroke:rgb(60%,0%,60%)"
+
+static void ev(tokenlog *log, int64_t t_ns, int user, int64_t request, int kind)
+{
+    tokenlog_event e = {.t_ns = t_ns, .request = request, .user = user, .n_tokens = 1, .kind = kind};
+    assert_int_equal(tokenlog_add_event(log, &e), 0);
+}
+
+static int count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    return n;
+}
+
+/* The d="..." of the index-th <path> whose style holds `style`; NULL past the last. */
+static char *nth_path_d(const char *svg, const char *style, int index)
+{
+    const char *p = svg;
+    int seen = 0;
+    while ((p = strstr(p, "<path")) != NULL) {
+        const char *end = strchr(p, '>');
+        if (!end)
+            return NULL;
+        const char *s = strstr(p, style);
+        if (s && s < end && seen++ == index) {
+            const char *d = strstr(p, " d=\"");
+            if (!d || d > end)
+                return NULL;
+            d += 4;
+            const char *q = strchr(d, '"');
+            char *out = strndup(d, (size_t)(q - d));
+            return out;
+        }
+        p = end;
+    }
+    return NULL;
+}
+
+/* Two users every 10 ms for 1 s; at 300 and 700 ms everyone waits 150 ms. */
+static void tiny_log(tokenlog *log, bool stalls)
+{
+    tokenlog_init(log);
+    for (int user = 0; user < 2; user++) {
+        int64_t t = 10 * MS + user * MS;
+        while (t < 1000 * MS) {
+            ev(log, t, user, user, TOKENLOG_BG);
+            bool stall = stalls && (llabs(t - 300 * MS) < 6 * MS || llabs(t - 700 * MS) < 6 * MS);
+            t += stall ? 150 * MS : 10 * MS;
+        }
+    }
+}
+
+static analysis_injection tiny_injections[3] = {
+    {.t_send_s = 0.2, .ttft_ms = 20, .prompt_tokens = 100},
+    {.t_send_s = 0.3, .ttft_ms = 150, .prompt_tokens = 8000},
+    {.t_send_s = 0.7, .ttft_ms = 150, .prompt_tokens = 8000},
+};
+
+static analysis_summary tiny_summary(const char *label, int n_injections)
+{
+    analysis_summary s;
+    memset(&s, 0, sizeof s);
+    snprintf(s.label, sizeof s.label, "%s", label);
+    s.duration_s = 1;
+    s.users = 2;
+    s.itl_ms = (analysis_dist){.count = 190, .mean = 11, .p50 = 10, .p90 = 10, .p99 = 150,
+                               .p999 = 150, .max = 150};
+    s.stalls.threshold_ms = 50;
+    s.injections = tiny_injections;
+    s.n_injections = n_injections;
+    return s;
+}
+
+static void test_gaps_over_time(void **state)
+{
+    (void)state;
+    tokenlog log;
+    tokenlog_init(&log);
+    /* Out of order on purpose; the inject event makes no gap. */
+    ev(&log, 40 * MS, 0, 0, TOKENLOG_BG);
+    ev(&log, 15 * MS, 1, 1, TOKENLOG_BG);
+    ev(&log, 10 * MS, 0, 0, TOKENLOG_BG);
+    ev(&log, 30 * MS, -1, 9, TOKENLOG_INJECT);
+    ev(&log, 20 * MS, 0, 0, TOKENLOG_BG);
+    ev(&log, 35 * MS, -1, 9, TOKENLOG_INJECT);
+    ev(&log, 25 * MS, 1, 1, TOKENLOG_BG);
+    double *t = NULL, *g = NULL;
+    int64_t n = 0;
+    char err[ERR_LEN];
+    assert_int_equal(plot_gaps_over_time(&log, &t, &g, &n, err), 0);
+    assert_int_equal(n, 3);
+    /* Request 0: 10 ms at 20 ms, 20 ms at 40 ms; request 1: 10 ms at 25 ms. */
+    assert_float_equal(t[0], 0.020, 1e-12);
+    assert_float_equal(g[0], 10.0, 1e-12);
+    assert_float_equal(t[1], 0.040, 1e-12);
+    assert_float_equal(g[1], 20.0, 1e-12);
+    assert_float_equal(t[2], 0.025, 1e-12);
+    assert_float_equal(g[2], 10.0, 1e-12);
+    free(t);
+    free(g);
+    tokenlog_free(&log);
+}
+
+static void test_timeline_markers_in_svg(void **state)
+{
+    (void)state;
+    tokenlog base_log, x_log;
+    tiny_log(&base_log, false);
+    tiny_log(&x_log, true);
+    analysis_summary b = tiny_summary("baseline", 0), x = tiny_summary("interference", 3);
+    plot_run runs[] = {{"baseline", PLOT_COLOR_BASELINE, &base_log, &b},
+                       {"interference", PLOT_COLOR_INTERFERENCE, &x_log, &x}};
+    plot_chart c;
+    char err[ERR_LEN];
+    assert_int_equal(plot_timeline(&c, runs, 2, "tiny", err), 0);
+    assert_int_equal(c.n_panels, 2);
+    char *svg = NULL;
+    size_t len = 0;
+    assert_int_equal(plot_render_svg(&c, &svg, &len, err), 0);
+    assert_int_equal(strlen(svg), len);
+    /* One marker per injection, each its own vertical stroke, in time order and to scale. */
+    assert_int_equal(count(svg, MARKER_STROKE), 3);
+    double xs[3];
+    for (int i = 0; i < 3; i++) {
+        char *d = nth_path_d(svg, MARKER_STROKE, i);
+        assert_non_null(d);
+        double x0, y0, x1, y1;
+        assert_int_equal(sscanf(d, "M %lf %lf L %lf %lf", &x0, &y0, &x1, &y1), 4);
+        assert_float_equal(x0, x1, 1e-6);
+        assert_true(y1 > y0 + 50);
+        xs[i] = x0;
+        free(d);
+    }
+    assert_true(xs[0] < xs[1] && xs[1] < xs[2]);
+    /* 0.2 -> 0.3 -> 0.7 s: the second interval is four times the first. */
+    assert_float_equal((xs[2] - xs[1]) / (xs[1] - xs[0]), 4.0, 0.02);
+    /* Both runs' dots are there, as one path each. */
+    assert_non_null(strstr(svg, "fill:rgb(85%,33%,10%)"));
+    assert_non_null(strstr(svg, "fill:rgb(20%,40%,70%)"));
+    /* The text is drawn (glyphs), and the document is one SVG with its own size. */
+    assert_true(count(svg, "<symbol") > 10);
+    assert_int_equal(count(svg, "<svg"), 1);
+    assert_non_null(strstr(svg, "viewBox=\"0 0 960 570\""));
+    free(svg);
+    plot_chart_free(&c);
+    tokenlog_free(&base_log);
+    tokenlog_free(&x_log);
+    plot_release_caches();
+}
+
+/* A fixed tiny chart: the SVG holds exactly the strokes the description asks for. */
+static void test_svg_structure(void **state)
+{
+    (void)state;
+    plot_chart c;
+    plot_chart_init(&c, "tiny", 400, 300);
+    plot_panel *p = plot_chart_add_panel(&c, "");
+    assert_non_null(p);
+    snprintf(p->x.label, sizeof p->x.label, "x (s)");
+    snprintf(p->y.label, sizeof p->y.label, "y (ms)");
+    plot_series *s = plot_panel_add_series(p, "line", PLOT_LINE, (plot_color){0, 0.5, 0, 1});
+    assert_non_null(s);
+    assert_int_equal(plot_series_push(s, 1, 1), 0);
+    assert_int_equal(plot_series_push(s, 2, 4), 0);
+    assert_int_equal(plot_series_push(s, 3, 2), 0);
+    assert_int_equal(plot_panel_add_vmark(p, 2.5), 0);
+    snprintf(p->vmark_name, sizeof p->vmark_name, "marker");
+    plot_panel_add_hline(p, 3, "limit", (plot_color){0.5, 0.5, 0.5, 1});
+    char *svg = NULL;
+    char err[ERR_LEN];
+    assert_int_equal(plot_render_svg(&c, &svg, NULL, err), 0);
+    assert_non_null(strstr(svg, "width=\"400px\""));
+    assert_non_null(strstr(svg, "height=\"300px\""));
+    assert_non_null(strstr(svg, "viewBox=\"0 0 400 300\""));
+    /* One marker (the legend's swatch is a fill). */
+    assert_int_equal(count(svg, MARKER_STROKE), 1);
+    assert_int_equal(count(svg, "fill:rgb(60%,0%,60%)"), 1);
+    /* The data line (three points) and its legend swatch (two). */
+    const char *green = "stroke:rgb(0%,50%,0%)";
+    assert_int_equal(count(svg, green), 2);
+    int three = 0, two = 0;
+    for (int i = 0; i < 2; i++) {
+        char *d = nth_path_d(svg, green, i);
+        assert_non_null(d);
+        int l = count(d, "L ");
+        three += l == 2;
+        two += l == 1;
+        free(d);
+    }
+    assert_int_equal(three, 1);
+    assert_int_equal(two, 1);
+    /* The data line rises then falls: y (px) goes up the page, then down. */
+    for (int i = 0; i < 2; i++) {
+        char *d = nth_path_d(svg, green, i);
+        double x[3], y[3];
+        if (sscanf(d, "M %lf %lf L %lf %lf L %lf %lf", &x[0], &y[0], &x[1], &y[1], &x[2], &y[2]) ==
+            6) {
+            assert_true(x[0] < x[1] && x[1] < x[2]);
+            assert_true(y[1] < y[0] && y[2] > y[1]);
+        }
+        free(d);
+    }
+    /* The reference line: dashed, its legend swatch dashed too. */
+    assert_int_equal(count(svg, "stroke:rgb(50%,50%,50%)"), 2);
+    free(svg);
+    plot_chart_free(&c);
+    plot_release_caches();
+}
+
+static int pixels_near(cairo_surface_t *img, int r, int g, int b, int y_from)
+{
+    int w = cairo_image_surface_get_width(img), h = cairo_image_surface_get_height(img);
+    int stride = cairo_image_surface_get_stride(img);
+    const unsigned char *data = cairo_image_surface_get_data(img);
+    int n = 0;
+    for (int y = y_from; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            uint32_t px;
+            memcpy(&px, data + (size_t)y * stride + (size_t)x * 4, 4);
+            int pr = (px >> 16) & 0xff, pg = (px >> 8) & 0xff, pb = px & 0xff;
+            n += abs(pr - r) <= 3 && abs(pg - g) <= 3 && abs(pb - b) <= 3;
+        }
+    return n;
+}
+
+static void test_png_size_and_data(void **state)
+{
+    (void)state;
+    tokenlog x_log;
+    tiny_log(&x_log, true);
+    analysis_summary x = tiny_summary("interference", 3);
+    plot_run run = {"interference", PLOT_COLOR_INTERFERENCE, &x_log, &x};
+    plot_chart c;
+    char err[ERR_LEN];
+    assert_int_equal(plot_timeline(&c, &run, 1, "tiny", err), 0);
+    char dir[] = "/tmp/test_plot_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char *svg = NULL;
+    assert_int_equal(plot_render_both(&c, dir, "timeline", &svg, err), 0);
+    assert_non_null(svg);
+    char path[128];
+    snprintf(path, sizeof path, "%s/timeline.png", dir);
+    cairo_surface_t *img = cairo_image_surface_create_from_png(path);
+    assert_int_equal(cairo_surface_status(img), CAIRO_STATUS_SUCCESS);
+    assert_int_equal(cairo_image_surface_get_width(img), c.width);
+    assert_int_equal(cairo_image_surface_get_height(img), c.height);
+    /* The corner is the white background; below the legend there are data dots and
+     * markers. */
+    const unsigned char *data = cairo_image_surface_get_data(img);
+    assert_int_equal(data[0], 255);
+    assert_int_equal(data[1], 255);
+    assert_int_equal(data[2], 255);
+    assert_true(pixels_near(img, 217, 84, 26, 90) > 50); /* interference dots */
+    assert_true(pixels_near(img, 153, 0, 153, 90) > 100); /* three markers */
+    cairo_surface_destroy(img);
+    /* The SVG file is the buffer handed back. */
+    snprintf(path, sizeof path, "%s/timeline.svg", dir);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    assert_int_equal((size_t)ftell(f), strlen(svg));
+    fclose(f);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/timeline.png", dir);
+    unlink(path);
+    rmdir(dir);
+    free(svg);
+    plot_chart_free(&c);
+    tokenlog_free(&x_log);
+    plot_release_caches();
+}
+
+/* 100,000 gaps on one spot and one outlier: two marks in the SVG, the outlier kept. */
+static void test_dots_one_mark_per_cell(void **state)
+{
+    (void)state;
+    plot_chart c;
+    plot_chart_init(&c, "dots", 400, 300);
+    plot_panel *p = plot_chart_add_panel(&c, "");
+    plot_series *s = plot_panel_add_series(p, "", PLOT_DOTS, (plot_color){0, 0, 1, 1});
+    for (int i = 0; i < 100000; i++)
+        assert_int_equal(plot_series_push(s, 5.0, 5.0), 0);
+    assert_int_equal(plot_series_push(s, 9.0, 90.0), 0);
+    p->y.log = true;
+    char *svg = NULL;
+    char err[ERR_LEN];
+    assert_int_equal(plot_render_svg(&c, &svg, NULL, err), 0);
+    char *d = nth_path_d(svg, "fill:rgb(0%,0%,100%)", 0);
+    assert_non_null(d);
+    assert_int_equal(count(d, "Z"), 2);
+    free(d);
+    free(svg);
+    plot_chart_free(&c);
+    plot_release_caches();
+}
+
+static void test_spike_chart(void **state)
+{
+    (void)state;
+    plot_sweep_point pts[] = {
+        {.group = "", .prompt_tokens = 16000, .spike_ms = 327.2, .max_gap_ms = 328},
+        {.group = "", .prompt_tokens = 4000, .spike_ms = 69.5, .max_gap_ms = 70},
+        {.group = "", .prompt_tokens = 8000, .spike_ms = 146.9, .max_gap_ms = 148},
+    };
+    double mx[] = {3000, 20000}, my[] = {50, 400};
+    plot_chart c;
+    char err[ERR_LEN];
+    assert_int_equal(plot_spike_vs_prompt(&c, pts, 3, mx, my, 2, "model", "", err), 0);
+    plot_panel *p = &c.panels[0];
+    assert_true(p->x.log && p->y.log);
+    assert_int_equal(p->n_series, 2);
+    assert_true(p->series[0].dashed);
+    plot_series *m = &p->series[1];
+    /* In prompt order, each labelled with the step from the previous length. */
+    assert_int_equal(m->n, 3);
+    assert_float_equal(m->x[0], 4000, 0);
+    assert_float_equal(m->x[2], 16000, 0);
+    assert_string_equal(m->labels[0], "69.5 ms");
+    assert_string_equal(m->labels[1], "147 ms (\xc3\x97" "2.11)");
+    assert_string_equal(m->labels[2], "327 ms (\xc3\x97" "2.23)");
+    assert_int_equal(p->x.n_ticks, 3);
+    assert_float_equal(p->x.ticks[1], 8000, 0);
+    char *svg = NULL;
+    assert_int_equal(plot_render_svg(&c, &svg, NULL, err), 0);
+    free(svg);
+    plot_chart_free(&c);
+    plot_release_caches();
+}
+
+static void test_tradeoff_chart(void **state)
+{
+    (void)state;
+    plot_sweep_point pts[] = {
+        {.group = "", .budget = 16384, .ttft_ms = 134, .max_gap_ms = 130, .p999_gap_ms = 5.4},
+        {.group = "", .budget = 512, .ttft_ms = 141, .max_gap_ms = 9.2, .p999_gap_ms = 8.9},
+        {.group = "", .budget = 2048, .ttft_ms = 133, .max_gap_ms = 35, .p999_gap_ms = 34},
+        {.group = "", .budget = 1024, .ttft_ms = -1, .max_gap_ms = 18, .p999_gap_ms = 17},
+    };
+    plot_chart c;
+    char err[ERR_LEN];
+    assert_int_equal(plot_tradeoff(&c, pts, 4, "", err), 0);
+    plot_panel *p = &c.panels[0];
+    assert_int_equal(p->n_series, 2);
+    plot_series *mx = &p->series[0], *p999 = &p->series[1];
+    assert_string_equal(mx->name, "max gap");
+    assert_string_equal(p999->name, "p99.9 gap");
+    /* By budget, the point without a TTFT left out; the budget labels the max points. */
+    assert_int_equal(mx->n, 3);
+    assert_string_equal(mx->labels[0], "B=512");
+    assert_string_equal(mx->labels[1], "B=2048");
+    assert_string_equal(mx->labels[2], "B=16384");
+    assert_float_equal(mx->y[2], 130, 0);
+    assert_float_equal(p999->y[0], 8.9, 0);
+    assert_true(p999->dashed);
+    plot_chart_free(&c);
+}
+
+static void test_render_error(void **state)
+{
+    (void)state;
+    plot_chart c;
+    plot_chart_init(&c, "x", 400, 300);
+    char err[ERR_LEN] = "";
+    assert_int_equal(plot_render_file(&c, PLOT_PNG, "/nonexistent/dir/x.png", err), -1);
+    assert_non_null(strstr(err, "/nonexistent/dir/x.png"));
+    assert_int_equal(plot_render_file(&c, PLOT_SVG, "/nonexistent/dir/x.svg", err), -1);
+    assert_non_null(strstr(err, "/nonexistent/dir/x.svg"));
+    plot_chart_init(&c, "too small", 10, 10);
+    assert_int_equal(plot_render_file(&c, PLOT_SVG, "/tmp/never.svg", err), -1);
+    plot_chart_free(&c);
+    plot_release_caches();
+}
+
+static void test_nice(void **state)
+{
+    (void)state;
+    assert_float_equal(plot_nice(130, true), 200, 1e-9);
+    assert_float_equal(plot_nice(130, false), 100, 1e-9);
+    assert_float_equal(plot_nice(4.2, false), 2, 1e-9);
+    assert_float_equal(plot_nice(0.03, true), 0.05, 1e-12);
+    assert_float_equal(plot_nice(500, true), 500, 1e-9);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gaps_over_time),
+        cmocka_unit_test(test_timeline_markers_in_svg),
+        cmocka_unit_test(test_svg_structure),
+        cmocka_unit_test(test_png_size_and_data),
+        cmocka_unit_test(test_dots_one_mark_per_cell),
+        cmocka_unit_test(test_spike_chart),
+        cmocka_unit_test(test_tradeoff_chart),
+        cmocka_unit_test(test_render_error),
+        cmocka_unit_test(test_nice),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,415 @@
+/* sse: the splitter fed whole, one byte at a time, in random splits and against a page
+ * guard; the chunk decoder on the shapes of vLLM, llama.cpp, OpenAI, TGI. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "client/sse.h"
+#include "common/err.h"
+#include "common/rng.h"
+
+#define MAX_EVENTS 64
+
+typedef struct collected {
+    int n;
+    char data[MAX_EVENTS][512];
+    char type[MAX_EVENTS][32];
+    int errors;
+} collected;
+
+/* Feed text in pieces whose sizes come from split(): 0 = whole, 1 = one byte at a time,
+ * else random sizes from a seed. */
+static void feed(const char *text, size_t len, size_t piece_max, uint64_t seed, collected *out)
+{
+    sse_parser p;
+    sse_parser_init(&p, 4096);
+    memset(out, 0, sizeof *out);
+    size_t off = 0;
+    uint64_t state = seed;
+    while (off < len) {
+        size_t piece = len - off;
+        if (piece_max == 1)
+            piece = 1;
+        else if (piece_max > 1)
+            piece = (size_t)rng_range(&state, 1, (int64_t)piece_max);
+        if (piece > len - off)
+            piece = len - off;
+        /* A private copy of just this piece, so reading past it is caught by ASan. */
+        char *chunk = malloc(piece);
+        memcpy(chunk, text + off, piece);
+        const char *in = chunk;
+        size_t left = piece;
+        while (left > 0) {
+            size_t used = 0;
+            sse_event ev;
+            int r = sse_parse(&p, in, left, &used, &ev);
+            if (r == SSE_ERROR) {
+                out->errors++;
+                left = 0;
+                break;
+            }
+            assert_true(used <= left);
+            in += used;
+            left -= used;
+            if (r == SSE_EVENT) {
+                assert_true(out->n < MAX_EVENTS);
+                assert_int_equal(strlen(ev.data), ev.data_len);
+                snprintf(out->data[out->n], sizeof out->data[0], "%s", ev.data);
+                snprintf(out->type[out->n], sizeof out->type[0], "%s", ev.type);
+                out->n++;
+            }
+        }
+        free(chunk);
+        off += piece;
+    }
+    sse_parser_free(&p);
+}
+
+static void expect_same_any_split(const char *text, const collected *want)
+{
+    size_t len = strlen(text);
+    collected got;
+    feed(text, len, 1, 0, &got);
+    assert_int_equal(got.n, want->n);
+    for (int i = 0; i < want->n; i++) {
+        assert_string_equal(got.data[i], want->data[i]);
+        assert_string_equal(got.type[i], want->type[i]);
+    }
+    for (uint64_t seed = 1; seed <= 200; seed++) {
+        feed(text, len, 1 + seed % 17, seed, &got);
+        assert_int_equal(got.n, want->n);
+        for (int i = 0; i < want->n; i++) {
+            assert_string_equal(got.data[i], want->data[i]);
+            assert_string_equal(got.type[i], want->type[i]);
+        }
+    }
+}
+
+static void test_basic_events(void **state)
+{
+    (void)state;
+    const char *text = "data: one\n\ndata:two\n\ndata: a\ndata: b\n\n";
+    collected got;
+    feed(text, strlen(text), 0, 0, &got);
+    assert_int_equal(got.n, 3);
+    assert_string_equal(got.data[0], "one");
+    assert_string_equal(got.data[1], "two"); /* no space after the colon */
+    assert_string_equal(got.data[2], "a\nb"); /* data lines joined with \n */
+    expect_same_any_split(text, &got);
+}
+
+static void test_line_endings(void **state)
+{
+    (void)state;
+    const char *text = "data: crlf\r\n\r\ndata: cr\r\rdata: lf\n\ndata: mixed\r\ndata: x\r\r\n"
+                       "data: last\n\r\n";
+    collected got;
+    feed(text, strlen(text), 0, 0, &got);
+    assert_int_equal(got.n, 4 + 1);
+    assert_string_equal(got.data[0], "crlf");
+    assert_string_equal(got.data[1], "cr");
+    assert_string_equal(got.data[2], "lf");
+    assert_string_equal(got.data[3], "mixed\nx");
+    assert_string_equal(got.data[4], "last");
+    expect_same_any_split(text, &got);
+}
+
+static void test_comments_and_fields(void **state)
+{
+    (void)state;
+    const char *text = ": keep-alive\n\n"
+                       ":ping\r\n"
+                       "id: 7\nretry: 100\n"
+                       "data: {\"a\":1}\n\n"
+                       "\n\n" /* empty events are not dispatched */
+                       "event: error\ndata: bad thing\n\n"
+                       "data: after-type-reset\n\n"
+                       "error: {\"code\":500,\"message\":\"llama\"}\n\n"
+                       "data\n\n"; /* a field without colon: data with empty value */
+    collected got;
+    feed(text, strlen(text), 0, 0, &got);
+    assert_int_equal(got.n, 5);
+    assert_string_equal(got.data[0], "{\"a\":1}");
+    assert_string_equal(got.type[0], "");
+    assert_string_equal(got.data[1], "bad thing");
+    assert_string_equal(got.type[1], "error");
+    assert_string_equal(got.type[2], ""); /* the type belongs to one event only */
+    assert_string_equal(got.type[3], "error");
+    assert_string_equal(got.data[4], "");
+    expect_same_any_split(text, &got);
+}
+
+static void test_many_events_per_read_and_pending(void **state)
+{
+    (void)state;
+    char text[8192];
+    size_t len = 0;
+    for (int i = 0; i < 50; i++)
+        len += (size_t)snprintf(text + len, sizeof text - len, "data: {\"i\":%d}\n\n", i);
+    collected got;
+    feed(text, len, 0, 0, &got);
+    assert_int_equal(got.n, 50);
+    assert_string_equal(got.data[49], "{\"i\":49}");
+
+    sse_parser p;
+    sse_parser_init(&p, 0);
+    size_t used;
+    sse_event ev;
+    assert_int_equal(sse_parse(&p, "data: par", 9, &used, &ev), SSE_NEED_MORE);
+    assert_int_equal(used, 9);
+    assert_true(sse_parser_pending(&p));
+    assert_int_equal(sse_parse(&p, "tial\n\n", 6, &used, &ev), SSE_EVENT);
+    assert_string_equal(ev.data, "partial");
+    assert_int_equal(sse_parse(&p, "", 0, &used, &ev), SSE_NEED_MORE);
+    assert_false(sse_parser_pending(&p));
+    sse_parser_reset(&p);
+    sse_parser_free(&p);
+}
+
+static void test_too_large(void **state)
+{
+    (void)state;
+    sse_parser p;
+    sse_parser_init(&p, 64);
+    char line[200];
+    memset(line, 'x', sizeof line);
+    size_t used;
+    sse_event ev;
+    int r = SSE_NEED_MORE;
+    for (int i = 0; i < 10 && r != SSE_ERROR; i++)
+        r = sse_parse(&p, line, 20, &used, &ev);
+    assert_int_equal(r, SSE_ERROR);
+    sse_parser_free(&p);
+}
+
+/* The input ends exactly at a PROT_NONE page: any read past the end faults. */
+static void test_page_guard(void **state)
+{
+    (void)state;
+    long page = sysconf(_SC_PAGESIZE);
+    char *map = mmap(NULL, (size_t)page * 2, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                     -1, 0);
+    assert_true(map != MAP_FAILED);
+    assert_int_equal(mprotect(map + page, (size_t)page, PROT_NONE), 0);
+    const char *text = "data: guard\r\n\r\ndata: half";
+    size_t len = strlen(text);
+    char *in = map + page - len;
+    memcpy(in, text, len);
+    sse_parser p;
+    sse_parser_init(&p, 0);
+    size_t used;
+    sse_event ev;
+    assert_int_equal(sse_parse(&p, in, len, &used, &ev), SSE_EVENT);
+    assert_string_equal(ev.data, "guard");
+    assert_int_equal(sse_parse(&p, in + used, len - used, &used, &ev), SSE_NEED_MORE);
+    for (size_t i = 0; i < len; i++) /* byte by byte, each byte the last of the page */
+        (void)sse_parse(&p, map + page - 1, 1, &used, &ev);
+    sse_parser_free(&p);
+    munmap(map, (size_t)page * 2);
+}
+
+/* ---- decoder ---------------------------------------------------------------------- */
+
+static sse_chunk decode(const char *type, const char *data)
+{
+    sse_event ev = {data, strlen(data), type};
+    sse_chunk c;
+    char err[ERR_LEN];
+    assert_int_equal(sse_decode_chunk(&ev, &c, err), 0);
+    return c;
+}
+
+static void test_vllm_completion_continuous_usage(void **state)
+{
+    (void)state;
+    int64_t so_far = 0;
+    sse_chunk c = decode("", "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1,"
+                             "\"model\":\"m\",\"choices\":[{\"index\":0,\"text\":\" the\","
+                             "\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}],"
+                             "\"usage\":{\"prompt_tokens\":80,\"total_tokens\":81,"
+                             "\"completion_tokens\":1}}");
+    assert_true(c.has_choices && c.has_text && c.has_usage);
+    assert_int_equal(c.prompt_tokens, 80);
+    assert_int_equal(sse_count_tokens(&c, &so_far), 1);
+    /* Two tokens in one event (detokenizer held one back): k = 2. */
+    c = decode("", "{\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\"ab\","
+                   "\"finish_reason\":null}],\"usage\":{\"prompt_tokens\":80,"
+                   "\"completion_tokens\":3}}");
+    assert_int_equal(sse_count_tokens(&c, &so_far), 2);
+    assert_int_equal(so_far, 3);
+    c = decode("", "{\"choices\":[{\"index\":0,\"text\":\"z\",\"finish_reason\":\"length\"}],"
+                   "\"usage\":{\"prompt_tokens\":80,\"completion_tokens\":4}}");
+    assert_true(c.stopped);
+    assert_string_equal(c.finish_reason, "length");
+    assert_int_equal(sse_count_tokens(&c, &so_far), 1);
+    /* include_usage's final usage-only chunk: no token. */
+    c = decode("", "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"choices\":[],"
+                   "\"usage\":{\"prompt_tokens\":80,\"total_tokens\":84,"
+                   "\"completion_tokens\":4}}");
+    assert_false(c.has_choices);
+    assert_true(c.has_usage);
+    assert_int_equal(c.completion_tokens, 4);
+    assert_int_equal(sse_count_tokens(&c, &so_far), 0);
+    c = decode("", " [DONE]");
+    assert_true(c.done);
+}
+
+static void test_openai_chat_chunks(void **state)
+{
+    (void)state;
+    int64_t so_far = 0;
+    /* First chunk: the role, empty content: not a token. */
+    sse_chunk c = decode("", "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\","
+                             "\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\","
+                             "\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]}");
+    assert_true(c.has_choices);
+    assert_false(c.has_text);
+    assert_int_equal(sse_count_tokens(&c, &so_far), 0);
+    c = decode("", "{\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,"
+                   "\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}");
+    assert_int_equal(sse_count_tokens(&c, &so_far), 1);
+    c = decode("", "{\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hm\"}}]}");
+    assert_int_equal(sse_count_tokens(&c, &so_far), 1);
+    c = decode("", "{\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}");
+    assert_true(c.stopped);
+    assert_int_equal(sse_count_tokens(&c, &so_far), 0);
+    /* OpenAI's usage chunk (include_usage): choices empty, usage set. */
+    c = decode("", "{\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":"
+                   "{\"prompt_tokens\":9,\"completion_tokens\":2,\"total_tokens\":11}}");
+    assert_int_equal(c.completion_tokens, 2);
+    assert_int_equal(sse_count_tokens(&c, &so_far), 0);
+    assert_int_equal(so_far, 2);
+    c = decode("", "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0}]}}]}");
+    assert_true(c.has_text);
+}
+
+static void test_llamacpp_shapes(void **state)
+{
+    (void)state;
+    int64_t so_far = 0;
+    /* Native /completion stream. */
+    sse_chunk c = decode("", "{\"content\":\" the\",\"stop\":false,\"id_slot\":0,"
+                             "\"multimodal\":false,\"index\":0}");
+    assert_true(c.has_text);
+    assert_int_equal(sse_count_tokens(&c, &so_far), 1);
+    c = decode("", "{\"content\":\"\",\"stop\":true,\"stop_type\":\"limit\",\"tokens_predicted\":"
+                   "1,\"tokens_evaluated\":12,\"timings\":{\"predicted_ms\":3.1}}");
+    assert_true(c.stopped);
+    assert_string_equal(c.finish_reason, "length");
+    assert_int_equal(c.prompt_tokens, 12);
+    assert_int_equal(sse_count_tokens(&c, &so_far), 0);
+    /* Its OpenAI-compatible /v1/chat/completions, with timings on the last chunk. */
+    so_far = 0;
+    c = decode("", "{\"choices\":[{\"finish_reason\":null,\"index\":0,\"delta\":{\"content\":"
+                   "\"x\"}}],\"created\":1,\"id\":\"chatcmpl-a\",\"model\":\"gpt-3.5-turbo\","
+                   "\"object\":\"chat.completion.chunk\"}");
+    assert_int_equal(sse_count_tokens(&c, &so_far), 1);
+    c = decode("", "{\"choices\":[{\"finish_reason\":\"length\",\"index\":0,\"delta\":{}}],"
+                   "\"usage\":{\"completion_tokens\":1,\"prompt_tokens\":5,\"total_tokens\":6},"
+                   "\"timings\":{\"predicted_n\":1}}");
+    assert_string_equal(c.finish_reason, "length");
+    assert_int_equal(sse_count_tokens(&c, &so_far), 0);
+    /* llama.cpp's error line. */
+    c = decode("error", "{\"code\":500,\"message\":\"slot unavailable\",\"type\":\"server_error\"}");
+    assert_true(c.is_error);
+}
+
+static void test_tgi_and_errors_and_stallscope(void **state)
+{
+    (void)state;
+    int64_t so_far = 0;
+    sse_chunk c = decode("", "{\"index\":1,\"token\":{\"id\":5,\"text\":\"a\",\"logprob\":-1,"
+                             "\"special\":false},\"generated_text\":null,\"details\":null}");
+    assert_int_equal(sse_count_tokens(&c, &so_far), 1);
+    c = decode("", "{\"index\":2,\"token\":{\"id\":6,\"text\":\"b\",\"special\":false},"
+                   "\"generated_text\":\"ab\",\"details\":{\"finish_reason\":\"length\","
+                   "\"generated_tokens\":2}}");
+    assert_true(c.stopped);
+    assert_int_equal(sse_count_tokens(&c, &so_far), 1);
+
+    c = decode("", "{\"error\":{\"message\":\"too long\",\"type\":\"BadRequestError\","
+                   "\"code\":400}}");
+    assert_true(c.is_error);
+    assert_string_equal(c.error, "too long");
+    c = decode("", "{\"object\":\"error\",\"message\":\"old vllm\",\"type\":\"x\"}");
+    assert_true(c.is_error);
+    assert_string_equal(c.error, "old vllm");
+    c = decode("error", "upstream went away");
+    assert_true(c.is_error);
+    assert_string_equal(c.error, "upstream went away");
+
+    c = decode("", "{\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\"t\"}],"
+                   "\"stallscope\":{\"emit_ns\":123456789012,\"step\":42}}");
+    assert_int_equal(c.emit_ns, 123456789012LL);
+    assert_int_equal(c.step, 42);
+    c = decode("", "{\"choices\":[{\"index\":0,\"text\":\"t\"}]}");
+    assert_int_equal(c.emit_ns, -1);
+
+    sse_event bad = {"{\"choices\": [", 13, ""};
+    char err[ERR_LEN];
+    assert_int_equal(sse_decode_chunk(&bad, &c, err), -1);
+    assert_non_null(strstr(err, "malformed"));
+    sse_event arr = {"[1,2]", 5, ""};
+    assert_int_equal(sse_decode_chunk(&arr, &c, err), -1);
+}
+
+/* A whole vLLM-style stream, byte by byte and in random splits, through split + decode. */
+static void test_stream_end_to_end(void **state)
+{
+    (void)state;
+    char text[16384];
+    size_t len = 0;
+    len += (size_t)snprintf(text + len, sizeof text - len, ": connected\r\n\r\n");
+    for (int i = 1; i <= 20; i++)
+        len += (size_t)snprintf(text + len, sizeof text - len,
+                                "data: {\"choices\":[{\"index\":0,\"text\":\"w%d\"}],"
+                                "\"usage\":{\"prompt_tokens\":8,\"completion_tokens\":%d}}\r\n\r\n",
+                                i, i * 2 - (i == 1));
+    len += (size_t)snprintf(text + len, sizeof text - len,
+                            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":8,"
+                            "\"completion_tokens\":40}}\n\ndata: [DONE]\n\n");
+    for (uint64_t seed = 0; seed < 50; seed++) {
+        collected got;
+        feed(text, len, seed == 0 ? 1 : 1 + seed * 7, seed, &got);
+        assert_int_equal(got.n, 22);
+        int64_t so_far = 0, total = 0;
+        int events = 0;
+        bool done = false;
+        for (int i = 0; i < got.n; i++) {
+            sse_chunk c = decode("", got.data[i]);
+            int k = sse_count_tokens(&c, &so_far);
+            total += k;
+            events += k > 0;
+            done |= c.done;
+        }
+        assert_int_equal(total, 40);
+        assert_int_equal(events, 20);
+        assert_true(done);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_basic_events),
+        cmocka_unit_test(test_line_endings),
+        cmocka_unit_test(test_comments_and_fields),
+        cmocka_unit_test(test_many_events_per_read_and_pending),
+        cmocka_unit_test(test_too_large),
+        cmocka_unit_test(test_page_guard),
+        cmocka_unit_test(test_vllm_completion_continuous_usage),
+        cmocka_unit_test(test_openai_chat_chunks),
+        cmocka_unit_test(test_llamacpp_shapes),
+        cmocka_unit_test(test_tgi_and_errors_and_stallscope),
+        cmocka_unit_test(test_stream_end_to_end),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

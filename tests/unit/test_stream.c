@@ -1,0 +1,404 @@
+/* stream: the libcurl multi client against a scripted HTTP server on 127.0.0.1 (a thread
+ * of this test): events split across reads are stamped at the read that completes them,
+ * k-token events, HTTP errors, resets, stalls (idle timeout), malformed SSE, refused
+ * connections, and many streams at once. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "client/stream.h"
+#include "common/clock.h"
+#include "common/err.h"
+
+/* ---- scripted server ---------------------------------------------------------------- */
+
+static int listen_fd = -1;
+static int server_port;
+static volatile int64_t split_last_piece_ns; /* when /ok wrote the end of its split event */
+
+static void send_all(int fd, const char *s)
+{
+    size_t len = strlen(s);
+    while (len > 0) {
+        ssize_t n = send(fd, s, len, MSG_NOSIGNAL);
+        if (n <= 0)
+            return;
+        s += n;
+        len -= (size_t)n;
+    }
+}
+
+static void pause_ms(int ms) { clock_sleep_until_ns(clock_now_ns() + ms * CLOCK_NS_PER_MS); }
+
+static const char *sse_head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                              "Connection: close\r\n\r\n";
+
+static void *serve_conn(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    char req[65536];
+    size_t len = 0;
+    /* Read the head and a Content-Length body. */
+    for (;;) {
+        ssize_t n = recv(fd, req + len, sizeof req - 1 - len, 0);
+        if (n <= 0)
+            goto out;
+        len += (size_t)n;
+        req[len] = '\0';
+        char *end = strstr(req, "\r\n\r\n");
+        if (!end)
+            continue;
+        const char *cl = strcasestr(req, "Content-Length:");
+        size_t body = cl ? (size_t)atol(cl + 15) : 0;
+        if (len >= (size_t)(end + 4 - req) + body)
+            break;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (strncmp(req, "POST /ok ", 9) == 0) {
+        send_all(fd, sse_head);
+        send_all(fd, ": keep-alive\r\n\r\n");
+        send_all(fd, "data: {\"choices\":[{\"index\":0,\"text\":\"a\"}],\"usage\":{\"prompt_tokens\":"
+                     "7,\"completion_tokens\":1},\"stallscope\":{\"emit_ns\":1,\"step\":3}}\r\n\r\n");
+        pause_ms(20);
+        send_all(fd, "data: {\"choices\":[{\"index\":0,\"text\":\"b\"}],\"usage\":{\"prompt_");
+        pause_ms(60);
+        split_last_piece_ns = clock_now_ns();
+        send_all(fd, "tokens\":7,\"completion_tokens\":2}}\r\n\r\n");
+        pause_ms(20);
+        /* Two tokens in one event, then two events in one write. */
+        send_all(fd, "data: {\"choices\":[{\"index\":0,\"text\":\"cd\"}],\"usage\":{\"prompt_tokens\":"
+                     "7,\"completion_tokens\":4}}\n\n"
+                     "data: {\"choices\":[{\"index\":0,\"text\":\"e\",\"finish_reason\":\"length\"}],"
+                     "\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":5}}\n\n");
+        send_all(fd, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":5}}"
+                     "\n\ndata: [DONE]\n\n");
+    } else if (strncmp(req, "POST /fast ", 11) == 0) {
+        send_all(fd, sse_head);
+        for (int i = 1; i <= 20; i++) {
+            char line[256];
+            snprintf(line, sizeof line, "data: {\"choices\":[{\"index\":0,\"text\":\"t\"}],"
+                                        "\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":%d}}\n\n",
+                     i);
+            send_all(fd, line);
+            pause_ms(2);
+        }
+        send_all(fd, "data: [DONE]\n\n");
+    } else if (strncmp(req, "POST /error500 ", 15) == 0) {
+        const char *body = "{\"error\":{\"message\":\"engine exploded\",\"type\":\"server_error\","
+                           "\"code\":500}}";
+        char head[256];
+        snprintf(head, sizeof head, "HTTP/1.1 500 Internal Server Error\r\nContent-Type: "
+                                    "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                 strlen(body));
+        send_all(fd, head);
+        send_all(fd, body);
+    } else if (strncmp(req, "POST /reset ", 12) == 0) {
+        send_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n");
+        send_all(fd, "2c\r\ndata: {\"choices\":[{\"index\":0,\"text\":\"a\"}]}\n\n\r\n");
+        pause_ms(30);
+        struct linger lg = {1, 0}; /* close with RST: the server "died" */
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    } else if (strncmp(req, "POST /stall ", 12) == 0) {
+        send_all(fd, sse_head);
+        send_all(fd, "data: {\"choices\":[{\"index\":0,\"text\":\"a\"}]}\n\n");
+        pause_ms(1500);
+    } else if (strncmp(req, "POST /malformed ", 16) == 0) {
+        send_all(fd, sse_head);
+        send_all(fd, "data: {\"choices\":[{\"index\":0,\"text\":\"a\"}]}\n\ndata: {not json\n\n");
+        pause_ms(200);
+    } else if (strncmp(req, "POST /nodone ", 13) == 0) {
+        send_all(fd, sse_head);
+        send_all(fd, "data: {\"choices\":[{\"index\":0,\"text\":\"a\"}]}\n\n");
+    } else if (strncmp(req, "POST /errevent ", 15) == 0) {
+        send_all(fd, sse_head);
+        send_all(fd, "data: {\"error\":{\"message\":\"overloaded\",\"code\":503}}\n\n");
+        pause_ms(200);
+    } else if (strncmp(req, "GET /health ", 12) == 0) {
+        send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+    } else {
+        send_all(fd, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    }
+out:
+    close(fd);
+    return NULL;
+}
+
+static void *accept_loop(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        int fd = accept(listen_fd, NULL, NULL);
+        if (fd < 0)
+            return NULL;
+        pthread_t th;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_create(&th, &attr, serve_conn, (void *)(intptr_t)fd);
+        pthread_attr_destroy(&attr);
+    }
+}
+
+static int start_server(void **state)
+{
+    (void)state;
+    listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int one = 1;
+    setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(listen_fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(listen_fd, 1024) != 0)
+        return -1;
+    socklen_t alen = sizeof a;
+    getsockname(listen_fd, (struct sockaddr *)&a, &alen);
+    server_port = ntohs(a.sin_port);
+    pthread_t th;
+    pthread_create(&th, NULL, accept_loop, NULL);
+    pthread_detach(th);
+    return 0;
+}
+
+/* ---- client side ------------------------------------------------------------------- */
+
+#define MAX_TOK 64
+
+typedef struct result {
+    int n_tok;
+    stream_token tok[MAX_TOK];
+    bool ended;
+    stream_end end;
+} result;
+
+static void on_token(void *ctx, void *user, const stream_token *tok)
+{
+    (void)ctx;
+    result *r = user;
+    if (r->n_tok < MAX_TOK)
+        r->tok[r->n_tok++] = *tok;
+}
+
+static void on_end(void *ctx, void *user, const stream_end *end)
+{
+    int *ended = ctx;
+    result *r = user;
+    r->ended = true;
+    r->end = *end;
+    if (ended)
+        (*ended)++;
+}
+
+static stream_client *make_client(int port, int64_t idle_ns, int max_streams)
+{
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/", port);
+    stream_options o = {0};
+    o.base_url = url;
+    o.api_key = "sk-test";
+    const char *hdrs[] = {"X-Test: 1"};
+    o.headers = hdrs;
+    o.n_headers = 1;
+    o.idle_timeout_ns = idle_ns;
+    o.max_streams = max_streams;
+    char err[ERR_LEN];
+    stream_client *c = stream_create(&o, err);
+    assert_non_null(c);
+    return c;
+}
+
+/* Post one request to path and pump until it ends (bounded). */
+static void one_request(int port, const char *path, int64_t idle_ns, result *r)
+{
+    memset(r, 0, sizeof *r);
+    stream_client *c = make_client(port, idle_ns, 4);
+    static const stream_handlers h = {NULL, on_token, on_end};
+    stream_request req = {path, "{\"prompt\":[1,2,3]}", 18, &h, r};
+    char err[ERR_LEN];
+    assert_int_equal(stream_post(c, &req, err), 0);
+    int64_t deadline = clock_now_ns() + 5 * CLOCK_NS_PER_S;
+    while (!r->ended && clock_now_ns() < deadline)
+        assert_int_equal(stream_run(c, clock_now_ns() + 20 * CLOCK_NS_PER_MS, err), 0);
+    assert_true(r->ended);
+    assert_int_equal(stream_active(c), 0);
+    stream_free(c);
+}
+
+static void test_ok_stream(void **state)
+{
+    (void)state;
+    result r;
+    one_request(server_port, "/ok", 0, &r);
+    assert_string_equal(r.end.error, "");
+    assert_int_equal(r.end.http_status, 200);
+    assert_string_equal(r.end.finish_reason, "length");
+    assert_int_equal(r.end.prompt_tokens, 7);
+    assert_int_equal(r.end.completion_tokens, 5);
+    assert_int_equal(r.n_tok, 4);
+    int counts[] = {1, 1, 2, 1};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(r.tok[i].n_tokens, counts[i]);
+    assert_int_equal(r.tok[0].emit_ns, 1);
+    assert_int_equal(r.tok[0].step, 3);
+    assert_int_equal(r.tok[1].emit_ns, -1);
+    /* The split event is stamped at the read of its last piece, not the first. */
+    assert_true(r.tok[1].t_ns >= split_last_piece_ns);
+    assert_true(r.tok[1].t_ns - split_last_piece_ns < 50 * CLOCK_NS_PER_MS);
+    assert_true(r.tok[1].t_ns - r.tok[0].t_ns >= 75 * CLOCK_NS_PER_MS);
+    /* Two events of one write share the read's stamp. */
+    assert_int_equal(r.tok[2].t_ns, r.tok[3].t_ns);
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    result r;
+    one_request(server_port, "/error500", 0, &r);
+    assert_int_equal(r.end.http_status, 500);
+    assert_non_null(strstr(r.end.error, "HTTP 500"));
+    assert_non_null(strstr(r.end.error, "engine exploded"));
+
+    one_request(server_port, "/reset", 0, &r);
+    assert_int_equal(r.n_tok, 1);
+    assert_non_null(strstr(r.end.error, "connection lost"));
+    assert_false(r.end.connect_failed);
+
+    int64_t t0 = clock_now_ns();
+    one_request(server_port, "/stall", 300 * CLOCK_NS_PER_MS, &r);
+    assert_int_equal(r.n_tok, 1);
+    assert_true(r.end.timed_out);
+    assert_non_null(strstr(r.end.error, "timeout"));
+    assert_true(clock_now_ns() - t0 < 1200 * CLOCK_NS_PER_MS);
+
+    one_request(server_port, "/malformed", 0, &r);
+    assert_int_equal(r.n_tok, 1);
+    assert_non_null(strstr(r.end.error, "malformed"));
+
+    one_request(server_port, "/nodone", 0, &r);
+    assert_non_null(strstr(r.end.error, "without [DONE]"));
+
+    one_request(server_port, "/errevent", 0, &r);
+    assert_non_null(strstr(r.end.error, "overloaded"));
+
+    one_request(server_port, "/missing", 0, &r);
+    assert_int_equal(r.end.http_status, 404);
+    assert_non_null(strstr(r.end.error, "HTTP 404"));
+}
+
+static void test_refused(void **state)
+{
+    (void)state;
+    /* A port nobody listens on: bind one, take its number, close it. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t alen = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &alen);
+    close(fd);
+    int64_t t0 = clock_now_ns();
+    result r;
+    one_request(ntohs(a.sin_port), "/ok", 0, &r);
+    assert_true(r.end.connect_failed);
+    assert_non_null(strstr(r.end.error, "cannot connect"));
+    assert_true(clock_now_ns() - t0 < CLOCK_NS_PER_S);
+
+    char url[64], err[ERR_LEN];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", ntohs(a.sin_port));
+    stream_options o = {0};
+    o.base_url = url;
+    int status;
+    assert_int_equal(stream_http(&o, "GET", "/health", NULL, CLOCK_NS_PER_S, &status, NULL, err), -1);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/", server_port);
+    char *body = NULL;
+    assert_int_equal(stream_http(&o, "GET", "/health", NULL, CLOCK_NS_PER_S, &status, &body, err), 0);
+    assert_int_equal(status, 200);
+    assert_string_equal(body, "ok");
+    free(body);
+}
+
+static void test_many_streams(void **state)
+{
+    (void)state;
+    enum { N = 200 };
+    result *rs = calloc(N, sizeof *rs);
+    int ended = 0;
+    stream_handlers h = {&ended, on_token, on_end};
+    stream_client *c = make_client(server_port, 0, N);
+    char err[ERR_LEN];
+    for (int i = 0; i < N; i++) {
+        stream_request req = {"/fast", "{}", 2, &h, &rs[i]};
+        assert_int_equal(stream_post(c, &req, err), 0);
+    }
+    assert_int_equal(stream_active(c), N);
+    int64_t deadline = clock_now_ns() + 20 * CLOCK_NS_PER_S;
+    while (ended < N && clock_now_ns() < deadline)
+        assert_int_equal(stream_run(c, clock_now_ns() + 50 * CLOCK_NS_PER_MS, err), 0);
+    assert_int_equal(ended, N);
+    int64_t tokens = 0;
+    for (int i = 0; i < N; i++) {
+        assert_string_equal(rs[i].end.error, "");
+        for (int j = 0; j < rs[i].n_tok; j++)
+            tokens += rs[i].tok[j].n_tokens;
+    }
+    assert_int_equal(tokens, (int64_t)N * 20);
+    stream_stats st;
+    stream_get_stats(c, &st);
+    assert_int_equal(st.tokens, (int64_t)N * 20);
+    assert_int_equal(st.requests, N);
+
+    /* cancel_all ends everything running with "abort" and no error. */
+    memset(rs, 0, N * sizeof *rs);
+    ended = 0;
+    for (int i = 0; i < 10; i++) {
+        stream_request req = {"/stall", "{}", 2, &h, &rs[i]};
+        assert_int_equal(stream_post(c, &req, err), 0);
+    }
+    stream_run(c, clock_now_ns() + 100 * CLOCK_NS_PER_MS, err);
+    stream_cancel_all(c, "");
+    assert_int_equal(ended, 10);
+    assert_int_equal(stream_active(c), 0);
+    for (int i = 0; i < 10; i++) {
+        assert_string_equal(rs[i].end.finish_reason, "abort");
+        assert_string_equal(rs[i].end.error, "");
+    }
+    stream_free(c);
+    free(rs);
+}
+
+static void test_base_url(void **state)
+{
+    (void)state;
+    char out[128];
+    stream_base_url("http://h:1/v1/", out, sizeof out);
+    assert_string_equal(out, "http://h:1");
+    stream_base_url("https://h/api", out, sizeof out);
+    assert_string_equal(out, "https://h/api");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_base_url),
+        cmocka_unit_test(test_ok_stream),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_many_streams),
+    };
+    return cmocka_run_group_tests(tests, start_server, NULL);
+}
