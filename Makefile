@@ -4,7 +4,7 @@ TEST_BUILD ?= build-test
 OUT        ?= out
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all build deps deps-test run test bench clean
+.PHONY: all build deps deps-test deps-bench run test bench fuzz clean
 
 all: build
 
@@ -13,6 +13,9 @@ deps:
 
 deps-test:
 	@bash scripts/deps.sh test
+
+deps-bench:
+	@bash scripts/deps.sh bench
 
 build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF >/dev/null
@@ -28,9 +31,17 @@ test: deps-test
 	@cmake --build $(TEST_BUILD) -j $(JOBS)
 	cd $(TEST_BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
+# libFuzzer targets (clang): each runs FUZZ_SECONDS; new inputs accumulate in
+# $(FUZZ_BUILD)/corpus. FUZZ_TARGETS="fuzz_request ..." picks some. See docs/reliability.md.
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_SECONDS ?= 300
+FUZZ_TARGETS ?=
+fuzz: deps-test
+	bash fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
 # Benchmarks print figures; they never fail on time.
-bench: build
+bench: deps-bench build
 	@set -e; for b in $(BUILD)/bench_*; do echo "== $$b"; ./$$b; done
 
 clean:
-	rm -rf $(BUILD) $(TEST_BUILD)
+	rm -rf $(BUILD) $(TEST_BUILD) $(FUZZ_BUILD)

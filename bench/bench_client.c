@@ -69,7 +69,7 @@ static pid_t spawn_serve(const char *bin, int streams, char *url, size_t url_siz
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fd, STDOUT_FILENO);
         dup2(fd, STDERR_FILENO);
-        execl(bin, "stallscope", "serve", "--host", "127.0.0.1", "--port", "0", "--max-num-seqs",
+        execl(bin, "stallscope", "serve", "--engine", "emulate", "--host", "127.0.0.1", "--port", "0", "--max-num-seqs",
               seqs, "--kv-blocks", blocks, (char *)NULL);
         _exit(127);
     }

@@ -2,7 +2,7 @@
 # Dependency bootstrap: check every library with pkg-config (and each tool with
 # command -v); when something is missing and we are root with apt-get, install it;
 # otherwise print the exact apt-get line and stop.
-# Usage: scripts/deps.sh [build|test]
+# Usage: scripts/deps.sh [build|test|bench]
 set -euo pipefail
 mode=${1:-build}
 
@@ -35,6 +35,10 @@ if command -v pkg-config >/dev/null 2>&1; then
   done
 else
   for mod in "${!PC[@]}"; do missing+=("${PC[$mod]}"); done
+fi
+if [ "$mode" = bench ]; then
+  # bench_client measures a Python aiohttp client beside ours, with Debian's python3.
+  /usr/bin/python3 -c 'import aiohttp' >/dev/null 2>&1 || missing+=(python3-aiohttp)
 fi
 if [ "$mode" = test ]; then
   # libFuzzer and sanitizer runtimes for clang

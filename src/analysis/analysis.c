@@ -92,28 +92,6 @@ typedef struct dvec {
     int64_t n, cap;
 } dvec;
 
-static int dvec_push(dvec *d, double x)
-{
-    if (d->n == d->cap) {
-        int64_t cap = d->cap ? d->cap * 2 : 64;
-        double *p = realloc(d->v, (size_t)cap * sizeof *p);
-        if (!p)
-            return -1;
-        d->v = p;
-        d->cap = cap;
-    }
-    d->v[d->n++] = x;
-    return 0;
-}
-
-typedef struct interval {
-    int64_t a, b;
-} interval;
-
-typedef struct pair_i64 {
-    int64_t first, second;
-} pair_i64;
-
 static int push(void **items, int64_t *n, int64_t *cap, const void *item, size_t size)
 {
     if (*n == *cap) {
@@ -128,6 +106,19 @@ static int push(void **items, int64_t *n, int64_t *cap, const void *item, size_t
     (*n)++;
     return 0;
 }
+
+static int dvec_push(dvec *d, double x)
+{
+    return push((void **)&d->v, &d->n, &d->cap, &x, sizeof x);
+}
+
+typedef struct interval {
+    int64_t a, b;
+} interval;
+
+typedef struct pair_i64 {
+    int64_t first, second;
+} pair_i64;
 
 static int cmp_interval(const void *x, const void *y)
 {
@@ -231,6 +222,23 @@ void analysis_summary_free(analysis_summary *s)
     free(s->injections);
     s->injections = NULL;
     s->n_injections = 0;
+}
+
+bool analysis_injection_ttft(const analysis_summary *s, analysis_dist *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!s || s->n_injections == 0)
+        return false;
+    double *v = malloc((size_t)s->n_injections * sizeof *v);
+    if (!v)
+        return false;
+    int n = 0;
+    for (int i = 0; i < s->n_injections; i++)
+        if (s->injections[i].ttft_ms >= 0)
+            v[n++] = s->injections[i].ttft_ms;
+    analysis_dist_from(v, n, out);
+    free(v);
+    return n > 0;
 }
 
 static double run_duration_s(const tokenlog *log)

@@ -76,6 +76,9 @@ typedef struct analysis_options {
 double analysis_quantile(const double *sorted, int64_t n, double p);
 /* Fill a distribution from unsorted values (sorted in place). */
 void analysis_dist_from(double *values, int64_t n, analysis_dist *out);
+/* The distribution of the injections' TTFTs, over those that got a token: true when at
+ * least one did (false too when s is NULL or memory runs out; *out is zeroed then). */
+bool analysis_injection_ttft(const analysis_summary *s, analysis_dist *out);
 
 /* All background ITL gaps in ms, in (request, time) order; caller frees *out. */
 int analysis_gaps_ms(const tokenlog *log, double **out, int64_t *n, char *err);

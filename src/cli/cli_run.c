@@ -811,7 +811,11 @@ int cli_run(int argc, char **argv)
     } else {
         ctx.api.timestamps = rc.fidelity;
     }
-    snprintf(ctx.engine, sizeof ctx.engine, "%s %s %s %s/%d", rc.engine_kind, ctx.cost.gpu.name,
+    /* "emulate h100-sxm llama-3.1-8b mixed/16384", "cpu small mixed/16384" (the device of
+     * the cpu engine is this machine, named only when a --hardware profile names it). */
+    const bool device_is_kind = strcmp(ctx.cost.gpu.name, rc.engine_kind) == 0;
+    snprintf(ctx.engine, sizeof ctx.engine, "%s%s%s %s %s/%d", rc.engine_kind,
+             device_is_kind ? "" : " ", device_is_kind ? "" : ctx.cost.gpu.name,
              ctx.cost.arch.name, sched_policy_name(ctx.sched.policy),
              ctx.sched.max_num_batched_tokens);
     if (artifacts_mkdirs(rc.out, err) != 0) {

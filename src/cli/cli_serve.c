@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 
 #include "cli/cli.h"
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/units.h"
 #include "engine/exec_emulate.h"
@@ -87,6 +88,28 @@ static int srv_max_body(void *c, const char *v, char *err)
     return 0;
 }
 
+static int srv_max_waiting(void *c, const char *v, char *err)
+{
+    int64_t n;
+    if (units_parse_count(v, &n, err) != 0)
+        return -1;
+    if (n < 1 || n > (1 << 24))
+        return err_set(err, "%lld is out of range [1, 2^24]", (long long)n);
+    ((serve_opts *)c)->server.max_waiting = (int)n;
+    return 0;
+}
+
+static int srv_read_timeout(void *c, const char *v, char *err)
+{
+    int64_t ns;
+    if (units_parse_duration_ns(v, &ns, err) != 0)
+        return -1;
+    if (ns < CLOCK_NS_PER_MS || ns > 3600 * CLOCK_NS_PER_S)
+        return err_set(err, "'%s' is out of range [1ms, 1h]", v);
+    ((serve_opts *)c)->server.read_timeout_ns = ns;
+    return 0;
+}
+
 static int srv_no_realtime(void *c, const char *v, char *err)
 {
     (void)v, (void)err;
@@ -107,6 +130,10 @@ static const opts_spec server_specs[] = {
     {"step-log", "FILE", "write steps.csv rows (CLOCK_MONOTONIC ns) for every engine step",
      srv_step_log},
     {"max-body-size", "BYTES", "largest request body (default 4M; larger: 413)", srv_max_body},
+    {"max-waiting", "N", "requests waiting for the engine (queued or in prefill) at most; more "
+     "are answered 429 (default 4096)", srv_max_waiting},
+    {"request-read-timeout", "DUR", "a request's headers and body must arrive within this, "
+     "and a client must read its reply's bytes within it (default 30s)", srv_read_timeout},
     {"no-realtime", NULL, "keep the engine thread SCHED_OTHER (default: try SCHED_FIFO for "
      "precise step timing)", srv_no_realtime},
 };

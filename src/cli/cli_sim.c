@@ -5,6 +5,7 @@
 
 #include "analysis/analysis.h"
 #include "cli/cli.h"
+#include "cli/cli_sim.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/units.h"
@@ -66,9 +67,28 @@ static const opts_spec output_specs[] = {
      out_threshold},
 };
 
-static int sim_one(const char *label, const sim_config *cfg, const char *engine,
-                   const sim_output_cfg *out, double reference_p50_ms, int argc, char **argv,
-                   analysis_summary *summary, char *err)
+int cli_sim_resolve(const cli_engine_cfg *eng, cli_sched_cfg *sch, const cli_workload_cfg *wl,
+                    sim_config *cfg, char *err)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->wl = wl->wl;
+    cfg->wl.inject = true;
+    if (cli_engine_resolve(eng, &cfg->cost, err) != 0 ||
+        cli_sched_resolve(sch, &cfg->cost, eng->gpu_memory_utilization, err) != 0)
+        return -1;
+    cfg->sched = sch->sched;
+    return 0;
+}
+
+void cli_sim_engine_name(const sim_config *cfg, char *buf, size_t size)
+{
+    snprintf(buf, size, "sim %s %s %s/%d", cfg->cost.gpu.name, cfg->cost.arch.name,
+             sched_policy_name(cfg->sched.policy), cfg->sched.max_num_batched_tokens);
+}
+
+static int sim_one(const char *dir, const char *label, const sim_config *cfg, const char *engine,
+                   double threshold_ms, double reference_p50_ms, int argc, char **argv,
+                   FILE *progress, analysis_summary *summary, char *err)
 {
     tokenlog log;
     tokenlog_init(&log);
@@ -80,17 +100,36 @@ static int sim_one(const char *label, const sim_config *cfg, const char *engine,
     config = cli_config_to_json(label, engine, "", &cfg->wl, &cfg->cost, &cfg->sched, argc, argv);
     analysis_options opt = {.label = label, .engine = engine, .target = "",
                             .duration_s = (double)cfg->wl.duration_ns / 1e9,
-                            .users = cfg->wl.users, .threshold_ms = out->threshold_ms,
+                            .users = cfg->wl.users, .threshold_ms = threshold_ms,
                             .reference_p50_ms = reference_p50_ms, .complete = true};
-    rc = artifacts_write_run(out->out, &log, &opt, config, summary, err);
-    if (rc == 0 && !out->json)
-        printf("sim %-12s %lld steps, %lld token events, %lld requests, %lld preemptions\n",
-                label, (long long)stats.steps, (long long)stats.token_events,
-                (long long)stats.requests, (long long)stats.preemptions);
+    rc = artifacts_write_run(dir, &log, &opt, config, summary, err);
+    if (rc == 0 && progress)
+        fprintf(progress,
+                "sim %-12s %lld steps, %lld token events, %lld requests, %lld preemptions\n", label,
+                (long long)stats.steps, (long long)stats.token_events, (long long)stats.requests,
+                (long long)stats.preemptions);
 done:
     json_decref(config);
     tokenlog_free(&log);
     return rc;
+}
+
+int cli_sim_experiment(const char *dir, const sim_config *cfg, const char *engine,
+                       bool no_baseline, double threshold_ms, int argc, char **argv,
+                       FILE *progress, analysis_summary *baseline,
+                       analysis_summary *interference, char *err)
+{
+    double reference_p50 = 0;
+    if (!no_baseline) {
+        sim_config base = *cfg;
+        base.wl.inject = false;
+        if (sim_one(dir, "baseline", &base, engine, threshold_ms, 0, argc, argv, progress,
+                    baseline, err) != 0)
+            return -1;
+        reference_p50 = baseline->itl_ms.p50;
+    }
+    return sim_one(dir, "interference", cfg, engine, threshold_ms, reference_p50, argc, argv,
+                   progress, interference, err);
 }
 
 int cli_sim(int argc, char **argv)
@@ -126,35 +165,21 @@ int cli_sim(int argc, char **argv)
         return cli_usage_error("sim", err);
 
     sim_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.wl = wl.wl;
-    if (cli_engine_resolve(&eng, &cfg.cost, err) != 0 ||
-        cli_sched_resolve(&sch, &cfg.cost, eng.gpu_memory_utilization, err) != 0)
+    if (cli_sim_resolve(&eng, &sch, &wl, &cfg, err) != 0)
         return cli_usage_error("sim", err);
-    cfg.sched = sch.sched;
-    cfg.wl.inject = true;
     /* Refuse what can never run before writing anything. */
     if (sim_check(&cfg, err) != 0)
         return cli_usage_error("sim", err);
 
     char engine[128];
-    snprintf(engine, sizeof engine, "sim %s %s %s/%d", cfg.cost.gpu.name, cfg.cost.arch.name,
-             sched_policy_name(cfg.sched.policy), cfg.sched.max_num_batched_tokens);
+    cli_sim_engine_name(&cfg, engine, sizeof engine);
 
     analysis_summary baseline, interference;
     memset(&baseline, 0, sizeof baseline);
     memset(&interference, 0, sizeof interference);
     int status = CLI_EXIT_FAIL;
-    double reference_p50 = 0;
-    if (!out.no_baseline) {
-        sim_config base = cfg;
-        base.wl.inject = false;
-        if (sim_one("baseline", &base, engine, &out, 0, argc, argv, &baseline, err) != 0)
-            goto done;
-        reference_p50 = baseline.itl_ms.p50;
-    }
-    if (sim_one("interference", &cfg, engine, &out, reference_p50, argc, argv, &interference,
-                err) != 0)
+    if (cli_sim_experiment(out.out, &cfg, engine, out.no_baseline, out.threshold_ms, argc, argv,
+                           out.json ? NULL : stdout, &baseline, &interference, err) != 0)
         goto done;
     if (artifacts_finish_report(out.out, out.no_baseline ? NULL : &baseline, &interference,
                                 out.json, !out.no_report, err) != 0)

@@ -28,6 +28,7 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
+#include "cli/cli_sim.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/units.h"
@@ -321,29 +322,6 @@ static void point_desc(const sweep_axis *axes, int n_axes, const sweep_point *pt
 
 typedef enum { POINT_OK, POINT_REFUSED, POINT_FAILED, POINT_BAD_INPUT } point_result;
 
-static int sim_write(const char *dir, const char *label, const sim_config *cfg, const char *engine,
-                     const sim_extras *ex, double reference_p50_ms, int argc, char **argv,
-                     analysis_summary *summary, char *err)
-{
-    tokenlog log;
-    tokenlog_init(&log);
-    sim_stats stats;
-    int rc = sim_run(cfg, &log, &stats, err);
-    json_t *config = NULL;
-    if (rc == 0) {
-        config = cli_config_to_json(label, engine, "", &cfg->wl, &cfg->cost, &cfg->sched, argc,
-                                    argv);
-        analysis_options opt = {.label = label, .engine = engine, .target = "",
-                                .duration_s = (double)cfg->wl.duration_ns / 1e9,
-                                .users = cfg->wl.users, .threshold_ms = ex->threshold_ms,
-                                .reference_p50_ms = reference_p50_ms, .complete = true};
-        rc = artifacts_write_run(dir, &log, &opt, config, summary, err);
-    }
-    json_decref(config);
-    tokenlog_free(&log);
-    return rc;
-}
-
 static point_result sim_point(int argc, char **argv, const char *dir, char *summary_line,
                               size_t line_size, char *reason, size_t reason_size, char *err)
 {
@@ -365,13 +343,8 @@ static point_result sim_point(int argc, char **argv, const char *dir, char *summ
                    err) != 0)
         return POINT_BAD_INPUT;
     sim_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.wl = wl.wl;
-    cfg.wl.inject = true;
-    if (cli_engine_resolve(&eng, &cfg.cost, err) != 0 ||
-        cli_sched_resolve(&sch, &cfg.cost, eng.gpu_memory_utilization, err) != 0)
+    if (cli_sim_resolve(&eng, &sch, &wl, &cfg, err) != 0)
         return POINT_BAD_INPUT;
-    cfg.sched = sch.sched;
     char why[ERR_LEN];
     if (sim_check(&cfg, why) != 0) {
         /* mixed with a budget under the prompt, say: a point that cannot run, not an error. */
@@ -379,21 +352,13 @@ static point_result sim_point(int argc, char **argv, const char *dir, char *summ
         return POINT_REFUSED;
     }
     char engine[128];
-    snprintf(engine, sizeof engine, "sim %s %s %s/%d", cfg.cost.gpu.name, cfg.cost.arch.name,
-             sched_policy_name(cfg.sched.policy), cfg.sched.max_num_batched_tokens);
+    cli_sim_engine_name(&cfg, engine, sizeof engine);
     analysis_summary base, x;
     memset(&base, 0, sizeof base);
     memset(&x, 0, sizeof x);
-    double reference_p50 = 0;
     point_result res = POINT_FAILED;
-    if (!ex.no_baseline) {
-        sim_config b = cfg;
-        b.wl.inject = false;
-        if (sim_write(dir, "baseline", &b, engine, &ex, 0, argc, argv, &base, err) != 0)
-            goto done;
-        reference_p50 = base.itl_ms.p50;
-    }
-    if (sim_write(dir, "interference", &cfg, engine, &ex, reference_p50, argc, argv, &x, err) != 0)
+    if (cli_sim_experiment(dir, &cfg, engine, ex.no_baseline, ex.threshold_ms, argc, argv, NULL,
+                           &base, &x, err) != 0)
         goto done;
     if (artifacts_write_comparison(dir, ex.no_baseline ? NULL : &base, &x, err) != 0)
         goto done;

@@ -15,6 +15,12 @@
 #define CALIB_WORDS_SMALL 32
 #define CALIB_WORDS_LARGE 1024
 #define UNKNOWN_VOCAB 32000 /* every tokenizer in use has at least this many ids */
+/* After a failed request a background user waits before its next one: 50 ms, doubling with
+ * each failure in a row, at most 2 s. Without it a server answering 429 or 503 for a
+ * second (an overload burst) gets thousands of instant retries, and the run stops with
+ * "every request fails" although the server recovers. */
+#define RETRY_FIRST_NS (50 * CLOCK_NS_PER_MS)
+#define RETRY_MAX_NS (2 * CLOCK_NS_PER_S)
 
 /* ---- API description --------------------------------------------------------------- */
 
@@ -267,6 +273,9 @@ struct drv {
     bool recording;     /* from t0 on, when cfg->record */
     int64_t *next_k;    /* per user: index of its next request */
     drv_req **current;  /* per user: the request in flight, NULL none */
+    int64_t *retry_at;  /* per user: when it sends again after a failure, 0: not waiting */
+    int *failures;      /* per user: failed requests in a row */
+    int n_retrying;     /* users waiting in retry_at */
     bool stopping;
     bool failed;
     int64_t consecutive_errors, error_limit;
@@ -466,9 +475,40 @@ static void on_end(void *ctx, void *user, const stream_end *end)
     if (bg && d->current[u] == r)
         d->current[u] = NULL;
     free(r);
-    /* Closed loop: the user's next request goes out the moment this one ends. */
-    if (bg && !d->stopping)
+    if (!bg || d->stopping)
+        return;
+    /* Closed loop: the user's next request goes out the moment this one ends, or after a
+     * back-off when it failed (see RETRY_FIRST_NS). */
+    if (!is_error) {
+        d->failures[u] = 0;
         start_bg(d, u);
+        return;
+    }
+    int64_t wait = RETRY_FIRST_NS;
+    for (int i = 0; i < d->failures[u] && wait < RETRY_MAX_NS; i++)
+        wait *= 2;
+    d->failures[u]++;
+    d->retry_at[u] = d->t->now(d->t->impl) + (wait < RETRY_MAX_NS ? wait : RETRY_MAX_NS);
+    d->n_retrying++;
+}
+
+/* Users whose back-off is over send again; returns the earliest retry still pending
+ * (INT64_MAX: none). */
+static int64_t start_retries(drv *d, int64_t now)
+{
+    int64_t next = INT64_MAX;
+    for (int u = 0; u < d->cfg->wl->users && d->n_retrying > 0 && !d->stopping; u++) {
+        if (d->retry_at[u] == 0)
+            continue;
+        if (d->retry_at[u] <= now) {
+            d->retry_at[u] = 0;
+            d->n_retrying--;
+            start_bg(d, u);
+        } else if (d->retry_at[u] < next) {
+            next = d->retry_at[u];
+        }
+    }
+    return next;
 }
 
 static void report_progress(drv *d, const driver_phase *cfg, int64_t now, double tokens_per_s,
@@ -498,15 +538,19 @@ int driver_run_phase(const stream_transport *t, const driver_phase *cfg, tokenlo
     size_t n_users = (size_t)(wl->users > 0 ? wl->users : 1);
     d.next_k = calloc(n_users, sizeof *d.next_k);
     d.current = calloc(n_users, sizeof *d.current);
+    d.retry_at = calloc(n_users, sizeof *d.retry_at);
+    d.failures = calloc(n_users, sizeof *d.failures);
     if (wl->inject) {
         int64_t max = (wl->duration_ns - wl->inject_at_ns) / wl->inject_every_ns + 2;
         plan = malloc((size_t)(max > 1 ? max : 1) * sizeof *plan);
         if (plan)
             n_plan = workload_injection_times(wl, plan, (int)(max > 1 ? max : 1));
     }
-    if (!d.next_k || !d.current || (wl->inject && !plan)) {
+    if (!d.next_k || !d.current || !d.retry_at || !d.failures || (wl->inject && !plan)) {
         free(d.next_k);
         free(d.current);
+        free(d.retry_at);
+        free(d.failures);
         free(plan);
         return err_set(err, "out of memory");
     }
@@ -547,6 +591,7 @@ int driver_run_phase(const stream_transport *t, const driver_phase *cfg, tokenlo
         if (next_inj < n_plan && !inj_body && !d.stopping)
             inj_body = build(&d, TOKENLOG_INJECT, next_inj, wl->prompt_tokens,
                              wl->inject_max_tokens, &inj_len);
+        const int64_t next_retry = d.n_retrying > 0 ? start_retries(&d, now) : INT64_MAX;
         if (now >= t_stop || d.stopping)
             break;
         if (now >= next_tick) {
@@ -574,6 +619,8 @@ int driver_run_phase(const stream_transport *t, const driver_phase *cfg, tokenlo
             wake = d.t0 + plan[next_inj];
         if (next_tick < wake)
             wake = next_tick;
+        if (next_retry < wake)
+            wake = next_retry;
         if (cfg->progress && next_progress < wake)
             wake = next_progress;
         if (t->run(t->impl, wake, err) != 0) {
@@ -601,6 +648,8 @@ int driver_run_phase(const stream_transport *t, const driver_phase *cfg, tokenlo
     free(plan);
     free(d.next_k);
     free(d.current);
+    free(d.retry_at);
+    free(d.failures);
     return 0;
 }
 

@@ -371,7 +371,7 @@ static int parse_i64(const csv_reader *r, int i, const char *name, int64_t *out,
 
 static int parse_i32(const csv_reader *r, int i, const char *name, int32_t *out, char *err)
 {
-    int64_t v;
+    int64_t v = 0;
     if (parse_i64(r, i, name, &v, err) != 0)
         return -1;
     if (v < INT32_MIN || v > INT32_MAX)

@@ -101,6 +101,9 @@ int units_parse_quantity(const char *text, double *out, char *err)
             return err_set(err, "'%s' is not a number: unexpected '%s'", text, rest);
         v *= si[i].mult;
     }
+    /* "41e305K" is finite until the suffix multiplies it (found by fuzz/fuzz_units). */
+    if (!isfinite(v))
+        return err_set(err, "'%s' is out of range", text);
     *out = v;
     return 0;
 }

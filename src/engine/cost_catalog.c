@@ -90,6 +90,25 @@ static bool name_equal(const char *a, const char *b)
     return strcasecmp(a, b) == 0;
 }
 
+static const char *gpu_name_at(int i)
+{
+    return gpu_catalog[i].name;
+}
+
+static const char *arch_name_at(int i)
+{
+    return arch_catalog[i].name;
+}
+
+/* "h100-sxm, h100-pcie, ...": the n names of a catalog, for the error that lists them. */
+static void known_names(char *buf, size_t size, const char *(*name_at)(int), int n)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%s", i ? ", " : "", name_at(i));
+}
+
 int cost_gpu_find(const char *name, cost_gpu *out, char *err)
 {
     for (int i = 0; i < N_GPUS; i++)
@@ -98,11 +117,7 @@ int cost_gpu_find(const char *name, cost_gpu *out, char *err)
             return 0;
         }
     char known[ERR_LEN];
-    size_t used = 0;
-    known[0] = '\0';
-    for (int i = 0; i < N_GPUS && used < sizeof known; i++)
-        used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
-                                 gpu_catalog[i].name);
+    known_names(known, sizeof known, gpu_name_at, N_GPUS);
     return err_set(err, "unknown GPU '%s' (known: %s)", name ? name : "", known);
 }
 
@@ -114,11 +129,7 @@ int cost_arch_find(const char *name, cost_arch *out, char *err)
             return 0;
         }
     char known[ERR_LEN];
-    size_t used = 0;
-    known[0] = '\0';
-    for (int i = 0; i < N_ARCHS && used < sizeof known; i++)
-        used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
-                                 arch_catalog[i].name);
+    known_names(known, sizeof known, arch_name_at, N_ARCHS);
     return err_set(err, "unknown model '%s' (known: %s; or --model-config FILE)",
                    name ? name : "", known);
 }

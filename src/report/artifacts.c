@@ -30,6 +30,27 @@ int artifacts_mkdirs(const char *path, char *err)
     return 0;
 }
 
+int artifacts_write_atomic(const char *path, const char *data, size_t len, char *err)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return err_set(err, "cannot write %s: %s", tmp, strerror(errno));
+    size_t put = fwrite(data, 1, len, f);
+    int e = errno;
+    if (fclose(f) != 0 || put != len) {
+        remove(tmp);
+        return err_set(err, "cannot write %s: %s", tmp, strerror(e));
+    }
+    if (rename(tmp, path) != 0) {
+        e = errno;
+        remove(tmp);
+        return err_set(err, "cannot rename %s: %s", tmp, strerror(e));
+    }
+    return 0;
+}
+
 static int dump_json(json_t *json, const char *path, char *err)
 {
     /* Write to a temporary name and rename, so a reader never sees half a file. */

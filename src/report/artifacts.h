@@ -4,6 +4,7 @@
 #ifndef STALLSCOPE_ARTIFACTS_H
 #define STALLSCOPE_ARTIFACTS_H
 #include <stdbool.h>
+#include <stddef.h>
 
 #include <jansson.h>
 
@@ -36,5 +37,8 @@ int artifacts_report(const char *out_dir, double threshold_ms, char *err);
 
 /* mkdir -p */
 int artifacts_mkdirs(const char *path, char *err);
+/* Write data to path beside (path.tmp) and rename, so a reader never sees half a file.
+ * 0, or -1 with err. */
+int artifacts_write_atomic(const char *path, const char *data, size_t len, char *err);
 
 #endif

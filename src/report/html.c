@@ -3,7 +3,6 @@
 #include "report/html.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -55,6 +54,14 @@ void html_url(FILE *out, const char *path)
     }
 }
 
+bool html_exists(const char *dir, const char *name)
+{
+    char path[4200];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return stat(path, &st) == 0;
+}
+
 void html_rel(const char *root, const char *path, char *out, size_t size)
 {
     size_t n = strlen(root);
@@ -68,37 +75,6 @@ void html_rel(const char *root, const char *path, char *out, size_t size)
         return;
     }
     snprintf(out, size, "%s", path);
-}
-
-void html_format_ms(char *buf, size_t size, double ms)
-{
-    if (fabs(ms) < 10)
-        snprintf(buf, size, "%.2f", ms);
-    else if (fabs(ms) < 1000)
-        snprintf(buf, size, "%.1f", ms);
-    else
-        snprintf(buf, size, "%.0f", ms);
-}
-
-int html_write_atomic(const char *path, const char *data, size_t len, char *err)
-{
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
-        return err_set(err, "cannot write %s: %s", tmp, strerror(errno));
-    size_t put = fwrite(data, 1, len, f);
-    int e = errno;
-    if (fclose(f) != 0 || put != len) {
-        remove(tmp);
-        return err_set(err, "cannot write %s: %s", tmp, strerror(e));
-    }
-    if (rename(tmp, path) != 0) {
-        e = errno;
-        remove(tmp);
-        return err_set(err, "cannot rename %s: %s", tmp, strerror(e));
-    }
-    return 0;
 }
 
 static const char STYLE[] =
@@ -192,6 +168,21 @@ int html_figure(FILE *out, const char *root, const plot_chart *chart, const char
     return 0;
 }
 
+int html_finish_document(FILE *out, char **doc, size_t *doc_len, const char *dir, int rc,
+                         char *err)
+{
+    if (fclose(out) != 0 && rc == 0)
+        rc = err_set(err, "report: %s", strerror(errno));
+    if (rc == 0) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/report.html", dir);
+        rc = artifacts_write_atomic(path, *doc, *doc_len, err);
+    }
+    free(*doc);
+    *doc = NULL;
+    return rc;
+}
+
 /* ---- the run report ------------------------------------------------------------------------- */
 
 /* "10 s", "0.5 s", "250 ms": as short as the value allows. */
@@ -240,27 +231,8 @@ static void cell_ms(FILE *out, bool have, double ms)
         fputs("<td>\xe2\x80\x94</td>", out);
         return;
     }
-    html_format_ms(buf, sizeof buf, ms);
+    report_format_ms(buf, sizeof buf, ms);
     fprintf(out, "<td>%s</td>", buf);
-}
-
-/* Nearest-rank quantile of the injections' TTFTs that got a token (p >= 1: the max). */
-static bool injection_ttft(const analysis_summary *s, double p, double *out)
-{
-    if (!s || s->n_injections == 0)
-        return false;
-    double *v = malloc((size_t)s->n_injections * sizeof *v);
-    if (!v)
-        return false;
-    int n = 0;
-    for (int i = 0; i < s->n_injections; i++)
-        if (s->injections[i].ttft_ms >= 0)
-            v[n++] = s->injections[i].ttft_ms;
-    analysis_dist d;
-    analysis_dist_from(v, n, &d);
-    *out = p >= 1 ? d.max : analysis_quantile(v, n, p);
-    free(v);
-    return n > 0;
 }
 
 static void write_injections(FILE *out, const analysis_summary *x)
@@ -304,6 +276,7 @@ static void pred_row(FILE *out, const char *metric, const pred_col *cols, int n,
         const analysis_summary *s = cols[i].s;
         double v = 0;
         bool have = s != NULL;
+        analysis_dist ttft;
         char buf[32];
         if (have)
             switch (which) {
@@ -313,8 +286,8 @@ static void pred_row(FILE *out, const char *metric, const pred_col *cols, int n,
             case 3: v = s->itl_ms.max; break;
             case 4: v = s->spike_ratio; break;
             case 5: v = (double)s->stalls.count; break;
-            case 6: have = injection_ttft(s, 0.5, &v); break;
-            case 7: have = injection_ttft(s, 1, &v); break;
+            case 6: have = analysis_injection_ttft(s, &ttft); v = ttft.p50; break;
+            case 7: have = analysis_injection_ttft(s, &ttft); v = ttft.max; break;
             }
         if (!have) {
             fputs("<td>\xe2\x80\x94</td>", out);
@@ -325,7 +298,7 @@ static void pred_row(FILE *out, const char *metric, const pred_col *cols, int n,
         else if (which == 5)
             snprintf(buf, sizeof buf, "%.0f", v);
         else
-            html_format_ms(buf, sizeof buf, v);
+            report_format_ms(buf, sizeof buf, v);
         fprintf(out, "<td>%s</td>", buf);
     }
     fputs("</tr>\n", out);
@@ -490,14 +463,6 @@ static void write_config(FILE *out, const html_run *x)
     fputs("</pre>\n</details>\n</section>\n", out);
 }
 
-static bool exists(const char *dir, const char *name)
-{
-    char path[4200];
-    struct stat st;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    return stat(path, &st) == 0;
-}
-
 static void write_files(FILE *out, const html_set *set, bool steps)
 {
     static const char *const names[] = {"tokens.csv", "requests.csv", "steps.csv",
@@ -507,7 +472,7 @@ static void write_files(FILE *out, const html_set *set, bool steps)
         char rel[4200];
         html_rel(set->root, set->runs[i].dir, rel, sizeof rel);
         for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
-            if (!exists(set->runs[i].dir, names[k]))
+            if (!html_exists(set->runs[i].dir, names[k]))
                 continue;
             char path[4300];
             if (strcmp(rel, ".") == 0)
@@ -521,7 +486,7 @@ static void write_files(FILE *out, const html_set *set, bool steps)
             fputs("</a></li>\n", out);
         }
     }
-    if (exists(set->root, "comparison.json"))
+    if (html_exists(set->root, "comparison.json"))
         fputs("<li><a href=\"comparison.json\">comparison.json</a></li>\n", out);
     static const char *const plots[] = {"timeline", "percentiles", "ccdf", "steps"};
     for (size_t k = 0; k < sizeof plots / sizeof plots[0]; k++) {
@@ -572,8 +537,8 @@ int html_write_run_report(const html_set *set, const html_options *opt, char *er
     fputs("<section id=\"timeline\">\n<h2>Every gap over time</h2>\n", out);
     if (plot_timeline(&chart, runs, n_runs, note, err) != 0 ||
         html_figure(out, set->root, &chart, "timeline",
-                    "Each dot is a background user's gap between two tokens (ms, log scale) at "
-                    "the time the second token arrived; dashed purple lines are the long "
+                    "Each dot is a background user's gap between two tokens (ms, log scale), "
+                    "placed where the wait began; dashed purple lines are the long "
                     "prompts' sends. The spikes stand on the markers.",
                     err) != 0)
         goto done;
@@ -637,13 +602,5 @@ int html_write_run_report(const html_set *set, const html_options *opt, char *er
     rc = 0;
 done:
     plot_chart_free(&chart);
-    if (fclose(out) != 0 && rc == 0)
-        rc = err_set(err, "report: %s", strerror(errno));
-    if (rc == 0) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/report.html", set->root);
-        rc = html_write_atomic(path, doc, doc_len, err);
-    }
-    free(doc);
-    return rc;
+    return html_finish_document(out, &doc, &doc_len, set->root, rc, err);
 }

@@ -9,9 +9,11 @@
 
 #include "common/err.h"
 #include "common/units.h"
+#include "report/artifacts.h"
 #include "report/html.h"
 #include "report/html_internal.h"
 #include "report/plot.h"
+#include "report/report.h"
 
 #define TIMES "\xc3\x97"
 #define DASH "\xe2\x80\x94"
@@ -121,31 +123,13 @@ void html_sweep_free(html_sweep *sw)
 typedef struct sweep_row {
     const html_sweep_point *pt;
     const analysis_summary *x, *b;
-    bool have_ttft;
-    double ttft_p50, ttft_max;
+    analysis_dist ttft_ms; /* the injections' TTFT; count 0 when none got a token */
     double spike_ms;   /* the typical spike: median over injections of each one's longest gap */
     int prev;          /* the previous point on the same line along the first axis, -1 */
     double step;       /* spike / prev's spike, 0 without prev */
     double model_step; /* the same for the cost model's spike */
     double prompt_tokens, budget;
 } sweep_row;
-
-static bool ttft_quantiles(const analysis_summary *s, double *p50, double *max)
-{
-    double *v = malloc((size_t)(s->n_injections > 0 ? s->n_injections : 1) * sizeof *v);
-    if (!v)
-        return false;
-    int n = 0;
-    for (int i = 0; i < s->n_injections; i++)
-        if (s->injections[i].ttft_ms >= 0)
-            v[n++] = s->injections[i].ttft_ms;
-    analysis_dist d;
-    analysis_dist_from(v, n, &d);
-    *p50 = d.p50;
-    *max = d.max;
-    free(v);
-    return n > 0;
-}
 
 /* Median over injections of the longest gap each caused: the spike one long prompt
  * causes, robust to the odd step that also carried a background prompt. */
@@ -184,7 +168,7 @@ static sweep_row *build_rows(const html_sweep *sw)
         r->b = point_baseline(r->pt);
         r->prev = -1;
         if (r->x) {
-            r->have_ttft = ttft_quantiles(r->x, &r->ttft_p50, &r->ttft_max);
+            analysis_injection_ttft(r->x, &r->ttft_ms);
             r->spike_ms = typical_spike(r->x);
         }
         const html_run *main = point_main(r->pt);
@@ -222,26 +206,6 @@ static sweep_row *build_rows(const html_sweep *sw)
 
 /* ---- the terminal table -------------------------------------------------------------------- */
 
-static int display_width(const char *s)
-{
-    int w = 0;
-    for (; *s; s++)
-        w += ((unsigned char)*s & 0xc0) != 0x80;
-    return w;
-}
-
-static void pad(FILE *out, const char *s, int width, bool right)
-{
-    int n = width - display_width(s);
-    if (right)
-        for (int i = 0; i < n; i++)
-            fputc(' ', out);
-    fputs(s, out);
-    if (!right)
-        for (int i = 0; i < n; i++)
-            fputc(' ', out);
-}
-
 #define N_COLS 11
 static const char *const COL_TITLES[N_COLS] = {"p50",      "p99",    "p99.9",    "max",
                                                "max/p50",  "stalls", "spike",    "TTFT p50",
@@ -254,17 +218,17 @@ static void row_cells(const sweep_row *r, char cells[N_COLS][32])
         snprintf(cells[c], 32, "%s", DASH);
     if (!r->x)
         return;
-    html_format_ms(cells[0], 32, r->x->itl_ms.p50);
-    html_format_ms(cells[1], 32, r->x->itl_ms.p99);
-    html_format_ms(cells[2], 32, r->x->itl_ms.p999);
-    html_format_ms(cells[3], 32, r->x->itl_ms.max);
+    report_format_ms(cells[0], 32, r->x->itl_ms.p50);
+    report_format_ms(cells[1], 32, r->x->itl_ms.p99);
+    report_format_ms(cells[2], 32, r->x->itl_ms.p999);
+    report_format_ms(cells[3], 32, r->x->itl_ms.max);
     snprintf(cells[4], 32, "%.1f", r->x->spike_ratio);
     snprintf(cells[5], 32, "%lld", (long long)r->x->stalls.count);
     if (r->spike_ms > 0)
-        html_format_ms(cells[6], 32, r->spike_ms);
-    if (r->have_ttft) {
-        html_format_ms(cells[7], 32, r->ttft_p50);
-        html_format_ms(cells[8], 32, r->ttft_max);
+        report_format_ms(cells[6], 32, r->spike_ms);
+    if (r->ttft_ms.count > 0) {
+        report_format_ms(cells[7], 32, r->ttft_ms.p50);
+        report_format_ms(cells[8], 32, r->ttft_ms.max);
     }
     if (r->step > 0)
         snprintf(cells[9], 32, TIMES "%.2f", r->step);
@@ -279,34 +243,37 @@ void html_sweep_table_print(FILE *out, const html_sweep *sw)
         return;
     int w_label = 5, w_axis[HTML_MAX_AXES];
     for (int a = 0; a < sw->n_axes; a++)
-        w_axis[a] = display_width(sw->axes[a]);
+        w_axis[a] = report_display_width(sw->axes[a]);
     for (int i = 0; i < sw->n_points; i++) {
-        w_label = display_width(sw->points[i].label) > w_label ? display_width(sw->points[i].label)
-                                                                 : w_label;
-        for (int a = 0; a < sw->n_axes; a++)
-            if (display_width(sw->points[i].values[a]) > w_axis[a])
-                w_axis[a] = display_width(sw->points[i].values[a]);
+        int w = report_display_width(sw->points[i].label);
+        if (w > w_label)
+            w_label = w;
+        for (int a = 0; a < sw->n_axes; a++) {
+            w = report_display_width(sw->points[i].values[a]);
+            if (w > w_axis[a])
+                w_axis[a] = w;
+        }
     }
     fprintf(out, "gaps in ms (background users, interference run); spike = the longest gap each "
                  "injection caused, median over injections;\nstep = spike / the previous point's "
                  "along %s; model = the same step in the cost model\n\n",
             sw->axes[0]);
-    pad(out, "point", w_label, false);
+    report_print_padded(out, "point", w_label, false);
     for (int a = 0; a < sw->n_axes; a++) {
         fputs("  ", out);
-        pad(out, sw->axes[a], w_axis[a], false);
+        report_print_padded(out, sw->axes[a], w_axis[a], false);
     }
     for (int c = 0; c < N_COLS; c++) {
         fputs("  ", out);
-        pad(out, COL_TITLES[c], 8, true);
+        report_print_padded(out, COL_TITLES[c], 8, true);
     }
     fputc('\n', out);
     for (int i = 0; i < sw->n_points; i++) {
         const sweep_row *r = &rows[i];
-        pad(out, r->pt->label, w_label, false);
+        report_print_padded(out, r->pt->label, w_label, false);
         for (int a = 0; a < sw->n_axes; a++) {
             fputs("  ", out);
-            pad(out, r->pt->values[a], w_axis[a], false);
+            report_print_padded(out, r->pt->values[a], w_axis[a], false);
         }
         if (!r->x) {
             fprintf(out, "  %s: %s\n", r->pt->status, r->pt->reason);
@@ -316,7 +283,7 @@ void html_sweep_table_print(FILE *out, const html_sweep *sw)
         row_cells(r, cells);
         for (int c = 0; c < N_COLS; c++) {
             fputs("  ", out);
-            pad(out, cells[c], 8, true);
+            report_print_padded(out, cells[c], 8, true);
         }
         fputc('\n', out);
     }
@@ -364,9 +331,9 @@ json_t *html_sweep_results_json(const html_sweep *sw)
             json_object_set_new(j, "stalls", json_integer(r->x->stalls.count));
             json_object_set_new(j, "injections", json_integer(r->x->n_injections));
             json_object_set_new(j, "injection_ttft_p50_ms",
-                                r->have_ttft ? json_real(r->ttft_p50) : json_null());
+                                r->ttft_ms.count > 0 ? json_real(r->ttft_ms.p50) : json_null());
             json_object_set_new(j, "injection_ttft_max_ms",
-                                r->have_ttft ? json_real(r->ttft_max) : json_null());
+                                r->ttft_ms.count > 0 ? json_real(r->ttft_ms.max) : json_null());
             json_object_set_new(j, "spike_ms", r->spike_ms > 0 ? json_real(r->spike_ms) : json_null());
             json_object_set_new(j, "spike_step", r->step > 0 ? json_real(r->step) : json_null());
             json_object_set_new(j, "model_spike_ms", r->pt->model_spike_ms > 0
@@ -401,7 +368,7 @@ int html_sweep_write_results(const html_sweep *sw, char *err)
     }
     with_nl[len] = '\n';
     with_nl[len + 1] = '\0';
-    int rc = html_write_atomic(path, with_nl, len + 1, err);
+    int rc = artifacts_write_atomic(path, with_nl, len + 1, err);
     free(with_nl);
     if (rc != 0)
         return -1;
@@ -442,8 +409,8 @@ int html_sweep_write_results(const html_sweep *sw, char *err)
             fprintf(f, ",%.6f", r->spike_ms);
         else
             fputs(",", f);
-        if (r->have_ttft)
-            fprintf(f, ",%.6f,%.6f", r->ttft_p50, r->ttft_max);
+        if (r->ttft_ms.count > 0)
+            fprintf(f, ",%.6f,%.6f", r->ttft_ms.p50, r->ttft_ms.max);
         else
             fputs(",,", f);
         if (r->step > 0)
@@ -467,7 +434,7 @@ int html_sweep_write_results(const html_sweep *sw, char *err)
     fclose(f);
     free(rows);
     snprintf(path, sizeof path, "%s/sweep.csv", sw->dir);
-    rc = html_write_atomic(path, csv, csv_len, err);
+    rc = artifacts_write_atomic(path, csv, csv_len, err);
     free(csv);
     return rc;
 }
@@ -554,7 +521,7 @@ static void write_summary_lines(FILE *out, const html_sweep *sw, const sweep_row
             if (!rows[k].x || !same_line(sw, rows[k].pt, rows[i].pt))
                 continue;
             char ms[32];
-            html_format_ms(ms, sizeof ms, rows[k].spike_ms > 0 ? rows[k].spike_ms : rows[k].x->itl_ms.max);
+            report_format_ms(ms, sizeof ms, rows[k].spike_ms > 0 ? rows[k].spike_ms : rows[k].x->itl_ms.max);
             fprintf(out, "%s%s ms at %s=", first ? "" : ", ", ms, sw->axes[0]);
             html_escape(out, rows[k].pt->values[0]);
             if (rows[k].step > 0)
@@ -564,13 +531,13 @@ static void write_summary_lines(FILE *out, const html_sweep *sw, const sweep_row
             if (rows[k].step > 0)
                 fputs(")", out);
             char p99[32], p999[32], max[32];
-            html_format_ms(p99, sizeof p99, rows[k].x->itl_ms.p99);
-            html_format_ms(p999, sizeof p999, rows[k].x->itl_ms.p999);
-            html_format_ms(max, sizeof max, rows[k].x->itl_ms.max);
+            report_format_ms(p99, sizeof p99, rows[k].x->itl_ms.p99);
+            report_format_ms(p999, sizeof p999, rows[k].x->itl_ms.p999);
+            report_format_ms(max, sizeof max, rows[k].x->itl_ms.max);
             fprintf(out, " [p99 %s, p99.9 %s, max %s ms", p99, p999, max);
-            if (rows[k].have_ttft) {
+            if (rows[k].ttft_ms.count > 0) {
                 char ttft[32];
-                html_format_ms(ttft, sizeof ttft, rows[k].ttft_p50);
+                report_format_ms(ttft, sizeof ttft, rows[k].ttft_ms.p50);
                 fprintf(out, ", TTFT p50 %s ms", ttft);
             }
             fputs("]", out);
@@ -608,14 +575,8 @@ static void write_table(FILE *out, const html_sweep *sw, const sweep_row *rows)
     for (int i = 0; i < sw->n_points; i++) {
         const sweep_row *r = &rows[i];
         char link[4200];
-        bool has_report = false;
-        {
-            struct stat st;
-            char path[4300];
-            snprintf(path, sizeof path, "%s/report.html", r->pt->dir);
-            has_report = stat(path, &st) == 0;
-        }
-        snprintf(link, sizeof link, "%s/%s", r->pt->label, has_report ? "report.html" : "");
+        snprintf(link, sizeof link, "%s/%s", r->pt->label,
+                 html_exists(r->pt->dir, "report.html") ? "report.html" : "");
         fputs("<tr><td class=\"k p\"><a href=\"", out);
         html_url(out, link);
         fputs("\">", out);
@@ -640,7 +601,7 @@ static void write_table(FILE *out, const html_sweep *sw, const sweep_row *rows)
             fprintf(out, "<td>%s</td>", cells[c]);
         char b99[32] = DASH;
         if (r->b)
-            html_format_ms(b99, sizeof b99, r->b->itl_ms.p99);
+            report_format_ms(b99, sizeof b99, r->b->itl_ms.p99);
         fprintf(out, "<td>%s</td></tr>\n", b99);
     }
     fputs("</table>\n", out);
@@ -666,7 +627,7 @@ static plot_sweep_point *chart_points(const html_sweep *sw, const sweep_row *row
                                     .spike_ms = r->spike_ms,
                                     .p999_gap_ms = r->x->itl_ms.p999,
                                     .p50_gap_ms = r->x->itl_ms.p50,
-                                    .ttft_ms = r->have_ttft ? r->ttft_p50 : -1,
+                                    .ttft_ms = r->ttft_ms.count > 0 ? r->ttft_ms.p50 : -1,
                                     .model_ms = r->pt->model_spike_ms};
         n++;
     }
@@ -851,13 +812,5 @@ done:
     free(runs);
     free(names);
     free(rows);
-    if (fclose(out) != 0 && rc == 0)
-        rc = err_set(err, "report: %s", strerror(errno));
-    if (rc == 0) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/report.html", sw->dir);
-        rc = html_write_atomic(path, doc, doc_len, err);
-    }
-    free(doc);
-    return rc;
+    return html_finish_document(out, &doc, &doc_len, sw->dir, rc, err);
 }

@@ -13,6 +13,7 @@
 #include <cairo.h>
 
 #include "common/err.h"
+#include "report/artifacts.h"
 
 #define FONT "DejaVu Sans"
 #define TITLE_PT 16.0
@@ -1306,27 +1307,6 @@ int plot_render_svg(const plot_chart *c, char **out, size_t *len, char *err)
     return 0;
 }
 
-static int write_file(const char *path, const char *data, size_t len, char *err)
-{
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
-        return err_set(err, "cannot write %s: %s", tmp, strerror(errno));
-    size_t put = fwrite(data, 1, len, f);
-    int e = errno;
-    if (fclose(f) != 0 || put != len) {
-        remove(tmp);
-        return err_set(err, "cannot write %s: %s", tmp, strerror(e));
-    }
-    if (rename(tmp, path) != 0) {
-        e = errno;
-        remove(tmp);
-        return err_set(err, "cannot rename %s: %s", tmp, strerror(e));
-    }
-    return 0;
-}
-
 static int render_png(const plot_chart *c, const char *path, char *err)
 {
     if (check_size(c, err) != 0)
@@ -1361,7 +1341,7 @@ int plot_render_file(const plot_chart *c, plot_format format, const char *path, 
     size_t len = 0;
     if (plot_render_svg(c, &svg, &len, err) != 0)
         return -1;
-    int rc = write_file(path, svg, len, err);
+    int rc = artifacts_write_atomic(path, svg, len, err);
     free(svg);
     return rc;
 }
@@ -1378,7 +1358,7 @@ int plot_render_both(const plot_chart *c, const char *dir, const char *name, cha
     if (plot_render_svg(c, &svg, &len, err) != 0)
         return -1;
     snprintf(path, sizeof path, "%s/%s.svg", dir, name);
-    if (write_file(path, svg, len, err) != 0) {
+    if (artifacts_write_atomic(path, svg, len, err) != 0) {
         free(svg);
         return -1;
     }

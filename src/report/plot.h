@@ -145,8 +145,8 @@ void plot_release_caches(void);
 
 /* ---- the report's charts (plot_charts.c) ------------------------------------------- */
 
-/* Background gaps over time: for each request, the time of each token event after the
- * first (s from t = 0) and the gap before it (ms). Same grouping as analysis (kind bg,
+/* Background gaps over time: for each request and each pair of consecutive token events,
+ * the time of the earlier one (s from t = 0: where the wait began) and the gap (ms). Same grouping as analysis (kind bg,
  * one event = one gap however many tokens it carried). Caller frees both arrays. */
 int plot_gaps_over_time(const tokenlog *log, double **t_s, double **gap_ms, int64_t *n,
                         char *err);

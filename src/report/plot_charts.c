@@ -48,7 +48,9 @@ int plot_gaps_over_time(const tokenlog *log, double **t_s, double **gap_ms, int6
     for (int64_t i = 1; i < m; i++) {
         if (rt[i].request != rt[i - 1].request)
             continue;
-        t[out] = (double)rt[i].t_ns / 1e9;
+        /* Placed where the wait began: a stall then starts at the injection that caused it,
+         * however long it lasts (a 3 s CPU prefill would otherwise sit 3 s to the right). */
+        t[out] = (double)rt[i - 1].t_ns / 1e9;
         g[out] = (double)(rt[i].t_ns - rt[i - 1].t_ns) / 1e6;
         out++;
     }

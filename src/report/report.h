@@ -1,6 +1,7 @@
 /* report — what people read: the side-by-side terminal table and the verdict. */
 #ifndef STALLSCOPE_REPORT_H
 #define STALLSCOPE_REPORT_H
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "analysis/analysis.h"
@@ -14,5 +15,13 @@ void report_table_print(FILE *out, const analysis_summary *baseline,
  * p99 unchanged (+0.4 %); p99.9 +38 %." Written into buf. */
 void report_verdict(char *buf, size_t size, const analysis_summary *baseline,
                     const analysis_summary *interference);
+
+/* Milliseconds at the precision that suits the magnitude: "4.78", "14.6", "152". */
+void report_format_ms(char *buf, size_t size, double ms);
+/* Display width of UTF-8 text: code points, not bytes, or "×" and "—" would shift every
+ * column after them. */
+int report_display_width(const char *s);
+/* s padded with blanks to width columns, on the left when right_align. */
+void report_print_padded(FILE *out, const char *s, int width, bool right_align);
 
 #endif

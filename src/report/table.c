@@ -13,9 +13,7 @@
 #define TIMES "\xc3\x97"     /* × */
 #define UNCHANGED_PCT 5.0    /* within ±5 % reads as "unchanged" */
 
-/* Display width of UTF-8 text: count code points, not bytes, or "×" and "—" would
- * shift every column after them. */
-static int display_width(const char *s)
+int report_display_width(const char *s)
 {
     int w = 0;
     for (; *s; s++)
@@ -23,9 +21,9 @@ static int display_width(const char *s)
     return w;
 }
 
-static void print_padded(FILE *out, const char *s, int width, int right_align)
+void report_print_padded(FILE *out, const char *s, int width, bool right_align)
 {
-    int pad = width - display_width(s);
+    int pad = width - report_display_width(s);
     if (right_align)
         for (int i = 0; i < pad; i++)
             fputc(' ', out);
@@ -49,8 +47,7 @@ static void clip(char *dst, size_t size, const char *src)
     dst[n] = '\0';
 }
 
-/* Precision that suits the magnitude: 4.78, 14.6, 152. */
-static void format_ms(char *buf, size_t size, double ms)
+void report_format_ms(char *buf, size_t size, double ms)
 {
     if (fabs(ms) < 10)
         snprintf(buf, size, "%.2f", ms);
@@ -84,7 +81,7 @@ static void format_value(char *buf, size_t size, row_format fmt, double v)
 {
     switch (fmt) {
     case FMT_MS:
-        format_ms(buf, size, v);
+        report_format_ms(buf, size, v);
         break;
     case FMT_COUNT:
         snprintf(buf, size, "%.0f", v);
@@ -115,35 +112,16 @@ static void print_row(FILE *out, const char *metric, row_format fmt, int have_ba
         snprintf(c, sizeof c, "%+.2f pt", (value - base) * 100);
     else
         format_change(c, sizeof c, have_base && have_value, base, value);
-    print_padded(out, metric, COL_METRIC, 0);
+    report_print_padded(out, metric, COL_METRIC, false);
     fputc(' ', out);
-    print_padded(out, b, COL_VALUE, 1);
+    report_print_padded(out, b, COL_VALUE, true);
     fputc(' ', out);
-    print_padded(out, v, COL_VALUE, 1);
+    report_print_padded(out, v, COL_VALUE, true);
     if (c[0]) { /* no trailing blanks when there is no change to show */
         fputs("  ", out);
-        print_padded(out, c, COL_CHANGE, 1);
+        report_print_padded(out, c, COL_CHANGE, true);
     }
     fputc('\n', out);
-}
-
-/* Nearest-rank quantile of the injections' TTFTs (those that got a token). */
-static int injection_ttft(const analysis_summary *s, double p, double *out)
-{
-    if (!s || s->n_injections == 0)
-        return 0;
-    double *v = malloc((size_t)s->n_injections * sizeof *v);
-    if (!v)
-        return 0;
-    int n = 0;
-    for (int i = 0; i < s->n_injections; i++)
-        if (s->injections[i].ttft_ms >= 0)
-            v[n++] = s->injections[i].ttft_ms;
-    analysis_dist d;
-    analysis_dist_from(v, n, &d);
-    *out = p >= 1 ? d.max : analysis_quantile(v, n, p);
-    free(v);
-    return n > 0;
 }
 
 static void format_threshold(char *buf, size_t size, double ms)
@@ -176,13 +154,13 @@ void report_table_print(FILE *out, const analysis_summary *baseline,
         print_run_line(out, "baseline", b);
     print_run_line(out, "interference", x);
     fputc('\n', out);
-    print_padded(out, "metric", COL_METRIC, 0);
+    report_print_padded(out, "metric", COL_METRIC, false);
     fputc(' ', out);
-    print_padded(out, title_b, COL_VALUE, 1);
+    report_print_padded(out, title_b, COL_VALUE, true);
     fputc(' ', out);
-    print_padded(out, title_x, COL_VALUE, 1);
+    report_print_padded(out, title_x, COL_VALUE, true);
     fputs("  ", out);
-    print_padded(out, "change", COL_CHANGE, 1);
+    report_print_padded(out, "change", COL_CHANGE, true);
     fputc('\n', out);
     for (int i = 0; i < COL_METRIC + COL_VALUE * 2 + COL_CHANGE + 4; i++)
         fputc('-', out);
@@ -207,11 +185,10 @@ void report_table_print(FILE *out, const analysis_summary *baseline,
               1, x->stalls.stalled_time_fraction);
     print_row(out, "spike ratio (max/p50)", FMT_RATIO, hb, hb ? b->spike_ratio : 0, 1,
               x->spike_ratio);
-    double bv = 0, xv = 0;
-    int hbv = injection_ttft(b, 0.5, &bv), hxv = injection_ttft(x, 0.5, &xv);
-    print_row(out, "injection TTFT p50 (ms)", FMT_MS, hbv, bv, hxv, xv);
-    hbv = injection_ttft(b, 1, &bv), hxv = injection_ttft(x, 1, &xv);
-    print_row(out, "injection TTFT max (ms)", FMT_MS, hbv, bv, hxv, xv);
+    analysis_dist bt, xt;
+    int hbt = analysis_injection_ttft(b, &bt), hxt = analysis_injection_ttft(x, &xt);
+    print_row(out, "injection TTFT p50 (ms)", FMT_MS, hbt, bt.p50, hxt, xt.p50);
+    print_row(out, "injection TTFT max (ms)", FMT_MS, hbt, bt.max, hxt, xt.max);
     print_row(out, "background TTFT p50 (ms)", FMT_MS, hb && b->ttft_ms.count > 0,
               hb ? b->ttft_ms.p50 : 0, x->ttft_ms.count > 0, x->ttft_ms.p50);
     print_row(out, "background TTFT p99 (ms)", FMT_MS, hb && b->ttft_ms.count > 0,

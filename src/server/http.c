@@ -25,7 +25,15 @@
  *    still attached and evhttp frees it.
  *  - Body limit: evhttp answers 413 with an HTML page itself when Content-Length exceeds
  *    its limit, before we see the request. Its limit is set to 4 x ours so that bodies just
- *    over our limit get an OpenAI-style JSON 413 from us; beyond 4 x, evhttp's page. */
+ *    over our limit get an OpenAI-style JSON 413 from us; beyond 4 x, evhttp's page.
+ *
+ * Limits against hostile or overloaded traffic (docs/reliability.md):
+ *  - --max-waiting: streams accepted and without a token yet are counted (n_waiting); one
+ *    more is answered 429 before its body is parsed.
+ *  - --request-read-timeout: conns.c gives every request a deadline to arrive whole, which
+ *    a byte-a-second client (slowloris) cannot stretch, and drops clients that leave their
+ *    reply unread that long.
+ *  - The listening socket's backlog is SOMAXCONN, not evhttp's 128 (connection storms). */
 #include "server/server.h"
 
 #include <errno.h>
@@ -44,6 +52,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
 #include <event2/thread.h>
 #include <event2/util.h>
 
@@ -51,6 +60,7 @@
 #include "common/err.h"
 #include "common/rng.h"
 #include "engine/engine.h"
+#include "server/conns.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 
@@ -73,6 +83,7 @@ struct server {
     engine *engine;
     exec *x;
     sched *probe; /* admission checks on the loop thread; never runs a step */
+    conns *conns; /* request read deadlines (slowloris) */
     FILE *step_log;
     int port;
     int64_t next_id;
@@ -82,6 +93,7 @@ struct server {
     struct evbuffer *out; /* handed to evhttp_send_reply_chunk, which drains it */
     srv_stream *streams;  /* every stream not yet freed */
     int n_streams;
+    int n_waiting; /* streams accepted and without a token yet: the --max-waiting queue */
     int flushing; /* replies handed to evhttp and not yet completely written */
     bool stopping;
     bool loop_running;
@@ -104,6 +116,7 @@ struct srv_stream {
     bool streaming;
     bool sent_role;
     bool got_first;
+    bool waiting; /* counted in server.n_waiting */
     bool engine_done;
     bool http_done;
     openai_buf text; /* non-streaming: the answer so far */
@@ -121,6 +134,7 @@ static const char *reason_phrase(int status)
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 413: return "Payload Too Large";
+    case 429: return "Too Many Requests";
     case 503: return "Service Unavailable";
     default: return "Internal Server Error";
     }
@@ -135,8 +149,11 @@ static void maybe_exit_loop(server *s)
 /* evhttp calls this once a reply is completely written. */
 static void on_reply_complete(struct evhttp_request *hreq, void *arg)
 {
-    (void)hreq;
     server *s = arg;
+    /* The connection waits for its next request from now: that one has a deadline. */
+    struct evhttp_connection *conn = evhttp_request_get_connection(hreq);
+    if (conn)
+        conns_reply_written(s->conns, conn);
     s->flushing--;
     maybe_exit_loop(s);
 }
@@ -216,6 +233,15 @@ static void detach_http(srv_stream *st)
     st->conn = NULL;
     st->http = NULL;
     st->http_done = true;
+}
+
+/* The request left the queue: its first token came, or it ended without one. */
+static void leave_waiting(server *s, srv_stream *st)
+{
+    if (!st->waiting)
+        return;
+    st->waiting = false;
+    s->n_waiting--;
 }
 
 static void on_close(struct evhttp_connection *conn, void *arg)
@@ -337,6 +363,7 @@ static void on_event(server *s, const engine_event *ev)
         metrics_state *m = &s->metrics;
         if (!st->got_first) {
             st->got_first = true;
+            leave_waiting(s, st);
             metrics_hist_observe(&m->ttft, (double)(ev->t_ns - st->t_arrival_ns) / 1e9);
             m->prompt_tokens += (uint64_t)st->er.prompt_tokens;
         } else {
@@ -361,6 +388,7 @@ static void on_event(server *s, const engine_event *ev)
     if (ev->finish != ENGINE_FINISH_NONE) {
         /* From here the engine has forgotten the request. */
         st->engine_done = true;
+        leave_waiting(s, st);
         if (st->http)
             finish_reply(s, st, ev);
         maybe_free(s, st);
@@ -418,6 +446,18 @@ static void handle_generate(server *s, struct evhttp_request *hreq, openai_endpo
         send_error(s, hreq, &error);
         return;
     }
+    /* Load shedding before any parsing: a full queue costs a refusal, not a JSON parse.
+     * A client should back off and retry (Retry-After), as from vLLM behind a gateway. */
+    if (s->n_waiting >= s->cfg.max_waiting) {
+        s->metrics.rejected_queue_full++;
+        evhttp_add_header(evhttp_request_get_output_headers(hreq), "Retry-After", "1");
+        openai_fail(&error, 429, "rate_limit_error", NULL,
+                    "the server is overloaded: %d requests are already waiting for the engine "
+                    "(--max-waiting %d); retry later",
+                    s->n_waiting, s->cfg.max_waiting);
+        send_error(s, hreq, &error);
+        return;
+    }
     const char *body = len ? (const char *)evbuffer_pullup(input, (ev_ssize_t)len) : "";
     if (!body) {
         send_error_text(s, hreq, 500, "server_error", "out of memory reading the body");
@@ -464,6 +504,8 @@ static void handle_generate(server *s, struct evhttp_request *hreq, openai_endpo
     st->t_arrival_ns = clock_now_ns();
     st->last_step = -1;
     st->streaming = st->req.stream;
+    st->waiting = true;
+    s->n_waiting++;
     st->http = hreq;
     st->conn = evhttp_request_get_connection(hreq);
     engine_req *er = &st->er;
@@ -530,6 +572,10 @@ static void handle_health(server *s, struct evhttp_request *hreq)
 static void handle_metrics(server *s, struct evhttp_request *hreq)
 {
     openai_buf b = {0};
+    s->metrics.requests_open = s->n_streams;
+    s->metrics.http_connections = conns_open(s->conns);
+    s->metrics.read_timeouts = conns_timed_out_total(s->conns);
+    s->metrics.write_stalls = conns_write_stalls_total(s->conns);
     metrics_format(&s->metrics, s->cfg.model_name, &b);
     if (b.oom) {
         openai_buf_free(&b);
@@ -573,6 +619,7 @@ static bool authorized(const server *s, struct evhttp_request *hreq)
 static void on_request(struct evhttp_request *hreq, void *arg)
 {
     server *s = arg;
+    conns_request_arrived(s->conns, evhttp_request_get_connection(hreq));
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(hreq);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
     if (!path)
@@ -630,6 +677,7 @@ static void on_peek(evutil_socket_t fd, short what, void *arg)
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
             engine_cancel(s->engine, &st->er); /* the reply, when it comes, fails to send */
     }
+    conns_sweep(s->conns, clock_now_ns());
 }
 
 /* ---- shutdown ----------------------------------------------------------------------------- */
@@ -664,6 +712,37 @@ static void on_stop(evutil_socket_t fd, short what, void *arg)
 
 /* ---- lifetime ----------------------------------------------------------------------------- */
 
+/* evhttp_bind_socket listens with a backlog of 128: 10,000 clients connecting at once
+ * overflow it, the kernel drops their SYNs and they retry after 1, 3, 7 s, so connects
+ * time out under a storm the server could serve. Listen with SOMAXCONN instead (the kernel
+ * caps it at net.core.somaxconn). */
+static int listen_on(server *s, char *err)
+{
+    char port[16];
+    snprintf(port, sizeof port, "%d", s->cfg.port);
+    struct evutil_addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                                    .ai_protocol = IPPROTO_TCP, .ai_flags = EVUTIL_AI_PASSIVE};
+    struct evutil_addrinfo *ai = NULL;
+    int rc = evutil_getaddrinfo(s->cfg.host, port, &hints, &ai);
+    if (rc != 0)
+        return err_set(err, "cannot listen on %s:%d: %s", s->cfg.host, s->cfg.port,
+                       evutil_gai_strerror(rc));
+    struct evconnlistener *listener = evconnlistener_new_bind(
+        s->base, NULL, NULL, LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,
+        SOMAXCONN, ai->ai_addr, (int)ai->ai_addrlen);
+    const int saved = EVUTIL_SOCKET_ERROR();
+    evutil_freeaddrinfo(ai);
+    if (!listener)
+        return err_set(err, "cannot listen on %s:%d: %s", s->cfg.host, s->cfg.port,
+                       evutil_socket_error_to_string(saved));
+    s->bound = evhttp_bind_listener(s->http, listener); /* owns the listener from here */
+    if (!s->bound) {
+        evconnlistener_free(listener);
+        return err_set(err, "cannot listen on %s:%d: out of memory", s->cfg.host, s->cfg.port);
+    }
+    return 0;
+}
+
 server *server_create(const server_config *cfg, exec *executor, char *err)
 {
     server *s = calloc(1, sizeof *s);
@@ -675,6 +754,10 @@ server *server_create(const server_config *cfg, exec *executor, char *err)
     s->cfg = *cfg;
     if (s->cfg.max_body_bytes == 0)
         s->cfg.max_body_bytes = SERVER_DEFAULT_MAX_BODY;
+    if (s->cfg.max_waiting <= 0)
+        s->cfg.max_waiting = SERVER_DEFAULT_MAX_WAITING;
+    if (s->cfg.read_timeout_ns <= 0)
+        s->cfg.read_timeout_ns = SERVER_DEFAULT_READ_TIMEOUT_S * CLOCK_NS_PER_S;
     s->x = executor;
     s->next_id = 1;
     s->created = (int64_t)time(NULL);
@@ -687,6 +770,9 @@ server *server_create(const server_config *cfg, exec *executor, char *err)
     }
     s->probe = sched_create(&cfg->sched, err);
     if (!s->probe)
+        goto error_executor;
+    s->conns = conns_create(s->cfg.read_timeout_ns, err);
+    if (!s->conns)
         goto error_executor;
     if (cfg->step_log_path[0]) {
         s->step_log = fopen(cfg->step_log_path, "w");
@@ -740,13 +826,12 @@ server *server_create(const server_config *cfg, exec *executor, char *err)
                                             EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
                                             EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
     evhttp_set_max_headers_size(s->http, MAX_HEADERS_BYTES);
+    /* Deadlines for requests to arrive and for clients to read their replies (conns.h says
+     * why not evhttp_set_timeout). */
+    evhttp_set_bevcb(s->http, conns_new_bufferevent, s->conns);
     evhttp_set_max_body_size(s->http, (ev_ssize_t)(s->cfg.max_body_bytes * 4));
-    s->bound = evhttp_bind_socket_with_handle(s->http, cfg->host, (ev_uint16_t)cfg->port);
-    if (!s->bound) {
-        err_set(err, "cannot listen on %s:%d: %s", cfg->host, cfg->port,
-                evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+    if (listen_on(s, err) != 0)
         goto error;
-    }
     struct sockaddr_storage addr;
     socklen_t addr_len = sizeof addr;
     if (getsockname(evhttp_bound_socket_get_fd(s->bound), (struct sockaddr *)&addr, &addr_len) !=
@@ -795,6 +880,7 @@ void server_free(server *s)
     /* Connections first: their close callbacks cancel what still runs. */
     if (s->http)
         evhttp_free(s->http);
+    conns_free(s->conns); /* after evhttp_free: the last references to the connections */
     engine_free(s->engine); /* joins the thread; nothing refers to the streams after */
     while (s->streams) {
         srv_stream *st = s->streams;

@@ -145,4 +145,20 @@ void metrics_format(const metrics_state *m, const char *model_name, openai_buf *
             label, (double)m->slips);
     gauge(out, "stallscope:engine_realtime", "1 when the engine thread runs SCHED_FIFO.", label,
           m->realtime ? 1 : 0);
+    gauge(out, "stallscope:requests_open",
+          "Generation requests the HTTP side holds (queued, running or being written).", label,
+          (double)m->requests_open);
+    counter(out, "stallscope:requests_rejected_queue_full",
+            "Requests answered 429 because --max-waiting requests were already waiting.", label,
+            (double)m->rejected_queue_full);
+    gauge(out, "stallscope:http_connections", "Client connections open.", label,
+          (double)m->http_connections);
+    counter(out, "stallscope:http_request_timeouts",
+            "Connections shut down because a request did not arrive whole within the read "
+            "timeout (slowloris).",
+            label, (double)m->read_timeouts);
+    counter(out, "stallscope:http_write_stalls",
+            "Connections shut down because the client left its reply unread for the read "
+            "timeout.",
+            label, (double)m->write_stalls);
 }

@@ -16,6 +16,14 @@
  *   stallscope:engine_steps_total  counter   engine steps
  *   stallscope:engine_slips_total  counter   times the emulated schedule fell > 2 ms behind
  *   stallscope:engine_realtime     gauge     1 when the engine thread got SCHED_FIFO
+ *   stallscope:requests_open       gauge     generation requests the HTTP side holds
+ *                                            (a leak check: 0 when idle)
+ *   stallscope:requests_rejected_queue_full_total  counter  429s for --max-waiting
+ *   stallscope:http_connections    gauge     client connections open
+ *   stallscope:http_request_timeouts_total  counter  connections shut down because a
+ *                                            request did not arrive whole in time
+ *   stallscope:http_write_stalls_total  counter  connections shut down because the client
+ *                                            left its reply unread for the timeout
  * Every sample carries model_name="...". Bucket bounds are vLLM's. Pure: the HTTP thread
  * owns one metrics_state and formats it on GET /metrics. */
 #ifndef STALLSCOPE_METRICS_H
@@ -39,6 +47,11 @@ typedef struct metrics_state {
     double kv_usage;
     uint64_t prompt_tokens, generation_tokens, preemptions, steps, slips;
     bool realtime; /* the engine thread runs SCHED_FIFO */
+    int64_t requests_open;
+    uint64_t rejected_queue_full;
+    int64_t http_connections;
+    uint64_t read_timeouts;
+    uint64_t write_stalls;
     metrics_hist ttft, itl, iteration_tokens;
 } metrics_state;
 

@@ -20,6 +20,56 @@
 #define FNV_OFFSET 1469598103934665603ULL
 #define FNV_PRIME 1099511628211ULL
 
+/* Length of the valid UTF-8 sequence starting at s (RFC 3629: no overlongs, surrogates or
+ * code points past U+10FFFF, as jansson checks), or 0 when the bytes there are not one. */
+static size_t utf8_sequence(const unsigned char *s)
+{
+    const unsigned char c = s[0];
+    if (c < 0x80)
+        return 1;
+    unsigned char lo = 0x80, hi = 0xBF;
+    size_t n;
+    if (c >= 0xC2 && c <= 0xDF)
+        n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        n = 3;
+        if (c == 0xE0)
+            lo = 0xA0;
+        else if (c == 0xED)
+            hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4;
+        if (c == 0xF0)
+            lo = 0x90;
+        else if (c == 0xF4)
+            hi = 0x8F;
+    } else
+        return 0;
+    if (s[1] < lo || s[1] > hi)
+        return 0; /* also stops at the terminating NUL */
+    for (size_t i = 2; i < n; i++)
+        if (s[i] < 0x80 || s[i] > 0xBF)
+            return 0;
+    return n;
+}
+
+/* Replace every byte that is not part of valid UTF-8 with '?'. An error message quotes
+ * the client's bytes (jansson's "invalid escape near '\<byte>'", a model name cut at 64
+ * bytes), and json_pack refuses a non-UTF-8 string: without this the client would get a
+ * 500 "out of memory" instead of its 400 (found by fuzz/fuzz_request). */
+static void utf8_scrub(char *text)
+{
+    unsigned char *s = (unsigned char *)text;
+    while (*s) {
+        size_t n = utf8_sequence(s);
+        if (n == 0) {
+            *s++ = '?';
+            continue;
+        }
+        s += n;
+    }
+}
+
 int openai_fail(openai_error *error, int status, const char *type, const char *param,
                 const char *fmt, ...)
 {
@@ -32,6 +82,8 @@ int openai_fail(openai_error *error, int status, const char *type, const char *p
     va_start(ap, fmt);
     vsnprintf(error->message, sizeof error->message, fmt, ap);
     va_end(ap);
+    utf8_scrub(error->message);
+    utf8_scrub(error->param);
     return -1;
 }
 

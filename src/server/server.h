@@ -26,6 +26,14 @@
 
 #define SERVER_DEFAULT_MAX_BODY (4u << 20) /* 4 MiB: a 128k-token id prompt is ~0.9 MB */
 #define SERVER_GRACE_S 5
+/* Requests accepted and not streaming yet (queued or in prefill) at most; one more is
+ * answered 429 at once. 4096 is 16 x the default max_num_seqs: a queue that deep means
+ * minutes of wait, and each entry holds its parsed prompt in memory. */
+#define SERVER_DEFAULT_MAX_WAITING 4096
+/* A request's headers and body must arrive within this (from the connection's start or its
+ * previous reply: an idle keep-alive connection is closed after it), and a client must take
+ * its reply's bytes within it (see conns.h). */
+#define SERVER_DEFAULT_READ_TIMEOUT_S 30
 
 typedef struct server_config {
     char host[256];
@@ -33,6 +41,8 @@ typedef struct server_config {
     char api_key[256];    /* "": no authentication */
     char model_name[128]; /* the served model's name, as /v1/models lists it */
     size_t max_body_bytes;
+    int max_waiting; /* 0: SERVER_DEFAULT_MAX_WAITING (see above) */
+    int64_t read_timeout_ns; /* 0: SERVER_DEFAULT_READ_TIMEOUT_S (see above) */
     char step_log_path[1024]; /* "": no step log */
     sched_config sched;
     bool handle_signals; /* SIGINT / SIGTERM start a graceful shutdown */

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest: run-serial
 # cpu_calibrate — `stallscope calibrate` writes a hardware profile that `model` and `sim`
 # accept with --hardware, and bad profiles or options are refused with a reason.
 # usage: cpu_calibrate.sh STALLSCOPE_BINARY SCRATCH_DIR

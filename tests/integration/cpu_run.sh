@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest: run-serial
 # cpu_run — the physical reproduction on the cpu engine, small: `stallscope run` with the
 # embedded server on --engine cpu (the tiny model) stalls every background stream when a
 # long prompt is prefilled, and the step log names the prefill step as the cause.

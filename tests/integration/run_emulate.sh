@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest: run-serial
 # stallscope run against the emulated H100 / Llama 3.1 8B with one-step prefill, twice:
 # the embedded default, then a separate `stallscope serve` through --target. Checks the
 # acceptance of issue 4: aligned_fraction 1.0, spike within 5 % of the cost model's prefill

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest: run-serial
 # stallscope serve, stall-free batching (--policy chunked --max-num-batched-tokens 512) on
 # an emulated H100 running Llama 3.1 8B: 32 streams, then one 8,000-token prompt.
 #  - no step holds more than 512 tokens, and the prompt is spread over many steps;

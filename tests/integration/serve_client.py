@@ -6,6 +6,7 @@ Used by tests/integration/serve_*.sh; not a test itself (ctest registers only *.
 import http.client
 import json
 import socket
+import struct
 import threading
 import time
 
@@ -33,12 +34,14 @@ class Stream(threading.Thread):
     """A streaming POST over HTTP/1.1 with chunked decoding done here, so the receive time
     of each SSE event is the time of the recv() that completed it."""
 
-    def __init__(self, port, path, body, headers=None, timeout=60, close_after=None):
+    def __init__(self, port, path, body, headers=None, timeout=60, close_after=None,
+                 reset=False):
         super().__init__(daemon=True)
         self.port, self.path, self.body = port, path, body
         self.headers = headers or {}
         self.timeout = timeout
         self.close_after = close_after  # disconnect after this many events
+        self.reset = reset  # disconnect with a TCP reset (SO_LINGER 0) instead of a FIN
         self.status = None
         self.events = []  # (t_recv_ns, data string)
         self.error = None
@@ -106,6 +109,9 @@ class Stream(threading.Thread):
                 else:
                     self.events.append((t, data))
                 if self.close_after is not None and len(self.events) >= self.close_after:
+                    if self.reset:
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                        struct.pack("ii", 1, 0))
                     sock.close()
                     return
             if finished:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest: run-serial
 # stallscope serve, one-step prefill (--policy mixed --max-num-batched-tokens 16384) on an
 # emulated H100 running Llama 3.1 8B: 32 streams, then one 8,000-token prompt.
 #  - the step log shows the prefill step within 2 % of the cost model, decode steps within

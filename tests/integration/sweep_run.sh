@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest: run-serial
 # stallscope sweep through `stallscope run` children (issue 6): on the embedded emulated
 # engine (--engine emulate), and against a --target whose server the sweep starts and
 # stops per point (--server-cmd, /health awaited). Short runs: 4 users, 3 s.

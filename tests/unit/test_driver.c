@@ -38,6 +38,7 @@ typedef struct fake {
     int inject_prompt;    /* a prompt this long is an injection: slow first token */
     bool refuse_ids;      /* answer 400 to token-id prompts */
     bool text_usage;      /* usage.prompt_tokens = 3 + 1.5 x words for text */
+    int64_t busy_from, busy_until; /* requests posted in [from, until) get 503 */
 } fake;
 
 static int fake_post(void *impl, const stream_request *req, char *err)
@@ -64,6 +65,8 @@ static int fake_post(void *impl, const stream_request *req, char *err)
         r->prompt_len = f->text_usage ? 3 + (words * 3) / 2 : words;
     }
     json_decref(root);
+    if (f->now >= f->busy_from && f->now < f->busy_until)
+        r->reject = true;
     bool inject = r->prompt_len == f->inject_prompt;
     r->t_next = f->now + (inject ? 300 * CLOCK_NS_PER_MS : STEP_NS);
     if (r->reject)
@@ -79,12 +82,14 @@ static void fake_finish(fake *f, fake_req *r, const char *reason)
     f->active--;
     stream_end end = {0};
     end.t_end_ns = f->now;
-    end.http_status = r->reject ? 400 : 200;
+    const bool busy = r->reject && !f->refuse_ids;
+    end.http_status = r->reject ? (busy ? 503 : 400) : 200;
     end.prompt_tokens = r->reject ? -1 : r->prompt_len;
     end.completion_tokens = r->sent;
     snprintf(end.finish_reason, sizeof end.finish_reason, "%s", reason);
     if (r->reject)
-        snprintf(end.error, sizeof end.error, "HTTP 400: prompt must be a string");
+        snprintf(end.error, sizeof end.error, "%s",
+                 busy ? "HTTP 503: overloaded" : "HTTP 400: prompt must be a string");
     r->h->on_end(r->h->ctx, r->user, &end);
 }
 
@@ -281,6 +286,51 @@ static void test_open_and_closed_loop(void **state)
     free(f);
 }
 
+/* A server that answers 503 to everything for 1.5 s: the users back off (50 ms, doubling,
+ * at most 2 s) instead of retrying thousands of times, the phase does not give up ("every
+ * request fails"), and it streams again once the server is back. */
+static void test_overload_burst(void **state)
+{
+    (void)state;
+    fake *f = calloc(1, sizeof *f);
+    f->now = 1000 * CLOCK_NS_PER_S;
+    f->busy_from = f->now + 500 * CLOCK_NS_PER_MS;
+    f->busy_until = f->busy_from + 1500 * CLOCK_NS_PER_MS;
+    stream_transport t = fake_transport(f);
+    workload_config wl;
+    small_workload(&wl);
+    wl.inject = false;
+    wl.duration_ns = 5 * CLOCK_NS_PER_S;
+    driver_api api;
+    driver_api_defaults(&api);
+    api.token_ids = true;
+    tokenlog log;
+    tokenlog_init(&log);
+    driver_phase ph = {.wl = &wl, .api = &api, .salt = 1, .record = true};
+    driver_result res;
+    char err[ERR_LEN];
+    assert_int_equal(driver_run_phase(&t, &ph, &log, &res, err), 0);
+    assert_true(res.complete);
+    /* 1.5 s of refusals: per user at most 50 + 100 + 200 + 400 + 800 ms of waits fit, so
+     * 6 refusals each, 24 in all (instant retries would make thousands). */
+    assert_true(res.errors >= wl.users && res.errors <= 6 * wl.users);
+    const int64_t back = f->busy_until - 1000 * CLOCK_NS_PER_S;
+    int after = 0;
+    for (int64_t i = 0; i < log.n_requests; i++) {
+        tokenlog_request *r = &log.requests[i];
+        if (r->error[0]) {
+            assert_true(strncmp(r->error, "HTTP 503", 8) == 0);
+            assert_true(r->t_send_ns >= back - 1500 * CLOCK_NS_PER_MS && r->t_send_ns < back);
+        } else if (r->t_send_ns >= back && r->completion_tokens > 0) {
+            after++;
+        }
+    }
+    assert_true(after >= wl.users); /* every user came back */
+    driver_result_free(&res);
+    tokenlog_free(&log);
+    free(f);
+}
+
 static void test_probe(void **state)
 {
     (void)state;
@@ -311,6 +361,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_body),
         cmocka_unit_test(test_open_and_closed_loop),
+        cmocka_unit_test(test_overload_burst),
         cmocka_unit_test(test_probe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -128,6 +128,38 @@ static void test_chat(void **state)
     openai_request_free(&r);
 }
 
+/* jansson quotes the bytes near a syntax error; a bad escape followed by a multi-byte
+ * character leaves half of it in the message, and json_pack refuses non-UTF-8: the error
+ * body could not be built and the client got a 500 instead of its 400 (found by
+ * fuzz/fuzz_request). The message is scrubbed to valid UTF-8. */
+static void test_error_messages_are_utf8(void **state)
+{
+    (void)state;
+    const char *bodies[] = {
+        "{\"prompt\": \"\\\xde\x99\"}",           /* bad escape, then half of U+0799 */
+        "{\"prompt\": \"ok\", \"model\": \"" /* a 64-byte cut in the middle of a character */
+        "\xe6\x97\xa5\xe6\x97\xa5\xe6\x97\xa5\xe6\x97\xa5\xe6\x97\xa5\xe6\x97\xa5\xe6\x97\xa5"
+        "\xe6\x97\xa5\xe6\x97\xa5\xe6\x97\xa5\xe6\x97\xa5\xe6\x97\xa5\xe6\x97\xa5\xe6\x97\xa5"
+        "\xe6\x97\xa5\xe6\x97\xa5\xe6\x97\xa5\xe6\x97\xa5\xe6\x97\xa5\xe6\x97\xa5\xe6\x97\xa5"
+        "\xe6\x97\xa5\xe6\x97\xa5\"}",
+        "{\"prompt\": \"\xff\"}",
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        openai_request r;
+        openai_error e;
+        assert_int_equal(parse(OPENAI_COMPLETIONS, bodies[i], &r, &e), -1);
+        assert_true(e.status == 400 || e.status == 404);
+        char *body = openai_error_body(&e);
+        assert_non_null(body);
+        json_t *v = json_loads(body, 0, NULL);
+        assert_non_null(v);
+        assert_int_equal(json_integer_value(json_object_get(json_object_get(v, "error"), "code")),
+                         e.status);
+        json_decref(v);
+        free(body);
+    }
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -484,6 +516,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_completion_defaults), cmocka_unit_test(test_chat),
         cmocka_unit_test(test_errors),              cmocka_unit_test(test_lengths),
+        cmocka_unit_test(test_error_messages_are_utf8),
         cmocka_unit_test(test_prefixes),            cmocka_unit_test(test_page_guard),
         cmocka_unit_test(test_fuzz),                cmocka_unit_test(test_encode_stream),
         cmocka_unit_test(test_encode_bodies),       cmocka_unit_test(test_buf),

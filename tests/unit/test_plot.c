@@ -111,12 +111,13 @@ static void test_gaps_over_time(void **state)
     char err[ERR_LEN];
     assert_int_equal(plot_gaps_over_time(&log, &t, &g, &n, err), 0);
     assert_int_equal(n, 3);
-    /* Request 0: 10 ms at 20 ms, 20 ms at 40 ms; request 1: 10 ms at 25 ms. */
-    assert_float_equal(t[0], 0.020, 1e-12);
+    /* Each gap sits where its wait began. Request 0: 10 ms from 10 ms, 20 ms from 20 ms;
+     * request 1: 10 ms from 15 ms. */
+    assert_float_equal(t[0], 0.010, 1e-12);
     assert_float_equal(g[0], 10.0, 1e-12);
-    assert_float_equal(t[1], 0.040, 1e-12);
+    assert_float_equal(t[1], 0.020, 1e-12);
     assert_float_equal(g[1], 20.0, 1e-12);
-    assert_float_equal(t[2], 0.025, 1e-12);
+    assert_float_equal(t[2], 0.015, 1e-12);
     assert_float_equal(g[2], 10.0, 1e-12);
     free(t);
     free(g);

@@ -1,5 +1,6 @@
 /* sse: the splitter fed whole, one byte at a time, in random splits and against a page
  * guard; the chunk decoder on the shapes of vLLM, llama.cpp, OpenAI, TGI. */
+#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -262,6 +263,26 @@ static void test_vllm_completion_continuous_usage(void **state)
     assert_true(c.done);
 }
 
+/* Hostile numbers from a server (fuzz/fuzz_sse_chunk found the first one): no undefined
+ * float-to-integer cast, no negative token count, the total never goes down. */
+static void test_absurd_usage(void **state)
+{
+    (void)state;
+    int64_t so_far = 0;
+    sse_chunk c = decode("", "{\"choices\":[{\"text\":\"a\"}],\"usage\":{\"completion_tokens\":1e300}}");
+    assert_int_equal(c.completion_tokens, -1);
+    assert_int_equal(sse_count_tokens(&c, &so_far), 1);
+    c = decode("", "{\"choices\":[{\"text\":\"a\"}],\"usage\":{\"completion_tokens\":-1e300}}");
+    assert_int_equal(sse_count_tokens(&c, &so_far), 1);
+    c = decode("", "{\"choices\":[{\"text\":\"a\"}],\"usage\":{\"completion_tokens\":"
+                   "1099511627776}}");
+    assert_int_equal(sse_count_tokens(&c, &so_far), INT_MAX);
+    assert_int_equal(so_far, 1099511627776LL);
+    c = decode("", "{\"choices\":[{\"text\":\"a\"}],\"usage\":{\"completion_tokens\":5}}");
+    assert_int_equal(sse_count_tokens(&c, &so_far), 1); /* backwards: text still counts one */
+    assert_true(so_far == 1099511627777LL);
+}
+
 static void test_openai_chat_chunks(void **state)
 {
     (void)state;
@@ -406,6 +427,7 @@ int main(void)
         cmocka_unit_test(test_too_large),
         cmocka_unit_test(test_page_guard),
         cmocka_unit_test(test_vllm_completion_continuous_usage),
+        cmocka_unit_test(test_absurd_usage),
         cmocka_unit_test(test_openai_chat_chunks),
         cmocka_unit_test(test_llamacpp_shapes),
         cmocka_unit_test(test_tgi_and_errors_and_stallscope),

@@ -1,0 +1,82 @@
+/* libFuzzer target: the SSE chunk decoder and token counter (src/client/sse.c).
+ *
+ * Input: byte 0 picks the mode; the rest is either one event's data (modes 0-2: event type
+ * "", "error" or "message") or a whole response body that goes through the splitter first
+ * and then, event by event, through the decoder and the counter, as stream.c does (mode 3).
+ * Checked: the decoder returns 0 or -1 and nothing else; its strings stay terminated inside
+ * their arrays; a token count is never negative and the running completion count never
+ * goes down (the client's per-request token total must be monotone whatever a server
+ * sends). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/sse.h"
+#include "common/err.h"
+
+static void check_chunk(const sse_chunk *c, int64_t *so_far)
+{
+    if (strnlen(c->error, sizeof c->error) == sizeof c->error ||
+        strnlen(c->finish_reason, sizeof c->finish_reason) == sizeof c->finish_reason) {
+        fprintf(stderr, "fuzz_sse_chunk: unterminated string in the chunk\n");
+        abort();
+    }
+    const int64_t before = *so_far;
+    const int k = sse_count_tokens(c, so_far);
+    if (k < 0 || *so_far < before) {
+        fprintf(stderr, "fuzz_sse_chunk: count %d, so_far %lld -> %lld\n", k, (long long)before,
+                (long long)*so_far);
+        abort();
+    }
+}
+
+static void decode_one(const char *data, size_t len, const char *type, int64_t *so_far)
+{
+    sse_event ev = {.data = data, .data_len = len, .type = type};
+    sse_chunk c;
+    char err[ERR_LEN];
+    const int rc = sse_decode_chunk(&ev, &c, err);
+    if (rc == 0)
+        check_chunk(&c, so_far);
+    else if (rc != -1 || strnlen(err, sizeof err) == sizeof err)
+        abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    const int mode = data[0] & 3;
+    const size_t len = size - 1;
+    /* The splitter hands the decoder NUL-terminated data; so does this copy, exact size. */
+    char *copy = malloc(len + 1);
+    if (!copy)
+        return 0;
+    memcpy(copy, data + 1, len);
+    copy[len] = '\0';
+    int64_t so_far = (data[0] >> 2) & 1 ? 0 : (int64_t)(data[0] >> 3);
+    if (mode < 3) {
+        static const char *const types[3] = {"", "error", "message"};
+        decode_one(copy, len, types[mode], &so_far);
+    } else {
+        sse_parser p;
+        sse_parser_init(&p, 1 << 16);
+        const char *at = copy;
+        size_t left = len;
+        while (left > 0) {
+            size_t used = 0;
+            sse_event ev;
+            const int r = sse_parse(&p, at, left, &used, &ev);
+            if (r == SSE_ERROR)
+                break;
+            at += used;
+            left -= used;
+            if (r == SSE_EVENT)
+                decode_one(ev.data, ev.data_len, ev.type, &so_far);
+        }
+        sse_parser_free(&p);
+    }
+    free(copy);
+    return 0;
+}

@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# stallscope run when the server misbehaves mid-run, when the user interrupts it, and when
+# it is killed (run_faults.sh covers refused, stalled and killed servers):
+#  1. a server (fault_server.py) that, request by request, answers 500 or 429, sends a
+#     malformed SSE chunk, resets the connection, sends an error event, ends a stream
+#     without [DONE], or stalls; and answers 503 to everything for a second (an overload
+#     burst). Each affected request ends with its error recorded, its tokens up to the fault
+#     kept (tokens.csv == requests.csv == what the server sent), and the run goes on to
+#     the end: complete, exit 0;
+#  2. SIGINT during the interference run and during the baseline: the artifacts are
+#     written, summary.json and config.json say "complete": false, exit 1, no server left;
+#  3. kill -9 of the client mid-run: tokens.csv (written incrementally) holds at least
+#     every token the server had generated one second before the kill.
+set -euo pipefail
+BIN=$1
+WORK=$2
+rm -rf "$WORK"
+mkdir -p "$WORK"
+export ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=0"
+HERE=$(cd "$(dirname "$0")" && pwd)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+
+# ---- 1. faults mid-run ---------------------------------------------------------------------
+PORT=$(free_port)
+python3 "$HERE/fault_server.py" "$PORT" "$WORK/fault_server.jsonl" 5.0 1.0 >"$WORK/fault_server.out" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 100); do grep -q ready "$WORK/fault_server.out" && break; sleep 0.1; done
+set +e
+timeout 120 "$BIN" run --target "http://127.0.0.1:$PORT" --no-baseline --users 6 --duration 9s \
+  --inject-at 1s --inject-every 2s --prompt-tokens 200 --inject-max-tokens 16 \
+  --bg-answer-tokens 20..40 --warmup 0 --request-timeout 1s --out "$WORK/faults" \
+  >"$WORK/faults.out" 2>"$WORK/faults.err"
+RC=$?
+set -e
+[ "$RC" = 0 ] || { tail -5 "$WORK/faults.err"; fail "faults: exit $RC, want 0 (the run must go on)"; }
+python3 - "$WORK/faults/interference" "$WORK/fault_server.jsonl" <<'EOF'
+import collections, csv, json, sys
+d, server_log = sys.argv[1], sys.argv[2]
+s = json.load(open(f"{d}/summary.json"))
+reqs = list(csv.DictReader(open(f"{d}/requests.csv")))
+toks = list(csv.DictReader(open(f"{d}/tokens.csv")))
+served = [json.loads(l) for l in open(server_log)]
+problems = []
+if s["complete"] is not True:
+    problems.append("summary not complete")
+want = {"HTTP 500": "http500", "HTTP 429": "http429", "HTTP 503": "burst503",
+        "malformed SSE": "malformed", "connection lost": "reset",
+        "server error event": "error_event", "stream ended without [DONE]": "no_done",
+        "timeout: no bytes": "stall"}
+seen = collections.Counter()
+for r in reqs:
+    for key in want:
+        if r["error"].startswith(key):
+            seen[key] += 1
+for key, fault in want.items():
+    if not seen[key]:
+        problems.append(f"no request recorded '{key}' ({fault}); errors seen: "
+                        f"{sorted(set(r['error'][:40] for r in reqs if r['error']))}")
+# Per request: the token rows add up to its completion count; a fault after 3 tokens keeps 3.
+per_req = collections.Counter()
+for t in toks:
+    per_req[t["request"]] += int(t["n_tokens"])
+for r in reqs:
+    if r["t_end_ns"] == "-1":
+        continue
+    if per_req[r["request"]] != int(r["completion_tokens"]):
+        problems.append(f"request {r['request']}: {per_req[r['request']]} token rows, "
+                        f"completion_tokens {r['completion_tokens']}")
+    e = r["error"]
+    if e.startswith(("HTTP 5", "HTTP 4")) and int(r["completion_tokens"]) != 0:
+        problems.append(f"request {r['request']}: tokens on an HTTP error")
+    # A reset may discard the tokens still unread in the client's socket (TCP drops the
+    # receive queue on RST): at most the 3 sent, then.
+    lost = int(r["completion_tokens"])
+    if e.startswith("connection lost") and not 0 <= lost <= 3:
+        problems.append(f"request {r['request']} ({e[:30]}): {lost} tokens, at most 3 sent")
+    if e.startswith(("server error event", "stream ended", "timeout",
+                     "malformed")) and int(r["completion_tokens"]) != 3:
+        problems.append(f"request {r['request']} ({e[:30]}): {r['completion_tokens']} tokens, "
+                        "want the 3 sent before the fault")
+# The run went on: requests ended normally after the 503 burst, and after every fault kind.
+burst_ends = [int(r["t_end_ns"]) for r in reqs if r["error"].startswith("HTTP 503")]
+ok_after = [r for r in reqs if not r["error"] and r["finish_reason"] == "length"
+            and burst_ends and int(r["t_first_ns"]) > max(burst_ends)]
+if not ok_after:
+    problems.append("no request completed after the 503 burst")
+client_total = sum(int(t["n_tokens"]) for t in toks)
+server_total = sum(x["tokens_sent"] for x in served if x["tokens_sent"] > 1 or x["fault"] != "ok")
+if client_total != s["tokens_received"]:
+    problems.append(f"tokens.csv {client_total} != summary {s['tokens_received']}")
+# In flight at the end: cancelled by the client after the server sent a few more.
+if not 0 <= server_total - client_total <= 6 * 40 + 2 * 16:
+    problems.append(f"client kept {client_total} tokens, the server sent {server_total}")
+print(f"     {len(reqs)} requests, {sum(seen.values())} faults recorded "
+      f"({', '.join(f'{k}: {v}' for k, v in seen.items())}), {client_total} tokens kept of "
+      f"{server_total} sent, {len(ok_after)} normal answers after the 503 burst")
+for p in problems:
+    print("FAIL faults:", p)
+sys.exit(1 if problems else 0)
+EOF
+echo "ok   500, 429, 503 burst, malformed SSE, reset, error event, no [DONE], stall: each recorded, the run went on"
+
+# ---- 2. SIGINT -------------------------------------------------------------------------------
+sigint_run() { # NAME EXTRA_FLAGS...: start an embedded run, SIGINT it 3 s into its recording
+  local name=$1; shift
+  ( exec "$BIN" run --engine emulate --users 4 --duration 30s --warmup 0 --inject-at 1s \
+      --inject-every 2s --prompt-tokens 2000 --out "$WORK/$name" "$@" \
+      >"$WORK/$name.out" 2>"$WORK/$name.err" ) &
+  RUN_PID=$!
+  PIDS+=($RUN_PID)
+}
+wait_rows() { # FILE: until it has a few token rows (at most 30 s)
+  for _ in $(seq 300); do
+    [ -f "$1" ] && [ "$(wc -l <"$1")" -gt 20 ] && return 0
+    sleep 0.1
+  done
+  fail "no token rows in $1"
+}
+stop_with_sigint() { # NAME: SIGINT, then exit 1 within 15 s and no server child left
+  local name=$1 child
+  child=$(pgrep -P "$RUN_PID" || true)
+  kill -INT "$RUN_PID"
+  local rc=0
+  for _ in $(seq 150); do kill -0 "$RUN_PID" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$RUN_PID" 2>/dev/null && fail "$name: still running 15 s after SIGINT"
+  wait "$RUN_PID" || rc=$?
+  [ "$rc" = 1 ] || fail "$name: exit $rc after SIGINT, want 1: $(tail -3 "$WORK/$name.err")"
+  grep -q "interrupted" "$WORK/$name.err" || fail "$name: stderr does not say interrupted"
+  if [ -n "$child" ] && kill -0 "$child" 2>/dev/null; then fail "$name: embedded server $child left running"; fi
+  if grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' "$WORK/$name.err"; then
+    cat "$WORK/$name.err"; fail "$name: sanitizer report"
+  fi
+}
+check_incomplete() {
+  python3 - "$1" <<'EOF'
+import csv, json, sys
+d = sys.argv[1]
+s = json.load(open(f"{d}/summary.json"))
+c = json.load(open(f"{d}/config.json"))
+rows = sum(int(t["n_tokens"]) for t in csv.DictReader(open(f"{d}/tokens.csv")))
+assert s["complete"] is False and c["complete"] is False, "not marked incomplete"
+assert rows > 0 and rows == s["tokens_received"], f"tokens.csv {rows} vs summary {s['tokens_received']}"
+print(f"     {d}: complete false, {rows} tokens kept")
+EOF
+}
+sigint_run sigint --no-baseline
+wait_rows "$WORK/sigint/interference/tokens.csv"
+sleep 2
+stop_with_sigint sigint
+check_incomplete "$WORK/sigint/interference"
+echo "ok   SIGINT during the run: artifacts written, complete false, exit 1"
+
+sigint_run sigint_baseline
+wait_rows "$WORK/sigint_baseline/baseline/tokens.csv"
+stop_with_sigint sigint_baseline
+check_incomplete "$WORK/sigint_baseline/baseline"
+[ ! -e "$WORK/sigint_baseline/interference" ] || fail "an interference run after an interrupted baseline"
+[ ! -e "$WORK/sigint_baseline/comparison.json" ] || fail "a comparison against half a baseline"
+echo "ok   SIGINT during the baseline: its artifacts written, complete false, no comparison, exit 1"
+
+# ---- 3. kill -9 of the client ------------------------------------------------------------------
+( exec "$BIN" serve --engine emulate --port 0 >"$WORK/serve.out" 2>"$WORK/serve.err" ) &
+SERVE_PID=$!
+PIDS+=($SERVE_PID)
+for _ in $(seq 100); do grep -q 'listening on' "$WORK/serve.out" && break; sleep 0.1; done
+URL=$(grep -o 'http://[0-9.]*:[0-9]*' "$WORK/serve.out" | head -1)
+[ -n "$URL" ] || fail "serve did not start"
+python3 - "$BIN" "$URL" "$WORK/killed" <<'EOF'
+import csv, os, signal, subprocess, sys, threading, time, urllib.request
+binary, url, out = sys.argv[1:4]
+
+def generated():
+    body = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
+    for line in body.splitlines():
+        if line.startswith("vllm:generation_tokens_total{"):
+            return int(float(line.rsplit(" ", 1)[1]))
+    raise AssertionError("no vllm:generation_tokens_total")
+
+samples = []  # (monotonic s, server tokens generated)
+stop = threading.Event()
+def poll():
+    while not stop.is_set():
+        samples.append((time.monotonic(), generated()))
+        time.sleep(0.05)
+before = generated()
+poller = threading.Thread(target=poll, daemon=True)
+poller.start()
+client = subprocess.Popen([binary, "run", "--target", url, "--no-baseline", "--users", "8",
+                           "--duration", "30s", "--warmup", "0", "--inject-at", "1s",
+                           "--inject-every", "2s", "--prompt-tokens", "2000", "--out", out],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+tokens_csv = f"{out}/interference/tokens.csv"
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline and not (os.path.exists(tokens_csv) and os.path.getsize(tokens_csv) > 1000):
+    time.sleep(0.05)
+time.sleep(4)
+t_kill = time.monotonic()
+client.send_signal(signal.SIGKILL)
+client.wait(10)
+time.sleep(0.3)
+stop.set()
+poller.join(5)
+# Whole rows only: the last one may have been cut by the kill.
+lines = open(tokens_csv).read().split("\n")
+kept = sum(int(r["n_tokens"]) for r in csv.DictReader(lines[:-1]) if r["n_tokens"])
+at = lambda t: max([g for s, g in samples if s <= t] or [before]) - before
+one_second_before = at(t_kill - 1.0)
+at_kill = at(t_kill + 0.3)  # samples every 50 ms: the first ones after the kill bound it
+print(f"     kill -9 at {len(samples) * 0.05:.1f} s: tokens.csv kept {kept}; the server had "
+      f"generated {one_second_before} one second before the kill, {at_kill} by 0.3 s after it")
+# The probe's 1-token answer is generated but not recorded.
+assert kept >= one_second_before - 1, "tokens.csv lost more than the last second"
+assert kept <= at_kill, "tokens.csv holds tokens the server never generated"
+EOF
+kill "$SERVE_PID"
+echo "ok   kill -9 of the client: tokens.csv lost less than the last second"
+echo "0 failed"

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Scale, the suite's short version: 1,000 concurrent closed-loop streams for 10 s against
+# the embedded emulated server (bench/bench_scale.c: server in a child process, the load
+# generator's stream client in this one). Fails if any request errs or any token is lost:
+# per request, the tokens the client counted must equal the server's usage, and in all the
+# server's vllm:generation_tokens_total. The 10,000-stream, 60 s run is `bench_scale` with
+# no arguments (figures in docs/reliability.md).
+set -euo pipefail
+BIN=$1
+WORK=$2
+mkdir -p "$WORK"
+SCALE=$(dirname "$BIN")/bench_scale
+[ -x "$SCALE" ] || { echo "SKIP: $SCALE not built"; exit 77; }
+# ASan's quarantine would hold every freed buffer of 1,000 streams (hundreds of MiB).
+export ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=0"
+set +e
+timeout 120 "$SCALE" "${SCALE_STREAMS:-1000}" "${SCALE_SECONDS:-10}" 64 >"$WORK/scale.out" 2>"$WORK/scale.err"
+RC=$?
+set -e
+cat "$WORK/scale.out"
+if grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' "$WORK/scale.err"; then
+  cat "$WORK/scale.err"; echo "FAIL: sanitizer report"; exit 1
+fi
+[ "$RC" = 0 ] || { tail -5 "$WORK/scale.err"; echo "FAIL: bench_scale exit $RC"; exit 1; }
+grep -q "ok: no token lost, no error" "$WORK/scale.out" || { echo "FAIL: no verdict line"; exit 1; }
+echo "0 failed"

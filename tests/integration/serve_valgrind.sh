@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# stallscope serve under valgrind memcheck: the server's life in miniature — streams on both
+# endpoints, non-streaming answers, bad requests, clients leaving mid-stream, a few hostile
+# clients (slowloris, oversized, garbage, a connection churn), KV preemption, then SIGTERM
+# with streams in flight. Clean = no invalid read or write, no use of uninitialised memory,
+# no definite leak (valgrind exits 99 otherwise) and every stream ended properly.
+#
+# valgrind and ASan do not mix, so this builds its own RelWithDebInfo binary (no
+# sanitizers) in the scratch directory (~10 s). Skipped (77) without valgrind.
+set -euo pipefail
+BIN=$1 # the ASan binary: not used, see above
+WORK=$2
+: "$BIN"
+SRC=${STALLSCOPE_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
+command -v valgrind >/dev/null 2>&1 || { echo "SKIP: valgrind not installed"; exit 77; }
+mkdir -p "$WORK"
+DIR=$WORK
+cmake -S "$SRC" -B "$WORK/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTALLSCOPE_SANITIZE=OFF \
+  -DBUILD_TESTING=OFF >"$WORK/cmake.log" 2>&1 || { cat "$WORK/cmake.log"; exit 1; }
+cmake --build "$WORK/build" -j 2 --target stallscope >>"$WORK/cmake.log" 2>&1 || {
+  tail -30 "$WORK/cmake.log"; exit 1; }
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/lib.bash"
+
+VG_LOG=$WORK/valgrind.log
+valgrind --tool=memcheck --leak-check=full --errors-for-leak-kinds=definite \
+  --show-leak-kinds=definite --error-exitcode=99 --track-origins=yes --log-file="$VG_LOG" \
+  "$WORK/build/stallscope" serve --engine emulate --port 0 --no-realtime \
+  --request-read-timeout 3s --max-body-size 65536 --max-model-len 8192 --kv-blocks 64 \
+  --max-num-seqs 64 >"$WORK/serve.out" 2>"$WORK/serve.err" &
+SERVER_PID=$!
+trap 'kill -KILL $SERVER_PID 2>/dev/null || true' EXIT
+for _ in $(seq 1 600); do
+  grep -q '^listening on' "$WORK/serve.out" 2>/dev/null && break
+  kill -0 "$SERVER_PID" 2>/dev/null || { cat "$WORK/serve.err" "$VG_LOG"; fail "server died at start"; }
+  sleep 0.1
+done
+PORT=$(sed -n 's#^listening on http://127\.0\.0\.1:\([0-9][0-9]*\)$#\1#p' "$WORK/serve.out")
+[ -n "$PORT" ] || fail "no ready line within 60 s under valgrind"
+
+PORT=$PORT SERVER_PID=$SERVER_PID PYTHONPATH=$HERE timeout 280 python3 - <<'PY'
+import json, os, signal, time
+import hostile as H
+from serve_client import Stream, request, run_all
+port = int(os.environ["PORT"])
+pid = int(os.environ["SERVER_PID"])
+C, CH = "/v1/completions", "/v1/chat/completions"
+
+# Streams and plain answers on both endpoints, with stop strings and usage.
+streams = [Stream(port, C, {"prompt": "the quick brown fox", "max_tokens": 30, "ignore_eos": True,
+                            "stream": True, "stream_options": {"include_usage": True,
+                            "continuous_usage_stats": True}, "stallscope": {"timestamps": True}},
+                  timeout=120),
+           Stream(port, CH, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 30,
+                             "stream": True, "stop": ["zzz", " the"], "seed": 3}, timeout=120)]
+streams += [Stream(port, C, {"prompt": [100 + i] * 40, "max_tokens": 60, "ignore_eos": True,
+                             "temperature": 0, "stream": True,
+                             "stream_options": {"include_usage": True}}, timeout=120)
+            for i in range(6)]  # 6 x 100 tokens > 64 blocks x 16: preemption
+assert run_all(streams, 200), "streams did not finish under valgrind"
+for s in streams:
+    assert s.error is None and s.status == 200 and s.done and s.raw_ok, (s.error, s.status)
+for s in streams[2:]:
+    assert s.usage()["completion_tokens"] == len(s.token_chunks()) == 60
+st, _, b = request(port, C, {"prompt": "x", "max_tokens": 5, "ignore_eos": True}, timeout=60)
+assert st == 200 and json.loads(b)["usage"]["completion_tokens"] == 5
+st, _, b = request(port, CH, {"messages": [{"role": "user", "content": "x"}], "max_tokens": 5},
+                   timeout=60)
+assert st == 200
+for path in ("/v1/models", "/health", "/metrics"):
+    assert request(port, path, method="GET", timeout=60)[0] == 200
+print("ok: streams, answers, stop strings, preemption under valgrind")
+
+problems = H.bad_bodies(port) + H.oversized(port) + H.pipelined(port)
+problems += H.disconnects(port, n=8, max_tokens=800) + H.churn(port, total=200, batch=50)
+problems += H.slowloris(port, 3, conns=3)
+assert not problems, problems
+print("ok: bad bodies, oversized, pipelined garbage, 8 disconnects, 200 connections churned, "
+      "slowloris")
+
+# SIGTERM with streams in flight: each ends with finish_reason abort and [DONE].
+live = [Stream(port, C, {"prompt": "go", "max_tokens": 900, "ignore_eos": True, "stream": True},
+               timeout=120) for _ in range(3)]
+for s in live:
+    s.start()
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline and not all(len(s.events) >= 3 for s in live):
+    time.sleep(0.05)
+os.kill(pid, signal.SIGTERM)
+assert run_all(live, 60)
+for s in live:
+    assert s.done and s.finish_reason() == "abort", (s.error, s.finish_reason())
+print("ok: SIGTERM ended 3 streams with abort and [DONE]")
+PY
+
+for _ in $(seq 1 600); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$SERVER_PID" 2>/dev/null && fail "server still running 60 s after SIGTERM"
+RC=0
+wait "$SERVER_PID" || RC=$?
+trap - EXIT
+grep -E "ERROR SUMMARY|definitely lost|indirectly lost|possibly lost|Invalid|uninitialised" "$VG_LOG" | head -20
+[ "$RC" = 0 ] || { cat "$VG_LOG" | head -80; fail "valgrind: server exit $RC (99: memcheck errors or definite leaks)"; }
+grep -q "ERROR SUMMARY: 0 errors" "$VG_LOG" || fail "valgrind reported errors"
+pass "serve under valgrind: clean"
