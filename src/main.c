@@ -24,7 +24,7 @@ static void usage(FILE *out)
                  "Reproduce and measure long-prompt interference in LLM serving.\n\n"
                  "commands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].help);
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
     fprintf(out, "\n'stallscope <command> --help' for each command's options.\n");
 }
 
@@ -42,7 +42,10 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0)
             return commands[i].fn(argc - 2, argv + 2);
-    fprintf(stderr, "stallscope: unknown command '%s' (run, serve, sim, model, report)\n",
-            argv[1]);
+    /* The list comes from the table, so a new command is never missing from it. */
+    fprintf(stderr, "stallscope: unknown command '%s' (", argv[1]);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(stderr, "%s%s", i ? ", " : "", commands[i].name);
+    fprintf(stderr, ")\n");
     return CLI_EXIT_USAGE;
 }
