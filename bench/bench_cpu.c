@@ -22,25 +22,6 @@
 #include "engine/cpu/cpu_forward.h"
 #include "engine/cpu/cpu_kernels.h"
 
-static void cpu_name(char *out, size_t size)
-{
-    snprintf(out, size, "unknown CPU");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return;
-    char line[256];
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, "model name", 10) == 0) {
-            const char *colon = strchr(line, ':');
-            if (colon) {
-                snprintf(out, size, "%s", colon + 2);
-                out[strcspn(out, "\n")] = '\0';
-            }
-            break;
-        }
-    fclose(f);
-}
-
 typedef struct bench {
     cpu_model model;
     cpu_runstate run;
@@ -212,7 +193,7 @@ int main(int argc, char **argv)
     }
     openblas_set_num_threads(1);
     char name[128];
-    cpu_name(name, sizeof name);
+    cpu_calib_cpu_name(name, sizeof name);
     const int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
     printf("bench_cpu: %s, %d cores; OpenBLAS %s; AVX-512 kernels %s\n", name, cores,
            openblas_get_corename(), cpu_simd_enabled() ? "on" : "off");

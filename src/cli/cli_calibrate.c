@@ -138,25 +138,6 @@ static const opts_spec calib_specs[] = {
     {"json", NULL, "also print the profile on stdout", o_json},
 };
 
-static void cpu_model_name(char *out, size_t size)
-{
-    snprintf(out, size, "unknown CPU");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return;
-    char line[256];
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, "model name", 10) == 0) {
-            const char *colon = strchr(line, ':');
-            if (colon) {
-                snprintf(out, size, "%s", colon + 2);
-                out[strcspn(out, "\n")] = '\0';
-            }
-            break;
-        }
-    fclose(f);
-}
-
 int cli_calibrate(int argc, char **argv)
 {
     calib_opts o;
@@ -197,7 +178,7 @@ int cli_calibrate(int argc, char **argv)
         return CLI_EXIT_FAIL;
     }
     char cpu[128];
-    cpu_model_name(cpu, sizeof cpu);
+    cpu_calib_cpu_name(cpu, sizeof cpu);
     printf("calibrating %s with %d thread%s (AVX-512 kernels %s) ...\n", cpu, o.threads,
            o.threads == 1 ? "" : "s", cpu_simd_enabled() ? "on" : "off");
     fflush(stdout);

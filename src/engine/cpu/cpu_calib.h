@@ -25,6 +25,9 @@ typedef struct cpu_calib {
     double small_gemm_flops;
 } cpu_calib;
 
+/* This CPU's model name from /proc/cpuinfo ("unknown CPU" when it cannot be read). */
+void cpu_calib_cpu_name(char *out, size_t size);
+
 int cpu_calib_gemm(cpu_pool *pool, int rows, double min_seconds, double *flops, char *err);
 int cpu_calib_attention(cpu_pool *pool, int head_dim, int n_tokens, double min_seconds,
                         double *flops, char *err);
