@@ -178,3 +178,30 @@ int64_t cost_decode_ns(const cost_params *p, int batch, int context, cost_breakd
         sums_add(&s, 1, context, true, batch);
     return sums_finish(p, &s, out);
 }
+
+int64_t cost_injection_step_ns(const cost_params *p, int prompt_tokens, int decodes, int context,
+                               int chunk_budget)
+{
+    if (decodes < 0)
+        decodes = 0;
+    int chunk = prompt_tokens;
+    if (chunk_budget > 0) {
+        chunk = chunk_budget - decodes;
+        if (chunk < 1)
+            chunk = 1;
+    }
+    int64_t longest = 0;
+    for (int done = 0; done < prompt_tokens; done += chunk) {
+        int c = prompt_tokens - done < chunk ? prompt_tokens - done : chunk;
+        /* The batch as cost_step_ns would sum it: the prompt's chunk, then each decode. */
+        step_sums s;
+        memset(&s, 0, sizeof s);
+        sums_add(&s, c, done, done + c == prompt_tokens, 1);
+        for (int i = 0; i < decodes; i++)
+            sums_add(&s, 1, context, true, 1);
+        int64_t ns = sums_finish(p, &s, NULL);
+        if (ns > longest)
+            longest = ns;
+    }
+    return longest;
+}

@@ -117,4 +117,12 @@ int64_t cost_prefill_ns(const cost_params *p, int prompt_tokens, cost_breakdown 
 /* Convenience: a decode-only step of batch requests each holding context tokens. */
 int64_t cost_decode_ns(const cost_params *p, int batch, int context, cost_breakdown *out);
 
+/* The spike one long prompt causes: the longest step that carries part of a fresh prompt of
+ * prompt_tokens beside one decode token for each of `decodes` running requests holding
+ * `context` tokens each. chunk_budget 0: the whole prompt in one step (one-step prefill);
+ * > 0: chunked prefill under that token budget, the decodes first, the prompt in chunks of
+ * what they leave (at least 1 token), and the longest of those steps counts. ns. */
+int64_t cost_injection_step_ns(const cost_params *p, int prompt_tokens, int decodes, int context,
+                               int chunk_budget);
+
 #endif

@@ -304,31 +304,11 @@ void html_prediction_free(html_prediction *p)
 double html_model_spike_ms(const cost_params *cost, const workload_config *wl,
                            const sched_config *sched, int prompt_tokens)
 {
-    int users = wl->users > 0 ? wl->users : 0;
-    cost_seq *seqs = calloc((size_t)users + 1, sizeof *seqs);
-    if (!seqs)
-        return 0;
     /* Every user mid-answer feeds one decode token (context: a typical prompt plus half a
      * typical answer); the prompt takes what the budget leaves, whole unless chunked. */
+    int users = wl->users > 0 ? wl->users : 0;
     int context = (wl->bg_prompt_min + wl->bg_prompt_max) / 2 +
                   (wl->bg_answer_min + wl->bg_answer_max) / 4;
-    for (int i = 1; i <= users; i++)
-        seqs[i] = (cost_seq){.new_tokens = 1, .context = context, .samples = true};
-    int chunk = prompt_tokens;
-    if (sched && sched->policy == SCHED_CHUNKED) {
-        chunk = sched->max_num_batched_tokens - users;
-        if (chunk < 1)
-            chunk = 1;
-    }
-    int64_t longest = 0;
-    for (int done = 0; done < prompt_tokens; done += chunk) {
-        int c = prompt_tokens - done < chunk ? prompt_tokens - done : chunk;
-        seqs[0] = (cost_seq){.new_tokens = c, .context = done,
-                             .samples = done + c == prompt_tokens};
-        int64_t ns = cost_step_ns(cost, seqs, users + 1, NULL);
-        if (ns > longest)
-            longest = ns;
-    }
-    free(seqs);
-    return (double)longest / 1e6;
+    int budget = sched && sched->policy == SCHED_CHUNKED ? sched->max_num_batched_tokens : 0;
+    return (double)cost_injection_step_ns(cost, prompt_tokens, users, context, budget) / 1e6;
 }
