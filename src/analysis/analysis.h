@@ -87,6 +87,35 @@ int analysis_summarize(const tokenlog *log, const analysis_options *opt, analysi
                        char *err);
 void analysis_summary_free(analysis_summary *s);
 
+/* ---- sweeps ------------------------------------------------------------------------ */
+
+/* The spike one long prompt causes in a run: the median over its injections of the longest
+ * gap each caused (robust to the odd step that also carried a background prompt); 0 when
+ * no injection caused a gap. */
+double analysis_typical_spike(const analysis_summary *s);
+
+/* One point of a sweep: what it measured, and the figures the sweep quotes for it. */
+typedef struct analysis_sweep_point {
+    const analysis_summary *x; /* in: the interference run, NULL when the point did not run */
+    const analysis_summary *b; /* in: its baseline, NULL when none */
+    const char *line;          /* in: the point's values on every axis but the first: points
+                                * with equal keys lie on one line along the first axis */
+    double model_spike_ms;     /* in: the cost model's spike for its configuration, 0 unknown */
+    analysis_dist ttft_ms;     /* out: the injections' TTFT (count 0 when none got a token) */
+    double spike_ms;           /* out: analysis_typical_spike(x) */
+    int prev;                  /* out: the previous point on its line that ran, -1 */
+    double step, model_step;   /* out: spike / prev's spike, and the same in the cost model;
+                                * 0 without prev */
+} analysis_sweep_point;
+
+/* Fill the outputs of pts[0..n) in order. */
+void analysis_sweep(analysis_sweep_point *pts, int n);
+
+/* ---- JSON ----------------------------------------------------------------------------- */
+
+/* {count, mean, p50, p90, p99, p999, max}; a non-finite value is null. New reference. */
+json_t *analysis_dist_to_json(const analysis_dist *d);
+
 /* DESIGN.md's summary.json shape (plus "complete", "errors", "injections_with_stalls"). */
 json_t *analysis_summary_to_json(const analysis_summary *s);
 /* comparison.json: {"baseline": {...}, "interference": {...}, "ratios": {p50, p90, p99,

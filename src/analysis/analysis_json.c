@@ -9,7 +9,7 @@ static json_t *real_or_null(double x)
     return isfinite(x) ? json_real(x) : json_null();
 }
 
-static json_t *itl_json(const analysis_dist *d)
+json_t *analysis_dist_to_json(const analysis_dist *d)
 {
     return json_pack("{s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "count", (json_int_t)d->count,
                      "mean", real_or_null(d->mean), "p50", real_or_null(d->p50), "p90",
@@ -57,7 +57,7 @@ json_t *analysis_summary_to_json(const analysis_summary *s)
     return json_pack("{s:s, s:s, s:s, s:o, s:i, s:I, s:o, s:o, s:o, s:o, s:o, s:b, s:I, s:i}",
                      "label", s->label, "engine", s->engine, "target", s->target, "duration_s",
                      real_or_null(s->duration_s), "users", s->users, "tokens_received",
-                     (json_int_t)s->tokens_received, "itl_ms", itl_json(&s->itl_ms), "ttft_ms",
+                     (json_int_t)s->tokens_received, "itl_ms", analysis_dist_to_json(&s->itl_ms), "ttft_ms",
                      ttft_json(&s->ttft_ms), "stalls", stalls, "injections", injections,
                      "spike_ratio", real_or_null(s->spike_ratio), "complete", (int)s->complete,
                      "errors", (json_int_t)s->errors, "injections_with_stalls",

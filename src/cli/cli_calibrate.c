@@ -24,6 +24,7 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/units.h"
 #include "engine/cpu/cpu_calib.h"
@@ -38,120 +39,45 @@ typedef struct calib_opts {
     char name[32];
     char model[64];
     int threads;
-    double seconds;
+    int64_t probe_ns;
     double mem_bytes;
     int prompt_tokens;
-    bool fit;
+    bool no_fit;
     bool json;
 } calib_opts;
 
-static int o_out(void *c, const char *v, char *err)
-{
-    calib_opts *o = c;
-    if (!v[0] || strlen(v) >= sizeof o->out)
-        return err_set(err, "'%s' is empty or too long", v);
-    strcpy(o->out, v);
-    return 0;
-}
-static int o_name(void *c, const char *v, char *err)
-{
-    calib_opts *o = c;
-    if (!v[0] || strlen(v) >= sizeof o->name)
-        return err_set(err, "'%s' is empty or longer than %zu bytes", v, sizeof o->name - 1);
-    strcpy(o->name, v);
-    return 0;
-}
-static int o_model(void *c, const char *v, char *err)
-{
-    calib_opts *o = c;
-    if (!v[0] || strlen(v) >= sizeof o->model)
-        return err_set(err, "'%s' is empty or too long", v);
-    strcpy(o->model, v);
-    return 0;
-}
-static int o_threads(void *c, const char *v, char *err)
-{
-    int64_t n;
-    if (units_parse_count(v, &n, err) != 0)
-        return -1;
-    if (n < 1 || n > 1024)
-        return err_set(err, "%lld is out of range [1, 1024]", (long long)n);
-    ((calib_opts *)c)->threads = (int)n;
-    return 0;
-}
-static int o_seconds(void *c, const char *v, char *err)
-{
-    int64_t ns;
-    if (units_parse_duration_ns(v, &ns, err) != 0)
-        return -1;
-    if (ns < 0 || ns > 600 * 1000000000LL)
-        return err_set(err, "'%s' is out of range [0, 600s]", v);
-    ((calib_opts *)c)->seconds = ns / 1e9;
-    return 0;
-}
-static int o_mem(void *c, const char *v, char *err)
-{
-    double b;
-    if (units_parse_quantity(v, &b, err) != 0)
-        return -1;
-    if (!(b >= 1e6))
-        return err_set(err, "'%s' must be at least 1e6 bytes", v);
-    ((calib_opts *)c)->mem_bytes = b;
-    return 0;
-}
-static int o_prompt(void *c, const char *v, char *err)
-{
-    int64_t n;
-    if (units_parse_count(v, &n, err) != 0)
-        return -1;
-    if (n < 0 || n > 65536)
-        return err_set(err, "%lld is out of range [0, 65536]", (long long)n);
-    ((calib_opts *)c)->prompt_tokens = (int)n;
-    return 0;
-}
-static int o_no_fit(void *c, const char *v, char *err)
-{
-    (void)v, (void)err;
-    ((calib_opts *)c)->fit = false;
-    return 0;
-}
-static int o_json(void *c, const char *v, char *err)
-{
-    (void)v, (void)err;
-    ((calib_opts *)c)->json = true;
-    return 0;
-}
-
+#define O calib_opts
 static const opts_spec calib_specs[] = {
-    {"out", "FILE", "where to write the profile (default hardware.json)", o_out},
-    {"threads", "N", "threads to measure with, as serve will run (default: cores - 1, at least 1)",
-     o_threads},
-    {"seconds", "DUR", "minimum time of each probe (default 1s; 0: 3 repetitions)", o_seconds},
-    {"model", "M", "model whose decode step fits step_overhead (default " CLI_CPU_DEFAULT_MODEL ")",
-     o_model},
-    {"prompt-tokens", "N", "prefill to check the profile against (default 8000; 0: none)",
-     o_prompt},
-    {"mem-bytes", "B", "memory for weights + KV cache (default 4e9, at most a quarter of RAM)",
-     o_mem},
-    {"name", "NAME", "the profile's name (default cpu-<N>t)", o_name},
-    {"no-fit", NULL, "no model run: step_overhead_ns 0", o_no_fit},
-    {"json", NULL, "also print the profile on stdout", o_json},
+    OPTS_STRING("out", "FILE", "where to write the profile (default hardware.json)", O, out),
+    OPTS_INT("threads", "N", "threads to measure with, as serve will run (default: cores - 1, at "
+             "least 1)", O, threads, 1, 1024),
+    OPTS_DURATION("seconds", "DUR", "minimum time of each probe (default 1s; 0: 3 repetitions)", O,
+                  probe_ns, 0, 600 * CLOCK_NS_PER_S),
+    OPTS_STRING("model", "M", "model whose decode step fits step_overhead (default "
+                EXPERIMENT_CPU_MODEL ")", O, model),
+    OPTS_INT("prompt-tokens", "N", "prefill to check the profile against (default 8000; 0: none)",
+             O, prompt_tokens, 0, 65536),
+    OPTS_POSITIVE("mem-bytes", "B", "memory for weights + KV cache (default 4e9, at most a "
+                  "quarter of RAM; at least 1e6)", O, mem_bytes),
+    OPTS_STRING("name", "NAME", "the profile's name (default cpu-<N>t)", O, name),
+    OPTS_FLAG("no-fit", "no model run: step_overhead_ns 0", O, no_fit),
+    OPTS_FLAG("json", "also print the profile on stdout", O, json),
 };
+#undef O
 
 int cli_calibrate(int argc, char **argv)
 {
     calib_opts o;
     memset(&o, 0, sizeof o);
     strcpy(o.out, "hardware.json");
-    strcpy(o.model, CLI_CPU_DEFAULT_MODEL);
+    strcpy(o.model, EXPERIMENT_CPU_MODEL);
     o.threads = cpu_pool_default_threads();
-    o.seconds = 1.0;
+    o.probe_ns = CLOCK_NS_PER_S;
     o.prompt_tokens = 8000;
-    o.fit = true;
     const double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     o.mem_bytes = 4e9 < ram / 4 ? 4e9 : ram / 4;
     const opts_group groups[] = {
-        {"calibrate", calib_specs, (int)(sizeof calib_specs / sizeof calib_specs[0]), &o},
+        {"calibrate", calib_specs, OPTS_COUNT(calib_specs), &o},
     };
     if (opts_wants_help(argc, argv)) {
         opts_print_help(stdout, "stallscope calibrate [options]",
@@ -165,8 +91,12 @@ int cli_calibrate(int argc, char **argv)
     char err[ERR_LEN] = "";
     if (opts_parse(argc, argv, groups, 1, NULL, 0, NULL, err) != 0)
         return cli_usage_error("calibrate", err);
+    if (o.mem_bytes < 1e6)
+        return cli_usage_error("calibrate", "--mem-bytes: at least 1e6 bytes");
+    const bool fit = !o.no_fit;
+    const double seconds = (double)o.probe_ns / 1e9;
     cost_arch arch;
-    if (o.fit && cost_arch_find(o.model, &arch, err) != 0)
+    if (fit && cost_arch_find(o.model, &arch, err) != 0)
         return cli_usage_error("calibrate", err);
     if (!o.name[0])
         snprintf(o.name, sizeof o.name, "cpu-%dt", o.threads);
@@ -184,9 +114,9 @@ int cli_calibrate(int argc, char **argv)
     fflush(stdout);
     cpu_calib cal;
     double decode_ns = 0, prefill_ns = 0;
-    if (cpu_calib_run(pool, o.seconds, &cal, err) != 0 ||
-        (o.fit && cpu_calib_model(pool, &arch, CALIB_BATCH, CALIB_CONTEXT, o.prompt_tokens,
-                                  o.seconds, &decode_ns, &prefill_ns, err) != 0)) {
+    if (cpu_calib_run(pool, seconds, &cal, err) != 0 ||
+        (fit && cpu_calib_model(pool, &arch, CALIB_BATCH, CALIB_CONTEXT, o.prompt_tokens,
+                                  seconds, &decode_ns, &prefill_ns, err) != 0)) {
         cpu_pool_free(pool);
         fprintf(stderr, "stallscope calibrate: %s\n", err);
         return CLI_EXIT_FAIL;
@@ -208,7 +138,7 @@ int cli_calibrate(int argc, char **argv)
     printf("  attention kernel           %8.1f GFLOP/s\n", cal.attention_flops / 1e9);
     printf("  streaming read             %8.1f GB/s\n", cal.mem_bandwidth / 1e9);
     double predicted_decode = 0, predicted_prefill = 0, prefill_scale = 1;
-    if (o.fit) {
+    if (fit) {
         cost_params p;
         if (o.prompt_tokens > 0) { /* rates as a whole prefill sustains them */
             cost_params_init(&p, &g, &arch);
@@ -255,7 +185,7 @@ int cli_calibrate(int argc, char **argv)
     json_object_set_new(m, "avx512", json_boolean(cpu_simd_enabled()));
     json_object_set_new(m, "when", json_string(when));
     json_object_set_new(m, "small_gemm_flops", json_real(cal.small_gemm_flops));
-    if (o.fit) {
+    if (fit) {
         json_object_set_new(m, "fit_model", json_string(arch.name));
         json_object_set_new(m, "fit_batch", json_integer(CALIB_BATCH));
         json_object_set_new(m, "fit_context", json_integer(CALIB_CONTEXT));

@@ -40,43 +40,6 @@ static int opt_prompts(void *c, const char *v, char *err)
     return 0;
 }
 
-static int opt_decode_batch(void *c, const char *v, char *err)
-{
-    int64_t n;
-    if (units_parse_count(v, &n, err) != 0)
-        return -1;
-    if (n < 1 || n > (1 << 20))
-        return err_set(err, "'%s' must be between 1 and %d requests", v, 1 << 20);
-    ((model_cfg *)c)->decode_batch = n;
-    return 0;
-}
-
-static int opt_decode_context(void *c, const char *v, char *err)
-{
-    int64_t n;
-    if (units_parse_count(v, &n, err) != 0)
-        return -1;
-    if (n < 0 || n >= MODEL_MAX_TOKENS)
-        return err_set(err, "'%s' must be between 0 and %lld tokens", v,
-                       (long long)MODEL_MAX_TOKENS - 1);
-    ((model_cfg *)c)->decode_context = n;
-    return 0;
-}
-
-static int opt_json(void *c, const char *v, char *err)
-{
-    (void)v, (void)err;
-    ((model_cfg *)c)->json = true;
-    return 0;
-}
-
-static int opt_list(void *c, const char *v, char *err)
-{
-    (void)v, (void)err;
-    ((model_cfg *)c)->list = true;
-    return 0;
-}
-
 static int opt_help(void *c, const char *v, char *err)
 {
     (void)c, (void)v, (void)err; /* handled before parsing; listed here for the help text */
@@ -84,15 +47,15 @@ static int opt_help(void *c, const char *v, char *err)
 }
 
 static const opts_spec model_specs[] = {
-    {"prompt-tokens", "LIST", "prompt lengths to price (default 4000,8000,16000; 8k, 16k ...)",
-     opt_prompts},
-    {"decode-batch", "N", "requests in the decode-only step compared against (default 1)",
-     opt_decode_batch},
-    {"decode-context", "N", "tokens each decoding request already holds (default 0)",
-     opt_decode_context},
-    {"json", NULL, "one JSON object on stdout instead of the table", opt_json},
-    {"list", NULL, "print the catalog of GPUs and models and exit", opt_list},
-    {"help", NULL, "this text", opt_help},
+    OPTS_FN("prompt-tokens", "LIST", "prompt lengths to price (default 4000,8000,16000; 8k, 16k ...)",
+            opt_prompts),
+    OPTS_INT64("decode-batch", "N", "requests in the decode-only step compared against (default 1)",
+               model_cfg, decode_batch, 1, 1 << 20),
+    OPTS_INT64("decode-context", "N", "tokens each decoding request already holds (default 0)",
+               model_cfg, decode_context, 0, MODEL_MAX_TOKENS - 1),
+    OPTS_FLAG("json", "one JSON object on stdout instead of the table", model_cfg, json),
+    OPTS_FLAG("list", "print the catalog of GPUs and models and exit", model_cfg, list),
+    OPTS_FN("help", NULL, "this text", opt_help),
 };
 
 /* Everything the table and the JSON print, computed once. */
@@ -262,9 +225,9 @@ error:
 
 int cli_model(int argc, char **argv)
 {
-    cli_engine_cfg engine;
+    experiment_config engine;
     model_cfg cfg;
-    cli_engine_defaults(&engine);
+    experiment_defaults(&engine, EXPERIMENT_SIM);
     memset(&cfg, 0, sizeof cfg);
     cfg.prompt_tokens[0] = 4000, cfg.prompt_tokens[1] = 8000, cfg.prompt_tokens[2] = 16000;
     cfg.n_prompts = 3;
@@ -272,8 +235,8 @@ int cli_model(int argc, char **argv)
     cfg.decode_context = 0;
 
     const opts_group groups[] = {
-        cli_engine_group(&engine),
-        {"output", model_specs, (int)(sizeof model_specs / sizeof model_specs[0]), &cfg},
+        experiment_device_group(&engine),
+        {"output", model_specs, OPTS_COUNT(model_specs), &cfg},
     };
     const int n_groups = (int)(sizeof groups / sizeof groups[0]);
     if (opts_wants_help(argc, argv)) {
@@ -295,9 +258,9 @@ int cli_model(int argc, char **argv)
         return CLI_EXIT_OK;
     }
 
-    cost_params params;
-    if (cli_engine_resolve(&engine, &params, err) != 0)
+    if (experiment_resolve_cost(&engine, err) != 0)
         return cli_usage_error("model", err);
+    const cost_params params = engine.cost;
     const int max_position = params.arch.max_position;
     for (int i = 0; i < cfg.n_prompts; i++)
         if (cfg.prompt_tokens[i] > max_position) {

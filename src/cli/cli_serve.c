@@ -2,7 +2,8 @@
  * Prints exactly one line on stdout when it accepts connections:
  *     listening on http://HOST:PORT
  * (the load generator starts `serve --port 0` and waits for it), then serves until SIGINT
- * or SIGTERM, and exits 0 after ending the streams in flight. */
+ * or SIGTERM, and exits 0 after ending the streams in flight. `--config FILE` runs exactly
+ * the engine and scheduler a run's config.json records (how `run` starts it). */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,132 +12,43 @@
 #include "cli/cli.h"
 #include "common/clock.h"
 #include "common/err.h"
-#include "common/units.h"
-#include "engine/exec_emulate.h"
 #include "server/server.h"
 
-typedef struct serve_opts {
+typedef struct serve_flags {
     server_config server;
-    char engine[16];
-} serve_opts;
+    char config[1024];
+    bool no_realtime;
+} serve_flags;
 
-static int srv_host(void *c, const char *v, char *err)
-{
-    serve_opts *o = c;
-    if (!v[0] || strlen(v) >= sizeof o->server.host)
-        return err_set(err, "'%s' is empty or too long", v);
-    strcpy(o->server.host, v);
-    return 0;
-}
-
-static int srv_port(void *c, const char *v, char *err)
-{
-    int64_t port;
-    if (units_parse_count(v, &port, err) != 0)
-        return -1;
-    if (port < 0 || port > 65535)
-        return err_set(err, "%lld is not a port (0..65535; 0 picks a free one)", (long long)port);
-    ((serve_opts *)c)->server.port = (int)port;
-    return 0;
-}
-
-static int srv_api_key(void *c, const char *v, char *err)
-{
-    serve_opts *o = c;
-    if (!v[0] || strlen(v) >= sizeof o->server.api_key)
-        return err_set(err, "the key is empty or longer than %zu bytes",
-                       sizeof o->server.api_key - 1);
-    strcpy(o->server.api_key, v);
-    return 0;
-}
-
-static int srv_model_name(void *c, const char *v, char *err)
-{
-    serve_opts *o = c;
-    if (!v[0] || strlen(v) >= 64)
-        return err_set(err, "'%s' is empty or longer than 63 bytes", v);
-    strcpy(o->server.model_name, v);
-    return 0;
-}
-
-static int srv_step_log(void *c, const char *v, char *err)
-{
-    serve_opts *o = c;
-    if (!v[0] || strlen(v) >= sizeof o->server.step_log_path)
-        return err_set(err, "'%s' is empty or too long", v);
-    strcpy(o->server.step_log_path, v);
-    return 0;
-}
-
-static int srv_engine(void *c, const char *v, char *err)
-{
-    serve_opts *o = c;
-    if (strcmp(v, "emulate") != 0 && strcmp(v, "cpu") != 0)
-        return err_set(err, "unknown engine '%s' (emulate or cpu)", v);
-    strcpy(o->engine, v);
-    return 0;
-}
-
-static int srv_max_body(void *c, const char *v, char *err)
-{
-    int64_t n;
-    if (units_parse_count(v, &n, err) != 0)
-        return -1;
-    if (n < 1024 || n > ((int64_t)1 << 30))
-        return err_set(err, "%lld bytes is out of range [1024, 2^30]", (long long)n);
-    ((serve_opts *)c)->server.max_body_bytes = (size_t)n;
-    return 0;
-}
-
-static int srv_max_waiting(void *c, const char *v, char *err)
-{
-    int64_t n;
-    if (units_parse_count(v, &n, err) != 0)
-        return -1;
-    if (n < 1 || n > (1 << 24))
-        return err_set(err, "%lld is out of range [1, 2^24]", (long long)n);
-    ((serve_opts *)c)->server.max_waiting = (int)n;
-    return 0;
-}
-
-static int srv_read_timeout(void *c, const char *v, char *err)
-{
-    int64_t ns;
-    if (units_parse_duration_ns(v, &ns, err) != 0)
-        return -1;
-    if (ns < CLOCK_NS_PER_MS || ns > 3600 * CLOCK_NS_PER_S)
-        return err_set(err, "'%s' is out of range [1ms, 1h]", v);
-    ((serve_opts *)c)->server.read_timeout_ns = ns;
-    return 0;
-}
-
-static int srv_no_realtime(void *c, const char *v, char *err)
-{
-    (void)v, (void)err;
-    ((serve_opts *)c)->server.realtime = false;
-    return 0;
-}
-
+#define F serve_flags
 static const opts_spec server_specs[] = {
-    {"host", "ADDR", "address to listen on (default 127.0.0.1)", srv_host},
-    {"port", "N", "port (default 8000; 0: a free port, printed in the ready line)", srv_port},
-    {"engine", "E", "cpu (default: a real forward pass on this CPU) | emulate (a GPU of the "
-     "catalog, the cost model in real time)",
-     srv_engine},
-    {"api-key", "KEY", "require 'Authorization: Bearer KEY' on /v1/ (default: none)",
-     srv_api_key},
-    {"served-model-name", "NAME", "model name the API answers to (default: --model)",
-     srv_model_name},
-    {"step-log", "FILE", "write steps.csv rows (CLOCK_MONOTONIC ns) for every engine step",
-     srv_step_log},
-    {"max-body-size", "BYTES", "largest request body (default 4M; larger: 413)", srv_max_body},
-    {"max-waiting", "N", "requests waiting for the engine (queued or in prefill) at most; more "
-     "are answered 429 (default 4096)", srv_max_waiting},
-    {"request-read-timeout", "DUR", "a request's headers and body must arrive within this, "
-     "and a client must read its reply's bytes within it (default 30s)", srv_read_timeout},
-    {"no-realtime", NULL, "keep the engine thread SCHED_OTHER (default: try SCHED_FIFO for "
-     "precise step timing)", srv_no_realtime},
+    OPTS_STRING("host", "ADDR", "address to listen on (default 127.0.0.1)", F, server.host),
+    OPTS_INT("port", "N", "port (default 8000; 0: a free port, printed in the ready line)", F,
+             server.port, 0, 65535),
+    OPTS_STRING("api-key", "KEY", "require 'Authorization: Bearer KEY' on /v1/ (default: none)",
+                F, server.api_key),
+    OPTS_STRING("served-model-name", "NAME", "model name the API answers to (default: --model)", F,
+                server.model_name),
+    OPTS_STRING("step-log", "FILE", "write steps.csv rows (CLOCK_MONOTONIC ns) for every engine step",
+                F, server.step_log_path),
+    OPTS_INT64("max-body-size", "BYTES", "largest request body (default 4M; larger: 413)", F,
+               server.max_body_bytes, 1024, (int64_t)1 << 30),
+    OPTS_INT("max-waiting", "N",
+             "requests waiting for the engine (queued or in prefill) at most; more are answered "
+             "429 (default 4096)",
+             F, server.max_waiting, 1, 1 << 24),
+    OPTS_DURATION("request-read-timeout", "DUR",
+                  "a request's headers and body must arrive within this, and a client must read "
+                  "its reply's bytes within it (default 30s)",
+                  F, server.read_timeout_ns, CLOCK_NS_PER_MS, 3600 * CLOCK_NS_PER_S),
+    OPTS_FLAG("no-realtime",
+              "keep the engine thread SCHED_OTHER (default: try SCHED_FIFO for precise step timing)",
+              F, no_realtime),
+    OPTS_STRING("config", "FILE",
+                "run the engine and scheduler a config.json records (replaces their flags)", F,
+                config),
 };
+#undef F
 
 /* A thousand streams need a thousand descriptors: raise the soft limit to the hard one. */
 static void raise_fd_limit(void)
@@ -148,79 +60,89 @@ static void raise_fd_limit(void)
     }
 }
 
+/* The engine and scheduler: from --config, else from the flags. */
+static int engine_config(const serve_flags *f, experiment_config *cfg, int argc, char **argv,
+                         char *err)
+{
+    if (!f->config[0])
+        return experiment_resolve(cfg, err);
+    static const char *const replaced[] = {"engine", "gpu", "model", "model-config", "hardware",
+                                           "policy", "max-num-batched-tokens", "threads"};
+    for (size_t i = 0; i < sizeof replaced / sizeof replaced[0]; i++)
+        if (opts_find(argc, argv, replaced[i]))
+            return err_set(err, "--config replaces the engine and scheduler flags (--%s too)",
+                           replaced[i]);
+    if (experiment_config_read(f->config, cfg, NULL, err) != 0)
+        return -1;
+    if (cfg->engine != EXPERIMENT_EMULATE && cfg->engine != EXPERIMENT_CPU)
+        return err_set(err, "%s: the %s engine is not one serve runs (emulate | cpu)", f->config,
+                       experiment_engine_label(cfg->engine));
+    return 0;
+}
+
 int cli_serve(int argc, char **argv)
 {
-    serve_opts o;
-    memset(&o, 0, sizeof o);
-    strcpy(o.server.host, "127.0.0.1");
-    o.server.port = 8000;
-    o.server.max_body_bytes = SERVER_DEFAULT_MAX_BODY;
-    o.server.handle_signals = true;
-    o.server.realtime = true;
-    strcpy(o.engine, "cpu");
-    cli_engine_cfg engine_cfg;
-    cli_sched_cfg sched_cfg;
-    cli_engine_defaults(&engine_cfg);
-    cli_sched_defaults(&sched_cfg);
-
+    serve_flags f;
+    memset(&f, 0, sizeof f);
+    strcpy(f.server.host, "127.0.0.1");
+    f.server.port = 8000;
+    f.server.max_body_bytes = SERVER_DEFAULT_MAX_BODY;
+    f.server.handle_signals = true;
+    experiment_config cfg;
+    experiment_defaults(&cfg, EXPERIMENT_CPU);
+    cli_engine_choice engine = {.engine = EXPERIMENT_CPU};
     const opts_group groups[] = {
-        {"server", server_specs, (int)(sizeof server_specs / sizeof server_specs[0]), &o},
-        cli_engine_group(&engine_cfg),
-        cli_sched_group(&sched_cfg),
+        {"server", server_specs, OPTS_COUNT(server_specs), &f},
+        cli_engine_group(&engine),
+        experiment_device_group(&cfg),
+        experiment_sched_group(&cfg),
     };
-    const int n_groups = (int)(sizeof groups / sizeof groups[0]);
     if (opts_wants_help(argc, argv)) {
         opts_print_help(stdout, "stallscope serve [options]",
                         "The embedded OpenAI-compatible server (vLLM's API) in front of a "
                         "continuous-batching engine.\nPrints 'listening on http://HOST:PORT' "
                         "when ready; SIGINT/SIGTERM end the streams in flight and exit 0.",
-                        groups, n_groups);
+                        groups, OPTS_COUNT(groups));
         return CLI_EXIT_OK;
     }
     char err[ERR_LEN] = "";
-    if (opts_parse(argc, argv, groups, n_groups, NULL, 0, NULL, err) != 0)
+    if (opts_parse(argc, argv, groups, OPTS_COUNT(groups), NULL, 0, NULL, err) != 0)
         return cli_usage_error("serve", err);
-    const bool cpu = strcmp(o.engine, "cpu") == 0;
-    if (cpu) {
-        cli_engine_cpu_defaults(&engine_cfg);
-        /* A busy SCHED_FIFO thread gets throttled by the kernel (~50 ms a second): the real
-         * engine must stay SCHED_OTHER. Only the emulator's sleeps benefit from FIFO. */
-        o.server.realtime = false;
-    }
-
-    cost_params cost;
-    if (cli_engine_resolve(&engine_cfg, &cost, err) != 0 ||
-        cli_sched_resolve(&sched_cfg, &cost, engine_cfg.gpu_memory_utilization, err) != 0)
+    cfg.engine = engine.engine;
+    if (engine_config(&f, &cfg, argc, argv, err) != 0)
         return cli_usage_error("serve", err);
-    o.server.sched = sched_cfg.sched;
-    if (!o.server.model_name[0])
-        snprintf(o.server.model_name, sizeof o.server.model_name, "%s", cost.arch.name);
+    const bool cpu = cfg.engine == EXPERIMENT_CPU;
+    /* A busy SCHED_FIFO thread gets throttled by the kernel (~50 ms a second): the real
+     * engine must stay SCHED_OTHER. Only the emulator's sleeps benefit from FIFO. */
+    f.server.realtime = !cpu && !f.no_realtime;
+    f.server.sched = cfg.sched;
+    if (!f.server.model_name[0])
+        snprintf(f.server.model_name, sizeof f.server.model_name, "%s", cfg.cost.arch.name);
 
     exec *executor = NULL;
-    if (cpu ? cli_engine_create_cpu(&engine_cfg, &cost, &o.server.sched, &executor, err) != 0
-            : !(executor = exec_emulate_create(&cost, err))) {
+    if (experiment_create_executor(&cfg, stderr, &executor, err) != 0) {
         fprintf(stderr, "stallscope serve: %s\n", err);
         return CLI_EXIT_FAIL;
     }
     /* A client that vanishes mid-write must be an error return, not a fatal signal. */
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit();
-    server *srv = server_create(&o.server, executor, err);
+    server *srv = server_create(&f.server, executor, err);
     if (!srv) {
         fprintf(stderr, "stallscope serve: %s\n", err);
         return CLI_EXIT_FAIL;
     }
-    const bool v6 = strchr(o.server.host, ':') != NULL;
-    printf("listening on http://%s%s%s:%d\n", v6 ? "[" : "", o.server.host, v6 ? "]" : "",
+    const bool v6 = strchr(f.server.host, ':') != NULL;
+    printf("listening on http://%s%s%s:%d\n", v6 ? "[" : "", f.server.host, v6 ? "]" : "",
            server_port(srv));
     fflush(stdout);
     fprintf(stderr,
             "stallscope serve: %s on %s (%s), policy %s, max_num_batched_tokens %d, "
             "max_num_seqs %d, max_model_len %d, %lld KV blocks\n",
-            o.server.model_name, cost.gpu.name, cpu ? "cpu engine" : "emulated",
-            sched_policy_name(o.server.sched.policy),
-            o.server.sched.max_num_batched_tokens, o.server.sched.max_num_seqs,
-            o.server.sched.max_model_len, (long long)o.server.sched.kv_blocks);
+            f.server.model_name, cfg.cost.gpu.name, cpu ? "cpu engine" : "emulated",
+            sched_policy_name(f.server.sched.policy), f.server.sched.max_num_batched_tokens,
+            f.server.sched.max_num_seqs, f.server.sched.max_model_len,
+            (long long)f.server.sched.kv_blocks);
     int rc = server_run(srv, err);
     if (rc != 0)
         fprintf(stderr, "stallscope serve: %s\n", err);

@@ -1,21 +1,144 @@
 #include "common/opts.h"
 
+#include <stdbool.h>
 #include <string.h>
 
 #include "common/err.h"
+#include "common/units.h"
 
-static const opts_spec *find_spec(const opts_group *groups, int n_groups, const char *name,
-                                  size_t name_len, void **ctx)
+const opts_spec *opts_lookup(const opts_group *groups, int n_groups, const char *name,
+                             size_t name_len, int *group)
 {
     for (int g = 0; g < n_groups; g++)
         for (int i = 0; i < groups[g].n_specs; i++) {
             const opts_spec *s = &groups[g].specs[i];
             if (strlen(s->name) == name_len && strncmp(s->name, name, name_len) == 0) {
-                *ctx = groups[g].ctx;
+                if (group)
+                    *group = g;
                 return s;
             }
         }
     return NULL;
+}
+
+/* The size the field of each kind must have. */
+static size_t kind_size(opts_kind kind)
+{
+    switch (kind) {
+    case OPTS_SET_FLAG:
+        return sizeof(bool);
+    case OPTS_SET_INT:
+        return sizeof(int);
+    case OPTS_SET_INT64:
+    case OPTS_SET_DURATION:
+        return sizeof(int64_t);
+    case OPTS_SET_FRACTION:
+    case OPTS_SET_POSITIVE:
+        return sizeof(double);
+    case OPTS_SET_STRING: /* any char array of at least 2 bytes */
+    case OPTS_APPLY:
+        return 0;
+    }
+    return 0;
+}
+
+int opts_check(const opts_group *groups, int n_groups, char *err)
+{
+    for (int g = 0; g < n_groups; g++)
+        for (int i = 0; i < groups[g].n_specs; i++) {
+            const opts_spec *s = &groups[g].specs[i];
+            size_t want = kind_size(s->kind);
+            if (s->kind == OPTS_APPLY ? !s->apply
+                                      : (want ? s->size != want : s->size < 2))
+                return err_set(err, "--%s: the spec's field does not fit its kind", s->name);
+            if ((s->kind == OPTS_SET_FLAG) != (s->metavar == NULL) && s->kind != OPTS_APPLY)
+                return err_set(err, "--%s: a flag takes no value, other kinds need one", s->name);
+            if ((s->kind == OPTS_SET_INT || s->kind == OPTS_SET_INT64 ||
+                 s->kind == OPTS_SET_DURATION) &&
+                s->min > s->max)
+                return err_set(err, "--%s: empty range", s->name);
+        }
+    return 0;
+}
+
+static int in_range(const char *value, int64_t v, int64_t min, int64_t max, char *err)
+{
+    if (v < min || v > max)
+        return err_set(err, "'%s' is out of range [%lld, %lld]", value, (long long)min,
+                       (long long)max);
+    return 0;
+}
+
+static int set_field(const opts_spec *s, void *ctx, const char *value, char *err)
+{
+    char *field = (char *)ctx + s->offset;
+    int64_t v = 0;
+    double d = 0;
+    switch (s->kind) {
+    case OPTS_APPLY:
+        return s->apply(ctx, value, err);
+    case OPTS_SET_FLAG:
+        *(bool *)field = true;
+        return 0;
+    case OPTS_SET_STRING:
+        if (!value[0] || strlen(value) >= s->size)
+            return err_set(err, "'%.60s' is empty or longer than %zu bytes", value, s->size - 1);
+        memcpy(field, value, strlen(value) + 1);
+        return 0;
+    case OPTS_SET_INT:
+    case OPTS_SET_INT64:
+        if (units_parse_count(value, &v, err) != 0 || in_range(value, v, s->min, s->max, err) != 0)
+            return -1;
+        if (s->kind == OPTS_SET_INT)
+            *(int *)field = (int)v;
+        else
+            *(int64_t *)field = v;
+        return 0;
+    case OPTS_SET_DURATION:
+        if (units_parse_duration_ns(value, &v, err) != 0)
+            return -1;
+        if (v < s->min || v > s->max) {
+            char lo[32], hi[32];
+            units_format_duration(s->min, lo, sizeof lo);
+            units_format_duration(s->max, hi, sizeof hi);
+            return err_set(err, "'%s' is out of range [%s, %s]", value, lo, hi);
+        }
+        *(int64_t *)field = v;
+        return 0;
+    case OPTS_SET_FRACTION:
+    case OPTS_SET_POSITIVE:
+        if (units_parse_quantity(value, &d, err) != 0)
+            return -1;
+        if (s->kind == OPTS_SET_FRACTION && !(d > 0 && d <= 1))
+            return err_set(err, "'%s' must be in (0, 1]", value);
+        if (s->kind == OPTS_SET_POSITIVE && !(d > 0))
+            return err_set(err, "'%s' must be positive", value);
+        *(double *)field = d;
+        return 0;
+    }
+    return err_set(err, "unknown option kind");
+}
+
+static int apply_spec(const opts_spec *s, void *ctx, const char *value, char *err)
+{
+    char inner[ERR_LEN];
+    inner[0] = '\0';
+    if (set_field(s, ctx, value, inner) != 0)
+        return err_set(err, "--%s: %s", s->name, inner);
+    return 0;
+}
+
+int opts_apply(const opts_group *groups, int n_groups, const char *name, const char *value,
+               char *err)
+{
+    int g = 0;
+    const opts_spec *s = opts_lookup(groups, n_groups, name, strlen(name), &g);
+    if (!s)
+        return err_set(err, "unknown option --%s (see --help)", name);
+    if ((s->metavar != NULL) != (value != NULL))
+        return err_set(err, s->metavar ? "--%s needs a value (%s)" : "--%s takes no value",
+                       s->name, s->metavar);
+    return apply_spec(s, groups[g].ctx, value, err);
 }
 
 int opts_parse(int argc, char **argv, const opts_group *groups, int n_groups, char **positional,
@@ -34,8 +157,8 @@ int opts_parse(int argc, char **argv, const opts_group *groups, int n_groups, ch
         const char *name = arg + 2;
         const char *eq = strchr(name, '=');
         size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
-        void *ctx = NULL;
-        const opts_spec *spec = find_spec(groups, n_groups, name, name_len, &ctx);
+        int g = 0;
+        const opts_spec *spec = opts_lookup(groups, n_groups, name, name_len, &g);
         if (!spec)
             return err_set(err, "unknown option --%.*s (see --help)", (int)name_len, name);
         const char *value = NULL;
@@ -49,10 +172,8 @@ int opts_parse(int argc, char **argv, const opts_group *groups, int n_groups, ch
         } else if (eq) {
             return err_set(err, "--%s takes no value", spec->name);
         }
-        char inner[ERR_LEN];
-        inner[0] = '\0';
-        if (spec->apply(ctx, value, inner) != 0)
-            return err_set(err, "--%s: %s", spec->name, inner);
+        if (apply_spec(spec, groups[g].ctx, value, err) != 0)
+            return -1;
     }
     return 0;
 }

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "common/err.h"
+#include "common/fsio.h"
 
 /* The event is the one row type that reaches 10^8 rows in an hour-long run at 256 users:
  * its size is the run's memory. */
@@ -151,35 +152,19 @@ void tokenlog_write_step(FILE *f, const tokenlog_step *st)
             (long long)st->modeled_ns);
 }
 
-static int mkdirs(const char *dir, char *err)
-{
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-        return err_set(err, "%s: path too long", dir);
-    for (char *p = path + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(path, 0777) != 0 && errno != EEXIST)
-            return err_set(err, "mkdir %s: %s", path, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(path, 0777) != 0 && errno != EEXIST)
-        return err_set(err, "mkdir %s: %s", path, strerror(errno));
-    return 0;
-}
-
 typedef enum { FILE_TOKENS, FILE_REQUESTS, FILE_STEPS } file_kind;
 
+/* Written beside and renamed over, so a reader (or a run killed meanwhile) never finds a
+ * file cut by this rewrite: the incremental copy a live run kept stays until the whole one
+ * replaces it. */
 static int write_file(const tokenlog *log, const char *dir, const char *name, file_kind kind,
                       char *err)
 {
     char path[4096];
-    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
-        return err_set(err, "%s/%s: path too long", dir, name);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return err_set(err, "%s: %s", path, strerror(errno));
+    fsio_file out;
+    if (fsio_join(path, sizeof path, dir, name, err) != 0 || fsio_create(&out, path, err) != 0)
+        return -1;
+    FILE *f = out.f;
     /* Large buffer: tokens.csv reaches gigabytes in long runs. */
     setvbuf(f, NULL, _IOFBF, 1 << 20);
     switch (kind) {
@@ -199,21 +184,12 @@ static int write_file(const tokenlog *log, const char *dir, const char *name, fi
             tokenlog_write_step(f, &log->steps[i]);
         break;
     }
-    /* A full disk shows up at flush time, not at fprintf: check both. */
-    int failed = ferror(f);
-    int saved = errno;
-    if (fclose(f) != 0 && !failed) {
-        failed = 1;
-        saved = errno;
-    }
-    if (failed)
-        return err_set(err, "%s: write failed: %s", path, strerror(saved));
-    return 0;
+    return fsio_commit(&out, err);
 }
 
 int tokenlog_write_dir(const tokenlog *log, const char *dir, char *err)
 {
-    if (mkdirs(dir, err) != 0)
+    if (fsio_mkdirs(dir, err) != 0)
         return -1;
     if (write_file(log, dir, "tokens.csv", FILE_TOKENS, err) != 0 ||
         write_file(log, dir, "requests.csv", FILE_REQUESTS, err) != 0)
@@ -240,6 +216,7 @@ typedef struct csv_reader {
     int64_t next_line;
     char *fields[CSV_MAX_FIELDS];
     int n_fields;
+    int unterminated; /* the record ended at end of file without its newline */
 } csv_reader;
 
 static int rec_append(csv_reader *r, const char *s, size_t n)
@@ -338,6 +315,7 @@ static int csv_next(csv_reader *r, char *err)
             }
             r->next_line++;
             have = 1;
+            r->unterminated = r->line[n - 1] != '\n';
             if (rec_append(r, r->line, (size_t)n) != 0)
                 return err_set(err, "%s: out of memory", r->path);
             /* An odd number of quotes so far means a quoted field holds a newline: the
@@ -435,41 +413,63 @@ static int parse_request(const csv_reader *r, tokenlog *log, char *err)
     return 0;
 }
 
-static int parse_step(const csv_reader *r, tokenlog *log, char *err)
+static int step_fields(const csv_reader *r, tokenlog_step *st, char *err)
+{
+    memset(st, 0, sizeof *st);
+    if (parse_i64(r, 0, "step", &st->step, err) != 0 ||
+        parse_i64(r, 1, "t_start_ns", &st->t_start_ns, err) != 0 ||
+        parse_i64(r, 2, "t_end_ns", &st->t_end_ns, err) != 0 ||
+        parse_i32(r, 3, "decode_tokens", &st->decode_tokens, err) != 0 ||
+        parse_i32(r, 4, "prefill_tokens", &st->prefill_tokens, err) != 0 ||
+        parse_i32(r, 5, "n_requests", &st->n_requests, err) != 0 ||
+        parse_i64(r, 6, "modeled_ns", &st->modeled_ns, err) != 0)
+        return -1;
+    return 0;
+}
+
+/* How a file is read: every row as it is (artifacts), or a live server's step log (rows
+ * rebased to the run's t = 0 and kept only inside the run's window). A writer killed
+ * mid-row leaves its last row without a newline: with cut_tail_ok that row is dropped and
+ * counted, any other malformed row is an error. */
+typedef struct read_opts {
+    int optional;         /* a missing file is no error */
+    int cut_tail_ok;
+    int64_t rebase_ns;    /* subtracted from step times */
+    int64_t from_ns, to_ns; /* keep steps starting in [from, to] (before rebasing); to < from: all */
+    int64_t cut_rows;     /* out: rows dropped as cut */
+} read_opts;
+
+static int keep_step(const tokenlog_step *st, const read_opts *o)
+{
+    return o->to_ns < o->from_ns || (st->t_start_ns >= o->from_ns && st->t_start_ns <= o->to_ns);
+}
+
+static int parse_step_row(const csv_reader *r, tokenlog *log, const read_opts *o, char *err)
 {
     tokenlog_step st;
-    memset(&st, 0, sizeof st);
-    if (parse_i64(r, 0, "step", &st.step, err) != 0 ||
-        parse_i64(r, 1, "t_start_ns", &st.t_start_ns, err) != 0 ||
-        parse_i64(r, 2, "t_end_ns", &st.t_end_ns, err) != 0 ||
-        parse_i32(r, 3, "decode_tokens", &st.decode_tokens, err) != 0 ||
-        parse_i32(r, 4, "prefill_tokens", &st.prefill_tokens, err) != 0 ||
-        parse_i32(r, 5, "n_requests", &st.n_requests, err) != 0 ||
-        parse_i64(r, 6, "modeled_ns", &st.modeled_ns, err) != 0)
+    if (step_fields(r, &st, err) != 0)
         return -1;
+    if (!keep_step(&st, o))
+        return 0;
+    st.t_start_ns -= o->rebase_ns;
+    st.t_end_ns -= o->rebase_ns;
     if (tokenlog_add_step(log, &st) != 0)
         return err_set(err, "%s: out of memory", r->path);
     return 0;
 }
 
 /* 1 read, 0 absent and optional, -1 error. */
-static int read_file(tokenlog *log, const char *dir, const char *name, file_kind kind,
-                     int optional, char *err)
+static int read_path(tokenlog *log, const char *path, file_kind kind, read_opts *o, char *err)
 {
     static const char *const headers[] = {TOKENS_HEADER, REQUESTS_HEADER, STEPS_HEADER};
     static const int n_fields[] = {5, 12, 7};
-    int (*const parsers[])(const csv_reader *, tokenlog *, char *) = {parse_event, parse_request,
-                                                                        parse_step};
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
-        return err_set(err, "%s/%s: path too long", dir, name);
     csv_reader r;
     memset(&r, 0, sizeof r);
     r.path = path;
     r.next_line = 1;
     r.f = fopen(path, "r");
     if (!r.f) {
-        if (optional && errno == ENOENT)
+        if (o->optional && errno == ENOENT)
             return 0;
         return err_set(err, "%s: %s", path, strerror(errno));
     }
@@ -497,13 +497,23 @@ static int read_file(tokenlog *log, const char *dir, const char *name, file_kind
         }
     }
     while ((got = csv_next(&r, err)) == 1) {
-        if (r.n_fields != n_fields[kind]) {
+        int bad = r.n_fields != n_fields[kind];
+        if (bad)
             err_set(err, "%s:%lld: %d fields, expected %d", path, (long long)r.line_no,
                     r.n_fields, n_fields[kind]);
-            goto done;
+        else if (kind == FILE_STEPS)
+            bad = parse_step_row(&r, log, o, err) != 0;
+        else
+            bad = (kind == FILE_TOKENS ? parse_event : parse_request)(&r, log, err) != 0;
+        if (bad) {
+            if (!(o->cut_tail_ok && r.unterminated))
+                goto done;
+            o->cut_rows++;
         }
-        if (parsers[kind](&r, log, err) != 0)
-            goto done;
+    }
+    if (got < 0 && o->cut_tail_ok && r.unterminated) {
+        o->cut_rows++; /* a quoted field cut at end of file */
+        got = 0;
     }
     if (got == 0)
         rc = 1;
@@ -514,16 +524,37 @@ done:
     return rc;
 }
 
+static int read_file(tokenlog *log, const char *dir, const char *name, file_kind kind,
+                     read_opts *o, char *err)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+        return err_set(err, "%s/%s: path too long", dir, name);
+    return read_path(log, path, kind, o, err);
+}
+
 int tokenlog_read_dir(tokenlog *log, const char *dir, char *err)
 {
     /* Always start from an empty log, and leave it empty on failure, so a caller may
      * tokenlog_free it either way. */
     tokenlog_init(log);
-    if (read_file(log, dir, "tokens.csv", FILE_TOKENS, 0, err) < 0 ||
-        read_file(log, dir, "requests.csv", FILE_REQUESTS, 0, err) < 0 ||
-        read_file(log, dir, "steps.csv", FILE_STEPS, 1, err) < 0) {
+    read_opts whole = {.to_ns = -1}, steps = {.optional = 1, .to_ns = -1};
+    if (read_file(log, dir, "tokens.csv", FILE_TOKENS, &whole, err) < 0 ||
+        read_file(log, dir, "requests.csv", FILE_REQUESTS, &whole, err) < 0 ||
+        read_file(log, dir, "steps.csv", FILE_STEPS, &steps, err) < 0) {
         tokenlog_free(log);
         return -1;
     }
     return 0;
+}
+
+int tokenlog_read_steps(tokenlog *log, const char *path, int64_t t0_ns, int64_t t_end_ns,
+                        int64_t *cut_rows, char *err)
+{
+    read_opts o = {.optional = 1, .cut_tail_ok = 1, .rebase_ns = t0_ns, .from_ns = t0_ns,
+                   .to_ns = t_end_ns};
+    int rc = read_path(log, path, FILE_STEPS, &o, err);
+    if (cut_rows)
+        *cut_rows = o.cut_rows;
+    return rc < 0 ? -1 : 0;
 }

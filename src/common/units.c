@@ -59,6 +59,11 @@ int units_parse_duration_ns(const char *text, int64_t *out, char *err)
         return err_set(err, "'%s' is not a duration (examples: 40s, 500ms, 1.5s)",
                        text ? text : "");
     double mult;
+    /* A bare number would be seconds to one reader and milliseconds to another (a stall
+     * threshold of "50"): only zero, the same in every unit, may go without one. */
+    if (*rest == '\0' && v != 0)
+        return err_set(err, "'%s' needs a unit: %ss or %sms? (ns, us, ms, s, m, h)", text, text,
+                       text);
     if (*rest == '\0' || strcmp(rest, "s") == 0)
         mult = 1e9;
     else if (strcmp(rest, "ms") == 0)

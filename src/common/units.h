@@ -1,7 +1,7 @@
 /* units — parsing and formatting of the sizes and durations users type.
  * Sizes (token counts): "8000", "8k", "16K", "1.5k", "2M" (k = 1000, M = 10^6).
- * Durations: "40s", "500ms", "250us", "100ns", "2m", "1h", "1.5s"; a bare number is
- * seconds. Quantities (FLOP/s, bytes/s): "989T", "3.35e12", "16G" (SI, powers of 1000).
+ * Durations: "40s", "500ms", "250us", "100ns", "2m", "1h", "1.5s"; the unit is required
+ * (a bare "50" is refused: seconds or milliseconds?), except for a plain 0. Quantities (FLOP/s, bytes/s): "989T", "3.35e12", "16G" (SI, powers of 1000).
  * Every parser is pure: it rejects trailing junk ("8q"), empty strings, NaN/inf and
  * out-of-range values, returns 0 or -1 and fills err (ERR_LEN). */
 #ifndef STALLSCOPE_UNITS_H

@@ -9,7 +9,7 @@
 
 #include "common/err.h"
 #include "common/units.h"
-#include "report/artifacts.h"
+#include "common/fsio.h"
 #include "report/html_internal.h"
 #include "report/plot.h"
 #include "report/report.h"
@@ -149,7 +149,7 @@ int html_figure(FILE *out, const char *root, const plot_chart *chart, const char
 {
     char dir[4200];
     snprintf(dir, sizeof dir, "%s/plots", root);
-    if (artifacts_mkdirs(dir, err) != 0)
+    if (fsio_mkdirs(dir, err) != 0)
         return -1;
     char *svg = NULL;
     if (plot_render_both(chart, dir, name, &svg, err) != 0)
@@ -176,7 +176,7 @@ int html_finish_document(FILE *out, char **doc, size_t *doc_len, const char *dir
     if (rc == 0) {
         char path[4200];
         snprintf(path, sizeof path, "%s/report.html", dir);
-        rc = artifacts_write_atomic(path, *doc, *doc_len, err);
+        rc = fsio_write_atomic(path, *doc, *doc_len, err);
     }
     free(*doc);
     *doc = NULL;
@@ -195,31 +195,27 @@ static void format_duration(int64_t ns, char *buf, size_t size)
 }
 
 /* "32 users, 40 s; one 8000-token prompt every 10 s from 5 s" from config.json. */
-static void describe_workload(const json_t *config, char *buf, size_t size)
+static void describe_workload(const report_run *x, char *buf, size_t size)
 {
-    workload_config wl;
-    char why[ERR_LEN];
     buf[0] = '\0';
-    if (!config || html_config_workload(config, &wl, why) != 0)
+    if (!x->has_config)
         return;
-    json_t *w = json_object_get(config, "workload");
-    json_t *inj = w ? json_object_get(w, "inject") : NULL;
-    bool injects = !inj || json_is_true(inj);
+    const workload_config *wl = &x->cfg.wl;
     char every[32], at[32], dur[32];
-    format_duration(wl.inject_every_ns, every, sizeof every);
-    format_duration(wl.inject_at_ns, at, sizeof at);
-    format_duration(wl.duration_ns, dur, sizeof dur);
-    if (injects)
-        snprintf(buf, size, "%d users, %s; one %d-token prompt %s %s from %s", wl.users, dur,
-                 wl.prompt_tokens, wl.inject_poisson ? "on average every" : "every", every, at);
+    format_duration(wl->inject_every_ns, every, sizeof every);
+    format_duration(wl->inject_at_ns, at, sizeof at);
+    format_duration(wl->duration_ns, dur, sizeof dur);
+    if (wl->inject)
+        snprintf(buf, size, "%d users, %s; one %d-token prompt %s %s from %s", wl->users, dur,
+                 wl->prompt_tokens, wl->inject_poisson ? "on average every" : "every", every, at);
     else
-        snprintf(buf, size, "%d users, %s; injector off", wl.users, dur);
+        snprintf(buf, size, "%d users, %s; injector off", wl->users, dur);
 }
 
-static void chart_note(const html_run *x, char *buf, size_t size)
+static void chart_note(const report_run *x, char *buf, size_t size)
 {
     char wl[192];
-    describe_workload(x->config, wl, sizeof wl);
+    describe_workload(x, wl, sizeof wl);
     snprintf(buf, size, "%s%s%s", x->engine[0] ? x->engine : x->label, wl[0] ? " \xc2\xb7 " : "",
              wl);
 }
@@ -304,7 +300,7 @@ static void pred_row(FILE *out, const char *metric, const pred_col *cols, int n,
     fputs("</tr>\n", out);
 }
 
-static int write_prediction(FILE *out, const html_run *b, const html_run *x,
+static int write_prediction(FILE *out, const report_run *b, const report_run *x,
                             const html_options *opt, char *err)
 {
     fputs("<section id=\"prediction\">\n<h2>Measured beside the cost model</h2>\n", out);
@@ -313,9 +309,9 @@ static int write_prediction(FILE *out, const html_run *b, const html_run *x,
         return 0;
     }
     html_prediction same, ref;
-    if (html_predict(x->config, false, &same, err) != 0)
+    if (html_predict(x, false, &same, err) != 0)
         return -1;
-    if (html_predict(x->config, true, &ref, err) != 0) {
+    if (html_predict(x, true, &ref, err) != 0) {
         html_prediction_free(&same);
         return -1;
     }
@@ -332,8 +328,8 @@ static int write_prediction(FILE *out, const html_run *b, const html_run *x,
     pred_col cols[] = {
         {t_b, b ? &b->summary : NULL},
         {t_x, &x->summary},
-        {t_same, same.ok ? &same.interference : NULL},
-        {t_ref, ref.ok ? &ref.interference : NULL},
+        {t_same, same.ok ? &same.pair.interference : NULL},
+        {t_ref, ref.ok ? &ref.pair.interference : NULL},
     };
     int n = 4;
     fputs("<table>\n<tr><th class=\"k\">metric</th>", out);
@@ -352,7 +348,7 @@ static int write_prediction(FILE *out, const html_run *b, const html_run *x,
     fputs("</table>\n", out);
     char verdict[1024];
     if (same.ok) {
-        report_verdict(verdict, sizeof verdict, &same.baseline, &same.interference);
+        report_verdict(verdict, sizeof verdict, &same.pair.baseline, &same.pair.interference);
         fputs("<p class=\"verdict model\"><b>Model, same profile:</b> ", out);
         html_escape(out, verdict);
         fputs("</p>\n", out);
@@ -362,7 +358,7 @@ static int write_prediction(FILE *out, const html_run *b, const html_run *x,
         fputs(".</p>\n", out);
     }
     if (ref.ok) {
-        report_verdict(verdict, sizeof verdict, &ref.baseline, &ref.interference);
+        report_verdict(verdict, sizeof verdict, &ref.pair.baseline, &ref.pair.interference);
         fputs("<p class=\"verdict model\"><b>Reference, H100 + Llama 3.1 8B:</b> ", out);
         html_escape(out, verdict);
         fputs("</p>\n", out);
@@ -377,12 +373,6 @@ static int write_prediction(FILE *out, const html_run *b, const html_run *x,
     return 0;
 }
 
-static const char *jstr(const json_t *obj, const char *key)
-{
-    const char *s = json_string_value(json_object_get(obj, key));
-    return s ? s : "?";
-}
-
 static void kv_row(FILE *out, const char *key, const char *value)
 {
     if (!value || !value[0])
@@ -394,11 +384,10 @@ static void kv_row(FILE *out, const char *key, const char *value)
     fputs("</td></tr>\n", out);
 }
 
-static void write_config(FILE *out, const html_run *x)
+static void write_config(FILE *out, const report_run *x)
 {
     fputs("<section id=\"config\">\n<h2>Configuration</h2>\n", out);
-    const json_t *cfg = x->config;
-    if (!cfg) {
+    if (!x->json) {
         fputs("<p>No config.json beside the token log.</p>\n</section>\n", out);
         return;
     }
@@ -406,64 +395,51 @@ static void write_config(FILE *out, const html_run *x)
     fputs("<table>\n", out);
     kv_row(out, "engine", x->engine);
     kv_row(out, "target", x->target);
-    describe_workload(cfg, wl, sizeof wl);
-    kv_row(out, "workload", wl);
-    const json_t *w = json_object_get(cfg, "workload");
-    if (w) {
-        snprintf(buf, sizeof buf, "prompt %lld..%lld tokens, answer %lld..%lld tokens (closed loop)",
-                 (long long)json_integer_value(json_object_get(w, "bg_prompt_min")),
-                 (long long)json_integer_value(json_object_get(w, "bg_prompt_max")),
-                 (long long)json_integer_value(json_object_get(w, "bg_answer_min")),
-                 (long long)json_integer_value(json_object_get(w, "bg_answer_max")));
+    if (x->has_config) {
+        const experiment_config *c = &x->cfg;
+        describe_workload(x, wl, sizeof wl);
+        kv_row(out, "workload", wl);
+        snprintf(buf, sizeof buf, "prompt %d..%d tokens, answer %d..%d tokens (closed loop)",
+                 c->wl.bg_prompt_min, c->wl.bg_prompt_max, c->wl.bg_answer_min,
+                 c->wl.bg_answer_max);
         kv_row(out, "background users", buf);
-    }
-    const json_t *c = json_object_get(cfg, "cost");
-    if (c) {
-        snprintf(buf, sizeof buf, "%s (%.1f TFLOP/s, %.2f TB/s), %s; efficiency %.2g compute, "
-                 "%.2g bandwidth; step overhead %.3g ms%s",
-                 jstr(c, "gpu"),
-                 json_number_value(json_object_get(c, "peak_flops")) / 1e12,
-                 json_number_value(json_object_get(c, "mem_bandwidth")) / 1e12,
-                 jstr(c, "model"),
-                 json_number_value(json_object_get(c, "compute_efficiency")),
-                 json_number_value(json_object_get(c, "bandwidth_efficiency")),
-                 (double)json_integer_value(json_object_get(c, "step_overhead_ns")) / 1e6,
-                 json_number_value(json_object_get(c, "params_override")) > 0
-                     ? "; lesson FLOPs (2 x params per token)" : "");
-        kv_row(out, "hardware profile", buf);
-    }
-    const json_t *s = json_object_get(cfg, "sched");
-    if (s) {
-        snprintf(buf, sizeof buf, "--policy %s --max-num-batched-tokens %lld --max-num-seqs %lld "
+        if (c->engine != EXPERIMENT_REMOTE) {
+            snprintf(buf, sizeof buf,
+                     "%s (%.1f TFLOP/s, %.2f TB/s), %s; efficiency %.2g compute, %.2g bandwidth; "
+                     "step overhead %.3g ms%s",
+                     c->cost.gpu.name, c->cost.gpu.peak_flops / 1e12,
+                     c->cost.gpu.mem_bandwidth / 1e12, c->cost.arch.name,
+                     c->cost.compute_efficiency, c->cost.bandwidth_efficiency,
+                     (double)c->cost.step_overhead_ns / 1e6,
+                     c->cost.params_override > 0 ? "; lesson FLOPs (2 x params per token)" : "");
+            kv_row(out, "hardware profile", buf);
+        }
+        snprintf(buf, sizeof buf, "--policy %s --max-num-batched-tokens %d --max-num-seqs %d "
                  "(KV blocks %lld)",
-                 jstr(s, "policy"),
-                 (long long)json_integer_value(json_object_get(s, "max_num_batched_tokens")),
-                 (long long)json_integer_value(json_object_get(s, "max_num_seqs")),
-                 (long long)json_integer_value(json_object_get(s, "kv_blocks")));
-        kv_row(out, "scheduler", buf);
-    }
-    const json_t *argv = json_object_get(cfg, "argv");
-    if (argv && json_is_array(argv)) {
+                 sched_policy_name(c->sched.policy), c->sched.max_num_batched_tokens,
+                 c->sched.max_num_seqs, (long long)c->sched.kv_blocks);
+        kv_row(out, c->engine == EXPERIMENT_REMOTE ? "scheduler (assumed)" : "scheduler", buf);
         char line[2048] = "";
         size_t len = 0;
-        for (size_t i = 0; i < json_array_size(argv) && len < sizeof line - 1; i++) {
-            const char *a = json_string_value(json_array_get(argv, i));
-            int n = snprintf(line + len, sizeof line - len, "%s%s", i ? " " : "", a ? a : "");
+        for (int i = 0; i < x->meta.argc && len < sizeof line - 1; i++) {
+            int n = snprintf(line + len, sizeof line - len, "%s%s", i ? " " : "", x->meta.argv[i]);
             if (n > 0)
                 len += (size_t)n;
         }
         kv_row(out, "command-line options", line);
+    } else {
+        kv_row(out, "config.json", x->config_why);
     }
     fputs("</table>\n<details><summary>config.json of the ", out);
     html_escape(out, x->label);
     fputs(" run</summary>\n<pre>", out);
-    char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+    char *text = json_dumps(x->json, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
     html_escape(out, text ? text : "");
     free(text);
     fputs("</pre>\n</details>\n</section>\n", out);
 }
 
-static void write_files(FILE *out, const html_set *set, bool steps)
+static void write_files(FILE *out, const report_set *set, bool steps)
 {
     static const char *const names[] = {"tokens.csv", "requests.csv", "steps.csv",
                                         "summary.json", "config.json", "fidelity.json"};
@@ -499,14 +475,13 @@ static void write_files(FILE *out, const html_set *set, bool steps)
     fputs("</ul>\n</section>\n", out);
 }
 
-int html_write_run_report(const html_set *set, const html_options *opt, char *err)
+int html_write_run_report(const report_set *set, const html_options *opt, char *err)
 {
-    const html_run *x = html_set_main(set);
+    const report_run *x = report_set_main(set);
     if (!x)
         return err_set(err, "%s: no run to report (expected interference/ or a single run)",
                        set->root);
-    const html_run *b = set->baseline >= 0 && &set->runs[set->baseline] != x
-                            ? &set->runs[set->baseline] : NULL;
+    const report_run *b = report_set_baseline(set);
     char *doc = NULL;
     size_t doc_len = 0;
     FILE *out = open_memstream(&doc, &doc_len);

@@ -13,7 +13,7 @@
 #include <cairo.h>
 
 #include "common/err.h"
-#include "report/artifacts.h"
+#include "common/fsio.h"
 
 #define FONT "DejaVu Sans"
 #define TITLE_PT 16.0
@@ -1341,7 +1341,7 @@ int plot_render_file(const plot_chart *c, plot_format format, const char *path, 
     size_t len = 0;
     if (plot_render_svg(c, &svg, &len, err) != 0)
         return -1;
-    int rc = artifacts_write_atomic(path, svg, len, err);
+    int rc = fsio_write_atomic(path, svg, len, err);
     free(svg);
     return rc;
 }
@@ -1358,7 +1358,7 @@ int plot_render_both(const plot_chart *c, const char *dir, const char *name, cha
     if (plot_render_svg(c, &svg, &len, err) != 0)
         return -1;
     snprintf(path, sizeof path, "%s/%s.svg", dir, name);
-    if (artifacts_write_atomic(path, svg, len, err) != 0) {
+    if (fsio_write_atomic(path, svg, len, err) != 0) {
         free(svg);
         return -1;
     }

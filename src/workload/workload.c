@@ -110,3 +110,9 @@ void workload_prompt_ids(const workload_config *cfg, int is_inject, int64_t inde
     for (int i = 0; i < n; i++)
         ids[i] = (int32_t)rng_range(&state, lo, vocab - 1);
 }
+
+int workload_typical_context(const workload_config *cfg)
+{
+    return (cfg->bg_prompt_min + cfg->bg_prompt_max) / 2 +
+           (cfg->bg_answer_min + cfg->bg_answer_max) / 4;
+}

@@ -45,6 +45,9 @@ int workload_check(const workload_config *cfg, char *err);
 /* Planned injection send times (ns from t = 0), ascending; returns the count (0 when
  * !inject), at most max. */
 int workload_injection_times(const workload_config *cfg, int64_t *out, int max);
+/* The context a background request typically holds mid-answer: a middling prompt plus half
+ * a middling answer (what the cost model's spike arithmetic assumes for every decode). */
+int workload_typical_context(const workload_config *cfg);
 /* The k-th request of background user `user` (both from 0). */
 workload_bg_request workload_bg(const workload_config *cfg, int user, int64_t k);
 /* Prompt token ids for a request, deterministic and unique per (seed, kind, index) so no

@@ -84,7 +84,7 @@ def steps_of(out, way):
     if way == "embedded":
         return [(int(r["t_start_ns"]), int(r["t_end_ns"]), int(r["modeled_ns"]))
                 for r in csv.DictReader(open(f"{out}/interference/steps.csv"))]
-    t0 = json.load(open(f"{out}/interference/config.json"))["client"]["t0_monotonic_ns"]
+    t0 = json.load(open(f"{out}/interference/config.json"))["session"]["t0_monotonic_ns"]
     return [(int(r["t_start_ns"]) - t0, int(r["t_end_ns"]) - t0, int(r["modeled_ns"]))
             for r in csv.DictReader(open(f"{work}/serve_steps.csv")) if int(r["t_start_ns"]) >= t0]
 

@@ -132,9 +132,9 @@ first_timeout_end = min(int(r["t_end_ns"]) for r in timeouts) if timeouts else 0
 if not any(int(t["t_ns"]) > first_timeout_end + 500_000_000 for t in toks):
     problems.append("no tokens after the first timeout: the run did not go on")
 if not any(t["n_tokens"] == "2" for t in toks): problems.append("no 2-token event recorded")
-if c["client"]["token_id_prompts"]: problems.append("token ids used although the server refused them")
+if c["session"]["token_id_prompts"]: problems.append("token ids used although the server refused them")
 if "calibrated" not in err: problems.append("no calibration note")
-if c["client"]["model_name"] != "mock-model": problems.append("model name not from /v1/models")
+if c["session"]["model_name"] != "mock-model": problems.append("model name not from /v1/models")
 inj = [r for r in reqs if r["kind"] == "inject"]
 if len(inj) != 3: problems.append(f"{len(inj)} injections, want 3")
 for r in inj:   # calibrated text: the server counted the length we asked for, within 2 %

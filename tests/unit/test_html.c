@@ -13,14 +13,13 @@
 
 #include <cmocka.h>
 
-#include "cli/cli.h"
 #include "common/err.h"
-#include "report/artifacts.h"
+#include "experiment/experiment.h"
 #include "report/html.h"
 #include "report/html_internal.h"
+#include "report/load.h"
 #include "report/plot.h"
 #include "report/report.h"
-#include "sim/sim.h"
 
 #define MARKER_STROKE "stroke:rgb(60%,0%,60%)"
 
@@ -56,63 +55,38 @@ static bool exists(const char *dir, const char *name)
     return stat(path, &st) == 0;
 }
 
-/* A small experiment in the simulator: 4 users, 6 s, 3 injections. */
-static void small_config(sim_config *cfg, int prompt_tokens, sched_policy policy, int budget,
-                         int64_t overhead_ns)
+/* A small experiment: 4 users, 6 s, 3 injections, on the engine named (its artifacts
+ * written as that engine's run would leave them; the tokens come from the simulator). */
+static void small_config(experiment_config *cfg, experiment_engine engine, int prompt_tokens,
+                         sched_policy policy, int budget, int64_t overhead_ns)
 {
-    memset(cfg, 0, sizeof *cfg);
-    workload_default(&cfg->wl);
+    char err[ERR_LEN] = "";
+    experiment_defaults(cfg, engine);
     cfg->wl.users = 4;
     cfg->wl.duration_ns = 6000000000LL;
     cfg->wl.inject_at_ns = 1000000000LL;
     cfg->wl.inject_every_ns = 2000000000LL;
     cfg->wl.prompt_tokens = prompt_tokens;
-    cfg->wl.inject = true;
-    cost_gpu gpu;
-    cost_arch arch;
-    assert_int_equal(cost_gpu_find("h100-sxm", &gpu, NULL), 0);
-    assert_int_equal(cost_arch_find("llama-3.1-8b", &arch, NULL), 0);
-    cost_params_init(&cfg->cost, &gpu, &arch);
-    cfg->cost.step_overhead_ns = overhead_ns;
-    cfg->sched = (sched_config){.policy = policy, .max_num_batched_tokens = budget,
-                                .max_num_seqs = 256, .max_model_len = arch.max_position,
-                                .block_size = 16};
-    cfg->sched.kv_blocks = cost_kv_blocks(&cfg->cost, 0.9, 16);
+    cfg->sched.policy = policy;
+    cfg->sched.max_num_batched_tokens = budget;
+    cfg->device.step_overhead_ns = overhead_ns;
+    if (experiment_resolve(cfg, err) != 0)
+        fail_msg("experiment_resolve: %s", err);
 }
 
-/* OUT/baseline and OUT/interference as `sim` (engine "sim ...") or an emulated `run`
- * (engine "emulate ...") would leave them. */
-static void write_experiment(const char *out, const sim_config *cfg, const char *engine)
+/* OUT/baseline, OUT/interference and OUT/comparison.json through the one experiment. */
+static void write_experiment(const char *out, const experiment_config *cfg)
 {
     char err[ERR_LEN] = "";
-    analysis_summary b, x;
-    double reference = 0;
-    for (int k = 0; k < 2; k++) {
-        sim_config c = *cfg;
-        c.wl.inject = k == 1;
-        const char *label = k == 0 ? "baseline" : "interference";
-        tokenlog log;
-        tokenlog_init(&log);
-        sim_stats stats;
-        if (sim_run(&c, &log, &stats, err) != 0)
-            fail_msg("sim_run: %s", err);
-        char *argv[] = {"--users", "4"};
-        json_t *config =
-            cli_config_to_json(label, engine, "", &c.wl, &c.cost, &c.sched, 2, argv);
-        analysis_options opt = {.label = label, .engine = engine, .target = "",
-                                .duration_s = (double)c.wl.duration_ns / 1e9,
-                                .users = c.wl.users, .reference_p50_ms = reference,
-                                .complete = true};
-        if (artifacts_write_run(out, &log, &opt, config, k == 0 ? &b : &x, err) != 0)
-            fail_msg("artifacts_write_run: %s", err);
-        if (k == 0)
-            reference = b.itl_ms.p50;
-        json_decref(config);
-        tokenlog_free(&log);
-    }
-    assert_int_equal(artifacts_write_comparison(out, &b, &x, err), 0);
-    analysis_summary_free(&b);
-    analysis_summary_free(&x);
+    char *argv[] = {"--users", "4"};
+    experiment_runner sim;
+    experiment_runner_sim(&sim, err);
+    experiment_io io = {.out_dir = out, .argc = 2, .argv = argv};
+    experiment_pair pair;
+    if (experiment_run_pair(cfg, &sim, &io, &pair, err) != 0)
+        fail_msg("experiment_run_pair: %s", err);
+    assert_true(pair.complete && pair.have_baseline && pair.have_interference);
+    experiment_pair_free(&pair);
 }
 
 static void rm_rf(const char *dir)
@@ -148,17 +122,18 @@ static void test_run_report(void **state)
     (void)state;
     char dir[] = "/tmp/test_html_XXXXXX";
     assert_non_null(mkdtemp(dir));
-    sim_config cfg;
-    small_config(&cfg, 4000, SCHED_MIXED, 16384, 1000000);
-    write_experiment(dir, &cfg, "emulate h100-sxm llama-3.1-8b mixed/16384");
+    experiment_config cfg;
+    small_config(&cfg, EXPERIMENT_EMULATE, 4000, SCHED_MIXED, 16384, 1000000);
+    write_experiment(dir, &cfg);
 
-    html_set set;
+    report_set set;
     char err[ERR_LEN] = "";
-    if (html_set_load(&set, dir, 0, true, stderr, err) != 0)
-        fail_msg("html_set_load: %s", err);
+    if (report_set_load(&set, dir, 0, true, stderr, err) != 0)
+        fail_msg("report_set_load: %s", err);
     assert_int_equal(set.n_runs, 2);
     assert_true(set.baseline >= 0 && set.interference >= 0);
-    const html_run *x = html_set_main(&set);
+    const report_run *x = report_set_main(&set);
+    assert_string_equal(x->engine, "emulate h100-sxm llama-3.1-8b mixed/16384");
     assert_string_equal(x->label, "interference");
     assert_int_equal(x->summary.n_injections, 3);
     html_options opt = {.predict = true};
@@ -211,61 +186,61 @@ static void test_run_report(void **state)
     /* The configuration. */
     assert_non_null(strstr(doc, "--policy mixed --max-num-batched-tokens 16384"));
     free(doc);
-    html_set_free(&set);
+    report_set_free(&set);
     rm_rf(dir);
+}
+
+/* A run as the report holds it after loading: just its configuration. */
+static report_run loaded(const experiment_config *cfg)
+{
+    report_run r;
+    memset(&r, 0, sizeof r);
+    r.has_config = true;
+    r.cfg = *cfg;
+    return r;
 }
 
 static void test_predict(void **state)
 {
     (void)state;
-    sim_config cfg;
-    small_config(&cfg, 4000, SCHED_MIXED, 16384, 0);
-    char *argv[] = {"x"};
+    experiment_config cfg;
+    small_config(&cfg, EXPERIMENT_SIM, 4000, SCHED_MIXED, 16384, 0);
     char err[ERR_LEN] = "";
     html_prediction p;
 
     /* A simulation on the reference profile: nothing to predict twice. */
-    json_t *config = cli_config_to_json("interference", "sim h100-sxm llama-3.1-8b mixed/16384",
-                                        "", &cfg.wl, &cfg.cost, &cfg.sched, 1, argv);
-    assert_int_equal(html_predict(config, false, &p, err), 0);
+    report_run run = loaded(&cfg);
+    assert_int_equal(html_predict(&run, false, &p, err), 0);
     assert_false(p.ok);
     assert_non_null(strstr(p.why, "itself"));
-    assert_int_equal(html_predict(config, true, &p, err), 0);
+    assert_int_equal(html_predict(&run, true, &p, err), 0);
     assert_false(p.ok);
     assert_non_null(strstr(p.why, "reference"));
-    json_decref(config);
 
     /* A remote server: no profile of its own, the reference for its workload. */
-    config = cli_config_to_json("interference", "remote llama", "http://127.0.0.1:1", &cfg.wl,
-                                NULL, NULL, 1, argv);
-    assert_int_equal(html_predict(config, false, &p, err), 0);
+    experiment_config remote;
+    experiment_defaults(&remote, EXPERIMENT_REMOTE);
+    remote.wl = cfg.wl;
+    snprintf(remote.client.target, sizeof remote.client.target, "http://127.0.0.1:1");
+    assert_int_equal(experiment_resolve(&remote, err), 0);
+    run = loaded(&remote);
+    assert_int_equal(html_predict(&run, false, &p, err), 0);
     assert_false(p.ok);
     assert_non_null(strstr(p.why, "remote"));
-    assert_int_equal(html_predict(config, true, &p, err), 0);
+    assert_int_equal(html_predict(&run, true, &p, err), 0);
     assert_true(p.ok);
-    assert_int_equal(p.interference.n_injections, 3);
+    assert_int_equal(p.pair.interference.n_injections, 3);
     /* The reference's spike is the model's 4k-token step beside 4 decodes. */
-    double model = html_model_spike_ms(&cfg.cost, &cfg.wl, &cfg.sched, 4000);
-    assert_float_equal(p.interference.itl_ms.max / model, 1.0, 0.03);
+    double model = experiment_model_spike_ms(&cfg, 4000);
+    assert_float_equal(p.pair.interference.itl_ms.max / model, 1.0, 0.03);
     html_prediction_free(&p);
-    json_decref(config);
-}
 
-static void test_model_spike(void **state)
-{
-    (void)state;
-    sim_config cfg;
-    small_config(&cfg, 8000, SCHED_MIXED, 16384, 0);
-    double mixed = html_model_spike_ms(&cfg.cost, &cfg.wl, &cfg.sched, 8000);
-    double alone = (double)cost_prefill_ns(&cfg.cost, 8000, NULL) / 1e6;
-    /* The whole prompt in one step, a little more than alone (4 decodes ride along). */
-    assert_true(mixed > alone && mixed < alone * 1.02);
-    cfg.sched.policy = SCHED_CHUNKED;
-    cfg.sched.max_num_batched_tokens = 512;
-    double chunked = html_model_spike_ms(&cfg.cost, &cfg.wl, &cfg.sched, 8000);
-    assert_true(chunked < mixed / 10);
-    /* At least the first chunk's step: 512 - 4 decodes = 508 prompt tokens. */
-    assert_true(chunked > (double)cost_prefill_ns(&cfg.cost, 508, NULL) / 1e6);
+    /* No configuration: says why, predicts nothing. */
+    memset(&run, 0, sizeof run);
+    snprintf(run.config_why, sizeof run.config_why, "no config.json beside the token log");
+    assert_int_equal(html_predict(&run, true, &p, err), 0);
+    assert_false(p.ok);
+    assert_non_null(strstr(p.why, "no config.json"));
 }
 
 static void write_sweep_json(const char *dir, const char *const *labels, const char *const *values,
@@ -298,25 +273,30 @@ static void test_sweep(void **state)
     assert_non_null(mkdtemp(dir));
     int prompts[] = {2000, 4000};
     for (int i = 0; i < 2; i++) {
-        sim_config cfg;
-        small_config(&cfg, prompts[i], SCHED_MIXED, 16384, 0);
+        experiment_config cfg;
+        small_config(&cfg, EXPERIMENT_SIM, prompts[i], SCHED_MIXED, 16384, 0);
         char point[4200];
         snprintf(point, sizeof point, "%s/point-%d", dir, i + 1);
-        write_experiment(point, &cfg, "sim h100-sxm llama-3.1-8b mixed/16384");
+        write_experiment(point, &cfg);
     }
     const char *labels[] = {"point-1", "point-2", "point-3"};
     const char *values[] = {"2k", "4k", "1M"};
     const char *status[] = {"ok", "ok", "refused"};
     write_sweep_json(dir, labels, values, status, 3);
-    assert_true(html_is_sweep(dir));
+    assert_true(report_is_sweep(dir));
 
-    html_sweep sw;
+    report_sweep sw;
     char err[ERR_LEN] = "";
-    if (html_sweep_load(&sw, dir, 0, stderr, err) != 0)
-        fail_msg("html_sweep_load: %s", err);
+    if (report_sweep_load(&sw, dir, 0, stderr, err) != 0)
+        fail_msg("report_sweep_load: %s", err);
     assert_int_equal(sw.n_points, 3);
     assert_true(sw.points[0].loaded && sw.points[1].loaded && !sw.points[2].loaded);
-    json_t *results = html_sweep_results_json(&sw);
+    assert_int_equal(report_sweep_write_results(&sw, err), 0);
+    assert_true(exists(dir, "sweep.csv"));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/sweep.json", dir);
+    json_t *written = json_load_file(path, 0, NULL);
+    json_t *results = json_object_get(written, "results");
     assert_int_equal(json_array_size(results), 3);
     json_t *p2 = json_array_get(results, 1);
     double step = json_real_value(json_object_get(p2, "spike_step"));
@@ -326,15 +306,12 @@ static void test_sweep(void **state)
     assert_float_equal(step / model_step, 1.0, 0.02);
     assert_string_equal(json_string_value(json_object_get(json_array_get(results, 2), "status")),
                         "refused");
-    json_decref(results);
+    json_decref(written);
 
-    assert_int_equal(html_sweep_write_results(&sw, err), 0);
-    assert_true(exists(dir, "sweep.csv"));
     html_options opt = {.predict = true};
     if (html_write_sweep_report(&sw, &opt, err) != 0)
         fail_msg("html_write_sweep_report: %s", err);
     plot_release_caches();
-    char path[4200];
     snprintf(path, sizeof path, "%s/report.html", dir);
     char *doc = slurp(path);
     assert_non_null(strstr(doc, "<figure id=\"fig-spike_vs_prompt\">"));
@@ -347,12 +324,12 @@ static void test_sweep(void **state)
     char *table = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&table, &len);
-    html_sweep_table_print(f, &sw);
+    report_sweep_table_print(f, &sw);
     fclose(f);
     assert_non_null(strstr(table, "point-2  4k"));
     assert_non_null(strstr(table, "refused: too long"));
     free(table);
-    html_sweep_free(&sw);
+    report_sweep_free(&sw);
     rm_rf(dir);
 }
 
@@ -362,7 +339,6 @@ int main(void)
         cmocka_unit_test(test_escape_url_rel),
         cmocka_unit_test(test_run_report),
         cmocka_unit_test(test_predict),
-        cmocka_unit_test(test_model_spike),
         cmocka_unit_test(test_sweep),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

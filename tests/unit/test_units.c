@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -63,10 +64,14 @@ static void test_durations(void **state)
     assert_int_equal(v, 120000000000LL);
     assert_int_equal(units_parse_duration_ns("1h", &v, err), 0);
     assert_int_equal(v, 3600000000000LL);
-    assert_int_equal(units_parse_duration_ns("3", &v, err), 0); /* bare number: seconds */
-    assert_int_equal(v, 3000000000LL);
-    assert_int_equal(units_parse_duration_ns("0.5", &v, err), 0);
-    assert_int_equal(v, 500000000LL);
+    /* A bare number has no unit to trust (50: seconds or ms?): refused, with the choices. */
+    assert_int_equal(units_parse_duration_ns("3", &v, err), -1);
+    assert_non_null(strstr(err, "needs a unit"));
+    assert_int_equal(units_parse_duration_ns("0.5", &v, err), -1);
+    /* ... except zero, the same in every unit. */
+    v = 7;
+    assert_int_equal(units_parse_duration_ns("0", &v, err), 0);
+    assert_int_equal(v, 0);
     const char *bad[] = {"10q", "s", "", "1e20s", "5 s", "ms5", "nan"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(units_parse_duration_ns(bad[i], &v, err), -1);

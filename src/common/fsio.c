@@ -1,0 +1,132 @@
+#include "common/fsio.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/err.h"
+
+int fsio_mkdirs(const char *path, char *err)
+{
+    char buf[4096];
+    if (!path[0])
+        return err_set(err, "empty directory name");
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return err_set(err, "path too long: %.80s...", path);
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char saved = *p;
+        *p = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            return err_set(err, "cannot create %s: %s", buf, strerror(errno));
+        *p = saved;
+        if (saved == '\0')
+            break;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return err_set(err, "cannot create %s: a file of that name is in the way", path);
+    return 0;
+}
+
+int fsio_join(char *out, size_t size, const char *dir, const char *name, char *err)
+{
+    if (snprintf(out, size, "%s/%s", dir, name) >= (int)size)
+        return err_set(err, "path too long: %.80s/%s", dir, name);
+    return 0;
+}
+
+int fsio_write_atomic(const char *path, const void *data, size_t len, char *err)
+{
+    char tmp[4200];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        return err_set(err, "path too long: %.80s...", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return err_set(err, "cannot write %s: %s", tmp, strerror(errno));
+    size_t put = fwrite(data, 1, len, f);
+    int e = errno;
+    /* fclose flushes: a full disk shows up here as often as in fwrite. */
+    if (fclose(f) != 0) {
+        e = errno;
+        put = 0;
+    }
+    if (put != len) {
+        remove(tmp);
+        return err_set(err, "cannot write %s: %s", tmp, strerror(e ? e : EIO));
+    }
+    if (rename(tmp, path) != 0) {
+        e = errno;
+        remove(tmp);
+        return err_set(err, "cannot rename %s to %s: %s", tmp, path, strerror(e));
+    }
+    return 0;
+}
+
+int fsio_write_json(const char *path, const json_t *json, size_t flags, char *err)
+{
+    if (!json)
+        return err_set(err, "%s: nothing to write (out of memory building it?)", path);
+    char *text = json_dumps(json, flags ? flags : FSIO_JSON_FLAGS);
+    if (!text)
+        return err_set(err, "%s: cannot encode JSON", path);
+    size_t len = strlen(text);
+    /* json_dump_file ends without a newline; text files should end with one. */
+    char *line = realloc(text, len + 2);
+    if (!line) {
+        free(text);
+        return err_set(err, "%s: out of memory", path);
+    }
+    line[len] = '\n';
+    line[len + 1] = '\0';
+    int rc = fsio_write_atomic(path, line, len + 1, err);
+    free(line);
+    return rc;
+}
+
+int fsio_create(fsio_file *file, const char *path, char *err)
+{
+    memset(file, 0, sizeof *file);
+    if (snprintf(file->path, sizeof file->path, "%s", path) >= (int)sizeof file->path ||
+        snprintf(file->tmp, sizeof file->tmp, "%s.tmp", path) >= (int)sizeof file->tmp)
+        return err_set(err, "path too long: %.80s...", path);
+    file->f = fopen(file->tmp, "wb");
+    if (!file->f)
+        return err_set(err, "cannot write %s: %s", file->tmp, strerror(errno));
+    return 0;
+}
+
+int fsio_commit(fsio_file *file, char *err)
+{
+    if (!file->f)
+        return err_set(err, "%s: not open", file->path);
+    int failed = ferror(file->f);
+    int e = errno;
+    if (fclose(file->f) != 0) {
+        failed = 1;
+        e = errno;
+    }
+    file->f = NULL;
+    if (failed) {
+        remove(file->tmp);
+        return err_set(err, "cannot write %s: %s", file->tmp, strerror(e ? e : EIO));
+    }
+    if (rename(file->tmp, file->path) != 0) {
+        e = errno;
+        remove(file->tmp);
+        return err_set(err, "cannot rename %s to %s: %s", file->tmp, file->path, strerror(e));
+    }
+    return 0;
+}
+
+void fsio_abandon(fsio_file *file)
+{
+    if (file->f) {
+        fclose(file->f);
+        file->f = NULL;
+        remove(file->tmp);
+    }
+}

@@ -1,0 +1,196 @@
+/* config — the experiment's configuration: the lesson's defaults (the one place they
+ * live), the option tables that fill it, its resolution against the catalog, its checks
+ * and its names. */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/err.h"
+#include "engine/exec_cpu.h"
+#include "engine/exec_emulate.h"
+#include "experiment/experiment.h"
+#include "sim/sim.h"
+
+/* ---- defaults and names --------------------------------------------------------------- */
+
+void experiment_lesson_sched(sched_config *sched)
+{
+    memset(sched, 0, sizeof *sched);
+    /* One-step prefill: vLLM --max-num-batched-tokens 16384 with chunked prefill off. */
+    sched->policy = SCHED_MIXED;
+    sched->max_num_batched_tokens = 16384;
+    sched->max_num_seqs = 256; /* vLLM's default */
+    sched->block_size = 16;
+}
+
+void experiment_defaults(experiment_config *cfg, experiment_engine engine)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->engine = engine;
+    workload_default(&cfg->wl);
+    experiment_lesson_sched(&cfg->sched);
+    cfg->device.step_overhead_ns = -1;
+    cfg->device.compute_efficiency = 1.0;
+    cfg->device.bandwidth_efficiency = 1.0;
+    cfg->device.gpu_memory_utilization = 0.9;
+    cfg->client.endpoint = DRIVER_COMPLETIONS;
+    cfg->client.request_timeout_ns = 30 * CLOCK_NS_PER_S;
+    cfg->client.warmup_ns = 2 * CLOCK_NS_PER_S;
+}
+
+static const char *const ENGINE_LABELS[] = {"sim", "emulate", "cpu", "remote"};
+
+const char *experiment_engine_label(experiment_engine engine)
+{
+    return (unsigned)engine < sizeof ENGINE_LABELS / sizeof ENGINE_LABELS[0]
+               ? ENGINE_LABELS[engine]
+               : "unknown";
+}
+
+int experiment_engine_parse(const char *text, experiment_engine *out, char *err)
+{
+    for (int i = 0; i < (int)(sizeof ENGINE_LABELS / sizeof ENGINE_LABELS[0]); i++)
+        if (strcmp(text, ENGINE_LABELS[i]) == 0) {
+            *out = (experiment_engine)i;
+            return 0;
+        }
+    return err_set(err, "unknown engine '%s' (sim | emulate | cpu | remote)", text);
+}
+
+void experiment_profile_name(const cost_params *cost, const sched_config *sched, char *buf,
+                             size_t size)
+{
+    snprintf(buf, size, "%s %s %s/%d", cost->gpu.name, cost->arch.name,
+             sched_policy_name(sched->policy), sched->max_num_batched_tokens);
+}
+
+void experiment_engine_name(const experiment_config *cfg, const char *served_model, char *buf,
+                            size_t size)
+{
+    if (cfg->engine == EXPERIMENT_REMOTE) {
+        snprintf(buf, size, "remote %s",
+                 served_model && served_model[0] ? served_model : "(unnamed model)");
+        return;
+    }
+    /* The cpu engine's device is this machine: named only when a profile names it. */
+    if (cfg->engine == EXPERIMENT_CPU && strcmp(cfg->cost.gpu.name, EXPERIMENT_CPU_DEVICE) == 0) {
+        snprintf(buf, size, "cpu %s %s/%d", cfg->cost.arch.name,
+                 sched_policy_name(cfg->sched.policy), cfg->sched.max_num_batched_tokens);
+        return;
+    }
+    char profile[160];
+    experiment_profile_name(&cfg->cost, &cfg->sched, profile, sizeof profile);
+    snprintf(buf, size, "%s %s", experiment_engine_label(cfg->engine), profile);
+}
+
+/* ---- resolution and checks -------------------------------------------------------------- */
+
+int experiment_resolve_cost(experiment_config *cfg, char *err)
+{
+    const experiment_device *d = &cfg->device;
+    const bool cpu = cfg->engine == EXPERIMENT_CPU;
+    cost_gpu gpu;
+    cost_arch arch;
+    if (d->hardware[0]) {
+        if (cost_gpu_from_profile(d->hardware, &gpu, err) != 0)
+            return -1;
+    } else if (cost_gpu_find(d->gpu[0] ? d->gpu : cpu ? EXPERIMENT_CPU_DEVICE
+                                                        : EXPERIMENT_DEFAULT_GPU,
+                             &gpu, err) != 0) {
+        return -1;
+    }
+    if (d->model_config[0]) {
+        if (cost_arch_from_hf_config(d->model_config, &arch, err) != 0)
+            return -1;
+    } else if (cost_arch_find(d->model[0] ? d->model : cpu ? EXPERIMENT_CPU_MODEL
+                                                            : EXPERIMENT_DEFAULT_MODEL,
+                              &arch, err) != 0) {
+        return -1;
+    }
+    cost_params_init(&cfg->cost, &gpu, &arch);
+    cfg->cost.compute_efficiency = d->compute_efficiency;
+    cfg->cost.bandwidth_efficiency = d->bandwidth_efficiency;
+    /* A profile measured its own per-step overhead; --step-overhead replaces it. */
+    if (d->step_overhead_ns >= 0)
+        cfg->cost.step_overhead_ns = d->step_overhead_ns;
+    cfg->cost.params_override = d->params_override;
+    return 0;
+}
+
+int experiment_resolve(experiment_config *cfg, char *err)
+{
+    if (cfg->engine == EXPERIMENT_REMOTE) {
+        if (!cfg->client.target[0])
+            return err_set(err, "a remote engine needs --target URL");
+        memset(&cfg->cost, 0, sizeof cfg->cost); /* someone else's hardware */
+        return 0;
+    }
+    if (experiment_resolve_cost(cfg, err) != 0)
+        return -1;
+    if (cfg->sched.max_model_len <= 0)
+        cfg->sched.max_model_len = cfg->cost.arch.max_position;
+    if (cfg->sched.kv_blocks <= 0) {
+        cfg->sched.kv_blocks = cost_kv_blocks(&cfg->cost, cfg->device.gpu_memory_utilization,
+                                              cfg->sched.block_size);
+        if (cfg->sched.kv_blocks <= 0)
+            return err_set(err, "model %s does not fit in %s's memory (%.0f GB) with "
+                                "gpu-memory-utilization %.2f",
+                           cfg->cost.arch.name, cfg->cost.gpu.name, cfg->cost.gpu.mem_bytes / 1e9,
+                           cfg->device.gpu_memory_utilization);
+    }
+    return 0;
+}
+
+int experiment_check(const experiment_config *cfg, char *err)
+{
+    workload_config wl = cfg->wl;
+    wl.inject = true;
+    if (workload_check(&wl, err) != 0)
+        return -1;
+    if (cfg->engine == EXPERIMENT_REMOTE)
+        return 0; /* its scheduler is the server's: only it can refuse */
+    if (sched_config_check(&cfg->sched, err) != 0)
+        return -1;
+    /* The simulator's admission rule is the embedded engine's: one check for both. */
+    sim_config sim = {.wl = wl, .cost = cfg->cost, .sched = cfg->sched};
+    return sim_check(&sim, err);
+}
+
+double experiment_model_spike_ms(const experiment_config *cfg, int prompt_tokens)
+{
+    if (cfg->engine == EXPERIMENT_REMOTE)
+        return 0;
+    int users = cfg->wl.users > 0 ? cfg->wl.users : 0;
+    int budget = cfg->sched.policy == SCHED_CHUNKED ? cfg->sched.max_num_batched_tokens : 0;
+    return (double)cost_injection_step_ns(&cfg->cost, prompt_tokens, users,
+                                          workload_typical_context(&cfg->wl), budget) /
+           1e6;
+}
+
+/* ---- the embedded server's executor --------------------------------------------------- */
+
+int experiment_create_executor(const experiment_config *cfg, FILE *notes, exec **out, char *err)
+{
+    if (cfg->engine == EXPERIMENT_EMULATE) {
+        *out = exec_emulate_create(&cfg->cost, err);
+        return *out ? 0 : -1;
+    }
+    if (cfg->engine != EXPERIMENT_CPU)
+        return err_set(err, "the %s engine has no executor", experiment_engine_label(cfg->engine));
+    const cost_params *cost = &cfg->cost;
+    exec_cpu_config cpu = {
+        .arch = cost->arch,
+        .threads = cfg->device.threads,
+        .kv_blocks = cfg->sched.kv_blocks,
+        /* A prediction only makes sense for a CPU device: a profile or the "cpu" entry. */
+        .cost = cost->gpu.threads > 0 ? cost : NULL,
+    };
+    if (exec_cpu_create(&cpu, out, err) != 0)
+        return -1;
+    if (notes && cost->gpu.threads > 0 && cost->gpu.threads != exec_cpu_threads(*out))
+        fprintf(notes, "stallscope: note: %s was measured with %d thread%s, the engine runs %d: "
+                       "modeled step times will not match\n",
+                cost->gpu.name, cost->gpu.threads, cost->gpu.threads == 1 ? "" : "s",
+                exec_cpu_threads(*out));
+    return 0;
+}

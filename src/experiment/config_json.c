@@ -1,0 +1,480 @@
+/* config_json — config.json, written and read by one table per section, so the writer and
+ * the reader cannot drift apart: a field is in the table, or it is in neither.
+ *
+ *   { "format": 2, "label", "engine", "engine_kind", "target", "duration_s", "users",
+ *     "complete", "argv": [...],
+ *     "experiment": {no_baseline, stall_threshold_ns},
+ *     "workload": {...}, "sched": {...}, "device": {...},
+ *     "cost": {"gpu": {...}, "model": {...}, efficiencies, overhead ...}   (our engines)
+ *     "client": {...}                                     (the client's settings)
+ *     "session": {...} }                                  (what an HTTP run learned)
+ *
+ * duration_s and users repeat the workload's for readers of the first format. */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/fsio.h"
+#include "experiment/experiment.h"
+
+#define CONFIG_FORMAT 2
+
+typedef enum {
+    F_INT,      /* int */
+    F_I64,      /* int64_t */
+    F_U64,      /* uint64_t (stored as a JSON integer, same bits) */
+    F_DOUBLE,   /* double */
+    F_BOOL,     /* bool */
+    F_TEXT,     /* char[size] */
+    F_SOURCE,   /* const char *: written; read back as "config.json" (provenance) */
+    F_POLICY,   /* sched_policy, by name */
+    F_ENDPOINT, /* driver_endpoint, by name */
+} field_type;
+
+typedef struct field {
+    const char *key;
+    field_type type;
+    size_t offset, size;
+} field;
+
+#define FLD(KEY, TYPE, T, F) {KEY, TYPE, offsetof(T, F), sizeof(((T *)0)->F)}
+#define N_FIELDS(t) (sizeof(t) / sizeof((t)[0]))
+
+static const field EXPERIMENT_FIELDS[] = {
+    FLD("no_baseline", F_BOOL, experiment_config, no_baseline),
+    FLD("stall_threshold_ns", F_I64, experiment_config, stall_threshold_ns),
+};
+
+static const field WORKLOAD_FIELDS[] = {
+    FLD("users", F_INT, workload_config, users),
+    FLD("duration_ns", F_I64, workload_config, duration_ns),
+    FLD("inject", F_BOOL, workload_config, inject),
+    FLD("inject_at_ns", F_I64, workload_config, inject_at_ns),
+    FLD("inject_every_ns", F_I64, workload_config, inject_every_ns),
+    FLD("inject_poisson", F_BOOL, workload_config, inject_poisson),
+    FLD("prompt_tokens", F_INT, workload_config, prompt_tokens),
+    FLD("inject_max_tokens", F_INT, workload_config, inject_max_tokens),
+    FLD("bg_prompt_min", F_INT, workload_config, bg_prompt_min),
+    FLD("bg_prompt_max", F_INT, workload_config, bg_prompt_max),
+    FLD("bg_answer_min", F_INT, workload_config, bg_answer_min),
+    FLD("bg_answer_max", F_INT, workload_config, bg_answer_max),
+    FLD("seed", F_U64, workload_config, seed),
+};
+
+static const field SCHED_FIELDS[] = {
+    FLD("policy", F_POLICY, sched_config, policy),
+    FLD("max_num_batched_tokens", F_INT, sched_config, max_num_batched_tokens),
+    FLD("max_num_seqs", F_INT, sched_config, max_num_seqs),
+    FLD("max_model_len", F_INT, sched_config, max_model_len),
+    FLD("block_size", F_INT, sched_config, block_size),
+    FLD("kv_blocks", F_I64, sched_config, kv_blocks),
+};
+
+static const field DEVICE_FIELDS[] = {
+    FLD("gpu", F_TEXT, experiment_device, gpu),
+    FLD("model", F_TEXT, experiment_device, model),
+    FLD("model_config", F_TEXT, experiment_device, model_config),
+    FLD("hardware", F_TEXT, experiment_device, hardware),
+    FLD("params_override", F_DOUBLE, experiment_device, params_override),
+    FLD("step_overhead_ns", F_I64, experiment_device, step_overhead_ns),
+    FLD("compute_efficiency", F_DOUBLE, experiment_device, compute_efficiency),
+    FLD("bandwidth_efficiency", F_DOUBLE, experiment_device, bandwidth_efficiency),
+    FLD("gpu_memory_utilization", F_DOUBLE, experiment_device, gpu_memory_utilization),
+    FLD("threads", F_INT, experiment_device, threads),
+};
+
+static const field GPU_FIELDS[] = {
+    FLD("name", F_TEXT, cost_gpu, name),
+    FLD("peak_flops", F_DOUBLE, cost_gpu, peak_flops),
+    FLD("mem_bandwidth", F_DOUBLE, cost_gpu, mem_bandwidth),
+    FLD("mem_bytes", F_DOUBLE, cost_gpu, mem_bytes),
+    FLD("source", F_SOURCE, cost_gpu, source),
+    FLD("attention_flops", F_DOUBLE, cost_gpu, attention_flops),
+    FLD("bytes_per_param", F_DOUBLE, cost_gpu, bytes_per_param),
+    FLD("kv_bytes_per_elem", F_DOUBLE, cost_gpu, kv_bytes_per_elem),
+    FLD("step_overhead_ns", F_I64, cost_gpu, step_overhead_ns),
+    FLD("threads", F_INT, cost_gpu, threads),
+};
+
+static const field ARCH_FIELDS[] = {
+    FLD("name", F_TEXT, cost_arch, name),
+    FLD("n_layers", F_INT, cost_arch, n_layers),
+    FLD("hidden", F_INT, cost_arch, hidden),
+    FLD("n_heads", F_INT, cost_arch, n_heads),
+    FLD("n_kv_heads", F_INT, cost_arch, n_kv_heads),
+    FLD("head_dim", F_INT, cost_arch, head_dim),
+    FLD("ffn", F_INT, cost_arch, ffn),
+    FLD("vocab", F_INT, cost_arch, vocab),
+    FLD("max_position", F_INT, cost_arch, max_position),
+    FLD("tied_embeddings", F_BOOL, cost_arch, tied_embeddings),
+    FLD("source", F_SOURCE, cost_arch, source),
+};
+
+static const field COST_FIELDS[] = {
+    FLD("compute_efficiency", F_DOUBLE, cost_params, compute_efficiency),
+    FLD("bandwidth_efficiency", F_DOUBLE, cost_params, bandwidth_efficiency),
+    FLD("step_overhead_ns", F_I64, cost_params, step_overhead_ns),
+    FLD("bytes_per_param", F_DOUBLE, cost_params, bytes_per_param),
+    FLD("kv_bytes_per_elem", F_DOUBLE, cost_params, kv_bytes_per_elem),
+    FLD("params_override", F_DOUBLE, cost_params, params_override),
+};
+
+static const field CLIENT_FIELDS[] = {
+    FLD("target", F_TEXT, experiment_client, target),
+    FLD("endpoint", F_ENDPOINT, experiment_client, endpoint),
+    FLD("model_name", F_TEXT, experiment_client, model_name),
+    FLD("request_timeout_ns", F_I64, experiment_client, request_timeout_ns),
+    FLD("warmup_ns", F_I64, experiment_client, warmup_ns),
+    FLD("fidelity", F_BOOL, experiment_client, fidelity),
+    FLD("insecure", F_BOOL, experiment_client, insecure),
+};
+
+static const field SESSION_FIELDS[] = {
+    FLD("model_name", F_TEXT, experiment_meta, served_model),
+    FLD("token_id_prompts", F_BOOL, experiment_meta, token_id_prompts),
+    FLD("text_overhead", F_DOUBLE, experiment_meta, text_overhead),
+    FLD("text_tokens_per_word", F_DOUBLE, experiment_meta, text_tokens_per_word),
+    FLD("timestamps", F_BOOL, experiment_meta, timestamps),
+    FLD("nice", F_INT, experiment_meta, nice),
+    FLD("t0_monotonic_ns", F_I64, experiment_meta, t0_monotonic_ns),
+};
+
+static const field RUN_FIELDS[] = {
+    FLD("label", F_TEXT, experiment_meta, label),
+    FLD("engine", F_TEXT, experiment_meta, engine_name),
+    FLD("target", F_TEXT, experiment_meta, target),
+    FLD("complete", F_BOOL, experiment_meta, complete),
+};
+
+/* ---- writing ------------------------------------------------------------------------------ */
+
+static json_t *field_json(const field *f, const void *base)
+{
+    const char *p = (const char *)base + f->offset;
+    switch (f->type) {
+    case F_INT:
+        return json_integer(*(const int *)p);
+    case F_I64:
+        return json_integer(*(const int64_t *)p);
+    case F_U64:
+        return json_integer((json_int_t) * (const uint64_t *)p);
+    case F_DOUBLE:
+        return json_real(*(const double *)p);
+    case F_BOOL:
+        return json_boolean(*(const bool *)p);
+    case F_TEXT:
+        return json_string(p);
+    case F_SOURCE:
+        return json_string(*(const char *const *)p ? *(const char *const *)p : "");
+    case F_POLICY:
+        return json_string(sched_policy_name(*(const sched_policy *)p));
+    case F_ENDPOINT:
+        return json_string(*(const driver_endpoint *)p == DRIVER_CHAT ? "chat" : "completions");
+    }
+    return json_null();
+}
+
+static void put_fields(json_t *obj, const field *fields, size_t n, const void *base)
+{
+    for (size_t i = 0; i < n; i++)
+        json_object_set_new(obj, fields[i].key, field_json(&fields[i], base));
+}
+
+static json_t *section(const field *fields, size_t n, const void *base)
+{
+    json_t *obj = json_object();
+    put_fields(obj, fields, n, base);
+    return obj;
+}
+
+json_t *experiment_config_to_json(const experiment_config *cfg, const experiment_meta *meta)
+{
+    static const experiment_meta none;
+    if (!meta)
+        meta = &none;
+    json_t *root = json_object();
+    json_object_set_new(root, "format", json_integer(CONFIG_FORMAT));
+    put_fields(root, RUN_FIELDS, N_FIELDS(RUN_FIELDS), meta);
+    json_object_set_new(root, "engine_kind", json_string(experiment_engine_label(cfg->engine)));
+    json_object_set_new(root, "duration_s", json_real((double)cfg->wl.duration_ns / 1e9));
+    json_object_set_new(root, "users", json_integer(cfg->wl.users));
+    json_t *args = json_array();
+    for (int i = 0; i < meta->argc; i++)
+        json_array_append_new(args, json_string(meta->argv[i]));
+    json_object_set_new(root, "argv", args);
+    json_object_set_new(root, "experiment",
+                        section(EXPERIMENT_FIELDS, N_FIELDS(EXPERIMENT_FIELDS), cfg));
+    json_object_set_new(root, "workload", section(WORKLOAD_FIELDS, N_FIELDS(WORKLOAD_FIELDS), &cfg->wl));
+    json_object_set_new(root, "sched", section(SCHED_FIELDS, N_FIELDS(SCHED_FIELDS), &cfg->sched));
+    json_object_set_new(root, "device", section(DEVICE_FIELDS, N_FIELDS(DEVICE_FIELDS), &cfg->device));
+    if (cfg->engine != EXPERIMENT_REMOTE) {
+        json_t *cost = section(COST_FIELDS, N_FIELDS(COST_FIELDS), &cfg->cost);
+        json_object_set_new(cost, "gpu", section(GPU_FIELDS, N_FIELDS(GPU_FIELDS), &cfg->cost.gpu));
+        json_object_set_new(cost, "model", section(ARCH_FIELDS, N_FIELDS(ARCH_FIELDS), &cfg->cost.arch));
+        json_object_set_new(root, "cost", cost);
+    }
+    json_object_set_new(root, "client", section(CLIENT_FIELDS, N_FIELDS(CLIENT_FIELDS), &cfg->client));
+    if (meta->has_client)
+        json_object_set_new(root, "session", section(SESSION_FIELDS, N_FIELDS(SESSION_FIELDS), meta));
+    return root;
+}
+
+/* ---- reading ------------------------------------------------------------------------------ */
+
+static int bad(char *err, const char *where, const field *f, const char *what)
+{
+    return err_set(err, "config.json: %s%s%s: %s", where, where[0] ? "." : "", f->key, what);
+}
+
+static int read_field(const json_t *v, const field *f, void *base, const char *where, char *err)
+{
+    char *p = (char *)base + f->offset;
+    char why[ERR_LEN];
+    switch (f->type) {
+    case F_INT:
+    case F_I64:
+    case F_U64: {
+        if (!json_is_integer(v))
+            return bad(err, where, f, "not an integer");
+        json_int_t x = json_integer_value(v);
+        if (f->type == F_INT && (x < INT32_MIN || x > INT32_MAX))
+            return bad(err, where, f, "out of range");
+        if (f->type == F_INT)
+            *(int *)p = (int)x;
+        else if (f->type == F_I64)
+            *(int64_t *)p = (int64_t)x;
+        else
+            *(uint64_t *)p = (uint64_t)x;
+        return 0;
+    }
+    case F_DOUBLE:
+        if (!json_is_number(v))
+            return bad(err, where, f, "not a number");
+        *(double *)p = json_number_value(v);
+        return 0;
+    case F_BOOL:
+        if (!json_is_boolean(v))
+            return bad(err, where, f, "not true or false");
+        *(bool *)p = json_is_true(v);
+        return 0;
+    case F_TEXT:
+        if (!json_is_string(v))
+            return bad(err, where, f, "not a string");
+        if (json_string_length(v) >= f->size)
+            return bad(err, where, f, "too long");
+        memcpy(p, json_string_value(v), json_string_length(v) + 1);
+        return 0;
+    case F_SOURCE:
+        if (!json_is_string(v))
+            return bad(err, where, f, "not a string");
+        *(const char **)p = "config.json";
+        return 0;
+    case F_POLICY:
+        if (!json_is_string(v) || sched_policy_parse(json_string_value(v), (sched_policy *)p, why) != 0)
+            return bad(err, where, f, "not a policy (mixed, chunked, prefill-first)");
+        return 0;
+    case F_ENDPOINT:
+        if (!json_is_string(v) ||
+            driver_endpoint_parse(json_string_value(v), (driver_endpoint *)p, why) != 0)
+            return bad(err, where, f, "not an endpoint (completions, chat)");
+        return 0;
+    }
+    return bad(err, where, f, "unknown field type");
+}
+
+/* Fields absent from obj keep what base holds (the defaults). */
+static int get_fields(const json_t *obj, const field *fields, size_t n, void *base,
+                      const char *where, char *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_object_get(obj, fields[i].key);
+        if (v && read_field(v, &fields[i], base, where, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The object at key (NULL when absent), or -1 with err when it is something else. */
+static int get_section(const json_t *root, const char *key, const json_t **out, char *err)
+{
+    *out = json_object_get(root, key);
+    if (*out && !json_is_object(*out))
+        return err_set(err, "config.json: %s is not an object", key);
+    return 0;
+}
+
+static int read_section(const json_t *root, const char *key, const field *fields, size_t n,
+                        void *base, char *err)
+{
+    const json_t *obj;
+    if (get_section(root, key, &obj, err) != 0)
+        return -1;
+    return obj ? get_fields(obj, fields, n, base, key, err) : 0;
+}
+
+static int read_argv(const json_t *root, experiment_meta *meta, char *err)
+{
+    const json_t *args = json_object_get(root, "argv");
+    if (!args)
+        return 0;
+    if (!json_is_array(args))
+        return err_set(err, "config.json: argv is not an array");
+    size_t n = json_array_size(args);
+    char **strs = calloc(n + 1, sizeof *strs);
+    if (!strs)
+        return err_set(err, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const char *s = json_string_value(json_array_get(args, i));
+        if (!s) {
+            free(strs);
+            return err_set(err, "config.json: argv[%zu] is not a string", i);
+        }
+        strs[i] = (char *)s; /* borrowed: experiment_meta_set_argv copies */
+    }
+    int rc = experiment_meta_set_argv(meta, (int)n, strs);
+    free(strs);
+    return rc == 0 ? 0 : err_set(err, "out of memory");
+}
+
+int experiment_config_from_json(const json_t *json, experiment_config *cfg,
+                                experiment_meta *meta, char *err)
+{
+    experiment_meta scratch;
+    if (!meta)
+        meta = &scratch;
+    memset(meta, 0, sizeof *meta);
+    if (!json_is_object(json))
+        return err_set(err, "config.json: not a JSON object");
+    const json_t *format = json_object_get(json, "format");
+    if (!format)
+        return err_set(err, "config.json: no \"format\" (written by an older stallscope: rerun, "
+                            "or read its tables with `stallscope report`)");
+    if (!json_is_integer(format) || json_integer_value(format) != CONFIG_FORMAT)
+        return err_set(err, "config.json: format %lld, this stallscope reads format %d",
+                       (long long)json_integer_value(format), CONFIG_FORMAT);
+    const char *kind = json_string_value(json_object_get(json, "engine_kind"));
+    experiment_engine engine;
+    char why[ERR_LEN];
+    if (!kind || experiment_engine_parse(kind, &engine, why) != 0)
+        return err_set(err, "config.json: engine_kind is missing or unknown");
+    experiment_defaults(cfg, engine);
+    const json_t *cost;
+    int rc = -1;
+    if (get_fields(json, RUN_FIELDS, N_FIELDS(RUN_FIELDS), meta, "", err) != 0 ||
+        read_argv(json, meta, err) != 0 ||
+        read_section(json, "experiment", EXPERIMENT_FIELDS, N_FIELDS(EXPERIMENT_FIELDS), cfg, err) != 0 ||
+        read_section(json, "workload", WORKLOAD_FIELDS, N_FIELDS(WORKLOAD_FIELDS), &cfg->wl, err) != 0 ||
+        read_section(json, "sched", SCHED_FIELDS, N_FIELDS(SCHED_FIELDS), &cfg->sched, err) != 0 ||
+        read_section(json, "device", DEVICE_FIELDS, N_FIELDS(DEVICE_FIELDS), &cfg->device, err) != 0 ||
+        read_section(json, "client", CLIENT_FIELDS, N_FIELDS(CLIENT_FIELDS), &cfg->client, err) != 0 ||
+        get_section(json, "cost", &cost, err) != 0)
+        goto fail;
+    if (cost) {
+        if (get_fields(cost, COST_FIELDS, N_FIELDS(COST_FIELDS), &cfg->cost, "cost", err) != 0 ||
+            read_section(cost, "gpu", GPU_FIELDS, N_FIELDS(GPU_FIELDS), &cfg->cost.gpu, err) != 0 ||
+            read_section(cost, "model", ARCH_FIELDS, N_FIELDS(ARCH_FIELDS), &cfg->cost.arch, err) != 0)
+            goto fail;
+    } else if (engine != EXPERIMENT_REMOTE) {
+        err_set(err, "config.json: no cost section for the %s engine", kind);
+        goto fail;
+    }
+    const json_t *session;
+    if (get_section(json, "session", &session, err) != 0)
+        goto fail;
+    if (session) {
+        meta->has_client = true;
+        if (get_fields(session, SESSION_FIELDS, N_FIELDS(SESSION_FIELDS), meta, "session", err) != 0)
+            goto fail;
+    }
+    rc = 0;
+fail:
+    if (rc != 0 || meta == &scratch)
+        experiment_meta_free(meta);
+    return rc;
+}
+
+int experiment_config_write(const char *path, const experiment_config *cfg,
+                            const experiment_meta *meta, char *err)
+{
+    json_t *json = experiment_config_to_json(cfg, meta);
+    int rc = fsio_write_json(path, json, 0, err);
+    json_decref(json);
+    return rc;
+}
+
+int experiment_config_read(const char *path, experiment_config *cfg, experiment_meta *meta,
+                           char *err)
+{
+    json_error_t jerr;
+    json_t *json = json_load_file(path, 0, &jerr);
+    if (!json)
+        return err_set(err, "%s:%d: %s", path, jerr.line, jerr.text);
+    char why[ERR_LEN];
+    int rc = experiment_config_from_json(json, cfg, meta, why);
+    json_decref(json);
+    if (rc != 0)
+        return err_set(err, "%s: %s", path, why);
+    return 0;
+}
+
+/* ---- the run's record ----------------------------------------------------------------------- */
+
+/* Options whose value must never reach a file. */
+static bool secret_option(const char *arg, size_t *name_len)
+{
+    static const char *const secret[] = {"--api-key", "--header"};
+    for (size_t i = 0; i < sizeof secret / sizeof secret[0]; i++) {
+        size_t n = strlen(secret[i]);
+        if (strncmp(arg, secret[i], n) == 0 && (arg[n] == '\0' || arg[n] == '=')) {
+            *name_len = n;
+            return true;
+        }
+    }
+    return false;
+}
+
+int experiment_meta_set_argv(experiment_meta *meta, int argc, char **argv)
+{
+    char **copy = calloc((size_t)argc + 1, sizeof *copy);
+    if (!copy)
+        return -1;
+    bool mask_next = false;
+    for (int i = 0; i < argc; i++) {
+        size_t name_len = 0;
+        char masked[64];
+        const char *text = argv[i];
+        if (mask_next) {
+            text = "***";
+            mask_next = false;
+        } else if (secret_option(argv[i], &name_len)) {
+            if (argv[i][name_len] == '=') {
+                snprintf(masked, sizeof masked, "%.*s=***", (int)name_len, argv[i]);
+                text = masked;
+            } else {
+                mask_next = true;
+            }
+        }
+        if (!(copy[i] = strdup(text))) {
+            for (int k = 0; k < i; k++)
+                free(copy[k]);
+            free(copy);
+            return -1;
+        }
+    }
+    for (int i = 0; i < meta->argc; i++)
+        free(meta->argv[i]);
+    free(meta->argv);
+    meta->argv = copy;
+    meta->argc = argc;
+    return 0;
+}
+
+void experiment_meta_free(experiment_meta *meta)
+{
+    for (int i = 0; i < meta->argc; i++)
+        free(meta->argv[i]);
+    free(meta->argv);
+    meta->argv = NULL;
+    meta->argc = 0;
+}

@@ -1,0 +1,339 @@
+/* experiment — the one place an experiment is orchestrated: a typed configuration, its
+ * config.json (one writer and one reader, side by side), a runner interface, and the run
+ * pair every command performs:
+ *
+ *     baseline (injector off) -> its p50, the reference -> interference run -> summaries
+ *     -> artifacts (OUT/<label>/..., OUT/comparison.json) -> verdict
+ *
+ * `sim`, `run`, `sweep`, the report's prediction and the tests differ only in the runner
+ * they hand to experiment_run_pair(): the simulator (virtual time, in process) or HTTP
+ * (the embedded server, started per run, or a --target).
+ *
+ * Layering: experiment uses workload, engine, sim, client, analysis and common; report and
+ * cli sit above it. Nothing here prints unless given a FILE, installs a signal handler or
+ * exits. */
+#ifndef STALLSCOPE_EXPERIMENT_H
+#define STALLSCOPE_EXPERIMENT_H
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "analysis/analysis.h"
+#include "client/driver.h"
+#include "common/opts.h"
+#include "common/tokenlog.h"
+#include "engine/cost.h"
+#include "engine/exec.h"
+#include "engine/sched.h"
+#include "workload/workload.h"
+
+/* ---- configuration ---------------------------------------------------------------- */
+
+/* Where the tokens come from. */
+typedef enum {
+    EXPERIMENT_SIM,     /* the simulator: scheduler + cost model, virtual time */
+    EXPERIMENT_EMULATE, /* the embedded server, a GPU emulated in real time */
+    EXPERIMENT_CPU,     /* the embedded server, a real forward pass on this CPU */
+    EXPERIMENT_REMOTE,  /* someone's server at client.target */
+} experiment_engine;
+
+/* The device and model as the user named them; experiment_resolve turns them into
+ * cost_params. Empty names take the engine's defaults (EXPERIMENT_DEFAULT_*). */
+typedef struct experiment_device {
+    char gpu[32];                /* catalog name */
+    char model[64];              /* catalog name */
+    char model_config[512];      /* a Hugging Face config.json instead of --model */
+    char hardware[512];          /* a `stallscope calibrate` profile instead of --gpu */
+    double params_override;      /* --params / --lesson-flops; 0: from the architecture */
+    int64_t step_overhead_ns;    /* < 0: the device's own (0 for catalog GPUs) */
+    double compute_efficiency;   /* (0, 1] */
+    double bandwidth_efficiency; /* (0, 1] */
+    double gpu_memory_utilization; /* (0, 1]: the KV cache's share, vLLM's 0.9 */
+    int threads;                 /* cpu engine; 0: online cores - 1, at least 1 */
+} experiment_device;
+
+/* The HTTP client's settings (no secrets: the API key and headers travel separately, in
+ * experiment_secrets, and are never written anywhere). */
+typedef struct experiment_client {
+    char target[512];           /* EXPERIMENT_REMOTE: the server's base URL */
+    driver_endpoint endpoint;   /* completions | chat */
+    char model_name[128];       /* "model" of each request; "": the first of /v1/models */
+    int64_t request_timeout_ns; /* a request with no bytes for this long fails */
+    int64_t warmup_ns;          /* background load before t = 0, not recorded */
+    bool fidelity;              /* ask a --target for stallscope's per-chunk emit times */
+    bool insecure;              /* https without certificate checks */
+} experiment_client;
+
+typedef struct experiment_config {
+    experiment_engine engine;
+    workload_config wl;       /* the interference run's; the baseline turns the injector off */
+    sched_config sched;       /* max_model_len, kv_blocks 0: resolved from the model/memory */
+    experiment_device device;
+    cost_params cost;         /* resolved from device (unused for EXPERIMENT_REMOTE) */
+    experiment_client client;
+    bool no_baseline;         /* the interference run alone */
+    int64_t stall_threshold_ns; /* 0: 5 x the baseline's p50 (the run's own without one) */
+} experiment_config;
+
+/* The lesson, everywhere (the one place its numbers live): 32 users, an 8,000-token prompt
+ * at 5, 15, 25, 35 s of a 40 s run, one-step prefill (mixed, max_num_batched_tokens 16384,
+ * max_num_seqs 256, 16-token blocks), an H100 SXM running Llama 3.1 8B (the cpu engine: this
+ * CPU running "small"), a 30 s request timeout and 2 s of warm-up. */
+#define EXPERIMENT_DEFAULT_GPU "h100-sxm"
+#define EXPERIMENT_DEFAULT_MODEL "llama-3.1-8b"
+#define EXPERIMENT_CPU_DEVICE "cpu"
+#define EXPERIMENT_CPU_MODEL "small"
+void experiment_defaults(experiment_config *cfg, experiment_engine engine);
+void experiment_lesson_sched(sched_config *sched);
+
+const char *experiment_engine_label(experiment_engine engine); /* "sim", "emulate" ... */
+int experiment_engine_parse(const char *text, experiment_engine *out, char *err);
+
+/* Resolve the device into cfg->cost and complete cfg->sched (max_model_len from the model,
+ * KV blocks from the device's memory unless given). Idempotent; a configuration read back
+ * from config.json is resolved already (its device files may be gone: do not call this on
+ * it). 0, or -1 with err (bad input: an unknown GPU, a model that does not fit). */
+int experiment_resolve(experiment_config *cfg, char *err);
+/* The device part alone: cfg->device into cfg->cost (for `model`, which prices steps and
+ * needs no KV cache). 0, or -1 with err. */
+int experiment_resolve_cost(experiment_config *cfg, char *err);
+/* Refuse what the engine could never serve: a bad workload, or (our own engines) an
+ * injection longer than the context or, under mixed/prefill-first, the token budget.
+ * 0, or -1 with err. */
+int experiment_check(const experiment_config *cfg, char *err);
+
+/* "h100-sxm llama-3.1-8b mixed/16384": the cost model's profile of a run. */
+void experiment_profile_name(const cost_params *cost, const sched_config *sched, char *buf,
+                             size_t size);
+/* The engine as tables and reports name it: "sim h100-sxm llama-3.1-8b mixed/16384",
+ * "emulate h100-sxm ...", "cpu small mixed/16384" (the cpu engine's device is this machine,
+ * named only when a --hardware profile names it), "remote MODEL" (served_model: what the
+ * target called itself; NULL or "" for unknown). */
+void experiment_engine_name(const experiment_config *cfg, const char *served_model, char *buf,
+                            size_t size);
+
+/* The spike the cost model predicts for one injection of prompt_tokens under cfg: the
+ * longest step that carries it beside one decode per background user (cost_injection_step_ns,
+ * chunked under the budget when the policy chunks). ms; 0 for a remote engine. */
+double experiment_model_spike_ms(const experiment_config *cfg, int prompt_tokens);
+
+/* The option groups that fill a configuration, for every command that runs experiments
+ * (and for the sweep, which applies one varied value at a time through the same tables):
+ *   workload  --preset --users --duration --inject-every --inject-at --inject-poisson
+ *             --prompt-tokens --inject-max-tokens --bg-prompt-tokens --bg-answer-tokens --seed
+ *   device    --gpu --model --model-config --params --lesson-flops --step-overhead
+ *             --compute-efficiency --bandwidth-efficiency --gpu-memory-utilization
+ *             --hardware --threads
+ *   sched     --policy --max-num-batched-tokens --max-num-seqs --max-model-len --kv-blocks
+ *             --enable-chunked-prefill --no-enable-chunked-prefill
+ *   client    --target --endpoint --model-name --request-timeout --warmup --fidelity --insecure
+ *   analysis  --no-baseline --stall-threshold
+ * Call experiment_preset first: --preset is applied before every other flag. */
+opts_group experiment_workload_group(experiment_config *cfg);
+opts_group experiment_device_group(experiment_config *cfg);
+opts_group experiment_sched_group(experiment_config *cfg);
+opts_group experiment_client_group(experiment_config *cfg);
+opts_group experiment_analysis_group(experiment_config *cfg);
+/* Apply --preset NAME from argv, if any, over cfg->wl. 0, or -1 with err. */
+int experiment_preset(experiment_config *cfg, int argc, char **argv, char *err);
+
+/* What a --target must not write to disk. Owned by the caller. */
+#define EXPERIMENT_MAX_HEADERS 32
+typedef struct experiment_secrets {
+    const char *api_key;                          /* Authorization: Bearer; NULL or "" */
+    const char *headers[EXPERIMENT_MAX_HEADERS];  /* extra "Name: value" lines */
+    int n_headers;
+} experiment_secrets;
+/* --api-key and --header (repeatable) into secrets. */
+opts_group experiment_secrets_group(experiment_secrets *secrets);
+
+/* The executor of the embedded server for cfg (EXPERIMENT_EMULATE or EXPERIMENT_CPU):
+ * free with (*out)->destroy(*out). Notes (a profile measured with other thread counts)
+ * go to notes when not NULL. 0, or -1 with err. */
+int experiment_create_executor(const experiment_config *cfg, FILE *notes, exec **out,
+                               char *err);
+
+/* ---- one run's record, config.json ------------------------------------------------ */
+
+/* What a run adds to its configuration: which run, whether it finished, and what the
+ * client learned about the server. Written beside the configuration in config.json. */
+typedef struct experiment_meta {
+    char label[64];          /* "baseline", "interference" */
+    char engine_name[192];   /* experiment_engine_name at run time */
+    char target[512];        /* the URL the client used ("" in the simulator) */
+    bool complete;           /* false until the run ends well, and when it is cut short */
+    char **argv;             /* the command line (owned), secrets' values masked */
+    int argc;
+    /* HTTP runs: what the client found out and when t = 0 was */
+    bool has_client;
+    char served_model[128];  /* the "model" the requests carried */
+    bool token_id_prompts;   /* prompts as token-id arrays (else calibrated text) */
+    double text_overhead, text_tokens_per_word;
+    bool timestamps;         /* the server sent emit times */
+    int nice;                /* the client's scheduling priority */
+    int64_t t0_monotonic_ns; /* t = 0 on this machine's CLOCK_MONOTONIC */
+} experiment_meta;
+
+/* Copy argv into meta, masking the values of --api-key and --header. 0, or -1 (memory). */
+int experiment_meta_set_argv(experiment_meta *meta, int argc, char **argv);
+void experiment_meta_free(experiment_meta *meta);
+
+/* config.json: the configuration and the run's record. The reader is the writer's
+ * inverse: read(write(c, m)) gives back c and m field for field (the unit test checks
+ * every one). A missing section keeps the defaults; a wrong type or value is an error.
+ * The reader returns 0, or -1 with err ("config.json: cost.peak_flops: ..."). */
+json_t *experiment_config_to_json(const experiment_config *cfg, const experiment_meta *meta);
+int experiment_config_from_json(const json_t *json, experiment_config *cfg,
+                                experiment_meta *meta, char *err);
+/* Both for a file: DIR/config.json is written atomically. */
+int experiment_config_write(const char *path, const experiment_config *cfg,
+                            const experiment_meta *meta, char *err);
+int experiment_config_read(const char *path, experiment_config *cfg, experiment_meta *meta,
+                           char *err);
+
+/* ---- runners ---------------------------------------------------------------------- */
+
+/* One run as the pair hands it to a runner. */
+typedef struct experiment_phase {
+    const experiment_config *cfg;
+    const workload_config *wl;  /* cfg->wl with the injector on (interference) or off */
+    const char *label;
+    const char *dir;            /* OUT/<label>/ (exists, holds config.json); NULL: in memory */
+    FILE *notes;                /* warnings, and progress unless quiet; NULL: nothing */
+    bool quiet;                 /* no progress lines (--json): warnings only */
+    const volatile sig_atomic_t *interrupted; /* non-zero: stop now (SIGINT); may be NULL */
+} experiment_phase;
+
+/* A runner (a small vtable, like exec and stream_transport). run() fills log (times from
+ * the run's t = 0) and meta (complete, engine name, target, what the client learned), and
+ * leaves tokens.csv, requests.csv and (where the engine is ours) steps.csv in phase->dir —
+ * as it goes where it can, so a run that dies keeps what it received. It returns 0 when
+ * the run took place, also when cut short (meta->complete false, err says why), and -1
+ * with err when it could not take place at all. */
+typedef struct experiment_runner {
+    void *impl;
+    const char *name; /* "sim", "http" */
+    int (*run)(void *impl, const experiment_phase *phase, tokenlog *log, experiment_meta *meta,
+               char *err);
+    void (*destroy)(void *impl);
+} experiment_runner;
+
+/* The simulator. 0, or -1 with err. */
+int experiment_runner_sim(experiment_runner *out, char *err);
+/* HTTP: a fresh embedded server per run (this binary's `serve --config DIR/config.json` on a
+ * free loopback port; needs phase->dir), or cfg->client.target. secrets are borrowed and
+ * must outlive the runner. The first run probes the server (token-id prompts or calibrated
+ * text); later runs reuse what it found. A load generator that stamps tokens in ms wants
+ * the CPU when bytes arrive: the runner asks for nice -10 (root only; the embedded server
+ * inherits it) and says in its first run's notes when it could not. 0, or -1 with err. */
+int experiment_runner_http(experiment_runner *out, const experiment_secrets *secrets, char *err);
+void experiment_runner_free(experiment_runner *r);
+
+/* ---- the pair --------------------------------------------------------------------- */
+
+typedef struct experiment_io {
+    const char *out_dir;  /* artifacts root (created); NULL: in memory, summaries only */
+    int argc;             /* the command line, for config.json */
+    char **argv;
+    FILE *notes;          /* the runners' warnings, and progress unless quiet; NULL: nothing */
+    bool quiet;
+    const volatile sig_atomic_t *interrupted;
+} experiment_io;
+
+typedef struct experiment_pair {
+    analysis_summary baseline, interference;
+    bool have_baseline, have_interference;
+    bool complete; /* every run that ran went to its end */
+    char why[320]; /* when !complete: which run stopped early and why */
+} experiment_pair;
+
+/* Run cfg: the baseline (unless cfg->no_baseline), whose p50 sets the interference run's
+ * stall threshold, then the interference run; each written to OUT/<label>/ with its
+ * config.json (first, marked incomplete, so a killed run is still reportable) and
+ * summary.json; then OUT/comparison.json. An incomplete baseline ends the pair there (no
+ * comparison against half a baseline). Returns 0 when the runs took place (pair->complete
+ * says whether to the end), -1 with err when one could not (the summaries already made
+ * are in *pair either way; experiment_pair_free it). */
+int experiment_run_pair(const experiment_config *cfg, const experiment_runner *runner,
+                        const experiment_io *io, experiment_pair *pair, char *err);
+void experiment_pair_free(experiment_pair *pair);
+
+/* The verdict in one paragraph, e.g. "4/4 injections each stalled 32/32 users; max gap
+ * 152 ms = 15x p50; p99 unchanged (+0.4 %); p99.9 +38 %." baseline may be NULL. */
+void experiment_verdict(char *buf, size_t size, const analysis_summary *baseline,
+                        const analysis_summary *interference);
+
+/* ---- server flags ------------------------------------------------------------------- */
+
+/* The flags vLLM, SGLang, llama.cpp and `stallscope serve` need to run one scheduler
+ * setting (policy, token budget) for this workload: one line each, indented. */
+void experiment_print_server_flags(FILE *out, const char *indent, sched_policy policy, int budget,
+                                   const workload_config *wl);
+/* The run's --print-server-flags: one-step prefill (the problem) and chunked prefill (the
+ * fix) side by side, then how to point stallscope at the server. */
+void experiment_print_server_guide(FILE *out, const experiment_config *cfg);
+
+/* ---- sweeps ------------------------------------------------------------------------- */
+
+#define EXPERIMENT_SWEEP_MAX_AXES 2
+#define EXPERIMENT_SWEEP_MAX_VALUES 16
+#define EXPERIMENT_SWEEP_MAX_POINTS 64
+
+typedef struct experiment_axis {
+    char name[48];        /* the option: "prompt-tokens", "policy" ... */
+    bool server_side;     /* the server must apply it (a --target needs --server-cmd) */
+    char values[EXPERIMENT_SWEEP_MAX_VALUES][64]; /* as typed: "8k", "10s", "chunked" */
+    int n_values;
+} experiment_axis;
+
+/* The options a sweep may vary. */
+bool experiment_axis_known(const char *name, size_t len, bool *server_side);
+/* Split "--name=A,B,C" (or "--name A,B") lists out of argv: the axes, and argv without them
+ * in rest (rest[] holds pointers into argv, n_rest its count; sized argc). A sweepable
+ * option with a single value stays in rest. 0, or -1 with err (too many axes, values). */
+int experiment_axes_from_argv(int argc, char **argv, experiment_axis *axes, int *n_axes,
+                              char **rest, int *n_rest, char *err);
+
+typedef struct experiment_sweep_point {
+    char label[32];      /* "point-3": OUT/point-3/ */
+    int index[EXPERIMENT_SWEEP_MAX_AXES]; /* value index per axis */
+    char status[16];     /* "ok", "refused", "failed" */
+    char reason[256];
+    char summary[160];   /* one line of figures when ok */
+} experiment_sweep_point;
+
+typedef struct experiment_sweep {
+    experiment_config base;      /* every point starts from it */
+    experiment_axis axes[EXPERIMENT_SWEEP_MAX_AXES];
+    int n_axes;
+    bool zip;                    /* pairwise instead of every combination */
+    char server_cmd[2048];       /* a --target's server, started per point */
+    int64_t server_timeout_ns;
+    experiment_sweep_point points[EXPERIMENT_SWEEP_MAX_POINTS];
+    int n_points;
+} experiment_sweep;
+
+/* Plan the points (every combination, the first axis varying fastest, or pairwise with
+ * zip), checking every value through its option's parser and every point's configuration.
+ * Refused points (a budget under the prompt with one-step prefill, say) are marked, not
+ * errors. 0, or -1 with err (bad input). */
+int experiment_sweep_plan(experiment_sweep *sw, char *err);
+/* A point's configuration: the base with the point's values, resolved. 0, or -1 with err. */
+int experiment_sweep_point_config(const experiment_sweep *sw, const experiment_sweep_point *pt,
+                                  experiment_config *cfg, char *err);
+/* "prompt-tokens=8k policy=chunked" */
+void experiment_sweep_point_desc(const experiment_sweep *sw, const experiment_sweep_point *pt,
+                                 char *buf, size_t size);
+/* Run every planned point as a whole pair in OUT/point-k/ (a point whose run fails is
+ * marked and the sweep goes on; a --server-cmd server is started before and stopped after
+ * each point), then write OUT/sweep.json (the plan, each point's status and reason).
+ * Returns the number of failed points, or -1 with err when the sweep itself failed. */
+int experiment_sweep_run(experiment_sweep *sw, const experiment_runner *runner,
+                         const experiment_io *io, char *err);
+/* Each point's server flags (for a --target without --server-cmd). */
+void experiment_sweep_print_flags(FILE *out, const experiment_sweep *sw);
+
+#endif

@@ -1,0 +1,142 @@
+/* pair — the experiment itself: baseline, its p50 as the reference, the interference run,
+ * summaries, artifacts. One implementation for sim, run, sweep, the report's prediction and
+ * the tests; the runner decides where the tokens come from. */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/fsio.h"
+#include "experiment/experiment.h"
+
+static int write_summary(const char *dir, const analysis_summary *s, char *err)
+{
+    char path[4200];
+    if (fsio_join(path, sizeof path, dir, "summary.json", err) != 0)
+        return -1;
+    json_t *json = analysis_summary_to_json(s);
+    int rc = fsio_write_json(path, json, 0, err);
+    json_decref(json);
+    return rc;
+}
+
+/* One run: config.json first (incomplete), the runner, config.json again with how it went,
+ * the summary. *complete false with why filled when the run was cut short. */
+static int one_run(const experiment_config *cfg, const experiment_runner *runner,
+                   const experiment_io *io, const char *label, bool inject, double reference_p50,
+                   analysis_summary *summary, bool *complete, char *why, char *err)
+{
+    char dir[4096], config_path[4200];
+    const char *d = NULL;
+    if (io->out_dir) {
+        if (fsio_join(dir, sizeof dir, io->out_dir, label, err) != 0 ||
+            fsio_join(config_path, sizeof config_path, dir, "config.json", err) != 0 ||
+            fsio_mkdirs(dir, err) != 0)
+            return -1;
+        d = dir;
+    }
+    workload_config wl = cfg->wl;
+    wl.inject = inject;
+    experiment_config run_cfg = *cfg;
+    run_cfg.wl = wl;
+
+    experiment_meta meta;
+    memset(&meta, 0, sizeof meta);
+    snprintf(meta.label, sizeof meta.label, "%s", label);
+    experiment_engine_name(cfg, cfg->client.model_name, meta.engine_name, sizeof meta.engine_name);
+    if (cfg->engine == EXPERIMENT_REMOTE)
+        snprintf(meta.target, sizeof meta.target, "%s", cfg->client.target);
+    tokenlog log;
+    tokenlog_init(&log);
+    int rc = -1;
+    if (experiment_meta_set_argv(&meta, io->argc, io->argv) != 0) {
+        err_set(err, "out of memory");
+        goto done;
+    }
+    /* Written before the run: a run killed half-way is still reportable. */
+    if (d && experiment_config_write(config_path, &run_cfg, &meta, err) != 0)
+        goto done;
+    experiment_phase phase = {.cfg = &run_cfg, .wl = &wl, .label = label, .dir = d,
+                              .notes = io->notes, .quiet = io->quiet,
+                              .interrupted = io->interrupted};
+    why[0] = '\0';
+    if (runner->run(runner->impl, &phase, &log, &meta, why) != 0) {
+        err_set(err, "the %s run: %s", label, why);
+        goto done;
+    }
+    *complete = meta.complete;
+    if (d && experiment_config_write(config_path, &run_cfg, &meta, err) != 0)
+        goto done;
+    analysis_options opt = {.label = label,
+                            .engine = meta.engine_name,
+                            .target = meta.target,
+                            .duration_s = (double)wl.duration_ns / 1e9,
+                            .users = wl.users,
+                            .threshold_ms = (double)cfg->stall_threshold_ns / 1e6,
+                            .reference_p50_ms = reference_p50,
+                            .complete = meta.complete};
+    if (analysis_summarize(&log, &opt, summary, err) != 0)
+        goto done;
+    if (d && write_summary(d, summary, err) != 0) {
+        analysis_summary_free(summary);
+        goto done;
+    }
+    rc = 0;
+done:
+    experiment_meta_free(&meta);
+    tokenlog_free(&log);
+    return rc;
+}
+
+int experiment_run_pair(const experiment_config *cfg, const experiment_runner *runner,
+                        const experiment_io *io, experiment_pair *pair, char *err)
+{
+    memset(pair, 0, sizeof *pair);
+    pair->complete = true;
+    if (io->out_dir && fsio_mkdirs(io->out_dir, err) != 0)
+        return -1;
+    char why[ERR_LEN];
+    bool complete = true;
+    double reference_p50 = 0;
+    if (!cfg->no_baseline) {
+        if (one_run(cfg, runner, io, "baseline", false, 0, &pair->baseline, &complete, why,
+                    err) != 0)
+            return -1;
+        pair->have_baseline = true;
+        if (!complete) {
+            /* No comparison against half a baseline. */
+            pair->complete = false;
+            snprintf(pair->why, sizeof pair->why, "the baseline run stopped early: %.255s", why);
+            return 0;
+        }
+        reference_p50 = pair->baseline.itl_ms.p50;
+    }
+    if (one_run(cfg, runner, io, "interference", true, reference_p50, &pair->interference,
+                &complete, why, err) != 0)
+        return -1;
+    pair->have_interference = true;
+    if (!complete) {
+        pair->complete = false;
+        snprintf(pair->why, sizeof pair->why, "the interference run stopped early: %.255s", why);
+    }
+    if (io->out_dir) {
+        char path[4200];
+        if (fsio_join(path, sizeof path, io->out_dir, "comparison.json", err) != 0)
+            return -1;
+        json_t *cmp = analysis_comparison_to_json(pair->have_baseline ? &pair->baseline : NULL,
+                                                  &pair->interference);
+        int rc = fsio_write_json(path, cmp, 0, err);
+        json_decref(cmp);
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
+void experiment_pair_free(experiment_pair *pair)
+{
+    if (pair->have_baseline)
+        analysis_summary_free(&pair->baseline);
+    if (pair->have_interference)
+        analysis_summary_free(&pair->interference);
+    pair->have_baseline = pair->have_interference = false;
+}

@@ -1,0 +1,455 @@
+/* runner_http — a run over HTTP: background chats and the injector (client/driver) against
+ * an OpenAI-compatible server, every token stamped as it is read.
+ *
+ * Without a target each run gets a fresh embedded server: this binary's `serve --config
+ * DIR/config.json` on a free loopback port (a child in its own process group that dies with
+ * us), so each run's steps.csv comes from its own engine and no state (KV cache, queues)
+ * leaks from the baseline into the interference run. The server runs exactly the
+ * configuration the run records. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "client/driver.h"
+#include "client/stream.h"
+#include "common/clock.h"
+#include "common/err.h"
+#include "common/fsio.h"
+#include "common/proc.h"
+#include "common/units.h"
+#include "experiment/experiment.h"
+
+#define SERVER_START_TIMEOUT_NS (30 * CLOCK_NS_PER_S)
+#define SERVER_STOP_GRACE_NS (5 * CLOCK_NS_PER_S)
+#define TARGET_READY_TIMEOUT_NS (3 * CLOCK_NS_PER_S)
+#define PROBE_TIMEOUT_NS (30 * CLOCK_NS_PER_S)
+#define PROGRESS_TTY_NS (200 * CLOCK_NS_PER_MS)
+#define PROGRESS_PLAIN_NS (5 * CLOCK_NS_PER_S)
+
+typedef struct http_runner {
+    const experiment_secrets *secrets;
+    driver_api api;
+    bool probed;
+    int nice_errno; /* why the priority could not be raised (0: it was, or needed not be) */
+} http_runner;
+
+/* ---- the embedded server ---------------------------------------------------------------- */
+
+typedef struct embedded {
+    proc child;
+    char url[128];
+    char log_path[4200];
+    char step_log[4200];
+} embedded;
+
+/* Ready once it printed "listening on http://HOST:PORT" (its URL). */
+static bool listening(void *ctx, char *why, size_t size)
+{
+    embedded *e = ctx;
+    FILE *f = fopen(e->log_path, "r");
+    char line[512];
+    bool found = false;
+    while (f && !found && fgets(line, sizeof line, f)) {
+        const char *at = strstr(line, "listening on http://");
+        if (!at)
+            continue;
+        at += strlen("listening on ");
+        size_t len = strcspn(at, " \r\n");
+        if (len < sizeof e->url) {
+            memcpy(e->url, at, len);
+            e->url[len] = '\0';
+            found = true;
+        }
+    }
+    if (f)
+        fclose(f);
+    if (!found)
+        snprintf(why, size, "no 'listening on' line in %s yet", e->log_path);
+    return found;
+}
+
+/* The last lines of the server's log, to show why it failed. */
+static void print_log_tail(FILE *out, const char *path)
+{
+    FILE *f = out ? fopen(path, "r") : NULL;
+    if (!f)
+        return;
+    char lines[8][256];
+    int n = 0;
+    while (fgets(lines[n % 8], sizeof lines[0], f))
+        n++;
+    fclose(f);
+    for (int i = n > 8 ? n - 8 : 0; i < n; i++)
+        fprintf(out, "  server: %s%s", lines[i % 8], strchr(lines[i % 8], '\n') ? "" : "\n");
+}
+
+static int embedded_start(const experiment_phase *ph, embedded *e, char *err)
+{
+    memset(e, 0, sizeof *e);
+    char config[4200];
+    if (fsio_join(e->log_path, sizeof e->log_path, ph->dir, "server.log", err) != 0 ||
+        fsio_join(e->step_log, sizeof e->step_log, ph->dir, "server_steps_raw.csv", err) != 0 ||
+        fsio_join(config, sizeof config, ph->dir, "config.json", err) != 0)
+        return -1;
+    unlink(e->step_log);
+    char *argv[] = {"stallscope", "serve", "--host", "127.0.0.1", "--port", "0",
+                    "--step-log", e->step_log, "--config", config, NULL};
+    proc_spec spec = {.argv = argv, .exe = "/proc/self/exe", .log_path = e->log_path,
+                      .die_with_parent = true};
+    if (proc_start(&e->child, &spec, err) != 0)
+        return -1;
+    char why[ERR_LEN];
+    if (proc_wait_ready(&e->child, listening, e, SERVER_START_TIMEOUT_NS, 10 * CLOCK_NS_PER_MS,
+                        ph->interrupted, why) != 0) {
+        proc_stop(&e->child, 0);
+        print_log_tail(ph->notes, e->log_path);
+        return err_set(err, "the embedded server: %s (log: %s)", why, e->log_path);
+    }
+    return 0;
+}
+
+static void embedded_stop(embedded *e, FILE *notes)
+{
+    if (e->child.pid <= 0 || proc_exited(&e->child))
+        return;
+    if (!proc_stop(&e->child, SERVER_STOP_GRACE_NS) && notes)
+        fprintf(notes, "stallscope: the embedded server ignored SIGTERM; killed it\n");
+}
+
+/* ---- readiness, model name ---------------------------------------------------------------- */
+
+typedef struct health_check {
+    const stream_options *so;
+    bool need_200; /* the embedded server has /health; someone else's may not */
+} health_check;
+
+/* Answers HTTP at all (any status), or 200 where /health is known to exist. */
+static bool answers(void *ctx, char *why, size_t size)
+{
+    health_check *h = ctx;
+    int status = 0;
+    char err[ERR_LEN] = "";
+    if (stream_http(h->so, "GET", "/health", NULL, CLOCK_NS_PER_S, &status, NULL, err) != 0) {
+        snprintf(why, size, "%s", err);
+        return false;
+    }
+    if (status == 200 || !h->need_200)
+        return true;
+    snprintf(why, size, "/health answered HTTP %d", status);
+    return false;
+}
+
+static int wait_ready(const stream_options *so, embedded *server, const experiment_phase *ph,
+                      char *err)
+{
+    health_check h = {so, server != NULL};
+    char why[ERR_LEN] = "";
+    if (server) {
+        if (proc_wait_ready(&server->child, answers, &h, SERVER_START_TIMEOUT_NS,
+                            50 * CLOCK_NS_PER_MS, ph->interrupted, why) == 0)
+            return 0;
+        return err_set(err, "the server at %s is not reachable: %s", so->base_url, why);
+    }
+    int64_t deadline = clock_now_ns() + TARGET_READY_TIMEOUT_NS;
+    while (!answers(&h, why, sizeof why)) {
+        if (ph->interrupted && *ph->interrupted)
+            return err_set(err, "interrupted");
+        if (clock_now_ns() >= deadline)
+            return err_set(err, "the server at %s is not reachable: %s", so->base_url, why);
+        clock_sleep_until_ns(clock_now_ns() + 50 * CLOCK_NS_PER_MS);
+    }
+    return 0;
+}
+
+static void resolve_model_name(const stream_options *so, driver_api *api, FILE *notes)
+{
+    int status = 0;
+    char *body = NULL, err[ERR_LEN];
+    if (stream_http(so, "GET", "/v1/models", NULL, 5 * CLOCK_NS_PER_S, &status, &body, err) == 0 &&
+        status == 200) {
+        json_t *root = json_loads(body, 0, NULL);
+        json_t *first = json_array_get(json_object_get(root, "data"), 0);
+        const char *id = json_string_value(json_object_get(first, "id"));
+        if (id)
+            snprintf(api->model, sizeof api->model, "%s", id);
+        json_decref(root);
+    }
+    free(body);
+    if (!api->model[0] && notes)
+        fprintf(notes, "stallscope: note: /v1/models named no model; requests carry no "
+                       "\"model\" (use --model-name)\n");
+}
+
+/* ---- progress and stopping ------------------------------------------------------------------ */
+
+typedef struct progress_ctx {
+    const char *label;
+    FILE *out;
+    bool tty;
+    bool printed;
+} progress_ctx;
+
+static void on_progress(void *ctx, const driver_progress *p)
+{
+    progress_ctx *pc = ctx;
+    char worst[32];
+    units_format_duration(p->worst_gap_ns, worst, sizeof worst);
+    char line[256];
+    snprintf(line, sizeof line,
+             "[%s] %5.1f/%.0f s  %7.0f tok/s  %4d streams  injections %d/%d  worst gap %s  "
+             "errors %lld",
+             pc->label, (double)p->elapsed_ns / 1e9, (double)p->duration_ns / 1e9, p->tokens_per_s,
+             p->active, p->injections_sent, p->injections_planned, worst, (long long)p->errors);
+    if (pc->tty) {
+        fprintf(pc->out, "\r\033[K%s", line);
+        pc->printed = true;
+    } else {
+        fprintf(pc->out, "%s\n", line);
+    }
+    fflush(pc->out);
+}
+
+static void progress_done(progress_ctx *pc)
+{
+    if (pc->tty && pc->printed)
+        fputc('\n', pc->out);
+    pc->printed = false;
+}
+
+typedef struct stop_ctx {
+    embedded *server; /* NULL with a target */
+    const volatile sig_atomic_t *interrupted;
+} stop_ctx;
+
+static bool should_stop(void *ctx, char *why, size_t size)
+{
+    stop_ctx *sc = ctx;
+    if (sc->interrupted && *sc->interrupted) {
+        snprintf(why, size, "interrupted");
+        return true;
+    }
+    if (sc->server && proc_exited(&sc->server->child)) {
+        char how[128];
+        proc_describe(&sc->server->child, how, sizeof how);
+        snprintf(why, size, "the embedded server (pid %d) %s", (int)sc->server->child.pid, how);
+        return true;
+    }
+    return false;
+}
+
+/* ---- artifacts of the run -------------------------------------------------------------------- */
+
+static FILE *open_csv(const char *dir, const char *name, void (*header)(FILE *), char *err)
+{
+    char path[4200];
+    if (fsio_join(path, sizeof path, dir, name, err) != 0)
+        return NULL;
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        err_set(err, "cannot create %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    setvbuf(f, NULL, _IOFBF, 1 << 16);
+    header(f);
+    return f;
+}
+
+static int write_fidelity(const experiment_phase *ph, driver_result *res, char *err)
+{
+    if (res->n_fidelity == 0)
+        return 0;
+    analysis_dist d;
+    analysis_dist_from(res->fidelity_ms, res->n_fidelity, &d);
+    json_t *root = json_object();
+    json_object_set_new(root, "label", json_string(ph->label));
+    json_object_set_new(root, "what", json_string("client timestamp error: receive stamp minus "
+                                                  "the server's emit_ns, same CLOCK_MONOTONIC"));
+    json_object_set_new(root, "events", json_integer(d.count));
+    json_object_set_new(root, "mean_us", json_real(d.mean * 1e3));
+    json_object_set_new(root, "p50_us", json_real(d.p50 * 1e3));
+    json_object_set_new(root, "p99_us", json_real(d.p99 * 1e3));
+    json_object_set_new(root, "p999_us", json_real(d.p999 * 1e3));
+    json_object_set_new(root, "max_us", json_real(d.max * 1e3));
+    char path[4200];
+    int rc = fsio_join(path, sizeof path, ph->dir, "fidelity.json", err);
+    if (rc == 0)
+        rc = fsio_write_json(path, root, JSON_INDENT(2) | JSON_REAL_PRECISION(6), err);
+    json_decref(root);
+    if (rc == 0 && ph->notes && !ph->quiet)
+        fprintf(ph->notes, "[%s] client timestamp error (receive - emit): p50 %.0f us, p99 %.0f us, "
+                           "max %.0f us over %lld events\n",
+                ph->label, d.p50 * 1e3, d.p99 * 1e3, d.max * 1e3, (long long)d.count);
+    return rc;
+}
+
+/* ---- one run ----------------------------------------------------------------------------------- */
+
+static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, experiment_meta *meta,
+                      char *err)
+{
+    http_runner *hr = impl;
+    const experiment_config *cfg = ph->cfg;
+    const bool remote = cfg->engine == EXPERIMENT_REMOTE;
+    if (!ph->dir)
+        return err_set(err, "an HTTP run writes its artifacts as it goes: it needs a directory");
+    embedded server;
+    memset(&server, 0, sizeof server);
+    stream_client *client = NULL;
+    FILE *tokens = NULL, *requests = NULL;
+    driver_result res;
+    memset(&res, 0, sizeof res);
+    int status = -1;
+    meta->complete = false;
+
+    if (remote) {
+        snprintf(meta->target, sizeof meta->target, "%s", cfg->client.target);
+    } else {
+        if (embedded_start(ph, &server, err) != 0)
+            goto done;
+        snprintf(meta->target, sizeof meta->target, "%s", server.url);
+        if (ph->notes && !ph->quiet)
+            fprintf(ph->notes, "[%s] embedded server pid %d at %s\n", ph->label,
+                    (int)server.child.pid, server.url);
+    }
+    stream_options so = {
+        .base_url = meta->target,
+        .api_key = hr->secrets ? hr->secrets->api_key : NULL,
+        .headers = hr->secrets ? hr->secrets->headers : NULL,
+        .n_headers = hr->secrets ? hr->secrets->n_headers : 0,
+        .idle_timeout_ns = cfg->client.request_timeout_ns,
+        .max_streams = ph->wl->users + 64,
+        .insecure = cfg->client.insecure,
+    };
+    if (wait_ready(&so, remote ? NULL : &server, ph, err) != 0)
+        goto done;
+    if (!(client = stream_create(&so, err)))
+        goto done;
+    stream_transport t = stream_client_transport(client);
+    if (!hr->probed) {
+        if (hr->nice_errno && ph->notes && !ph->quiet)
+            fprintf(ph->notes, "stallscope: note: cannot raise priority (%s); timings may suffer "
+                               "from other load on this machine\n",
+                    strerror(hr->nice_errno));
+        driver_api_defaults(&hr->api);
+        hr->api.endpoint = cfg->client.endpoint;
+        /* Our own server: ids from the model's vocabulary, and its emit times. */
+        hr->api.vocab = remote ? hr->api.vocab : cfg->cost.arch.vocab;
+        hr->api.timestamps = remote ? cfg->client.fidelity : true;
+        if (cfg->client.model_name[0])
+            snprintf(hr->api.model, sizeof hr->api.model, "%s", cfg->client.model_name);
+        else
+            resolve_model_name(&so, &hr->api, ph->notes);
+        if (driver_probe(&t, &hr->api, ph->wl, PROBE_TIMEOUT_NS, ph->notes, err) != 0)
+            goto done;
+        hr->probed = true;
+    }
+
+    stop_ctx sc = {remote ? NULL : &server, ph->interrupted};
+    progress_ctx pc = {ph->label, ph->notes, ph->notes && isatty(fileno(ph->notes)) == 1, false};
+    if (!(tokens = open_csv(ph->dir, "tokens.csv", tokenlog_write_events_header, err)) ||
+        !(requests = open_csv(ph->dir, "requests.csv", tokenlog_write_requests_header, err)))
+        goto done;
+    const bool show = ph->notes && !ph->quiet;
+    driver_phase dp = {
+        .wl = ph->wl,
+        .api = &hr->api,
+        .salt = ph->wl->inject ? 1 : 0,
+        .record = true,
+        .warmup_ns = cfg->client.warmup_ns,
+        .tokens_csv = tokens,
+        .requests_csv = requests,
+        .notes = ph->notes,
+        .progress = show ? on_progress : NULL,
+        .progress_ctx = &pc,
+        .progress_every_ns = pc.tty ? PROGRESS_TTY_NS : PROGRESS_PLAIN_NS,
+        .should_stop = should_stop,
+        .stop_ctx = &sc,
+    };
+    if (driver_run_phase(&t, &dp, log, &res, err) != 0)
+        goto done;
+    progress_done(&pc);
+    fclose(tokens);
+    fclose(requests);
+    tokens = requests = NULL;
+    stream_free(client);
+    client = NULL;
+
+    if (!res.complete) {
+        err_set(err, "%s", res.error);
+        if (!remote && proc_exited(&server.child) && ph->notes) {
+            char how[128];
+            proc_describe(&server.child, how, sizeof how);
+            fprintf(ph->notes, "stallscope: the embedded server (pid %d) %s (log: %s)\n",
+                    (int)server.child.pid, how, server.log_path);
+        }
+    }
+    if (!remote) {
+        embedded_stop(&server, ph->notes);
+        char why[ERR_LEN];
+        if (tokenlog_read_steps(log, server.step_log, res.t0_ns, res.t_end_ns, NULL, why) != 0) {
+            err_set(err, "%s", why);
+            goto done;
+        }
+        if (res.complete)
+            unlink(server.step_log);
+    }
+
+    /* What the client learned, for config.json. */
+    meta->has_client = true;
+    snprintf(meta->served_model, sizeof meta->served_model, "%s", hr->api.model);
+    meta->token_id_prompts = hr->api.token_ids;
+    meta->text_overhead = hr->api.text_overhead;
+    meta->text_tokens_per_word = hr->api.text_per_word;
+    meta->timestamps = hr->api.timestamps;
+    meta->nice = getpriority(PRIO_PROCESS, 0);
+    /* t = 0 on this machine's CLOCK_MONOTONIC: aligns server-side logs (a --target
+     * stallscope serve --step-log) with tokens.csv. */
+    meta->t0_monotonic_ns = res.t0_ns;
+    if (remote)
+        experiment_engine_name(cfg, hr->api.model, meta->engine_name, sizeof meta->engine_name);
+
+    /* The whole log, in request order, replaces the incremental copies. */
+    char why[ERR_LEN];
+    if (tokenlog_write_dir(log, ph->dir, why) != 0 || write_fidelity(ph, &res, why) != 0) {
+        err_set(err, "%s", why);
+        goto done;
+    }
+    if (show)
+        fprintf(ph->notes, "[%s] %lld token events, %lld requests, %lld errors, %lld steps logged\n",
+                ph->label, (long long)log->n_events, (long long)res.requests,
+                (long long)res.errors, (long long)log->n_steps);
+    meta->complete = res.complete;
+    status = 0;
+done:
+    if (tokens)
+        fclose(tokens);
+    if (requests)
+        fclose(requests);
+    stream_free(client);
+    if (!remote)
+        embedded_stop(&server, ph->notes);
+    driver_result_free(&res);
+    return status;
+}
+
+static void http_destroy(void *impl)
+{
+    free(impl);
+}
+
+int experiment_runner_http(experiment_runner *out, const experiment_secrets *secrets, char *err)
+{
+    http_runner *hr = calloc(1, sizeof *hr);
+    if (!hr)
+        return err_set(err, "out of memory");
+    hr->secrets = secrets;
+    int nice_before = getpriority(PRIO_PROCESS, 0);
+    if (nice_before > -10 && setpriority(PRIO_PROCESS, 0, -10) != 0)
+        hr->nice_errno = errno;
+    *out = (experiment_runner){.impl = hr, .name = "http", .run = http_phase,
+                               .destroy = http_destroy};
+    return 0;
+}

@@ -1,0 +1,55 @@
+/* server_flags — one scheduler setting (policy, token budget) in the flags of the servers
+ * people run: vLLM, SGLang, llama.cpp, and our own `serve`. One mapping for `run
+ * --print-server-flags`, `sweep --print-server-flags` and the tuner's answer. */
+#include <stdio.h>
+
+#include "experiment/experiment.h"
+
+/* Context per sequence: the long prompt, its answer, and room for the background's. */
+static int context_tokens(const workload_config *wl)
+{
+    return wl->prompt_tokens + wl->inject_max_tokens + 1024;
+}
+
+void experiment_print_server_flags(FILE *out, const char *indent, sched_policy policy, int budget,
+                                   const workload_config *wl)
+{
+    const int ctx = context_tokens(wl);
+    const int slots = wl->users + 2; /* llama.cpp: one slot per stream, plus the injector */
+    const bool chunked = policy == SCHED_CHUNKED;
+    fprintf(out, "%svLLM:       vllm serve MODEL --max-num-batched-tokens %d %s --max-model-len %d%s\n",
+            indent, budget, chunked ? "--enable-chunked-prefill" : "--no-enable-chunked-prefill",
+            ctx, policy == SCHED_PREFILL_FIRST ? "   (prefill-first is vLLM V0's scheduler)" : "");
+    if (chunked)
+        fprintf(out, "%sSGLang:     python -m sglang.launch_server --model-path MODEL "
+                     "--chunked-prefill-size %d --enable-mixed-chunk\n",
+                indent, budget);
+    else
+        fprintf(out, "%sSGLang:     python -m sglang.launch_server --model-path MODEL "
+                     "--chunked-prefill-size -1 --max-prefill-tokens %d\n",
+                indent, budget);
+    fprintf(out, "%sllama.cpp:  llama-server -m MODEL.gguf --batch-size %d --ubatch-size %d "
+                 "--parallel %d --ctx-size %d\n",
+            indent, budget, budget, slots, slots * ctx);
+    fprintf(out, "%sstallscope: stallscope serve --policy %s --max-num-batched-tokens %d\n", indent,
+            sched_policy_name(policy), budget);
+}
+
+void experiment_print_server_guide(FILE *out, const experiment_config *cfg)
+{
+    const workload_config *wl = &cfg->wl;
+    /* One-step prefill needs a budget that holds the whole prompt. */
+    int budget = cfg->sched.max_num_batched_tokens;
+    if (budget < wl->prompt_tokens)
+        budget = wl->prompt_tokens;
+    fprintf(out, "Server settings for the experiment (long prompt: %d tokens).\n\n",
+            wl->prompt_tokens);
+    fprintf(out, "One-step prefill (the problem: the whole prompt in one step, every stream waits;\n"
+                 "newer vLLM chunks by default, a budget >= the prompt still prefills it in one "
+                 "step):\n");
+    experiment_print_server_flags(out, "  ", SCHED_MIXED, budget, wl);
+    fprintf(out, "\nChunked prefill (the fix: decodes first, the prompt in slices of the budget "
+                 "left):\n");
+    experiment_print_server_flags(out, "  ", SCHED_CHUNKED, 512, wl);
+    fprintf(out, "\nThen: stallscope run --target http://HOST:PORT [--model-name NAME]\n");
+}

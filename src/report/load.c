@@ -1,0 +1,345 @@
+/* load — runs and sweeps back from disk (load.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/err.h"
+#include "common/units.h"
+#include "report/load.h"
+
+static bool has_file(const char *dir, const char *name)
+{
+    char path[4200];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static bool is_run_dir(const char *dir)
+{
+    return has_file(dir, "tokens.csv") || has_file(dir, "requests.csv");
+}
+
+static int cmp_run_dir(const void *a, const void *b)
+{
+    return strcmp(((const report_run *)a)->dir, ((const report_run *)b)->dir);
+}
+
+static int add_run(report_set *set, const char *path, char *err)
+{
+    if (set->n_runs == REPORT_MAX_RUNS)
+        return err_set(err, "%s: more than %d run directories", set->root, REPORT_MAX_RUNS);
+    if (set->n_runs == set->cap_runs) {
+        int cap = set->cap_runs ? set->cap_runs * 2 : 4;
+        report_run *runs = realloc(set->runs, (size_t)cap * sizeof *runs);
+        if (!runs)
+            return err_set(err, "out of memory");
+        set->runs = runs;
+        set->cap_runs = cap;
+    }
+    report_run *r = &set->runs[set->n_runs++];
+    memset(r, 0, sizeof *r);
+    tokenlog_init(&r->log);
+    snprintf(r->dir, sizeof r->dir, "%s", path);
+    return 0;
+}
+
+/* root itself, or its subdirectories holding a token log, sorted by name. */
+static int find_runs(report_set *set, const char *root, char *err)
+{
+    struct stat st;
+    if (stat(root, &st) != 0)
+        return err_set(err, "%s: %s", root, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return err_set(err, "%s: not a directory", root);
+    if (is_run_dir(root))
+        return add_run(set, root, err);
+    DIR *d = opendir(root);
+    if (!d)
+        return err_set(err, "%s: %s", root, strerror(errno));
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[4096];
+        if (snprintf(path, sizeof path, "%s/%s", root, e->d_name) >= (int)sizeof path)
+            continue;
+        if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode) || !is_run_dir(path))
+            continue;
+        if (add_run(set, path, err) != 0) {
+            closedir(d);
+            return -1;
+        }
+    }
+    closedir(d);
+    if (set->n_runs == 0)
+        return err_set(err, "%s: no token log here (expected tokens.csv and requests.csv in it "
+                            "or in its run directories, e.g. %s/baseline)",
+                       root, root);
+    qsort(set->runs, (size_t)set->n_runs, sizeof *set->runs, cmp_run_dir);
+    return 0;
+}
+
+/* The last path component, trailing slashes ignored: "out/baseline/" -> "baseline". */
+static void base_name(const char *path, char *out, size_t size)
+{
+    size_t len = strlen(path);
+    while (len > 1 && path[len - 1] == '/')
+        len--;
+    size_t start = len;
+    while (start > 0 && path[start - 1] != '/')
+        start--;
+    snprintf(out, size, "%.*s", (int)(len - start), path + start);
+}
+
+/* config.json is advisory: without it (or with one this version cannot read) the run is
+ * still reported from its data (analysis derives users and duration from the log). */
+static void load_config(report_run *r, FILE *warn)
+{
+    base_name(r->dir, r->label, sizeof r->label);
+    r->engine[0] = r->target[0] = '\0';
+    memset(&r->opt, 0, sizeof r->opt);
+    r->opt.complete = true;
+
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", r->dir);
+    if (!has_file(r->dir, "config.json")) {
+        snprintf(r->config_why, sizeof r->config_why, "no config.json beside the token log");
+        return;
+    }
+    json_error_t jerr;
+    r->json = json_load_file(path, 0, &jerr);
+    char why[ERR_LEN];
+    if (!r->json)
+        err_set(why, "%s:%d: %s", path, jerr.line, jerr.text);
+    else if (experiment_config_from_json(r->json, &r->cfg, &r->meta, why) == 0)
+        r->has_config = true;
+    if (!r->has_config) {
+        snprintf(r->config_why, sizeof r->config_why, "%s", why);
+        if (warn)
+            fprintf(warn, "stallscope report: warning: %s (using the data's values)\n", why);
+        return;
+    }
+    if (r->meta.label[0])
+        snprintf(r->label, sizeof r->label, "%s", r->meta.label);
+    snprintf(r->engine, sizeof r->engine, "%s", r->meta.engine_name);
+    snprintf(r->target, sizeof r->target, "%s", r->meta.target);
+    r->opt.duration_s = (double)r->cfg.wl.duration_ns / 1e9;
+    r->opt.users = r->cfg.wl.users;
+    r->opt.complete = r->meta.complete;
+}
+
+static int summarize(report_run *r, double threshold_ms, double reference_p50_ms, bool keep_log,
+                     char *err)
+{
+    r->opt.label = r->label;
+    r->opt.engine = r->engine;
+    r->opt.target = r->target;
+    r->opt.threshold_ms = threshold_ms;
+    r->opt.reference_p50_ms = reference_p50_ms;
+    char why[ERR_LEN];
+    if (analysis_summarize(&r->log, &r->opt, &r->summary, why) != 0)
+        return err_set(err, "%s: %s", r->dir, why);
+    r->summarized = true;
+    if (!keep_log) {
+        tokenlog_free(&r->log);
+        tokenlog_init(&r->log);
+    }
+    return 0;
+}
+
+int report_set_load(report_set *set, const char *root, double threshold_ms, bool keep_logs,
+                  FILE *warn, char *err)
+{
+    memset(set, 0, sizeof *set);
+    set->baseline = set->interference = -1;
+    snprintf(set->root, sizeof set->root, "%s", root);
+    if (find_runs(set, root, err) != 0)
+        return -1;
+    for (int i = 0; i < set->n_runs; i++) {
+        report_run *r = &set->runs[i];
+        load_config(r, warn);
+        if (tokenlog_read_dir(&r->log, r->dir, err) != 0)
+            return -1;
+        if (strcmp(r->label, "baseline") == 0 && set->baseline < 0)
+            set->baseline = i;
+        else if (strcmp(r->label, "interference") == 0 && set->interference < 0)
+            set->interference = i;
+    }
+    double reference_p50 = 0;
+    if (set->baseline >= 0) {
+        if (summarize(&set->runs[set->baseline], threshold_ms, 0, keep_logs, err) != 0)
+            return -1;
+        reference_p50 = set->runs[set->baseline].summary.itl_ms.p50;
+    }
+    for (int i = 0; i < set->n_runs; i++)
+        if (i != set->baseline &&
+            summarize(&set->runs[i], threshold_ms, reference_p50, keep_logs, err) != 0)
+            return -1;
+    return 0;
+}
+
+void report_set_free(report_set *set)
+{
+    for (int i = 0; i < set->n_runs; i++) {
+        report_run *r = &set->runs[i];
+        tokenlog_free(&r->log);
+        if (r->summarized)
+            analysis_summary_free(&r->summary);
+        json_decref(r->json);
+        experiment_meta_free(&r->meta);
+    }
+    free(set->runs);
+    set->runs = NULL;
+    set->n_runs = set->cap_runs = 0;
+}
+
+const report_run *report_set_main(const report_set *set)
+{
+    if (set->interference >= 0)
+        return &set->runs[set->interference];
+    const report_run *only = NULL;
+    for (int i = 0; i < set->n_runs; i++) {
+        if (i == set->baseline)
+            continue;
+        if (only)
+            return NULL; /* several candidates: none is "the" run */
+        only = &set->runs[i];
+    }
+    if (!only && set->baseline >= 0 && set->n_runs == 1)
+        return &set->runs[set->baseline];
+    return only;
+}
+
+const report_run *report_set_baseline(const report_set *set)
+{
+    const report_run *x = report_set_main(set);
+    if (set->baseline < 0)
+        return NULL;
+    const report_run *b = &set->runs[set->baseline];
+    return b == x ? NULL : b;
+}
+
+/* ---- sweeps ------------------------------------------------------------------------------ */
+
+bool report_is_sweep(const char *dir)
+{
+    return has_file(dir, "sweep.json");
+}
+
+const report_run *report_sweep_point_main(const report_sweep_point *pt)
+{
+    return pt->loaded ? report_set_main(&pt->set) : NULL;
+}
+
+/* What the point ran with: its configuration, else the values it was given. */
+static void point_params(const report_sweep *sw, report_sweep_point *pt)
+{
+    const report_run *x = report_sweep_point_main(pt);
+    if (x && x->has_config) {
+        pt->prompt_tokens = x->cfg.wl.prompt_tokens;
+        pt->budget = x->cfg.sched.max_num_batched_tokens;
+        pt->fig.model_spike_ms = experiment_model_spike_ms(&x->cfg, x->cfg.wl.prompt_tokens);
+    }
+    for (int a = 0; a < sw->n_axes; a++) {
+        int64_t v;
+        if (strcmp(sw->axes[a], "max-num-batched-tokens") == 0 && pt->budget <= 0 &&
+            units_parse_count(pt->values[a], &v, NULL) == 0)
+            pt->budget = (double)v;
+        if (strcmp(sw->axes[a], "prompt-tokens") == 0 && pt->prompt_tokens <= 0 &&
+            units_parse_count(pt->values[a], &v, NULL) == 0)
+            pt->prompt_tokens = (double)v;
+    }
+    size_t len = 0;
+    pt->line[0] = '\0';
+    for (int a = 1; a < sw->n_axes && len < sizeof pt->line; a++)
+        len += (size_t)snprintf(pt->line + len, sizeof pt->line - len, "%s%s", a > 1 ? "," : "",
+                                pt->values[a]);
+}
+
+static void read_point(report_sweep_point *pt, const json_t *p, int n_axes)
+{
+    const char *label = json_string_value(json_object_get(p, "label"));
+    const char *status = json_string_value(json_object_get(p, "status"));
+    const char *reason = json_string_value(json_object_get(p, "reason"));
+    snprintf(pt->label, sizeof pt->label, "%s", label ? label : "?");
+    snprintf(pt->status, sizeof pt->status, "%s", status ? status : "ok");
+    snprintf(pt->reason, sizeof pt->reason, "%s", reason ? reason : "");
+    json_t *values = json_object_get(p, "values");
+    for (int a = 0; a < n_axes; a++) {
+        const char *v = json_string_value(json_array_get(values, (size_t)a));
+        snprintf(pt->values[a], sizeof pt->values[a], "%s", v ? v : "?");
+    }
+}
+
+int report_sweep_load(report_sweep *sw, const char *dir, double threshold_ms, FILE *warn,
+                      char *err)
+{
+    memset(sw, 0, sizeof *sw);
+    snprintf(sw->dir, sizeof sw->dir, "%s", dir);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/sweep.json", dir);
+    json_error_t jerr;
+    sw->json = json_load_file(path, 0, &jerr);
+    if (!sw->json)
+        return err_set(err, "%s:%d: %s", path, jerr.line, jerr.text);
+    json_t *axes = json_object_get(sw->json, "axes"), *points = json_object_get(sw->json, "points");
+    if (!json_is_array(axes) || !json_is_array(points) || json_array_size(axes) == 0 ||
+        json_array_size(axes) > REPORT_MAX_AXES)
+        return err_set(err, "%s: needs \"axes\" (1 or 2 names) and \"points\"", path);
+    sw->n_axes = (int)json_array_size(axes);
+    for (int a = 0; a < sw->n_axes; a++) {
+        const char *name = json_string_value(json_array_get(axes, (size_t)a));
+        snprintf(sw->axes[a], sizeof sw->axes[a], "%s", name ? name : "?");
+    }
+    const char *mode = json_string_value(json_object_get(sw->json, "mode"));
+    snprintf(sw->mode, sizeof sw->mode, "%s", mode ? mode : "sim");
+    size_t n = json_array_size(points);
+    sw->points = calloc(n > 0 ? n : 1, sizeof *sw->points);
+    analysis_sweep_point *figs = calloc(n > 0 ? n : 1, sizeof *figs);
+    if (!sw->points || !figs) {
+        free(figs);
+        return err_set(err, "out of memory");
+    }
+    sw->n_points = (int)n;
+    for (size_t i = 0; i < n; i++) {
+        report_sweep_point *pt = &sw->points[i];
+        read_point(pt, json_array_get(points, i), sw->n_axes);
+        snprintf(pt->dir, sizeof pt->dir, "%s/%s", dir, pt->label);
+        if (strcmp(pt->status, "ok") == 0) {
+            char why[ERR_LEN];
+            if (report_set_load(&pt->set, pt->dir, threshold_ms, false, warn, why) != 0) {
+                snprintf(pt->status, sizeof pt->status, "failed");
+                snprintf(pt->reason, sizeof pt->reason, "%s", why);
+                report_set_free(&pt->set);
+            } else {
+                pt->loaded = true;
+            }
+        }
+        point_params(sw, pt);
+        const report_run *x = report_sweep_point_main(pt);
+        const report_run *b = pt->loaded ? report_set_baseline(&pt->set) : NULL;
+        pt->fig.x = x ? &x->summary : NULL;
+        pt->fig.b = b ? &b->summary : NULL;
+        pt->fig.line = pt->line;
+        figs[i] = pt->fig;
+    }
+    /* The figures depend on the points before each: computed over the whole list. */
+    analysis_sweep(figs, sw->n_points);
+    for (int i = 0; i < sw->n_points; i++)
+        sw->points[i].fig = figs[i];
+    free(figs);
+    return 0;
+}
+
+void report_sweep_free(report_sweep *sw)
+{
+    for (int i = 0; i < sw->n_points; i++)
+        if (sw->points[i].loaded)
+            report_set_free(&sw->points[i].set);
+    free(sw->points);
+    json_decref(sw->json);
+    memset(sw, 0, sizeof *sw);
+}

@@ -1,0 +1,88 @@
+/* load — a directory of runs, or a sweep, back into memory: token logs, config.json (the
+ * experiment's one reader), and the summaries recomputed by the one analysis (the baseline
+ * first: its p50 sets the stall threshold of every run, so a stall means the same thing in
+ * every column). Everything the report shows comes from here, so `sim`, `run`, `sweep` and
+ * `report DIR` show the same numbers for the same files. */
+#ifndef STALLSCOPE_REPORT_LOAD_H
+#define STALLSCOPE_REPORT_LOAD_H
+#include <stdbool.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "analysis/analysis.h"
+#include "common/tokenlog.h"
+#include "experiment/experiment.h"
+
+#define REPORT_MAX_RUNS 256
+#define REPORT_MAX_AXES EXPERIMENT_SWEEP_MAX_AXES
+
+typedef struct report_run {
+    char dir[4096];
+    char label[64];
+    char engine[192];
+    char target[512];
+    analysis_options opt;
+    tokenlog log;
+    analysis_summary summary;
+    bool summarized;
+    json_t *json;              /* config.json as read (shown raw), NULL when absent */
+    bool has_config;           /* cfg and meta were read from it */
+    experiment_config cfg;
+    experiment_meta meta;
+    char config_why[256];      /* why not, when !has_config */
+} report_run;
+
+typedef struct report_set {
+    char root[4096];
+    report_run *runs;          /* (n_runs) sorted by directory name */
+    int n_runs, cap_runs;
+    int baseline, interference; /* indices, -1 when absent */
+} report_set;
+
+/* Load the runs under root (root itself when it holds tokens.csv or requests.csv, else
+ * its subdirectories that do) and summarize them; threshold_ms 0 is the default rule.
+ * keep_logs false frees each token log once summarized (sweeps). Warnings about a bad
+ * config.json go to warn (may be NULL). 0, or -1 with err; report_set_free either way. */
+int report_set_load(report_set *set, const char *root, double threshold_ms, bool keep_logs,
+                    FILE *warn, char *err);
+void report_set_free(report_set *set);
+/* The run to report as "interference": that label, else the only non-baseline run. */
+const report_run *report_set_main(const report_set *set);
+/* Its baseline, when it has one that is not itself. */
+const report_run *report_set_baseline(const report_set *set);
+
+typedef struct report_sweep_point {
+    char label[64];                 /* point-1 */
+    char dir[4096];
+    char values[REPORT_MAX_AXES][64]; /* each axis' value as typed: "8k", "10s", "chunked" */
+    char status[16];                /* "ok", "refused", "failed" */
+    char reason[256];               /* why refused or failed */
+    report_set set;                 /* its runs (summaries only), when status is ok */
+    bool loaded;
+    char line[160];                 /* its values on the axes after the first ("" for one axis) */
+    double prompt_tokens, budget;   /* from its configuration (or its values), 0 unknown */
+    analysis_sweep_point fig;       /* the figures the sweep quotes (analysis_sweep) */
+} report_sweep_point;
+
+typedef struct report_sweep {
+    char dir[4096];
+    char axes[REPORT_MAX_AXES][48]; /* option names: "prompt-tokens", "policy" ... */
+    int n_axes;
+    char mode[16];                  /* "sim" or "run" */
+    report_sweep_point *points;
+    int n_points;
+    json_t *json;                   /* sweep.json as read */
+} report_sweep;
+
+/* True when dir holds a sweep.json. */
+bool report_is_sweep(const char *dir);
+/* Read DIR/sweep.json, load every point that ran and compute the sweep's figures.
+ * 0, or -1 with err; report_sweep_free either way. */
+int report_sweep_load(report_sweep *sw, const char *dir, double threshold_ms, FILE *warn,
+                      char *err);
+void report_sweep_free(report_sweep *sw);
+/* A point's main run (NULL when it did not run). */
+const report_run *report_sweep_point_main(const report_sweep_point *pt);
+
+#endif

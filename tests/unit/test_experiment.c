@@ -1,0 +1,460 @@
+/* experiment: the typed configuration and its config.json (write -> read -> equal, every
+ * field), secrets kept out of it, the option tables, the run pair through the simulator
+ * runner, and the sweep's plan. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/err.h"
+#include "experiment/experiment.h"
+
+/* Every field of the configuration and the record set to a value that is not its default,
+ * so a field the writer or the reader forgets cannot compare equal by luck. */
+static void distinctive(experiment_config *c, experiment_meta *m)
+{
+    char err[ERR_LEN] = "";
+    experiment_defaults(c, EXPERIMENT_EMULATE);
+    /* Field by field, not compound literals: a literal's padding bytes are unspecified, and
+     * the comparison below is of every byte. */
+    c->wl.users = 7;
+    c->wl.duration_ns = 12345678901LL;
+    c->wl.inject = false;
+    c->wl.inject_at_ns = 234567890;
+    c->wl.inject_every_ns = 3456789012LL;
+    c->wl.inject_poisson = true;
+    c->wl.prompt_tokens = 4321;
+    c->wl.inject_max_tokens = 33;
+    c->wl.bg_prompt_min = 11;
+    c->wl.bg_prompt_max = 22;
+    c->wl.bg_answer_min = 44;
+    c->wl.bg_answer_max = 55;
+    c->wl.seed = 0xfedcba9876543210ULL;
+    c->sched.policy = SCHED_PREFILL_FIRST;
+    c->sched.max_num_batched_tokens = 6000;
+    c->sched.max_num_seqs = 77;
+    c->sched.max_model_len = 9999;
+    c->sched.block_size = 32;
+    c->sched.kv_blocks = 123456789012LL;
+    snprintf(c->device.gpu, sizeof c->device.gpu, "a100-80g");
+    snprintf(c->device.model, sizeof c->device.model, "qwen");
+    snprintf(c->device.model_config, sizeof c->device.model_config, "/m/config.json");
+    snprintf(c->device.hardware, sizeof c->device.hardware, "/h/hw.json");
+    c->device.params_override = 7.5e9;
+    c->device.step_overhead_ns = 4321;
+    c->device.compute_efficiency = 0.61;
+    c->device.bandwidth_efficiency = 0.72;
+    c->device.gpu_memory_utilization = 0.83;
+    c->device.threads = 5;
+    assert_int_equal(cost_gpu_find("h100-sxm", &c->cost.gpu, err), 0);
+    assert_int_equal(cost_arch_find("llama-3.1-8b", &c->cost.arch, err), 0);
+    c->cost.gpu.mem_bytes = 12.5e9; /* the field the first writer forgot */
+    c->cost.gpu.attention_flops = 1.25e14;
+    c->cost.gpu.bytes_per_param = 4;
+    c->cost.gpu.kv_bytes_per_elem = 3;
+    c->cost.gpu.step_overhead_ns = 987;
+    c->cost.gpu.threads = 3; /* read back too (the first reader dropped it) */
+    c->cost.arch.tied_embeddings = true;
+    c->cost.compute_efficiency = 0.5;
+    c->cost.bandwidth_efficiency = 0.25;
+    c->cost.step_overhead_ns = 1234567;
+    c->cost.bytes_per_param = 1.5;
+    c->cost.kv_bytes_per_elem = 2.5;
+    c->cost.params_override = 3e9;
+    snprintf(c->client.target, sizeof c->client.target, "https://example.test:8443/v1");
+    c->client.endpoint = DRIVER_CHAT;
+    snprintf(c->client.model_name, sizeof c->client.model_name, "served-name");
+    c->client.request_timeout_ns = 17000000000LL;
+    c->client.warmup_ns = 1500000000LL;
+    c->client.fidelity = true;
+    c->client.insecure = true;
+    c->no_baseline = true;
+    c->stall_threshold_ns = 42000000;
+
+    memset(m, 0, sizeof *m);
+    snprintf(m->label, sizeof m->label, "interference");
+    snprintf(m->engine_name, sizeof m->engine_name, "emulate h100-sxm llama-3.1-8b x/6000");
+    snprintf(m->target, sizeof m->target, "http://127.0.0.1:4242");
+    m->complete = true;
+    char *argv[] = {"--users", "7", "--policy=prefill-first"};
+    assert_int_equal(experiment_meta_set_argv(m, 3, argv), 0);
+    m->has_client = true;
+    snprintf(m->served_model, sizeof m->served_model, "the-model");
+    m->token_id_prompts = true;
+    m->text_overhead = 3.25;
+    m->text_tokens_per_word = 1.375;
+    m->timestamps = true;
+    m->nice = -10;
+    m->t0_monotonic_ns = 987654321012345LL;
+}
+
+static void assert_meta_equal(const experiment_meta *a, const experiment_meta *b)
+{
+    experiment_meta x = *a, y = *b;
+    assert_int_equal(x.argc, y.argc);
+    for (int i = 0; i < x.argc; i++)
+        assert_string_equal(x.argv[i], y.argv[i]);
+    x.argv = y.argv = NULL;
+    assert_memory_equal(&x, &y, sizeof x);
+}
+
+static void test_config_round_trip(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "";
+    experiment_config c, back;
+    experiment_meta m, mb;
+    distinctive(&c, &m);
+    json_t *json = experiment_config_to_json(&c, &m);
+    assert_non_null(json);
+    if (experiment_config_from_json(json, &back, &mb, err) != 0)
+        fail_msg("read back: %s", err);
+    /* The catalogs' provenance notes are pointers to static text: the reader points them at
+     * its own ("config.json"); every other byte must come back as written. */
+    assert_string_equal(back.cost.gpu.source, "config.json");
+    assert_string_equal(back.cost.arch.source, "config.json");
+    back.cost.gpu.source = c.cost.gpu.source;
+    back.cost.arch.source = c.cost.arch.source;
+    assert_memory_equal(&c, &back, sizeof c);
+    assert_meta_equal(&m, &mb);
+
+    /* Through a file, too (written atomically, read by the same reader). */
+    char dir[] = "/tmp/test_experiment_XXXXXX", path[128];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    assert_int_equal(experiment_config_write(path, &c, &m, err), 0);
+    experiment_meta mf;
+    assert_int_equal(experiment_config_read(path, &back, &mf, err), 0);
+    back.cost.gpu.source = c.cost.gpu.source;
+    back.cost.arch.source = c.cost.arch.source;
+    assert_memory_equal(&c, &back, sizeof c);
+    assert_meta_equal(&m, &mf);
+    unlink(path);
+    rmdir(dir);
+
+    /* A remote engine has no cost section, and none comes back. */
+    c.engine = EXPERIMENT_REMOTE;
+    memset(&c.cost, 0, sizeof c.cost);
+    json_t *remote = experiment_config_to_json(&c, &m);
+    assert_null(json_object_get(remote, "cost"));
+    assert_int_equal(experiment_config_from_json(remote, &back, NULL, err), 0);
+    assert_memory_equal(&c, &back, sizeof c);
+    json_decref(remote);
+
+    json_decref(json);
+    experiment_meta_free(&m);
+    experiment_meta_free(&mb);
+    experiment_meta_free(&mf);
+}
+
+static void test_config_reader_refuses(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "";
+    experiment_config c, back;
+    experiment_meta m;
+    distinctive(&c, &m);
+    struct {
+        const char *section, *key, *json, *want;
+    } bad[] = {
+        {NULL, "format", "1", "format 1"},
+        {NULL, "engine_kind", "\"gpu\"", "engine_kind"},
+        {"workload", "users", "\"seven\"", "workload.users: not an integer"},
+        {"workload", "users", "1e20", "workload.users: not an integer"},
+        {"sched", "policy", "\"fastest\"", "sched.policy: not a policy"},
+        {"device", "gpu", "\"0123456789012345678901234567890123456789\"", "device.gpu: too long"},
+        {"client", "endpoint", "\"grpc\"", "client.endpoint"},
+        {"experiment", "no_baseline", "1", "not true or false"},
+        {NULL, "workload", "[]", "workload is not an object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        json_t *json = experiment_config_to_json(&c, &m);
+        json_t *where = bad[i].section ? json_object_get(json, bad[i].section) : json;
+        json_object_set_new(where, bad[i].key, json_loads(bad[i].json, JSON_DECODE_ANY, NULL));
+        err[0] = '\0';
+        assert_int_equal(experiment_config_from_json(json, &back, NULL, err), -1);
+        if (!strstr(err, bad[i].want))
+            fail_msg("%s.%s = %s: error '%s' lacks '%s'", bad[i].section ? bad[i].section : "",
+                     bad[i].key, bad[i].json, err, bad[i].want);
+        json_decref(json);
+    }
+    /* The first format (no "format" key) is named, not misread. */
+    json_t *old = experiment_config_to_json(&c, &m);
+    json_object_del(old, "format");
+    assert_int_equal(experiment_config_from_json(old, &back, NULL, err), -1);
+    assert_non_null(strstr(err, "older stallscope"));
+    json_decref(old);
+    experiment_meta_free(&m);
+}
+
+/* The API key and extra headers never reach config.json, in either spelling. */
+static void test_secrets_never_written(void **state)
+{
+    (void)state;
+    experiment_config c;
+    experiment_meta m;
+    distinctive(&c, &m);
+    char *argv[] = {"--api-key", "sk-SECRET-1", "--header=Authorization: Bearer SECRET-2",
+                    "--api-key=SECRET-3", "--header", "X-Token: SECRET-4", "--users", "7"};
+    assert_int_equal(experiment_meta_set_argv(&m, 8, argv), 0);
+    json_t *json = experiment_config_to_json(&c, &m);
+    char *text = json_dumps(json, 0);
+    assert_null(strstr(text, "SECRET"));
+    assert_non_null(strstr(text, "\"--api-key\", \"***\""));
+    assert_non_null(strstr(text, "\"--header=***\""));
+    assert_non_null(strstr(text, "\"--users\", \"7\""));
+    free(text);
+    json_decref(json);
+    experiment_meta_free(&m);
+}
+
+static void test_option_tables(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "";
+    experiment_config c;
+    experiment_secrets sec = {0};
+    experiment_defaults(&c, EXPERIMENT_SIM);
+    opts_group groups[] = {experiment_workload_group(&c), experiment_device_group(&c),
+                           experiment_sched_group(&c),    experiment_client_group(&c),
+                           experiment_analysis_group(&c), experiment_secrets_group(&sec)};
+    if (opts_check(groups, OPTS_COUNT(groups), err) != 0)
+        fail_msg("%s", err);
+    char *argv[] = {"--users", "8", "--duration", "3s", "--prompt-tokens", "16k",
+                    "--bg-answer-tokens", "10..20", "--policy", "chunked",
+                    "--max-num-batched-tokens", "512", "--step-overhead", "5ms",
+                    "--lesson-flops", "--stall-threshold", "50ms", "--api-key", "k"};
+    assert_int_equal(opts_parse(19, argv, groups, OPTS_COUNT(groups), NULL, 0, NULL, err), 0);
+    assert_int_equal(c.wl.users, 8);
+    assert_int_equal(c.wl.duration_ns, 3000000000LL);
+    assert_int_equal(c.wl.prompt_tokens, 16000);
+    assert_int_equal(c.wl.bg_answer_min, 10);
+    assert_int_equal(c.wl.bg_answer_max, 20);
+    assert_int_equal(c.sched.policy, SCHED_CHUNKED);
+    assert_int_equal(c.sched.max_num_batched_tokens, 512);
+    assert_int_equal(c.device.step_overhead_ns, 5000000);
+    assert_float_equal(c.device.params_override, 8e9, 0);
+    assert_int_equal(c.stall_threshold_ns, 50000000);
+    assert_string_equal(sec.api_key, "k");
+    /* One rule for durations everywhere: a bare number is refused. */
+    char *bare[] = {"--stall-threshold", "50"};
+    assert_int_equal(opts_parse(2, bare, groups, OPTS_COUNT(groups), NULL, 0, NULL, err), -1);
+    assert_non_null(strstr(err, "needs a unit"));
+}
+
+/* The lesson's defaults resolve to the lesson's numbers, on each engine. */
+static void test_defaults_and_names(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "", name[192];
+    experiment_config c;
+    experiment_defaults(&c, EXPERIMENT_SIM);
+    assert_int_equal(c.wl.users, 32);
+    assert_int_equal(c.wl.prompt_tokens, 8000);
+    assert_int_equal(c.sched.policy, SCHED_MIXED);
+    assert_int_equal(c.sched.max_num_batched_tokens, 16384);
+    assert_int_equal(experiment_resolve(&c, err), 0);
+    assert_int_equal(experiment_check(&c, err), 0);
+    experiment_engine_name(&c, NULL, name, sizeof name);
+    assert_string_equal(name, "sim h100-sxm llama-3.1-8b mixed/16384");
+    assert_true(c.sched.kv_blocks > 0);
+    assert_int_equal(c.sched.max_model_len, c.cost.arch.max_position);
+
+    experiment_defaults(&c, EXPERIMENT_CPU);
+    assert_int_equal(experiment_resolve(&c, err), 0);
+    experiment_engine_name(&c, NULL, name, sizeof name);
+    assert_string_equal(name, "cpu small mixed/16384");
+
+    experiment_defaults(&c, EXPERIMENT_REMOTE);
+    assert_int_equal(experiment_resolve(&c, err), -1); /* no target */
+    snprintf(c.client.target, sizeof c.client.target, "http://127.0.0.1:9");
+    assert_int_equal(experiment_resolve(&c, err), 0);
+    experiment_engine_name(&c, "vllm-model", name, sizeof name);
+    assert_string_equal(name, "remote vllm-model");
+
+    /* One-step prefill cannot hold a prompt over the budget: refused before anything runs. */
+    experiment_defaults(&c, EXPERIMENT_SIM);
+    c.sched.max_num_batched_tokens = 4096;
+    assert_int_equal(experiment_resolve(&c, err), 0);
+    assert_int_equal(experiment_check(&c, err), -1);
+    c.sched.policy = SCHED_CHUNKED;
+    assert_int_equal(experiment_check(&c, err), 0);
+}
+
+/* The pair: the baseline's p50 is the interference run's reference, the artifacts land, and
+ * an in-memory pair (the report's prediction) writes nothing. */
+static void test_run_pair(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "";
+    experiment_config c;
+    experiment_defaults(&c, EXPERIMENT_SIM);
+    c.wl.users = 4;
+    c.wl.duration_ns = 6000000000LL;
+    c.wl.inject_at_ns = 1000000000LL;
+    c.wl.inject_every_ns = 2000000000LL;
+    assert_int_equal(experiment_resolve(&c, err), 0);
+    experiment_runner sim;
+    assert_int_equal(experiment_runner_sim(&sim, err), 0);
+
+    experiment_pair mem;
+    experiment_io quiet = {0};
+    assert_int_equal(experiment_run_pair(&c, &sim, &quiet, &mem, err), 0);
+    assert_true(mem.complete && mem.have_baseline && mem.have_interference);
+    assert_int_equal(mem.baseline.n_injections, 0);
+    assert_int_equal(mem.interference.n_injections, 3);
+    /* The default threshold: 5 x the baseline's p50. */
+    assert_float_equal(mem.interference.stalls.threshold_ms, 5 * mem.baseline.itl_ms.p50, 1e-9);
+    /* Each injection's spike is the cost model's step for it. */
+    assert_float_equal(mem.interference.itl_ms.max / experiment_model_spike_ms(&c, 8000), 1.0,
+                       0.02);
+
+    char dir[] = "/tmp/test_pair_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char *argv[] = {"--users", "4"};
+    experiment_io io = {.out_dir = dir, .argc = 2, .argv = argv};
+    experiment_pair disk;
+    assert_int_equal(experiment_run_pair(&c, &sim, &io, &disk, err), 0);
+    /* Same configuration, same numbers: on disk or in memory. */
+    assert_memory_equal(&disk.interference.itl_ms, &mem.interference.itl_ms,
+                        sizeof mem.interference.itl_ms);
+    static const char *const files[] = {"comparison.json", "baseline/config.json",
+                                        "baseline/summary.json", "baseline/tokens.csv",
+                                        "interference/steps.csv", "interference/config.json"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char path[256];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        if (stat(path, &st) != 0)
+            fail_msg("%s missing", path);
+    }
+    experiment_config back;
+    experiment_meta meta;
+    char path[256];
+    snprintf(path, sizeof path, "%s/baseline/config.json", dir);
+    assert_int_equal(experiment_config_read(path, &back, &meta, err), 0);
+    assert_false(back.wl.inject); /* the baseline's own workload: injector off */
+    assert_true(meta.complete);
+    assert_string_equal(meta.label, "baseline");
+    experiment_meta_free(&meta);
+
+    /* --no-baseline: the interference run alone, its own p50 the reference. */
+    c.no_baseline = true;
+    experiment_pair alone;
+    assert_int_equal(experiment_run_pair(&c, &sim, &quiet, &alone, err), 0);
+    assert_false(alone.have_baseline);
+    assert_float_equal(alone.interference.stalls.threshold_ms, 5 * alone.interference.itl_ms.p50,
+                       1e-9);
+    experiment_pair_free(&alone);
+    experiment_pair_free(&mem);
+    experiment_pair_free(&disk);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* A runner that stops early: the pair says which run and why, and goes no further than an
+ * incomplete baseline. */
+static int cut_run(void *impl, const experiment_phase *ph, tokenlog *log, experiment_meta *meta,
+                   char *err)
+{
+    (void)impl, (void)log;
+    meta->complete = false;
+    return err_set(err, "the %s server went away", ph->label), 0;
+}
+
+static void test_pair_incomplete(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "";
+    experiment_config c;
+    experiment_defaults(&c, EXPERIMENT_SIM);
+    c.wl.users = 2;
+    c.wl.duration_ns = 1000000000LL;
+    assert_int_equal(experiment_resolve(&c, err), 0);
+    experiment_runner cut = {.impl = NULL, .name = "cut", .run = cut_run, .destroy = NULL};
+    experiment_io io = {0};
+    experiment_pair p;
+    assert_int_equal(experiment_run_pair(&c, &cut, &io, &p, err), 0);
+    assert_false(p.complete);
+    assert_true(p.have_baseline);
+    assert_false(p.have_interference);
+    assert_non_null(strstr(p.why, "the baseline run stopped early: the baseline server went away"));
+    experiment_pair_free(&p);
+}
+
+static void test_sweep_plan(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "";
+    experiment_sweep *sw = calloc(1, sizeof *sw);
+    assert_non_null(sw);
+    experiment_defaults(&sw->base, EXPERIMENT_SIM);
+    char *argv[] = {"--prompt-tokens", "4k,8k", "--max-num-batched-tokens=16384,4096",
+                    "--users", "8"};
+    char *rest[8];
+    int n_rest = 0;
+    assert_int_equal(experiment_axes_from_argv(5, argv, sw->axes, &sw->n_axes, rest, &n_rest, err),
+                     0);
+    assert_int_equal(sw->n_axes, 2);
+    assert_int_equal(n_rest, 2); /* --users 8: one value, passed through */
+    assert_true(sw->axes[1].server_side);
+    assert_int_equal(experiment_sweep_plan(sw, err), 0);
+    assert_int_equal(sw->n_points, 4);
+    /* The first axis varies fastest; 8k under a 4096 budget with one-step prefill is refused. */
+    char desc[128];
+    experiment_sweep_point_desc(sw, &sw->points[3], desc, sizeof desc);
+    assert_string_equal(desc, "prompt-tokens=8k max-num-batched-tokens=4096");
+    assert_string_equal(sw->points[3].status, "refused");
+    assert_string_equal(sw->points[2].status, "ok");
+    experiment_config pc;
+    assert_int_equal(experiment_sweep_point_config(sw, &sw->points[2], &pc, err), 0);
+    assert_int_equal(pc.wl.prompt_tokens, 4000);
+    assert_int_equal(pc.sched.max_num_batched_tokens, 4096);
+    /* A bad value is bad input before anything runs, through the option's own parser. */
+    snprintf(sw->axes[0].values[1], sizeof sw->axes[0].values[1], "8q");
+    assert_int_equal(experiment_sweep_plan(sw, err), -1);
+    assert_non_null(strstr(err, "--prompt-tokens"));
+    free(sw);
+}
+
+/* The server flags: one mapping for every command that prints them. */
+static void test_server_flags(void **state)
+{
+    (void)state;
+    workload_config wl;
+    workload_default(&wl);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    experiment_print_server_flags(f, "  ", SCHED_CHUNKED, 512, &wl);
+    experiment_print_server_flags(f, "  ", SCHED_MIXED, 16384, &wl);
+    fclose(f);
+    assert_non_null(strstr(buf, "--max-num-batched-tokens 512 --enable-chunked-prefill"));
+    assert_non_null(strstr(buf, "--chunked-prefill-size 512 --enable-mixed-chunk"));
+    assert_non_null(strstr(buf, "--max-num-batched-tokens 16384 --no-enable-chunked-prefill"));
+    assert_non_null(strstr(buf, "--chunked-prefill-size -1 --max-prefill-tokens 16384"));
+    assert_non_null(strstr(buf, "stallscope serve --policy mixed --max-num-batched-tokens 16384"));
+    /* llama.cpp: a slot per stream plus the injector, each with room for the long prompt. */
+    assert_non_null(strstr(buf, "--parallel 34 --ctx-size 307360"));
+    free(buf);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_config_round_trip), cmocka_unit_test(test_config_reader_refuses),
+        cmocka_unit_test(test_secrets_never_written), cmocka_unit_test(test_option_tables),
+        cmocka_unit_test(test_defaults_and_names),  cmocka_unit_test(test_run_pair),
+        cmocka_unit_test(test_pair_incomplete),     cmocka_unit_test(test_sweep_plan),
+        cmocka_unit_test(test_server_flags),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
