@@ -12,7 +12,8 @@
 #include "common/fsio.h"
 #include "report/html_internal.h"
 #include "report/plot.h"
-#include "report/report.h"
+#include "report/predict.h"
+#include "report/table.h"
 
 #define MAX_INJECTION_ROWS 200
 
@@ -308,11 +309,11 @@ static int write_prediction(FILE *out, const report_run *b, const report_run *x,
         fputs("<p>Prediction skipped.</p>\n</section>\n", out);
         return 0;
     }
-    html_prediction same, ref;
-    if (html_predict(x, false, &same, err) != 0)
+    report_prediction same, ref;
+    if (report_predict(x, false, &same, err) != 0)
         return -1;
-    if (html_predict(x, true, &ref, err) != 0) {
-        html_prediction_free(&same);
+    if (report_predict(x, true, &ref, err) != 0) {
+        report_prediction_free(&same);
         return -1;
     }
     fputs("<p class=\"note\">The same workload (config.json) through the simulator in "
@@ -367,8 +368,8 @@ static int write_prediction(FILE *out, const report_run *b, const report_run *x,
         html_escape(out, ref.why);
         fputs(".</p>\n", out);
     }
-    html_prediction_free(&same);
-    html_prediction_free(&ref);
+    report_prediction_free(&same);
+    report_prediction_free(&ref);
     fputs("</section>\n", out);
     return 0;
 }

@@ -1,16 +1,15 @@
-/* html_sweep — a sweep's report: what changed along the first axis, the points' table,
- * spike vs prompt length with the cost model's line, the chunked-prefill trade-off, the
- * tail of every point. */
+/* html_sweep — a sweep's report.html (html_sweep.h). */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/err.h"
-#include "report/html.h"
 #include "report/html_internal.h"
+#include "report/html_sweep.h"
 #include "report/plot.h"
-#include "report/report.h"
+#include "report/sweep.h"
+#include "report/table.h"
 
 #define TIMES "\xc3\x97"
 #define DASH "\xe2\x80\x94"

@@ -8,7 +8,10 @@
 #include "common/err.h"
 #include "common/fsio.h"
 #include "report/html.h"
+#include "report/html_sweep.h"
 #include "report/plot.h"
+#include "report/sweep.h"
+#include "report/table.h"
 
 static void print_json(const json_t *j)
 {

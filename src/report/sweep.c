@@ -1,12 +1,12 @@
-/* sweep — a sweep's figures in text: the cells every table shows, the terminal table, and
- * the results files (sweep.json's "results", sweep.csv). The figures themselves come from
+/* sweep — a sweep's figures in text (sweep.h); the figures themselves come from
  * analysis_sweep (load.c computes them). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/err.h"
 #include "common/fsio.h"
-#include "report/report.h"
+#include "report/sweep.h"
+#include "report/table.h"
 
 #define TIMES "\xc3\x97"
 #define DASH "\xe2\x80\x94"

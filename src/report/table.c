@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "report/report.h"
+#include "report/table.h"
 
 #define COL_METRIC 26
 #define COL_VALUE 13

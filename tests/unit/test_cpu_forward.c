@@ -254,6 +254,7 @@ static void step_lanes(rig *r, lane **lanes, int n, int chunk)
     cpu_batch_seq batch[8];
     int samples[8];
     int k = 0;
+    memset(batch, 0, sizeof batch); /* n <= 8 lanes; gcc -O1 cannot see that */
     for (int i = 0; i < n; i++) {
         lane *l = lanes[i];
         int len = l->n - l->computed;

@@ -19,7 +19,10 @@
 #include "report/html_internal.h"
 #include "report/load.h"
 #include "report/plot.h"
-#include "report/report.h"
+#include "report/html_sweep.h"
+#include "report/predict.h"
+#include "report/sweep.h"
+#include "report/table.h"
 
 #define MARKER_STROKE "stroke:rgb(60%,0%,60%)"
 
@@ -206,14 +209,14 @@ static void test_predict(void **state)
     experiment_config cfg;
     small_config(&cfg, EXPERIMENT_SIM, 4000, SCHED_MIXED, 16384, 0);
     char err[ERR_LEN] = "";
-    html_prediction p;
+    report_prediction p;
 
     /* A simulation on the reference profile: nothing to predict twice. */
     report_run run = loaded(&cfg);
-    assert_int_equal(html_predict(&run, false, &p, err), 0);
+    assert_int_equal(report_predict(&run, false, &p, err), 0);
     assert_false(p.ok);
     assert_non_null(strstr(p.why, "itself"));
-    assert_int_equal(html_predict(&run, true, &p, err), 0);
+    assert_int_equal(report_predict(&run, true, &p, err), 0);
     assert_false(p.ok);
     assert_non_null(strstr(p.why, "reference"));
 
@@ -224,21 +227,21 @@ static void test_predict(void **state)
     snprintf(remote.client.target, sizeof remote.client.target, "http://127.0.0.1:1");
     assert_int_equal(experiment_resolve(&remote, err), 0);
     run = loaded(&remote);
-    assert_int_equal(html_predict(&run, false, &p, err), 0);
+    assert_int_equal(report_predict(&run, false, &p, err), 0);
     assert_false(p.ok);
     assert_non_null(strstr(p.why, "remote"));
-    assert_int_equal(html_predict(&run, true, &p, err), 0);
+    assert_int_equal(report_predict(&run, true, &p, err), 0);
     assert_true(p.ok);
     assert_int_equal(p.pair.interference.n_injections, 3);
     /* The reference's spike is the model's 4k-token step beside 4 decodes. */
     double model = experiment_model_spike_ms(&cfg, 4000);
     assert_float_equal(p.pair.interference.itl_ms.max / model, 1.0, 0.03);
-    html_prediction_free(&p);
+    report_prediction_free(&p);
 
     /* No configuration: says why, predicts nothing. */
     memset(&run, 0, sizeof run);
     snprintf(run.config_why, sizeof run.config_why, "no config.json beside the token log");
-    assert_int_equal(html_predict(&run, true, &p, err), 0);
+    assert_int_equal(report_predict(&run, true, &p, err), 0);
     assert_false(p.ok);
     assert_non_null(strstr(p.why, "no config.json"));
 }

@@ -8,7 +8,7 @@
 
 #include <cmocka.h>
 
-#include "report/report.h"
+#include "report/table.h"
 
 static analysis_injection injections[4];
 

@@ -1,15 +1,14 @@
-/* html_predict — the cost model's prediction for a measured run: its configuration (read
- * back by the experiment's one reader) run as a pair by the simulator runner, in memory. */
+/* predict — the cost model's prediction for a measured run (predict.h). */
 #include <string.h>
 
 #include "common/err.h"
-#include "report/html.h"
+#include "report/predict.h"
 
 /* The run's profile is the reference already (catalog figures and no knobs). */
 static bool is_reference(const cost_params *c)
 {
-    return strcmp(c->gpu.name, HTML_REFERENCE_GPU) == 0 &&
-           strcmp(c->arch.name, HTML_REFERENCE_MODEL) == 0 && c->compute_efficiency == 1 &&
+    return strcmp(c->gpu.name, REPORT_REFERENCE_GPU) == 0 &&
+           strcmp(c->arch.name, REPORT_REFERENCE_MODEL) == 0 && c->compute_efficiency == 1 &&
            c->bandwidth_efficiency == 1 && c->step_overhead_ns == 0 && c->params_override == 0;
 }
 
@@ -29,7 +28,7 @@ static int reference_config(experiment_config *cfg, char *err)
     return 0;
 }
 
-int html_predict(const report_run *run, bool reference, html_prediction *out, char *err)
+int report_predict(const report_run *run, bool reference, report_prediction *out, char *err)
 {
     memset(out, 0, sizeof *out);
     if (!run->has_config)
@@ -80,7 +79,7 @@ int html_predict(const report_run *run, bool reference, html_prediction *out, ch
     return 0;
 }
 
-void html_prediction_free(html_prediction *p)
+void report_prediction_free(report_prediction *p)
 {
     experiment_pair_free(&p->pair);
     p->ok = false;

@@ -1,0 +1,28 @@
+/* predict — the cost model beside a measured run: the run's configuration (read back by the
+ * experiment's one reader) run as a pair by the simulator runner, in process, on the run's
+ * own profile and on the reference (an H100 SXM running Llama 3.1 8B). */
+#ifndef STALLSCOPE_REPORT_PREDICT_H
+#define STALLSCOPE_REPORT_PREDICT_H
+#include <stdbool.h>
+
+#include "experiment/experiment.h"
+#include "report/load.h"
+
+#define REPORT_REFERENCE_GPU EXPERIMENT_DEFAULT_GPU
+#define REPORT_REFERENCE_MODEL EXPERIMENT_DEFAULT_MODEL
+
+typedef struct report_prediction {
+    bool ok;
+    char profile[192]; /* "h100-sxm llama-3.1-8b mixed/16384" */
+    char why[512];     /* when !ok: why there is no prediction */
+    experiment_pair pair;
+} report_prediction;
+
+/* The simulator, in process, for the run's workload on its own profile (reference false)
+ * or on the reference profile (true). Fills out->why and returns 0 when the run cannot be
+ * predicted (a remote target, a CPU engine, no readable config.json); -1 only on a hard
+ * failure. */
+int report_predict(const report_run *run, bool reference, report_prediction *out, char *err);
+void report_prediction_free(report_prediction *p);
+
+#endif
