@@ -26,6 +26,7 @@
 #include "cli/cli.h"
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/fsio.h"
 #include "common/units.h"
 #include "engine/cpu/cpu_calib.h"
 #include "engine/cpu/cpu_kernels.h"
@@ -201,8 +202,8 @@ int cli_calibrate(int argc, char **argv)
     json_object_set_new(root, "measured", m);
     json_object_set_new(root, "source", json_string("stallscope calibrate"));
     int rc = CLI_EXIT_OK;
-    if (json_dump_file(root, o.out, JSON_INDENT(2) | JSON_SORT_KEYS) != 0) {
-        fprintf(stderr, "stallscope calibrate: cannot write %s\n", o.out);
+    if (fsio_write_json(o.out, root, JSON_INDENT(2) | JSON_SORT_KEYS, err) != 0) {
+        fprintf(stderr, "stallscope calibrate: %s\n", err);
         rc = CLI_EXIT_FAIL;
     } else {
         printf("wrote %s (use: --hardware %s)\n", o.out, o.out);
