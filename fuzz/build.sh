@@ -44,7 +44,8 @@ build() {
 }
 build fuzz_sse_split "$S/client/sse.c" "$S/common/err.c" &
 build fuzz_sse_chunk "$S/client/sse.c" "$S/common/err.c" &
-build fuzz_request "$S/server/openai.c" "$S/engine/vocab.c" "$S/common/rng.c" "$S/common/err.c" &
+build fuzz_request "$S/server/openai.c" "$S/engine/vocab.c" "$S/common/buf.c" "$S/common/rng.c" \
+  "$S/common/err.c" &
 build fuzz_units "$S/common/units.c" "$S/common/err.c" &
 rc=0
 for _ in 1 2 3 4; do wait -n || rc=1; done

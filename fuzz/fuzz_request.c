@@ -37,7 +37,7 @@ static void fail(const char *what, const char *detail)
 }
 
 /* "data: {...}\n\n" events, each JSON. */
-static void check_events(const openai_buf *b)
+static void check_events(const buf *b)
 {
     size_t at = 0;
     while (at < b->len) {
@@ -78,7 +78,7 @@ static void check_accepted(const openai_request *r, const openai_limits *lim)
      * response of a non-streamed request. */
     openai_stream enc;
     openai_stream_init(&enc, r, 7, 1700000000, lim->model_name);
-    openai_buf b = {0};
+    buf b = {0};
     openai_chunk chunk = {.text = " word", .text_len = 5, .role = r->endpoint == OPENAI_CHAT,
                           .finish_reason = r->n_stop ? "stop" : NULL,
                           .stop_reason = r->n_stop ? r->stop[r->n_stop - 1] : NULL,
@@ -86,10 +86,10 @@ static void check_accepted(const openai_request *r, const openai_limits *lim)
     openai_encode_chunk(&enc, &chunk, &b);
     openai_encode_usage_chunk(&enc, 1, 124, 4, &b);
     openai_encode_done(&b);
-    if (b.oom)
+    if (b.failed)
         fail("out of memory encoding", NULL);
     check_events(&b);
-    openai_buf_free(&b);
+    buf_free(&b);
     char *body = openai_encode_response(r, 7, 1700000000, lim->model_name, " word", 5,
                                         r->n_stop ? "stop" : "length",
                                         r->n_stop ? r->stop[0] : NULL, 1, -1, 4);
@@ -118,10 +118,10 @@ static void check_refused(const openai_error *e)
         fail("error body is not the OpenAI shape", body);
     json_decref(v);
     /* The same error mid-stream. */
-    openai_buf b = {0};
+    buf b = {0};
     openai_encode_stream_error(e, &b);
     check_events(&b);
-    openai_buf_free(&b);
+    buf_free(&b);
     free(body);
 }
 

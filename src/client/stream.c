@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "client/sse.h"
+#include "common/buf.h"
 #include "common/clock.h"
 #include "common/err.h"
 
@@ -36,8 +37,7 @@ typedef struct stream_req {
     char url[MAX_URL];
 
     /* Bytes read but not parsed yet, with the time each read happened. */
-    char *raw;
-    size_t raw_len, raw_cap;
+    buf raw;
     stamp_seg *segs;
     int n_segs, cap_segs;
     bool dirty;
@@ -163,17 +163,17 @@ static int on_timer(CURLM *multi, long timeout_ms, void *userp)
     return 0;
 }
 
-static int grow(void **buf, size_t elem, size_t need, size_t *cap)
+static int grow(void **items, size_t elem, size_t need, size_t *cap)
 {
     if (need <= *cap)
         return 0;
     size_t n = *cap ? *cap : 16;
     while (n < need)
         n *= 2;
-    void *b = realloc(*buf, n * elem);
-    if (!b)
+    void *grown = realloc(*items, n * elem);
+    if (!grown)
         return -1;
-    *buf = b;
+    *items = grown;
     *cap = n;
     return 0;
 }
@@ -205,16 +205,15 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata)
     if (r->http_status >= 400)
         return n; /* an error body, not a stream: kept in head */
     size_t cap_segs = (size_t)r->cap_segs;
-    if (grow((void **)&r->raw, 1, r->raw_len + n, &r->raw_cap) != 0 ||
-        grow((void **)&r->segs, sizeof *r->segs, (size_t)r->n_segs + 1, &cap_segs) != 0)
+    if (grow((void **)&r->segs, sizeof *r->segs, (size_t)r->n_segs + 1, &cap_segs) != 0)
         return 0; /* curl treats a short write as an error */
     r->cap_segs = (int)cap_segs;
-    memcpy(r->raw + r->raw_len, ptr, n);
-    r->raw_len += n;
+    if (buf_append(&r->raw, ptr, n) != 0)
+        return 0;
     if (r->n_segs > 0 && r->segs[r->n_segs - 1].t_ns == t)
-        r->segs[r->n_segs - 1].end = r->raw_len;
+        r->segs[r->n_segs - 1].end = r->raw.len;
     else
-        r->segs[r->n_segs++] = (stamp_seg){r->raw_len, t};
+        r->segs[r->n_segs++] = (stamp_seg){r->raw.len, t};
     if (!r->dirty) {
         r->dirty = true;
         r->next_dirty = r->c->dirty;
@@ -230,7 +229,7 @@ static void req_free(stream_req *r)
     if (r->easy)
         curl_easy_cleanup(r->easy);
     sse_parser_free(&r->sse);
-    free(r->raw);
+    buf_free(&r->raw);
     free(r->segs);
     free(r->body);
     free(r);
@@ -358,7 +357,7 @@ static bool req_parse_pending(stream_client *c, stream_req *r)
         while (off < end && !r->error[0]) {
             size_t used = 0;
             sse_event ev;
-            int rc = sse_parse(&r->sse, r->raw + off, end - off, &used, &ev);
+            int rc = sse_parse(&r->sse, r->raw.data + off, end - off, &used, &ev);
             off += used;
             if (rc == SSE_ERROR)
                 fail(r, "%s", "malformed SSE: an event larger than the 1 MiB limit");
@@ -366,7 +365,7 @@ static bool req_parse_pending(stream_client *c, stream_req *r)
                 handle_event(c, r, &ev, r->segs[j].t_ns);
         }
     }
-    r->raw_len = 0;
+    buf_reset(&r->raw);
     r->n_segs = 0;
     return r->error[0] == '\0';
 }
@@ -695,22 +694,14 @@ stream_transport stream_client_transport(stream_client *c)
 
 /* ---- blocking helper --------------------------------------------------------------- */
 
-typedef struct body_buf {
-    char *data;
-    size_t len, cap;
-} body_buf;
-
 static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
-    body_buf *b = userdata;
+    buf *reply = userdata;
     size_t n = size * nmemb;
-    if (b->len + n + 1 > (size_t)16 << 20)
+    if (reply->len + n + 1 > (size_t)16 << 20)
         return 0; /* curl treats a short write as an error */ /* nothing we ask for is that large */
-    if (grow((void **)&b->data, 1, b->len + n + 1, &b->cap) != 0)
+    if (buf_append(reply, ptr, n) != 0)
         return 0; /* curl treats a short write as an error */
-    memcpy(b->data + b->len, ptr, n);
-    b->len += n;
-    b->data[b->len] = '\0';
     return n;
 }
 
@@ -729,7 +720,7 @@ int stream_http(const stream_options *opt, const char *method, const char *path,
         curl_slist_free_all(headers);
         return err_set(err, "curl_easy_init failed");
     }
-    body_buf b = {0};
+    buf reply = {0};
     char curl_err[CURL_ERROR_SIZE] = "";
     int64_t connect_ns = opt->connect_timeout_ns > 0 ? opt->connect_timeout_ns : 5 * CLOCK_NS_PER_S;
     if (connect_ns > timeout_ns)
@@ -737,7 +728,7 @@ int stream_http(const stream_options *opt, const char *method, const char *path,
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &reply);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, curl_err);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(timeout_ns / CLOCK_NS_PER_MS));
@@ -757,16 +748,17 @@ int stream_http(const stream_options *opt, const char *method, const char *path,
     curl_easy_cleanup(e);
     curl_slist_free_all(headers);
     if (rc != CURLE_OK) {
-        free(b.data);
+        buf_free(&reply);
         /* curl says "Couldn't connect"; the OS says why (refused, unreachable ...). */
         return err_set(err, "%s %s: %s%s%s%s", method, url, os_errno ? strerror((int)os_errno) : "",
                        os_errno ? " (" : "", curl_err[0] ? curl_err : curl_easy_strerror(rc),
                        os_errno ? ")" : "");
     }
     *status = (int)code;
-    if (body_out)
-        *body_out = b.data ? b.data : strdup("");
-    else
-        free(b.data);
-    return 0;
+    if (!body_out) {
+        buf_free(&reply);
+        return 0;
+    }
+    *body_out = buf_detach(&reply);
+    return *body_out ? 0 : err_set(err, "%s %s: out of memory", method, url);
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/buf.h"
 #include "common/err.h"
 #include "common/fsio.h"
 
@@ -210,8 +211,7 @@ typedef struct csv_reader {
     const char *path;
     char *line;       /* getline's buffer */
     size_t line_cap;
-    char *rec;        /* the record being assembled */
-    size_t rec_len, rec_cap;
+    buf rec;          /* the record being assembled */
     int64_t line_no;  /* physical line where the current record starts */
     int64_t next_line;
     char *fields[CSV_MAX_FIELDS];
@@ -219,28 +219,10 @@ typedef struct csv_reader {
     int unterminated; /* the record ended at end of file without its newline */
 } csv_reader;
 
-static int rec_append(csv_reader *r, const char *s, size_t n)
-{
-    if (r->rec_len + n + 1 > r->rec_cap) {
-        size_t cap = r->rec_cap ? r->rec_cap : 256;
-        while (cap < r->rec_len + n + 1)
-            cap *= 2;
-        char *p = realloc(r->rec, cap);
-        if (!p)
-            return -1;
-        r->rec = p;
-        r->rec_cap = cap;
-    }
-    memcpy(r->rec + r->rec_len, s, n);
-    r->rec_len += n;
-    r->rec[r->rec_len] = '\0';
-    return 0;
-}
-
 /* Split r->rec into fields, removing the quoting in place. */
 static int split_fields(csv_reader *r, char *err)
 {
-    char *p = r->rec;
+    char *p = r->rec.data;
     r->n_fields = 0;
     for (;;) {
         if (r->n_fields == CSV_MAX_FIELDS)
@@ -300,7 +282,7 @@ static int quotes_balanced(const char *s, size_t n)
 static int csv_next(csv_reader *r, char *err)
 {
     for (;;) {
-        r->rec_len = 0;
+        buf_reset(&r->rec);
         r->line_no = r->next_line;
         int have = 0;
         for (;;) {
@@ -316,17 +298,18 @@ static int csv_next(csv_reader *r, char *err)
             r->next_line++;
             have = 1;
             r->unterminated = r->line[n - 1] != '\n';
-            if (rec_append(r, r->line, (size_t)n) != 0)
+            if (buf_append(&r->rec, r->line, (size_t)n) != 0)
                 return err_set(err, "%s: out of memory", r->path);
             /* An odd number of quotes so far means a quoted field holds a newline: the
              * record continues on the next physical line. */
-            if (quotes_balanced(r->rec, r->rec_len))
+            if (quotes_balanced(r->rec.data, r->rec.len))
                 break;
         }
-        while (r->rec_len > 0 &&
-               (r->rec[r->rec_len - 1] == '\n' || r->rec[r->rec_len - 1] == '\r'))
-            r->rec[--r->rec_len] = '\0';
-        if (r->rec_len == 0)
+        buf *rec = &r->rec;
+        while (rec->len > 0 &&
+               (rec->data[rec->len - 1] == '\n' || rec->data[rec->len - 1] == '\r'))
+            rec->data[--rec->len] = '\0';
+        if (rec->len == 0)
             continue; /* blank line: a trailing newline is no row */
         if (split_fields(r, err) != 0)
             return -1;
@@ -520,7 +503,7 @@ static int read_path(tokenlog *log, const char *path, file_kind kind, read_opts 
 done:
     fclose(r.f);
     free(r.line);
-    free(r.rec);
+    buf_free(&r.rec);
     return rc;
 }
 

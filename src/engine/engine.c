@@ -101,9 +101,7 @@ static void live_remove(engine *e, engine_req *r)
 
 void engine_req_release(engine_req *req)
 {
-    free(req->tail);
-    req->tail = NULL;
-    req->tail_len = req->tail_cap = 0;
+    buf_free(&req->tail);
 }
 
 /* ---- events --------------------------------------------------------------------------- */
@@ -201,8 +199,7 @@ static void admit(engine *e, engine_req *r, int64_t now_ns)
     r->sr.min_tokens = r->seq.min_tokens;
     r->sr.user = r;
     r->finishing = ENGINE_FINISH_NONE;
-    r->tail = NULL;
-    r->tail_len = r->tail_cap = 0;
+    r->tail = (buf){0};
     r->max_stop_len = r->n_stop > 0 ? max_stop_len(r) : 0;
     r->error[0] = '\0';
     if (atomic_load(&r->cancel)) {
@@ -279,27 +276,17 @@ static int reserve_items(engine *e, int n)
  * strings until then.) */
 static int match_stop(engine_req *r, const char *text, size_t len, bool search, size_t *cut)
 {
-    const size_t keep = r->tail_len;
-    if (keep + len > r->tail_cap) {
-        size_t cap = r->tail_cap ? r->tail_cap : 64;
-        while (cap < keep + len)
-            cap *= 2;
-        char *grown = realloc(r->tail, cap);
-        if (!grown)
-            return -1; /* out of memory: stop strings stop working, the answer goes on */
-        r->tail = grown;
-        r->tail_cap = cap;
-    }
-    memcpy(r->tail + keep, text, len);
-    r->tail_len = keep + len;
+    const size_t keep = r->tail.len;
+    if (buf_append(&r->tail, text, len) != 0)
+        return -1; /* out of memory: stop strings stop working, the answer goes on */
 
     int best = -1;
     size_t best_at = 0;
     for (int i = 0; search && i < r->n_stop; i++) {
-        const char *found = memmem(r->tail, r->tail_len, r->stop[i], strlen(r->stop[i]));
-        if (found && (best < 0 || (size_t)(found - r->tail) < best_at)) {
+        const char *found = memmem(r->tail.data, r->tail.len, r->stop[i], strlen(r->stop[i]));
+        if (found && (best < 0 || (size_t)(found - r->tail.data) < best_at)) {
             best = i;
-            best_at = (size_t)(found - r->tail);
+            best_at = (size_t)(found - r->tail.data);
         }
     }
     if (best >= 0) {
@@ -307,10 +294,8 @@ static int match_stop(engine_req *r, const char *text, size_t len, bool search, 
         return best;
     }
     const size_t hold = r->max_stop_len > 0 ? r->max_stop_len - 1 : 0;
-    if (r->tail_len > hold) {
-        memmove(r->tail, r->tail + r->tail_len - hold, hold);
-        r->tail_len = hold;
-    }
+    if (r->tail.len > hold)
+        buf_consume(&r->tail, r->tail.len - hold);
     return -1;
 }
 

@@ -34,6 +34,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "common/buf.h"
 #include "common/err.h"
 #include "engine/exec.h"
 #include "engine/sched.h"
@@ -67,8 +68,7 @@ typedef struct engine_req {
     sched_req sr;
     atomic_bool cancel;
     engine_finish finishing; /* decided during this step, applied after commit */
-    char *tail;              /* last bytes of the text, for stop strings */
-    size_t tail_len, tail_cap;
+    buf tail;                /* last bytes of the text, for stop strings */
     size_t max_stop_len;
     struct engine_req *inbox_next;
     struct engine_req *live_next, *live_prev;

@@ -12,6 +12,7 @@
 #include <cairo-svg.h>
 #include <cairo.h>
 
+#include "common/buf.h"
 #include "common/err.h"
 #include "common/fsio.h"
 
@@ -1245,31 +1246,11 @@ void plot_draw(void *cairo_context, const plot_chart *c)
 
 /* ---- rendering ------------------------------------------------------------------------------ */
 
-typedef struct membuf {
-    char *data;
-    size_t len, cap;
-    bool oom;
-} membuf;
-
-static cairo_status_t membuf_write(void *closure, const unsigned char *data, unsigned int length)
+/* cairo's write callback: the SVG goes into a buf. */
+static cairo_status_t svg_write(void *closure, const unsigned char *data, unsigned int length)
 {
-    membuf *m = closure;
-    if (m->len + length + 1 > m->cap) {
-        size_t cap = m->cap ? m->cap : 65536;
-        while (m->len + length + 1 > cap)
-            cap *= 2;
-        char *p = realloc(m->data, cap);
-        if (!p) {
-            m->oom = true;
-            return CAIRO_STATUS_WRITE_ERROR;
-        }
-        m->data = p;
-        m->cap = cap;
-    }
-    memcpy(m->data + m->len, data, length);
-    m->len += length;
-    m->data[m->len] = '\0';
-    return CAIRO_STATUS_SUCCESS;
+    return buf_append(closure, data, length) == 0 ? CAIRO_STATUS_SUCCESS
+                                                  : CAIRO_STATUS_WRITE_ERROR;
 }
 
 static int check_size(const plot_chart *c, char *err)
@@ -1284,9 +1265,9 @@ int plot_render_svg(const plot_chart *c, char **out, size_t *len, char *err)
     *out = NULL;
     if (check_size(c, err) != 0)
         return -1;
-    membuf m = {0};
+    buf svg = {0};
     cairo_surface_t *surface =
-        cairo_svg_surface_create_for_stream(membuf_write, &m, c->width, c->height);
+        cairo_svg_surface_create_for_stream(svg_write, &svg, c->width, c->height);
     cairo_svg_surface_set_document_unit(surface, CAIRO_SVG_UNIT_PX);
     cairo_t *cr = cairo_create(surface);
     plot_draw(cr, c);
@@ -1296,14 +1277,15 @@ int plot_render_svg(const plot_chart *c, char **out, size_t *len, char *err)
     if (st == CAIRO_STATUS_SUCCESS)
         st = cairo_surface_status(surface);
     cairo_surface_destroy(surface);
-    if (st != CAIRO_STATUS_SUCCESS || m.oom || !m.data) {
-        free(m.data);
+    if (st != CAIRO_STATUS_SUCCESS || svg.failed || !svg.data) {
+        const bool oom = svg.failed;
+        buf_free(&svg);
         return err_set(err, "chart '%s': SVG rendering failed: %s", c->title,
-                       m.oom ? "out of memory" : cairo_status_to_string(st));
+                       oom ? "out of memory" : cairo_status_to_string(st));
     }
-    *out = m.data;
     if (len)
-        *len = m.len;
+        *len = svg.len;
+    *out = buf_detach(&svg);
     return 0;
 }
 

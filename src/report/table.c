@@ -1,9 +1,10 @@
 /* The terminal table and the one-paragraph verdict: what people quote from a run. */
 #include <math.h>
-#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "report/table.h"
 
 #define COL_METRIC 26
@@ -205,26 +206,6 @@ void report_table_print(FILE *out, const analysis_summary *baseline,
 
 /* ---- verdict ----------------------------------------------------------------------- */
 
-typedef struct sbuf {
-    char *buf;
-    size_t size, len;
-} sbuf;
-
-static void sb_printf(sbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *sb, const char *fmt, ...)
-{
-    if (sb->len >= sb->size)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(sb->buf + sb->len, sb->size - sb->len, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        sb->len += (size_t)n;
-    if (sb->len >= sb->size)
-        sb->len = sb->size; /* truncated: stop appending, the buffer stays terminated */
-}
-
 static void format_ms_short(char *buf, size_t size, double ms)
 {
     if (ms >= 100)
@@ -253,24 +234,26 @@ static int describe_change(char *buf, size_t size, double base, double value)
     return 0;
 }
 
-void report_verdict(char *buf, size_t size, const analysis_summary *baseline,
+void report_verdict(char *out, size_t size, const analysis_summary *baseline,
                     const analysis_summary *interference)
 {
-    if (!buf || size == 0)
+    if (!out || size == 0)
         return;
-    buf[0] = '\0';
+    out[0] = '\0';
     const analysis_summary *x = interference;
     if (!x)
         return;
-    sbuf sb = {buf, size, 0};
+    /* Built whole, then cut to the caller's size: out of memory leaves a prefix, which
+     * reads like a cut. */
+    buf text = {0};
     char thr[32], ms[32], ch[64];
     format_threshold(thr, sizeof thr, x->stalls.threshold_ms);
 
     /* Who was hurt: the injections and the users each one froze. */
     if (x->n_injections == 0) {
-        sb_printf(&sb, "no injections");
+        buf_printf(&text, "no injections");
     } else if (x->injections_with_stalls == 0) {
-        sb_printf(&sb, "0/%d injections stalled any user", x->n_injections);
+        buf_printf(&text, "0/%d injections stalled any user", x->n_injections);
     } else {
         int lo = -1, hi = 0;
         for (int i = 0; i < x->n_injections; i++) {
@@ -283,56 +266,59 @@ void report_verdict(char *buf, size_t size, const analysis_summary *baseline,
                 hi = u;
         }
         if (lo == hi)
-            sb_printf(&sb, "%d/%d injections each stalled %d/%d users",
-                      x->injections_with_stalls, x->n_injections, hi, x->users);
+            buf_printf(&text, "%d/%d injections each stalled %d/%d users",
+                       x->injections_with_stalls, x->n_injections, hi, x->users);
         else
-            sb_printf(&sb, "%d/%d injections stalled %d-%d of %d users each",
-                      x->injections_with_stalls, x->n_injections, lo, hi, x->users);
+            buf_printf(&text, "%d/%d injections stalled %d-%d of %d users each",
+                       x->injections_with_stalls, x->n_injections, lo, hi, x->users);
     }
 
     /* How badly: stall count, and the longest gap against the median. */
     if (x->stalls.count == 0) {
-        sb_printf(&sb, "; no stalls above %s ms", thr);
+        buf_printf(&text, "; no stalls above %s ms", thr);
     } else {
-        sb_printf(&sb, "; %lld stall%s above %s ms, %.0f %% aligned with injections",
-                  (long long)x->stalls.count, x->stalls.count == 1 ? "" : "s", thr,
-                  x->stalls.aligned_fraction * 100);
+        buf_printf(&text, "; %lld stall%s above %s ms, %.0f %% aligned with injections",
+                   (long long)x->stalls.count, x->stalls.count == 1 ? "" : "s", thr,
+                   x->stalls.aligned_fraction * 100);
     }
     if (x->itl_ms.count > 0) {
         format_ms_short(ms, sizeof ms, x->itl_ms.max);
-        sb_printf(&sb, "; max gap %s = %.*f" TIMES " p50", ms, x->spike_ratio >= 10 ? 0 : 1,
-                  x->spike_ratio);
+        buf_printf(&text, "; max gap %s = %.*f" TIMES " p50", ms, x->spike_ratio >= 10 ? 0 : 1,
+                   x->spike_ratio);
     }
 
     /* Against the baseline: the median, then the tail. */
     if (baseline && baseline->itl_ms.count > 0) {
         const analysis_dist *b = &baseline->itl_ms, *d = &x->itl_ms;
         describe_change(ch, sizeof ch, b->p50, d->p50);
-        sb_printf(&sb, "; median %s", ch);
+        buf_printf(&text, "; median %s", ch);
         int p99_flat = describe_change(ch, sizeof ch, b->p99, d->p99);
-        sb_printf(&sb, "; p99 %s", ch);
+        buf_printf(&text, "; p99 %s", ch);
         describe_change(ch, sizeof ch, b->p999, d->p999);
-        sb_printf(&sb, "; p99.9 %s", ch);
+        buf_printf(&text, "; p99.9 %s", ch);
         describe_change(ch, sizeof ch, b->max, d->max);
-        sb_printf(&sb, "; max %s", ch);
+        buf_printf(&text, "; max %s", ch);
         /* The lesson's trap: spikes under 1 % of gaps are invisible to p99. */
         if (p99_flat && x->stalls.count > 0 && x->stalls.fraction_of_gaps < 0.01)
-            sb_printf(&sb, " (stalls are %.2f %% of gaps, under the 1 %% that p99 looks at: "
-                           "read p99.9, max and the stall count)",
-                      x->stalls.fraction_of_gaps * 100);
+            buf_printf(&text, " (stalls are %.2f %% of gaps, under the 1 %% that p99 looks at: "
+                            "read p99.9, max and the stall count)",
+                       x->stalls.fraction_of_gaps * 100);
     } else {
         char p50[32], p999[32];
         format_ms_short(p50, sizeof p50, x->itl_ms.p50);
         format_ms_short(p999, sizeof p999, x->itl_ms.p999);
         format_ms_short(ms, sizeof ms, x->itl_ms.max);
-        sb_printf(&sb, "; median %s, p99.9 %s, max %s (no baseline to compare)", p50, p999, ms);
+        buf_printf(&text, "; median %s, p99.9 %s, max %s (no baseline to compare)", p50, p999, ms);
     }
     if (x->errors > 0)
-        sb_printf(&sb, "; %lld request%s failed", (long long)x->errors, x->errors == 1 ? "" : "s");
+        buf_printf(&text, "; %lld request%s failed", (long long)x->errors,
+                   x->errors == 1 ? "" : "s");
     if (!x->complete)
-        sb_printf(&sb, "; the run was cut short");
-    sb_printf(&sb, ".");
+        buf_printf(&text, "; the run was cut short");
+    buf_printf(&text, ".");
+    snprintf(out, size, "%s", text.data ? text.data : "");
+    buf_free(&text);
     /* Sentence case. */
-    if (buf[0] >= 'a' && buf[0] <= 'z')
-        buf[0] = (char)(buf[0] - 'a' + 'A');
+    if (out[0] >= 'a' && out[0] <= 'z')
+        out[0] = (char)(out[0] - 'a' + 'A');
 }

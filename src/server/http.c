@@ -56,6 +56,7 @@
 #include <event2/thread.h>
 #include <event2/util.h>
 
+#include "common/buf.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/rng.h"
@@ -89,7 +90,7 @@ struct server {
     int64_t next_id;
     int64_t created; /* Unix time at start, for /v1/models */
     metrics_state metrics;
-    openai_buf scratch; /* chunk encoding, reused */
+    buf scratch;          /* chunk encoding, reused */
     struct evbuffer *out; /* handed to evhttp_send_reply_chunk, which drains it */
     srv_stream *streams;  /* every stream not yet freed */
     int n_streams;
@@ -119,7 +120,7 @@ struct srv_stream {
     bool waiting; /* counted in server.n_waiting */
     bool engine_done;
     bool http_done;
-    openai_buf text; /* non-streaming: the answer so far */
+    buf text; /* non-streaming: the answer so far */
     srv_stream *next, *prev;
 };
 
@@ -212,7 +213,7 @@ static void stream_destroy(srv_stream *st)
 {
     engine_req_release(&st->er);
     openai_request_free(&st->req);
-    openai_buf_free(&st->text);
+    buf_free(&st->text);
     free(st);
 }
 
@@ -263,9 +264,8 @@ static void on_close(struct evhttp_connection *conn, void *arg)
 
 static void write_chunks(server *s, srv_stream *st, const engine_event *ev)
 {
-    openai_buf *b = &s->scratch;
-    b->len = 0;
-    b->oom = false;
+    buf *b = &s->scratch;
+    buf_reset(b);
     const int64_t emit_ns = st->req.timestamps ? clock_now_ns() : 0;
     const engine_finish finish = (engine_finish)ev->finish;
     if (finish == ENGINE_FINISH_ERROR) {
@@ -298,7 +298,7 @@ static void write_chunks(server *s, srv_stream *st, const engine_event *ev)
     }
     if (finish != ENGINE_FINISH_NONE)
         openai_encode_done(b);
-    if (b->oom)
+    if (b->failed)
         return; /* out of memory: this chunk is lost; the stream goes on */
     evbuffer_add(s->out, b->data, b->len);
     evhttp_send_reply_chunk(st->http, s->out);
@@ -323,7 +323,7 @@ static void finish_reply(server *s, srv_stream *st, const engine_event *ev)
             &st->req, st->id, st->created, s->cfg.model_name, st->text.data, st->text.len,
             engine_finish_name(finish), ev->stop_index >= 0 ? st->req.stop[ev->stop_index] : NULL,
             st->completion_tokens, st->req.timestamps ? clock_now_ns() : -1, st->last_step);
-        if (body && !st->text.oom)
+        if (body && !st->text.failed)
             send_body(s, hreq, 200, "application/json", body, strlen(body));
         else
             send_error_text(s, hreq, 500, "server_error", "out of memory encoding the answer");
@@ -382,7 +382,7 @@ static void on_event(server *s, const engine_event *ev)
             const char *text = s->x->token_text(s->x, ev->token, &len);
             if ((size_t)ev->text_len < len)
                 len = (size_t)ev->text_len;
-            openai_buf_append(&st->text, text, len);
+            buf_append(&st->text, text, len);
         }
     }
     if (ev->finish != ENGINE_FINISH_NONE) {
@@ -571,20 +571,20 @@ static void handle_health(server *s, struct evhttp_request *hreq)
 
 static void handle_metrics(server *s, struct evhttp_request *hreq)
 {
-    openai_buf b = {0};
+    buf b = {0};
     s->metrics.requests_open = s->n_streams;
     s->metrics.http_connections = conns_open(s->conns);
     s->metrics.read_timeouts = conns_timed_out_total(s->conns);
     s->metrics.write_stalls = conns_write_stalls_total(s->conns);
     metrics_format(&s->metrics, s->cfg.model_name, &b);
-    if (b.oom) {
-        openai_buf_free(&b);
+    if (b.failed) {
+        buf_free(&b);
         send_error_text(s, hreq, 500, "server_error", "out of memory");
         return;
     }
     send_body(s, hreq, 200, "text/plain; version=0.0.4; charset=utf-8", b.data ? b.data : "",
               b.len);
-    openai_buf_free(&b);
+    buf_free(&b);
 }
 
 typedef enum { ROUTE_COMPLETIONS, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_METRICS } route_id;
@@ -906,7 +906,7 @@ void server_free(server *s)
     if (s->step_log)
         fclose(s->step_log);
     sched_free(s->probe);
-    openai_buf_free(&s->scratch);
+    buf_free(&s->scratch);
     free(s);
 }
 

@@ -40,38 +40,19 @@ void metrics_hist_observe(metrics_hist *h, double value)
     h->sum += value;
 }
 
-static void append_f(openai_buf *out, const char *fmt, double v)
+static void header(buf *out, const char *name, const char *type, const char *help)
 {
-    char tmp[64];
-    int n = snprintf(tmp, sizeof tmp, fmt, v);
-    openai_buf_append(out, tmp, (size_t)n);
-}
-
-static void header(openai_buf *out, const char *name, const char *type, const char *help)
-{
-    openai_buf_append_str(out, "# HELP ");
-    openai_buf_append_str(out, name);
-    openai_buf_append(out, " ", 1);
-    openai_buf_append_str(out, help);
-    openai_buf_append_str(out, "\n# TYPE ");
-    openai_buf_append_str(out, name);
-    openai_buf_append(out, " ", 1);
-    openai_buf_append_str(out, type);
-    openai_buf_append(out, "\n", 1);
+    buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* name{model_name="m"} value */
-static void sample(openai_buf *out, const char *name, const char *suffix, const char *label,
+static void sample(buf *out, const char *name, const char *suffix, const char *label,
                    double value)
 {
-    openai_buf_append_str(out, name);
-    openai_buf_append_str(out, suffix);
-    openai_buf_append(out, "{", 1);
-    openai_buf_append_str(out, label);
-    append_f(out, "} %.17g\n", value);
+    buf_printf(out, "%s%s{%s} %.17g\n", name, suffix, label, value);
 }
 
-static void gauge(openai_buf *out, const char *name, const char *help, const char *label,
+static void gauge(buf *out, const char *name, const char *help, const char *label,
                   double value)
 {
     header(out, name, "gauge", help);
@@ -80,34 +61,31 @@ static void gauge(openai_buf *out, const char *name, const char *help, const cha
 
 /* Counters are declared by their base name and sampled with _total, as prometheus_client
  * (and so vLLM) exposes them. */
-static void counter(openai_buf *out, const char *base, const char *help, const char *label,
+static void counter(buf *out, const char *base, const char *help, const char *label,
                     double value)
 {
     header(out, base, "counter", help);
     sample(out, base, "_total", label, value);
 }
 
-static void histogram(openai_buf *out, const char *name, const char *help, const char *label,
+static void histogram(buf *out, const char *name, const char *help, const char *label,
                       const metrics_hist *h)
 {
     header(out, name, "histogram", help);
     uint64_t cumulative = 0;
     for (int i = 0; i <= h->n_bounds; i++) {
         cumulative += h->counts[i];
-        openai_buf_append_str(out, name);
-        openai_buf_append_str(out, "_bucket{");
-        openai_buf_append_str(out, label);
         if (i < h->n_bounds)
-            append_f(out, ",le=\"%g\"}", h->bounds[i]);
+            buf_printf(out, "%s_bucket{%s,le=\"%g\"} %.17g\n", name, label, h->bounds[i],
+                       (double)cumulative);
         else
-            openai_buf_append_str(out, ",le=\"+Inf\"}");
-        append_f(out, " %.17g\n", (double)cumulative);
+            buf_printf(out, "%s_bucket{%s,le=\"+Inf\"} %.17g\n", name, label, (double)cumulative);
     }
     sample(out, name, "_count", label, (double)h->count);
     sample(out, name, "_sum", label, h->sum);
 }
 
-void metrics_format(const metrics_state *m, const char *model_name, openai_buf *out)
+void metrics_format(const metrics_state *m, const char *model_name, buf *out)
 {
     char label[160];
     /* Model names come from our own command line; quotes and backslashes are escaped as

@@ -30,7 +30,7 @@
 #define STALLSCOPE_METRICS_H
 #include <stdint.h>
 
-#include "server/openai.h"
+#include "common/buf.h"
 
 #define METRICS_MAX_BUCKETS 32
 
@@ -58,6 +58,6 @@ typedef struct metrics_state {
 void metrics_init(metrics_state *m);
 void metrics_hist_observe(metrics_hist *h, double value);
 /* Append the Prometheus text exposition (format 0.0.4). */
-void metrics_format(const metrics_state *m, const char *model_name, openai_buf *out);
+void metrics_format(const metrics_state *m, const char *model_name, buf *out);
 
 #endif

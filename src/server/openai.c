@@ -518,48 +518,9 @@ void openai_request_free(openai_request *r)
     r->n_stop = 0;
 }
 
-/* ---- buffer ------------------------------------------------------------------------------ */
+/* ---- JSON pieces ------------------------------------------------------------------------- */
 
-void openai_buf_free(openai_buf *b)
-{
-    free(b->data);
-    memset(b, 0, sizeof *b);
-}
-
-static bool buf_reserve(openai_buf *b, size_t extra)
-{
-    if (b->oom)
-        return false;
-    if (b->len + extra <= b->cap)
-        return true;
-    size_t cap = b->cap ? b->cap : 1024;
-    while (cap < b->len + extra)
-        cap *= 2;
-    char *grown = realloc(b->data, cap);
-    if (!grown) {
-        b->oom = true;
-        return false;
-    }
-    b->data = grown;
-    b->cap = cap;
-    return true;
-}
-
-void openai_buf_append(openai_buf *b, const void *data, size_t len)
-{
-    if (!buf_reserve(b, len))
-        return;
-    memcpy(b->data + b->len, data, len);
-    b->len += len;
-}
-
-void openai_buf_append_str(openai_buf *b, const char *s)
-{
-    openai_buf_append(b, s, strlen(s));
-}
-
-/* Digits without printf: this runs several times per streamed token. */
-void openai_buf_append_i64(openai_buf *b, int64_t v)
+void openai_append_i64(buf *b, int64_t v)
 {
     char tmp[24];
     int n = 0;
@@ -568,19 +529,20 @@ void openai_buf_append_i64(openai_buf *b, int64_t v)
         tmp[n++] = (char)('0' + u % 10);
         u /= 10;
     } while (u);
-    if (!buf_reserve(b, (size_t)n + 1))
+    if (buf_reserve(b, (size_t)n + 1) != 0)
         return;
     if (v < 0)
         b->data[b->len++] = '-';
     while (n > 0)
         b->data[b->len++] = tmp[--n];
+    b->data[b->len] = '\0';
 }
 
-void openai_buf_append_json_chars(openai_buf *b, const char *s, size_t len)
+void openai_append_json_chars(buf *b, const char *s, size_t len)
 {
     static const char hex[] = "0123456789abcdef";
     /* Worst case every byte becomes \u00XX. */
-    if (!buf_reserve(b, len * 6))
+    if (len > SIZE_MAX / 6 || buf_reserve(b, len * 6) != 0)
         return;
     char *o = b->data + b->len;
     for (size_t i = 0; i < len; i++) {
@@ -603,6 +565,7 @@ void openai_buf_append_json_chars(openai_buf *b, const char *s, size_t len)
         }
     }
     b->len = (size_t)(o - b->data);
+    b->data[b->len] = '\0';
 }
 
 /* ---- streaming ----------------------------------------------------------------------------- */
@@ -615,103 +578,103 @@ void openai_stream_init(openai_stream *s, const openai_request *req, int64_t id,
     s->prompt_tokens = req->prompt_tokens;
     s->continuous_usage = req->continuous_usage;
     s->timestamps = req->timestamps;
-    openai_buf b = {0};
+    buf b = {0};
     const bool chat = req->endpoint == OPENAI_CHAT;
-    openai_buf_append_str(&b, chat ? "data: {\"id\":\"chatcmpl-" : "data: {\"id\":\"cmpl-");
-    openai_buf_append_i64(&b, id);
-    openai_buf_append_str(&b, chat ? "\",\"object\":\"chat.completion.chunk\",\"created\":"
-                                   : "\",\"object\":\"text_completion\",\"created\":");
-    openai_buf_append_i64(&b, created);
-    openai_buf_append_str(&b, ",\"model\":\"");
-    openai_buf_append_json_chars(&b, model, strnlen(model, 64));
-    openai_buf_append_str(&b, "\",\"choices\":[");
-    if (!b.oom && b.len < sizeof s->head) {
+    buf_append_str(&b, chat ? "data: {\"id\":\"chatcmpl-" : "data: {\"id\":\"cmpl-");
+    openai_append_i64(&b, id);
+    buf_append_str(&b, chat ? "\",\"object\":\"chat.completion.chunk\",\"created\":"
+                            : "\",\"object\":\"text_completion\",\"created\":");
+    openai_append_i64(&b, created);
+    buf_append_str(&b, ",\"model\":\"");
+    openai_append_json_chars(&b, model, strnlen(model, 64));
+    buf_append_str(&b, "\",\"choices\":[");
+    if (!b.failed && b.len < sizeof s->head) {
         memcpy(s->head, b.data, b.len);
         s->head_len = b.len;
     }
-    openai_buf_free(&b);
+    buf_free(&b);
 }
 
-static void append_usage(openai_buf *out, int prompt_tokens, int completion_tokens)
+static void append_usage(buf *out, int prompt_tokens, int completion_tokens)
 {
-    openai_buf_append_str(out, ",\"usage\":{\"prompt_tokens\":");
-    openai_buf_append_i64(out, prompt_tokens);
-    openai_buf_append_str(out, ",\"total_tokens\":");
-    openai_buf_append_i64(out, (int64_t)prompt_tokens + completion_tokens);
-    openai_buf_append_str(out, ",\"completion_tokens\":");
-    openai_buf_append_i64(out, completion_tokens);
-    openai_buf_append(out, "}", 1);
+    buf_append_str(out, ",\"usage\":{\"prompt_tokens\":");
+    openai_append_i64(out, prompt_tokens);
+    buf_append_str(out, ",\"total_tokens\":");
+    openai_append_i64(out, (int64_t)prompt_tokens + completion_tokens);
+    buf_append_str(out, ",\"completion_tokens\":");
+    openai_append_i64(out, completion_tokens);
+    buf_append(out, "}", 1);
 }
 
-static void append_timestamps(openai_buf *out, int64_t emit_ns, int64_t step)
+static void append_timestamps(buf *out, int64_t emit_ns, int64_t step)
 {
-    openai_buf_append_str(out, ",\"stallscope\":{\"emit_ns\":");
-    openai_buf_append_i64(out, emit_ns);
-    openai_buf_append_str(out, ",\"step\":");
-    openai_buf_append_i64(out, step);
-    openai_buf_append(out, "}", 1);
+    buf_append_str(out, ",\"stallscope\":{\"emit_ns\":");
+    openai_append_i64(out, emit_ns);
+    buf_append_str(out, ",\"step\":");
+    openai_append_i64(out, step);
+    buf_append(out, "}", 1);
 }
 
-static void append_nullable_string(openai_buf *out, const char *s)
+static void append_nullable_string(buf *out, const char *s)
 {
     if (!s) {
-        openai_buf_append_str(out, "null");
+        buf_append_str(out, "null");
         return;
     }
-    openai_buf_append(out, "\"", 1);
-    openai_buf_append_json_chars(out, s, strlen(s));
-    openai_buf_append(out, "\"", 1);
+    buf_append(out, "\"", 1);
+    openai_append_json_chars(out, s, strlen(s));
+    buf_append(out, "\"", 1);
 }
 
-void openai_encode_chunk(const openai_stream *s, const openai_chunk *c, openai_buf *out)
+void openai_encode_chunk(const openai_stream *s, const openai_chunk *c, buf *out)
 {
-    openai_buf_append(out, s->head, s->head_len);
+    buf_append(out, s->head, s->head_len);
     if (s->endpoint == OPENAI_CHAT) {
         if (c->role)
-            openai_buf_append_str(out, "{\"index\":0,\"delta\":{\"role\":\"assistant\","
-                                       "\"content\":\"");
+            buf_append_str(out, "{\"index\":0,\"delta\":{\"role\":\"assistant\","
+                                "\"content\":\"");
         else
-            openai_buf_append_str(out, "{\"index\":0,\"delta\":{\"content\":\"");
-        openai_buf_append_json_chars(out, c->text, c->text_len);
-        openai_buf_append_str(out, "\"},\"logprobs\":null,\"finish_reason\":");
+            buf_append_str(out, "{\"index\":0,\"delta\":{\"content\":\"");
+        openai_append_json_chars(out, c->text, c->text_len);
+        buf_append_str(out, "\"},\"logprobs\":null,\"finish_reason\":");
     } else {
-        openai_buf_append_str(out, "{\"index\":0,\"text\":\"");
-        openai_buf_append_json_chars(out, c->text, c->text_len);
-        openai_buf_append_str(out, "\",\"logprobs\":null,\"finish_reason\":");
+        buf_append_str(out, "{\"index\":0,\"text\":\"");
+        openai_append_json_chars(out, c->text, c->text_len);
+        buf_append_str(out, "\",\"logprobs\":null,\"finish_reason\":");
     }
     append_nullable_string(out, c->finish_reason);
-    openai_buf_append_str(out, ",\"stop_reason\":");
+    buf_append_str(out, ",\"stop_reason\":");
     append_nullable_string(out, c->stop_reason);
-    openai_buf_append_str(out, "}]");
+    buf_append_str(out, "}]");
     if (s->continuous_usage)
         append_usage(out, s->prompt_tokens, c->completion_tokens);
     if (s->timestamps)
         append_timestamps(out, c->emit_ns, c->step);
-    openai_buf_append_str(out, "}\n\n");
+    buf_append_str(out, "}\n\n");
 }
 
 void openai_encode_usage_chunk(const openai_stream *s, int completion_tokens, int64_t emit_ns,
-                               int64_t step, openai_buf *out)
+                               int64_t step, buf *out)
 {
-    openai_buf_append(out, s->head, s->head_len);
-    openai_buf_append(out, "]", 1);
+    buf_append(out, s->head, s->head_len);
+    buf_append(out, "]", 1);
     append_usage(out, s->prompt_tokens, completion_tokens);
     if (s->timestamps)
         append_timestamps(out, emit_ns, step);
-    openai_buf_append_str(out, "}\n\n");
+    buf_append_str(out, "}\n\n");
 }
 
-void openai_encode_done(openai_buf *out)
+void openai_encode_done(buf *out)
 {
-    openai_buf_append_str(out, "data: [DONE]\n\n");
+    buf_append_str(out, "data: [DONE]\n\n");
 }
 
-void openai_encode_stream_error(const openai_error *error, openai_buf *out)
+void openai_encode_stream_error(const openai_error *error, buf *out)
 {
     char *body = openai_error_body(error);
-    openai_buf_append_str(out, "data: ");
-    openai_buf_append_str(out, body ? body : "{\"error\":{\"message\":\"out of memory\"}}");
-    openai_buf_append_str(out, "\n\n");
+    buf_append_str(out, "data: ");
+    buf_append_str(out, body ? body : "{\"error\":{\"message\":\"out of memory\"}}");
+    buf_append_str(out, "\n\n");
     free(body);
 }
 

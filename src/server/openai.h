@@ -35,6 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/buf.h"
 #include "common/err.h"
 
 #define OPENAI_MAX_STOP 16
@@ -91,22 +92,15 @@ char *openai_error_body(const openai_error *error);
 
 /* ---- encoding --------------------------------------------------------------------------- */
 
-/* A growable byte buffer: appends never fail visibly; oom is set instead and the content is
- * then incomplete (callers check it once at the end). Reused across chunks, so the token
- * path does not allocate after warm-up. */
-typedef struct openai_buf {
-    char *data;
-    size_t len, cap;
-    bool oom;
-} openai_buf;
+/* Encoders append to a caller's buf (common/buf.h) and ignore out-of-memory: the buffer's
+ * sticky `failed` says so, and callers check it once at the end. http.c reuses one buffer
+ * across chunks, so the token path does not allocate after warm-up. */
 
-void openai_buf_free(openai_buf *b);
-void openai_buf_append(openai_buf *b, const void *data, size_t len);
-void openai_buf_append_str(openai_buf *b, const char *s);
-void openai_buf_append_i64(openai_buf *b, int64_t v);
+/* Digits without printf: this runs several times per streamed token. */
+void openai_append_i64(buf *b, int64_t v);
 /* Append s[0, len) as the inside of a JSON string (no quotes added). Bytes >= 0x80 pass
  * through (the text is expected to be UTF-8). */
-void openai_buf_append_json_chars(openai_buf *b, const char *s, size_t len);
+void openai_append_json_chars(buf *b, const char *s, size_t len);
 
 /* What stays the same across one request's chunks, precomputed once. */
 typedef struct openai_stream {
@@ -134,13 +128,13 @@ typedef struct openai_chunk {
 } openai_chunk;
 
 /* Append one SSE event "data: {...}\n\n". */
-void openai_encode_chunk(const openai_stream *s, const openai_chunk *c, openai_buf *out);
+void openai_encode_chunk(const openai_stream *s, const openai_chunk *c, buf *out);
 /* The usage-only chunk (choices: []) of stream_options.include_usage. */
 void openai_encode_usage_chunk(const openai_stream *s, int completion_tokens, int64_t emit_ns,
-                               int64_t step, openai_buf *out);
-void openai_encode_done(openai_buf *out); /* "data: [DONE]\n\n" */
+                               int64_t step, buf *out);
+void openai_encode_done(buf *out); /* "data: [DONE]\n\n" */
 /* An error in the middle of a stream, as vLLM sends it: data: {"error": {...}}. */
-void openai_encode_stream_error(const openai_error *error, openai_buf *out);
+void openai_encode_stream_error(const openai_error *error, buf *out);
 
 /* A whole non-streaming response (text_completion / chat.completion), malloc'd JSON or
  * NULL (out of memory, or text not UTF-8). emit_ns < 0: no "stallscope" field. */

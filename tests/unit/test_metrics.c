@@ -41,9 +41,8 @@ static void test_format(void **state)
     metrics_hist_observe(&m.itl, 0.005);
     metrics_hist_observe(&m.itl, 0.146);
     metrics_hist_observe(&m.iteration_tokens, 8032);
-    openai_buf b = {0};
+    buf b = {0};
     metrics_format(&m, "llama \"8b\"", &b);
-    openai_buf_append(&b, "", 1);
     const char *t = b.data;
     const char *l = "{model_name=\"llama \\\"8b\\\"\"";
     char want[256];
@@ -80,7 +79,7 @@ static void test_format(void **state)
         }
         line = end + 1;
     }
-    openai_buf_free(&b);
+    buf_free(&b);
 }
 
 int main(void)
