@@ -3,7 +3,11 @@
  * pair every command performs:
  *
  *     baseline (injector off) -> its p50, the reference -> interference run -> summaries
- *     -> artifacts (OUT/<label>/..., OUT/comparison.json) -> verdict
+ *     -> artifacts (OUT/<label>/..., OUT/comparison.json)
+ *
+ * and hands the two summaries back; the report layer turns them into the table, the verdict
+ * and report.html (words and pictures are presentation: report/table.c, one function for the
+ * terminal and the page).
  *
  * `sim`, `run`, `sweep`, the report's prediction and the tests differ only in the runner
  * they hand to experiment_run_pair(): the simulator (virtual time, in process) or HTTP
@@ -260,11 +264,6 @@ typedef struct experiment_pair {
 int experiment_run_pair(const experiment_config *cfg, const experiment_runner *runner,
                         const experiment_io *io, experiment_pair *pair, char *err);
 void experiment_pair_free(experiment_pair *pair);
-
-/* The verdict in one paragraph, e.g. "4/4 injections each stalled 32/32 users; max gap
- * 152 ms = 15x p50; p99 unchanged (+0.4 %); p99.9 +38 %." baseline may be NULL. */
-void experiment_verdict(char *buf, size_t size, const analysis_summary *baseline,
-                        const analysis_summary *interference);
 
 /* ---- server flags ------------------------------------------------------------------- */
 

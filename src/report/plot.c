@@ -2,7 +2,6 @@
 #include "report/plot.h"
 
 #include <dlfcn.h>
-#include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -1246,7 +1245,7 @@ void plot_draw(void *cairo_context, const plot_chart *c)
 
 /* ---- rendering ------------------------------------------------------------------------------ */
 
-/* cairo's write callback: the SVG goes into a buf. */
+/* cairo's write callback: the SVG or PNG goes into a buf. */
 static cairo_status_t svg_write(void *closure, const unsigned char *data, unsigned int length)
 {
     return buf_append(closure, data, length) == 0 ? CAIRO_STATUS_SUCCESS
@@ -1289,6 +1288,7 @@ int plot_render_svg(const plot_chart *c, char **out, size_t *len, char *err)
     return 0;
 }
 
+/* The PNG goes into memory and lands with one atomic write, like every other artifact. */
 static int render_png(const plot_chart *c, const char *path, char *err)
 {
     if (check_size(c, err) != 0)
@@ -1298,21 +1298,16 @@ static int render_png(const plot_chart *c, const char *path, char *err)
     plot_draw(cr, c);
     cairo_status_t st = cairo_status(cr);
     cairo_destroy(cr);
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    buf png = {0};
     if (st == CAIRO_STATUS_SUCCESS)
-        st = cairo_surface_write_to_png(surface, tmp);
+        st = cairo_surface_write_to_png_stream(surface, svg_write, &png);
     cairo_surface_destroy(surface);
-    if (st != CAIRO_STATUS_SUCCESS) {
-        remove(tmp);
-        return err_set(err, "cannot write %s: %s", path, cairo_status_to_string(st));
-    }
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-        remove(tmp);
-        return err_set(err, "cannot rename %s: %s", tmp, strerror(e));
-    }
-    return 0;
+    int rc = st == CAIRO_STATUS_SUCCESS && !png.failed
+                 ? fsio_write_atomic(path, png.data, png.len, err)
+                 : err_set(err, "cannot write %s: %s", path,
+                           png.failed ? "out of memory" : cairo_status_to_string(st));
+    buf_free(&png);
+    return rc;
 }
 
 int plot_render_file(const plot_chart *c, plot_format format, const char *path, char *err)
