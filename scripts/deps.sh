@@ -22,6 +22,7 @@ if [ "$mode" = test ]; then
   TOOLS[clang]=clang
   TOOLS[python3]=python3
   TOOLS[chromium]=chromium # headless: the HTML report's load test
+  TOOLS[valgrind]=valgrind # serve under memcheck (tests/integration/serve_valgrind.sh)
 fi
 
 missing=()

@@ -2,14 +2,17 @@
 # A short, bounded fuzz run inside the test suite: the four libFuzzer targets of fuzz/
 # (SSE splitter, SSE chunk decoder, the server's request parser, the units parsers) built
 # with clang into the scratch dir and run FUZZ_SHORT_SECONDS each (default 15: about a
-# minute in all) on the seed corpus. Fails on any crash or sanitizer report; skipped
-# (exit 77, reason printed) without clang or libFuzzer. Longer runs: make fuzz
-# (FUZZ_SECONDS=300 per target by default), figures in docs/reliability.md.
+# minute in all) on the seed corpus. Fails on any crash or sanitizer report. Without clang
+# or libFuzzer: a failure as root or with CI=true (scripts/deps.sh test installs clang and
+# libclang-rt-14-dev there), skipped (exit 77, reason printed) otherwise. Longer runs: make
+# fuzz (FUZZ_SECONDS=300 per target by default), figures in docs/reliability.md.
 set -euo pipefail
 BIN=$1 # unused: the fuzzers are built from the sources
 WORK=$2
 : "$BIN"
 SRC=${STALLSCOPE_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
+# shellcheck source=lib.bash
+source "$(dirname "$0")/lib.bash"
 rm -rf "$WORK"
 mkdir -p "$WORK"
 set +e
@@ -17,9 +20,7 @@ set +e
 bash "$SRC/fuzz/run.sh" "$WORK" "${FUZZ_SHORT_SECONDS:-15}"
 rc=$?
 set -e
-if [ "$rc" = 77 ]; then
-  echo "SKIP: the fuzzers need clang with libFuzzer (scripts/deps.sh test installs them)"
-  exit 77
-fi
+# 77: fuzz/build.sh found no clang, no libFuzzer runtime or no jansson (it said which).
+[ "$rc" != 77 ] || skip_or_fail "the fuzzers need clang with libFuzzer (clang, libclang-rt-14-dev)"
 [ "$rc" = 0 ] || { echo "FAIL: a fuzzer found a problem (inputs kept in $WORK)"; exit 1; }
 echo "0 failed"

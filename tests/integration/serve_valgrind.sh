@@ -6,21 +6,22 @@
 # no definite leak (valgrind exits 99 otherwise) and every stream ended properly.
 #
 # valgrind and ASan do not mix, so this builds its own RelWithDebInfo binary (no
-# sanitizers) in the scratch directory (~10 s). Skipped (77) without valgrind.
+# sanitizers) in the scratch directory (~10 s). Without valgrind: a failure as root or with
+# CI=true (scripts/deps.sh test installs it there), skipped (exit 77) otherwise.
 set -euo pipefail
 BIN=$1 # the ASan binary: not used, see above
 WORK=$2
 : "$BIN"
 SRC=${STALLSCOPE_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
-command -v valgrind >/dev/null 2>&1 || { echo "SKIP: valgrind not installed"; exit 77; }
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/lib.bash"
+command -v valgrind >/dev/null 2>&1 || skip_or_fail "valgrind is not installed (apt-get install valgrind)"
 mkdir -p "$WORK"
 DIR=$WORK
 cmake -S "$SRC" -B "$WORK/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTALLSCOPE_SANITIZE=OFF \
   -DBUILD_TESTING=OFF >"$WORK/cmake.log" 2>&1 || { cat "$WORK/cmake.log"; exit 1; }
 cmake --build "$WORK/build" -j 2 --target stallscope >>"$WORK/cmake.log" 2>&1 || {
   tail -30 "$WORK/cmake.log"; exit 1; }
-HERE=$(cd "$(dirname "$0")" && pwd)
-source "$HERE/lib.bash"
 
 VG_LOG=$WORK/valgrind.log
 valgrind --tool=memcheck --leak-check=full --errors-for-leak-kinds=definite \

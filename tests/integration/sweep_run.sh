@@ -8,10 +8,6 @@ bin=$1; dir=$2
 . "$(dirname "$0")/lib.bash"
 rm -rf "$dir"; mkdir -p "$dir"
 
-if ! "$bin" run --help >/dev/null 2>&1; then
-  echo "SKIP: 'stallscope run' is not available in this build"
-  exit 0
-fi
 short=(--duration 3s --users 4 --inject-at 1s --warmup 0.5s)
 
 # 1. The embedded emulated H100: the spike grows with the prompt as the cost model says.

@@ -340,6 +340,122 @@ static void test_empty_step(void **state)
     assert_int_equal(cost_decode_ns(&p, 0, 10, NULL), 0);
 }
 
+/* ---- the injection spike (cost_injection_step_ns) -------------------------------- */
+
+/* A made-up model and device small enough to do every step by hand.
+ *
+ * Model "toy": 2 layers, hidden 4, 2 query heads and 1 KV head of head_dim 2, FFN 8, vocab
+ * 16, untied. Per layer: wq 4 x 4 = 16, wk + wv 2 x (4 x 2) = 16, wo 4 x 4 = 16, MLP
+ * 3 x 4 x 8 = 96 -> 144; x 2 layers = 288 linear params. LM head 4 x 16 = 64. So:
+ *   per token      2 x 288 = 576 FLOPs;   per sampling row  2 x 64 = 128 FLOPs
+ *   attention      L x 4 x d x pairs = 2 x 4 x (2 x 2) x pairs = 32 FLOPs per pair
+ *   weights read   (288 + 64) x 2 B = 704 B per step
+ *   KV per token   K and V x 2 layers x (1 x 2) x 2 B = 16 B
+ * Device "toy-gpu": 2e9 FLOP/s (0.5 ns a FLOP), 1e9 B/s (1 ns a byte).
+ *
+ * Every expected figure below is a whole number of ns (the FLOP counts are even), and the
+ * doubles involved are integers far below 2^53 until the final division, whose relative
+ * error (~1e-16) is nowhere near the 0.5 ns that would move llround: so to the ns. */
+static cost_params toy_params(void)
+{
+    const cost_gpu gpu = {.name = "toy-gpu", .peak_flops = 2e9, .mem_bandwidth = 1e9,
+                          .mem_bytes = 1e6, .source = "made up for test_cost"};
+    const cost_arch arch = {.name = "toy", .n_layers = 2, .hidden = 4, .n_heads = 2,
+                            .n_kv_heads = 1, .head_dim = 2, .ffn = 8, .vocab = 16,
+                            .max_position = 4096, .tied_embeddings = false,
+                            .source = "made up for test_cost"};
+    cost_params p;
+    cost_params_init(&p, &gpu, &arch);
+    return p;
+}
+
+static void test_toy_sizes(void **state)
+{
+    (void)state;
+    const cost_params p = toy_params();
+    assert_true(cost_linear_params(&p) == 288.0);
+    assert_true(cost_lm_head_params(&p) == 64.0);
+    assert_true(cost_weight_bytes(&p) == 704.0);
+    assert_true(cost_kv_bytes_per_token(&p) == 16.0);
+}
+
+/* One-step prefill: a 40-token prompt beside 2 decodes holding 10 tokens each.
+ *   tokens 40 + 2 = 42; sampling rows 1 + 2 = 3 (the prompt's last row samples)
+ *   pairs  prompt 40 x 41 / 2 = 820; each decode 10 + 1 = 11 -> 842
+ *   FLOPs  576 x 42 + 128 x 3 + 32 x 842 = 24,192 + 384 + 26,944 = 51,520 -> 25,760 ns
+ *   bytes  704 + 16 x (KV read (40 + 2 x 11) + KV write (40 + 2)) = 704 + 16 x 104
+ *          = 2,368 -> 2,368 ns
+ *   step   max(25,760, 2,368) = 25,760 ns (compute-bound) */
+static void test_injection_step_one_step(void **state)
+{
+    (void)state;
+    const cost_params p = toy_params();
+    assert_int_equal(cost_injection_step_ns(&p, 40, 2, 10, 0), 25760);
+    /* the same batch through cost_step_ns: the function builds the batch it says */
+    const cost_seq batch[] = {{1, 10, true}, {1, 10, true}, {40, 0, true}};
+    cost_breakdown b;
+    assert_int_equal(cost_step_ns(&p, batch, 3, &b), 25760);
+    assert_true(b.linear_flops + b.lm_head_flops + b.attention_flops == 51520.0);
+    assert_true(b.weight_bytes + b.kv_bytes == 2368.0);
+
+    /* Memory-bound: the same device with 0.25e9 B/s (4 ns a byte), a 4-token prompt beside
+     * the 2 decodes. tokens 6, rows 3, pairs 4 x 5 / 2 + 22 = 32:
+     *   FLOPs 576 x 6 + 384 + 32 x 32 = 3,456 + 384 + 1,024 = 4,864 -> 2,432 ns
+     *   bytes 704 + 16 x ((4 + 22) + (4 + 2)) = 704 + 512 = 1,216 -> 4,864 ns: the step */
+    cost_params slow = toy_params();
+    slow.gpu.mem_bandwidth = 0.25e9;
+    assert_int_equal(cost_injection_step_ns(&slow, 4, 2, 10, 0), 4864);
+
+    /* the overhead rides on top, once */
+    cost_params with_overhead = toy_params();
+    with_overhead.step_overhead_ns = 1000;
+    assert_int_equal(cost_injection_step_ns(&with_overhead, 40, 2, 10, 0), 26760);
+}
+
+/* Chunked, budget 16: the 2 decodes go first and leave 14 tokens, so the prompt of 40 goes
+ * as 14 + 14 + 12, and only the last chunk samples.
+ *   chunk 1 (past 0):  tokens 16, rows 2, pairs 14 x 15 / 2 + 22 = 127
+ *            FLOPs 576 x 16 + 128 x 2 + 32 x 127 = 9,216 + 256 + 4,064 = 13,536 -> 6,768 ns
+ *            bytes 704 + 16 x ((14 + 22) + (14 + 2)) = 1,536 -> 1,536 ns      step 6,768
+ *   chunk 2 (past 14): pairs 14 x 14 + 105 + 22 = 323
+ *            FLOPs 9,216 + 256 + 10,336 = 19,808 -> 9,904 ns
+ *            bytes 704 + 16 x ((28 + 22) + 16) = 1,760 -> 1,760 ns              step 9,904
+ *   chunk 3 (past 28): tokens 14, rows 3, pairs 12 x 28 + 12 x 13 / 2 + 22 = 436
+ *            FLOPs 576 x 14 + 384 + 32 x 436 = 8,064 + 384 + 13,952 = 22,400 -> 11,200 ns
+ *            bytes 704 + 16 x ((40 + 22) + (12 + 2)) = 1,920 -> 1,920 ns       step 11,200
+ *   longest: the last chunk, 11,200 ns (vs 25,760 in one step). */
+static void test_injection_step_chunked(void **state)
+{
+    (void)state;
+    const cost_params p = toy_params();
+    assert_int_equal(cost_injection_step_ns(&p, 40, 2, 10, 16), 11200);
+    /* a budget the whole batch fits in is one step again */
+    assert_int_equal(cost_injection_step_ns(&p, 40, 2, 10, 42), 25760);
+
+    /* A budget the decodes use up still moves the prompt, 1 token a step (cost.h). Budget
+     * 2, 2 decodes, a prompt of 3: three steps of 1 prompt token + 2 decodes.
+     *   step 1 (past 0): tokens 3, rows 2, pairs 1 + 22 = 23
+     *            FLOPs 1,728 + 256 + 736 = 2,720 -> 1,360; bytes 704 + 16 x (23 + 3) = 1,120
+     *   step 2 (past 1): pairs 2 + 22 = 24: FLOPs 2,752 -> 1,376; bytes 704 + 16 x 27 = 1,136
+     *   step 3 (past 2, samples): rows 3, pairs 25
+     *            FLOPs 1,728 + 384 + 800 = 2,912 -> 1,456; bytes 704 + 16 x 28 = 1,152
+     *   longest 1,456 ns. */
+    assert_int_equal(cost_injection_step_ns(&p, 3, 2, 10, 2), 1456);
+
+    /* No decodes, budget 16, a prompt of 40: chunks of 16 + 16 + 8 (test_sim.c runs this
+     * one through the simulator). Here the longest step is not the last one, so a chunk
+     * charged for a sampling row it does not have (128 FLOPs, 64 ns) would show.
+     *   chunk 1 (past 0):  pairs 16 x 17 / 2 = 136; FLOPs 9,216 + 4,352 = 13,568 -> 6,784
+     *            bytes 704 + 16 x (16 + 16) = 1,216                          step 6,784
+     *   chunk 2 (past 16): pairs 16 x 16 + 136 = 392; FLOPs 9,216 + 12,544 = 21,760 -> 10,880
+     *            bytes 704 + 16 x (32 + 16) = 1,472                         step 10,880
+     *   chunk 3 (past 32, samples): pairs 8 x 32 + 8 x 9 / 2 = 292
+     *            FLOPs 4,608 + 128 + 9,344 = 14,080 -> 7,040; bytes 704 + 16 x (40 + 8)
+     *            = 1,472                                                      step 7,040
+     *   longest: the middle chunk, 10,880 ns. */
+    assert_int_equal(cost_injection_step_ns(&p, 40, 0, 0, 16), 10880);
+}
+
 /* ---- catalog ------------------------------------------------------------------- */
 
 static void test_catalog_gpus(void **state)
@@ -612,6 +728,9 @@ int main(void)
         cmocka_unit_test(test_lm_head_only_for_sampling_rows),
         cmocka_unit_test(test_mixed_batch_sums),
         cmocka_unit_test(test_empty_step),
+        cmocka_unit_test(test_toy_sizes),
+        cmocka_unit_test(test_injection_step_one_step),
+        cmocka_unit_test(test_injection_step_chunked),
         cmocka_unit_test(test_catalog_gpus),
         cmocka_unit_test(test_catalog_models),
         cmocka_unit_test(test_catalog_print),

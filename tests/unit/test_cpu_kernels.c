@@ -137,9 +137,15 @@ static void test_exp2_accuracy(void **state)
     assert_true(tiny >= 0 && tiny < 1e-37f);
 }
 
+/* cpu_swiglu_fast runs the AVX-512 kernel only when cpu_simd_enabled() (the CPU has
+ * AVX-512 F and DQ and nobody switched the fast path off); otherwise it calls cpu_swiglu,
+ * and the comparison below would hold the reference to itself. So: skipped there. */
 static void test_swiglu_fast(void **state)
 {
     (void)state;
+    cpu_simd_enable(true); /* on where the CPU has it, whatever an earlier test left */
+    if (!cpu_simd_enabled())
+        skip();
     enum { N = 77 };
     float gate[N], up[N], fast[N], ref[N];
     fill(gate, N, 6, 12.0f);
@@ -149,6 +155,24 @@ static void test_swiglu_fast(void **state)
     cpu_swiglu(ref, gate, up, N);
     cpu_swiglu_fast(fast, gate, up, N);
     assert_close(fast, ref, N, 1e-6);
+}
+
+/* The reference itself, by hand: the fast kernel (above) and the batched forward pass
+ * (test_cpu_forward) are held to it, so neither would notice a wrong reference.
+ * silu(g) x up = g / (1 + e^-g) x up:
+ *   g = 1, up = 2:   1 / (1 + 0.3678794) x 2  =  0.7310586 x 2  =  1.4621172
+ *   g = -2, up = 1: -2 / (1 + 7.3890561)      = -0.2384058
+ *   g = 0, up = 5:   0
+ *   g = 3, up = -1:  3 / (1 + 0.0497871) x -1 = -2.8577224 */
+static void test_swiglu_reference_by_hand(void **state)
+{
+    (void)state;
+    const float gate[4] = {1, -2, 0, 3}, up[4] = {2, 1, 5, -1};
+    const float want[4] = {1.4621172f, -0.2384058f, 0.0f, -2.8577224f};
+    float out[4];
+    cpu_swiglu(out, gate, up, 4);
+    for (int i = 0; i < 4; i++)
+        assert_true(fabsf(out[i] - want[i]) <= 1e-6f * (1 + fabsf(want[i])));
 }
 
 static void test_rmsnorm_softmax_argmax(void **state)
@@ -301,16 +325,71 @@ static void test_attention_peaked_scores(void **state)
 
 /* ---- sampling ---------------------------------------------------------------------- */
 
+/* What either sampler must do, checked on each (cpu_sample is cpu_sample_naive without
+ * AVX-512, so this is no comparison of the two): a valid id, never the banned one, greedy
+ * is the argmax (the favourite 17, or the best of the rest when 17 is banned), and over
+ * many positions the draws follow softmax(logits / T) — three logits 0, ln 2, ln 4 at
+ * T = 1 give p = 1/7, 2/7, 4/7 (the draw is a hash of (seed, position), so the counts are
+ * fixed; 5 binomial standard deviations, sqrt(7000 x 4/7 x 3/7) = 41, is the margin). */
+typedef int32_t (*sampler_fn)(float *, int, double, uint64_t, int64_t, int32_t);
+
+static void check_sampler_properties(sampler_fn sample)
+{
+    enum { V = 1000, DRAWS = 400 };
+    float logits[V], a[V];
+    fill(logits, V, 21, 4.0f);
+    logits[17] = 6.0f; /* the favourite: every other logit is below 4 */
+    int runner_up = 0;
+    for (int i = 0; i < V; i++)
+        if (i != 17 && logits[i] > logits[runner_up])
+            runner_up = i;
+    for (int i = 0; i < DRAWS; i++) {
+        const double t = i % 4 == 0 ? 0.0 : 0.3 + (i % 7) * 0.4;
+        const int32_t banned = i % 3 == 0 ? 17 : -1;
+        memcpy(a, logits, sizeof a);
+        const int32_t token = sample(a, V, t, 1000 + (uint64_t)i, i, banned);
+        assert_true(token >= 0 && token < V);
+        if (banned >= 0)
+            assert_int_not_equal(token, banned);
+        if (t == 0)
+            assert_int_equal(token, banned >= 0 ? runner_up : 17);
+    }
+    enum { N = 7000 };
+    const float three[3] = {0.0f, (float)log(2.0), (float)log(4.0)};
+    int count[3] = {0, 0, 0};
+    for (int i = 0; i < N; i++) {
+        float x[3];
+        memcpy(x, three, sizeof x);
+        const int32_t token = sample(x, 3, 1.0, 42, i, -1);
+        assert_true(token >= 0 && token < 3);
+        count[token]++;
+    }
+    assert_true(abs(count[0] - N / 7) <= 5 * 29);     /* sd sqrt(7000 x 1/7 x 6/7) = 29 */
+    assert_true(abs(count[1] - 2 * N / 7) <= 5 * 38); /* sd sqrt(7000 x 2/7 x 5/7) = 38 */
+    assert_true(abs(count[2] - 4 * N / 7) <= 5 * 41); /* sd sqrt(7000 x 4/7 x 3/7) = 41 */
+}
+
+static void test_sampler_properties(void **state)
+{
+    (void)state;
+    check_sampler_properties(cpu_sample_naive);
+    cpu_simd_enable(true);
+    check_sampler_properties(cpu_sample);
+}
+
 /* The fast sampler draws what the reference draws (they may differ only when a draw lands
- * within rounding of a boundary: allow 1 in 100), never the banned id, and greedy is the
- * argmax. */
+ * within rounding of a boundary: allow 1 in 100). Without the AVX-512 path cpu_sample is
+ * cpu_sample_naive and the comparison would be the reference against itself: skipped. */
 static void test_sampler_matches_naive(void **state)
 {
     (void)state;
+    cpu_simd_enable(true);
+    if (!cpu_simd_enabled())
+        skip();
     enum { V = 1000, DRAWS = 400 };
     float logits[V], a[V], b[V];
     fill(logits, V, 21, 4.0f);
-    logits[17] = 6.0f; /* a favourite, to be banned */
+    logits[17] = 6.0f;
     int same = 0;
     for (int i = 0; i < DRAWS; i++) {
         const double t = i % 4 == 0 ? 0.0 : 0.3 + (i % 7) * 0.4;
@@ -319,11 +398,6 @@ static void test_sampler_matches_naive(void **state)
         memcpy(b, logits, sizeof b);
         const int32_t fast = cpu_sample(a, V, t, 1000 + (uint64_t)i, i, banned);
         const int32_t ref = cpu_sample_naive(b, V, t, 1000 + (uint64_t)i, i, banned);
-        assert_true(fast >= 0 && fast < V);
-        if (banned >= 0)
-            assert_int_not_equal(fast, banned);
-        if (t == 0)
-            assert_int_equal(fast, banned >= 0 ? cpu_argmax(b, V) : 17);
         same += fast == ref;
     }
     assert_true(same >= DRAWS - DRAWS / 100);
@@ -370,10 +444,12 @@ int main(void)
         cmocka_unit_test(test_gemm_small_subrange),
         cmocka_unit_test(test_exp2_accuracy),
         cmocka_unit_test(test_swiglu_fast),
+        cmocka_unit_test(test_swiglu_reference_by_hand),
         cmocka_unit_test(test_rmsnorm_softmax_argmax),
         cmocka_unit_test(test_attention_decode_rows),
         cmocka_unit_test(test_attention_prefill_tiles),
         cmocka_unit_test(test_attention_peaked_scores),
+        cmocka_unit_test(test_sampler_properties),
         cmocka_unit_test(test_sampler_matches_naive),
         cmocka_unit_test(test_pool_runs_every_task_once),
     };
