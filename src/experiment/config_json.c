@@ -409,7 +409,8 @@ int experiment_config_read(const char *path, experiment_config *cfg, experiment_
     json_error_t jerr;
     json_t *json = json_load_file(path, 0, &jerr);
     if (!json)
-        return err_set(err, "%s:%d: %s", path, jerr.line, jerr.text);
+        return jerr.line > 0 ? err_set(err, "%s:%d: %s", path, jerr.line, jerr.text)
+                             : err_set(err, "%s", jerr.text); /* cannot open: names the file */
     char why[ERR_LEN];
     int rc = experiment_config_from_json(json, cfg, meta, why);
     json_decref(json);
