@@ -1,7 +1,7 @@
 # Thin wrapper over CMake. `make run` and `make test` are the README's two set-up commands.
 BUILD      ?= build
 TEST_BUILD ?= build-test
-OUT        ?= out
+OUT        ?= out/run
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
 .PHONY: all build deps deps-test deps-bench run test bench fuzz clean
@@ -23,7 +23,7 @@ build: deps
 
 # The canonical experiment on the embedded engine.
 run: build
-	./$(BUILD)/stallscope run --preset lesson --out $(OUT)
+	./$(BUILD)/stallscope run --preset lesson --out $(OUT) --force
 
 # Everything CI runs: unit + integration tests under ASan + UBSan.
 test: deps-test

@@ -24,11 +24,12 @@ int cli_calibrate(int argc, char **argv);
 /* Print "stallscope <cmd>: <msg>" on stderr and return CLI_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *msg);
 
-/* --out DIR --json --no-report: where the artifacts go and what is printed. */
+/* --out DIR --json --no-report --force: where the artifacts go and what is printed. */
 typedef struct cli_output {
     char out[1024];
     bool json;      /* comparison.json (or sweep.json) on stdout instead of the table */
     bool no_report; /* no report.html, no plots */
+    bool force;     /* replace an earlier run's artifacts in OUT (experiment_claim_dir) */
 } cli_output;
 opts_group cli_output_group(cli_output *out, const char *default_dir);
 

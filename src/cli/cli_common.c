@@ -18,6 +18,8 @@ static const opts_spec output_specs[] = {
     OPTS_FLAG("json", "print the results as JSON instead of the table", cli_output, json),
     OPTS_FLAG("no-report", "skip OUT/report.html and OUT/plots/ (rebuild later: stallscope report)",
               cli_output, no_report),
+    OPTS_FLAG("force", "replace the earlier run in OUT (default: an OUT that holds one is refused)",
+              cli_output, force),
 };
 
 opts_group cli_output_group(cli_output *out, const char *default_dir)

@@ -37,7 +37,7 @@ int cli_run(int argc, char **argv)
         experiment_device_group(&cfg),
         experiment_sched_group(&cfg),
         experiment_analysis_group(&cfg),
-        cli_output_group(&out, "out"),
+        cli_output_group(&out, "out/run"),
         {"server flags", run_specs, OPTS_COUNT(run_specs), &flags},
     };
     if (opts_wants_help(argc, argv)) {
@@ -51,7 +51,7 @@ int cli_run(int argc, char **argv)
             "table and the verdict. Without --target it starts the embedded server (a fresh one\n"
             "per run) with the engine and scheduler flags below; default: the lesson, one-step\n"
             "prefill on the real CPU engine (model 'small'); --engine emulate --gpu h100-sxm\n"
-            "--model llama-3.1-8b for the lesson's GPU numbers. Default OUT: out.",
+            "--model llama-3.1-8b for the lesson's GPU numbers. Default OUT: out/run.",
             groups, OPTS_COUNT(groups));
         return CLI_EXIT_OK;
     }
@@ -64,7 +64,7 @@ int cli_run(int argc, char **argv)
         experiment_print_server_guide(stdout, &cfg);
         return CLI_EXIT_OK;
     }
-    if (experiment_check(&cfg, err) != 0)
+    if (experiment_check(&cfg, err) != 0 || experiment_claim_dir(out.out, out.force, err) != 0)
         return cli_usage_error("run", err);
 
     experiment_runner runner;

@@ -105,6 +105,8 @@ static int sweep(experiment_sweep *sw, int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
 
+    if (experiment_claim_dir(out.out, out.force, err) != 0)
+        return cli_usage_error("sweep", err);
     experiment_runner runner;
     if ((sw->base.engine == EXPERIMENT_SIM ? experiment_runner_sim(&runner, err)
                                            : experiment_runner_http(&runner, &secrets, err)) != 0) {

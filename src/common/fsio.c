@@ -1,10 +1,12 @@
 #include "common/fsio.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/err.h"
 
@@ -129,4 +131,30 @@ void fsio_abandon(fsio_file *file)
         file->f = NULL;
         remove(file->tmp);
     }
+}
+
+static char remove_failed[4096];
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)ftw;
+    int rc = flag == FTW_DP ? rmdir(path) : unlink(path);
+    if (rc != 0 && errno != ENOENT) {
+        snprintf(remove_failed, sizeof remove_failed, "%s: %s", path, strerror(errno));
+        return 1; /* stop the walk */
+    }
+    return 0;
+}
+
+int fsio_remove_tree(const char *path, char *err)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? 0 : err_set(err, "%s: %s", path, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return unlink(path) == 0 ? 0 : err_set(err, "cannot remove %s: %s", path, strerror(errno));
+    remove_failed[0] = '\0';
+    /* Depth first, never across a symbolic link or onto another file system. */
+    if (nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0)
+        return err_set(err, "cannot remove %s", remove_failed[0] ? remove_failed : path);
+    return 0;
 }

@@ -30,6 +30,10 @@ int fsio_create(fsio_file *file, const char *path, char *err);
 int fsio_commit(fsio_file *file, char *err);
 void fsio_abandon(fsio_file *file);
 
+/* rm -r of one path (a file or a directory tree; symbolic links are removed, never
+ * followed). 0, or -1 with err naming what could not be removed. */
+int fsio_remove_tree(const char *path, char *err);
+
 /* "DIR/NAME" into out; -1 with err when it does not fit. */
 int fsio_join(char *out, size_t size, const char *dir, const char *name, char *err);
 

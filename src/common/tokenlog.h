@@ -77,8 +77,10 @@ void tokenlog_write_step(FILE *f, const tokenlog_step *st);
 
 /* Write tokens.csv, requests.csv and (when n_steps > 0) steps.csv into dir (created). */
 int tokenlog_write_dir(const tokenlog *log, const char *dir, char *err);
-/* Read them back (steps.csv optional). Malformed rows -> -1 with "file:line: why". */
-int tokenlog_read_dir(tokenlog *log, const char *dir, char *err);
+/* Read them back (steps.csv optional). A file's last row cut short (no newline: a writer
+ * killed mid-row) is dropped and counted in *cut_rows (may be NULL); any other malformed row
+ * is -1 with "file:line: why". */
+int tokenlog_read_dir(tokenlog *log, const char *dir, int64_t *cut_rows, char *err);
 /* Append the steps of a live server's step log (steps.csv's format, CLOCK_MONOTONIC ns) that
  * started within [t0_ns, t_end_ns], rebased so t0_ns is t = 0. A missing file adds nothing;
  * a last row cut by a killed server is dropped and counted in *cut_rows (may be NULL); any

@@ -419,6 +419,63 @@ int experiment_config_read(const char *path, experiment_config *cfg, experiment_
     return 0;
 }
 
+/* ---- one experiment or two ------------------------------------------------------------------ */
+
+/* The first key (depth first, in the writer's order) where a and b differ. */
+static bool first_difference(const json_t *a, const json_t *b, const char *where, char *field,
+                             size_t size)
+{
+    const char *key;
+    json_t *va;
+    json_object_foreach((json_t *)a, key, va) {
+        const json_t *vb = json_object_get(b, key);
+        char path[128];
+        snprintf(path, sizeof path, "%s%s%s", where, where[0] ? "." : "", key);
+        if (json_is_object(va) && json_is_object(vb)) {
+            if (first_difference(va, vb, path, field, size))
+                return true;
+            continue;
+        }
+        if (vb && json_equal(va, vb))
+            continue;
+        char *ta = json_dumps(va, JSON_ENCODE_ANY | JSON_COMPACT);
+        char *tb = vb ? json_dumps(vb, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+        snprintf(field, size, "%s (%.60s vs %.60s)", path, ta ? ta : "?", tb ? tb : "absent");
+        free(ta);
+        free(tb);
+        return true;
+    }
+    return false;
+}
+
+/* What makes two runs one experiment: engine, workload (but the injector switch), scheduler,
+ * device and cost model, and the target the client talked to. */
+static json_t *identity(const experiment_config *cfg)
+{
+    json_t *j = experiment_config_to_json(cfg, NULL);
+    static const char *const per_run[] = {"format", "label", "engine", "target", "complete",
+                                          "argv", "duration_s", "users", "experiment"};
+    for (size_t i = 0; i < sizeof per_run / sizeof per_run[0]; i++)
+        json_object_del(j, per_run[i]);
+    json_object_del(json_object_get(j, "workload"), "inject");
+    json_t *client = json_object_get(j, "client");
+    json_t *kept = json_pack("{s:O, s:O, s:O}", "target", json_object_get(client, "target"),
+                             "endpoint", json_object_get(client, "endpoint"), "model_name",
+                             json_object_get(client, "model_name"));
+    json_object_set_new(j, "client", kept);
+    return j;
+}
+
+bool experiment_config_differ(const experiment_config *a, const experiment_config *b, char *field,
+                              size_t size)
+{
+    json_t *ja = identity(a), *jb = identity(b);
+    bool differ = first_difference(ja, jb, "", field, size) || first_difference(jb, ja, "", field, size);
+    json_decref(ja);
+    json_decref(jb);
+    return differ;
+}
+
 /* ---- the run's record ----------------------------------------------------------------------- */
 
 /* Options whose value must never reach a file. */

@@ -192,6 +192,12 @@ void experiment_meta_free(experiment_meta *meta);
 json_t *experiment_config_to_json(const experiment_config *cfg, const experiment_meta *meta);
 int experiment_config_from_json(const json_t *json, experiment_config *cfg,
                                 experiment_meta *meta, char *err);
+/* Whether a and b can be compared as one experiment's two runs: true when they differ in
+ * the engine, the workload (the injector switch aside), the scheduler, the device or the
+ * target; field then names the first such key as config.json spells it, with both values
+ * ("workload.users (4 vs 2)"). */
+bool experiment_config_differ(const experiment_config *a, const experiment_config *b, char *field,
+                              size_t size);
 /* Both for a file: DIR/config.json is written atomically. */
 int experiment_config_write(const char *path, const experiment_config *cfg,
                             const experiment_meta *meta, char *err);
@@ -237,6 +243,13 @@ int experiment_runner_http(experiment_runner *out, const experiment_secrets *sec
 void experiment_runner_free(experiment_runner *r);
 
 /* ---- the pair --------------------------------------------------------------------- */
+
+/* A run owns its directory, so two experiments never mix in one OUT: dir is created when
+ * absent and taken when empty; when it holds what an earlier run or sweep wrote (baseline/,
+ * interference/, point-k/, plots/, comparison.json, report.html, sweep.json, sweep.csv)
+ * force removes that first, else it is refused; a directory holding anything else is always
+ * refused. 0, or -1 with err (bad input: the command's exit 2). */
+int experiment_claim_dir(const char *dir, bool force, char *err);
 
 typedef struct experiment_io {
     const char *out_dir;  /* artifacts root (created); NULL: in memory, summaries only */

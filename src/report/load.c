@@ -161,12 +161,32 @@ int report_set_load(report_set *set, const char *root, double threshold_ms, bool
     for (int i = 0; i < set->n_runs; i++) {
         report_run *r = &set->runs[i];
         load_config(r, warn);
-        if (tokenlog_read_dir(&r->log, r->dir, err) != 0)
+        int64_t cut = 0;
+        if (tokenlog_read_dir(&r->log, r->dir, &cut, err) != 0)
             return -1;
+        if (cut > 0) {
+            /* A run killed while writing: what came before is good data, the run is not whole. */
+            r->opt.complete = false;
+            if (warn)
+                fprintf(warn, "stallscope report: warning: %s: dropped %lld row%s cut short at the "
+                              "end of its CSVs (a run killed while writing); reported as "
+                              "incomplete\n",
+                        r->dir, (long long)cut, cut == 1 ? "" : "s");
+        }
         if (strcmp(r->label, "baseline") == 0 && set->baseline < 0)
             set->baseline = i;
         else if (strcmp(r->label, "interference") == 0 && set->interference < 0)
             set->interference = i;
+    }
+    /* Two experiments in one directory (an earlier run's baseline beside a newer
+     * interference run) are never compared: name what differs. */
+    if (set->baseline >= 0 && set->interference >= 0) {
+        const report_run *b = &set->runs[set->baseline], *x = &set->runs[set->interference];
+        char field[200];
+        if (b->has_config && x->has_config && experiment_config_differ(&b->cfg, &x->cfg, field, sizeof field))
+            return err_set(err, "%s: baseline and interference are not one experiment: they "
+                                "differ in %s",
+                           root, field);
     }
     double reference_p50 = 0;
     if (set->baseline >= 0) {

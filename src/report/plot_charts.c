@@ -236,7 +236,8 @@ int plot_ccdf(plot_chart *c, const plot_run *runs, int n_runs, const char *note,
         int64_t n = 0;
         if (analysis_gaps_ms(runs[r].log, &gaps, &n, err) != 0)
             return -1;
-        qsort(gaps, (size_t)n, sizeof *gaps, cmp_double);
+        if (n > 1) /* no gaps (every answer one token) is a valid run: an empty curve */
+            qsort(gaps, (size_t)n, sizeof *gaps, cmp_double);
         plot_series *s = plot_panel_add_series(p, runs[r].name, PLOT_LINE, runs[r].color);
         if (!s) {
             free(gaps);

@@ -288,7 +288,9 @@ void report_verdict(char *out, size_t size, const analysis_summary *baseline,
     }
 
     /* Against the baseline: the median, then the tail. */
-    if (baseline && baseline->itl_ms.count > 0) {
+    if (x->itl_ms.count == 0) {
+        buf_printf(&text, "; no gaps to measure (every answer arrived in one event)");
+    } else if (baseline && baseline->itl_ms.count > 0) {
         const analysis_dist *b = &baseline->itl_ms, *d = &x->itl_ms;
         describe_change(ch, sizeof ch, b->p50, d->p50);
         buf_printf(&text, "; median %s", ch);

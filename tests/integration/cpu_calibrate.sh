@@ -7,7 +7,7 @@ set -euo pipefail
 
 bin=$1
 scratch=$2
-mkdir -p "$scratch"
+rm -rf "$scratch"; mkdir -p "$scratch"
 # shellcheck source=lib.bash
 source "$(dirname "$0")/lib.bash"
 

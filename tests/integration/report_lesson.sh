@@ -77,8 +77,18 @@ pass "report DIR rebuilds the identical page"
 [ ! -e "$dir/quiet/report.html" ] && [ ! -e "$dir/quiet/plots" ] || fail "--no-report wrote a report"
 "$bin" report "$dir/quiet" >/dev/null
 [ -s "$dir/quiet/report.html" ] || fail "report DIR after --no-report"
-"$bin" report "$dir/quiet" --no-report >/dev/null
-pass "--no-report, then report DIR"
+# report --no-report recomputes the summaries and leaves the page alone.
+cp "$dir/quiet/report.html" "$dir/quiet.html"
+touch -d '2001-01-01' "$dir/quiet/report.html" "$dir/quiet/interference/summary.json"
+"$bin" report "$dir/quiet" --no-report >"$dir/quiet.txt"
+cmp -s "$dir/quiet.html" "$dir/quiet/report.html" || fail "report --no-report changed the page"
+[ "$(stat -c %Y "$dir/quiet/report.html")" = "$(date -d '2001-01-01' +%s)" ] ||
+  fail "report --no-report rewrote report.html"
+[ "$(stat -c %Y "$dir/quiet/interference/summary.json")" != "$(date -d '2001-01-01' +%s)" ] ||
+  fail "report --no-report did not recompute summary.json"
+grep -q "stalled" "$dir/quiet.txt" && ! grep -q "report:" "$dir/quiet.txt" ||
+  fail "report --no-report: no table, or it names a page"
+pass "--no-report, then report DIR; report --no-report recomputes the summaries only"
 
 # 4. Every 1 s: 40 injections, 40 markers.
 "$bin" sim --preset lesson-1s --out "$dir/every1s" --json >/dev/null

@@ -52,6 +52,6 @@ check "chunked: max gap <= 3x p50" \
 check "chunked: every injection's TTFT above mixed's" \
   "all(x['ttft_ms'] > y['ttft_ms'] for x, y in zip(a['interference']['injections'], b['interference']['injections']))" \
   "$dir/chunked.json" "$dir/mixed.json"
-"$bin" sim --preset lesson --policy chunked --max-num-batched-tokens 512 --out "$dir/chunked" \
+"$bin" sim --preset lesson --policy chunked --max-num-batched-tokens 512 --out "$dir/chunked" --force \
   | grep -i "ttft" >/dev/null || fail "chunked table lacks TTFT"
 echo "sim_lesson: all checks passed"

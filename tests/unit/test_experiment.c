@@ -3,6 +3,7 @@
  * runner, and the sweep's plan. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -447,6 +448,91 @@ static void test_server_flags(void **state)
     free(buf);
 }
 
+/* Two runs are one experiment only when everything but the injector switch agrees. */
+static void test_config_differ(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "", field[200];
+    experiment_config a, b;
+    experiment_defaults(&a, EXPERIMENT_EMULATE);
+    assert_int_equal(experiment_resolve(&a, err), 0);
+    b = a;
+    b.wl.inject = !a.wl.inject;         /* baseline vs interference: the same experiment */
+    b.stall_threshold_ns = 1;            /* an analysis choice, not the experiment */
+    b.client.warmup_ns = 0;
+    assert_false(experiment_config_differ(&a, &b, field, sizeof field));
+    b.wl.users = 4;
+    assert_true(experiment_config_differ(&a, &b, field, sizeof field));
+    assert_string_equal(field, "workload.users (32 vs 4)");
+    b = a;
+    b.engine = EXPERIMENT_CPU;
+    assert_true(experiment_config_differ(&a, &b, field, sizeof field));
+    assert_string_equal(field, "engine_kind (\"emulate\" vs \"cpu\")");
+    b = a;
+    b.sched.max_num_batched_tokens = 512;
+    assert_true(experiment_config_differ(&a, &b, field, sizeof field));
+    assert_non_null(strstr(field, "sched.max_num_batched_tokens (16384 vs 512)"));
+    b = a;
+    snprintf(b.client.target, sizeof b.client.target, "http://127.0.0.1:9");
+    assert_true(experiment_config_differ(&a, &b, field, sizeof field));
+    assert_non_null(strstr(field, "client.target"));
+}
+
+static bool present(const char *dir, const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+static void touch(const char *dir, const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+}
+
+/* A run owns its directory: new or empty is taken, an earlier run needs --force, a stranger's
+ * files are never removed. */
+static void test_claim_dir(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "", root[] = "/tmp/test_claim_XXXXXX", dir[128], sub[160];
+    assert_non_null(mkdtemp(root));
+    snprintf(dir, sizeof dir, "%s/out/run", root);
+    assert_int_equal(experiment_claim_dir(dir, false, err), 0); /* absent: created */
+    assert_true(present(dir, "."));
+    assert_int_equal(experiment_claim_dir(dir, false, err), 0); /* empty: fine */
+    snprintf(sub, sizeof sub, "%s/baseline", dir);
+    assert_int_equal(mkdir(sub, 0777), 0);
+    touch(sub, "tokens.csv");
+    snprintf(sub, sizeof sub, "%s/point-12", dir);
+    assert_int_equal(mkdir(sub, 0777), 0);
+    touch(dir, "report.html");
+    touch(dir, "comparison.json.tmp");
+    assert_int_equal(experiment_claim_dir(dir, false, err), -1);
+    assert_non_null(strstr(err, "already holds an earlier run"));
+    assert_non_null(strstr(err, "--force"));
+    assert_true(present(dir, "baseline/tokens.csv"));
+    assert_int_equal(experiment_claim_dir(dir, true, err), 0);
+    assert_false(present(dir, "baseline"));
+    assert_false(present(dir, "point-12"));
+    assert_false(present(dir, "report.html"));
+    assert_false(present(dir, "comparison.json.tmp"));
+    /* Someone's own file: refused, with or without --force, and nothing removed. */
+    touch(dir, "report.html");
+    touch(dir, "notes.txt");
+    assert_int_equal(experiment_claim_dir(dir, true, err), -1);
+    assert_non_null(strstr(err, "notes.txt"));
+    assert_true(present(dir, "report.html"));
+    touch(dir, "point-x");
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -454,7 +540,8 @@ int main(void)
         cmocka_unit_test(test_secrets_never_written), cmocka_unit_test(test_option_tables),
         cmocka_unit_test(test_defaults_and_names),  cmocka_unit_test(test_run_pair),
         cmocka_unit_test(test_pair_incomplete),     cmocka_unit_test(test_sweep_plan),
-        cmocka_unit_test(test_server_flags),
+        cmocka_unit_test(test_server_flags),        cmocka_unit_test(test_config_differ),
+        cmocka_unit_test(test_claim_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -336,6 +336,63 @@ static void test_sweep(void **state)
     rm_rf(dir);
 }
 
+/* A run with no gaps (every answer one token event) is a valid run: its report has empty
+ * plots and says why (issue 15: qsort(NULL, 0) stopped it under UBSan). */
+static void test_empty_run(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test_html_empty_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    experiment_config cfg;
+    small_config(&cfg, EXPERIMENT_SIM, 4000, SCHED_MIXED, 16384, 0);
+    cfg.wl.bg_answer_min = cfg.wl.bg_answer_max = 1;
+    cfg.wl.inject_max_tokens = 1;
+    write_experiment(dir, &cfg);
+    report_set set;
+    char err[ERR_LEN] = "";
+    if (report_set_load(&set, dir, 0, true, stderr, err) != 0)
+        fail_msg("report_set_load: %s", err);
+    assert_int_equal(report_set_main(&set)->summary.itl_ms.count, 0);
+    html_options opt = {.predict = true};
+    if (html_write_run_report(&set, &opt, err) != 0)
+        fail_msg("html_write_run_report: %s", err);
+    plot_release_caches();
+    char path[4200];
+    snprintf(path, sizeof path, "%s/report.html", dir);
+    char *doc = slurp(path);
+    assert_non_null(strstr(doc, "no gaps to measure"));
+    assert_non_null(strstr(doc, "<figure id=\"fig-ccdf\">"));
+    free(doc);
+    report_set_free(&set);
+    rm_rf(dir);
+}
+
+/* Two experiments in one directory are not compared: the loader names the difference. */
+static void test_mixed_runs_refused(void **state)
+{
+    (void)state;
+    char a[] = "/tmp/test_html_mix_a_XXXXXX", b[] = "/tmp/test_html_mix_b_XXXXXX";
+    assert_non_null(mkdtemp(a));
+    assert_non_null(mkdtemp(b));
+    experiment_config cfg;
+    small_config(&cfg, EXPERIMENT_SIM, 4000, SCHED_MIXED, 16384, 0);
+    write_experiment(a, &cfg);
+    cfg.wl.users = 2;
+    write_experiment(b, &cfg);
+    /* b's interference run beside a's baseline: what a reused --out used to leave. */
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/interference' && mv '%s/interference' '%s/'", a, b, a);
+    assert_int_equal(system(cmd), 0);
+    report_set set;
+    char err[ERR_LEN] = "";
+    assert_int_equal(report_set_load(&set, a, 0, true, NULL, err), -1);
+    assert_non_null(strstr(err, "not one experiment"));
+    assert_non_null(strstr(err, "workload.users (4 vs 2)"));
+    report_set_free(&set);
+    rm_rf(a);
+    rm_rf(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -343,6 +400,8 @@ int main(void)
         cmocka_unit_test(test_run_report),
         cmocka_unit_test(test_predict),
         cmocka_unit_test(test_sweep),
+        cmocka_unit_test(test_empty_run),
+        cmocka_unit_test(test_mixed_runs_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
