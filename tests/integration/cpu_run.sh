@@ -30,10 +30,24 @@ check "every injection stalls every user, all stalls aligned" \
   '(len(a["injections"]) == 2 and all(x["users_stalled"] == 8 for x in a["injections"]) and
     a["stalls"]["count"] > 0 and a["stalls"]["aligned_fraction"] == 1.0)' "$i"
 check "max gap >= 10 x p50" '(a["itl_ms"]["max"] >= 10 * a["itl_ms"]["p50"])' "$i"
-# (loose: ctest -j runs other tests on the same two cores during one run and not the other;
-# the 10 % criterion belongs to the full lesson run, docs/cpu-engine.md)
-check "median unmoved (within 50 %)" \
-  '(abs(a["itl_ms"]["p50"] - b["itl_ms"]["p50"]) <= 0.5 * b["itl_ms"]["p50"])' "$i" "$b"
+# The median stays at the decode step: in each run the median gap is the server's median
+# decode-only step within 10 % (docs/cpu-engine.md quotes the same). Measured within one run,
+# so other load on the machine, which moves both, cancels; comparing the two runs' medians
+# directly (the same question over 16 s of a shared machine) swung -40 % .. +13 %.
+for label in baseline interference; do
+  python3 - "$out/$label" <<'PY' || fail "$label: the median gap is not the decode step"
+import csv, json, sys
+d = sys.argv[1]
+p50 = json.load(open(f"{d}/summary.json"))["itl_ms"]["p50"]
+steps = sorted((int(r["t_end_ns"]) - int(r["t_start_ns"])) / 1e6
+               for r in csv.DictReader(open(f"{d}/steps.csv"))
+               if int(r["prefill_tokens"]) == 0 and int(r["decode_tokens"]) > 0)
+step = steps[len(steps) // 2]
+print(f"{d.rsplit('/', 1)[1]}: gap p50 {p50:.2f} ms, decode step p50 {step:.2f} ms ({(p50 - step) / step * 100:+.1f} %)")
+sys.exit(0 if abs(p50 - step) <= 0.10 * step else 1)
+PY
+done
+pass "the median gap is the decode step (within 10 %) in both runs"
 
 # The step log: the longest step carries the injected prompt and lasts about the max gap.
 python3 - "$out/interference/steps.csv" "$i" <<'PY' || fail "step log does not show the prefill as the cause"

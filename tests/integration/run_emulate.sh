@@ -6,6 +6,10 @@
 # step, interference p50 within 5 % of baseline, max >= 10 x p50, the client's gaps equal
 # the server's steps within 1 ms at p99, and the two ways give the same result.
 # Scaled: 10 s runs with injections at 2, 5, 8 s (the lesson's 40 s changes none of this).
+# Excused: a stall outside every injection's wait only when the step log pins it on the
+# machine (a step measured > threshold with modeled work < threshold, or steps on time
+# through the gap: the client read late), at most 3 pause events per run, each gap at most
+# 1,000 ms (EXCUSED_EVENTS, EXCUSED_GAP_MS below; docs/client.md quotes the same).
 set -euo pipefail
 BIN=$1
 WORK=$2
@@ -80,36 +84,96 @@ def gap_vs_steps(d):
     return diffs[int(0.99 * len(diffs))], len(diffs)
 
 def steps_of(out, way):
-    """The server's steps rebased to the interference run's t = 0: (start, end, modeled)."""
+    """The server's steps rebased to the interference run's t = 0:
+    (start, end, modeled, prefill tokens)."""
     if way == "embedded":
-        return [(int(r["t_start_ns"]), int(r["t_end_ns"]), int(r["modeled_ns"]))
-                for r in csv.DictReader(open(f"{out}/interference/steps.csv"))]
-    t0 = json.load(open(f"{out}/interference/config.json"))["session"]["t0_monotonic_ns"]
-    return [(int(r["t_start_ns"]) - t0, int(r["t_end_ns"]) - t0, int(r["modeled_ns"]))
-            for r in csv.DictReader(open(f"{work}/serve_steps.csv")) if int(r["t_start_ns"]) >= t0]
+        rows, t0 = csv.DictReader(open(f"{out}/interference/steps.csv")), 0
+    else:
+        t0 = json.load(open(f"{out}/interference/config.json"))["session"]["t0_monotonic_ns"]
+        rows = csv.DictReader(open(f"{work}/serve_steps.csv"))
+    return [(int(r["t_start_ns"]) - t0, int(r["t_end_ns"]) - t0, int(r["modeled_ns"]),
+             int(r["prefill_tokens"])) for r in rows if int(r["t_start_ns"]) >= t0]
 
-def machine_hiccups(out, way, threshold_ms):
-    """Stalls not aligned with an injection during which no server step carried work longer
-    than the threshold (by the cost model): either the server kept stepping and this
-    (shared, 2-core, sanitized) machine paused the reading, or the machine paused the
-    engine thread itself (a step far longer than its modeled work). Counted so the test
-    tells them apart from stalls the server's batching caused."""
+# Excused stalls (the rule this test enforces; docs/client.md quotes it): a stall that does
+# not overlap an injection's wait is excused only when the server's own records name the
+# machine as its cause, with the measured step durations:
+#   server overran  a step overlapping the gap lasted longer than the threshold while its
+#                   modeled work was shorter than the threshold (the engine thread was paused);
+#   client late     no step overlapping the gap lasted longer than the threshold and the
+#                   server kept stepping through it (it emitted on time, the client read late).
+# A gap with a long modeled step behind it (prefill: the server's batching) or with no step
+# at all (unexplained) is never excused. And the excuse is bounded: the excused stalls form
+# at most EXCUSED_EVENTS pause events (stalls of several users that overlap in time are one
+# event) per run, each excused gap at most EXCUSED_GAP_MS long.
+EXCUSED_EVENTS, EXCUSED_GAP_MS = 3, 1000.0
+
+def unaligned_stalls(out, way, threshold_ms):
+    """Every stall outside the injections' waits, with its cause: prefill, server, client or
+    unexplained."""
     steps = steps_of(out, way)
     reqs = list(csv.DictReader(open(f"{out}/interference/requests.csv")))
     wins = [(int(r["t_send_ns"]), int(r["t_first_ns"])) for r in reqs if r["kind"] == "inject"]
     thr = threshold_ms * 1e6
-    last, n = {}, 0
+    last, found = {}, []
     for tk in csv.DictReader(open(f"{out}/interference/tokens.csv")):
         if tk["kind"] != "bg":
             continue
         t = int(tk["t_ns"]); prev = last.get(tk["request"]); last[tk["request"]] = t
         if prev is None or t - prev <= thr or any(prev < f and t > s0 for s0, f in wins):
             continue
-        if not any(m > thr and s0 < t and e > prev for s0, e, m in steps):
-            n += 1
-    return n
+        during = [st for st in steps if st[0] < t and st[1] > prev]
+        if any(m > thr for _, _, m, _ in during):
+            cause = "prefill"  # long modeled work: the server's batching, never excused
+        elif any(e - s0 > thr for s0, e, _, _ in during):
+            cause = "server"   # measured long, modeled short: the engine thread paused
+        elif during:
+            cause = "client"   # the server stepped on time through the gap
+        else:
+            cause = "unexplained"
+        found.append((prev, t, cause))
+    return found
+
+def excused(stalls):
+    """(excused stalls, pause events they form, all within the bounds)."""
+    ok_causes = [(a, b) for a, b, c in stalls if c in ("server", "client")]
+    events, end = 0, None
+    for a, b in sorted(ok_causes):
+        if end is None or a >= end:
+            events += 1
+        end = b if end is None else max(end, b)
+    within = events <= EXCUSED_EVENTS and all((b - a) / 1e6 <= EXCUSED_GAP_MS for a, b in ok_causes)
+    return len(ok_causes), events, within
+
+# The classifier can fail: a hand-made run with one stall of each cause (threshold 50 ms).
+def selfcheck():
+    d = f"{work}/classifier/interference"
+    os.makedirs(d, exist_ok=True)
+    ms = 1_000_000
+    with open(f"{d}/requests.csv", "w") as f:
+        f.write("request,user,kind,t_plan_ns,t_send_ns,t_first_ns,t_end_ns,prompt_tokens_requested,"
+                "prompt_tokens,completion_tokens,finish_reason,error\n")
+        f.write(f"9,-1,inject,{1000*ms},{1000*ms},{1200*ms},{1210*ms},8000,8000,1,length,\n")
+    steps = [(2000, 2200, 190), (3000, 3200, 5)] + [(4000 + 5 * k, 4005 + 5 * k, 5) for k in range(40)]
+    with open(f"{d}/steps.csv", "w") as f:
+        f.write("step,t_start_ns,t_end_ns,decode_tokens,prefill_tokens,n_requests,modeled_ns\n")
+        for i, (a, b, m) in enumerate(steps):
+            f.write(f"{i},{a*ms},{b*ms},1,0,1,{m*ms}\n")
+    with open(f"{d}/tokens.csv", "w") as f:
+        f.write("t_ns,user,request,kind,n_tokens\n")
+        # a token every 10 ms, but for five 200 ms gaps: one inside the injection's wait,
+        # then one behind each cause
+        gaps = (1000, 2000, 3000, 4000, 5000)
+        for t in range(900, 5300, 10):
+            if not any(g < t < g + 200 for g in gaps):
+                f.write(f"{t*ms},0,1,bg,1\n")
+    got = [c for _, _, c in unaligned_stalls(f"{work}/classifier", "embedded", 50.0)]
+    check(got == ["prefill", "server", "client", "unexplained"],
+          f"classifier: one stall of each cause found as {got}")
+    n_ok, events, within = excused([s for s in unaligned_stalls(f"{work}/classifier", "embedded", 50.0)])
+    check(n_ok == 2 and events == 2 and within, "classifier: only the machine's two are excused")
 
 aligned_ok = {}
+selfcheck()
 results = {}
 for way in ("embedded", "target"):
     out = f"{work}/{way}"
@@ -125,15 +189,16 @@ for way in ("embedded", "target"):
     check(base["complete"] and inter["complete"], f"{way}: complete")
     check(inter["errors"] == 0 and base["errors"] == 0, f"{way}: no errors")
     check(len(inter["injections"]) == 3, f"{way}: 3 injections")
-    # aligned_fraction 1.0; a stall the machine made (at most two pauses of every stream)
-    # is reported, not blamed on the server.
-    hiccups = machine_hiccups(out, way, st["threshold_ms"])
-    ok = st["count"] > 0 and hiccups <= 2 * inter["users"] and (
-        st["aligned_fraction"] == 1.0 or
-        st["count"] - hiccups == round(st["aligned_fraction"] * st["count"]))
+    # aligned_fraction 1.0, but for stalls the server's records pin on the machine (the rule
+    # above), bounded; everything else must line up with an injection.
+    stalls = unaligned_stalls(out, way, st["threshold_ms"])
+    n_ok, events, within = excused(stalls)
+    causes = {c: sum(1 for _, _, x in stalls if x == c) for c in ("prefill", "server", "client", "unexplained")}
+    aligned = round(st["aligned_fraction"] * st["count"])
+    ok = st["count"] > 0 and within and n_ok == len(stalls) and st["count"] - n_ok == aligned
     check(ok, f"{way}: aligned_fraction {st['aligned_fraction']} == 1.0 ({st['count']} stalls"
-              + (f"; {hiccups} of them this machine pausing, no server step behind them)"
-                 if hiccups else ")"))
+              + (f"; unaligned by cause {causes}, {events} pause event(s) excused of at most "
+                 f"{EXCUSED_EVENTS})" if stalls else ")"))
     aligned_ok[way] = ok
     # The spike of an injection: each user's longest gap across [send, first token], the
     # median over users (one token read late under a loaded machine moves one user's gap,
