@@ -58,6 +58,7 @@ typedef struct analysis_summary {
     int injections_with_stalls; /* injections with users_stalled > 0 */
     double spike_ratio;         /* max gap / p50 gap */
     int64_t errors;             /* requests that ended with an error */
+    int64_t protocol_violations; /* server events the client ignored (from the run's record) */
     bool complete;              /* false when the run was cut short */
 } analysis_summary;
 
@@ -70,6 +71,7 @@ typedef struct analysis_options {
     double threshold_ms; /* 0: 5 x reference_p50_ms, or 5 x own p50 when that is 0 too */
     double reference_p50_ms; /* the baseline's p50, 0 when none */
     bool complete;
+    int64_t protocol_violations; /* counted by the client, passed through to the summary */
 } analysis_options;
 
 /* Nearest-rank quantile of sorted[0..n), p in (0, 1]; 0 when n == 0. */
@@ -116,7 +118,8 @@ void analysis_sweep(analysis_sweep_point *pts, int n);
 /* {count, mean, p50, p90, p99, p999, max}; a non-finite value is null. New reference. */
 json_t *analysis_dist_to_json(const analysis_dist *d);
 
-/* DESIGN.md's summary.json shape (plus "complete", "errors", "injections_with_stalls"). */
+/* DESIGN.md's summary.json shape (plus "complete", "errors", "injections_with_stalls",
+ * "protocol_violations"). */
 json_t *analysis_summary_to_json(const analysis_summary *s);
 /* comparison.json: {"baseline": {...}, "interference": {...}, "ratios": {p50, p90, p99,
  * p999, max, stall_count}} ; baseline may be NULL. */

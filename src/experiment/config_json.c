@@ -137,6 +137,7 @@ static const field SESSION_FIELDS[] = {
     FLD("text_tokens_per_word", F_DOUBLE, experiment_meta, text_tokens_per_word),
     FLD("timestamps", F_BOOL, experiment_meta, timestamps),
     FLD("nice", F_INT, experiment_meta, nice),
+    FLD("protocol_violations", F_I64, experiment_meta, protocol_violations),
     FLD("t0_monotonic_ns", F_I64, experiment_meta, t0_monotonic_ns),
 };
 

@@ -178,6 +178,7 @@ typedef struct experiment_meta {
     double text_overhead, text_tokens_per_word;
     bool timestamps;         /* the server sent emit times */
     int nice;                /* the client's scheduling priority */
+    int64_t protocol_violations; /* server events the client ignored (docs/client.md) */
     int64_t t0_monotonic_ns; /* t = 0 on this machine's CLOCK_MONOTONIC */
 } experiment_meta;
 

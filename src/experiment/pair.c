@@ -73,7 +73,8 @@ static int one_run(const experiment_config *cfg, const experiment_runner *runner
                             .users = wl.users,
                             .threshold_ms = (double)cfg->stall_threshold_ns / 1e6,
                             .reference_p50_ms = reference_p50,
-                            .complete = meta.complete};
+                            .complete = meta.complete,
+                            .protocol_violations = meta.protocol_violations};
     if (analysis_summarize(&log, &opt, summary, err) != 0)
         goto done;
     if (d && write_summary(d, summary, err) != 0) {

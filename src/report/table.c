@@ -195,6 +195,9 @@ void report_table_print(FILE *out, const analysis_summary *baseline,
     print_row(out, "background TTFT p99 (ms)", FMT_MS, hb && b->ttft_ms.count > 0,
               hb ? b->ttft_ms.p99 : 0, x->ttft_ms.count > 0, x->ttft_ms.p99);
     print_row(out, "errors", FMT_COUNT, hb, hb ? (double)b->errors : 0, 1, (double)x->errors);
+    if (x->protocol_violations > 0 || (hb && b->protocol_violations > 0))
+        print_row(out, "protocol violations", FMT_COUNT, hb, hb ? (double)b->protocol_violations : 0,
+                  1, (double)x->protocol_violations);
 
     /* The stall row names one threshold; say so when the runs were cut differently. */
     if (hb && fabs(b->stalls.threshold_ms - x->stalls.threshold_ms) > 1e-9) {
@@ -315,6 +318,10 @@ void report_verdict(char *out, size_t size, const analysis_summary *baseline,
     if (x->errors > 0)
         buf_printf(&text, "; %lld request%s failed", (long long)x->errors,
                    x->errors == 1 ? "" : "s");
+    if (x->protocol_violations > 0)
+        buf_printf(&text, "; %lld server event%s broke the protocol and %s ignored",
+                   (long long)x->protocol_violations, x->protocol_violations == 1 ? "" : "s",
+                   x->protocol_violations == 1 ? "was" : "were");
     if (!x->complete)
         buf_printf(&text, "; the run was cut short");
     buf_printf(&text, ".");

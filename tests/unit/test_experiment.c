@@ -93,6 +93,7 @@ static void distinctive(experiment_config *c, experiment_meta *m)
     m->text_tokens_per_word = 1.375;
     m->timestamps = true;
     m->nice = -10;
+    m->protocol_violations = 17;
     m->t0_monotonic_ns = 987654321012345LL;
 }
 

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -157,9 +158,31 @@ static void test_table_rows_and_width(void **state)
     free(text);
 }
 
+/* What the client ignored is said, not hidden: a table row and a clause of the verdict. */
+static void test_protocol_violations_shown(void **state)
+{
+    (void)state;
+    analysis_summary b, x;
+    lesson_pair(&b, &x);
+    char v[1024];
+    report_verdict(v, sizeof v, &b, &x);
+    assert_null(strstr(v, "protocol"));
+    x.protocol_violations = 3;
+    report_verdict(v, sizeof v, &b, &x);
+    expect_contains(v, "3 server events broke the protocol and were ignored");
+    char *table = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&table, &len);
+    report_table_print(f, &b, &x);
+    fclose(f);
+    expect_contains(table, "protocol violations");
+    free(table);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_protocol_violations_shown),
         cmocka_unit_test(test_verdict_stalled_run),
         cmocka_unit_test(test_verdict_clean_run),
         cmocka_unit_test(test_table_rows_and_width),
