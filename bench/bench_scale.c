@@ -127,7 +127,7 @@ static const stream_handlers *handlers(bench *b)
 static void post(bench *b, slot *s)
 {
     char err[ERR_LEN];
-    stream_request req = {"/v1/completions", b->body, b->body_len, handlers(b), s};
+    stream_request req = {"/v1/completions", b->body, b->body_len, handlers(b), s, b->answer};
     s->counted = 0;
     if (stream_post(b->client, &req, err) != 0) {
         b->errors++;

@@ -4,9 +4,10 @@
  * "", "error" or "message") or a whole response body that goes through the splitter first
  * and then, event by event, through the decoder and the counter, as stream.c does (mode 3).
  * Checked: the decoder returns 0 or -1 and nothing else; its strings stay terminated inside
- * their arrays; a token count is never negative and the running completion count never
- * goes down (the client's per-request token total must be monotone whatever a server
- * sends). */
+ * their arrays; a token count is never negative, the running completion count never goes
+ * down (the client's per-request token total must be monotone whatever a server sends),
+ * and with a max_tokens (bits 3-7 of byte 0; 0: unbounded) neither the tokens delivered
+ * nor the completion count ever pass it. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,30 +16,34 @@
 #include "client/sse.h"
 #include "common/err.h"
 
-static void check_chunk(const sse_chunk *c, int64_t *so_far)
+static void check_chunk(const sse_chunk *c, sse_counter *n)
 {
     if (strnlen(c->error, sizeof c->error) == sizeof c->error ||
         strnlen(c->finish_reason, sizeof c->finish_reason) == sizeof c->finish_reason) {
         fprintf(stderr, "fuzz_sse_chunk: unterminated string in the chunk\n");
         abort();
     }
-    const int64_t before = *so_far;
-    const int k = sse_count_tokens(c, so_far);
-    if (k < 0 || *so_far < before) {
-        fprintf(stderr, "fuzz_sse_chunk: count %d, so_far %lld -> %lld\n", k, (long long)before,
-                (long long)*so_far);
+    const int64_t before = n->delivered;
+    const int k = sse_counter_add(n, c);
+    const int64_t completion = sse_counter_completion(n);
+    if (k < 0 || n->delivered != before + k || completion < n->delivered ||
+        (n->max_tokens > 0 && (n->delivered > n->max_tokens || completion > n->max_tokens))) {
+        fprintf(stderr,
+                "fuzz_sse_chunk: count %d, delivered %lld -> %lld, completion %lld, max %lld\n", k,
+                (long long)before, (long long)n->delivered, (long long)completion,
+                (long long)n->max_tokens);
         abort();
     }
 }
 
-static void decode_one(const char *data, size_t len, const char *type, int64_t *so_far)
+static void decode_one(const char *data, size_t len, const char *type, sse_counter *n)
 {
     sse_event ev = {.data = data, .data_len = len, .type = type};
     sse_chunk c;
     char err[ERR_LEN];
     const int rc = sse_decode_chunk(&ev, &c, err);
     if (rc == 0)
-        check_chunk(&c, so_far);
+        check_chunk(&c, n);
     else if (rc != -1 || strnlen(err, sizeof err) == sizeof err)
         abort();
 }
@@ -55,10 +60,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(copy, data + 1, len);
     copy[len] = '\0';
-    int64_t so_far = (data[0] >> 2) & 1 ? 0 : (int64_t)(data[0] >> 3);
+    sse_counter n;
+    sse_counter_init(&n, (int64_t)(data[0] >> 3));
     if (mode < 3) {
         static const char *const types[3] = {"", "error", "message"};
-        decode_one(copy, len, types[mode], &so_far);
+        decode_one(copy, len, types[mode], &n);
     } else {
         sse_parser p;
         sse_parser_init(&p, 1 << 16);
@@ -72,8 +78,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 break;
             at += used;
             left -= used;
-            if (r == SSE_EVENT)
-                decode_one(ev.data, ev.data_len, ev.type, &so_far);
+            if (r == SSE_EVENT && !sse_counter_ended(&n))
+                decode_one(ev.data, ev.data_len, ev.type, &n);
         }
         sse_parser_free(&p);
     }

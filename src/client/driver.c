@@ -21,6 +21,13 @@
  * "every request fails" although the server recovers. */
 #define RETRY_FIRST_NS (50 * CLOCK_NS_PER_MS)
 #define RETRY_MAX_NS (2 * CLOCK_NS_PER_S)
+/* A 429 or 503 with Retry-After: the user waits what the server asked (never less than its
+ * own back-off above), at most this long. 60 s covers the windows of the rate limiters that
+ * send the header (per-minute request and token quotas); a longer value is a per-hour quota
+ * or a mistake (a hostile 10^18 too), and honouring it would silently take the user out of
+ * the load for the rest of the run. The run's end bounds every wait anyway: a retry due
+ * after it never happens. */
+#define RETRY_AFTER_MAX_NS (60 * CLOCK_NS_PER_S)
 
 /* ---- API description --------------------------------------------------------------- */
 
@@ -177,7 +184,7 @@ static int probe_once(const stream_transport *t, const driver_api *api, const wo
     char *body = driver_build_body(api, wl, 0xfe, 0, prompt_tokens, prompt_tokens, 1, &len, err);
     if (!body)
         return -1;
-    stream_request req = {driver_endpoint_path(api->endpoint), body, len, &handlers, out};
+    stream_request req = {driver_endpoint_path(api->endpoint), body, len, &handlers, out, 1};
     int rc = t->post(t->impl, &req, err);
     free(body);
     if (rc != 0)
@@ -281,6 +288,7 @@ struct drv {
     int64_t consecutive_errors, error_limit;
     int64_t worst_gap_ns;
     int64_t tokens;
+    const char *first_violation; /* the first protocol violation in words, NULL none */
 };
 
 static void phase_fail(drv *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -330,7 +338,7 @@ static char *build(drv *d, int kind, int64_t index, int prompt_tokens, int max_t
 
 /* Send a built body (taken: freed here). */
 static drv_req *send_request(drv *d, int user, int kind, char *body, size_t len,
-                             int prompt_tokens, int64_t t_plan_ns)
+                             int prompt_tokens, int max_tokens, int64_t t_plan_ns)
 {
     char err[ERR_LEN];
     drv_req *r = calloc(1, sizeof *r);
@@ -352,7 +360,8 @@ static drv_req *send_request(drv *d, int user, int kind, char *body, size_t len,
         free(r);
         return NULL;
     }
-    stream_request req = {driver_endpoint_path(d->cfg->api->endpoint), body, len, &d->h, r};
+    stream_request req = {driver_endpoint_path(d->cfg->api->endpoint), body, len, &d->h, r,
+                          max_tokens};
     int rc = d->t->post(d->t->impl, &req, err);
     free(body);
     if (rc != 0) {
@@ -375,7 +384,8 @@ static void start_bg(drv *d, int user)
     size_t len = 0;
     char *body = build(d, TOKENLOG_BG, ((int64_t)user << 24) | (k & 0xffffff), bg.prompt_tokens,
                        bg.max_tokens, &len);
-    d->current[user] = body ? send_request(d, user, TOKENLOG_BG, body, len, bg.prompt_tokens, -1)
+    d->current[user] = body ? send_request(d, user, TOKENLOG_BG, body, len, bg.prompt_tokens,
+                                         bg.max_tokens, -1)
                             : NULL;
 }
 
@@ -420,8 +430,9 @@ static void on_token(void *ctx, void *user, const stream_token *tok)
         phase_fail(d, "out of memory for the token log");
         return;
     }
-    if (d->cfg->tokens_csv)
-        tokenlog_write_event(d->cfg->tokens_csv, &ev);
+    char err[ERR_LEN];
+    if (d->cfg->tokens_csv && tokenlog_writer_event(d->cfg->tokens_csv, &ev, err) != 0)
+        phase_fail(d, "%s", err);
     if (tok->emit_ns >= 0) {
         if (res->n_fidelity == res->cap_fidelity) {
             int64_t cap = res->cap_fidelity ? res->cap_fidelity * 2 : 4096;
@@ -451,8 +462,12 @@ static void on_end(void *ctx, void *user, const stream_end *end)
         row->completion_tokens = (int32_t)end->completion_tokens;
         snprintf(row->finish_reason, sizeof row->finish_reason, "%s", end->finish_reason);
         snprintf(row->error, sizeof row->error, "%s", end->error);
-        if (d->cfg->requests_csv)
-            tokenlog_write_request(d->cfg->requests_csv, row);
+        char err[ERR_LEN];
+        if (d->cfg->requests_csv && tokenlog_writer_request(d->cfg->requests_csv, row, err) != 0)
+            phase_fail(d, "%s", err);
+        res->protocol_violations += end->protocol_violations;
+        if (end->protocol_violations > 0 && !d->first_violation)
+            d->first_violation = end->violation;
     }
     if (r->log_index >= 0 && end->prompt_tokens >= 0 &&
         fabs((double)(end->prompt_tokens - r->prompt_requested)) > 0.02 * r->prompt_requested) {
@@ -487,9 +502,29 @@ static void on_end(void *ctx, void *user, const stream_end *end)
     int64_t wait = RETRY_FIRST_NS;
     for (int i = 0; i < d->failures[u] && wait < RETRY_MAX_NS; i++)
         wait *= 2;
+    if (wait > RETRY_MAX_NS)
+        wait = RETRY_MAX_NS;
+    if (end->retry_after_ns >= 0) {
+        int64_t asked = end->retry_after_ns < RETRY_AFTER_MAX_NS ? end->retry_after_ns
+                                                                 : RETRY_AFTER_MAX_NS;
+        if (asked > wait)
+            wait = asked;
+    }
     d->failures[u]++;
-    d->retry_at[u] = d->t->now(d->t->impl) + (wait < RETRY_MAX_NS ? wait : RETRY_MAX_NS);
+    d->retry_at[u] = d->t->now(d->t->impl) + wait;
     d->n_retrying++;
+}
+
+/* Write the rows collected since the last flush; a failure (a full disk) stops the phase:
+ * the files keep every whole row written before. */
+static void flush_rows(drv *d)
+{
+    tokenlog_writer *files[] = {d->cfg->tokens_csv, d->cfg->requests_csv};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char err[ERR_LEN];
+        if (files[i] && tokenlog_writer_flush(files[i], err) != 0)
+            phase_fail(d, "%s", err);
+    }
 }
 
 /* Users whose back-off is over send again; returns the earliest retry still pending
@@ -581,7 +616,7 @@ int driver_run_phase(const stream_transport *t, const driver_phase *cfg, tokenlo
                                  wl->inject_max_tokens, &inj_len);
             if (inj_body)
                 send_request(&d, -1, TOKENLOG_INJECT, inj_body, inj_len, wl->prompt_tokens,
-                             plan[next_inj]);
+                             wl->inject_max_tokens, plan[next_inj]);
             inj_body = NULL;
             next_inj++;
             res->injections_sent = next_inj;
@@ -596,13 +631,12 @@ int driver_run_phase(const stream_transport *t, const driver_phase *cfg, tokenlo
             break;
         if (now >= next_tick) {
             next_tick = now + TICK_NS;
-            if (cfg->tokens_csv)
-                fflush(cfg->tokens_csv); /* a killed client loses at most a tick */
-            if (cfg->requests_csv)
-                fflush(cfg->requests_csv);
+            flush_rows(&d); /* a killed client loses at most a tick */
             char why[200];
-            if (cfg->should_stop && cfg->should_stop(cfg->stop_ctx, why, sizeof why))
+            if (!d.stopping && cfg->should_stop && cfg->should_stop(cfg->stop_ctx, why, sizeof why))
                 phase_fail(&d, "%s", why);
+            if (d.stopping)
+                break; /* at once, not after another wait */
         }
         if (cfg->progress && now >= next_progress) {
             report_progress(&d, cfg, now,
@@ -632,13 +666,16 @@ int driver_run_phase(const stream_transport *t, const driver_phase *cfg, tokenlo
     /* In-flight answers are cut at the end of the run: finish_reason "abort", no error. */
     t->cancel_all(t->impl, d.failed ? "the run stopped early" : "");
     res->t_end_ns = t->now(t->impl);
+    flush_rows(&d); /* the rows of the answers just cut */
     res->complete = !d.failed;
     if (cfg->progress && d.recording)
         report_progress(&d, cfg, res->t_end_ns, 0, next_inj, n_plan);
-    if (cfg->tokens_csv)
-        fflush(cfg->tokens_csv);
-    if (cfg->requests_csv)
-        fflush(cfg->requests_csv);
+    if (cfg->record && res->protocol_violations > 0 && cfg->notes)
+        fprintf(cfg->notes,
+                "warning: %lld protocol violations from the server, ignored (the first: %s; "
+                "see docs/client.md)\n",
+                (long long)res->protocol_violations,
+                d.first_violation ? d.first_violation : "?");
     if (cfg->record && res->prompt_mismatches > 0 && cfg->notes)
         fprintf(cfg->notes,
                 "warning: %d requests had a server-counted prompt more than 2 %% off the "

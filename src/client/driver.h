@@ -77,8 +77,11 @@ typedef struct driver_phase {
      * Their answers in flight at t = 0 are recorded from then on, with t_plan/t_send -1
      * (sent before t = 0): they give gaps, not TTFTs. Injections count from t = 0. */
     int64_t warmup_ns;
-    FILE *tokens_csv;          /* incremental copies (header already written), may be NULL */
-    FILE *requests_csv;
+    /* Incremental copies (open, header written), may be NULL: rows are added as they
+     * happen and flushed every tick (250 ms) and at the end. A failed write stops the
+     * phase (incomplete, "cannot write tokens.csv: ..."); the file keeps its whole rows. */
+    tokenlog_writer *tokens_csv;
+    tokenlog_writer *requests_csv;
     FILE *notes;               /* warnings (stderr), may be NULL */
     /* Called about every progress_every_ns (and at the end) */
     void (*progress)(void *ctx, const driver_progress *p);
@@ -98,6 +101,10 @@ typedef struct driver_result {
     int64_t requests, errors, tokens;
     int injections_sent;
     int prompt_mismatches; /* requests whose server-counted prompt differed by > 2 % */
+    /* Server events ignored because they cannot be true (after [DONE], impossible or
+     * backward counts, tokens past max_tokens; stream_end.protocol_violations), over the
+     * recorded requests. */
+    int64_t protocol_violations;
     /* receive - emit per event, ms, where the server sent emit_ns (fidelity self-check) */
     double *fidelity_ms;
     int64_t n_fidelity, cap_fidelity;

@@ -202,13 +202,27 @@ static bool decode_error(json_t *root, sse_chunk *out)
     return true;
 }
 
+/* A server's token count: -1 when absent or null; a value that cannot be a count (negative,
+ * fractional, not a number, above SSE_MAX_COUNT) is -1 too, with bad_count set. */
+static int64_t count_of(json_t *v, sse_chunk *out)
+{
+    if (!v || json_is_null(v))
+        return -1;
+    int64_t n = int_or(v, -1);
+    if (n < 0 || n > SSE_MAX_COUNT || (json_is_real(v) && (double)n != json_real_value(v))) {
+        out->bad_count = true;
+        return -1;
+    }
+    return n;
+}
+
 static void decode_usage(json_t *usage, sse_chunk *out)
 {
     if (!json_is_object(usage))
         return;
     out->has_usage = true;
-    out->prompt_tokens = int_or(json_object_get(usage, "prompt_tokens"), -1);
-    out->completion_tokens = int_or(json_object_get(usage, "completion_tokens"), -1);
+    out->prompt_tokens = count_of(json_object_get(usage, "prompt_tokens"), out);
+    out->completion_tokens = count_of(json_object_get(usage, "completion_tokens"), out);
 }
 
 static void decode_choice(json_t *choice, sse_chunk *out)
@@ -243,8 +257,8 @@ static void decode_llamacpp(json_t *root, sse_chunk *out)
     json_t *predicted = json_object_get(root, "tokens_predicted");
     if (json_is_integer(predicted)) {
         out->has_usage = true;
-        out->completion_tokens = int_or(predicted, -1);
-        out->prompt_tokens = int_or(json_object_get(root, "tokens_evaluated"), -1);
+        out->completion_tokens = count_of(predicted, out);
+        out->prompt_tokens = count_of(json_object_get(root, "tokens_evaluated"), out);
     }
     if (stop) {
         const char *type = json_string_value(json_object_get(root, "stop_type"));
@@ -270,7 +284,7 @@ static void decode_tgi(json_t *root, sse_chunk *out)
         json_t *generated = json_object_get(details, "generated_tokens");
         if (json_is_integer(generated)) {
             out->has_usage = true;
-            out->completion_tokens = int_or(generated, -1);
+            out->completion_tokens = count_of(generated, out);
         }
     }
     if (!json_is_null(json_object_get(root, "generated_text")) &&
@@ -338,23 +352,96 @@ int sse_decode_chunk(const sse_event *ev, sse_chunk *out, char *err)
     return 0;
 }
 
-int sse_count_tokens(const sse_chunk *c, int64_t *so_far)
+/* ---- token counting --------------------------------------------------------------- */
+
+void sse_counter_init(sse_counter *c, int64_t max_tokens)
 {
-    int64_t k = 0;
-    if (c->has_choices && c->has_usage && c->completion_tokens >= 0) {
-        k = c->completion_tokens - *so_far;
-        if (k < 0)
-            k = 0;
-        if (k == 0 && c->has_text)
-            k = 1; /* text the user sees is an event, whatever the counter says */
-        if (c->completion_tokens > *so_far)
-            *so_far = c->completion_tokens;
-        else
-            *so_far += k;
-    } else if (c->has_choices && c->has_text) {
-        k = 1;
-        *so_far += 1;
+    memset(c, 0, sizeof *c);
+    c->max_tokens = max_tokens;
+    c->usage_completion = -1;
+    c->usage_prompt = -1;
+}
+
+static void violation(sse_counter *c, sse_violation v)
+{
+    if (c->violations++ == 0)
+        c->first = v;
+}
+
+bool sse_counter_ended(sse_counter *c)
+{
+    if (!c->done)
+        return false;
+    violation(c, SSE_VIOLATION_AFTER_DONE);
+    return true;
+}
+
+/* The chunk's usage.completion_tokens if it can be true of this stream, else -1 with what
+ * is wrong with it in *why. */
+static int64_t believable_completion(const sse_counter *c, const sse_chunk *chunk,
+                                     sse_violation *why)
+{
+    if (!chunk->has_usage || chunk->completion_tokens < 0)
+        return -1;
+    if (chunk->completion_tokens < c->usage_completion)
+        *why = SSE_VIOLATION_COUNT_BACKWARDS;
+    else if (c->max_tokens > 0 && chunk->completion_tokens > c->max_tokens)
+        *why = SSE_VIOLATION_PAST_MAX;
+    else
+        return chunk->completion_tokens;
+    return -1;
+}
+
+int sse_counter_add(sse_counter *c, const sse_chunk *chunk)
+{
+    if (sse_counter_ended(c))
+        return 0;
+    if (chunk->done) {
+        c->done = true;
+        return 0;
     }
-    /* An absurd usage jump (a hostile server's 10^12) must not wrap to a negative count. */
-    return k > INT_MAX ? INT_MAX : (int)k;
+    sse_violation why = chunk->bad_count ? SSE_VIOLATION_BAD_COUNT : SSE_VIOLATION_NONE;
+    if (chunk->has_usage && chunk->prompt_tokens >= 0)
+        c->usage_prompt = chunk->prompt_tokens;
+    const int64_t usage = believable_completion(c, chunk, &why);
+    if (usage >= 0)
+        c->usage_completion = usage;
+    int64_t k = 0;
+    if (chunk->has_choices && usage >= 0) {
+        k = usage - c->delivered;
+        if (k <= 0)
+            k = chunk->has_text ? 1 : 0; /* text the user sees is an event, whatever the count */
+    } else if (chunk->has_choices && chunk->has_text) {
+        k = 1; /* no usage, or usage refused: one per chunk with text */
+    }
+    if (c->max_tokens > 0 && k > c->max_tokens - c->delivered) {
+        k = c->max_tokens - c->delivered; /* never more than the request asked for */
+        if (why == SSE_VIOLATION_NONE)
+            why = SSE_VIOLATION_PAST_MAX;
+    }
+    if (why != SSE_VIOLATION_NONE)
+        violation(c, why);
+    c->delivered += k;
+    return (int)k;
+}
+
+int64_t sse_counter_completion(const sse_counter *c)
+{
+    return c->usage_completion > c->delivered ? c->usage_completion : c->delivered;
+}
+
+const char *sse_violation_text(sse_violation v)
+{
+    switch (v) {
+    case SSE_VIOLATION_AFTER_DONE:
+        return "an event after [DONE]";
+    case SSE_VIOLATION_BAD_COUNT:
+        return "a usage count that is not a count";
+    case SSE_VIOLATION_COUNT_BACKWARDS:
+        return "usage.completion_tokens going backwards";
+    case SSE_VIOLATION_PAST_MAX:
+        return "more completion tokens than max_tokens";
+    default:
+        return "none";
+    }
 }

@@ -15,7 +15,7 @@
  *    llama.cpp's native /completion ("content", "stop", "tokens_predicted"), TGI ("token"),
  *    usage-only chunks, "[DONE]", error events, and stallscope's own optional
  *    "stallscope": {"emit_ns", "step"}. It does not count tokens: that needs the stream's
- *    history (see sse_count_tokens). */
+ *    history (see sse_counter). */
 #ifndef STALLSCOPE_SSE_H
 #define STALLSCOPE_SSE_H
 #include <stdbool.h>
@@ -70,8 +70,10 @@ typedef struct sse_chunk {
     bool has_choices;  /* a generation chunk (choices[] non-empty, or a native token chunk) */
     bool has_text;     /* it carries non-empty generated text (or a token) */
     bool has_usage;    /* usage (or native counters) present */
-    int64_t prompt_tokens;     /* -1 when absent */
-    int64_t completion_tokens; /* -1 when absent */
+    bool bad_count;    /* a count that cannot be one (negative, fractional, not a number, above
+                          SSE_MAX_COUNT): it is left at -1, and the counter calls it a violation */
+    int64_t prompt_tokens;     /* -1 when absent (or bad) */
+    int64_t completion_tokens; /* -1 when absent (or bad) */
     char finish_reason[16];    /* "" when none; "length", "stop", ... */
     bool stopped;              /* the server says the answer is over (finish or stop) */
     int64_t emit_ns;           /* stallscope's emit time, CLOCK_MONOTONIC ns; -1 absent */
@@ -82,10 +84,47 @@ typedef struct sse_chunk {
  * An error event decodes fine: 0 with is_error set. */
 int sse_decode_chunk(const sse_event *ev, sse_chunk *out, char *err);
 
-/* Tokens that one chunk delivered, given the completion tokens known before it (*so_far,
- * updated). With usage in a generation chunk (continuous_usage_stats) it is the increase of
- * usage.completion_tokens, so an event carrying k tokens counts k; without usage, one per
- * chunk with text. A usage-only chunk delivers none. */
-int sse_count_tokens(const sse_chunk *c, int64_t *so_far);
+/* ---- token counting --------------------------------------------------------------- */
+
+/* The largest count a server may report: token counts are int32 in the token log. */
+#define SSE_MAX_COUNT INT32_MAX
+
+/* What a server sent that cannot be true. The event (or the count in it) is ignored, never
+ * taken as tokens, and counted; docs/client.md lists them. */
+typedef enum sse_violation {
+    SSE_VIOLATION_NONE = 0,
+    SSE_VIOLATION_AFTER_DONE,      /* any event after "data: [DONE]" (another [DONE] too) */
+    SSE_VIOLATION_BAD_COUNT,       /* a usage count that is not a count (see bad_count) */
+    SSE_VIOLATION_COUNT_BACKWARDS, /* usage.completion_tokens below an earlier one */
+    SSE_VIOLATION_PAST_MAX,        /* usage.completion_tokens above the request's max_tokens,
+                                      or a token once the request has all max_tokens */
+    SSE_VIOLATION_KINDS
+} sse_violation;
+
+/* One stream's accounting: what it delivered, what its usage said, whether it ended. */
+typedef struct sse_counter {
+    int64_t max_tokens;        /* what the request asked for; <= 0: unknown, unbounded */
+    int64_t delivered;         /* completion tokens delivered so far, <= max_tokens */
+    int64_t usage_completion;  /* the last believable usage.completion_tokens, -1 none */
+    int64_t usage_prompt;      /* the last believable usage.prompt_tokens, -1 none */
+    bool done;                 /* "[DONE]" seen */
+    int64_t violations;        /* events ignored or corrected, all kinds */
+    sse_violation first;       /* the first violation's kind, NONE without */
+} sse_counter;
+
+void sse_counter_init(sse_counter *c, int64_t max_tokens);
+/* True once the stream sent [DONE]: then every event is a violation (counted here) and is
+ * not to be decoded further. */
+bool sse_counter_ended(sse_counter *c);
+/* Tokens one decoded chunk delivered. With usage in a generation chunk
+ * (continuous_usage_stats) it is the increase of usage.completion_tokens, so an event
+ * carrying k tokens counts k; without usage (or with a count the counter refuses), one per
+ * chunk with text. A usage-only chunk delivers none. Never more than max_tokens in all. */
+int sse_counter_add(sse_counter *c, const sse_chunk *chunk);
+/* The request's completion tokens: its last believable usage, or what was delivered when
+ * that is more (a refused count leaves the usage behind the tokens taken). */
+int64_t sse_counter_completion(const sse_counter *c);
+/* "an event after [DONE]", ... for messages. */
+const char *sse_violation_text(sse_violation v);
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -48,11 +49,10 @@ typedef struct stream_req {
     int http_status;
     char head[512]; /* the body's first bytes, for error messages */
     size_t head_len;
-    int64_t so_far;            /* completion tokens delivered */
-    int64_t usage_prompt;      /* -1 until usage says */
-    int64_t usage_completion;  /* -1 until usage says */
+    sse_counter count;         /* tokens delivered, usage, [DONE], violations */
     char finish_reason[16];
-    bool done, stopped, any_event;
+    bool stopped, any_event;
+    char retry_after[64];      /* the response's Retry-After value, "" none */
     char error[128];
     char curl_err[CURL_ERROR_SIZE];
 
@@ -83,6 +83,33 @@ static void global_init(void)
         curl_global_init(CURL_GLOBAL_DEFAULT);
         done = true;
     }
+}
+
+int64_t stream_retry_after_ns(const char *value, int64_t now_unix_s)
+{
+    while (*value == ' ' || *value == '\t')
+        value++;
+    size_t len = strlen(value);
+    while (len > 0 && (value[len - 1] == ' ' || value[len - 1] == '\t'))
+        len--;
+    if (len == 0 || len >= 64)
+        return -1;
+    char text[64];
+    memcpy(text, value, len);
+    text[len] = '\0';
+    int64_t seconds = 0;
+    if (strspn(text, "0123456789") == len) { /* delta-seconds */
+        for (size_t i = 0; i < len && seconds < STREAM_RETRY_AFTER_LIMIT_S; i++)
+            seconds = seconds * 10 + (text[i] - '0');
+    } else { /* an HTTP-date: curl parses RFC 1123, RFC 850 and asctime dates */
+        time_t when = curl_getdate(text, NULL);
+        if (when == (time_t)-1)
+            return -1;
+        seconds = (int64_t)when > now_unix_s ? (int64_t)when - now_unix_s : 0;
+    }
+    if (seconds > STREAM_RETRY_AFTER_LIMIT_S)
+        seconds = STREAM_RETRY_AFTER_LIMIT_S;
+    return seconds * CLOCK_NS_PER_S;
 }
 
 void stream_base_url(const char *target, char *out, size_t size)
@@ -222,6 +249,28 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata)
     return n;
 }
 
+/* Response headers: only Retry-After is kept (a 429 or 503 may say when to come back). A
+ * new status line (a redirect, a 100 Continue) starts over. */
+static size_t on_header(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    stream_req *r = userdata;
+    size_t n = size * nmemb;
+    static const char name[] = "retry-after:";
+    const size_t name_len = sizeof name - 1;
+    if (n >= 5 && memcmp(ptr, "HTTP/", 5) == 0) {
+        r->retry_after[0] = '\0';
+    } else if (n > name_len && strncasecmp(ptr, name, name_len) == 0) {
+        size_t len = n - name_len;
+        while (len > 0 && (ptr[name_len + len - 1] == '\r' || ptr[name_len + len - 1] == '\n'))
+            len--;
+        if (len >= sizeof r->retry_after)
+            len = sizeof r->retry_after - 1; /* too long to be valid: fails to parse */
+        memcpy(r->retry_after, ptr + name_len, len);
+        r->retry_after[len] = '\0';
+    }
+    return n;
+}
+
 /* ---- request lifecycle ------------------------------------------------------------- */
 
 static void req_free(stream_req *r)
@@ -286,8 +335,14 @@ static void req_end(stream_client *c, stream_req *r, bool connect_failed, bool t
     stream_end end = {0};
     end.http_status = r->http_status;
     end.t_end_ns = clock_now_ns();
-    end.prompt_tokens = r->usage_prompt;
-    end.completion_tokens = r->usage_completion >= 0 ? r->usage_completion : r->so_far;
+    end.prompt_tokens = r->count.usage_prompt;
+    end.completion_tokens = sse_counter_completion(&r->count);
+    end.retry_after_ns = (r->http_status == 429 || r->http_status == 503) && r->retry_after[0]
+                             ? stream_retry_after_ns(r->retry_after, (int64_t)time(NULL))
+                             : -1;
+    end.protocol_violations = r->count.violations;
+    end.violation = r->count.violations > 0 ? sse_violation_text(r->count.first) : NULL;
+    c->stats.protocol_violations += r->count.violations;
     snprintf(end.finish_reason, sizeof end.finish_reason, "%s", r->finish_reason);
     snprintf(end.error, sizeof end.error, "%s", r->error);
     end.connect_failed = connect_failed;
@@ -317,6 +372,8 @@ static void handle_event(stream_client *c, stream_req *r, const sse_event *ev, i
     sse_chunk chunk;
     char err[ERR_LEN];
     r->any_event = true;
+    if (sse_counter_ended(&r->count))
+        return; /* anything after [DONE] is ignored (and counted): not even decoded */
     if (sse_decode_chunk(ev, &chunk, err) != 0) {
         fail(r, "%s", err);
         return;
@@ -325,20 +382,10 @@ static void handle_event(stream_client *c, stream_req *r, const sse_event *ev, i
         fail(r, "server error event: %s", chunk.error);
         return;
     }
-    if (chunk.done) {
-        r->done = true;
-        return;
-    }
-    if (chunk.has_usage) {
-        if (chunk.prompt_tokens >= 0)
-            r->usage_prompt = chunk.prompt_tokens;
-        if (chunk.completion_tokens >= 0)
-            r->usage_completion = chunk.completion_tokens;
-    }
     if (chunk.finish_reason[0])
         snprintf(r->finish_reason, sizeof r->finish_reason, "%s", chunk.finish_reason);
     r->stopped |= chunk.stopped;
-    int k = sse_count_tokens(&chunk, &r->so_far);
+    int k = sse_counter_add(&r->count, &chunk);
     if (k > 0) {
         c->stats.events++;
         c->stats.tokens += k;
@@ -421,7 +468,7 @@ static void collect_done(stream_client *c)
             fail(r, "%s", line);
         } else if (rc != CURLE_OK) {
             fail(r, "connection lost: %.100s", r->curl_err[0] ? r->curl_err : curl_easy_strerror(rc));
-        } else if (!r->done && !r->stopped) {
+        } else if (!r->count.done && !r->stopped) {
             if (!r->any_event)
                 fail(r, "not an SSE stream: %.80s", r->head);
             else
@@ -527,7 +574,7 @@ int stream_post(stream_client *c, const stream_request *req, char *err)
     r->c = c;
     r->h = req->handlers;
     r->user = req->user;
-    r->usage_prompt = r->usage_completion = -1;
+    sse_counter_init(&r->count, req->max_tokens);
     sse_parser_init(&r->sse, 0);
     if (snprintf(r->url, sizeof r->url, "%s%s", c->base_url, req->path) >= (int)sizeof r->url) {
         req_free(r);
@@ -548,6 +595,8 @@ int stream_post(stream_client *c, const stream_request *req, char *err)
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->headers);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
     curl_easy_setopt(e, CURLOPT_PRIVATE, r);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->curl_err);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);

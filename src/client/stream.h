@@ -32,6 +32,13 @@ typedef struct stream_end {
     char error[128];           /* "" when the answer ended normally */
     bool connect_failed;       /* never reached the server: refused, unreachable */
     bool timed_out;            /* no bytes for the idle timeout */
+    /* A 429 or 503 with a Retry-After header: how long the server asked us to wait (ns,
+     * from the end of this request); -1 without one (or another status). Not capped. */
+    int64_t retry_after_ns;
+    /* What the server sent that cannot be true, ignored and counted (sse_violation): events
+     * after [DONE], impossible or backward counts, tokens past max_tokens. */
+    int64_t protocol_violations;
+    const char *violation;     /* the first one in words, NULL without */
 } stream_end;
 
 typedef struct stream_handlers {
@@ -48,6 +55,9 @@ typedef struct stream_request {
     size_t body_len;
     const stream_handlers *handlers; /* borrowed; must outlive the request */
     void *user;
+    /* The body's max_tokens: no stream is counted more tokens than it asked for (a usage
+     * count past it is a protocol violation). 0: unknown, unbounded. */
+    int64_t max_tokens;
 } stream_request;
 
 /* The transport as the driver sees it. Every function returns 0 (OK) or -1 (ERROR) with
@@ -93,6 +103,7 @@ typedef struct stream_stats {
     int64_t bytes;    /* response bytes read */
     int64_t requests; /* requests ended */
     int64_t errors;   /* of which failed */
+    int64_t protocol_violations; /* server events ignored (stream_end.protocol_violations) */
 } stream_stats;
 void stream_get_stats(const stream_client *c, stream_stats *out);
 
@@ -102,6 +113,13 @@ void stream_get_stats(const stream_client *c, stream_stats *out);
  * when no HTTP answer came (refused, timeout, TLS). */
 int stream_http(const stream_options *opt, const char *method, const char *path, const char *body,
                 int64_t timeout_ns, int *status, char **body_out, char *err);
+
+/* A Retry-After header's value (RFC 9110 10.2.3): delta-seconds ("120") or an HTTP-date
+ * ("Wed, 21 Oct 2015 07:28:00 GMT", compared with now_unix_s; a date in the past is 0).
+ * Returns the wait in ns, at most STREAM_RETRY_AFTER_LIMIT_S seconds, or -1 when the value
+ * is neither. */
+#define STREAM_RETRY_AFTER_LIMIT_S 1000000000LL /* only keeps the ns in range */
+int64_t stream_retry_after_ns(const char *value, int64_t now_unix_s);
 
 /* Normalise a user's --target: strip a trailing "/" and "/v1" so paths can be appended. */
 void stream_base_url(const char *target, char *out, size_t size);

@@ -1,10 +1,13 @@
 #include "common/tokenlog.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/buf.h"
 #include "common/err.h"
@@ -88,23 +91,71 @@ const char *tokenlog_kind_name(int kind)
     return kind == TOKENLOG_INJECT ? "inject" : "bg";
 }
 
-/* ---- writing --------------------------------------------------------------------- */
+/* ---- rows ------------------------------------------------------------------------ */
 
-/* RFC 4180 quoting, only when needed, so ordinary rows stay greppable. */
-static void write_csv_text(FILE *f, const char *s)
+/* One formatter per row kind serves both the stdio writers (tokenlog_write_dir, the
+ * engine's step log) and the incremental row writer. ROW_MAX bounds the longest row: a
+ * request whose two text fields are quoted with every character doubled is under 600. */
+#define ROW_MAX 1024
+
+static size_t row_length(int n, size_t size)
 {
-    if (!strpbrk(s, ",\"\r\n")) {
-        fputs(s, f);
-        return;
-    }
-    fputc('"', f);
-    for (const char *p = s; *p; p++) {
-        if (*p == '"')
-            fputc('"', f);
-        fputc(*p, f);
-    }
-    fputc('"', f);
+    return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
 }
+
+static size_t format_event(char *out, size_t size, const tokenlog_event *ev)
+{
+    return row_length(snprintf(out, size, "%lld,%d,%lld,%s,%d\n", (long long)ev->t_ns, ev->user,
+                               (long long)ev->request, tokenlog_kind_name(ev->kind), ev->n_tokens),
+                      size);
+}
+
+/* RFC 4180 quoting, only when needed, so ordinary rows stay greppable. text holds at most
+ * max bytes (the fixed-size fields may arrive unterminated from a careless writer). */
+static size_t put_csv_text(char *out, size_t at, size_t size, const char *text, size_t max)
+{
+    size_t len = strnlen(text, max);
+    bool quote = false;
+    for (size_t i = 0; i < len && !quote; i++)
+        quote = text[i] == ',' || text[i] == '"' || text[i] == '\r' || text[i] == '\n';
+    if (quote && at + 1 < size)
+        out[at++] = '"';
+    for (size_t i = 0; i < len && at + 2 < size; i++) {
+        if (quote && text[i] == '"')
+            out[at++] = '"';
+        out[at++] = text[i];
+    }
+    if (quote && at + 1 < size)
+        out[at++] = '"';
+    return at;
+}
+
+static size_t format_request(char *out, size_t size, const tokenlog_request *r)
+{
+    size_t at = row_length(
+        snprintf(out, size, "%lld,%d,%s,%lld,%lld,%lld,%lld,%d,%d,%d,", (long long)r->request,
+                 r->user, tokenlog_kind_name(r->kind), (long long)r->t_plan_ns,
+                 (long long)r->t_send_ns, (long long)r->t_first_ns, (long long)r->t_end_ns,
+                 r->prompt_tokens_requested, r->prompt_tokens, r->completion_tokens),
+        size);
+    at = put_csv_text(out, at, size, r->finish_reason, sizeof r->finish_reason);
+    out[at++] = ',';
+    at = put_csv_text(out, at, size, r->error, sizeof r->error);
+    out[at++] = '\n';
+    out[at] = '\0';
+    return at;
+}
+
+static size_t format_step(char *out, size_t size, const tokenlog_step *st)
+{
+    return row_length(snprintf(out, size, "%lld,%lld,%lld,%d,%d,%d,%lld\n", (long long)st->step,
+                               (long long)st->t_start_ns, (long long)st->t_end_ns,
+                               st->decode_tokens, st->prefill_tokens, st->n_requests,
+                               (long long)st->modeled_ns),
+                      size);
+}
+
+/* ---- writing with stdio ------------------------------------------------------------ */
 
 void tokenlog_write_events_header(FILE *f)
 {
@@ -113,8 +164,8 @@ void tokenlog_write_events_header(FILE *f)
 
 void tokenlog_write_event(FILE *f, const tokenlog_event *ev)
 {
-    fprintf(f, "%lld,%d,%lld,%s,%d\n", (long long)ev->t_ns, ev->user, (long long)ev->request,
-            tokenlog_kind_name(ev->kind), ev->n_tokens);
+    char row[ROW_MAX];
+    fwrite(row, 1, format_event(row, sizeof row, ev), f);
 }
 
 void tokenlog_write_requests_header(FILE *f)
@@ -124,21 +175,8 @@ void tokenlog_write_requests_header(FILE *f)
 
 void tokenlog_write_request(FILE *f, const tokenlog_request *r)
 {
-    /* The fixed-size text fields may arrive unterminated from a careless writer: bound
-     * them before printing. */
-    char finish[sizeof r->finish_reason + 1], error[sizeof r->error + 1];
-    memcpy(finish, r->finish_reason, sizeof r->finish_reason);
-    finish[sizeof r->finish_reason] = '\0';
-    memcpy(error, r->error, sizeof r->error);
-    error[sizeof r->error] = '\0';
-    fprintf(f, "%lld,%d,%s,%lld,%lld,%lld,%lld,%d,%d,%d,", (long long)r->request, r->user,
-            tokenlog_kind_name(r->kind), (long long)r->t_plan_ns, (long long)r->t_send_ns,
-            (long long)r->t_first_ns, (long long)r->t_end_ns, r->prompt_tokens_requested,
-            r->prompt_tokens, r->completion_tokens);
-    write_csv_text(f, finish);
-    fputc(',', f);
-    write_csv_text(f, error);
-    fputc('\n', f);
+    char row[ROW_MAX];
+    fwrite(row, 1, format_request(row, sizeof row, r), f);
 }
 
 void tokenlog_write_steps_header(FILE *f)
@@ -148,9 +186,129 @@ void tokenlog_write_steps_header(FILE *f)
 
 void tokenlog_write_step(FILE *f, const tokenlog_step *st)
 {
-    fprintf(f, "%lld,%lld,%lld,%d,%d,%d,%lld\n", (long long)st->step, (long long)st->t_start_ns,
-            (long long)st->t_end_ns, st->decode_tokens, st->prefill_tokens, st->n_requests,
-            (long long)st->modeled_ns);
+    char row[ROW_MAX];
+    fwrite(row, 1, format_step(row, sizeof row, st), f);
+}
+
+/* ---- the incremental row writer ------------------------------------------------------ */
+
+/* A write(2) interrupted before it wrote anything is tried again, this many times. */
+#define WRITE_ATTEMPTS 8
+
+/* The end of the last whole row in rows[0, len). */
+static size_t last_row_end(const char *rows, size_t len)
+{
+    while (len > 0 && rows[len - 1] != '\n')
+        len--;
+    return len;
+}
+
+/* Why a write to a regular file fell short of its length: past `ulimit -f` (EFBIG), else
+ * the disk (or a quota) ran out. Finding out by writing again would raise SIGXFSZ. */
+static const char *short_write_reason(int64_t file_end)
+{
+    struct rlimit limit;
+    if (getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY &&
+        (uint64_t)file_end >= (uint64_t)limit.rlim_cur)
+        return strerror(EFBIG);
+    return strerror(ENOSPC);
+}
+
+static int writer_fail(tokenlog_writer *w, const char *why, char *err)
+{
+    snprintf(w->error, sizeof w->error, "cannot write %s: %s", w->name, why);
+    buf_reset(&w->pending); /* never written now; the caller's log still has them */
+    return err_set(err, "%s", w->error);
+}
+
+int tokenlog_writer_flush(tokenlog_writer *w, char *err)
+{
+    if (!w->open)
+        return 0;
+    if (w->error[0])
+        return err_set(err, "%s", w->error);
+    const char *rows = w->pending.data;
+    const size_t len = w->pending.len;
+    for (int attempt = 0; len > 0; attempt++) {
+        /* At our own offset: the file's end is always the end of a row we wrote. */
+        ssize_t n = w->write_at(w->fd, rows, len, (off_t)w->size);
+        if (n < 0 && errno == EINTR && attempt + 1 < WRITE_ATTEMPTS)
+            continue;
+        if (n < 0)
+            return writer_fail(w, strerror(errno), err); /* nothing of it written */
+        if ((size_t)n == len)
+            break;
+        /* Short: the disk (or `ulimit -f`) ran out mid-way, and the file may end inside a
+         * row. Cut it back to its last whole row at once and stop: a regular file does not
+         * take more after a short write, and trying would raise SIGXFSZ past `ulimit -f`. */
+        const int64_t cut_at = (int64_t)n + w->size;
+        const size_t kept = last_row_end(rows, (size_t)n);
+        if (ftruncate(w->fd, (off_t)(w->size + (int64_t)kept)) != 0)
+            return writer_fail(w, strerror(errno), err);
+        w->size += (int64_t)kept;
+        return writer_fail(w, short_write_reason(cut_at), err);
+    }
+    w->size += (int64_t)len;
+    buf_reset(&w->pending);
+    return 0;
+}
+
+static int writer_add(tokenlog_writer *w, const char *row, size_t len, char *err)
+{
+    if (!w->open)
+        return err_set(err, "%s is not open", w->name[0] ? w->name : "a token-log file");
+    if (w->error[0])
+        return err_set(err, "%s", w->error);
+    if (buf_append(&w->pending, row, len) != 0)
+        return writer_fail(w, "out of memory", err);
+    return w->pending.len > TOKENLOG_WRITER_MAX_PENDING ? tokenlog_writer_flush(w, err) : 0;
+}
+
+int tokenlog_writer_open(tokenlog_writer *w, const char *path, tokenlog_file kind, char *err)
+{
+    memset(w, 0, sizeof *w);
+    w->fd = -1;
+    w->kind = kind;
+    const char *base = strrchr(path, '/');
+    snprintf(w->name, sizeof w->name, "%s", base ? base + 1 : path);
+    if ((w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
+        return err_set(err, "cannot create %s: %s", path, strerror(errno));
+    w->open = true;
+    w->write_at = pwrite;
+    const char *header = kind == TOKENLOG_REQUESTS_CSV ? REQUESTS_HEADER "\n" : TOKENS_HEADER "\n";
+    /* The header at once: a run killed before its first flush leaves a valid empty file. */
+    if (writer_add(w, header, strlen(header), err) != 0 || tokenlog_writer_flush(w, err) != 0) {
+        close(w->fd);
+        buf_free(&w->pending);
+        w->open = false;
+        return -1;
+    }
+    return 0;
+}
+
+int tokenlog_writer_event(tokenlog_writer *w, const tokenlog_event *ev, char *err)
+{
+    char row[ROW_MAX];
+    return writer_add(w, row, format_event(row, sizeof row, ev), err);
+}
+
+int tokenlog_writer_request(tokenlog_writer *w, const tokenlog_request *r, char *err)
+{
+    char row[ROW_MAX];
+    return writer_add(w, row, format_request(row, sizeof row, r), err);
+}
+
+int tokenlog_writer_close(tokenlog_writer *w, char *err)
+{
+    if (!w->open)
+        return 0;
+    int rc = tokenlog_writer_flush(w, err);
+    if (close(w->fd) != 0 && rc == 0)
+        rc = writer_fail(w, strerror(errno), err);
+    buf_free(&w->pending);
+    w->open = false;
+    w->fd = -1;
+    return rc;
 }
 
 typedef enum { FILE_TOKENS, FILE_REQUESTS, FILE_STEPS } file_kind;

@@ -11,8 +11,12 @@
  * engine is ours (sim, embedded server). */
 #ifndef STALLSCOPE_TOKENLOG_H
 #define STALLSCOPE_TOKENLOG_H
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
+
+#include "common/buf.h"
 
 typedef enum { TOKENLOG_BG = 0, TOKENLOG_INJECT = 1 } tokenlog_kind;
 
@@ -74,6 +78,46 @@ void tokenlog_write_requests_header(FILE *f);
 void tokenlog_write_request(FILE *f, const tokenlog_request *r);
 void tokenlog_write_steps_header(FILE *f);
 void tokenlog_write_step(FILE *f, const tokenlog_step *st);
+
+/* ---- incremental files: whole rows only ----------------------------------------------
+ *
+ * A live run's tokens.csv and requests.csv grow as it goes, so that a run killed (kill -9)
+ * or stopped by a full disk still leaves its rows. A writer collects whole rows in memory
+ * and writes them with one pwrite(2) at tokenlog_writer_flush (the driver flushes every
+ * 250 ms), when more than TOKENLOG_WRITER_MAX_PENDING bytes wait, and at close: the file
+ * never ends inside a row, whenever it is read or the process dies (no stdio buffer spilling
+ * half a row). A write that fails (ENOSPC, EFBIG past `ulimit -f`, EIO ...) or falls short
+ * leaves, or cuts the file back to, its last whole row; the writer then refuses every later
+ * row ("cannot write tokens.csv: No space left on device") and the caller stops. One limit
+ * of the kernel, not of the writer: Linux may stop a write(2) of several pages between two
+ * pages when SIGKILL arrives during it (a flush of tens of kB takes microseconds). */
+#define TOKENLOG_WRITER_MAX_PENDING (1 << 20)
+
+typedef enum { TOKENLOG_TOKENS_CSV = 0, TOKENLOG_REQUESTS_CSV = 1 } tokenlog_file;
+
+typedef struct tokenlog_writer {
+    bool open;
+    int fd;
+    int kind;          /* tokenlog_file */
+    char name[64];     /* the file's base name, for messages */
+    int64_t size;      /* bytes in the file: always the end of a row */
+    buf pending;       /* whole rows not written yet */
+    char error[160];   /* the first failure ("" none): every later call fails with it */
+    /* The write call, pwrite(2) after open: a test swaps in a disk that fills up. */
+    ssize_t (*write_at)(int fd, const void *data, size_t len, off_t offset);
+} tokenlog_writer;
+
+/* Create (truncate) path and write the header of kind. -1 with err naming the file. */
+int tokenlog_writer_open(tokenlog_writer *w, const char *path, tokenlog_file kind, char *err);
+/* Append one row (tokens.csv: an event; requests.csv: a request). -1 with err once the
+ * writer has failed (this row or an earlier flush): the caller should stop. */
+int tokenlog_writer_event(tokenlog_writer *w, const tokenlog_event *ev, char *err);
+int tokenlog_writer_request(tokenlog_writer *w, const tokenlog_request *r, char *err);
+/* Write the rows held. -1 with err ("cannot write NAME: REASON"); the file keeps every
+ * whole row written before. */
+int tokenlog_writer_flush(tokenlog_writer *w, char *err);
+/* Flush and close (a zeroed or closed writer: nothing). -1 with err as flush. */
+int tokenlog_writer_close(tokenlog_writer *w, char *err);
 
 /* Write tokens.csv, requests.csv and (when n_steps > 0) steps.csv into dir (created). */
 int tokenlog_write_dir(const tokenlog *log, const char *dir, char *err);

@@ -242,19 +242,13 @@ static bool should_stop(void *ctx, char *why, size_t size)
 
 /* ---- artifacts of the run -------------------------------------------------------------------- */
 
-static FILE *open_csv(const char *dir, const char *name, void (*header)(FILE *), char *err)
+static int open_csv(tokenlog_writer *w, const char *dir, const char *name, tokenlog_file kind,
+                    char *err)
 {
     char path[4200];
     if (fsio_join(path, sizeof path, dir, name, err) != 0)
-        return NULL;
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        err_set(err, "cannot create %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    setvbuf(f, NULL, _IOFBF, 1 << 16);
-    header(f);
-    return f;
+        return -1;
+    return tokenlog_writer_open(w, path, kind, err);
 }
 
 static int write_fidelity(const experiment_phase *ph, driver_result *res, char *err)
@@ -298,7 +292,7 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
     embedded server;
     memset(&server, 0, sizeof server);
     stream_client *client = NULL;
-    FILE *tokens = NULL, *requests = NULL;
+    tokenlog_writer tokens = {0}, requests = {0};
     driver_result res;
     memset(&res, 0, sizeof res);
     int status = -1;
@@ -349,8 +343,8 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
 
     stop_ctx sc = {remote ? NULL : &server, ph->interrupted};
     progress_ctx pc = {ph->label, ph->notes, ph->notes && isatty(fileno(ph->notes)) == 1, false};
-    if (!(tokens = open_csv(ph->dir, "tokens.csv", tokenlog_write_events_header, err)) ||
-        !(requests = open_csv(ph->dir, "requests.csv", tokenlog_write_requests_header, err)))
+    if (open_csv(&tokens, ph->dir, "tokens.csv", TOKENLOG_TOKENS_CSV, err) != 0 ||
+        open_csv(&requests, ph->dir, "requests.csv", TOKENLOG_REQUESTS_CSV, err) != 0)
         goto done;
     const bool show = ph->notes && !ph->quiet;
     driver_phase dp = {
@@ -359,8 +353,8 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
         .salt = ph->wl->inject ? 1 : 0,
         .record = true,
         .warmup_ns = cfg->client.warmup_ns,
-        .tokens_csv = tokens,
-        .requests_csv = requests,
+        .tokens_csv = &tokens,
+        .requests_csv = &requests,
         .notes = ph->notes,
         .progress = show ? on_progress : NULL,
         .progress_ctx = &pc,
@@ -371,9 +365,9 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
     if (driver_run_phase(&t, &dp, log, &res, err) != 0)
         goto done;
     progress_done(&pc);
-    fclose(tokens);
-    fclose(requests);
-    tokens = requests = NULL;
+    /* The driver flushed them; a failure stopped the phase and is in res.error. */
+    tokenlog_writer_close(&tokens, NULL);
+    tokenlog_writer_close(&requests, NULL);
     stream_free(client);
     client = NULL;
 
@@ -408,13 +402,16 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
     /* t = 0 on this machine's CLOCK_MONOTONIC: aligns server-side logs (a --target
      * stallscope serve --step-log) with tokens.csv. */
     meta->t0_monotonic_ns = res.t0_ns;
+    meta->protocol_violations = res.protocol_violations;
     if (remote)
         experiment_engine_name(cfg, hr->api.model, meta->engine_name, sizeof meta->engine_name);
 
-    /* The whole log, in request order, replaces the incremental copies. */
+    /* The whole log, in request order, replaces the incremental copies (atomically: when it
+     * cannot, the incremental copies stay). A phase stopped by a failed write (a full disk)
+     * keeps its own reason: it is the first cause, this one only follows from it. */
     char why[ERR_LEN];
     if (tokenlog_write_dir(log, ph->dir, why) != 0 || write_fidelity(ph, &res, why) != 0) {
-        err_set(err, "%s", why);
+        err_set(err, "%s", res.complete ? why : res.error);
         goto done;
     }
     if (show)
@@ -424,10 +421,8 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
     meta->complete = res.complete;
     status = 0;
 done:
-    if (tokens)
-        fclose(tokens);
-    if (requests)
-        fclose(requests);
+    tokenlog_writer_close(&tokens, NULL);
+    tokenlog_writer_close(&requests, NULL);
     stream_free(client);
     if (!remote)
         embedded_stop(&server, ph->notes);

@@ -6,9 +6,13 @@ tests/integration/run_client_faults.sh (ctest registers only *.sh).
 Token-id prompts are taken (so the client's probe picks them). Requests with max_tokens > 1
 cycle through the faults below by arrival order; probes (max_tokens 1) are always served
 well. From BURST_AT_S after start, for BURST_S seconds, every request gets 503 (an overload
-burst). Every request and what was done to it is appended to LOG as one JSON line:
-{"n", "fault", "tokens_sent"} so the test can match the client's records. Stops by itself
-after 90 s."""
+burst). 429s carry "Retry-After: 1" (delta-seconds), the burst's 503s an HTTP-date 2 s
+ahead. A "liar" stream sends 3 tokens, then a token claiming completion_tokens 2^31 - 1,
+then a usage-only chunk with the true count (4) and [DONE], then a token and another [DONE]
+after it: 3 protocol violations. Every request and what was done to it is appended to LOG
+as one JSON line: {"n", "fault", "max_tokens", "tokens_sent"} so the test can match the
+client's records. Stops by itself after 90 s."""
+import email.utils
 import json
 import socket
 import struct
@@ -18,7 +22,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 FAULTS = ["ok", "http500", "http429", "malformed", "reset", "error_event", "no_done", "stall",
-          "ok"]
+          "ok", "liar"]
 START = time.monotonic()
 lock = threading.Lock()
 count = 0
@@ -28,9 +32,10 @@ burst_len = float(sys.argv[4]) if len(sys.argv) > 4 else 0
 log = open(log_path, "a", buffering=1)
 
 
-def record(n, fault, sent):
+def record(n, fault, max_tokens, sent):
     with lock:
-        log.write(json.dumps({"n": n, "fault": fault, "tokens_sent": sent}) + "\n")
+        log.write(json.dumps({"n": n, "fault": fault, "max_tokens": max_tokens,
+                              "tokens_sent": sent}) + "\n")
 
 
 class H(BaseHTTPRequestHandler):
@@ -72,8 +77,9 @@ class H(BaseHTTPRequestHandler):
             fault = "burst503"
         if fault in ("http500", "http429", "burst503"):
             code = {"http500": 500, "http429": 429, "burst503": 503}[fault]
-            record(n, fault, 0)
-            extra = [("Retry-After", "1")] if code != 500 else []
+            record(n, fault, max_tokens, 0)
+            ahead = email.utils.formatdate(time.time() + 2, usegmt=True)
+            extra = {500: [], 429: [("Retry-After", "1")], 503: [("Retry-After", ahead)]}[code]
             return self.send_json(code, {"error": {"message": f"mock {fault}", "code": code}},
                                   extra)
         self.send_response(200)
@@ -98,9 +104,16 @@ class H(BaseHTTPRequestHandler):
                 time.sleep(0.005)
         except (BrokenPipeError, ConnectionResetError):
             pass
+        if fault == "liar":
+            try:
+                send({"object": "text_completion", "choices": [{"index": 0, "text": " w"}],
+                      "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 2**31 - 1}})
+                sent += 1
+            except (BrokenPipeError, ConnectionResetError):
+                pass
         # Logged before the fault's own delay (a stall), so the log is complete when the
         # client has ended.
-        record(n, fault, sent)
+        record(n, fault, max_tokens, sent)
         try:
             if fault == "malformed":
                 self.wfile.write(b"data: {\"choices\": [{\"text\": \"x\"}\n\n")
@@ -116,10 +129,14 @@ class H(BaseHTTPRequestHandler):
                 self.wfile.write(b"data: [DONE]\n\n")
             elif fault == "stall":
                 time.sleep(3)
-            elif fault == "ok":
+            elif fault in ("ok", "liar"):
                 send({"object": "text_completion", "choices": [],
                       "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": sent}})
                 self.wfile.write(b"data: [DONE]\n\n")
+                if fault == "liar":
+                    send({"object": "text_completion", "choices": [{"index": 0, "text": " x"}],
+                          "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": sent + 1}})
+                    self.wfile.write(b"data: [DONE]\n\n")
             # no_done: just close after the tokens
         except (BrokenPipeError, ConnectionResetError):
             pass

@@ -1,16 +1,25 @@
 #!/usr/bin/env bash
-# stallscope run when the server misbehaves mid-run, when the user interrupts it, and when
-# it is killed (run_faults.sh covers refused, stalled and killed servers):
+# stallscope run when the server misbehaves mid-run, when the user interrupts it, when it
+# is killed, and when its disk fills (run_faults.sh covers refused, stalled and killed
+# servers):
 #  1. a server (fault_server.py) that, request by request, answers 500 or 429, sends a
 #     malformed SSE chunk, resets the connection, sends an error event, ends a stream
-#     without [DONE], or stalls; and answers 503 to everything for a second (an overload
-#     burst). Each affected request ends with its error recorded, its tokens up to the fault
-#     kept (tokens.csv == requests.csv == what the server sent), and the run goes on to
-#     the end: complete, exit 0;
+#     without [DONE], stalls, or lies about its token count and sends events after [DONE];
+#     and answers 503 to everything for a second (an overload burst). Each affected request
+#     ends with its error recorded, its tokens up to the fault kept (tokens.csv ==
+#     requests.csv == what the server sent), the lies ignored and counted as protocol
+#     violations, a 429's or 503's Retry-After honoured, and the run goes on to the end:
+#     complete, exit 0. Tokens lost: only what a reset discards (counted exactly) and at
+#     most 2 per stream cut at the end of the run (see IN_FLIGHT_LOSS below);
 #  2. SIGINT during the interference run and during the baseline: the artifacts are
 #     written, summary.json and config.json say "complete": false, exit 1, no server left;
 #  3. kill -9 of the client mid-run: tokens.csv (written incrementally) holds at least
-#     every token the server had generated one second before the kill.
+#     every token the server had generated one second before the kill;
+#  4. kill -9 at random moments of 8 runs at ~35,000 tokens/s: tokens.csv and requests.csv
+#     end with a newline and every row has its fields (the row writer writes whole rows);
+#  5. a full disk (`ulimit -f`: writes fail with EFBIG): the run stops within 1 s of
+#     tokens.csv's last write, exit 1 with the reason on stderr's last line, the rows
+#     written before intact.
 set -euo pipefail
 BIN=$1
 WORK=$2
@@ -37,9 +46,9 @@ timeout 120 "$BIN" run --target "http://127.0.0.1:$PORT" --no-baseline --users 6
 RC=$?
 set -e
 [ "$RC" = 0 ] || { tail -5 "$WORK/faults.err"; fail "faults: exit $RC, want 0 (the run must go on)"; }
-python3 - "$WORK/faults/interference" "$WORK/fault_server.jsonl" <<'EOF'
-import collections, csv, json, sys
-d, server_log = sys.argv[1], sys.argv[2]
+python3 - "$WORK/faults/interference" "$WORK/fault_server.jsonl" "$WORK/faults.err" <<'EOF'
+import collections, csv, json, re, sys
+d, server_log, stderr = sys.argv[1], sys.argv[2], sys.argv[3]
 s = json.load(open(f"{d}/summary.json"))
 reqs = list(csv.DictReader(open(f"{d}/requests.csv")))
 toks = list(csv.DictReader(open(f"{d}/tokens.csv")))
@@ -88,21 +97,67 @@ ok_after = [r for r in reqs if not r["error"] and r["finish_reason"] == "length"
             and burst_ends and int(r["t_first_ns"]) > max(burst_ends)]
 if not ok_after:
     problems.append("no request completed after the 503 burst")
+# Retry-After: a user refused with 429 (Retry-After: 1) or 503 (an HTTP-date 2 s ahead, 1 s
+# resolution) sends its next request 1 s later at the earliest (its own back-off: 50 ms).
+by_user = collections.defaultdict(list)
+for r in reqs:
+    if r["user"] != "-1":
+        by_user[r["user"]].append(r)
+waits = []
+for rs in by_user.values():
+    for a, b in zip(rs, rs[1:]):
+        if a["error"].startswith(("HTTP 429", "HTTP 503")):
+            waits.append((int(b["t_send_ns"]) - int(a["t_end_ns"])) / 1e9)
+if not waits:
+    problems.append("no retry after a 429 or 503 to check")
+elif min(waits) < 1.0:
+    problems.append(f"a retry {min(waits):.3f} s after a 429/503 with Retry-After >= 1 s")
+# The liar's counts are bounded by the request (no 2^31 - 1 tokens), its events after
+# [DONE] ignored; 3 violations per liar stream served whole, said on stderr.
+liars = sum(1 for x in served if x["fault"] == "liar")
+aborted = sum(1 for r in reqs if r["finish_reason"] == "abort")
+biggest = max(int(r["completion_tokens"]) for r in reqs)
+if biggest > 40:
+    problems.append(f"a request has {biggest} completion tokens; none asked for more than 40")
+m = re.search(r"(\d+) protocol violations", open(stderr).read())
+violations = int(m.group(1)) if m else 0
+if not liars or not 3 * max(liars - aborted, 1) <= violations <= 3 * liars:
+    problems.append(f"{violations} protocol violations reported for {liars} liar streams")
+# ... and the same count in the run's record and its summary (what `report` reads back).
+c = json.load(open(f"{d}/config.json"))
+if s.get("protocol_violations") != violations or c["session"].get("protocol_violations") != violations:
+    problems.append(f"protocol violations: stderr {violations}, summary "
+                    f"{s.get('protocol_violations')}, config {c['session'].get('protocol_violations')}")
+# Tokens lost: the client keeps every token the server sent, except (a) what a reset
+# discards from the client's socket (TCP drops its receive queue on RST: counted exactly,
+# the server sent 3) and (b) at the end of the run, per stream the client cuts: the token
+# on the wire when it cancelled, and the one the server's next write put in its socket
+# before our close came back as a reset (its write after that fails and is not counted).
+IN_FLIGHT_LOSS = 2
 client_total = sum(int(t["n_tokens"]) for t in toks)
-server_total = sum(x["tokens_sent"] for x in served if x["tokens_sent"] > 1 or x["fault"] != "ok")
+server_total = sum(x["tokens_sent"] for x in served if x["max_tokens"] > 1)
+reset_loss = sum(3 - int(r["completion_tokens"]) for r in reqs
+                 if r["error"].startswith("connection lost"))
 if client_total != s["tokens_received"]:
     problems.append(f"tokens.csv {client_total} != summary {s['tokens_received']}")
-# In flight at the end: cancelled by the client after the server sent a few more.
-if not 0 <= server_total - client_total <= 6 * 40 + 2 * 16:
-    problems.append(f"client kept {client_total} tokens, the server sent {server_total}")
+in_flight_loss = server_total - client_total - reset_loss
+if not 0 <= in_flight_loss <= IN_FLIGHT_LOSS * aborted:
+    problems.append(f"client kept {client_total} tokens, the server sent {server_total}: "
+                    f"{in_flight_loss} lost beyond the {reset_loss} of resets, allowed "
+                    f"{IN_FLIGHT_LOSS} x {aborted} streams cut at the end")
 print(f"     {len(reqs)} requests, {sum(seen.values())} faults recorded "
-      f"({', '.join(f'{k}: {v}' for k, v in seen.items())}), {client_total} tokens kept of "
-      f"{server_total} sent, {len(ok_after)} normal answers after the 503 burst")
+      f"({', '.join(f'{k}: {v}' for k, v in seen.items())}), {len(ok_after)} normal answers "
+      f"after the 503 burst; retries after 429/503 waited {min(waits or [0]):.2f}-"
+      f"{max(waits or [0]):.2f} s; {violations} protocol violations from {liars} liar streams")
+print(f"     {client_total} tokens kept of {server_total} sent: {reset_loss} discarded by "
+      f"resets, {in_flight_loss} in flight at the end ({aborted} streams cut, allowed "
+      f"{IN_FLIGHT_LOSS * aborted})")
 for p in problems:
     print("FAIL faults:", p)
 sys.exit(1 if problems else 0)
 EOF
-echo "ok   500, 429, 503 burst, malformed SSE, reset, error event, no [DONE], stall: each recorded, the run went on"
+echo "ok   500, 429, 503 burst, malformed SSE, reset, error event, no [DONE], stall, lies:" \
+  "each recorded, the run went on"
 
 # ---- 2. SIGINT -------------------------------------------------------------------------------
 sigint_run() { # NAME EXTRA_FLAGS...: start an embedded run, SIGINT it 3 s into its recording
@@ -163,12 +218,17 @@ check_incomplete "$WORK/sigint_baseline/baseline"
 echo "ok   SIGINT during the baseline: its artifacts written, complete false, no comparison, exit 1"
 
 # ---- 3. kill -9 of the client ------------------------------------------------------------------
-( exec "$BIN" serve --engine emulate --port 0 >"$WORK/serve.out" 2>"$WORK/serve.err" ) &
-SERVE_PID=$!
-PIDS+=($SERVE_PID)
-for _ in $(seq 100); do grep -q 'listening on' "$WORK/serve.out" && break; sleep 0.1; done
-URL=$(grep -o 'http://[0-9.]*:[0-9]*' "$WORK/serve.out" | head -1)
-[ -n "$URL" ] || fail "serve did not start"
+start_serve() { # NAME SERVE_FLAGS...: a separate emulated server; sets SERVE_PID and URL
+  local name=$1; shift
+  ( exec "$BIN" serve --engine emulate --port 0 "$@" >"$WORK/serve_$name.out" \
+      2>"$WORK/serve_$name.err" ) &
+  SERVE_PID=$!
+  PIDS+=($SERVE_PID)
+  for _ in $(seq 100); do grep -q 'listening on' "$WORK/serve_$name.out" && break; sleep 0.1; done
+  URL=$(grep -o 'http://[0-9.]*:[0-9]*' "$WORK/serve_$name.out" | head -1)
+  [ -n "$URL" ] || fail "serve $* did not start"
+}
+start_serve default
 python3 - "$BIN" "$URL" "$WORK/killed" <<'EOF'
 import csv, os, signal, subprocess, sys, threading, time, urllib.request
 binary, url, out = sys.argv[1:4]
@@ -218,4 +278,99 @@ assert kept <= at_kill, "tokens.csv holds tokens the server never generated"
 EOF
 kill "$SERVE_PID"
 echo "ok   kill -9 of the client: tokens.csv lost less than the last second"
+
+# ---- 4, 5. kill -9 many times; a full disk -------------------------------------------------------
+# A 1B model on the emulated H100: ~35,000 tokens/s (0.8 MB/s of tokens.csv) with 64 users,
+# so rows are written many times between any two kills, and a 512 KiB file fills in a second.
+start_serve fast --model llama-3.2-1b
+python3 - "$BIN" "$URL" "$WORK" <<'EOF'
+import csv, io, os, random, signal, subprocess, sys, time
+binary, url, work = sys.argv[1:4]
+problems = []
+
+def run_argv(out, duration):
+    return [binary, "run", "--target", url, "--no-baseline", "--users", "64", "--duration",
+            duration, "--warmup", "0", "--inject-at", "1s", "--inject-every", "2s",
+            "--prompt-tokens", "2000", "--out", out]
+
+def whole_rows(what, path, fields):
+    """The file's rows (header included) if it ends with a newline and every row has its
+    fields; else a problem noted and []."""
+    data = open(path, "rb").read()
+    if not data.endswith(b"\n"):
+        problems.append(f"{what}: {os.path.basename(path)} ends inside a row ({len(data)} "
+                        f"bytes, ends {data[-30:]!r})")
+        return []
+    rows = list(csv.reader(io.StringIO(data.decode())))
+    bad = sum(1 for r in rows if len(r) != fields)
+    if bad or not rows:  # the header at least (no request may have ended yet)
+        problems.append(f"{what}: {os.path.basename(path)}: {bad} of {len(rows)} rows without "
+                        f"{fields} fields")
+        return []
+    return rows
+
+# 4. kill -9 at a random moment, 8 times: both files end with whole rows.
+random.seed(15)
+sizes = []
+for i in range(8):
+    d = f"{work}/kills/{i}/interference"
+    client = subprocess.Popen(run_argv(f"{work}/kills/{i}", "30s"), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not (os.path.exists(f"{d}/tokens.csv") and
+                                               os.path.getsize(f"{d}/tokens.csv") > 100000):
+        time.sleep(0.02)
+    time.sleep(random.uniform(0, 0.5))
+    client.send_signal(signal.SIGKILL)
+    client.wait(10)
+    sizes.append(os.path.getsize(f"{d}/tokens.csv"))
+    whole_rows(f"kill {i}", f"{d}/tokens.csv", 5)
+    whole_rows(f"kill {i}", f"{d}/requests.csv", 12)
+print(f"     8 kills: tokens.csv {min(sizes)}-{max(sizes)} bytes, every file whole rows: "
+      f"{not problems}")
+
+# 5. `ulimit -f 512`: a write past 512 KiB fails with EFBIG (SIGXFSZ ignored), as a full
+# disk's would with ENOSPC. The run must stop at once (exit 1, the reason on stderr's last
+# line), not stream on to the end of its 20 s; the rows written before stay whole.
+LIMIT_KIB = 512
+tokens = f"{work}/full/interference/tokens.csv"
+t_start = time.monotonic()
+client = subprocess.Popen(["bash", "-c", f"trap '' XFSZ; ulimit -f {LIMIT_KIB}; exec \"$0\" \"$@\""]
+                          + run_argv(f"{work}/full", "20s"),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+size, t_change = -1, t_start
+deadline = t_start + 40
+while client.poll() is None and time.monotonic() < deadline:
+    now_size = os.path.getsize(tokens) if os.path.exists(tokens) else -1
+    if now_size != size:
+        size, t_change = now_size, time.monotonic()
+    time.sleep(0.01)
+t_exit = time.monotonic()
+if client.poll() is None:
+    client.kill()
+rc = client.wait(10)
+err = client.stderr.read().strip().splitlines()
+last = err[-1] if err else ""
+if rc != 1:
+    problems.append(f"full disk: exit {rc}, want 1")
+if "cannot write" not in last or "File too large" not in last:
+    problems.append(f"full disk: stderr's last line does not say why: {last!r}")
+# The failed write is at most one flush (250 ms) after tokens.csv last changed size.
+if t_exit - t_change > 1.0:
+    problems.append(f"full disk: exited {t_exit - t_change:.2f} s after tokens.csv's last "
+                    "write, want <= 1 s")
+rows = whole_rows("full disk", tokens, 5)
+whole_rows("full disk", f"{work}/full/interference/requests.csv", 12)
+if len(rows) < 1000 or os.path.getsize(tokens) > LIMIT_KIB * 1024:
+    problems.append(f"full disk: tokens.csv {len(rows)} rows, {os.path.getsize(tokens)} bytes")
+print(f"     ulimit -f {LIMIT_KIB}: exit {rc} {t_exit - t_start:.2f} s after start, "
+      f"{t_exit - t_change:.2f} s after tokens.csv's last write; {len(rows) - 1} whole rows "
+      f"kept; stderr: {last}")
+for p in problems:
+    print("FAIL:", p)
+sys.exit(1 if problems else 0)
+EOF
+kill "$SERVE_PID"
+echo "ok   kill -9 at 8 random moments: every file ends with a newline, every row whole"
+echo "ok   a full disk: the run stopped at once, exit 1, the rows before kept"
 echo "0 failed"

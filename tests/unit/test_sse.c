@@ -231,7 +231,8 @@ static sse_chunk decode(const char *type, const char *data)
 static void test_vllm_completion_continuous_usage(void **state)
 {
     (void)state;
-    int64_t so_far = 0;
+    sse_counter n;
+    sse_counter_init(&n, 0);
     sse_chunk c = decode("", "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1,"
                              "\"model\":\"m\",\"choices\":[{\"index\":0,\"text\":\" the\","
                              "\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}],"
@@ -239,18 +240,18 @@ static void test_vllm_completion_continuous_usage(void **state)
                              "\"completion_tokens\":1}}");
     assert_true(c.has_choices && c.has_text && c.has_usage);
     assert_int_equal(c.prompt_tokens, 80);
-    assert_int_equal(sse_count_tokens(&c, &so_far), 1);
+    assert_int_equal(sse_counter_add(&n, &c), 1);
     /* Two tokens in one event (detokenizer held one back): k = 2. */
     c = decode("", "{\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\"ab\","
                    "\"finish_reason\":null}],\"usage\":{\"prompt_tokens\":80,"
                    "\"completion_tokens\":3}}");
-    assert_int_equal(sse_count_tokens(&c, &so_far), 2);
-    assert_int_equal(so_far, 3);
+    assert_int_equal(sse_counter_add(&n, &c), 2);
+    assert_int_equal(n.delivered, 3);
     c = decode("", "{\"choices\":[{\"index\":0,\"text\":\"z\",\"finish_reason\":\"length\"}],"
                    "\"usage\":{\"prompt_tokens\":80,\"completion_tokens\":4}}");
     assert_true(c.stopped);
     assert_string_equal(c.finish_reason, "length");
-    assert_int_equal(sse_count_tokens(&c, &so_far), 1);
+    assert_int_equal(sse_counter_add(&n, &c), 1);
     /* include_usage's final usage-only chunk: no token. */
     c = decode("", "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"choices\":[],"
                    "\"usage\":{\"prompt_tokens\":80,\"total_tokens\":84,"
@@ -258,56 +259,134 @@ static void test_vllm_completion_continuous_usage(void **state)
     assert_false(c.has_choices);
     assert_true(c.has_usage);
     assert_int_equal(c.completion_tokens, 4);
-    assert_int_equal(sse_count_tokens(&c, &so_far), 0);
+    assert_int_equal(sse_counter_add(&n, &c), 0);
     c = decode("", " [DONE]");
     assert_true(c.done);
 }
 
 /* Hostile numbers from a server (fuzz/fuzz_sse_chunk found the first one): no undefined
- * float-to-integer cast, no negative token count, the total never goes down. */
+ * float-to-integer cast, and a value that cannot be a count is none: a violation, and the
+ * chunk's text counts one token as in a stream without usage. */
 static void test_absurd_usage(void **state)
 {
     (void)state;
-    int64_t so_far = 0;
-    sse_chunk c = decode("", "{\"choices\":[{\"text\":\"a\"}],\"usage\":{\"completion_tokens\":1e300}}");
-    assert_int_equal(c.completion_tokens, -1);
-    assert_int_equal(sse_count_tokens(&c, &so_far), 1);
-    c = decode("", "{\"choices\":[{\"text\":\"a\"}],\"usage\":{\"completion_tokens\":-1e300}}");
-    assert_int_equal(sse_count_tokens(&c, &so_far), 1);
-    c = decode("", "{\"choices\":[{\"text\":\"a\"}],\"usage\":{\"completion_tokens\":"
-                   "1099511627776}}");
-    assert_int_equal(sse_count_tokens(&c, &so_far), INT_MAX);
-    assert_int_equal(so_far, 1099511627776LL);
-    c = decode("", "{\"choices\":[{\"text\":\"a\"}],\"usage\":{\"completion_tokens\":5}}");
-    assert_int_equal(sse_count_tokens(&c, &so_far), 1); /* backwards: text still counts one */
-    assert_true(so_far == 1099511627777LL);
+    sse_counter n;
+    sse_counter_init(&n, 0);
+    const char *bad[] = {"1e300", "-1e300", "1099511627776", "-5", "2.5", "\"7\"", "true", "[]"};
+    const int n_bad = (int)(sizeof bad / sizeof bad[0]);
+    for (int i = 0; i < n_bad; i++) {
+        char json[160];
+        snprintf(json, sizeof json,
+                 "{\"choices\":[{\"text\":\"a\"}],\"usage\":{\"completion_tokens\":%s}}", bad[i]);
+        sse_chunk c = decode("", json);
+        assert_true(c.bad_count);
+        assert_int_equal(c.completion_tokens, -1);
+        assert_int_equal(sse_counter_add(&n, &c), 1);
+    }
+    assert_int_equal(n.delivered, n_bad);
+    assert_int_equal(n.violations, n_bad);
+    assert_int_equal(n.first, SSE_VIOLATION_BAD_COUNT);
+    sse_chunk c =
+        decode("", "{\"choices\":[],\"usage\":{\"prompt_tokens\":-3,\"completion_tokens\":9}}");
+    assert_true(c.bad_count);
+    assert_int_equal(c.prompt_tokens, -1);
+    assert_int_equal(c.completion_tokens, 9);
+    /* null is absent, 9.0 is nine. */
+    c = decode("", "{\"choices\":[],\"usage\":{\"prompt_tokens\":null,\"completion_tokens\":9.0}}");
+    assert_false(c.bad_count);
+    assert_int_equal(c.prompt_tokens, -1);
+    assert_int_equal(c.completion_tokens, 9);
+    /* The native shapes' counters go through the same check. */
+    c = decode("", "{\"content\":\"\",\"stop\":true,\"tokens_predicted\":-1,"
+                   "\"tokens_evaluated\":5}");
+    assert_true(c.bad_count);
+    assert_int_equal(c.prompt_tokens, 5);
+}
+
+/* The issue's stream: asked for 3 tokens, a server claims 2^31 - 1 in one event, counts
+ * backwards, sends a token past the 3, then more after [DONE]. The request gets 3; every
+ * impossible thing is ignored and counted. */
+static void test_counter_trusts_nothing(void **state)
+{
+    (void)state;
+    sse_counter n;
+    sse_counter_init(&n, 3);
+    sse_chunk c = decode("", "{\"choices\":[{\"text\":\"ab\"}],\"usage\":{\"prompt_tokens\":5,"
+                             "\"completion_tokens\":2}}");
+    assert_int_equal(sse_counter_add(&n, &c), 2);
+    assert_int_equal(n.violations, 0);
+    c = decode("", "{\"choices\":[{\"text\":\"c\"}],\"usage\":{\"completion_tokens\":2147483647}}");
+    assert_false(c.bad_count); /* a count, but not of this request */
+    assert_int_equal(sse_counter_add(&n, &c), 1); /* its text, as without usage */
+    assert_int_equal(n.violations, 1);
+    assert_int_equal(n.first, SSE_VIOLATION_PAST_MAX);
+    c = decode("", "{\"choices\":[{\"text\":\"d\"}],\"usage\":{\"completion_tokens\":1}}");
+    assert_int_equal(sse_counter_add(&n, &c), 0); /* backwards, and the 3 are delivered */
+    assert_int_equal(n.violations, 2);
+    c = decode("", "{\"choices\":[{\"text\":\"e\"}]}");
+    assert_int_equal(sse_counter_add(&n, &c), 0); /* a fourth token */
+    assert_int_equal(n.violations, 3);
+    c = decode("", "{\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3}}");
+    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_int_equal(n.violations, 3);
+    assert_false(sse_counter_ended(&n));
+    c = decode("", "[DONE]");
+    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_true(n.done);
+    assert_int_equal(n.violations, 3);
+    /* After [DONE] every event is one, whatever it holds (a token, another [DONE]). */
+    assert_true(sse_counter_ended(&n));
+    c = decode("", "{\"choices\":[{\"text\":\"f\"}],\"usage\":{\"completion_tokens\":3}}");
+    assert_int_equal(sse_counter_add(&n, &c), 0);
+    c = decode("", "[DONE]");
+    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_int_equal(n.violations, 6);
+    assert_int_equal(n.delivered, 3);
+    assert_int_equal(sse_counter_completion(&n), 3);
+    assert_int_equal(n.usage_prompt, 5);
+    assert_int_equal(n.first, SSE_VIOLATION_PAST_MAX);
+    assert_non_null(strstr(sse_violation_text(SSE_VIOLATION_AFTER_DONE), "[DONE]"));
+    for (int v = SSE_VIOLATION_AFTER_DONE; v < SSE_VIOLATION_KINDS; v++)
+        assert_true(strlen(sse_violation_text((sse_violation)v)) > 5);
+
+    /* Unbounded (max_tokens unknown): a count still cannot go backwards, and a refused count
+     * leaves the completion at the tokens delivered. */
+    sse_counter_init(&n, 0);
+    c = decode("", "{\"choices\":[{\"text\":\"a\"}],\"usage\":{\"completion_tokens\":40}}");
+    assert_int_equal(sse_counter_add(&n, &c), 40);
+    c = decode("", "{\"choices\":[],\"usage\":{\"completion_tokens\":7}}");
+    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_int_equal(n.violations, 1);
+    assert_int_equal(n.first, SSE_VIOLATION_COUNT_BACKWARDS);
+    assert_int_equal(sse_counter_completion(&n), 40);
 }
 
 static void test_openai_chat_chunks(void **state)
 {
     (void)state;
-    int64_t so_far = 0;
+    sse_counter n;
+    sse_counter_init(&n, 0);
     /* First chunk: the role, empty content: not a token. */
     sse_chunk c = decode("", "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\","
                              "\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\","
                              "\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]}");
     assert_true(c.has_choices);
     assert_false(c.has_text);
-    assert_int_equal(sse_count_tokens(&c, &so_far), 0);
+    assert_int_equal(sse_counter_add(&n, &c), 0);
     c = decode("", "{\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,"
                    "\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}");
-    assert_int_equal(sse_count_tokens(&c, &so_far), 1);
+    assert_int_equal(sse_counter_add(&n, &c), 1);
     c = decode("", "{\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hm\"}}]}");
-    assert_int_equal(sse_count_tokens(&c, &so_far), 1);
+    assert_int_equal(sse_counter_add(&n, &c), 1);
     c = decode("", "{\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}");
     assert_true(c.stopped);
-    assert_int_equal(sse_count_tokens(&c, &so_far), 0);
+    assert_int_equal(sse_counter_add(&n, &c), 0);
     /* OpenAI's usage chunk (include_usage): choices empty, usage set. */
     c = decode("", "{\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":"
                    "{\"prompt_tokens\":9,\"completion_tokens\":2,\"total_tokens\":11}}");
     assert_int_equal(c.completion_tokens, 2);
-    assert_int_equal(sse_count_tokens(&c, &so_far), 0);
-    assert_int_equal(so_far, 2);
+    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_int_equal(n.delivered, 2);
     c = decode("", "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0}]}}]}");
     assert_true(c.has_text);
 }
@@ -315,29 +394,30 @@ static void test_openai_chat_chunks(void **state)
 static void test_llamacpp_shapes(void **state)
 {
     (void)state;
-    int64_t so_far = 0;
+    sse_counter n;
+    sse_counter_init(&n, 0);
     /* Native /completion stream. */
     sse_chunk c = decode("", "{\"content\":\" the\",\"stop\":false,\"id_slot\":0,"
                              "\"multimodal\":false,\"index\":0}");
     assert_true(c.has_text);
-    assert_int_equal(sse_count_tokens(&c, &so_far), 1);
+    assert_int_equal(sse_counter_add(&n, &c), 1);
     c = decode("", "{\"content\":\"\",\"stop\":true,\"stop_type\":\"limit\",\"tokens_predicted\":"
                    "1,\"tokens_evaluated\":12,\"timings\":{\"predicted_ms\":3.1}}");
     assert_true(c.stopped);
     assert_string_equal(c.finish_reason, "length");
     assert_int_equal(c.prompt_tokens, 12);
-    assert_int_equal(sse_count_tokens(&c, &so_far), 0);
+    assert_int_equal(sse_counter_add(&n, &c), 0);
     /* Its OpenAI-compatible /v1/chat/completions, with timings on the last chunk. */
-    so_far = 0;
+    sse_counter_init(&n, 0);
     c = decode("", "{\"choices\":[{\"finish_reason\":null,\"index\":0,\"delta\":{\"content\":"
                    "\"x\"}}],\"created\":1,\"id\":\"chatcmpl-a\",\"model\":\"gpt-3.5-turbo\","
                    "\"object\":\"chat.completion.chunk\"}");
-    assert_int_equal(sse_count_tokens(&c, &so_far), 1);
+    assert_int_equal(sse_counter_add(&n, &c), 1);
     c = decode("", "{\"choices\":[{\"finish_reason\":\"length\",\"index\":0,\"delta\":{}}],"
                    "\"usage\":{\"completion_tokens\":1,\"prompt_tokens\":5,\"total_tokens\":6},"
                    "\"timings\":{\"predicted_n\":1}}");
     assert_string_equal(c.finish_reason, "length");
-    assert_int_equal(sse_count_tokens(&c, &so_far), 0);
+    assert_int_equal(sse_counter_add(&n, &c), 0);
     /* llama.cpp's error line. */
     c = decode("error", "{\"code\":500,\"message\":\"slot unavailable\",\"type\":\"server_error\"}");
     assert_true(c.is_error);
@@ -346,15 +426,16 @@ static void test_llamacpp_shapes(void **state)
 static void test_tgi_and_errors_and_stallscope(void **state)
 {
     (void)state;
-    int64_t so_far = 0;
+    sse_counter n;
+    sse_counter_init(&n, 0);
     sse_chunk c = decode("", "{\"index\":1,\"token\":{\"id\":5,\"text\":\"a\",\"logprob\":-1,"
                              "\"special\":false},\"generated_text\":null,\"details\":null}");
-    assert_int_equal(sse_count_tokens(&c, &so_far), 1);
+    assert_int_equal(sse_counter_add(&n, &c), 1);
     c = decode("", "{\"index\":2,\"token\":{\"id\":6,\"text\":\"b\",\"special\":false},"
                    "\"generated_text\":\"ab\",\"details\":{\"finish_reason\":\"length\","
                    "\"generated_tokens\":2}}");
     assert_true(c.stopped);
-    assert_int_equal(sse_count_tokens(&c, &so_far), 1);
+    assert_int_equal(sse_counter_add(&n, &c), 1);
 
     c = decode("", "{\"error\":{\"message\":\"too long\",\"type\":\"BadRequestError\","
                    "\"code\":400}}");
@@ -401,12 +482,14 @@ static void test_stream_end_to_end(void **state)
         collected got;
         feed(text, len, seed == 0 ? 1 : 1 + seed * 7, seed, &got);
         assert_int_equal(got.n, 22);
-        int64_t so_far = 0, total = 0;
+        sse_counter n;
+        sse_counter_init(&n, 0);
+        int64_t total = 0;
         int events = 0;
         bool done = false;
         for (int i = 0; i < got.n; i++) {
             sse_chunk c = decode("", got.data[i]);
-            int k = sse_count_tokens(&c, &so_far);
+            int k = sse_counter_add(&n, &c);
             total += k;
             events += k > 0;
             done |= c.done;
@@ -428,6 +511,7 @@ int main(void)
         cmocka_unit_test(test_page_guard),
         cmocka_unit_test(test_vllm_completion_continuous_usage),
         cmocka_unit_test(test_absurd_usage),
+        cmocka_unit_test(test_counter_trusts_nothing),
         cmocka_unit_test(test_openai_chat_chunks),
         cmocka_unit_test(test_llamacpp_shapes),
         cmocka_unit_test(test_tgi_and_errors_and_stallscope),

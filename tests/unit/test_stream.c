@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client/stream.h"
@@ -128,6 +129,36 @@ static void *serve_conn(void *arg)
         send_all(fd, sse_head);
         send_all(fd, "data: {\"error\":{\"message\":\"overloaded\",\"code\":503}}\n\n");
         pause_ms(200);
+    } else if (strncmp(req, "POST /liar ", 11) == 0) {
+        /* Asked for 3 tokens: claims 2^31 - 1 in the second event, sends events after
+         * [DONE]. */
+        send_all(fd, sse_head);
+        send_all(fd, "data: {\"choices\":[{\"text\":\"a\"}],\"usage\":{\"completion_tokens\":1}}"
+                     "\n\n");
+        send_all(fd, "data: {\"choices\":[{\"text\":\"b\"}],\"usage\":{\"completion_tokens\":"
+                     "2147483647}}\n\n");
+        send_all(fd, "data: {\"choices\":[{\"text\":\"c\",\"finish_reason\":\"length\"}],"
+                     "\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":3}}\n\n");
+        send_all(fd, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,"
+                     "\"completion_tokens\":3}}\n\ndata: [DONE]\n\n");
+        pause_ms(20);
+        send_all(fd, "data: {\"choices\":[{\"text\":\"d\"}],\"usage\":{\"completion_tokens\":4}}"
+                     "\n\ndata: {\"error\":{\"message\":\"late\"}}\n\ndata: [DONE]\n\n");
+    } else if (strncmp(req, "POST /busy429 ", 14) == 0) {
+        send_all(fd, "HTTP/1.1 429 Too Many Requests\r\nretry-after:  2 \r\nContent-Length: 0\r\n"
+                     "Connection: close\r\n\r\n");
+    } else if (strncmp(req, "POST /busy503 ", 14) == 0) {
+        /* An HTTP-date 3 s ahead (1 s resolution: the wait is in (2, 3] s). */
+        char head[256], date[64];
+        time_t when = time(NULL) + 3;
+        struct tm tm;
+        strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&when, &tm));
+        snprintf(head, sizeof head, "HTTP/1.1 503 Service Unavailable\r\nRetry-After: %s\r\n"
+                                    "Content-Length: 0\r\nConnection: close\r\n\r\n", date);
+        send_all(fd, head);
+    } else if (strncmp(req, "POST /busy500 ", 14) == 0) {
+        send_all(fd, "HTTP/1.1 500 Internal Server Error\r\nRetry-After: 2\r\nContent-Length: 0\r\n"
+                     "Connection: close\r\n\r\n");
     } else if (strncmp(req, "GET /health ", 12) == 0) {
         send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
     } else {
@@ -221,13 +252,14 @@ static stream_client *make_client(int port, int64_t idle_ns, int max_streams)
     return c;
 }
 
-/* Post one request to path and pump until it ends (bounded). */
-static void one_request(int port, const char *path, int64_t idle_ns, result *r)
+/* Post one request to path (asking for max_tokens, 0: unbounded) and pump until it ends
+ * (bounded). */
+static void request_max(int port, const char *path, int64_t idle_ns, int64_t max_tokens, result *r)
 {
     memset(r, 0, sizeof *r);
     stream_client *c = make_client(port, idle_ns, 4);
     static const stream_handlers h = {NULL, on_token, on_end};
-    stream_request req = {path, "{\"prompt\":[1,2,3]}", 18, &h, r};
+    stream_request req = {path, "{\"prompt\":[1,2,3]}", 18, &h, r, max_tokens};
     char err[ERR_LEN];
     assert_int_equal(stream_post(c, &req, err), 0);
     int64_t deadline = clock_now_ns() + 5 * CLOCK_NS_PER_S;
@@ -236,6 +268,11 @@ static void one_request(int port, const char *path, int64_t idle_ns, result *r)
     assert_true(r->ended);
     assert_int_equal(stream_active(c), 0);
     stream_free(c);
+}
+
+static void one_request(int port, const char *path, int64_t idle_ns, result *r)
+{
+    request_max(port, path, idle_ns, 0, r);
 }
 
 static void test_ok_stream(void **state)
@@ -299,6 +336,70 @@ static void test_errors(void **state)
     assert_non_null(strstr(r.end.error, "HTTP 404"));
 }
 
+/* A server's counts are not trusted: asked for 3 tokens, a stream that claims 2^31 - 1 in
+ * one event and sends more after [DONE] delivers 3, reports 3, and says what it ignored. */
+static void test_counts_bounded(void **state)
+{
+    (void)state;
+    result r;
+    request_max(server_port, "/liar", 0, 3, &r);
+    assert_string_equal(r.end.error, "");
+    int64_t tokens = 0;
+    for (int i = 0; i < r.n_tok; i++)
+        tokens += r.tok[i].n_tokens;
+    assert_int_equal(tokens, 3);
+    assert_int_equal(r.n_tok, 3);
+    assert_int_equal(r.end.completion_tokens, 3);
+    assert_int_equal(r.end.prompt_tokens, 3);
+    /* The 2^31 - 1 claim; after [DONE]: a token, an error event, another [DONE]. */
+    assert_int_equal(r.end.protocol_violations, 4);
+    assert_non_null(r.end.violation);
+    assert_non_null(strstr(r.end.violation, "max_tokens"));
+    /* /ok sends 5 tokens (usage 1, 2, 4, 5, then a usage-only 5): asked for 3, the client
+     * takes 3 and refuses the three counts past it. */
+    request_max(server_port, "/ok", 0, 3, &r);
+    assert_string_equal(r.end.error, "");
+    tokens = 0;
+    for (int i = 0; i < r.n_tok; i++)
+        tokens += r.tok[i].n_tokens;
+    assert_int_equal(tokens, 3);
+    assert_int_equal(r.end.completion_tokens, 3);
+    assert_int_equal(r.end.protocol_violations, 3);
+}
+
+/* Retry-After on 429 and 503: delta-seconds and HTTP-date; ignored on other statuses. */
+static void test_retry_after(void **state)
+{
+    (void)state;
+    result r;
+    one_request(server_port, "/busy429", 0, &r);
+    assert_int_equal(r.end.http_status, 429);
+    assert_int_equal(r.end.retry_after_ns, 2 * CLOCK_NS_PER_S);
+    one_request(server_port, "/busy503", 0, &r);
+    assert_int_equal(r.end.http_status, 503);
+    assert_true(r.end.retry_after_ns > 1900 * CLOCK_NS_PER_MS);
+    assert_true(r.end.retry_after_ns <= 3 * CLOCK_NS_PER_S);
+    one_request(server_port, "/busy500", 0, &r);
+    assert_int_equal(r.end.http_status, 500);
+    assert_int_equal(r.end.retry_after_ns, -1);
+    one_request(server_port, "/ok", 0, &r);
+    assert_int_equal(r.end.retry_after_ns, -1);
+
+    /* The parser alone. 1445412480 is Wed, 21 Oct 2015 07:28:00 GMT. */
+    const int64_t s = CLOCK_NS_PER_S;
+    assert_int_equal(stream_retry_after_ns("120", 0), 120 * s);
+    assert_int_equal(stream_retry_after_ns(" 0\t", 0), 0);
+    assert_int_equal(stream_retry_after_ns("Wed, 21 Oct 2015 07:28:00 GMT", 1445412470), 10 * s);
+    assert_int_equal(stream_retry_after_ns("Wed, 21 Oct 2015 07:28:00 GMT", 1445412490), 0);
+    assert_int_equal(stream_retry_after_ns("99999999999999999999999", 0),
+                     STREAM_RETRY_AFTER_LIMIT_S * s);
+    assert_int_equal(stream_retry_after_ns("", 0), -1);
+    assert_int_equal(stream_retry_after_ns("soon", 0), -1);
+    assert_int_equal(stream_retry_after_ns("-5", 0), -1);
+    assert_int_equal(stream_retry_after_ns("1.5", 0), -1);
+    assert_int_equal(stream_retry_after_ns("12 parsecs", 0), -1);
+}
+
 static void test_refused(void **state)
 {
     (void)state;
@@ -342,7 +443,7 @@ static void test_many_streams(void **state)
     stream_client *c = make_client(server_port, 0, N);
     char err[ERR_LEN];
     for (int i = 0; i < N; i++) {
-        stream_request req = {"/fast", "{}", 2, &h, &rs[i]};
+        stream_request req = {"/fast", "{}", 2, &h, &rs[i], 0};
         assert_int_equal(stream_post(c, &req, err), 0);
     }
     assert_int_equal(stream_active(c), N);
@@ -366,7 +467,7 @@ static void test_many_streams(void **state)
     memset(rs, 0, N * sizeof *rs);
     ended = 0;
     for (int i = 0; i < 10; i++) {
-        stream_request req = {"/stall", "{}", 2, &h, &rs[i]};
+        stream_request req = {"/stall", "{}", 2, &h, &rs[i], 0};
         assert_int_equal(stream_post(c, &req, err), 0);
     }
     stream_run(c, clock_now_ns() + 100 * CLOCK_NS_PER_MS, err);
@@ -397,6 +498,8 @@ int main(void)
         cmocka_unit_test(test_base_url),
         cmocka_unit_test(test_ok_stream),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_counts_bounded),
+        cmocka_unit_test(test_retry_after),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_many_streams),
     };

@@ -10,6 +10,12 @@
 
 #include <cmocka.h>
 
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
 #include "common/err.h"
 #include "common/tokenlog.h"
 
@@ -294,6 +300,223 @@ static void test_cut_last_row_dropped(void **state)
     expect_read_error(TOKENS_HDR "1,0,1,bg,1\n53,0\n", REQUESTS_HDR, "tokens.csv:3: 2 fields");
 }
 
+/* ---- the incremental writer -------------------------------------------------------- */
+
+static int64_t file_size(const char *path)
+{
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    return (int64_t)st.st_size;
+}
+
+/* The file read now (as a kill -9 would leave it) ends with a whole row. */
+static void assert_whole_rows(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    int64_t size = file_size(path);
+    char last = 0;
+    assert_true(size > 0);
+    assert_int_equal(pread(fd, &last, 1, size - 1), 1);
+    close(fd);
+    if (last != '\n')
+        fail_msg("%s ends inside a row (%lld bytes)", path, (long long)size);
+}
+
+static tokenlog_event event_n(int64_t i)
+{
+    return (tokenlog_event){.t_ns = 1000000000LL + i * 7919, .request = i / 37,
+                            .user = (int32_t)(i % 256), .n_tokens = 1 + (int32_t)(i % 3),
+                            .kind = i % 50 ? TOKENLOG_BG : TOKENLOG_INJECT};
+}
+
+/* Whole rows at every moment: 60,000 rows (~1.7 MB, past the writer's 1 MiB of pending
+ * rows and any stdio buffer), flushed every 5,000, the file checked every 997 rows. */
+static void test_writer_whole_rows_always(void **state)
+{
+    (void)state;
+    char dir[64], path[128];
+    make_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/tokens.csv", dir);
+    tokenlog_writer w;
+    char err[ERR_LEN] = "";
+    assert_int_equal(tokenlog_writer_open(&w, path, TOKENLOG_TOKENS_CSV, err), 0);
+    assert_int_equal(file_size(path), (int64_t)strlen(TOKENS_HDR)); /* the header at once */
+    for (int64_t i = 0; i < 60000; i++) {
+        tokenlog_event ev = event_n(i);
+        assert_int_equal(tokenlog_writer_event(&w, &ev, err), 0);
+        if (i % 5000 == 4999)
+            assert_int_equal(tokenlog_writer_flush(&w, err), 0);
+        if (i % 997 == 0)
+            assert_whole_rows(path);
+    }
+    assert_int_equal(tokenlog_writer_close(&w, err), 0);
+    assert_int_equal(tokenlog_writer_close(&w, err), 0); /* closing twice is harmless */
+    /* The rows are the ones tokenlog_write_dir writes, byte for byte. */
+    tokenlog log;
+    tokenlog_init(&log);
+    for (int64_t i = 0; i < 60000; i++) {
+        tokenlog_event ev = event_n(i);
+        assert_int_equal(tokenlog_add_event(&log, &ev), 0);
+    }
+    tokenlog_request r = {.request = 3, .user = -1, .kind = TOKENLOG_INJECT, .t_plan_ns = 1,
+                          .t_send_ns = 2, .t_first_ns = -1, .t_end_ns = 4,
+                          .prompt_tokens_requested = 8000, .prompt_tokens = 8000};
+    strcpy(r.error, "HTTP 500: \"x\", y");
+    assert_int_equal(tokenlog_add_request(&log, &r, NULL), 0);
+    char whole[128], rpath[128];
+    snprintf(whole, sizeof whole, "%s/whole", dir);
+    snprintf(rpath, sizeof rpath, "%s/requests.csv", dir);
+    assert_int_equal(tokenlog_writer_open(&w, rpath, TOKENLOG_REQUESTS_CSV, err), 0);
+    assert_int_equal(tokenlog_writer_request(&w, &r, err), 0);
+    assert_int_equal(tokenlog_writer_close(&w, err), 0);
+    assert_int_equal(tokenlog_write_dir(&log, whole, err), 0);
+    const char *names[] = {"tokens.csv", "requests.csv"};
+    for (int k = 0; k < 2; k++) {
+        char a[160], b[160], cmd[400];
+        snprintf(a, sizeof a, "%s/%s", dir, names[k]);
+        snprintf(b, sizeof b, "%s/%s", whole, names[k]);
+        snprintf(cmd, sizeof cmd, "cmp -s %s %s", a, b);
+        if (system(cmd) != 0)
+            fail_msg("%s differs from %s", a, b);
+    }
+    tokenlog_free(&log);
+    remove_tree(whole);
+    remove_tree(dir);
+}
+
+/* A disk with room_left bytes free: writes go to the real file until it is full, then
+ * fall short, then fail with ENOSPC (what a full file system does). */
+static int64_t room_left;
+
+static ssize_t small_disk(int fd, const void *data, size_t len, off_t offset)
+{
+    if (room_left <= 0) {
+        errno = ENOSPC;
+        return -1;
+    }
+    ssize_t n = pwrite(fd, data, len < (size_t)room_left ? len : (size_t)room_left, offset);
+    if (n > 0)
+        room_left -= n;
+    return n;
+}
+
+/* Fill the disk while writing rows, flushing every 10: the first flush that does not fit
+ * fails with "No space left on device"; the file keeps every whole row before it (a short
+ * write is cut back), and every later call fails the same way. */
+static void fill_disk(int64_t room, int64_t *rows_kept, char *err)
+{
+    char dir[64], path[128];
+    make_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/tokens.csv", dir);
+    tokenlog_writer w;
+    assert_int_equal(tokenlog_writer_open(&w, path, TOKENLOG_TOKENS_CSV, err), 0);
+    w.write_at = small_disk;
+    room_left = room;
+    int rc = 0;
+    int64_t i;
+    for (i = 0; rc == 0 && i < 10000; i++) {
+        tokenlog_event ev = event_n(i);
+        rc = tokenlog_writer_event(&w, &ev, err);
+        if (rc == 0 && i % 10 == 9)
+            rc = tokenlog_writer_flush(&w, err);
+    }
+    assert_int_equal(rc, -1);
+    char later[ERR_LEN] = "";
+    tokenlog_event ev = event_n(0);
+    assert_int_equal(tokenlog_writer_event(&w, &ev, later), -1);
+    assert_string_equal(later, err);
+    assert_int_equal(tokenlog_writer_close(&w, later), -1);
+    assert_whole_rows(path);
+    write_text(dir, "requests.csv", REQUESTS_HDR);
+    tokenlog back;
+    char why[ERR_LEN];
+    assert_int_equal(tokenlog_read_dir(&back, dir, NULL, why), 0);
+    for (int64_t k = 0; k < back.n_events; k++)
+        assert_int_equal(back.events[k].t_ns, event_n(k).t_ns);
+    assert_true(back.n_events % 10 == 0 || back.n_events < i); /* whole flushes, or cut back */
+    *rows_kept = back.n_events;
+    tokenlog_free(&back);
+    remove_tree(dir);
+}
+
+static void test_writer_full_disk(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "";
+    int64_t kept = 0;
+    /* Full in the middle of a flush's rows: the short write is cut back to a whole row. */
+    fill_disk(5000, &kept, err);
+    assert_string_equal(err, "cannot write tokens.csv: No space left on device");
+    assert_true(kept > 100 && kept < 5000 / 20);
+    /* Full exactly at a flush's end: the next write fails outright (ENOSPC). */
+    char header_and_20_rows[4096];
+    size_t at = 0;
+    for (int64_t k = 0; k < 20; k++) {
+        tokenlog_event ev = event_n(k);
+        at += (size_t)snprintf(header_and_20_rows + at, sizeof header_and_20_rows - at,
+                               "%lld,%d,%lld,%s,%d\n", (long long)ev.t_ns, ev.user,
+                               (long long)ev.request, tokenlog_kind_name(ev.kind), ev.n_tokens);
+    }
+    fill_disk((int64_t)at, &kept, err);
+    assert_string_equal(err, "cannot write tokens.csv: No space left on device");
+    assert_int_equal(kept, 20);
+}
+
+/* Past `ulimit -f` a write falls short, then fails with EFBIG (SIGXFSZ ignored, as the
+ * integration test does). The file keeps every whole row written before and never a cut
+ * one; every later call fails with the first error. */
+static void test_writer_file_too_large(void **state)
+{
+    (void)state;
+    char dir[64], path[128];
+    make_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/tokens.csv", dir);
+    struct rlimit before, small;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &before), 0);
+    small = before;
+    small.rlim_cur = 10000;
+    void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+    tokenlog_writer w;
+    char err[ERR_LEN] = "";
+    int rc = tokenlog_writer_open(&w, path, TOKENLOG_TOKENS_CSV, err);
+    int failed_at = -1;
+    for (int64_t i = 0; rc == 0 && i < 2000; i++) {
+        tokenlog_event ev = event_n(i);
+        rc = tokenlog_writer_event(&w, &ev, err);
+        if (rc == 0 && i % 100 == 99)
+            rc = tokenlog_writer_flush(&w, err);
+        if (rc != 0)
+            failed_at = (int)i;
+    }
+    char later[ERR_LEN] = "";
+    tokenlog_event ev = event_n(0);
+    int later_rc = tokenlog_writer_event(&w, &ev, later);
+    int close_rc = tokenlog_writer_close(&w, later);
+    setrlimit(RLIMIT_FSIZE, &before);
+    signal(SIGXFSZ, old_handler);
+
+    assert_int_equal(rc, -1);
+    assert_true(failed_at > 100 && failed_at < 1000); /* 10,000 bytes: ~360 rows */
+    assert_string_equal(err, "cannot write tokens.csv: File too large");
+    assert_int_equal(later_rc, -1);
+    assert_int_equal(close_rc, -1);
+    assert_string_equal(later, err);
+    int64_t size = file_size(path);
+    assert_true(size > 5000 && size <= 10000);
+    assert_whole_rows(path);
+    /* Every row whole and in order: the reader takes the file as it is. */
+    tokenlog back;
+    write_text(dir, "requests.csv", REQUESTS_HDR);
+    assert_int_equal(tokenlog_read_dir(&back, dir, NULL, err), 0);
+    assert_true(back.n_events >= 100);
+    for (int64_t i = 0; i < back.n_events; i++)
+        assert_int_equal(back.events[i].t_ns, event_n(i).t_ns);
+    tokenlog_free(&back);
+    remove_tree(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -304,6 +527,9 @@ int main(void)
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_reader_tolerates_crlf_and_blank_lines),
         cmocka_unit_test(test_read_errors_name_file_and_line),
+        cmocka_unit_test(test_writer_whole_rows_always),
+        cmocka_unit_test(test_writer_full_disk),
+        cmocka_unit_test(test_writer_file_too_large),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
