@@ -12,6 +12,8 @@
 #  - that longest step is far below the one-step prefill (< 1/4 of `stallscope model`'s
 #    8,000-token prefill), and no stream's consecutive tokens are written further apart
 #    than that step + 25 ms (loop-thread scheduling slack under load).
+# While it measures, one SCHED_IDLE busy loop per CPU keeps this VM's vCPUs from halting
+# (a halted vCPU wakes the engine milliseconds late: serve_lib.bash, docs/server.md).
 set -euo pipefail
 BIN=$1
 DIR=$2
@@ -19,6 +21,7 @@ mkdir -p "$DIR"
 source "$(dirname "$0")/serve_lib.bash"
 
 "$BIN" model --gpu h100-sxm --model llama-3.1-8b --prompt-tokens 8000 --json >"$DIR/model.json"
+keep_cpus_awake 120 # no halted vCPU while steps are timed (serve_lib.bash says why)
 start_server chunked --engine emulate --gpu h100-sxm --model llama-3.1-8b --policy chunked \
   --max-num-batched-tokens 512 --step-log "$DIR/steps.csv"
 py "$(cat <<'PY'
@@ -32,6 +35,7 @@ print("ok: 32 streams + one 8,000-token prompt finished")
 PY
 )"
 stop_server TERM
+release_cpus
 
 py "$(cat <<'PY'
 import json, os

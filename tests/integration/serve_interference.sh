@@ -13,6 +13,8 @@
 #    alone, plus 32 decode rows: between 1x and 1.05x);
 #  - every stream's token of the prefill step is written (emit_ns) and received (client
 #    clock) after that step ended, and its previous token is the one of the step before.
+# While it measures, one SCHED_IDLE busy loop per CPU keeps this VM's vCPUs from halting
+# (a halted vCPU wakes the engine milliseconds late: serve_lib.bash, docs/server.md).
 set -euo pipefail
 BIN=$1
 DIR=$2
@@ -20,6 +22,7 @@ mkdir -p "$DIR"
 source "$(dirname "$0")/serve_lib.bash"
 
 "$BIN" model --gpu h100-sxm --model llama-3.1-8b --prompt-tokens 8000 --json >"$DIR/model.json"
+keep_cpus_awake 120 # no halted vCPU while steps are timed (serve_lib.bash says why)
 start_server mixed --engine emulate --gpu h100-sxm --model llama-3.1-8b --policy mixed \
   --max-num-batched-tokens 16384 --step-log "$DIR/steps.csv"
 py "$(cat <<'PY'
@@ -36,6 +39,7 @@ print("ok: 32 streams + one 8,000-token prompt finished")
 PY
 )"
 stop_server TERM   # flushes the step log
+release_cpus
 
 py "$(cat <<'PY'
 import json, os, statistics
