@@ -3,6 +3,7 @@
  * executor (steps last their modeled time, and time does not drift). */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,6 +25,8 @@
 
 #define FAKE_EOS 99
 static const char *fake_words[] = {"ab", "cd", "ef", "gh", "ij"};
+/* A test that must catch a request still running sets this: each step then lasts this long. */
+static atomic_llong fake_step_ns;
 
 static int fake_step(exec *x, const sched_batch *batch, const exec_seq *const *seqs,
                      int64_t start_ns, int32_t *tokens, int64_t *modeled_ns, char *err)
@@ -37,6 +40,9 @@ static int fake_step(exec *x, const sched_batch *batch, const exec_seq *const *s
                                                                           : (int32_t)(p % 5);
     }
     *modeled_ns = 1000;
+    const long long sleep_ns = atomic_load(&fake_step_ns);
+    if (sleep_ns > 0)
+        clock_sleep_until_ns(clock_now_ns() + sleep_ns);
     return 0;
 }
 
@@ -315,7 +321,10 @@ static void test_cancel_refuse_shutdown(void **state)
     assert_int_equal(h.last_running, 0);
     assert_int_equal(h.last_kv_used, 0);
 
-    /* Shutdown aborts what runs, and answers what comes after. */
+    /* Shutdown aborts what runs, and answers what comes after. Steps of 1 ms: 500 tokens
+     * take half a second, so the request is still running when shutdown comes (with steps
+     * that take no time it could finish first on a busy machine: 2 runs in 100 did). */
+    atomic_store(&fake_step_ns, 1000000);
     engine_req *running = new_req(3, 8, 1 << 20);
     running->max_tokens = 500;
     engine_req *after = new_req(4, 8, 5);
@@ -329,6 +338,7 @@ static void test_cancel_refuse_shutdown(void **state)
     assert_int_equal(g2[0].finish, ENGINE_FINISH_ABORT);
     assert_int_equal(g2[1].finish, ENGINE_FINISH_ABORT);
     assert_int_equal(g2[1].n_tokens, 0);
+    atomic_store(&fake_step_ns, 0);
     harness_stop(&h);
     free(refused);
     free(cancelled);
