@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "client/sse.h"
+#include "pieces.h"
 
 /* Events of one run, serialised (type NUL, length, data) so runs compare with memcmp. */
 typedef struct record {
@@ -46,24 +47,16 @@ static void check_event(const sse_event *ev, size_t max_event)
     }
 }
 
-/* piece_mode: 0 whole, 1 byte at a time, 2 pseudo-random pieces from seed. */
+/* piece_mode: PIECES_WHOLE, PIECES_BYTEWISE, PIECES_RANDOM (pieces.h). */
 static void run(const uint8_t *in, size_t len, size_t max_event, int piece_mode, uint32_t seed,
                 record *out)
 {
     sse_parser p;
     sse_parser_init(&p, max_event);
     size_t off = 0;
-    uint32_t state = seed * 2654435761u + 1;
+    uint32_t state = pieces_seed(seed);
     while (off < len && out->errors == 0) {
-        size_t piece = len - off;
-        if (piece_mode == 1) {
-            piece = 1;
-        } else if (piece_mode == 2) {
-            state = state * 1103515245u + 12345u;
-            piece = 1 + (state >> 16) % 17;
-            if (piece > len - off)
-                piece = len - off;
-        }
+        const size_t piece = pieces_next(piece_mode, &state, len - off, 17);
         unsigned char *chunk = malloc(piece);
         if (!chunk)
             abort();
@@ -112,9 +105,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const size_t len = size - 2;
 
     record whole = {0}, bytes = {0}, pieces = {0};
-    run(in, len, max_event_arg, 0, seed, &whole);
-    run(in, len, max_event_arg, 1, seed, &bytes);
-    run(in, len, max_event_arg, 2, seed, &pieces);
+    run(in, len, max_event_arg, PIECES_WHOLE, seed, &whole);
+    run(in, len, max_event_arg, PIECES_BYTEWISE, seed, &bytes);
+    run(in, len, max_event_arg, PIECES_RANDOM, seed, &pieces);
     /* Errors included: the limit applies to a line's total length however it arrives,
      * so even the failing line is the same one. */
     const record *other[2] = {&bytes, &pieces};

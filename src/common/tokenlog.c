@@ -21,7 +21,8 @@ _Static_assert(sizeof(tokenlog_event) <= 32, "tokenlog_event must stay within 32
 #define REQUESTS_HEADER                                                                   \
     "request,user,kind,t_plan_ns,t_send_ns,t_first_ns,t_end_ns,prompt_tokens_requested," \
     "prompt_tokens,completion_tokens,finish_reason,error"
-#define STEPS_HEADER "step,t_start_ns,t_end_ns,decode_tokens,prefill_tokens,n_requests,modeled_ns"
+#define STEPS_HEADER_V1 "step,t_start_ns,t_end_ns,decode_tokens,prefill_tokens,n_requests,modeled_ns"
+#define STEPS_HEADER STEPS_HEADER_V1 ",late_ns"
 
 void tokenlog_init(tokenlog *log)
 {
@@ -148,10 +149,10 @@ static size_t format_request(char *out, size_t size, const tokenlog_request *r)
 
 static size_t format_step(char *out, size_t size, const tokenlog_step *st)
 {
-    return row_length(snprintf(out, size, "%lld,%lld,%lld,%d,%d,%d,%lld\n", (long long)st->step,
-                               (long long)st->t_start_ns, (long long)st->t_end_ns,
-                               st->decode_tokens, st->prefill_tokens, st->n_requests,
-                               (long long)st->modeled_ns),
+    return row_length(snprintf(out, size, "%lld,%lld,%lld,%d,%d,%d,%lld,%lld\n",
+                               (long long)st->step, (long long)st->t_start_ns,
+                               (long long)st->t_end_ns, st->decode_tokens, st->prefill_tokens,
+                               st->n_requests, (long long)st->modeled_ns, (long long)st->late_ns),
                       size);
 }
 
@@ -563,7 +564,8 @@ static int step_fields(const csv_reader *r, tokenlog_step *st, char *err)
         parse_i32(r, 3, "decode_tokens", &st->decode_tokens, err) != 0 ||
         parse_i32(r, 4, "prefill_tokens", &st->prefill_tokens, err) != 0 ||
         parse_i32(r, 5, "n_requests", &st->n_requests, err) != 0 ||
-        parse_i64(r, 6, "modeled_ns", &st->modeled_ns, err) != 0)
+        parse_i64(r, 6, "modeled_ns", &st->modeled_ns, err) != 0 ||
+        (r->n_fields > 7 && parse_i64(r, 7, "late_ns", &st->late_ns, err) != 0))
         return -1;
     return 0;
 }
@@ -603,7 +605,8 @@ static int parse_step_row(const csv_reader *r, tokenlog *log, const read_opts *o
 static int read_path(tokenlog *log, const char *path, file_kind kind, read_opts *o, char *err)
 {
     static const char *const headers[] = {TOKENS_HEADER, REQUESTS_HEADER, STEPS_HEADER};
-    static const int n_fields[] = {5, 12, 7};
+    static const int n_fields_of[] = {5, 12, 8};
+    int n_fields = n_fields_of[kind];
     csv_reader r;
     memset(&r, 0, sizeof r);
     r.path = path;
@@ -631,17 +634,19 @@ static int read_path(tokenlog *log, const char *path, file_kind kind, read_opts 
         for (int i = 0; i < r.n_fields && len < sizeof joined; i++)
             len += (size_t)snprintf(joined + len, sizeof joined - len, "%s%s", i ? "," : "",
                                     r.fields[i]);
-        if (strcmp(joined, headers[kind]) != 0) {
+        if (kind == FILE_STEPS && strcmp(joined, STEPS_HEADER_V1) == 0)
+            n_fields = 7; /* written before late_ns */
+        else if (strcmp(joined, headers[kind]) != 0) {
             err_set(err, "%s:%lld: header is '%.60s', expected '%s'", path, (long long)r.line_no,
                     joined, headers[kind]);
             goto done;
         }
     }
     while ((got = csv_next(&r, err)) == 1) {
-        int bad = r.n_fields != n_fields[kind];
+        int bad = r.n_fields != n_fields;
         if (bad)
             err_set(err, "%s:%lld: %d fields, expected %d", path, (long long)r.line_no,
-                    r.n_fields, n_fields[kind]);
+                    r.n_fields, n_fields);
         else if (kind == FILE_STEPS)
             bad = parse_step_row(&r, log, o, err) != 0;
         else

@@ -4,7 +4,8 @@
  *   tokens.csv    t_ns,user,request,kind,n_tokens
  *   requests.csv  request,user,kind,t_plan_ns,t_send_ns,t_first_ns,t_end_ns,
  *                 prompt_tokens_requested,prompt_tokens,completion_tokens,finish_reason,error
- *   steps.csv     step,t_start_ns,t_end_ns,decode_tokens,prefill_tokens,n_requests,modeled_ns
+ *   steps.csv     step,t_start_ns,t_end_ns,decode_tokens,prefill_tokens,n_requests,modeled_ns,
+ *                 late_ns   (files without late_ns, the older format, read as late_ns 0)
  *
  * Times are integer ns from the run's t = 0; -1 means "never happened" (no first token).
  * kind is "bg" or "inject"; the injector's user is -1. steps.csv exists only where the
@@ -51,6 +52,8 @@ typedef struct tokenlog_step {
     int32_t prefill_tokens;
     int32_t n_requests;
     int64_t modeled_ns; /* the cost model's duration for this batch (0 if unknown) */
+    int64_t late_ns;    /* how late the engine woke past the step's deadline (emulated
+                           steps; 0 otherwise): the machine's delay, as the engine saw it */
 } tokenlog_step;
 
 typedef struct tokenlog {

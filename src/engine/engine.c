@@ -344,6 +344,7 @@ static void write_step_log(engine *e, int64_t step, const engine_step_info *info
         .prefill_tokens = info->prefill_tokens,
         .n_requests = info->n_requests,
         .modeled_ns = info->modeled_ns,
+        .late_ns = info->late_ns,
     };
     tokenlog_write_step(e->cfg.step_log, &row);
     e->log_dirty = true;
@@ -407,6 +408,7 @@ static int64_t run_step(engine *e, const sched_batch *batch, int64_t start_ns)
         .t_start_ns = start_ns,
         .t_end_ns = t_end,
         .modeled_ns = modeled_ns,
+        .late_ns = e->x->paced ? e->x->late_ns : 0,
         .decode_tokens = batch->decode_tokens,
         .prefill_tokens = batch->prefill_tokens,
         .n_requests = n,

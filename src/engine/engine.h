@@ -82,6 +82,7 @@ typedef struct engine_step_info {
     int64_t t_start_ns; /* CLOCK_MONOTONIC: the step's (scheduled) start */
     int64_t t_end_ns;   /* when the engine observed its end */
     int64_t modeled_ns; /* the executor's modeled duration */
+    int64_t late_ns;    /* paced executor: how late it woke past the deadline (exec.h) */
     int32_t decode_tokens;
     int32_t prefill_tokens;
     int32_t n_requests; /* items in the batch */

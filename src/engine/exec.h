@@ -35,6 +35,10 @@ struct exec {
      * device), so the engine starts the next step at that deadline, not when step()
      * returned, and emulated time never drifts. false: the step took as long as it took. */
     bool paced;
+    /* Paced executors: set by each step() to how late the thread woke past the step's
+     * deadline, ns (>= 0): the machine's delay, as the executor saw it. The engine writes
+     * it to the step log (late_ns), the record a timing check may excuse a slow step by. */
+    int64_t late_ns;
     int32_t vocab_size; /* token ids a prompt may use: [0, vocab_size) */
 
     /* Run one step on the engine thread. seqs[i] belongs to batch->items[i]. For every item

@@ -42,7 +42,10 @@ static int emulate_step(exec *x, const sched_batch *batch, const exec_seq *const
     }
     const int64_t duration_ns = cost_step_ns(&st->cost, st->seqs, batch->n_items, NULL);
     *modeled_ns = duration_ns;
-    clock_sleep_until_ns(step_start_ns + duration_ns);
+    const int64_t deadline_ns = step_start_ns + duration_ns;
+    clock_sleep_until_ns(deadline_ns);
+    const int64_t late_ns = clock_now_ns() - deadline_ns;
+    x->late_ns = late_ns > 0 ? late_ns : 0;
     return 0;
 }
 

@@ -1,5 +1,13 @@
-/* conns — the server's record of its client connections, for a limit evhttp 2.1 lacks: a
- * deadline for a request to arrive whole.
+/* conns — the server's record of its client connections, for what evhttp 2.1 lacks: strict
+ * request framing in front of its parser, and a deadline for a request to arrive whole.
+ *
+ * Framing. Every byte a client sends passes reqframe (reqframe.h) before evhttp reads it:
+ * an evbuffer callback on the connection's input buffer runs inside the socket read, takes
+ * the bytes just read out, and puts back only what the parser handed on (requests in a
+ * normal form). A refused request never reaches evhttp; the parser hands on a stand-in
+ * instead, evhttp delivers it like any request, and conns_request_arrived tells the server
+ * that this one is the refusal (status, message), so it answers with a JSON error and
+ * closes — after answering, in order, whatever was pipelined before it.
  *
  * evhttp's timeout (evhttp_set_timeout) is an idle timeout, re-armed by every byte, so
  * a client that sends a header byte a second (slowloris) holds its connection, and a file
@@ -28,7 +36,10 @@
  * Loop thread only. */
 #ifndef STALLSCOPE_CONNS_H
 #define STALLSCOPE_CONNS_H
+#include <stdbool.h>
 #include <stdint.h>
+
+#include "server/reqframe.h"
 
 /* A client this far behind is not coming back: ~20,000 tokens of SSE chunks. */
 #define CONNS_MAX_UNSENT (8u << 20)
@@ -39,19 +50,29 @@ struct evhttp_connection;
 
 typedef struct conns conns;
 
-/* read_timeout_ns: how long a request may take to arrive whole (> 0). NULL with err. */
-conns *conns_create(int64_t read_timeout_ns, char *err);
+typedef struct conns_refusal {
+    int status;
+    char message[REQFRAME_MESSAGE_LEN];
+} conns_refusal;
+
+/* read_timeout_ns: how long a request may take to arrive whole (> 0); max_body: the largest
+ * request body (413 above it). NULL with err. */
+conns *conns_create(int64_t read_timeout_ns, uint64_t max_body, char *err);
 /* Let go of every connection (after evhttp_free: it closes their descriptors). */
 void conns_free(conns *c);
 
 /* For evhttp_set_bevcb(http, conns_new_bufferevent, c). */
 struct bufferevent *conns_new_bufferevent(struct event_base *base, void *arg);
-/* A request arrived whole on conn: no deadline while it is answered. */
-void conns_request_arrived(conns *c, struct evhttp_connection *conn);
+/* A request arrived whole on conn: no deadline while it is answered. true: it is the one the
+ * framing refused; *refusal says how to answer (then close the connection). */
+bool conns_request_arrived(conns *c, struct evhttp_connection *conn, conns_refusal *refusal);
 /* conn's reply was written: the next request must arrive within the timeout. */
 void conns_reply_written(conns *c, struct evhttp_connection *conn);
 /* Drop the records of connections evhttp freed; shut down the ones past their deadline. */
 void conns_sweep(conns *c, int64_t now_ns);
+
+/* Some connection evhttp still serves has reply bytes the kernel has not taken yet. */
+bool conns_unsent(const conns *c);
 
 int64_t conns_open(const conns *c);           /* connections tracked now */
 uint64_t conns_timed_out_total(const conns *c); /* shut down for a late request */

@@ -23,9 +23,15 @@
  *    detaches the request (evhttp_request_get_connection() == NULL) and leaves it to us: we
  *    free it. When the connection is freed for another reason (evhttp_free) the request is
  *    still attached and evhttp frees it.
- *  - Body limit: evhttp answers 413 with an HTML page itself when Content-Length exceeds
- *    its limit, before we see the request. Its limit is set to 4 x ours so that bodies just
- *    over our limit get an OpenAI-style JSON 413 from us; beyond 4 x, evhttp's page.
+ *  - Framing: evhttp never parses a client's raw bytes. conns.c runs every byte through
+ *    reqframe (strict RFC 9112 framing) first and hands evhttp requests in a normal form;
+ *    what the framing refuses (smuggling attempts, HTTP/1.2, a body over --max-body-size,
+ *    a head over 64 KiB ...) reaches on_request as a stand-in that conns_request_arrived
+ *    recognises, answered with an OpenAI-style JSON error and "Connection: close". evhttp's
+ *    own limits are set where the normal form never reaches them (they answer in HTML).
+ *  - Shutdown ends when no stream is left and no reply bytes wait on a live connection
+ *    (conns_unsent), not on a count of replies handed to evhttp: evhttp never reports a
+ *    reply whose connection failed, so such a count can stay up forever.
  *
  * Limits against hostile or overloaded traffic (docs/reliability.md):
  *  - --max-waiting: streams accepted and without a token yet are counted (n_waiting); one
@@ -37,6 +43,7 @@
 #include "server/server.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -64,10 +71,22 @@
 #include "server/conns.h"
 #include "server/metrics.h"
 #include "server/openai.h"
+#include "server/reqframe.h"
 
 #define PEEK_MS 100
-#define MAX_HEADERS_BYTES (64 * 1024)
 #define SEED_SALT 0x73656564ULL /* "seed" */
+
+/* Under AddressSanitizer the allocator is ASan's: glibc's mallinfo2 knows nothing of it. */
+#if defined(__SANITIZE_ADDRESS__)
+#define HEAP_FROM_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HEAP_FROM_ASAN 1
+#endif
+#endif
+#ifdef HEAP_FROM_ASAN
+size_t __sanitizer_get_current_allocated_bytes(void); /* <sanitizer/allocator_interface.h> */
+#endif
 
 typedef struct srv_stream srv_stream;
 
@@ -95,7 +114,6 @@ struct server {
     srv_stream *streams;  /* every stream not yet freed */
     int n_streams;
     int n_waiting; /* streams accepted and without a token yet: the --max-waiting queue */
-    int flushing; /* replies handed to evhttp and not yet completely written */
     bool stopping;
     bool loop_running;
     pthread_t loop_thread;
@@ -135,15 +153,24 @@ static const char *reason_phrase(int status)
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 413: return "Payload Too Large";
+    case 414: return "URI Too Long";
+    case 417: return "Expectation Failed";
     case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
     default: return "Internal Server Error";
     }
 }
 
+/* Shutting down, the loop ends once the live work is done: no stream left, and no reply
+ * bytes waiting for a connection evhttp still serves (a client that left has none: evhttp
+ * freed its connection). Not a count of replies handed over: evhttp never reports a
+ * reply whose connection failed mid-write. */
 static void maybe_exit_loop(server *s)
 {
-    if (s->stopping && s->n_streams == 0 && s->flushing == 0)
+    if (s->stopping && s->n_streams == 0 && !conns_unsent(s->conns))
         event_base_loopexit(s->base, NULL);
 }
 
@@ -155,13 +182,11 @@ static void on_reply_complete(struct evhttp_request *hreq, void *arg)
     struct evhttp_connection *conn = evhttp_request_get_connection(hreq);
     if (conn)
         conns_reply_written(s->conns, conn);
-    s->flushing--;
     maybe_exit_loop(s);
 }
 
 static void hand_over(server *s, struct evhttp_request *hreq)
 {
-    s->flushing++;
     evhttp_request_set_on_complete_cb(hreq, on_reply_complete, s);
 }
 
@@ -194,6 +219,14 @@ static void send_error_text(server *s, struct evhttp_request *hreq, int status,
     openai_error error;
     openai_fail(&error, status, type, NULL, "%s", message);
     send_error(s, hreq, &error);
+}
+
+/* 503 with Retry-After: the server is going away (a client should retry elsewhere or
+ * after a restart), as the 429 of a full queue says when to come back. */
+static void send_unavailable(server *s, struct evhttp_request *hreq, const char *message)
+{
+    evhttp_add_header(evhttp_request_get_output_headers(hreq), "Retry-After", "1");
+    send_error_text(s, hreq, 503, "server_error", message);
 }
 
 /* ---- stream records ------------------------------------------------------------------------ */
@@ -318,6 +351,15 @@ static void finish_reply(server *s, srv_stream *st, const engine_event *ev)
         openai_error error;
         openai_fail(&error, 500, "server_error", NULL, "%s", st->er.error);
         send_error(s, hreq, &error);
+    } else if (finish == ENGINE_FINISH_ABORT) {
+        /* Cut by shutdown (or its client left, and nobody reads this): not an answer. A
+         * stream says "abort" in its last chunk; a whole response has no such place. */
+        char message[160];
+        snprintf(message, sizeof message,
+                 "the server shut down before the answer was complete (%d of %d tokens); "
+                 "retry later",
+                 st->completion_tokens, st->req.max_tokens);
+        send_unavailable(s, hreq, message);
     } else {
         char *body = openai_encode_response(
             &st->req, st->id, st->created, s->cfg.model_name, st->text.data, st->text.len,
@@ -430,10 +472,27 @@ static uint64_t sampling_seed(const openai_request *req, int64_t id)
     return rng_hash3((uint64_t)id, SEED_SALT, 0);
 }
 
+/* A stream's length is unknown when it starts. HTTP/1.1 gets it chunked; HTTP/1.0 has no
+ * chunks, so its stream must end with the connection. evhttp, asked for keep-alive by a 1.0
+ * client, instead announces "Content-Length: 0" and keeps the connection: the client reads
+ * an empty answer and the stream as garbage after it. Forgetting the client's
+ * "Connection: keep-alive" makes evhttp send the 1.0 stream unframed and close after it;
+ * for HTTP/1.1, where keep-alive is the default anyway, nothing changes. */
+static void forget_keep_alive(struct evhttp_request *hreq)
+{
+    struct evkeyvalq *in = evhttp_request_get_input_headers(hreq);
+    const char *value;
+    /* At most as many rounds as there are Connection fields (REQFRAME_MAX_FIELDS). */
+    for (int i = 0; i < REQFRAME_MAX_FIELDS && (value = evhttp_find_header(in, "Connection")) &&
+                    strncasecmp(value, "keep-alive", 10) == 0;
+         i++)
+        evhttp_remove_header(in, "Connection");
+}
+
 static void handle_generate(server *s, struct evhttp_request *hreq, openai_endpoint endpoint)
 {
     if (s->stopping) {
-        send_error_text(s, hreq, 503, "server_error", "the server is shutting down");
+        send_unavailable(s, hreq, "the server is shutting down");
         return;
     }
     struct evbuffer *input = evhttp_request_get_input_buffer(hreq);
@@ -544,6 +603,7 @@ static void handle_generate(server *s, struct evhttp_request *hreq, openai_endpo
         struct evkeyvalq *headers = evhttp_request_get_output_headers(hreq);
         evhttp_add_header(headers, "Content-Type", "text/event-stream; charset=utf-8");
         evhttp_add_header(headers, "Cache-Control", "no-cache");
+        forget_keep_alive(hreq);
         evhttp_send_reply_start(hreq, 200, "OK");
     }
     engine_submit(s->engine, er);
@@ -563,10 +623,22 @@ static void handle_models(server *s, struct evhttp_request *hreq)
 static void handle_health(server *s, struct evhttp_request *hreq)
 {
     if (s->stopping) {
-        send_error_text(s, hreq, 503, "server_error", "the server is shutting down");
+        send_unavailable(s, hreq, "the server is shutting down");
         return;
     }
     send_body(s, hreq, 200, "application/json", "", 0);
+}
+
+/* Bytes the process holds from its allocator now (freed memory the allocator keeps for
+ * reuse does not count, unlike RSS). */
+static int64_t heap_in_use(void)
+{
+#ifdef HEAP_FROM_ASAN
+    return (int64_t)__sanitizer_get_current_allocated_bytes();
+#else
+    const struct mallinfo2 info = mallinfo2();
+    return (int64_t)(info.uordblks + info.hblkhd);
+#endif
 }
 
 static void handle_metrics(server *s, struct evhttp_request *hreq)
@@ -576,6 +648,7 @@ static void handle_metrics(server *s, struct evhttp_request *hreq)
     s->metrics.http_connections = conns_open(s->conns);
     s->metrics.read_timeouts = conns_timed_out_total(s->conns);
     s->metrics.write_stalls = conns_write_stalls_total(s->conns);
+    s->metrics.heap_bytes = heap_in_use();
     metrics_format(&s->metrics, s->cfg.model_name, &b);
     if (b.failed) {
         buf_free(&b);
@@ -619,7 +692,14 @@ static bool authorized(const server *s, struct evhttp_request *hreq)
 static void on_request(struct evhttp_request *hreq, void *arg)
 {
     server *s = arg;
-    conns_request_arrived(s->conns, evhttp_request_get_connection(hreq));
+    conns_refusal refusal;
+    if (conns_request_arrived(s->conns, evhttp_request_get_connection(hreq), &refusal)) {
+        /* The framing refused this one (reqframe.h): nothing after it on this connection is
+         * trusted, so close once it is answered. */
+        evhttp_add_header(evhttp_request_get_output_headers(hreq), "Connection", "close");
+        send_error_text(s, hreq, refusal.status, "invalid_request_error", refusal.message);
+        return;
+    }
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(hreq);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
     if (!path)
@@ -678,6 +758,7 @@ static void on_peek(evutil_socket_t fd, short what, void *arg)
             engine_cancel(s->engine, &st->er); /* the reply, when it comes, fails to send */
     }
     conns_sweep(s->conns, clock_now_ns());
+    maybe_exit_loop(s); /* shutting down: a connection freed since may have been the last */
 }
 
 /* ---- shutdown ----------------------------------------------------------------------------- */
@@ -771,7 +852,7 @@ server *server_create(const server_config *cfg, exec *executor, char *err)
     s->probe = sched_create(&cfg->sched, err);
     if (!s->probe)
         goto error_executor;
-    s->conns = conns_create(s->cfg.read_timeout_ns, err);
+    s->conns = conns_create(s->cfg.read_timeout_ns, s->cfg.max_body_bytes, err);
     if (!s->conns)
         goto error_executor;
     if (cfg->step_log_path[0]) {
@@ -825,11 +906,14 @@ server *server_create(const server_config *cfg, exec *executor, char *err)
                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
                                             EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
                                             EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
-    evhttp_set_max_headers_size(s->http, MAX_HEADERS_BYTES);
-    /* Deadlines for requests to arrive and for clients to read their replies (conns.h says
-     * why not evhttp_set_timeout). */
+    /* The framing (conns.c, reqframe.h) enforces the head and body limits, with a JSON
+     * answer, before evhttp sees a byte; evhttp's own limits are set where the normal form
+     * it gets can never reach them (they would answer with an HTML page). */
+    evhttp_set_max_headers_size(s->http, REQFRAME_OUT_MIN);
+    evhttp_set_max_body_size(s->http, (ev_ssize_t)s->cfg.max_body_bytes);
+    /* Framing, deadlines for requests to arrive and for clients to read their replies
+     * (conns.h says why not evhttp_set_timeout). */
     evhttp_set_bevcb(s->http, conns_new_bufferevent, s->conns);
-    evhttp_set_max_body_size(s->http, (ev_ssize_t)(s->cfg.max_body_bytes * 4));
     if (listen_on(s, err) != 0)
         goto error;
     struct sockaddr_storage addr;

@@ -139,4 +139,8 @@ void metrics_format(const metrics_state *m, const char *model_name, buf *out)
             "Connections shut down because the client left its reply unread for the read "
             "timeout.",
             label, (double)m->write_stalls);
+    gauge(out, "stallscope:heap_bytes",
+          "Bytes the server holds from its memory allocator (a leak check: back to its level "
+          "after the same load).",
+          label, (double)m->heap_bytes);
 }

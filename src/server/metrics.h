@@ -24,6 +24,10 @@
  *                                            request did not arrive whole in time
  *   stallscope:http_write_stalls_total  counter  connections shut down because the client
  *                                            left its reply unread for the timeout
+ *   stallscope:heap_bytes          gauge     bytes held from the allocator (glibc's
+ *                                            mallinfo2, or ASan's count in a sanitizer
+ *                                            build): exact where RSS is noisy, for leak
+ *                                            checks
  * Every sample carries model_name="...". Bucket bounds are vLLM's. Pure: the HTTP thread
  * owns one metrics_state and formats it on GET /metrics. */
 #ifndef STALLSCOPE_METRICS_H
@@ -52,6 +56,7 @@ typedef struct metrics_state {
     int64_t http_connections;
     uint64_t read_timeouts;
     uint64_t write_stalls;
+    int64_t heap_bytes;
     metrics_hist ttft, itl, iteration_tokens;
 } metrics_state;
 

@@ -13,8 +13,9 @@
  * Endpoints: POST /v1/completions, POST /v1/chat/completions (openai.h), GET /v1/models,
  * GET /health, GET /metrics (metrics.h). --api-key guards /v1/ only, as vLLM does.
  * Shutdown (SIGINT/SIGTERM or server_stop): stop accepting, abort what runs, end every
- * stream with a finish_reason "abort" chunk (+ usage when asked) and [DONE], wait for the
- * replies to be written (at most SERVER_GRACE_S), return 0. See docs/server.md. */
+ * stream with a finish_reason "abort" chunk (+ usage when asked) and [DONE], answer every
+ * cut non-streaming request 503 with Retry-After, and return 0 as soon as the replies to
+ * live clients are written (at most SERVER_GRACE_S). See docs/server.md. */
 #ifndef STALLSCOPE_SERVER_H
 #define STALLSCOPE_SERVER_H
 #include <stdbool.h>

@@ -10,7 +10,7 @@ import struct
 import threading
 import time
 
-from serve_client import Stream, request
+from serve_client import Stream, parse_responses, request
 
 HOST = "127.0.0.1"
 
@@ -71,10 +71,33 @@ def rss_kb(pid):
     raise RuntimeError("no VmRSS")
 
 
-def post(path, body, extra=b""):
+def post(path, body, extra=b"", headers=b"", version=b"HTTP/1.1"):
     payload = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload + extra
+    return (f"POST {path} ".encode() + version + b"\r\nHost: x\r\n"
+            b"Content-Type: application/json\r\n" + headers
+            + b"Content-Length: %d\r\n\r\n" % len(payload) + payload + extra)
+
+
+OK = b'{"prompt": "hi", "max_tokens": 2}'
+
+
+def refusal_problems(name, got):
+    """Every error answer in `got` (parse_responses) must be an OpenAI-style JSON error
+    (code == status) and, when it refuses the request's framing, close the connection."""
+    problems = []
+    for st, hdrs, body in got:
+        if st < 400:
+            continue
+        try:
+            err = json.loads(body)["error"]
+            assert err["code"] == st and isinstance(err["type"], str) and err["message"]
+            assert hdrs.get("content-type", "").startswith("application/json")
+        except Exception:  # noqa: BLE001 - reported
+            problems.append(f"{name}: {st} is not an OpenAI-style JSON error: {body[:100]!r}")
+            continue
+        if st != 405 and hdrs.get("connection", "").lower() != "close":
+            problems.append(f"{name}: {st} without Connection: close")
+    return problems
 
 
 # ---- legitimate load ------------------------------------------------------------------------
@@ -204,14 +227,16 @@ def slowloris(port, read_timeout_s, conns=20, body=False):
 
 
 def oversized(port):
-    """Headers and bodies over the limits: an error status (never 2xx or 5xx) or a close,
-    quickly. The server's limits: 64 KiB of headers, --max-body-size 64 KiB here."""
+    """Headers and bodies over the limits: the status below with an OpenAI-style JSON error
+    (before issue 15 evhttp answered several of these itself, with an HTML page), or a
+    close, quickly. The server's limits: 64 KiB of head (reqframe.h), --max-body-size
+    64 KiB here."""
     cases = [
         ("a 100 KB header", b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100000
-         + b"\r\n\r\n", {400, 431}),
+         + b"\r\n\r\n", {431}),
         ("20,000 headers", b"GET /health HTTP/1.1\r\n"
-         + b"".join(b"X-%d: v\r\n" % i for i in range(20000)) + b"\r\n", {400, 431}),
-        ("a 100 KB URI", b"GET /" + b"a" * 100000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", {400, 414}),
+         + b"".join(b"X-%d: v\r\n" % i for i in range(20000)) + b"\r\n", {431}),
+        ("a 100 KB URI", b"GET /" + b"a" * 100000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", {414}),
         ("a 100 KB body (over the limit)", post("/v1/completions", b"a" * 100000), {413}),
         ("a 1 MB body (over 4 x the limit)", post("/v1/completions", b"a" * 1000000), {413}),
         ("Content-Length 10^12, no body", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
@@ -219,7 +244,7 @@ def oversized(port):
         ("a negative Content-Length", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
          b"Content-Length: -5\r\n\r\n{}", {400}),
         ("a chunk of 2^64-1 bytes", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
-         b"Transfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\nabc", {400, 413}),
+         b"Transfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\nabc", {413}),
     ]
     problems = []
     for name, data, want in cases:
@@ -234,6 +259,7 @@ def oversized(port):
             problems.append(f"{name}: neither an answer nor a close")
         elif st is not None and st not in want:
             problems.append(f"{name}: status {st}, want one of {sorted(want)}")
+        problems += refusal_problems(name, parse_responses(resp)[0])
     return problems
 
 
@@ -314,6 +340,7 @@ def pipelined(port):
                         "garbage, want 3")
     if b"400 Bad Request" not in resp and closed is None:
         problems.append("pipelined: garbage neither refused nor the connection closed")
+    problems += refusal_problems("pipelined garbage", parse_responses(resp)[0])
     stream = post("/v1/completions", {"prompt": "hi", "max_tokens": 30, "ignore_eos": True,
                                       "stream": True}, extra=b"\xde\xad\xbe\xef" * 64)
     resp, closed = raw(port, stream, wait=10)
@@ -331,6 +358,7 @@ def pipelined(port):
             problems.append(f"{name}: status {st}")
         if st is None and closed is None:
             problems.append(f"{name}: neither an answer nor a close")
+        problems += refusal_problems(name, parse_responses(resp)[0])
     return problems
 
 
@@ -389,3 +417,90 @@ def bad_bodies(port):
         except Exception:  # noqa: BLE001
             problems.append(f"{body[:40]!r}: not an OpenAI-style error: {b[:120]!r}")
     return problems
+
+
+def smuggling(port, verbose=False):
+    """Request smuggling and framing the server must refuse (RFC 9112; reqframe.h), and
+    framing it must accept, each on its own connection. Every refusal: the status listed,
+    an OpenAI-style JSON error (code == status), "Connection: close", the connection closed,
+    nothing answered after it; requests pipelined before it answered first, in order; a
+    request hidden in another's body never answered."""
+    GET = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    METRICS = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+    HIDDEN = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+
+    # (name, bytes sent, statuses expected in order; the last one refuses and closes if >= 400)
+    cases = [
+        ("two different Content-Length",
+         b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nContent-Length: 67\r\n\r\n"
+         % len(OK) + OK + METRICS, [400]),
+        ("the same Content-Length twice",
+         b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nContent-Length: %d\r\n\r\n"
+         % (len(OK), len(OK)) + OK, [400]),
+        ("Content-Length: +N",
+         b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: +%d\r\n\r\n" % len(OK) + OK,
+         [400]),
+        ("Content-Length and Transfer-Encoding",
+         b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+         b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + METRICS, [400]),
+        ("Transfer-Encoding: gzip", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+         b"Transfer-Encoding: gzip\r\n\r\n" + METRICS, [400]),
+        ("Transfer-Encoding in HTTP/1.0", b"POST /v1/completions HTTP/1.0\r\n"
+         b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", [400]),
+        ("HTTP/1.2", b"GET /health HTTP/1.2\r\nHost: x\r\n\r\n", [505]),
+        ("HTTP/2.0 preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", [505]),
+        ("an unknown method", b"BREW /health HTTP/1.1\r\nHost: x\r\n\r\n", [501]),
+        ("Expect: other", post("/v1/completions", OK, headers=b"Expect: 200-ok\r\n"), [417]),
+        ("obs-fold", b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n 2\r\n\r\n", [400]),
+        ("a space before the colon", b"GET /health HTTP/1.1\r\nHost : x\r\n\r\n", [400]),
+        ("a bare LF", b"GET /health HTTP/1.1\nHost: x\n\n", [400]),
+        ("a NUL in a header", b"GET /health HTTP/1.1\r\nHost: a\x00b\r\n\r\n", [400]),
+        ("HTTP/1.1 without Host", b"GET /health HTTP/1.1\r\n\r\n", [400]),
+        ("two Host fields", b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", [400]),
+        ("a bad chunk size", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+         b"Transfer-Encoding: chunked\r\n\r\nzz\r\n" + OK, [400]),
+        ("chunk data without its CRLF", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+         b"Transfer-Encoding: chunked\r\n\r\n%x\r\n" % len(OK) + OK + b"XX0\r\n\r\n", [400]),
+        ("101 header fields", b"GET /health HTTP/1.1\r\nHost: x\r\n"
+         + b"".join(b"X-%d: v\r\n" % i for i in range(100)) + b"\r\n", [431]),
+        ("a chunked body over the limit", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+         b"Transfer-Encoding: chunked\r\n\r\n" + b"8000\r\n" + b"a" * 0x8000 + b"\r\n"
+         + b"8001\r\n" + b"a" * 0x8001 + b"\r\n0\r\n\r\n", [413]),
+        # Pipelined: the good ones first, in order, then the refusal.
+        ("two good requests, then a smuggled one", GET + GET
+         + b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 40\r\n\r\n{}"
+         + METRICS, [200, 200, 400]),
+        # Accepted.
+        ("a GET whose body hides a request", b"GET /health HTTP/1.1\r\nHost: x\r\n"
+         b"Content-Length: %d\r\n\r\n" % len(HIDDEN) + HIDDEN + GET, [200, 200]),
+        ("a TRACE whose body hides a request", b"TRACE /health HTTP/1.1\r\nHost: x\r\n"
+         b"Content-Length: %d\r\n\r\n" % len(HIDDEN) + HIDDEN + GET, [405, 200]),
+        ("a chunk extension", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+         b"Transfer-Encoding: chunked\r\n\r\n%x;ext=1\r\n" % len(OK) + OK
+         + b"\r\n0;done\r\nX-Trailer: t\r\n\r\n" + GET, [200, 200]),
+        ("absolute-form", b"GET http://127.0.0.1/health HTTP/1.1\r\nHost: x\r\n\r\n", [200]),
+        ("empty lines before a request", b"\r\n\r\n" + GET, [200]),
+    ]
+    failures = []
+    for name, data, want in cases:
+        resp, closed = raw(port, data, wait=3 if want[-1] >= 400 else 1)
+        got, rest = parse_responses(resp)
+        statuses = [st for st, _, _ in got]
+        why = []
+        if statuses != want:
+            why.append(f"statuses {statuses}, want {want}")
+        if rest:
+            why.append(f"{len(rest)} bytes after the last response: {rest[:80]!r}")
+        why += refusal_problems(name, got)
+        if want[-1] >= 400 and closed is None:
+            why.append("connection still open 3 s after the refusal")
+        if want[-1] == 200 and statuses[-1:] == [200] and closed is not None:
+            why.append("keep-alive connection closed")
+        if any(b"vllm:" in body for _, _, body in got):
+            why.append("a request smuggled inside another was answered (/metrics)")
+        if why:
+            failures.append(f"{name}: " + "; ".join(why))
+        elif verbose:
+            last = json.loads(got[-1][2])["error"]["message"] if want[-1] >= 400 else "ok"
+            print(f"ok: {name}: {statuses} ({last})")
+    return failures

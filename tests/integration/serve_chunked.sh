@@ -5,10 +5,15 @@
 #  - no step holds more than 512 tokens, and the prompt is spread over many steps;
 #  - no step lasts longer than the cost model's longest 512-token step (the largest
 #    modeled_ns in the log: the last chunks, whose attention reaches back over ~7,500
-#    tokens) + 0.5 ms tolerance for the wake-up of the emulated step;
+#    tokens) + 0.5 ms, except at most 1 % of steps (rounded down), each only if the engine
+#    recorded the step that late itself (late_ns in the step log: the overrun minus the
+#    recorded lateness within 0.5 ms) and the overrun is at most 5 ms
+#    (serve_client.check_step_timing; docs/server.md quotes the same numbers);
 #  - that longest step is far below the one-step prefill (< 1/4 of `stallscope model`'s
 #    8,000-token prefill), and no stream's consecutive tokens are written further apart
 #    than that step + 25 ms (loop-thread scheduling slack under load).
+# While it measures, one SCHED_IDLE busy loop per CPU keeps this VM's vCPUs from halting
+# (a halted vCPU wakes the engine milliseconds late: serve_lib.bash, docs/server.md).
 set -euo pipefail
 BIN=$1
 DIR=$2
@@ -16,6 +21,7 @@ mkdir -p "$DIR"
 source "$(dirname "$0")/serve_lib.bash"
 
 "$BIN" model --gpu h100-sxm --model llama-3.1-8b --prompt-tokens 8000 --json >"$DIR/model.json"
+keep_cpus_awake 120 # no halted vCPU while steps are timed (serve_lib.bash says why)
 start_server chunked --engine emulate --gpu h100-sxm --model llama-3.1-8b --policy chunked \
   --max-num-batched-tokens 512 --step-log "$DIR/steps.csv"
 py "$(cat <<'PY'
@@ -29,15 +35,15 @@ print("ok: 32 streams + one 8,000-token prompt finished")
 PY
 )"
 stop_server TERM
+release_cpus
 
 py "$(cat <<'PY'
 import json, os
-from serve_client import read_steps
+from serve_client import check_step_timing, read_steps
 d = os.environ["DIR"]
 steps = read_steps(f"{d}/steps.csv")
 client = json.load(open(f"{d}/client.json"))
 one_step_ms = json.load(open(f"{d}/model.json"))["prompts"][0]["total_ms"]
-TOLERANCE_NS = 500_000
 
 assert all(s["decode_tokens"] + s["prefill_tokens"] <= 512 for s in steps), "a step over budget"
 # Every prompt token is prefilled once (32 x 48 background + 8,000), and the long prompt
@@ -52,13 +58,10 @@ print(f"{len(steps)} steps, {len(chunks)} carry prompt chunks; longest modeled "
       f"(one-step prefill would be {one_step_ms:.1f} ms)")
 # What the policy guarantees is in the modeled durations (the batches it built); the actual
 # ones add the machine: a shared 2-core VM now and then wakes the engine thread late by a
-# few ms (seen once in ~600 steps in CI-like runs). So: every step's work fits a 512-token
-# step, at most 1 % of steps overrun it by more than 0.5 ms, and none comes near a prefill.
-over = [s for s in steps if s["t_end_ns"] - s["t_start_ns"] > longest_modeled + TOLERANCE_NS]
-if over:
-    print(f"{len(over)} step(s) overran by > 0.5 ms (late wake-ups): "
-          f"{[(s['step'], (s['t_end_ns'] - s['t_start_ns']) / 1e6, s['modeled_ns'] / 1e6) for s in over[:3]]}")
-assert len(over) <= len(steps) // 100, f"steps longer than the longest 512-token step + 0.5 ms: {over[:3]}"
+# millisecond or two. Such a step is excused only by the engine's own record of it.
+excused, worst = check_step_timing(steps, lambda s: longest_modeled, "steps")
+print(f"steps over the longest 512-token step by > 0.5 ms, excused by the engine's late_ns: "
+      f"{excused} (at most {len(steps) // 100}); worst overrun {worst / 1e6:.3f} ms")
 assert longest_actual < one_step_ms * 1e6 / 4, "a step as long as a one-step prefill"
 assert longest_modeled < one_step_ms * 1e6 / 4
 

@@ -11,8 +11,9 @@ source "$(dirname "$0")/serve_lib.bash"
 start_server errors --policy mixed --max-num-batched-tokens 2048 --max-model-len 4096 \
   --max-body-size 65536
 py "$(cat <<'PY'
-import json, os, socket, time
-from serve_client import Stream, request
+import json, os, time
+from hostile import raw, refusal_problems
+from serve_client import Stream, parse_responses, request
 port = int(os.environ["PORT"])
 
 bg = Stream(port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "go"}],
@@ -74,15 +75,14 @@ expect(405, C, None, method="GET", why="GET on a POST endpoint")
 expect(405, "/v1/models", {"x": 1}, why="POST on a GET endpoint")
 expect(405, "/health", None, method="DELETE", why="DELETE on /health")
 
-# A client that sends garbage instead of HTTP gets dropped; nobody else notices.
-s = socket.create_connection(("127.0.0.1", port), timeout=5)
-s.sendall(b"\x00\x01garbage\r\n\r\n")
-s.settimeout(5)
-try:
-    s.recv(100)
-except OSError:
-    pass
-s.close()
+# A client that sends garbage instead of HTTP gets a 400 JSON error and the connection
+# closed; nobody else notices.
+resp, closed = raw(port, b"\x00\x01garbage\r\n\r\n", wait=5)
+got, rest = parse_responses(resp)
+assert [st for st, _, _ in got] == [400] and not rest, resp[:300]
+assert not refusal_problems("garbage", got), refusal_problems("garbage", got)
+assert closed is not None, "the garbage client's connection was left open"
+print(f"ok: 400 garbage instead of HTTP: {json.loads(got[0][2])['error']['message']}; closed")
 
 bg.join(60)
 assert not bg.is_alive() and bg.error is None and bg.status == 200, (bg.error, bg.status)

@@ -2,13 +2,19 @@
 # ctest: run-serial
 # stallscope serve, one-step prefill (--policy mixed --max-num-batched-tokens 16384) on an
 # emulated H100 running Llama 3.1 8B: 32 streams, then one 8,000-token prompt.
-#  - the step log shows the prefill step within 2 % of the cost model, decode steps within
-#    0.5 ms of it (every decode step when the engine thread got SCHED_FIFO, 99 % of them
-#    otherwise; the median within 0.1 ms);
+#  - the step log shows the prefill step within 2 % of the cost model, and the decode steps
+#    on the model: the median within 0.1 ms, every decode step within 0.5 ms of its modeled
+#    duration except at most 1 % of them (rounded down), and each of those only if the
+#    engine recorded the step that late itself (late_ns in the step log: the overrun minus
+#    the recorded lateness within 0.5 ms) and the overrun is at most 5 ms
+#    (serve_client.check_step_timing; docs/server.md quotes the same numbers). Four 130 ms
+#    stalls fail it (serve_timing_rule.sh feeds it such logs);
 #  - the prefill step's modeled time agrees with `stallscope model` (8,000-token prefill
 #    alone, plus 32 decode rows: between 1x and 1.05x);
 #  - every stream's token of the prefill step is written (emit_ns) and received (client
 #    clock) after that step ended, and its previous token is the one of the step before.
+# While it measures, one SCHED_IDLE busy loop per CPU keeps this VM's vCPUs from halting
+# (a halted vCPU wakes the engine milliseconds late: serve_lib.bash, docs/server.md).
 set -euo pipefail
 BIN=$1
 DIR=$2
@@ -16,6 +22,7 @@ mkdir -p "$DIR"
 source "$(dirname "$0")/serve_lib.bash"
 
 "$BIN" model --gpu h100-sxm --model llama-3.1-8b --prompt-tokens 8000 --json >"$DIR/model.json"
+keep_cpus_awake 120 # no halted vCPU while steps are timed (serve_lib.bash says why)
 start_server mixed --engine emulate --gpu h100-sxm --model llama-3.1-8b --policy mixed \
   --max-num-batched-tokens 16384 --step-log "$DIR/steps.csv"
 py "$(cat <<'PY'
@@ -32,10 +39,11 @@ print("ok: 32 streams + one 8,000-token prompt finished")
 PY
 )"
 stop_server TERM   # flushes the step log
+release_cpus
 
 py "$(cat <<'PY'
 import json, os, statistics
-from serve_client import read_steps
+from serve_client import check_step_timing, read_steps
 d = os.environ["DIR"]
 steps = read_steps(f"{d}/steps.csv")
 client = json.load(open(f"{d}/client.json"))
@@ -59,12 +67,15 @@ print(f"decode steps: {len(errs)}, error (actual - modeled) ms: median {statisti
       f"p99 {errs[int(0.99 * (len(errs) - 1))]:.3f}, max {errs[-1]:.3f}, min {errs[0]:.3f}")
 assert len(decode) > 100
 assert abs(statistics.median(errs)) <= 0.1
-within = sum(abs(e) <= 0.5 for e in errs) / len(errs)
-# Even under SCHED_FIFO a shared VM now and then runs the engine thread late by a few ms
-# (the hypervisor, not the engine): 99 % of decode steps within 0.5 ms, median within 0.1.
+assert errs[0] >= 0, "a decode step ended before its modeled time"
+# Even under SCHED_FIFO a shared VM now and then wakes the engine thread late by a
+# millisecond or two (the hypervisor, not the engine); such a step is excused only by the
+# engine's own record of it (late_ns), up to 5 ms, and on at most 1 % of steps.
 if not client["realtime"]:
     print("note: engine thread not SCHED_FIFO here")
-assert within >= 0.99, f"only {100 * within:.1f} % of decode steps within 0.5 ms"
+excused, worst = check_step_timing(decode, lambda s: s["modeled_ns"], "decode steps")
+print(f"decode steps over by > 0.5 ms, excused by the engine's late_ns: {excused} "
+      f"(at most {len(decode) // 100}); worst overrun {worst / 1e6:.3f} ms")
 
 # Every background stream's token from the prefill step comes after the step ended.
 for i, st in enumerate(client["bg"]):

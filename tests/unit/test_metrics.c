@@ -38,6 +38,7 @@ static void test_format(void **state)
     m.prompt_tokens = 8000;
     m.generation_tokens = 42;
     m.preemptions = 2;
+    m.heap_bytes = 716800;
     metrics_hist_observe(&m.itl, 0.005);
     metrics_hist_observe(&m.itl, 0.146);
     metrics_hist_observe(&m.iteration_tokens, 8032);
@@ -58,6 +59,7 @@ static void test_format(void **state)
     HAS("vllm:prompt_tokens_total%s} 8000\n");
     HAS("vllm:generation_tokens_total%s} 42\n");
     HAS("vllm:num_preemptions_total%s} 2\n");
+    HAS("stallscope:heap_bytes%s} 716800\n");
     HAS("vllm:inter_token_latency_seconds_bucket%s,le=\"0.01\"} 1\n");
     HAS("vllm:inter_token_latency_seconds_bucket%s,le=\"0.15\"} 2\n"); /* cumulative */
     HAS("vllm:inter_token_latency_seconds_bucket%s,le=\"+Inf\"} 2\n");
@@ -68,6 +70,7 @@ static void test_format(void **state)
     assert_non_null(strstr(t, "# TYPE vllm:prompt_tokens counter\n"));
     assert_non_null(strstr(t, "# TYPE vllm:time_to_first_token_seconds histogram\n"));
     assert_non_null(strstr(t, "# TYPE vllm:kv_cache_usage_perc gauge\n"));
+    assert_non_null(strstr(t, "# TYPE stallscope:heap_bytes gauge\n"));
     /* Every line is a comment or "name{labels} value". */
     for (const char *line = t; *line;) {
         const char *end = strchr(line, '\n');

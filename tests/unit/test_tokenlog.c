@@ -154,7 +154,8 @@ static void test_round_trip(void **state)
     for (size_t i = 0; i < 2; i++)
         assert_int_equal(tokenlog_add_request(&log, &reqs[i], NULL), 0);
     tokenlog_step st = {.step = 0, .t_start_ns = 100, .t_end_ns = 146000100, .decode_tokens = 32,
-                        .prefill_tokens = 8000, .n_requests = 33, .modeled_ns = 146000000};
+                        .prefill_tokens = 8000, .n_requests = 33, .modeled_ns = 146000000,
+                        .late_ns = 812345};
     assert_int_equal(tokenlog_add_step(&log, &st), 0);
 
     char err[ERR_LEN] = "";
@@ -189,6 +190,7 @@ static void test_round_trip(void **state)
     assert_int_equal(back.steps[0].t_end_ns, 146000100);
     assert_int_equal(back.steps[0].prefill_tokens, 8000);
     assert_int_equal(back.steps[0].modeled_ns, 146000000);
+    assert_int_equal(back.steps[0].late_ns, 812345);
     tokenlog_free(&back);
 
     /* Without steps, no steps.csv, and reading does not need one. */
@@ -221,6 +223,26 @@ static void test_reader_tolerates_crlf_and_blank_lines(void **state)
     assert_int_equal(log.events[1].t_ns, 6);
     assert_string_equal(log.requests[0].finish_reason, "stop");
     assert_string_equal(log.requests[0].error, "");
+    tokenlog_free(&log);
+    remove_tree(dir);
+}
+
+/* steps.csv written before the late_ns column still reads (late_ns 0). */
+static void test_reads_steps_without_late_ns(void **state)
+{
+    (void)state;
+    char dir[64];
+    make_tmpdir(dir, sizeof dir);
+    write_text(dir, "tokens.csv", TOKENS_HDR);
+    write_text(dir, "requests.csv", REQUESTS_HDR);
+    write_text(dir, "steps.csv", "step,t_start_ns,t_end_ns,decode_tokens,prefill_tokens,"
+                                 "n_requests,modeled_ns\n0,10,20,1,0,1,9\n");
+    tokenlog log;
+    char err[ERR_LEN] = "";
+    assert_int_equal(tokenlog_read_dir(&log, dir, NULL, err), 0);
+    assert_int_equal(log.n_steps, 1);
+    assert_int_equal(log.steps[0].modeled_ns, 9);
+    assert_int_equal(log.steps[0].late_ns, 0);
     tokenlog_free(&log);
     remove_tree(dir);
 }
@@ -526,6 +548,7 @@ int main(void)
         cmocka_unit_test(test_writers_exact_format),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_reader_tolerates_crlf_and_blank_lines),
+        cmocka_unit_test(test_reads_steps_without_late_ns),
         cmocka_unit_test(test_read_errors_name_file_and_line),
         cmocka_unit_test(test_writer_whole_rows_always),
         cmocka_unit_test(test_writer_full_disk),
