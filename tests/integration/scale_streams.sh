@@ -25,4 +25,10 @@ if grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' "$WORK/scale.err"; th
 fi
 [ "$RC" = 0 ] || { tail -5 "$WORK/scale.err"; echo "FAIL: bench_scale exit $RC"; exit 1; }
 grep -q "ok: no token lost, no error" "$WORK/scale.out" || { echo "FAIL: no verdict line"; exit 1; }
+# The scale is the point: all the streams asked for, open at once (bench_scale also fails
+# when they never were; here: not quietly fewer for a low descriptor limit).
+want=${SCALE_STREAMS:-1000}
+! grep -q "streams instead of" "$WORK/scale.out" || { echo "FAIL: fewer streams than $want"; exit 1; }
+grep -qE "at most $want streams open at once" "$WORK/scale.out" ||
+  { echo "FAIL: $want streams were never open at once"; exit 1; }
 echo "0 failed"
