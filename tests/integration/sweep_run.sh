@@ -40,8 +40,10 @@ timeout 300 "$bin" sweep --target "http://127.0.0.1:$port" \
 cat "$dir/target.txt"
 S=$dir/target/sweep.json
 check "both points ran" "[p['status'] for p in a['results']] == ['ok', 'ok']" "$S"
-check "chunked/512: max gap under a fifth of mixed's" \
-  "a['results'][1]['itl_ms']['max'] * 5 < a['results'][0]['itl_ms']['max']" "$S"
+# The injections' spike (each one's longest gap, median over them), not the run's max: one
+# pause of this shared machine (54 ms, seen once) is a max of its own, and no injection's.
+check "chunked/512: spike under a fifth of mixed's" \
+  "a['results'][1]['spike_ms'] * 5 < a['results'][0]['spike_ms']" "$S"
 grep -q "policy mixed, max_num_batched_tokens 16384" "$dir/target/point-1/server.log" ||
   fail "point-1's server did not get its flags"
 grep -q "policy chunked, max_num_batched_tokens 512" "$dir/target/point-2/server.log" ||
