@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "analysis/attribution.h"
 #include "analysis/timeline.h"
 #include "common/err.h"
 
@@ -222,6 +223,12 @@ void analysis_summary_free(analysis_summary *s)
     free(s->injections);
     s->injections = NULL;
     s->n_injections = 0;
+    free(s->attribution.culprits);
+    s->attribution.culprits = NULL;
+    s->attribution.n_culprits = 0;
+    free(s->stall_list);
+    s->stall_list = NULL;
+    s->n_stall_list = 0;
 }
 
 bool analysis_injection_ttft(const analysis_summary *s, analysis_dist *out)
@@ -497,6 +504,10 @@ int analysis_summarize(const tokenlog *log, const analysis_options *opt, analysi
             out->injections[aligned_users[i].first].users_stalled++;
     for (int64_t j = 0; j < n_inj; j++)
         out->injections_with_stalls += out->injections[j].users_stalled > 0;
+
+    /* Every stall's cause and culprits, whatever the workload. */
+    if (analysis_attribute(log, &tl, threshold_ms, out, err) != 0)
+        goto fail;
 
     rc = 0;
     goto done;

@@ -43,6 +43,78 @@ typedef struct analysis_stalls {
     double stalled_time_fraction; /* union of stall intervals / run duration */
 } analysis_stalls;
 
+/* ---- causes ----------------------------------------------------------------------- */
+
+/* Every stall gets one cause, in this order of evidence (DESIGN.md):
+ *   PREFILL      the server was prefilling: a step during the gap carried prompt tokens and
+ *                lasted longer than the threshold (its model says so too, where there is
+ *                one); without a step log (a --target), a request whose own wait for its
+ *                first token was at least the threshold overlapped the gap. The culprits
+ *                are those requests: their prefill window [send, first token] overlapped
+ *                the gap and lasted at least the threshold, and their prompt is at least a
+ *                quarter of the longest such prompt (a short request that only queued
+ *                behind the prefill waited long too, but did not cause the wait).
+ *   SERVER       a step during the gap lasted longer than the threshold while its modeled
+ *                work was shorter: the server's machine, not its scheduler.
+ *   CLIENT       the server kept stepping, every step short, all through the gap: it
+ *                emitted on time and the client read late.
+ *   UNEXPLAINED  none of the above (no step log and no long prefill, or no step at all). */
+typedef enum {
+    ANALYSIS_CAUSE_PREFILL,
+    ANALYSIS_CAUSE_SERVER,
+    ANALYSIS_CAUSE_CLIENT,
+    ANALYSIS_CAUSE_UNEXPLAINED,
+    ANALYSIS_N_CAUSES
+} analysis_cause;
+const char *analysis_cause_name(analysis_cause c); /* "prefill", "server", "client", "unexplained" */
+
+#define ANALYSIS_MAX_CULPRITS 3 /* per stall, the longest prompts first */
+
+/* One stall: the gap (start, start + gap) in a background request's stream. */
+typedef struct analysis_stall {
+    int64_t t_ns;         /* where the wait began (the previous token) */
+    int64_t gap_ns;
+    int64_t request;
+    int32_t user;
+    int32_t cause;        /* analysis_cause */
+    int32_t n_culprits;   /* all of them; the first ANALYSIS_MAX_CULPRITS are named */
+    int64_t culprit[ANALYSIS_MAX_CULPRITS];
+    int32_t culprit_prompt[ANALYSIS_MAX_CULPRITS];
+} analysis_stall;
+
+typedef struct analysis_cause_total {
+    int64_t stalls;
+    double frozen_user_s; /* the stalls' gaps, summed over users */
+} analysis_cause_total;
+
+/* A request that stalled others ("who stalled whom"): every stall naming it counts in full. */
+typedef struct analysis_culprit {
+    int64_t request;
+    int32_t kind;          /* tokenlog_kind */
+    int32_t prompt_tokens;
+    int64_t stalls;
+    int32_t users;         /* distinct users it stalled */
+    double frozen_user_s;
+} analysis_culprit;
+
+#define ANALYSIS_PROMPT_BUCKETS 6 /* < 1k, 1k-2k, 2k-4k, 4k-8k, 8k-16k, >= 16k tokens */
+extern const int analysis_prompt_bucket_lo[ANALYSIS_PROMPT_BUCKETS];
+
+typedef struct analysis_attribution {
+    analysis_cause_total by_cause[ANALYSIS_N_CAUSES];
+    /* Prefill stalls by the prompt length of their longest culprit. */
+    analysis_cause_total by_prompt[ANALYSIS_PROMPT_BUCKETS];
+    analysis_culprit *culprits; /* (n_culprits) most frozen user-seconds first */
+    int n_culprits;
+    bool step_log;              /* the causes had a step log to go on */
+    /* Rates a user of real traffic asks for. */
+    double stalls_per_min;
+    double stalls_per_1k_requests;  /* per 1,000 background requests that got a token */
+    double frozen_user_s_per_hour;
+    double requests_stalled_100ms;  /* share of background requests with a gap > 100 ms */
+    double requests_stalled_1s;     /* ... > 1 s */
+} analysis_attribution;
+
 typedef struct analysis_summary {
     char label[64];
     char engine[128];
@@ -60,6 +132,9 @@ typedef struct analysis_summary {
     int64_t errors;             /* requests that ended with an error */
     int64_t protocol_violations; /* server events the client ignored (from the run's record) */
     bool complete;              /* false when the run was cut short */
+    analysis_attribution attribution;
+    analysis_stall *stall_list; /* (n_stall_list) every stall, by request then time */
+    int64_t n_stall_list;
 } analysis_summary;
 
 typedef struct analysis_options {
@@ -88,6 +163,11 @@ int analysis_gaps_ms(const tokenlog *log, double **out, int64_t *n, char *err);
 int analysis_summarize(const tokenlog *log, const analysis_options *opt, analysis_summary *out,
                        char *err);
 void analysis_summary_free(analysis_summary *s);
+
+/* stalls.csv: t_ns,user,request,gap_ms,cause,culprits — one row per stall (t_ns where the
+ * wait began; culprits "request:prompt_tokens" joined by ';', the longest prompts first),
+ * written atomically. 0, or -1 with err. */
+int analysis_write_stalls_csv(const analysis_summary *s, const char *path, char *err);
 
 /* ---- sweeps ------------------------------------------------------------------------ */
 

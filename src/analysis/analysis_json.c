@@ -36,6 +36,49 @@ static json_t *injection_json(const analysis_injection *inj)
                      inj->users_stalled);
 }
 
+static json_t *total_json(const analysis_cause_total *t, int64_t all)
+{
+    return json_pack("{s:I, s:o, s:o}", "stalls", (json_int_t)t->stalls, "frozen_user_s",
+                     real_or_null(t->frozen_user_s), "share",
+                     real_or_null(all > 0 ? (double)t->stalls / (double)all : 0));
+}
+
+#define TOP_CULPRITS 10
+
+static json_t *attribution_json(const analysis_summary *s)
+{
+    const analysis_attribution *a = &s->attribution;
+    json_t *causes = json_object(), *buckets = json_array(), *culprits = json_array();
+    for (int c = 0; c < ANALYSIS_N_CAUSES; c++)
+        json_object_set_new(causes, analysis_cause_name((analysis_cause)c),
+                            total_json(&a->by_cause[c], s->n_stall_list));
+    for (int b = 0; b < ANALYSIS_PROMPT_BUCKETS; b++) {
+        json_t *j = total_json(&a->by_prompt[b], a->by_cause[ANALYSIS_CAUSE_PREFILL].stalls);
+        json_object_set_new(j, "prompt_tokens_from", json_integer(analysis_prompt_bucket_lo[b]));
+        json_object_set_new(j, "prompt_tokens_to", b + 1 < ANALYSIS_PROMPT_BUCKETS
+                                                       ? json_integer(analysis_prompt_bucket_lo[b + 1])
+                                                       : json_null());
+        json_array_append_new(buckets, j);
+    }
+    for (int i = 0; i < a->n_culprits && i < TOP_CULPRITS; i++) {
+        const analysis_culprit *c = &a->culprits[i];
+        json_array_append_new(culprits,
+                              json_pack("{s:I, s:s, s:i, s:I, s:i, s:o}", "request",
+                                        (json_int_t)c->request, "kind", tokenlog_kind_name(c->kind),
+                                        "prompt_tokens", c->prompt_tokens, "stalls",
+                                        (json_int_t)c->stalls, "users", c->users, "frozen_user_s",
+                                        real_or_null(c->frozen_user_s)));
+    }
+    return json_pack("{s:b, s:o, s:o, s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "step_log",
+                     (int)a->step_log, "by_cause", causes, "by_prompt_tokens", buckets,
+                     "culprit_requests", (json_int_t)a->n_culprits, "top_culprits", culprits,
+                     "stalls_per_min", real_or_null(a->stalls_per_min), "stalls_per_1k_requests",
+                     real_or_null(a->stalls_per_1k_requests), "frozen_user_s_per_hour",
+                     real_or_null(a->frozen_user_s_per_hour), "requests_stalled_100ms",
+                     real_or_null(a->requests_stalled_100ms), "requests_stalled_1s",
+                     real_or_null(a->requests_stalled_1s));
+}
+
 json_t *analysis_summary_to_json(const analysis_summary *s)
 {
     json_t *injections = json_array();
@@ -54,7 +97,7 @@ json_t *analysis_summary_to_json(const analysis_summary *s)
         real_or_null(st->aligned_fraction), "stalled_time_fraction",
         real_or_null(st->stalled_time_fraction));
     /* "o" steals each reference, even when json_pack fails, so nothing leaks here. */
-    return json_pack("{s:s, s:s, s:s, s:o, s:i, s:I, s:o, s:o, s:o, s:o, s:o, s:b, s:I, s:i, s:I}",
+    return json_pack("{s:s, s:s, s:s, s:o, s:i, s:I, s:o, s:o, s:o, s:o, s:o, s:b, s:I, s:i, s:I, s:o}",
                      "label", s->label, "engine", s->engine, "target", s->target, "duration_s",
                      real_or_null(s->duration_s), "users", s->users, "tokens_received",
                      (json_int_t)s->tokens_received, "itl_ms", analysis_dist_to_json(&s->itl_ms), "ttft_ms",
@@ -62,7 +105,7 @@ json_t *analysis_summary_to_json(const analysis_summary *s)
                      "spike_ratio", real_or_null(s->spike_ratio), "complete", (int)s->complete,
                      "errors", (json_int_t)s->errors, "injections_with_stalls",
                      s->injections_with_stalls, "protocol_violations",
-                     (json_int_t)s->protocol_violations);
+                     (json_int_t)s->protocol_violations, "attribution", attribution_json(s));
 }
 
 /* interference / baseline, or null when there is nothing to divide by. */

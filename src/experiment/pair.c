@@ -8,15 +8,17 @@
 #include "common/fsio.h"
 #include "experiment/experiment.h"
 
+/* summary.json and stalls.csv (every stall with its cause and culprits). */
 static int write_summary(const char *dir, const analysis_summary *s, char *err)
 {
-    char path[4200];
-    if (fsio_join(path, sizeof path, dir, "summary.json", err) != 0)
+    char path[4200], stalls[4200];
+    if (fsio_join(path, sizeof path, dir, "summary.json", err) != 0 ||
+        fsio_join(stalls, sizeof stalls, dir, "stalls.csv", err) != 0)
         return -1;
     json_t *json = analysis_summary_to_json(s);
     int rc = fsio_write_json(path, json, 0, err);
     json_decref(json);
-    return rc;
+    return rc == 0 ? analysis_write_stalls_csv(s, stalls, err) : -1;
 }
 
 /* One run: config.json first (incomplete), the runner, config.json again with how it went,

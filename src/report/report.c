@@ -80,6 +80,10 @@ static int write_summaries(const report_set *set, json_t **comparison, char *err
         if (rc == 0)
             rc = fsio_write_json(path, j, 0, err);
         json_decref(j);
+        if (rc == 0)
+            rc = fsio_join(path, sizeof path, set->runs[i].dir, "stalls.csv", err);
+        if (rc == 0)
+            rc = analysis_write_stalls_csv(&set->runs[i].summary, path, err);
         if (rc != 0)
             return -1;
     }

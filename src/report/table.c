@@ -180,6 +180,12 @@ void report_table_print(FILE *out, const analysis_summary *baseline,
     snprintf(metric, sizeof metric, "stalls (>%s ms)", thr);
     print_row(out, metric, FMT_COUNT, hb, hb ? (double)b->stalls.count : 0, 1,
               (double)x->stalls.count);
+    /* Each stall's cause (analysis.h): the rows show where the stalls came from. */
+    for (int c = 0; c < ANALYSIS_N_CAUSES; c++) {
+        snprintf(metric, sizeof metric, "  caused by %s", analysis_cause_name((analysis_cause)c));
+        print_row(out, metric, FMT_COUNT, hb, hb ? (double)b->attribution.by_cause[c].stalls : 0, 1,
+                  (double)x->attribution.by_cause[c].stalls);
+    }
     print_row(out, "aligned fraction", FMT_PERCENT, hb, hb ? b->stalls.aligned_fraction : 0, 1,
               x->stalls.aligned_fraction);
     print_row(out, "stalled time %", FMT_PERCENT, hb, hb ? b->stalls.stalled_time_fraction : 0,
@@ -318,6 +324,30 @@ void report_verdict(char *out, size_t size, const analysis_summary *baseline,
     if (x->errors > 0)
         buf_printf(&text, "; %lld request%s failed", (long long)x->errors,
                    x->errors == 1 ? "" : "s");
+    /* What caused them, in one clause: the causes that have stalls, the largest first. */
+    if (x->stalls.count > 0) {
+        const analysis_attribution *a = &x->attribution;
+        int order[ANALYSIS_N_CAUSES] = {0, 1, 2, 3};
+        for (int i = 1; i < ANALYSIS_N_CAUSES; i++)
+            for (int j = i; j > 0 && a->by_cause[order[j]].stalls > a->by_cause[order[j - 1]].stalls; j--) {
+                int t = order[j];
+                order[j] = order[j - 1];
+                order[j - 1] = t;
+            }
+        buf_printf(&text, "; caused by");
+        for (int i = 0, n = 0; i < ANALYSIS_N_CAUSES; i++) {
+            const analysis_cause_total *t = &a->by_cause[order[i]];
+            if (t->stalls == 0)
+                continue;
+            buf_printf(&text, "%s %s %lld", n++ ? "," : "", analysis_cause_name((analysis_cause)order[i]),
+                       (long long)t->stalls);
+            if (order[i] == ANALYSIS_CAUSE_PREFILL && a->n_culprits > 0)
+                buf_printf(&text, " (%d request%s, longest prompt %d tokens)", a->n_culprits,
+                           a->n_culprits == 1 ? "" : "s", a->culprits[0].prompt_tokens);
+        }
+        if (!a->step_log)
+            buf_printf(&text, " (no step log: only prefill is told apart)");
+    }
     if (x->protocol_violations > 0)
         buf_printf(&text, "; %lld server event%s broke the protocol and %s ignored",
                    (long long)x->protocol_violations, x->protocol_violations == 1 ? "" : "s",

@@ -1,10 +1,13 @@
 /* analysis: every number users quote, against hand-computed cases. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -572,6 +575,141 @@ static void test_summary_json_keys(void **state)
     tokenlog_free(&log);
 }
 
+/* ---- causes ------------------------------------------------------------------------- */
+
+static void step(tokenlog *log, int64_t i, double start_ms, double end_ms, int prefill,
+                 double modeled_ms)
+{
+    tokenlog_step st = {.step = i, .t_start_ns = (int64_t)(start_ms * MS),
+                        .t_end_ns = (int64_t)(end_ms * MS), .decode_tokens = 1,
+                        .prefill_tokens = prefill, .n_requests = 1,
+                        .modeled_ns = (int64_t)(modeled_ms * MS)};
+    assert_int_equal(tokenlog_add_step(log, &st), 0);
+}
+
+/* One user streaming a token every 10 ms from 0 to 1000 ms, but for four 200 ms gaps, each
+ * behind a different cause (threshold 50 ms):
+ *   200-400  a step carrying 8,000 prompt tokens, 200 ms long and modeled so: prefill, its
+ *            culprit the injection (request 9) whose wait [200, 400] overlapped it; request 8,
+ *            a 100-token background prompt that queued behind it, waited too but is no culprit;
+ *   500-700  a decode step measured 200 ms, modeled 10: the server's machine;
+ *   800-1000 10 ms steps all through: the client read late;
+ *   1100-1300 no step at all: unexplained. */
+static void build_causes(tokenlog *log, bool with_steps)
+{
+    tokenlog_init(log);
+    static const double gaps[] = {200, 500, 800, 1100};
+    for (double t = 0; t <= 1300; t += 10) {
+        bool in_gap = false;
+        for (int g = 0; g < 4; g++)
+            in_gap = in_gap || (t > gaps[g] && t < gaps[g] + 200);
+        if (!in_gap)
+            ev(log, t, 0, 1, TOKENLOG_BG, 1);
+    }
+    req(log, 1, 0, TOKENLOG_BG, 0, 0, 0, 1300, 50, NULL);
+    req(log, 9, -1, TOKENLOG_INJECT, 195, 195, 400, 405, 8000, NULL);
+    req(log, 8, 1, TOKENLOG_BG, 250, 250, 410, 500, 100, NULL);
+    if (!with_steps)
+        return;
+    int64_t k = 0;
+    for (double t = 0; t < 200; t += 10)
+        step(log, k++, t, t + 10, 0, 10);
+    step(log, k++, 200, 400, 8000, 195);
+    for (double t = 400; t < 500; t += 10)
+        step(log, k++, t, t + 10, 0, 10);
+    step(log, k++, 500, 700, 0, 10);
+    for (double t = 700; t < 1100; t += 10)
+        step(log, k++, t, t + 10, 0, 10);
+    /* nothing from 1100 to 1300 */
+    for (double t = 1300; t < 1310; t += 10)
+        step(log, k++, t, t + 10, 0, 10);
+}
+
+static void test_causes_from_the_step_log(void **state)
+{
+    (void)state;
+    tokenlog log;
+    build_causes(&log, true);
+    analysis_summary s = summarize(&log, 50, 0, 1.3);
+    assert_int_equal(s.n_stall_list, 4);
+    const analysis_attribution *a = &s.attribution;
+    assert_true(a->step_log);
+    static const analysis_cause want[] = {ANALYSIS_CAUSE_PREFILL, ANALYSIS_CAUSE_SERVER,
+                                          ANALYSIS_CAUSE_CLIENT, ANALYSIS_CAUSE_UNEXPLAINED};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(s.stall_list[i].cause, want[i]);
+        assert_int_equal(a->by_cause[want[i]].stalls, 1);
+        assert_float_equal(a->by_cause[want[i]].frozen_user_s, 0.2, 1e-9);
+        assert_int_equal(s.stall_list[i].gap_ns, 200 * MS);
+    }
+    /* The culprit is the 8,000-token injection alone, in the 8k-16k bucket. */
+    assert_int_equal(s.stall_list[0].n_culprits, 1);
+    assert_int_equal(s.stall_list[0].culprit[0], 9);
+    assert_int_equal(s.stall_list[0].culprit_prompt[0], 8000);
+    assert_int_equal(a->n_culprits, 1);
+    assert_int_equal(a->culprits[0].request, 9);
+    assert_int_equal(a->culprits[0].users, 1);
+    assert_int_equal(a->culprits[0].stalls, 1);
+    assert_int_equal(a->by_prompt[4].stalls, 1); /* 8000 is in [8k, 16k) */
+    /* Rates: 4 stalls in 1.3 s; the one request saw gaps over 100 ms, none over 1 s. */
+    assert_float_equal(a->stalls_per_min, 4 / (1.3 / 60), 1e-9);
+    assert_float_equal(a->stalls_per_1k_requests, 4000, 1e-9);
+    assert_float_equal(a->frozen_user_s_per_hour, 0.8 * 3600 / 1.3, 1e-6);
+    assert_float_equal(a->requests_stalled_100ms, 1, 0);
+    assert_float_equal(a->requests_stalled_1s, 0, 0);
+
+    /* stalls.csv: one row per stall, the culprit named with its prompt. */
+    char dir[] = "/tmp/test_causes_XXXXXX", path[64], err[ERR_LEN] = "";
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/stalls.csv", dir);
+    assert_int_equal(analysis_write_stalls_csv(&s, path, err), 0);
+    FILE *f = fopen(path, "r");
+    char text[1024] = "";
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    assert_string_equal(text, "t_ns,user,request,gap_ms,cause,culprits\n"
+                              "200000000,0,1,200.000000,prefill,9:8000\n"
+                              "500000000,0,1,200.000000,server,\n"
+                              "800000000,0,1,200.000000,client,\n"
+                              "1100000000,0,1,200.000000,unexplained,\n");
+    unlink(path);
+    rmdir(dir);
+    analysis_summary_free(&s);
+    tokenlog_free(&log);
+}
+
+/* Without a step log (a --target) only a long prefill is told apart from the rest. */
+static void test_causes_without_steps(void **state)
+{
+    (void)state;
+    tokenlog log;
+    build_causes(&log, false);
+    analysis_summary s = summarize(&log, 50, 0, 1.3);
+    assert_false(s.attribution.step_log);
+    assert_int_equal(s.stall_list[0].cause, ANALYSIS_CAUSE_PREFILL);
+    for (int i = 1; i < 4; i++)
+        assert_int_equal(s.stall_list[i].cause, ANALYSIS_CAUSE_UNEXPLAINED);
+    /* A short prefill step that the machine stretched is the machine's, not a prefill. */
+    analysis_summary_free(&s);
+    tokenlog_free(&log);
+    tokenlog_init(&log);
+    for (double t = 0; t <= 300; t += 10)
+        if (!(t > 100 && t < 200))
+            ev(&log, t, 0, 1, TOKENLOG_BG, 1);
+    req(&log, 1, 0, TOKENLOG_BG, 0, 0, 0, 300, 50, NULL);
+    for (double t = 0; t < 100; t += 10)
+        step(&log, (int64_t)t, t, t + 10, 0, 10);
+    step(&log, 100, 100, 200, 64, 11); /* 64 prompt tokens, modeled 11 ms, took 100 */
+    for (double t = 200; t < 300; t += 10)
+        step(&log, (int64_t)t, t, t + 10, 0, 10);
+    s = summarize(&log, 50, 0, 0.3);
+    assert_int_equal(s.n_stall_list, 1);
+    assert_int_equal(s.stall_list[0].cause, ANALYSIS_CAUSE_SERVER);
+    analysis_summary_free(&s);
+    tokenlog_free(&log);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -587,6 +725,8 @@ int main(void)
         cmocka_unit_test(test_empty_log),
         cmocka_unit_test(test_matches_naive_reference),
         cmocka_unit_test(test_summary_json_keys),
+        cmocka_unit_test(test_causes_from_the_step_log),
+        cmocka_unit_test(test_causes_without_steps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

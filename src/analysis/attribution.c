@@ -1,0 +1,333 @@
+/* attribution — every stall gets one cause (analysis.h: prefill, server, client,
+ * unexplained) and, for a prefill, its culprits: the requests whose long wait for a first
+ * token overlapped the gap, the dominant prompts among them (at least a quarter of the
+ * longest: a short request that only queued behind the prefill waited long too). Then the totals a user of real traffic asks for: per cause, per
+ * culprit ("who stalled whom"), per prompt length, and the rates.
+ *
+ * One pass over the stalls, each a binary search into two sorted lists: the long prefill
+ * windows (requests whose [send, first token] lasted at least the threshold: few) and the
+ * server's steps (sorted by start, back to back). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analysis/attribution.h"
+#include "common/err.h"
+#include "common/fsio.h"
+
+const int analysis_prompt_bucket_lo[ANALYSIS_PROMPT_BUCKETS] = {0, 1000, 2000, 4000, 8000, 16000};
+
+const char *analysis_cause_name(analysis_cause c)
+{
+    static const char *const names[ANALYSIS_N_CAUSES] = {"prefill", "server", "client",
+                                                         "unexplained"};
+    return (unsigned)c < ANALYSIS_N_CAUSES ? names[c] : "?";
+}
+
+static int prompt_bucket(int prompt_tokens)
+{
+    int b = 0;
+    while (b + 1 < ANALYSIS_PROMPT_BUCKETS && prompt_tokens >= analysis_prompt_bucket_lo[b + 1])
+        b++;
+    return b;
+}
+
+/* A request that waited at least the threshold for its first token. */
+typedef struct prefill_window {
+    int64_t send, end;
+    int64_t request;
+    int32_t prompt, kind;
+} prefill_window;
+
+static int cmp_window(const void *x, const void *y)
+{
+    const prefill_window *a = x, *b = y;
+    if (a->send != b->send)
+        return (a->send > b->send) - (a->send < b->send);
+    return (a->request > b->request) - (a->request < b->request);
+}
+
+/* Per culprit (index into the windows): its totals, and the users it stalled. */
+typedef struct culprit_acc {
+    int64_t stalls;
+    double frozen_s;
+} culprit_acc;
+
+typedef struct window_user {
+    int64_t window, user;
+} window_user;
+
+static int cmp_window_user(const void *x, const void *y)
+{
+    const window_user *a = x, *b = y;
+    if (a->window != b->window)
+        return (a->window > b->window) - (a->window < b->window);
+    return (a->user > b->user) - (a->user < b->user);
+}
+
+static int cmp_culprit(const void *x, const void *y)
+{
+    const analysis_culprit *a = x, *b = y;
+    if (a->frozen_user_s != b->frozen_user_s)
+        return (a->frozen_user_s < b->frozen_user_s) - (a->frozen_user_s > b->frozen_user_s);
+    return (a->request > b->request) - (a->request < b->request);
+}
+
+static int grow(void **items, int64_t n, int64_t *cap, size_t size)
+{
+    if (n < *cap)
+        return 0;
+    int64_t c = *cap ? *cap * 2 : 64;
+    void *p = realloc(*items, (size_t)c * size);
+    if (!p)
+        return -1;
+    *items = p;
+    *cap = c;
+    return 0;
+}
+
+/* The steps overlapping (a, b): from the first whose end is past a, while they start
+ * before b (steps run back to back, so their ends ascend with their starts). */
+static int64_t first_step_ending_after(const tokenlog_step *s, int64_t n, int64_t a)
+{
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (s[mid].t_end_ns <= a)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static analysis_cause step_cause(const tokenlog *log, int64_t a, int64_t b, int64_t thr)
+{
+    bool prefill = false, overran = false, any = false;
+    for (int64_t k = first_step_ending_after(log->steps, log->n_steps, a);
+         k < log->n_steps && log->steps[k].t_start_ns < b; k++) {
+        const tokenlog_step *s = &log->steps[k];
+        any = true;
+        if (s->t_end_ns - s->t_start_ns <= thr)
+            continue;
+        /* A long step carrying prompt tokens is a prefill, unless its model says the work
+         * was short (then the machine stretched it); a long step without prompt tokens is
+         * the server's own. */
+        if (s->prefill_tokens > 0 && !(s->modeled_ns > 0 && s->modeled_ns <= thr))
+            prefill = true;
+        else
+            overran = true;
+    }
+    return prefill   ? ANALYSIS_CAUSE_PREFILL
+           : overran ? ANALYSIS_CAUSE_SERVER
+           : any     ? ANALYSIS_CAUSE_CLIENT
+                     : ANALYSIS_CAUSE_UNEXPLAINED;
+}
+
+/* Steps as given (a live server's log is in start order already); a copy sorted by start
+ * otherwise. */
+static bool steps_sorted(const tokenlog *log)
+{
+    for (int64_t k = 1; k < log->n_steps; k++)
+        if (log->steps[k].t_start_ns < log->steps[k - 1].t_start_ns)
+            return false;
+    return true;
+}
+
+int analysis_attribute(const tokenlog *log, const analysis_timeline *tl, double threshold_ms,
+                       analysis_summary *out, char *err)
+{
+    const int64_t thr = (int64_t)llround(threshold_ms * 1e6);
+    analysis_attribution *at = &out->attribution;
+    memset(at, 0, sizeof *at);
+    at->step_log = log->n_steps > 0;
+    prefill_window *win = NULL;
+    int64_t *max_end = NULL;
+    culprit_acc *acc = NULL;
+    window_user *wu = NULL;
+    int64_t n_win = 0, n_wu = 0, cap_wu = 0, cap_stalls = 0;
+    int64_t stalled_100ms = 0, stalled_1s = 0, requests = 0;
+    int rc = -1;
+    if (at->step_log && !steps_sorted(log))
+        return err_set(err, "analysis: the step log is not in time order");
+
+    /* The long prefill windows, by send time, with the running maximum of their ends. */
+    win = malloc((size_t)(log->n_requests ? log->n_requests : 1) * sizeof *win);
+    if (!win)
+        goto oom;
+    for (int64_t i = 0; i < log->n_requests; i++) {
+        const tokenlog_request *r = &log->requests[i];
+        if (r->t_send_ns < 0)
+            continue;
+        int64_t end = r->t_first_ns >= 0 ? r->t_first_ns : r->t_end_ns >= 0 ? r->t_end_ns : INT64_MAX;
+        if (end - r->t_send_ns < thr)
+            continue;
+        win[n_win++] = (prefill_window){r->t_send_ns, end, r->request,
+                                        r->prompt_tokens > 0 ? r->prompt_tokens
+                                                             : r->prompt_tokens_requested,
+                                        r->kind};
+    }
+    if (n_win > 1)
+        qsort(win, (size_t)n_win, sizeof *win, cmp_window);
+    max_end = malloc((size_t)(n_win ? n_win : 1) * sizeof *max_end);
+    acc = calloc((size_t)(n_win ? n_win : 1), sizeof *acc);
+    if (!max_end || !acc)
+        goto oom;
+    for (int64_t j = 0; j < n_win; j++)
+        max_end[j] = j == 0 || win[j].end > max_end[j - 1] ? win[j].end : max_end[j - 1];
+
+    for (int64_t k = 0; k < tl->n_segs; k++) {
+        const analysis_segment *seg = &tl->segs[k];
+        const int64_t *t = tl->times + seg->start;
+        int64_t longest = 0;
+        requests++;
+        for (int64_t i = 0; i + 1 < seg->len; i++) {
+            const int64_t a = t[i], b = t[i + 1];
+            if (b - a > longest)
+                longest = b - a;
+            if (!(analysis_ns_to_ms(b - a) > threshold_ms))
+                continue;
+            if (grow((void **)&out->stall_list, out->n_stall_list, &cap_stalls,
+                     sizeof *out->stall_list) != 0)
+                goto oom;
+            analysis_stall *st = &out->stall_list[out->n_stall_list++];
+            memset(st, 0, sizeof *st);
+            st->t_ns = a;
+            st->gap_ns = b - a;
+            st->request = seg->request;
+            st->user = seg->user;
+            /* Culprits: windows sent before b whose end is past a (walk back from the last
+             * one sent before b while the running maximum of ends reaches past a). */
+            int64_t lo = 0, hi = n_win;
+            while (lo < hi) {
+                int64_t mid = lo + (hi - lo) / 2;
+                if (win[mid].send < b)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            /* A request that merely queued behind the prefill also waited long for its
+             * first token: only the dominant prompts are culprits, those at least a quarter
+             * of the longest one overlapping the gap. */
+            int32_t longest_prompt = 0;
+            for (int64_t j = lo - 1; j >= 0 && max_end[j] > a; j--)
+                if (win[j].end > a && win[j].request != seg->request && win[j].prompt > longest_prompt)
+                    longest_prompt = win[j].prompt;
+            for (int64_t j = lo - 1; j >= 0 && max_end[j] > a; j--) {
+                if (win[j].end <= a || win[j].request == seg->request ||
+                    (int64_t)win[j].prompt * 4 < longest_prompt)
+                    continue;
+                /* Keep the longest prompts first. */
+                int slot = st->n_culprits < ANALYSIS_MAX_CULPRITS ? st->n_culprits : -1;
+                for (int c = 0; c < ANALYSIS_MAX_CULPRITS && c < st->n_culprits; c++)
+                    if (win[j].prompt > st->culprit_prompt[c]) {
+                        slot = c;
+                        break;
+                    }
+                if (slot >= 0) {
+                    int last = st->n_culprits < ANALYSIS_MAX_CULPRITS ? st->n_culprits
+                                                                      : ANALYSIS_MAX_CULPRITS - 1;
+                    for (int c = last; c > slot; c--) {
+                        st->culprit[c] = st->culprit[c - 1];
+                        st->culprit_prompt[c] = st->culprit_prompt[c - 1];
+                    }
+                    st->culprit[slot] = j; /* the window's index for now: its request later */
+                    st->culprit_prompt[slot] = win[j].prompt;
+                }
+                st->n_culprits++;
+                acc[j].stalls++;
+                acc[j].frozen_s += (double)(b - a) / 1e9;
+                window_user p = {j, seg->user};
+                if (grow((void **)&wu, n_wu, &cap_wu, sizeof *wu) != 0)
+                    goto oom;
+                wu[n_wu++] = p;
+            }
+            st->cause = at->step_log       ? (int32_t)step_cause(log, a, b, thr)
+                        : st->n_culprits > 0 ? ANALYSIS_CAUSE_PREFILL
+                                             : ANALYSIS_CAUSE_UNEXPLAINED;
+            analysis_cause_total *c = &at->by_cause[st->cause];
+            c->stalls++;
+            c->frozen_user_s += (double)(b - a) / 1e9;
+            if (st->cause == ANALYSIS_CAUSE_PREFILL && st->n_culprits > 0) {
+                analysis_cause_total *bk = &at->by_prompt[prompt_bucket(st->culprit_prompt[0])];
+                bk->stalls++;
+                bk->frozen_user_s += (double)(b - a) / 1e9;
+            }
+            int named = st->n_culprits < ANALYSIS_MAX_CULPRITS ? st->n_culprits : ANALYSIS_MAX_CULPRITS;
+            for (int c2 = 0; c2 < named; c2++)
+                st->culprit[c2] = win[st->culprit[c2]].request;
+        }
+        stalled_100ms += longest > 100 * 1000000LL;
+        stalled_1s += longest > 1000 * 1000000LL;
+    }
+
+    /* Who stalled whom: every window named by a stall, most frozen user-seconds first. */
+    if (n_wu > 1)
+        qsort(wu, (size_t)n_wu, sizeof *wu, cmp_window_user);
+    int n_named = 0;
+    for (int64_t j = 0; j < n_win; j++)
+        n_named += acc[j].stalls > 0;
+    at->culprits = calloc((size_t)(n_named ? n_named : 1), sizeof *at->culprits);
+    if (!at->culprits)
+        goto oom;
+    for (int64_t j = 0, i = 0; j < n_win; j++) {
+        if (acc[j].stalls == 0)
+            continue;
+        analysis_culprit *c = &at->culprits[at->n_culprits++];
+        c->request = win[j].request;
+        c->kind = win[j].kind;
+        c->prompt_tokens = win[j].prompt;
+        c->stalls = acc[j].stalls;
+        c->frozen_user_s = acc[j].frozen_s;
+        for (; i < n_wu && wu[i].window < j; i++) {
+        }
+        for (int64_t prev = -1; i < n_wu && wu[i].window == j; i++) {
+            c->users += wu[i].user != prev;
+            prev = wu[i].user;
+        }
+    }
+    if (at->n_culprits > 1)
+        qsort(at->culprits, (size_t)at->n_culprits, sizeof *at->culprits, cmp_culprit);
+
+    double frozen = 0;
+    for (int c = 0; c < ANALYSIS_N_CAUSES; c++)
+        frozen += at->by_cause[c].frozen_user_s;
+    const double minutes = out->duration_s / 60;
+    at->stalls_per_min = minutes > 0 ? (double)out->n_stall_list / minutes : 0;
+    at->stalls_per_1k_requests = requests > 0 ? 1000.0 * (double)out->n_stall_list / (double)requests : 0;
+    at->frozen_user_s_per_hour = out->duration_s > 0 ? frozen * 3600 / out->duration_s : 0;
+    at->requests_stalled_100ms = requests > 0 ? (double)stalled_100ms / (double)requests : 0;
+    at->requests_stalled_1s = requests > 0 ? (double)stalled_1s / (double)requests : 0;
+    rc = 0;
+    goto done;
+oom:
+    err_set(err, "analysis: out of memory attributing stalls");
+done:
+    free(win);
+    free(max_end);
+    free(acc);
+    free(wu);
+    return rc;
+}
+
+int analysis_write_stalls_csv(const analysis_summary *s, const char *path, char *err)
+{
+    fsio_file out;
+    if (fsio_create(&out, path, err) != 0)
+        return -1;
+    fputs("t_ns,user,request,gap_ms,cause,culprits\n", out.f);
+    for (int64_t i = 0; i < s->n_stall_list; i++) {
+        const analysis_stall *st = &s->stall_list[i];
+        fprintf(out.f, "%lld,%d,%lld,%.6f,%s,", (long long)st->t_ns, st->user,
+                (long long)st->request, (double)st->gap_ns / 1e6,
+                analysis_cause_name((analysis_cause)st->cause));
+        int named = st->n_culprits < ANALYSIS_MAX_CULPRITS ? st->n_culprits : ANALYSIS_MAX_CULPRITS;
+        for (int c = 0; c < named; c++)
+            fprintf(out.f, "%s%lld:%d", c ? ";" : "", (long long)st->culprit[c],
+                    st->culprit_prompt[c]);
+        if (st->n_culprits > named)
+            fprintf(out.f, ";+%d", st->n_culprits - named);
+        fputc('\n', out.f);
+    }
+    return fsio_commit(&out, err);
+}
