@@ -261,6 +261,65 @@ static void write_injections(FILE *out, const analysis_summary *x)
     fputs("</section>\n", out);
 }
 
+static void write_causes(FILE *out, const report_run *x)
+{
+    const analysis_summary *s = &x->summary;
+    const analysis_attribution *a = &s->attribution;
+    fputs("<table>\n<tr><th class=\"k\">cause</th><th>stalls</th><th>share</th>"
+          "<th>frozen user-seconds</th></tr>\n", out);
+    static const char *const what[ANALYSIS_N_CAUSES] = {
+        "the server was prefilling a long prompt (culprits below)",
+        "a server step took far longer than its work: the server's machine",
+        "the server kept stepping on time: the client read late",
+        "no evidence either way"};
+    for (int c = 0; c < ANALYSIS_N_CAUSES; c++) {
+        const analysis_cause_total *t = &a->by_cause[c];
+        fprintf(out, "<tr><td class=\"k\"><b>%s</b> \xe2\x80\x94 %s</td><td>%lld</td>"
+                     "<td>%.1f %%</td><td>%.2f</td></tr>\n",
+                analysis_cause_name((analysis_cause)c), what[c], (long long)t->stalls,
+                s->n_stall_list > 0 ? 100.0 * (double)t->stalls / (double)s->n_stall_list : 0,
+                t->frozen_user_s);
+    }
+    fputs("</table>\n", out);
+    fprintf(out, "<p>%.2f stalls per minute, %.1f per 1,000 requests; %.1f frozen user-seconds "
+                 "per hour; %.2f %% of requests saw a gap over 100 ms, %.2f %% over 1 s.%s</p>\n",
+            a->stalls_per_min, a->stalls_per_1k_requests, a->frozen_user_s_per_hour,
+            100 * a->requests_stalled_100ms, 100 * a->requests_stalled_1s,
+            a->step_log ? ""
+                        : " No step log (a server that is not ours): only prefill is told apart "
+                          "from the rest.");
+    if (a->n_culprits == 0)
+        return;
+    fputs("<h3>Who stalled whom</h3>\n<table>\n<tr><th>request</th><th class=\"k\">kind</th>"
+          "<th>prompt tokens</th><th>stalls</th><th>users stalled</th>"
+          "<th>frozen user-seconds</th></tr>\n", out);
+    for (int i = 0; i < a->n_culprits && i < 10; i++) {
+        const analysis_culprit *c = &a->culprits[i];
+        fprintf(out, "<tr><td>%lld</td><td class=\"k\">%s</td><td>%d</td><td>%lld</td><td>%d</td>"
+                     "<td>%.2f</td></tr>\n",
+                (long long)c->request, tokenlog_kind_name(c->kind), c->prompt_tokens,
+                (long long)c->stalls, c->users, c->frozen_user_s);
+    }
+    fputs("</table>\n", out);
+    if (a->n_culprits > 10)
+        fprintf(out, "<p class=\"note\">The first 10 of %d; every stall is in stalls.csv.</p>\n",
+                a->n_culprits);
+    fputs("<table>\n<tr><th class=\"k\">longest culprit's prompt</th><th>prefill stalls</th>"
+          "<th>frozen user-seconds</th></tr>\n", out);
+    for (int b = 0; b < ANALYSIS_PROMPT_BUCKETS; b++) {
+        const analysis_cause_total *t = &a->by_prompt[b];
+        if (t->stalls == 0)
+            continue;
+        if (b + 1 < ANALYSIS_PROMPT_BUCKETS)
+            fprintf(out, "<tr><td class=\"k\">%d \xe2\x80\x93 %d tokens</td>",
+                    analysis_prompt_bucket_lo[b], analysis_prompt_bucket_lo[b + 1] - 1);
+        else
+            fprintf(out, "<tr><td class=\"k\">%d tokens and more</td>", analysis_prompt_bucket_lo[b]);
+        fprintf(out, "<td>%lld</td><td>%.2f</td></tr>\n", (long long)t->stalls, t->frozen_user_s);
+    }
+    fputs("</table>\n", out);
+}
+
 typedef struct pred_col {
     const char *title;
     const analysis_summary *s;
@@ -442,7 +501,7 @@ static void write_config(FILE *out, const report_run *x)
 
 static void write_files(FILE *out, const report_set *set, bool steps)
 {
-    static const char *const names[] = {"tokens.csv", "requests.csv", "steps.csv",
+    static const char *const names[] = {"tokens.csv", "requests.csv", "steps.csv", "stalls.csv",
                                         "summary.json", "config.json", "fidelity.json"};
     fputs("<section id=\"files\">\n<h2>Files</h2>\n<ul class=\"files\">\n", out);
     for (int i = 0; i < set->n_runs; i++) {
@@ -570,6 +629,40 @@ int html_write_run_report(const report_set *set, const html_options *opt, char *
     }
 
     write_injections(out, &x->summary);
+
+    fputs("<section id=\"causes\">\n<h2>What caused the stalls</h2>\n", out);
+    write_causes(out, x);
+    if (x->summary.n_stall_list > 0) {
+        if (plot_stall_ccdf(&chart, &x->summary, note, err) != 0 ||
+            html_figure(out, set->root, &chart, "stall_ccdf",
+                        "Each cause's stalls by length: a prefill stall lasts one long step, a "
+                        "machine's pause whatever the machine took.",
+                        err) != 0)
+            goto done;
+        plot_chart_free(&chart);
+        if (x->summary.attribution.by_cause[ANALYSIS_CAUSE_PREFILL].stalls > 0) {
+            if (plot_stalls_vs_prompt(&chart, &x->summary, note, err) != 0 ||
+                html_figure(out, set->root, &chart, "stalls_vs_prompt",
+                            "Every prefill stall at its culprit's prompt length: longer prompts, "
+                            "longer stalls (the step grows with the prompt, a little faster than "
+                            "linearly).",
+                            err) != 0)
+                goto done;
+            plot_chart_free(&chart);
+        }
+    }
+    fputs("<p class=\"note\">Every stall, its cause and culprits: "
+          "<a href=\"", out);
+    {
+        char rel[4200], path[4300];
+        html_rel(set->root, x->dir, rel, sizeof rel);
+        snprintf(path, sizeof path, "%s%sstalls.csv", strcmp(rel, ".") == 0 ? "" : rel,
+                 strcmp(rel, ".") == 0 ? "" : "/");
+        html_url(out, path);
+        fputs("\">", out);
+        html_escape(out, path);
+    }
+    fputs("</a>.</p>\n</section>\n", out);
     if (write_prediction(out, b, x, opt, err) != 0)
         goto done;
     write_config(out, x);

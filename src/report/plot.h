@@ -169,6 +169,13 @@ int plot_ccdf(plot_chart *c, const plot_run *runs, int n_runs, const char *note,
 /* (e) step duration (ms, log) and prefill tokens per step over time, injections marked. */
 int plot_steps(plot_chart *c, const plot_run *run, const char *note, char *err);
 
+/* (f) the stalls' lengths: the fraction of stalls at least x long (log-log), one line per
+ * cause that has stalls (analysis.h's causes). */
+int plot_stall_ccdf(plot_chart *c, const analysis_summary *s, const char *note, char *err);
+/* (g) each prefill stall's length (ms, log) against its longest culprit's prompt (tokens,
+ * log): who stalled whom, and how the stall grows with the prompt. */
+int plot_stalls_vs_prompt(plot_chart *c, const analysis_summary *s, const char *note, char *err);
+
 typedef struct plot_sweep_point {
     const char *group;  /* series this point belongs to ("" when one series) */
     double prompt_tokens;

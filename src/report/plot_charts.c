@@ -274,6 +274,96 @@ int plot_ccdf(plot_chart *c, const plot_run *runs, int n_runs, const char *note,
     return 0;
 }
 
+/* ---- (f) stall lengths by cause, (g) stalls vs the culprit's prompt ------------------------- */
+
+static const plot_color CAUSE_COLORS[ANALYSIS_N_CAUSES] = {
+    {0.85, 0.33, 0.10, 1.0}, /* prefill: the interference run's orange */
+    {0.55, 0.35, 0.65, 1.0}, /* server */
+    {0.20, 0.55, 0.75, 1.0}, /* client */
+    {0.50, 0.50, 0.50, 1.0}, /* unexplained */
+};
+
+int plot_stall_ccdf(plot_chart *c, const analysis_summary *s, const char *note, char *err)
+{
+    plot_chart_init(c, "How long the stalls were, by cause", 960, 420);
+    set_note(c, note);
+    plot_panel *p = plot_chart_add_panel(c, "");
+    if (!p)
+        return OOM(err);
+    set_axis(&p->x, "stall length (ms, log scale)", true);
+    set_axis(&p->y, "fraction of the cause's stalls at least this long (log scale)", true);
+    p->y.format = PLOT_TICKS_PERCENT;
+    double *len = malloc((size_t)(s->n_stall_list ? s->n_stall_list : 1) * sizeof *len);
+    if (!len)
+        return OOM(err);
+    double smallest = 1;
+    for (int cause = 0; cause < ANALYSIS_N_CAUSES; cause++) {
+        int64_t n = 0;
+        for (int64_t i = 0; i < s->n_stall_list; i++)
+            if (s->stall_list[i].cause == cause)
+                len[n++] = (double)s->stall_list[i].gap_ns / 1e6;
+        if (n == 0)
+            continue;
+        if (n > 1)
+            qsort(len, (size_t)n, sizeof *len, cmp_double);
+        char name[64];
+        snprintf(name, sizeof name, "%s (%lld)", analysis_cause_name((analysis_cause)cause),
+                 (long long)n);
+        /* A few stalls: marked points, so a cause whose stalls all last the same (one
+         * staircase point) still shows; many: a line. */
+        plot_series *ser = plot_panel_add_series(p, name, n <= 200 ? PLOT_POINTS : PLOT_LINE,
+                                                 CAUSE_COLORS[cause]);
+        if (!ser) {
+            free(len);
+            return OOM(err);
+        }
+        ser->size = n <= 200 ? 6 : 2;
+        ser->join = true;
+        ser->mark = (plot_mark)cause;
+        for (int64_t i = 0; i < n; i++) {
+            if (i > 0 && len[i] == len[i - 1])
+                continue;
+            double frac = (double)(n - i) / (double)n;
+            if (plot_series_push(ser, len[i], frac) != 0 ||
+                (i + 1 < n && len[i + 1] != len[i] && plot_series_push(ser, len[i + 1], frac) != 0)) {
+                free(len);
+                return OOM(err);
+            }
+        }
+        smallest = fmin(smallest, 1.0 / (double)n);
+    }
+    free(len);
+    p->y.fixed = true;
+    p->y.max = 1.3; /* head room: the first point of every curve is at 100 % */
+    p->y.min = plot_nice(smallest / 1.5, false);
+    return 0;
+}
+
+int plot_stalls_vs_prompt(plot_chart *c, const analysis_summary *s, const char *note, char *err)
+{
+    plot_chart_init(c, "Each prefill stall against its culprit's prompt", 960, 420);
+    set_note(c, note);
+    plot_panel *p = plot_chart_add_panel(c, "");
+    if (!p)
+        return OOM(err);
+    set_axis(&p->x, "prompt of the longest culprit (tokens, log scale)", true);
+    p->x.format = PLOT_TICKS_TOKENS;
+    set_axis(&p->y, "stall length (ms, log scale)", true);
+    plot_series *ser = plot_panel_add_series(p, "a stall (one user, one gap)", PLOT_DOTS,
+                                             CAUSE_COLORS[ANALYSIS_CAUSE_PREFILL]);
+    if (!ser)
+        return OOM(err);
+    ser->size = 4;
+    for (int64_t i = 0; i < s->n_stall_list; i++) {
+        const analysis_stall *st = &s->stall_list[i];
+        if (st->cause != ANALYSIS_CAUSE_PREFILL || st->n_culprits == 0 || st->culprit_prompt[0] <= 0)
+            continue;
+        if (plot_series_push(ser, st->culprit_prompt[0], (double)st->gap_ns / 1e6) != 0)
+            return OOM(err);
+    }
+    return 0;
+}
+
 /* ---- (e) steps --------------------------------------------------------------------------------- */
 
 int plot_steps(plot_chart *c, const plot_run *run, const char *note, char *err)

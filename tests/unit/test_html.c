@@ -186,6 +186,14 @@ static void test_run_report(void **state)
     assert_non_null(strstr(doc, "model, same profile (h100-sxm llama-3.1-8b mixed/16384)"));
     assert_non_null(strstr(doc, "model, reference (h100-sxm llama-3.1-8b mixed/16384)"));
     assert_non_null(strstr(doc, "Reference, H100 + Llama 3.1 8B:"));
+    /* What caused the stalls: every one a prefill of one of the three injections. */
+    assert_non_null(strstr(doc, "<section id=\"causes\">"));
+    assert_non_null(strstr(doc, "<figure id=\"fig-stall_ccdf\">"));
+    assert_non_null(strstr(doc, "<figure id=\"fig-stalls_vs_prompt\">"));
+    assert_non_null(strstr(doc, "href=\"interference/stalls.csv\""));
+    assert_int_equal(x->summary.attribution.by_cause[ANALYSIS_CAUSE_PREFILL].stalls,
+                     x->summary.stalls.count);
+    assert_int_equal(x->summary.attribution.n_culprits, 3);
     /* The configuration. */
     assert_non_null(strstr(doc, "--policy mixed --max-num-batched-tokens 16384"));
     free(doc);
