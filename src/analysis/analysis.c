@@ -216,6 +216,56 @@ static int64_t times_lower_bound(const int64_t *t, int64_t n, int64_t x)
     return lo;
 }
 
+/* ---- noise -------------------------------------------------------------------------- */
+
+static double spread(double a, double b)
+{
+    double mean = (a + b) / 2;
+    return mean > 0 ? fabs(a - b) / mean : 0;
+}
+
+/* The gaps of each half of the run (by where each began), their distributions, and how far
+ * each figure differs between the halves. 0, or -1 out of memory. */
+static int half_noise(const analysis_timeline *tl, double duration_s, analysis_dist *noise)
+{
+    memset(noise, 0, sizeof *noise);
+    const int64_t half_ns = (int64_t)(duration_s * 1e9 / 2);
+    int64_t total = 0;
+    for (int64_t k = 0; k < tl->n_segs; k++)
+        total += tl->segs[k].len > 1 ? tl->segs[k].len - 1 : 0;
+    double *h[2];
+    int64_t n[2] = {0, 0};
+    h[0] = malloc((size_t)(total ? total : 1) * sizeof(double));
+    h[1] = malloc((size_t)(total ? total : 1) * sizeof(double));
+    if (!h[0] || !h[1]) {
+        free(h[0]);
+        free(h[1]);
+        return -1;
+    }
+    for (int64_t k = 0; k < tl->n_segs; k++) {
+        const int64_t *t = tl->times + tl->segs[k].start;
+        for (int64_t i = 0; i + 1 < tl->segs[k].len; i++) {
+            int side = t[i] >= half_ns;
+            h[side][n[side]++] = analysis_ns_to_ms(t[i + 1] - t[i]);
+        }
+    }
+    if (n[0] > 0 && n[1] > 0) {
+        analysis_dist d[2];
+        analysis_dist_from(h[0], n[0], &d[0]);
+        analysis_dist_from(h[1], n[1], &d[1]);
+        noise->count = n[0] < n[1] ? n[0] : n[1];
+        noise->mean = spread(d[0].mean, d[1].mean);
+        noise->p50 = spread(d[0].p50, d[1].p50);
+        noise->p90 = spread(d[0].p90, d[1].p90);
+        noise->p99 = spread(d[0].p99, d[1].p99);
+        noise->p999 = spread(d[0].p999, d[1].p999);
+        noise->max = spread(d[0].max, d[1].max);
+    }
+    free(h[0]);
+    free(h[1]);
+    return 0;
+}
+
 /* ---- summary ----------------------------------------------------------------------- */
 
 void analysis_summary_free(analysis_summary *s)
@@ -348,6 +398,8 @@ int analysis_summarize(const tokenlog *log, const analysis_options *opt, analysi
     analysis_dist_from(gaps, n_gaps, &out->itl_ms);
     free(gaps);
     gaps = NULL;
+    if (half_noise(&tl, out->duration_s, &out->itl_noise) != 0)
+        goto oom;
     out->spike_ratio = out->itl_ms.p50 > 0 ? out->itl_ms.max / out->itl_ms.p50 : 0;
 
     /* TTFT of background requests that got a first token. */

@@ -123,6 +123,11 @@ typedef struct analysis_summary {
     int users;
     int64_t tokens_received; /* sum of n_tokens over all events */
     analysis_dist itl_ms;
+    /* The run's own noise: for each figure of itl_ms, |first half − second half| / their
+     * mean, the halves split at half the duration by where each gap began (a fraction;
+     * 0 when a half has no gaps). A change between two runs smaller than the baseline's
+     * noise is no change anyone can claim. */
+    analysis_dist itl_noise;
     analysis_dist ttft_ms; /* background requests */
     analysis_stalls stalls;
     analysis_injection *injections;

@@ -97,10 +97,11 @@ json_t *analysis_summary_to_json(const analysis_summary *s)
         real_or_null(st->aligned_fraction), "stalled_time_fraction",
         real_or_null(st->stalled_time_fraction));
     /* "o" steals each reference, even when json_pack fails, so nothing leaks here. */
-    return json_pack("{s:s, s:s, s:s, s:o, s:i, s:I, s:o, s:o, s:o, s:o, s:o, s:b, s:I, s:i, s:I, s:o}",
+    return json_pack("{s:s, s:s, s:s, s:o, s:i, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:I, s:i, s:I, s:o}",
                      "label", s->label, "engine", s->engine, "target", s->target, "duration_s",
                      real_or_null(s->duration_s), "users", s->users, "tokens_received",
-                     (json_int_t)s->tokens_received, "itl_ms", analysis_dist_to_json(&s->itl_ms), "ttft_ms",
+                     (json_int_t)s->tokens_received, "itl_ms", analysis_dist_to_json(&s->itl_ms), "itl_noise",
+                     analysis_dist_to_json(&s->itl_noise), "ttft_ms",
                      ttft_json(&s->ttft_ms), "stalls", stalls, "injections", injections,
                      "spike_ratio", real_or_null(s->spike_ratio), "complete", (int)s->complete,
                      "errors", (json_int_t)s->errors, "injections_with_stalls",

@@ -223,21 +223,31 @@ static void format_ms_short(char *buf, size_t size, double ms)
         snprintf(buf, size, "%.1f ms", ms);
 }
 
-/* "unchanged (+0.4 %)", "+38 %", "×14.8"; 1 when the change counts as unchanged. */
-static int describe_change(char *buf, size_t size, double base, double value)
+/* "unchanged (+0.4 %)", "+38 %", "×14.8"; 1 when the change counts as unchanged. A change
+ * within UNCHANGED_PCT reads as unchanged; when the baseline's own halves differ by more
+ * (noise, a fraction: analysis_summary.itl_noise), the band is that noise and the words say
+ * so — "unchanged within noise (+10 %, noise ±14 %)" — and a change beyond it carries it. */
+static int describe_change(char *buf, size_t size, double base, double value, double noise)
 {
     if (base == 0) {
         snprintf(buf, size, "%s", value == 0 ? "unchanged (0)" : "up from 0");
         return value == 0;
     }
     double ratio = value / base;
-    double pct = (ratio - 1) * 100;
-    if (fabs(pct) <= UNCHANGED_PCT) {
-        snprintf(buf, size, "unchanged (%+.1f %%)", pct);
+    double pct = (ratio - 1) * 100, noise_pct = noise * 100;
+    bool noisy = noise_pct > UNCHANGED_PCT;
+    if (fabs(pct) <= (noisy ? noise_pct : UNCHANGED_PCT)) {
+        if (noisy)
+            snprintf(buf, size, "unchanged within noise (%+.1f %%, noise \xc2\xb1%.1f %%)", pct,
+                     noise_pct);
+        else
+            snprintf(buf, size, "unchanged (%+.1f %%)", pct);
         return 1;
     }
     if (ratio >= 2)
         snprintf(buf, size, TIMES "%.1f", ratio);
+    else if (noisy)
+        snprintf(buf, size, "%+.0f %% (noise \xc2\xb1%.0f %%)", pct, noise_pct);
     else
         snprintf(buf, size, "%+.0f %%", pct);
     return 0;
@@ -301,13 +311,14 @@ void report_verdict(char *out, size_t size, const analysis_summary *baseline,
         buf_printf(&text, "; no gaps to measure (every answer arrived in one event)");
     } else if (baseline && baseline->itl_ms.count > 0) {
         const analysis_dist *b = &baseline->itl_ms, *d = &x->itl_ms;
-        describe_change(ch, sizeof ch, b->p50, d->p50);
+        const analysis_dist *nz = &baseline->itl_noise;
+        describe_change(ch, sizeof ch, b->p50, d->p50, nz->p50);
         buf_printf(&text, "; median %s", ch);
-        int p99_flat = describe_change(ch, sizeof ch, b->p99, d->p99);
+        int p99_flat = describe_change(ch, sizeof ch, b->p99, d->p99, nz->p99);
         buf_printf(&text, "; p99 %s", ch);
-        describe_change(ch, sizeof ch, b->p999, d->p999);
+        describe_change(ch, sizeof ch, b->p999, d->p999, nz->p999);
         buf_printf(&text, "; p99.9 %s", ch);
-        describe_change(ch, sizeof ch, b->max, d->max);
+        describe_change(ch, sizeof ch, b->max, d->max, nz->max);
         buf_printf(&text, "; max %s", ch);
         /* The lesson's trap: spikes under 1 % of gaps are invisible to p99. */
         if (p99_flat && x->stalls.count > 0 && x->stalls.fraction_of_gaps < 0.01)

@@ -179,9 +179,32 @@ static void test_protocol_violations_shown(void **state)
     free(table);
 }
 
+/* A noisy baseline widens "unchanged": its own halves differ by 14 %, so a +10 % median is
+ * no change anyone can claim, and a +38 % one carries the noise beside it. */
+static void test_verdict_noise(void **state)
+{
+    (void)state;
+    analysis_summary b, x;
+    lesson_pair(&b, &x);
+    char v[1024];
+    x.itl_ms.p50 = b.itl_ms.p50 * 1.10;
+    b.itl_noise.p50 = 0.14;
+    report_verdict(v, sizeof v, &b, &x);
+    expect_contains(v, "median unchanged within noise (+10.0 %, noise \xc2\xb1" "14.0 %)");
+    x.itl_ms.p50 = b.itl_ms.p50 * 1.38;
+    report_verdict(v, sizeof v, &b, &x);
+    expect_contains(v, "median +38 % (noise \xc2\xb1" "14 %)");
+    /* A quiet baseline keeps the fixed band. */
+    b.itl_noise.p50 = 0.01;
+    x.itl_ms.p50 = b.itl_ms.p50 * 1.03;
+    report_verdict(v, sizeof v, &b, &x);
+    expect_contains(v, "median unchanged (+3.0 %)");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_verdict_noise),
         cmocka_unit_test(test_protocol_violations_shown),
         cmocka_unit_test(test_verdict_stalled_run),
         cmocka_unit_test(test_verdict_clean_run),
