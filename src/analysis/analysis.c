@@ -26,12 +26,11 @@ double analysis_quantile(const double *sorted, int64_t n, double p)
     return sorted[rank - 1];
 }
 
-void analysis_dist_from(double *values, int64_t n, analysis_dist *out)
+static void dist_from_sorted(const double *values, int64_t n, analysis_dist *out)
 {
     memset(out, 0, sizeof *out);
     if (n <= 0)
         return;
-    analysis_sort_doubles(values, n);
     double sum = 0;
     for (int64_t i = 0; i < n; i++)
         sum += values[i];
@@ -42,6 +41,42 @@ void analysis_dist_from(double *values, int64_t n, analysis_dist *out)
     out->p99 = analysis_quantile(values, n, 0.99);
     out->p999 = analysis_quantile(values, n, 0.999);
     out->max = values[n - 1];
+}
+
+void analysis_dist_from(double *values, int64_t n, analysis_dist *out)
+{
+    if (n > 0)
+        analysis_sort_doubles(values, n);
+    dist_from_sorted(values, n, out);
+}
+
+/* The value of 1-based rank k in the union of two sorted arrays, without merging them:
+ * a binary search for how many of the k smallest come from a. */
+static double kth_of_two(const double *a, int64_t na, const double *b, int64_t nb, int64_t k)
+{
+    int64_t lo = k > nb ? k - nb : 0, hi = k < na ? k : na;
+    while (lo < hi) {
+        int64_t i = lo + (hi - lo) / 2; /* take i from a, k - i from b */
+        if (a[i] < b[k - i - 1])
+            lo = i + 1;
+        else
+            hi = i;
+    }
+    /* lo from a, k - lo from b: the k-th is the larger of the two last taken. */
+    double from_a = lo > 0 ? a[lo - 1] : -INFINITY, from_b = k - lo > 0 ? b[k - lo - 1] : -INFINITY;
+    return from_a > from_b ? from_a : from_b;
+}
+
+/* The nearest-rank rule of analysis_quantile over the union of two sorted arrays. */
+static double quantile_of_two(const double *a, int64_t na, const double *b, int64_t nb, double p)
+{
+    int64_t n = na + nb;
+    if (n <= 0)
+        return 0;
+    double x = p * (double)n;
+    int64_t rank = (int64_t)ceil(x - fabs(x) * 1e-12);
+    rank = rank < 1 ? 1 : rank > n ? n : rank;
+    return kth_of_two(a, na, b, nb, rank);
 }
 
 /* ---- gaps ------------------------------------------------------------------------- */
@@ -224,45 +259,74 @@ static double spread(double a, double b)
     return mean > 0 ? fabs(a - b) / mean : 0;
 }
 
-/* The gaps of each half of the run (by where each began), their distributions, and how far
- * each figure differs between the halves. 0, or -1 out of memory. */
-static int half_noise(const analysis_timeline *tl, double duration_s, analysis_dist *noise)
+/* Every background gap in ms, those that began in the run's first half first: n_first of
+ * them, then the rest. *out is NULL when there are none. */
+static int timeline_gaps_by_half(const analysis_timeline *tl, int64_t half_ns, double **out,
+                                 int64_t *n, int64_t *n_first, char *err)
 {
-    memset(noise, 0, sizeof *noise);
-    const int64_t half_ns = (int64_t)(duration_s * 1e9 / 2);
-    int64_t total = 0;
-    for (int64_t k = 0; k < tl->n_segs; k++)
-        total += tl->segs[k].len > 1 ? tl->segs[k].len - 1 : 0;
-    double *h[2];
-    int64_t n[2] = {0, 0};
-    h[0] = malloc((size_t)(total ? total : 1) * sizeof(double));
-    h[1] = malloc((size_t)(total ? total : 1) * sizeof(double));
-    if (!h[0] || !h[1]) {
-        free(h[0]);
-        free(h[1]);
-        return -1;
-    }
+    *out = NULL;
+    *n = timeline_gap_count(tl);
+    *n_first = 0;
+    if (*n == 0)
+        return 0;
     for (int64_t k = 0; k < tl->n_segs; k++) {
         const int64_t *t = tl->times + tl->segs[k].start;
-        for (int64_t i = 0; i + 1 < tl->segs[k].len; i++) {
-            int side = t[i] >= half_ns;
-            h[side][n[side]++] = analysis_ns_to_ms(t[i + 1] - t[i]);
-        }
+        for (int64_t i = 1; i < tl->segs[k].len; i++)
+            *n_first += t[i - 1] < half_ns;
     }
-    if (n[0] > 0 && n[1] > 0) {
-        analysis_dist d[2];
-        analysis_dist_from(h[0], n[0], &d[0]);
-        analysis_dist_from(h[1], n[1], &d[1]);
-        noise->count = n[0] < n[1] ? n[0] : n[1];
-        noise->mean = spread(d[0].mean, d[1].mean);
-        noise->p50 = spread(d[0].p50, d[1].p50);
-        noise->p90 = spread(d[0].p90, d[1].p90);
-        noise->p99 = spread(d[0].p99, d[1].p99);
-        noise->p999 = spread(d[0].p999, d[1].p999);
-        noise->max = spread(d[0].max, d[1].max);
+    double *gaps = malloc((size_t)*n * sizeof *gaps);
+    if (!gaps)
+        return err_set(err, "analysis: out of memory for %lld gaps", (long long)*n);
+    int64_t front = 0, back = *n_first;
+    for (int64_t k = 0; k < tl->n_segs; k++) {
+        const int64_t *t = tl->times + tl->segs[k].start;
+        for (int64_t i = 1; i < tl->segs[k].len; i++)
+            gaps[t[i - 1] < half_ns ? front++ : back++] = analysis_ns_to_ms(t[i] - t[i - 1]);
     }
-    free(h[0]);
-    free(h[1]);
+    *out = gaps;
+    return 0;
+}
+
+/* The run's gaps: the whole distribution, and how far its figures differ between the
+ * run's halves. Each half is sorted once and the whole is read off the two sorted halves,
+ * so the noise costs no second copy and no second sort. */
+static int gap_distributions(const analysis_timeline *tl, double duration_s, analysis_dist *itl,
+                             analysis_dist *noise, char *err)
+{
+    double *gaps = NULL;
+    int64_t n = 0, n0 = 0;
+    if (timeline_gaps_by_half(tl, (int64_t)(duration_s * 1e9 / 2), &gaps, &n, &n0, err) != 0)
+        return -1;
+    double *h0 = gaps, *h1 = gaps ? gaps + n0 : NULL;
+    const int64_t n1 = n - n0;
+    if (n0 > 0)
+        analysis_sort_doubles(h0, n0);
+    if (n1 > 0)
+        analysis_sort_doubles(h1, n1);
+    analysis_dist d0, d1;
+    dist_from_sorted(h0, n0, &d0);
+    dist_from_sorted(h1, n1, &d1);
+    memset(itl, 0, sizeof *itl);
+    memset(noise, 0, sizeof *noise);
+    if (n > 0) {
+        itl->count = n;
+        itl->mean = (d0.mean * (double)n0 + d1.mean * (double)n1) / (double)n;
+        itl->p50 = quantile_of_two(h0, n0, h1, n1, 0.50);
+        itl->p90 = quantile_of_two(h0, n0, h1, n1, 0.90);
+        itl->p99 = quantile_of_two(h0, n0, h1, n1, 0.99);
+        itl->p999 = quantile_of_two(h0, n0, h1, n1, 0.999);
+        itl->max = d0.max > d1.max ? d0.max : d1.max;
+    }
+    if (n0 > 0 && n1 > 0) {
+        noise->count = n0 < n1 ? n0 : n1;
+        noise->mean = spread(d0.mean, d1.mean);
+        noise->p50 = spread(d0.p50, d1.p50);
+        noise->p90 = spread(d0.p90, d1.p90);
+        noise->p99 = spread(d0.p99, d1.p99);
+        noise->p999 = spread(d0.p999, d1.p999);
+        noise->max = spread(d0.max, d1.max);
+    }
+    free(gaps);
     return 0;
 }
 
@@ -357,8 +421,7 @@ int analysis_summarize(const tokenlog *log, const analysis_options *opt, analysi
 {
     memset(out, 0, sizeof *out);
     analysis_timeline tl;
-    double *gaps = NULL, *ttft = NULL;
-    int64_t n_gaps = 0;
+    double *ttft = NULL;
     plan_key *inj_rows = NULL;
     int64_t n_inj = 0, n_ttft = 0, n_gaps_total = 0;
     int rc = -1;
@@ -391,15 +454,10 @@ int analysis_summarize(const tokenlog *log, const analysis_options *opt, analysi
         if (log->requests[i].error[0] != '\0')
             out->errors++;
 
-    /* ITL: every background gap. The array is sorted by analysis_dist_from and then no
-     * longer needed; the stall pass re-derives gaps from the timeline. */
-    if (timeline_gaps_ms(&tl, &gaps, &n_gaps, err) != 0)
+    /* ITL: every background gap, and its noise (the two halves of the run). The stall pass
+     * re-derives gaps from the timeline. */
+    if (gap_distributions(&tl, out->duration_s, &out->itl_ms, &out->itl_noise, err) != 0)
         goto fail;
-    analysis_dist_from(gaps, n_gaps, &out->itl_ms);
-    free(gaps);
-    gaps = NULL;
-    if (half_noise(&tl, out->duration_s, &out->itl_noise) != 0)
-        goto oom;
     out->spike_ratio = out->itl_ms.p50 > 0 ? out->itl_ms.max / out->itl_ms.p50 : 0;
 
     /* TTFT of background requests that got a first token. */
@@ -572,7 +630,6 @@ done:
         for (int64_t j = 0; j < n_inj; j++)
             free(inj_gaps[j].v);
     free(inj_gaps);
-    free(gaps);
     free(ttft);
     free(inj_rows);
     free(windows);

@@ -710,6 +710,43 @@ static void test_causes_without_steps(void **state)
     tokenlog_free(&log);
 }
 
+/* The whole run's percentiles are read off its two sorted halves (no second sort): they
+ * must equal the percentiles of all the gaps sorted together, on random runs. */
+static void test_percentiles_from_halves(void **state)
+{
+    (void)state;
+    for (int round = 0; round < 40; round++) {
+        tokenlog log;
+        tokenlog_init(&log);
+        int users = 1 + (int)rnd(6);
+        for (int u = 0; u < users; u++) {
+            double t = (double)rnd(50);
+            int n = (int)rnd(round < 5 ? 3 : 400);
+            for (int i = 0; i < n; i++) {
+                ev(&log, t, u, u, TOKENLOG_BG, 1);
+                t += 1 + (double)rnd(round % 2 ? 3 : 90); /* many ties, or few */
+            }
+        }
+        analysis_summary s = summarize(&log, 1e9, 0, 0);
+        double *all = NULL;
+        int64_t n = 0;
+        char err[ERR_LEN] = "";
+        assert_int_equal(analysis_gaps_ms(&log, &all, &n, err), 0);
+        analysis_dist want;
+        analysis_dist_from(all, n, &want);
+        assert_int_equal(s.itl_ms.count, want.count);
+        assert_float_equal(s.itl_ms.p50, want.p50, 0);
+        assert_float_equal(s.itl_ms.p90, want.p90, 0);
+        assert_float_equal(s.itl_ms.p99, want.p99, 0);
+        assert_float_equal(s.itl_ms.p999, want.p999, 0);
+        assert_float_equal(s.itl_ms.max, want.max, 0);
+        assert_float_equal(s.itl_ms.mean, want.mean, 1e-9 * (want.mean + 1));
+        free(all);
+        analysis_summary_free(&s);
+        tokenlog_free(&log);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -726,6 +763,7 @@ int main(void)
         cmocka_unit_test(test_matches_naive_reference),
         cmocka_unit_test(test_summary_json_keys),
         cmocka_unit_test(test_causes_from_the_step_log),
+        cmocka_unit_test(test_percentiles_from_halves),
         cmocka_unit_test(test_causes_without_steps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
