@@ -52,7 +52,8 @@ typedef struct raw_conn {
     SSL *ssl;            /* https: OpenSSL over memory BIOs */
     BIO *rbio, *wbio;
     bool request_queued; /* https: the request was handed to SSL_write */
-    struct raw_conn *next_idle;
+    bool in_pool;        /* idle, in the keep-alive pool */
+    struct raw_conn *idle_prev, *idle_next;
 } raw_conn;
 
 struct raw_req {
@@ -244,10 +245,37 @@ static void conn_watch(raw_client *c, raw_conn *k, bool want_out, int op)
     epoll_ctl(c->ep, op, k->fd, &ev);
 }
 
+static void pool_push(raw_client *c, raw_conn *k)
+{
+    k->in_pool = true;
+    k->idle_prev = NULL;
+    k->idle_next = c->idle;
+    if (c->idle)
+        c->idle->idle_prev = k;
+    c->idle = k;
+    c->n_idle++;
+}
+
+static void pool_remove(raw_client *c, raw_conn *k)
+{
+    if (!k->in_pool)
+        return;
+    if (k->idle_prev)
+        k->idle_prev->idle_next = k->idle_next;
+    else
+        c->idle = k->idle_next;
+    if (k->idle_next)
+        k->idle_next->idle_prev = k->idle_prev;
+    k->idle_prev = k->idle_next = NULL;
+    k->in_pool = false;
+    c->n_idle--;
+}
+
 static void conn_close(raw_client *c, raw_conn *k)
 {
     if (!k)
         return;
+    pool_remove(c, k);
     if (k->req)
         k->req->conn = NULL;
     epoll_ctl(c->ep, EPOLL_CTL_DEL, k->fd, NULL);
@@ -388,9 +416,7 @@ static bool req_connect(raw_client *c, raw_req *r)
 {
     raw_conn *k = c->idle;
     if (k) {
-        c->idle = k->next_idle;
-        c->n_idle--;
-        k->next_idle = NULL;
+        pool_remove(c, k);
         k->reused = true;
         c->conns.reused++;
     } else if (!(k = conn_open(c))) {
@@ -444,9 +470,7 @@ static void response_done(raw_client *c, raw_conn *k, size_t leftover)
     conn_reset_response(k);
     if (k->want_out)
         conn_watch(c, k, false, EPOLL_CTL_MOD);
-    k->next_idle = c->idle;
-    c->idle = k;
-    c->n_idle++;
+    pool_push(c, k);
 }
 
 /* ---- reading ---------------------------------------------------------------------------- */
@@ -909,11 +933,8 @@ void raw_free(raw_client *c)
         conn_close(c, r->conn);
         req_free(r);
     }
-    while (c->idle) {
-        raw_conn *k = c->idle;
-        c->idle = k->next_idle;
-        conn_close(c, k);
-    }
+    while (c->idle)
+        conn_close(c, c->idle);
     if (c->ep >= 0)
         close(c->ep);
     if (c->ssl_ctx)

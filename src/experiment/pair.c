@@ -8,12 +8,15 @@
 #include "common/fsio.h"
 #include "experiment/experiment.h"
 
-static int write_summary(const char *dir, const analysis_summary *s, char *err)
+static int write_summary(const char *dir, const analysis_summary *s, const experiment_meta *meta,
+                         char *err)
 {
     char path[4200];
     if (fsio_join(path, sizeof path, dir, "summary.json", err) != 0)
         return -1;
     json_t *json = analysis_summary_to_json(s);
+    if (meta->has_client) /* an HTTP run: where its stamps came from (fidelity.json too) */
+        json_object_set_new(json, "stamps", experiment_stamps_json(meta));
     int rc = fsio_write_json(path, json, 0, err);
     json_decref(json);
     return rc;
@@ -77,7 +80,7 @@ static int one_run(const experiment_config *cfg, const experiment_runner *runner
                             .protocol_violations = meta.protocol_violations};
     if (analysis_summarize(&log, &opt, summary, err) != 0)
         goto done;
-    if (d && write_summary(d, summary, err) != 0) {
+    if (d && write_summary(d, summary, &meta, err) != 0) {
         analysis_summary_free(summary);
         goto done;
     }
