@@ -64,9 +64,6 @@ struct raw_req {
     raw_conn *conn;
     int attempts;
     outcome out;
-    bool dirty;
-    raw_req *next_dirty;
-    raw_req *prev, *next; /* active list */
 };
 
 struct raw_client {
@@ -80,9 +77,7 @@ struct raw_client {
     SSL_CTX *ssl_ctx;
     int64_t idle_timeout_ns, connect_timeout_ns;
     int max_idle;
-    raw_req *active;
-    int n_active;
-    raw_req *dirty;
+    stream_book book; /* the requests running, those with bytes to parse */
     raw_conn *idle;
     int n_idle;
     int64_t next_check_ns;
@@ -333,27 +328,6 @@ static raw_conn *conn_open(raw_client *c)
 
 /* ---- requests ------------------------------------------------------------------------- */
 
-static void mark_dirty(raw_client *c, raw_req *r)
-{
-    if (r->dirty)
-        return;
-    r->dirty = true;
-    r->next_dirty = c->dirty;
-    c->dirty = r;
-}
-
-static void unlink_dirty(raw_client *c, raw_req *r)
-{
-    if (!r->dirty)
-        return;
-    for (raw_req **p = &c->dirty; *p; p = &(*p)->next_dirty)
-        if (*p == r) {
-            *p = r->next_dirty;
-            break;
-        }
-    r->dirty = false;
-}
-
 static void req_free(raw_req *r)
 {
     stream_reply_free(&r->reply);
@@ -361,24 +335,12 @@ static void req_free(raw_req *r)
     free(r);
 }
 
-static void unlink_active(raw_client *c, raw_req *r)
-{
-    if (r->prev)
-        r->prev->next = r->next;
-    else if (c->active == r)
-        c->active = r->next;
-    if (r->next)
-        r->next->prev = r->prev;
-    r->prev = r->next = NULL;
-    c->n_active--;
-}
-
 /* The transfer is over (the reply may still hold unparsed bytes: parsed before the end). */
 static void req_finish(raw_client *c, raw_req *r, outcome how)
 {
     if (r->out == OUT_RUNNING)
         r->out = how;
-    mark_dirty(c, r);
+    stream_book_mark_dirty(&c->book, &r->reply);
 }
 
 static void req_lost(raw_client *c, raw_req *r, const char *why)
@@ -390,8 +352,7 @@ static void req_lost(raw_client *c, raw_req *r, const char *why)
 /* Tell the owner and free r. A connection still attached is mid-response: closed. */
 static void req_end(raw_client *c, raw_req *r, bool timed_out)
 {
-    unlink_active(c, r);
-    unlink_dirty(c, r);
+    stream_book_remove(&c->book, &r->reply);
     conn_close(c, r->conn);
     r->conn = NULL;
     stream_reply_end(&r->reply, r->out == OUT_CONNECT_FAILED, timed_out);
@@ -544,7 +505,7 @@ static bool conn_feed(raw_client *c, raw_conn *k, const char *in, size_t len, in
                 conn_close(c, k);
                 return false;
             }
-            mark_dirty(c, r);
+            stream_book_mark_dirty(&c->book, &r->reply);
         }
         if (k->body.done) {
             response_done(c, k, len); /* k is closed or idle: the caller lets it be */
@@ -778,12 +739,10 @@ static bool conn_write(raw_client *c, raw_conn *k)
 
 static void process_dirty(raw_client *c)
 {
-    while (c->dirty) {
-        raw_req *r = c->dirty;
-        c->dirty = r->next_dirty;
-        r->dirty = false;
-        r->next_dirty = NULL;
-        bool ok = stream_reply_parse(&r->reply);
+    stream_reply *reply;
+    while ((reply = stream_book_next_dirty(&c->book))) {
+        raw_req *r = reply->owner;
+        bool ok = stream_reply_parse(reply);
         if (!ok) {
             r->out = r->out == OUT_RUNNING ? OUT_LOST : r->out;
             req_end(c, r, false);
@@ -797,43 +756,29 @@ static void process_dirty(raw_client *c)
 
 static void check_timeouts(raw_client *c, int64_t now)
 {
-    raw_req *r = c->active;
-    while (r) {
-        raw_req *next = r->next;
+    stream_reply *reply = c->book.active;
+    while (reply) {
+        stream_reply *next = reply->next;
+        raw_req *r = reply->owner;
         raw_conn *k = r->conn;
         if (r->out == OUT_RUNNING && k && k->state != CONN_OPEN &&
             now - r->reply.t_start_ns > c->connect_timeout_ns) {
             stream_reply_fail(&r->reply, "cannot connect: timed out after %.1f s",
                               (double)c->connect_timeout_ns / 1e9);
             req_finish(c, r, OUT_CONNECT_FAILED);
-            stream_reply_parse(&r->reply);
+            stream_book_parse(&c->book, &r->reply);
             req_end(c, r, false);
         } else if (r->out == OUT_RUNNING) {
             int64_t since = r->reply.last_byte_ns ? r->reply.last_byte_ns : r->reply.t_start_ns;
             if (now - since > c->idle_timeout_ns) {
                 stream_reply_fail(&r->reply, "timeout: no bytes for %.1f s",
                                   (double)c->idle_timeout_ns / 1e9);
-                stream_reply_parse(&r->reply);
+                stream_book_parse(&c->book, &r->reply);
                 req_end(c, r, true);
             }
         }
-        r = next;
+        reply = next;
     }
-}
-
-static int wait_events(raw_client *c, struct epoll_event *evs, int64_t wait_ns)
-{
-    if (wait_ns < 0)
-        wait_ns = 0;
-    if (c->use_pwait2) {
-        /* ns resolution: an injection planned at t is sent at t, not at the next ms. */
-        struct timespec ts = {wait_ns / CLOCK_NS_PER_S, wait_ns % CLOCK_NS_PER_S};
-        int n = epoll_pwait2(c->ep, evs, MAX_EPOLL_EVENTS, &ts, NULL);
-        if (n >= 0 || errno != ENOSYS)
-            return n;
-        c->use_pwait2 = false;
-    }
-    return epoll_wait(c->ep, evs, MAX_EPOLL_EVENTS, (int)((wait_ns + 999999) / CLOCK_NS_PER_MS));
 }
 
 int raw_run(raw_client *c, int64_t until_ns, char *err)
@@ -845,13 +790,13 @@ int raw_run(raw_client *c, int64_t until_ns, char *err)
         if (now >= until_ns)
             return 0;
         int64_t wake = until_ns;
-        if (c->n_active > 0) {
+        if (c->book.n_active > 0) {
             if (c->next_check_ns == 0)
                 c->next_check_ns = now + CHECK_EVERY_NS;
             if (c->next_check_ns < wake)
                 wake = c->next_check_ns;
         }
-        int n = wait_events(c, evs, wake - now);
+        int n = stream_epoll_wait(c->ep, evs, MAX_EPOLL_EVENTS, wake - now, &c->use_pwait2);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -875,7 +820,7 @@ int raw_run(raw_client *c, int64_t until_ns, char *err)
         process_dirty(c);
         now = clock_now_ns();
         if (c->next_check_ns && now >= c->next_check_ns) {
-            c->next_check_ns = c->n_active > 0 ? now + CHECK_EVERY_NS : 0;
+            c->next_check_ns = c->book.n_active > 0 ? now + CHECK_EVERY_NS : 0;
             check_timeouts(c, now);
         }
     }
@@ -927,9 +872,9 @@ void raw_free(raw_client *c)
 {
     if (!c)
         return;
-    while (c->active) {
-        raw_req *r = c->active;
-        unlink_active(c, r);
+    while (c->book.active) {
+        raw_req *r = c->book.active->owner;
+        stream_book_remove(&c->book, &r->reply);
         conn_close(c, r->conn);
         req_free(r);
     }
@@ -950,6 +895,7 @@ int raw_post(raw_client *c, const stream_request *req, char *err)
         return err_set(err, "out of memory");
     r->c = c;
     stream_reply_init(&r->reply, req, &c->stats);
+    r->reply.owner = r;
     buf wire = {0};
     buf_printf(&wire, "POST %s%s HTTP/1.1\r\n", c->prefix, req->path);
     buf_append(&wire, c->headers.data, c->headers.len);
@@ -962,47 +908,28 @@ int raw_post(raw_client *c, const stream_request *req, char *err)
     }
     r->wire_len = wire.len;
     r->wire = buf_detach(&wire);
-    r->next = c->active;
-    if (c->active)
-        c->active->prev = r;
-    c->active = r;
-    c->n_active++;
+    stream_book_add(&c->book, &r->reply);
     req_connect(c, r); /* a failure is the request's: ended at the next run() */
     return 0;
 }
 
-void raw_cancel_all(raw_client *c, const char *reason)
+static void cancel_end(void *ctx, stream_reply *reply) { req_end(ctx, reply->owner, false); }
+
+static void cancel_drop(void *ctx, stream_reply *reply)
 {
-    /* A snapshot first: on_end may post new requests, which must not be cancelled here. */
-    int n = c->n_active;
-    if (n == 0)
-        return;
-    raw_req **snap = malloc((size_t)n * sizeof *snap);
-    if (!snap) { /* no memory for the list: end them without callbacks */
-        while (c->active) {
-            raw_req *r = c->active;
-            unlink_active(c, r);
-            unlink_dirty(c, r);
-            conn_close(c, r->conn);
-            req_free(r);
-        }
-        return;
-    }
-    int k = 0;
-    for (raw_req *r = c->active; r && k < n; r = r->next)
-        snap[k++] = r;
-    for (int i = 0; i < k; i++) {
-        raw_req *r = snap[i];
-        stream_reply_parse(&r->reply);
-        snprintf(r->reply.finish_reason, sizeof r->reply.finish_reason, "abort");
-        if (reason && reason[0])
-            stream_reply_fail(&r->reply, "%s", reason);
-        req_end(c, r, false);
-    }
-    free(snap);
+    raw_client *c = ctx;
+    raw_req *r = reply->owner;
+    stream_book_remove(&c->book, reply);
+    conn_close(c, r->conn);
+    req_free(r);
 }
 
-int raw_active(const raw_client *c) { return c->n_active; }
+void raw_cancel_all(raw_client *c, const char *reason)
+{
+    stream_book_cancel_all(&c->book, reason, cancel_end, cancel_drop, c);
+}
+
+int raw_active(const raw_client *c) { return c->book.n_active; }
 
 void raw_get_stats(const raw_client *c, stream_stats *out) { *out = c->stats; }
 

@@ -30,11 +30,9 @@ typedef struct stream_req {
     char *body;
     size_t body_len;
     char url[MAX_URL];
-    stream_reply reply; /* status, headers, stamped bytes, SSE, tokens, the error */
-    bool dirty;         /* bytes appended since the last parse */
-    struct stream_req *next_dirty;
+    stream_reply reply; /* status, headers, stamped bytes, SSE, tokens, the error; the
+                           lists of c->book */
     char curl_err[CURL_ERROR_SIZE];
-    struct stream_req *prev, *next; /* active list */
 } stream_req;
 
 struct stream_client {
@@ -47,9 +45,7 @@ struct stream_client {
     int64_t timer_ns; /* curl's next timeout, -1 none */
     int64_t ready_ns; /* when epoll reported this wake-up's sockets readable; 0 outside it */
     int64_t next_idle_check_ns;
-    stream_req *active;
-    int n_active;
-    stream_req *dirty;
+    stream_book book; /* the requests running, those with bytes to parse */
     stream_stats stats;
     bool use_pwait2;
 };
@@ -331,6 +327,114 @@ void stream_raise_fd_limit(int connections)
     }
 }
 
+/* ---- the requests a transport runs --------------------------------------------------- */
+
+void stream_book_add(stream_book *b, stream_reply *r)
+{
+    r->prev = NULL;
+    r->next = b->active;
+    if (b->active)
+        b->active->prev = r;
+    b->active = r;
+    b->n_active++;
+}
+
+static void book_unmark(stream_book *b, stream_reply *r)
+{
+    if (!r->dirty)
+        return;
+    for (stream_reply **p = &b->dirty; *p; p = &(*p)->next_dirty)
+        if (*p == r) {
+            *p = r->next_dirty;
+            break;
+        }
+    r->dirty = false;
+    r->next_dirty = NULL;
+}
+
+void stream_book_remove(stream_book *b, stream_reply *r)
+{
+    if (r->prev)
+        r->prev->next = r->next;
+    else if (b->active == r)
+        b->active = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    r->prev = r->next = NULL;
+    b->n_active--;
+    book_unmark(b, r);
+}
+
+void stream_book_mark_dirty(stream_book *b, stream_reply *r)
+{
+    if (r->dirty)
+        return;
+    r->dirty = true;
+    r->next_dirty = b->dirty;
+    b->dirty = r;
+}
+
+bool stream_book_parse(stream_book *b, stream_reply *r)
+{
+    book_unmark(b, r);
+    return stream_reply_parse(r);
+}
+
+stream_reply *stream_book_next_dirty(stream_book *b)
+{
+    stream_reply *r = b->dirty;
+    if (r) {
+        b->dirty = r->next_dirty;
+        r->dirty = false;
+        r->next_dirty = NULL;
+    }
+    return r;
+}
+
+void stream_book_cancel_all(stream_book *b, const char *reason,
+                            void (*end)(void *ctx, stream_reply *r),
+                            void (*drop)(void *ctx, stream_reply *r), void *ctx)
+{
+    /* A snapshot first: on_end may post new requests, which must not be cancelled here. */
+    int n = b->n_active;
+    if (n == 0)
+        return;
+    stream_reply **snap = malloc((size_t)n * sizeof *snap);
+    if (!snap) { /* no memory for the list: end them without callbacks */
+        for (int i = 0; i < n && b->active; i++)
+            drop(ctx, b->active);
+        return;
+    }
+    int k = 0;
+    for (stream_reply *r = b->active; r && k < n; r = r->next)
+        snap[k++] = r;
+    for (int i = 0; i < k; i++) {
+        stream_reply *r = snap[i];
+        stream_book_parse(b, r);
+        snprintf(r->finish_reason, sizeof r->finish_reason, "abort");
+        if (reason && reason[0])
+            stream_reply_fail(r, "%s", reason);
+        end(ctx, r);
+    }
+    free(snap);
+}
+
+int stream_epoll_wait(int ep, struct epoll_event *evs, int max_events, int64_t wait_ns,
+                      bool *use_pwait2)
+{
+    if (wait_ns < 0)
+        wait_ns = 0;
+    if (*use_pwait2) {
+        /* ns resolution: an injection planned at t is sent at t, not at the next ms. */
+        struct timespec ts = {wait_ns / CLOCK_NS_PER_S, wait_ns % CLOCK_NS_PER_S};
+        int n = epoll_pwait2(ep, evs, max_events, &ts, NULL);
+        if (n >= 0 || errno != ENOSYS)
+            return n;
+        *use_pwait2 = false;
+    }
+    return epoll_wait(ep, evs, max_events, (int)((wait_ns + CLOCK_NS_PER_MS - 1) / CLOCK_NS_PER_MS));
+}
+
 /* ---- the factory -------------------------------------------------------------------- */
 
 int stream_transport_parse(const char *text, stream_transport_kind *out, char *err)
@@ -506,11 +610,7 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata)
     }
     if (stream_reply_body(&r->reply, ptr, n, t, STREAM_STAMP_USER) != 0)
         return 0; /* curl treats a short write as an error */
-    if (!r->dirty) {
-        r->dirty = true;
-        r->next_dirty = r->c->dirty;
-        r->c->dirty = r;
-    }
+    stream_book_mark_dirty(&r->c->book, &r->reply);
     return n;
 }
 
@@ -549,57 +649,21 @@ static void req_free(stream_req *r)
     free(r);
 }
 
-static void unlink_active(stream_client *c, stream_req *r)
-{
-    if (r->prev)
-        r->prev->next = r->next;
-    else if (c->active == r)
-        c->active = r->next;
-    if (r->next)
-        r->next->prev = r->prev;
-    r->prev = r->next = NULL;
-    c->n_active--;
-}
-
-static void unlink_dirty(stream_client *c, stream_req *r)
-{
-    if (!r->dirty)
-        return;
-    for (stream_req **p = &c->dirty; *p; p = &(*p)->next_dirty)
-        if (*p == r) {
-            *p = r->next_dirty;
-            break;
-        }
-    r->dirty = false;
-}
-
 /* Take r out of curl, tell the owner, free it. */
 static void req_end(stream_client *c, stream_req *r, bool connect_failed, bool timed_out)
 {
     curl_multi_remove_handle(c->multi, r->easy);
-    unlink_active(c, r);
-    unlink_dirty(c, r);
+    stream_book_remove(&c->book, &r->reply);
     stream_reply_end(&r->reply, connect_failed, timed_out);
     req_free(r);
 }
 
-/* Parse what r read since the last time, if anything. False when r failed. */
-static bool req_parse_pending(stream_client *c, stream_req *r)
-{
-    unlink_dirty(c, r);
-    return stream_reply_parse(&r->reply);
-}
-
 static void process_dirty(stream_client *c)
 {
-    while (c->dirty) {
-        stream_req *r = c->dirty;
-        c->dirty = r->next_dirty;
-        r->dirty = false;
-        r->next_dirty = NULL;
-        if (!stream_reply_parse(&r->reply))
-            req_end(c, r, false, false);
-    }
+    stream_reply *reply;
+    while ((reply = stream_book_next_dirty(&c->book)))
+        if (!stream_reply_parse(reply))
+            req_end(c, reply->owner, false, false);
 }
 
 static void collect_done(stream_client *c)
@@ -618,7 +682,7 @@ static void collect_done(stream_client *c)
          * the connection never came up. */
         bool connect_failed = rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
                               (rc == CURLE_OPERATION_TIMEDOUT && reply->head_len == 0);
-        req_parse_pending(c, r); /* bytes of the last read */
+        stream_book_parse(&c->book, reply); /* bytes of the last read */
         if (reply->http_status == 0) {
             long code = 0;
             curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &code);
@@ -644,18 +708,19 @@ static void collect_done(stream_client *c)
 
 static void check_idle(stream_client *c, int64_t now)
 {
-    stream_req *r = c->active;
-    while (r) {
-        stream_req *next = r->next;
+    stream_reply *reply = c->book.active;
+    while (reply) {
+        stream_reply *next = reply->next;
+        stream_req *r = reply->owner;
         int64_t since = r->reply.last_byte_ns ? r->reply.last_byte_ns : r->reply.t_start_ns;
         if (now - since > c->idle_timeout_ns) {
             char why[64];
             snprintf(why, sizeof why, "%.1f s", (double)c->idle_timeout_ns / 1e9);
             stream_reply_fail(&r->reply, "timeout: no bytes for %s", why);
-            req_parse_pending(c, r);
+            stream_book_parse(&c->book, &r->reply);
             req_end(c, r, false, true);
         }
-        r = next;
+        reply = next;
     }
 }
 
@@ -704,10 +769,10 @@ void stream_free(stream_client *c)
 {
     if (!c)
         return;
-    while (c->active) {
-        stream_req *r = c->active;
+    while (c->book.active) {
+        stream_req *r = c->book.active->owner;
         curl_multi_remove_handle(c->multi, r->easy);
-        unlink_active(c, r);
+        stream_book_remove(&c->book, &r->reply);
         req_free(r);
     }
     if (c->multi)
@@ -725,6 +790,7 @@ int stream_post(stream_client *c, const stream_request *req, char *err)
         return err_set(err, "out of memory");
     r->c = c;
     stream_reply_init(&r->reply, req, &c->stats);
+    r->reply.owner = r;
     if (snprintf(r->url, sizeof r->url, "%s%s", c->base_url, req->path) >= (int)sizeof r->url) {
         req_free(r);
         return err_set(err, "URL too long");
@@ -762,27 +828,8 @@ int stream_post(stream_client *c, const stream_request *req, char *err)
         req_free(r);
         return err_set(err, "curl_multi_add_handle: %s", curl_multi_strerror(mc));
     }
-    r->next = c->active;
-    if (c->active)
-        c->active->prev = r;
-    c->active = r;
-    c->n_active++;
+    stream_book_add(&c->book, &r->reply);
     return 0;
-}
-
-static int wait_events(stream_client *c, struct epoll_event *evs, int64_t wait_ns)
-{
-    if (wait_ns < 0)
-        wait_ns = 0;
-    if (c->use_pwait2) {
-        /* ns resolution: an injection planned at t is sent at t, not at the next ms. */
-        struct timespec ts = {wait_ns / CLOCK_NS_PER_S, wait_ns % CLOCK_NS_PER_S};
-        int n = epoll_pwait2(c->ep, evs, MAX_EPOLL_EVENTS, &ts, NULL);
-        if (n >= 0 || errno != ENOSYS)
-            return n;
-        c->use_pwait2 = false;
-    }
-    return epoll_wait(c->ep, evs, MAX_EPOLL_EVENTS, (int)(wait_ns / CLOCK_NS_PER_MS));
 }
 
 int stream_run(stream_client *c, int64_t until_ns, char *err)
@@ -796,13 +843,13 @@ int stream_run(stream_client *c, int64_t until_ns, char *err)
         int64_t wake = until_ns;
         if (c->timer_ns >= 0 && c->timer_ns < wake)
             wake = c->timer_ns;
-        if (c->n_active > 0) {
+        if (c->book.n_active > 0) {
             if (c->next_idle_check_ns == 0)
                 c->next_idle_check_ns = now + IDLE_CHECK_NS;
             if (c->next_idle_check_ns < wake)
                 wake = c->next_idle_check_ns;
         }
-        int n = wait_events(c, evs, wake - now);
+        int n = stream_epoll_wait(c->ep, evs, MAX_EPOLL_EVENTS, wake - now, &c->use_pwait2);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -834,38 +881,23 @@ int stream_run(stream_client *c, int64_t until_ns, char *err)
     }
 }
 
-void stream_cancel_all(stream_client *c, const char *reason)
+static void cancel_end(void *ctx, stream_reply *reply) { req_end(ctx, reply->owner, false, false); }
+
+static void cancel_drop(void *ctx, stream_reply *reply)
 {
-    /* A snapshot first: on_end may post new requests, which must not be cancelled here. */
-    int n = c->n_active;
-    if (n == 0)
-        return;
-    stream_req **snap = malloc((size_t)n * sizeof *snap);
-    if (!snap) { /* no memory for the list: end them without callbacks */
-        while (c->active) {
-            stream_req *r = c->active;
-            curl_multi_remove_handle(c->multi, r->easy);
-            unlink_active(c, r);
-            unlink_dirty(c, r);
-            req_free(r);
-        }
-        return;
-    }
-    int k = 0;
-    for (stream_req *r = c->active; r && k < n; r = r->next)
-        snap[k++] = r;
-    for (int i = 0; i < k; i++) {
-        stream_req *r = snap[i];
-        req_parse_pending(c, r);
-        snprintf(r->reply.finish_reason, sizeof r->reply.finish_reason, "abort");
-        if (reason && reason[0])
-            stream_reply_fail(&r->reply, "%s", reason);
-        req_end(c, r, false, false);
-    }
-    free(snap);
+    stream_client *c = ctx;
+    stream_req *r = reply->owner;
+    curl_multi_remove_handle(c->multi, r->easy);
+    stream_book_remove(&c->book, reply);
+    req_free(r);
 }
 
-int stream_active(const stream_client *c) { return c->n_active; }
+void stream_cancel_all(stream_client *c, const char *reason)
+{
+    stream_book_cancel_all(&c->book, reason, cancel_end, cancel_drop, c);
+}
+
+int stream_active(const stream_client *c) { return c->book.n_active; }
 
 void stream_get_stats(const stream_client *c, stream_stats *out) { *out = c->stats; }
 

@@ -202,6 +202,11 @@ typedef struct stream_reply {
     char finish_reason[16];
     bool stopped, any_event;
     char error[128];           /* the first failure, "" none */
+    /* The transport's bookkeeping (stream_book): */
+    void *owner;               /* the transport's request that holds this reply */
+    struct stream_reply *prev, *next;  /* every request running */
+    bool dirty;                /* bytes appended since the last parse */
+    struct stream_reply *next_dirty;
 } stream_reply;
 
 void stream_reply_init(stream_reply *r, const stream_request *req, stream_stats *stats);
@@ -221,6 +226,35 @@ void stream_reply_fail(stream_reply *r, const char *fmt, ...) __attribute__((for
 void stream_reply_judge(stream_reply *r);
 /* Fill stream_end, count it, call on_end. The transport frees r after. */
 void stream_reply_end(stream_reply *r, bool connect_failed, bool timed_out);
+
+/* The requests a transport runs (intrusive lists through their replies): all of them, and
+ * those that read bytes not parsed yet. */
+typedef struct stream_book {
+    stream_reply *active;
+    int n_active;
+    stream_reply *dirty;
+} stream_book;
+
+void stream_book_add(stream_book *b, stream_reply *r);
+/* Off both lists (the request is ending). */
+void stream_book_remove(stream_book *b, stream_reply *r);
+void stream_book_mark_dirty(stream_book *b, stream_reply *r);
+/* Parse what r read, if anything, and take it off the dirty list. False when r failed. */
+bool stream_book_parse(stream_book *b, stream_reply *r);
+/* The next request with bytes to parse (taken off the dirty list), NULL when none. */
+stream_reply *stream_book_next_dirty(stream_book *b);
+/* End every request running now (not those that end() posts): each parsed, finish_reason
+ * "abort", error = reason ("" for a planned stop), then end(ctx, r), which delivers on_end
+ * and frees it. Without memory for the list, drop(ctx, r) frees them without callbacks. */
+void stream_book_cancel_all(stream_book *b, const char *reason,
+                            void (*end)(void *ctx, stream_reply *r),
+                            void (*drop)(void *ctx, stream_reply *r), void *ctx);
+
+/* epoll_pwait2 (ns timeouts: an injection planned at t leaves at t), or epoll_wait where the
+ * kernel lacks it (*use_pwait2 is then cleared). */
+struct epoll_event;
+int stream_epoll_wait(int ep, struct epoll_event *evs, int max_events, int64_t wait_ns,
+                      bool *use_pwait2);
 
 /* Raise the soft limit of open files for this many connections (thousands of streams). */
 void stream_raise_fd_limit(int connections);
