@@ -2,7 +2,9 @@
  *
  * For 32, 1,024 and 4,096 concurrent closed-loop streams it prints the client's timestamp
  * error (receive stamp - the server's emit_ns, both CLOCK_MONOTONIC on this machine)
- * p50/p99/max, tokens/s received and client CPU time per token, against:
+ * p50/p99/max, tokens/s received, client CPU time per token and where the stamps came from
+ * (kernel receive stamps, the share of them coalesced, user space), for each transport
+ * (raw: ours with kernel stamps, the default; curl) against:
  *   1. the embedded emulated server (`stallscope serve`, a child process): the number the
  *      acceptance names; it includes the server's own delay between stamping a chunk and
  *      its event loop writing it;
@@ -38,6 +40,16 @@
 #include "common/err.h"
 #include "workload/workload.h"
 
+/* A transport in front of the real one that sees each token event before the driver does:
+ * the error (receive - emit) by the source of the stamp, for the per-source distributions
+ * (the driver keeps one distribution of all). */
+typedef struct tap {
+    stream_transport inner;
+    int64_t from_ns; /* the end of the warm-up: earlier events are not kept */
+    double *error_ms[STREAM_STAMP_KINDS];
+    int64_t n[STREAM_STAMP_KINDS], cap[STREAM_STAMP_KINDS];
+} tap;
+
 typedef struct figures {
     int streams;
     double seconds;
@@ -45,13 +57,31 @@ typedef struct figures {
     double cpu_ns_per_token;
     analysis_dist error_ms;
     int64_t errors;
+    int64_t stamps[STREAM_STAMP_KINDS]; /* recorded events by stamp source; all 0: unknown */
+    tap tap;                            /* the error by stamp source (ours only) */
 } figures;
+
+static void print_sources(const tap *t);
 
 static void print_row(const char *against, const figures *f)
 {
-    printf("%-22s %6d %9.0f %10.2f %9.0f %9.0f %9.0f %7lld\n", against, f->streams,
+    int64_t events = 0;
+    for (int i = 0; i < STREAM_STAMP_KINDS; i++)
+        events += f->stamps[i];
+    char mix[64] = "";
+    if (events > 0)
+        snprintf(mix, sizeof mix, "%5.1f %5.1f %5.1f",
+                 100.0 * (double)f->stamps[STREAM_STAMP_KERNEL] / (double)events,
+                 100.0 * (double)f->stamps[STREAM_STAMP_KERNEL_COALESCED] / (double)events,
+                 100.0 * (double)f->stamps[STREAM_STAMP_USER] / (double)events);
+    printf("%-26s %6d %9.0f %10.2f %9.0f %9.0f %9.0f %9.0f %7lld  %s\n", against, f->streams,
            (double)f->tokens / f->seconds, f->cpu_ns_per_token / 1e3, f->error_ms.p50 * 1e3,
-           f->error_ms.p99 * 1e3, f->error_ms.max * 1e3, (long long)f->errors);
+           f->error_ms.p99 * 1e3, f->error_ms.p999 * 1e3, f->error_ms.max * 1e3,
+           (long long)f->errors, mix);
+    if (events > 0)
+        print_sources(&f->tap);
+    for (int s = 0; s < STREAM_STAMP_KINDS; s++)
+        free(f->tap.error_ms[s]);
     fflush(stdout);
 }
 
@@ -222,19 +252,113 @@ static pid_t spawn_raw(int64_t step_ns, int answer, char *url, size_t url_size)
 
 /* ---- our client ---------------------------------------------------------------------- */
 
-static int run_ours(const char *url, int streams, int64_t duration_ns, figures *out)
+typedef struct tap_req {
+    tap *t;
+    stream_handlers h;
+    const stream_handlers *orig;
+    void *user;
+} tap_req;
+
+static void tap_token(void *ctx, void *user, const stream_token *tok)
+{
+    (void)ctx;
+    tap_req *q = user;
+    tap *t = q->t;
+    int s = tok->stamp;
+    if (tok->emit_ns >= 0 && tok->t_ns >= t->from_ns && s >= 0 && s < STREAM_STAMP_KINDS) {
+        if (t->n[s] == t->cap[s]) {
+            int64_t cap = t->cap[s] ? t->cap[s] * 2 : 4096;
+            double *grown = realloc(t->error_ms[s], (size_t)cap * sizeof *grown);
+            if (grown) {
+                t->error_ms[s] = grown;
+                t->cap[s] = cap;
+            }
+        }
+        if (t->n[s] < t->cap[s])
+            t->error_ms[s][t->n[s]++] = (double)(tok->t_ns - tok->emit_ns) / 1e6;
+    }
+    if (q->orig->on_token)
+        q->orig->on_token(q->orig->ctx, q->user, tok);
+}
+
+static void tap_end(void *ctx, void *user, const stream_end *end)
+{
+    (void)ctx;
+    tap_req *q = user;
+    if (q->orig->on_end)
+        q->orig->on_end(q->orig->ctx, q->user, end);
+    free(q);
+}
+
+static int tap_post(void *impl, const stream_request *req, char *err)
+{
+    tap *t = impl;
+    tap_req *q = malloc(sizeof *q);
+    if (!q)
+        return err_set(err, "out of memory");
+    *q = (tap_req){t, {NULL, tap_token, tap_end}, req->handlers, req->user};
+    stream_request wrapped = *req;
+    wrapped.handlers = &q->h;
+    wrapped.user = q;
+    if (t->inner.post(t->inner.impl, &wrapped, err) != 0) {
+        free(q);
+        return -1;
+    }
+    return 0;
+}
+static int tap_run(void *impl, int64_t until_ns, char *err)
+{
+    tap *t = impl;
+    return t->inner.run(t->inner.impl, until_ns, err);
+}
+static void tap_cancel(void *impl, const char *reason)
+{
+    tap *t = impl;
+    t->inner.cancel_all(t->inner.impl, reason);
+}
+static int tap_active(void *impl)
+{
+    tap *t = impl;
+    return t->inner.active(t->inner.impl);
+}
+static int64_t tap_now(void *impl)
+{
+    tap *t = impl;
+    return t->inner.now(t->inner.impl);
+}
+
+/* "kernel 97.0 % p50 4 p99 38 us" per source with events. */
+static void print_sources(const tap *t)
+{
+    int64_t all = 0;
+    for (int s = 0; s < STREAM_STAMP_KINDS; s++)
+        all += t->n[s];
+    printf("%-26s", "");
+    for (int s = 0; s < STREAM_STAMP_KINDS; s++) {
+        if (t->n[s] == 0)
+            continue;
+        analysis_dist d;
+        analysis_dist_from(t->error_ms[s], t->n[s], &d);
+        printf("  %s %.1f %%: p50 %.0f p99 %.0f p999 %.0f us;", stream_stamp_name((stream_stamp)s),
+               100.0 * (double)t->n[s] / (double)all, d.p50 * 1e3, d.p99 * 1e3, d.p999 * 1e3);
+    }
+    printf("\n");
+}
+
+static int run_ours(const char *url, int streams, int64_t duration_ns, stream_transport_kind kind,
+                    figures *out)
 {
     char err[ERR_LEN];
     stream_options so = {0};
     so.base_url = url;
     so.max_streams = streams;
     so.idle_timeout_ns = 30 * CLOCK_NS_PER_S;
-    stream_client *c = stream_create(&so, err);
-    if (!c) {
+    tap tp = {0};
+    if (stream_transport_create(kind, &so, &tp.inner, err) != 0) {
         fprintf(stderr, "bench_client: %s\n", err);
         return -1;
     }
-    stream_transport t = stream_client_transport(c);
+    stream_transport t = {&tp, tap_post, tap_run, tap_cancel, tap_active, tap_now, NULL, NULL};
     workload_config wl;
     workload_default(&wl);
     wl.users = streams;
@@ -255,11 +379,12 @@ static int run_ours(const char *url, int streams, int64_t duration_ns, figures *
     tokenlog_init(&log);
     driver_result res;
     stream_stats s0, s1;
-    stream_get_stats(c, &s0);
+    tp.inner.stats(tp.inner.impl, &s0);
+    tp.from_ns = clock_now_ns() + ph.warmup_ns;
     int64_t cpu0 = clock_process_cpu_ns(), t0 = clock_now_ns();
     int rc = driver_run_phase(&t, &ph, &log, &res, err);
     int64_t cpu1 = clock_process_cpu_ns(), t1 = clock_now_ns();
-    stream_get_stats(c, &s1);
+    tp.inner.stats(tp.inner.impl, &s1);
     if (rc == 0) {
         out->streams = streams;
         out->seconds = (double)(t1 - t0) / 1e9;
@@ -267,6 +392,7 @@ static int run_ours(const char *url, int streams, int64_t duration_ns, figures *
         out->cpu_ns_per_token = out->tokens ? (double)(cpu1 - cpu0) / (double)out->tokens : 0;
         analysis_dist_from(res.fidelity_ms, res.n_fidelity, &out->error_ms);
         out->errors = s1.errors - s0.errors;
+        memcpy(out->stamps, res.stamps, sizeof out->stamps);
         out->tokens = out->tokens; /* over warm-up + run, like the CPU time */
         if (!res.complete)
             fprintf(stderr, "bench_client: run incomplete: %s\n", res.error);
@@ -275,7 +401,8 @@ static int run_ours(const char *url, int streams, int64_t duration_ns, figures *
     }
     driver_result_free(&res);
     tokenlog_free(&log);
-    stream_free(c);
+    tp.inner.destroy(tp.inner.impl);
+    out->tap = tp;
     return rc;
 }
 
@@ -315,7 +442,8 @@ static const char *python_client =
     "errors.sort(); n = len(errors)\n"
     "q = lambda p: errors[max(0, min(n - 1, math.ceil(p * n) - 1))] if n else 0\n"
     "print(json.dumps({'tokens': tokens, 'seconds': t1 - t0, 'cpu_s': c1 - c0,\n"
-    "                  'p50': q(0.5), 'p99': q(0.99), 'max': errors[-1] if n else 0}))\n";
+    "                  'p50': q(0.5), 'p99': q(0.99), 'p999': q(0.999),\n"
+    "                  'max': errors[-1] if n else 0}))\n";
 
 static int run_python(const char *url, int streams, double seconds, figures *out)
 {
@@ -339,10 +467,10 @@ static int run_python(const char *url, int streams, double seconds, figures *out
         pclose(p);
     }
     unlink(path);
-    double tokens = 0, secs = 0, cpu = 0, p50 = 0, p99 = 0, max = 0;
+    double tokens = 0, secs = 0, cpu = 0, p50 = 0, p99 = 0, p999 = 0, max = 0;
     if (sscanf(line, "{\"tokens\": %lf, \"seconds\": %lf, \"cpu_s\": %lf, \"p50\": %lf, \"p99\": "
-                     "%lf, \"max\": %lf}",
-               &tokens, &secs, &cpu, &p50, &p99, &max) != 6)
+                     "%lf, \"p999\": %lf, \"max\": %lf}",
+               &tokens, &secs, &cpu, &p50, &p99, &p999, &max) != 7)
         return -1;
     memset(out, 0, sizeof *out);
     out->streams = streams;
@@ -351,6 +479,7 @@ static int run_python(const char *url, int streams, double seconds, figures *out
     out->cpu_ns_per_token = tokens > 0 ? cpu * 1e9 / tokens : 0;
     out->error_ms.p50 = p50;
     out->error_ms.p99 = p99;
+    out->error_ms.p999 = p999;
     out->error_ms.max = max;
     return 0;
 }
@@ -388,8 +517,9 @@ int main(int argc, char **argv)
            "tokens\n",
            (long long)(duration / CLOCK_NS_PER_S));
     printf("timestamp error = client receive stamp - server emit_ns (same CLOCK_MONOTONIC)\n\n");
-    printf("%-22s %6s %9s %10s %9s %9s %9s %7s\n", "against", "streams", "tokens/s", "cpu us/tok",
-           "err p50us", "err p99us", "err maxus", "errors");
+    printf("%-26s %6s %9s %10s %9s %9s %9s %9s %7s  %s\n", "against, transport", "streams",
+           "tokens/s", "cpu us/tok", "err p50us", "err p99us", "err p999", "err maxus", "errors",
+           "stamps % kernel/coalesced/user");
     for (int i = 0; i < n_counts; i++) {
         int n = counts[i];
         char url[128], log[] = "/tmp/bench_client_serve.log";
@@ -399,12 +529,14 @@ int main(int argc, char **argv)
         } else if (pid < 0) {
             printf("%-22s %6d (the server did not start: %s)\n", "embedded emulate", n, bin);
         } else {
-            if (run_ours(url, n, duration, &f) == 0)
-                print_row("embedded emulate", &f);
-            if (have_python && n <= 1024) {
+            if (run_ours(url, n, duration, STREAM_TRANSPORT_RAW, &f) == 0)
+                print_row("emulate, raw", &f);
+            if (run_ours(url, n, duration, STREAM_TRANSPORT_CURL, &f) == 0)
+                print_row("emulate, curl", &f);
+            if (have_python) {
                 figures py;
                 if (run_python(url, n, (double)duration / 1e9, &py) == 0)
-                    print_row("  python aiohttp", &py);
+                    print_row("emulate, python aiohttp", &py);
                 else
                     printf("  python aiohttp: failed\n");
             }
@@ -413,8 +545,10 @@ int main(int argc, char **argv)
         /* The raw sender: 20 ms steps offer 50 tokens/s per stream. */
         pid = spawn_raw(20 * CLOCK_NS_PER_MS, 100, url, sizeof url);
         if (pid > 0) {
-            if (run_ours(url, n, duration, &f) == 0)
-                print_row("raw sender (20 ms)", &f);
+            if (run_ours(url, n, duration, STREAM_TRANSPORT_RAW, &f) == 0)
+                print_row("raw sender 20 ms, raw", &f);
+            if (run_ours(url, n, duration, STREAM_TRANSPORT_CURL, &f) == 0)
+                print_row("raw sender 20 ms, curl", &f);
             stop_child(pid);
         }
     }

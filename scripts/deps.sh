@@ -10,6 +10,7 @@ mode=${1:-build}
 declare -A PC=(
   [jansson]=libjansson-dev
   [libcurl]=libcurl4-openssl-dev
+  [openssl]=libssl-dev
   [libevent]=libevent-dev
   [libevent_pthreads]=libevent-dev
   [openblas]=libopenblas-dev

@@ -443,6 +443,7 @@ int analysis_summarize(const tokenlog *log, const analysis_options *opt, analysi
     copy_name(out->target, sizeof out->target, opt->target);
     out->complete = opt->complete;
     out->protocol_violations = opt->protocol_violations;
+    out->stamps = opt->stamps;
     out->duration_s = opt->duration_s > 0 ? opt->duration_s : run_duration_s(log);
     if (opt->users > 0)
         out->users = opt->users;

@@ -115,6 +115,15 @@ typedef struct analysis_attribution {
     double requests_stalled_1s;     /* ... > 1 s */
 } analysis_attribution;
 
+/* Where a live run's token times came from (the client's count per stamp source). */
+typedef struct analysis_stamps {
+    bool known;        /* an HTTP run that counted them */
+    char transport[8]; /* "raw" | "curl" */
+    int64_t kernel;    /* the kernel's receive stamp of the bytes */
+    int64_t kernel_coalesced; /* one stamp for segments read together: a bound, not exact */
+    int64_t user;      /* stamped in user space after the read */
+} analysis_stamps;
+
 typedef struct analysis_summary {
     char label[64];
     char engine[128];
@@ -136,6 +145,7 @@ typedef struct analysis_summary {
     double spike_ratio;         /* max gap / p50 gap */
     int64_t errors;             /* requests that ended with an error */
     int64_t protocol_violations; /* server events the client ignored (from the run's record) */
+    analysis_stamps stamps;      /* from the run's record */
     bool complete;              /* false when the run was cut short */
     analysis_attribution attribution;
     analysis_stall *stall_list; /* (n_stall_list) every stall, by request then time */
@@ -152,6 +162,7 @@ typedef struct analysis_options {
     double reference_p50_ms; /* the baseline's p50, 0 when none */
     bool complete;
     int64_t protocol_violations; /* counted by the client, passed through to the summary */
+    analysis_stamps stamps;      /* where the client's times came from (HTTP runs) */
 } analysis_options;
 
 /* Nearest-rank quantile of sorted[0..n), p in (0, 1]; 0 when n == 0. */
@@ -204,7 +215,7 @@ void analysis_sweep(analysis_sweep_point *pts, int n);
 json_t *analysis_dist_to_json(const analysis_dist *d);
 
 /* DESIGN.md's summary.json shape (plus "complete", "errors", "injections_with_stalls",
- * "protocol_violations"). */
+ * "protocol_violations", "attribution", "itl_noise", and "stamps" for HTTP runs). */
 json_t *analysis_summary_to_json(const analysis_summary *s);
 /* comparison.json: {"baseline": {...}, "interference": {...}, "ratios": {p50, p90, p99,
  * p999, max, stall_count}} ; baseline may be NULL. */

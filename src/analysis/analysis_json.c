@@ -97,7 +97,7 @@ json_t *analysis_summary_to_json(const analysis_summary *s)
         real_or_null(st->aligned_fraction), "stalled_time_fraction",
         real_or_null(st->stalled_time_fraction));
     /* "o" steals each reference, even when json_pack fails, so nothing leaks here. */
-    return json_pack("{s:s, s:s, s:s, s:o, s:i, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:I, s:i, s:I, s:o}",
+    json_t *root = json_pack("{s:s, s:s, s:s, s:o, s:i, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:I, s:i, s:I, s:o}",
                      "label", s->label, "engine", s->engine, "target", s->target, "duration_s",
                      real_or_null(s->duration_s), "users", s->users, "tokens_received",
                      (json_int_t)s->tokens_received, "itl_ms", analysis_dist_to_json(&s->itl_ms), "itl_noise",
@@ -107,6 +107,13 @@ json_t *analysis_summary_to_json(const analysis_summary *s)
                      "errors", (json_int_t)s->errors, "injections_with_stalls",
                      s->injections_with_stalls, "protocol_violations",
                      (json_int_t)s->protocol_violations, "attribution", attribution_json(s));
+    if (root && s->stamps.known)
+        json_object_set_new(root, "stamps",
+                            json_pack("{s:s, s:I, s:I, s:I}", "transport", s->stamps.transport,
+                                      "kernel", (json_int_t)s->stamps.kernel, "kernel_coalesced",
+                                      (json_int_t)s->stamps.kernel_coalesced, "user",
+                                      (json_int_t)s->stamps.user));
+    return root;
 }
 
 /* interference / baseline, or null when there is nothing to divide by. */

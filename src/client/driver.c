@@ -418,6 +418,8 @@ static void on_token(void *ctx, void *user, const stream_token *tok)
     if (r->log_index < 0)
         return; /* warm-up */
     d->tokens += tok->n_tokens;
+    if (tok->stamp >= 0 && tok->stamp < STREAM_STAMP_KINDS)
+        d->res->stamps[tok->stamp]++;
     if (r->kind == TOKENLOG_BG && prev >= 0 && tok->t_ns - prev > d->worst_gap_ns)
         d->worst_gap_ns = tok->t_ns - prev;
     driver_result *res = d->res;

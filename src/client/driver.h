@@ -105,6 +105,8 @@ typedef struct driver_result {
      * backward counts, tokens past max_tokens; stream_end.protocol_violations), over the
      * recorded requests. */
     int64_t protocol_violations;
+    /* Recorded token events by the source of their time (stream_stamp). */
+    int64_t stamps[STREAM_STAMP_KINDS];
     /* receive - emit per event, ms, where the server sent emit_ns (fidelity self-check) */
     double *fidelity_ms;
     int64_t n_fidelity, cap_fidelity;

@@ -14,6 +14,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "client/raw.h"
 #include "client/sse.h"
 #include "common/buf.h"
 #include "common/clock.h"
@@ -23,40 +24,15 @@
 #define IDLE_CHECK_NS (100 * CLOCK_NS_PER_MS)
 #define MAX_URL 1024
 
-typedef struct stamp_seg {
-    size_t end;  /* raw[0, end) was read at or before t_ns */
-    int64_t t_ns;
-} stamp_seg;
-
 typedef struct stream_req {
     stream_client *c;
     CURL *easy;
-    const stream_handlers *h;
-    void *user;
     char *body;
     size_t body_len;
     char url[MAX_URL];
-
-    /* Bytes read but not parsed yet, with the time each read happened. */
-    buf raw;
-    stamp_seg *segs;
-    int n_segs, cap_segs;
-    bool dirty;
-    struct stream_req *next_dirty;
-
-    sse_parser sse;
-    int64_t t_start_ns, last_byte_ns;
-    int http_status;
-    char head[512]; /* the body's first bytes, for error messages */
-    size_t head_len;
-    sse_counter count;         /* tokens delivered, usage, [DONE], violations */
-    char finish_reason[16];
-    bool stopped, any_event;
-    char retry_after[64];      /* the response's Retry-After value, "" none */
-    char error[128];
+    stream_reply reply; /* status, headers, stamped bytes, SSE, tokens, the error; the
+                           lists of c->book */
     char curl_err[CURL_ERROR_SIZE];
-
-    struct stream_req *prev, *next; /* active list */
 } stream_req;
 
 struct stream_client {
@@ -69,9 +45,7 @@ struct stream_client {
     int64_t timer_ns; /* curl's next timeout, -1 none */
     int64_t ready_ns; /* when epoll reported this wake-up's sockets readable; 0 outside it */
     int64_t next_idle_check_ns;
-    stream_req *active;
-    int n_active;
-    stream_req *dirty;
+    stream_book book; /* the requests running, those with bytes to parse */
     stream_stats stats;
     bool use_pwait2;
 };
@@ -120,6 +94,434 @@ void stream_base_url(const char *target, char *out, size_t size)
         out[--n] = '\0';
     if (n >= 3 && strcmp(out + n - 3, "/v1") == 0)
         out[n - 3] = '\0';
+}
+
+/* ---- one response's accounting (both transports) ------------------------------------ */
+
+const char *stream_stamp_name(stream_stamp s)
+{
+    switch (s) {
+    case STREAM_STAMP_KERNEL:
+        return "kernel";
+    case STREAM_STAMP_KERNEL_COALESCED:
+        return "kernel_coalesced";
+    default:
+        return "user";
+    }
+}
+
+void stream_reply_init(stream_reply *r, const stream_request *req, stream_stats *stats)
+{
+    memset(r, 0, sizeof *r);
+    r->h = req->handlers;
+    r->user = req->user;
+    r->stats = stats;
+    r->t_start_ns = clock_now_ns();
+    sse_counter_init(&r->count, req->max_tokens);
+    sse_parser_init(&r->sse, 0);
+}
+
+void stream_reply_free(stream_reply *r)
+{
+    sse_parser_free(&r->sse);
+    buf_free(&r->raw);
+    free(r->segs);
+    r->segs = NULL;
+}
+
+void stream_reply_fail(stream_reply *r, const char *fmt, ...)
+{
+    if (!r->error[0]) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(r->error, sizeof r->error, fmt, ap);
+        va_end(ap);
+    }
+}
+
+int stream_reply_body(stream_reply *r, const char *bytes, size_t n, int64_t t_ns,
+                      stream_stamp source)
+{
+    r->last_byte_ns = clock_now_ns(); /* for the idle timeout: when we read, not the stamp */
+    r->stats->bytes += (int64_t)n;
+    if (r->head_len < sizeof r->head - 1) {
+        size_t k = n < sizeof r->head - 1 - r->head_len ? n : sizeof r->head - 1 - r->head_len;
+        memcpy(r->head + r->head_len, bytes, k);
+        r->head_len += k;
+        r->head[r->head_len] = '\0';
+    }
+    if (r->http_status >= 400 || n == 0)
+        return 0; /* an error body, not a stream: kept in head */
+    /* One segment per read; two reads with the same stamp (and source) are one segment:
+     * the curl transport's reads of one wake-up, or one kernel skb read in two pieces. */
+    stream_stamp_seg *last = r->n_segs > 0 ? &r->segs[r->n_segs - 1] : NULL;
+    if (!(last && last->t_ns == t_ns && last->source == source) && r->n_segs == r->cap_segs) {
+        int cap = r->cap_segs ? r->cap_segs * 2 : 8;
+        stream_stamp_seg *grown = realloc(r->segs, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            stream_reply_fail(r, "out of memory");
+            return -1;
+        }
+        r->segs = grown;
+        r->cap_segs = cap;
+        last = r->n_segs > 0 ? &r->segs[r->n_segs - 1] : NULL;
+    }
+    if (buf_append(&r->raw, bytes, n) != 0) {
+        stream_reply_fail(r, "out of memory");
+        return -1;
+    }
+    if (last && last->t_ns == t_ns && last->source == source)
+        last->end = r->raw.len;
+    else
+        r->segs[r->n_segs++] = (stream_stamp_seg){r->raw.len, t_ns, source};
+    return 0;
+}
+
+/* The message inside an OpenAI-style error body, else the body's first line. */
+static void error_from_body(const char *body, char *out, size_t size)
+{
+    json_t *root = json_loads(body, 0, NULL);
+    const char *msg = NULL;
+    if (root) {
+        json_t *e = json_object_get(root, "error");
+        msg = json_is_object(e) ? json_string_value(json_object_get(e, "message"))
+                                : json_string_value(e);
+        if (!msg)
+            msg = json_string_value(json_object_get(root, "message"));
+        if (!msg)
+            msg = json_string_value(json_object_get(root, "detail"));
+    }
+    snprintf(out, size, "%.*s", (int)strcspn(msg ? msg : body, "\r\n"), msg ? msg : body);
+    json_decref(root);
+}
+
+static void deliver(stream_reply *r, const stream_token *tok)
+{
+    r->stats->events++;
+    r->stats->tokens += tok->n_tokens;
+    r->stats->stamps[tok->stamp]++;
+    if (r->h && r->h->on_token)
+        r->h->on_token(r->h->ctx, r->user, tok);
+}
+
+/* One event: decode, count. Returns true with *tok filled when it delivered tokens. */
+static bool decode_event(stream_reply *r, const sse_event *ev, int64_t t_ns, stream_stamp source,
+                         stream_token *tok)
+{
+    sse_chunk chunk;
+    char err[ERR_LEN];
+    r->any_event = true;
+    if (sse_counter_ended(&r->count))
+        return false; /* anything after [DONE] is ignored (and counted): not even decoded */
+    if (sse_decode_chunk(ev, &chunk, err) != 0) {
+        stream_reply_fail(r, "%s", err);
+        return false;
+    }
+    if (chunk.is_error) {
+        stream_reply_fail(r, "server error event: %s", chunk.error);
+        return false;
+    }
+    if (chunk.finish_reason[0])
+        snprintf(r->finish_reason, sizeof r->finish_reason, "%s", chunk.finish_reason);
+    r->stopped |= chunk.stopped;
+    int k = sse_counter_add(&r->count, &chunk);
+    if (k <= 0)
+        return false;
+    *tok = (stream_token){t_ns, k, chunk.emit_ns, chunk.step, source};
+    return true;
+}
+
+bool stream_reply_parse(stream_reply *r)
+{
+    size_t off = 0;
+    for (int j = 0; j < r->n_segs && !r->error[0]; j++) {
+        const stream_stamp_seg *seg = &r->segs[j];
+        /* A token event is held back until the next event of the same read is known: when
+         * one read completes more than one event, their kernel stamp is the last segment's
+         * (the kernel coalesces what queued unread), so every token event of that read is
+         * labelled "kernel, coalesced". */
+        stream_token held;
+        bool holding = false;
+        int events_in_read = 0;
+        while (off < seg->end && !r->error[0]) {
+            size_t used = 0;
+            sse_event ev;
+            int rc = sse_parse(&r->sse, r->raw.data + off, seg->end - off, &used, &ev);
+            off += used;
+            if (rc == SSE_ERROR) {
+                stream_reply_fail(r, "%s", "malformed SSE: an event larger than the 1 MiB limit");
+            } else if (rc == SSE_EVENT) {
+                events_in_read++;
+                stream_token tok;
+                bool got = decode_event(r, &ev, seg->t_ns, seg->source, &tok);
+                if (events_in_read > 1 && seg->source == STREAM_STAMP_KERNEL) {
+                    tok.stamp = STREAM_STAMP_KERNEL_COALESCED;
+                    held.stamp = STREAM_STAMP_KERNEL_COALESCED;
+                }
+                if (got) {
+                    if (holding)
+                        deliver(r, &held);
+                    held = tok;
+                    holding = true;
+                }
+            }
+        }
+        if (holding)
+            deliver(r, &held);
+    }
+    buf_reset(&r->raw);
+    r->n_segs = 0;
+    return r->error[0] == '\0';
+}
+
+void stream_reply_judge(stream_reply *r)
+{
+    if (r->http_status >= 400) {
+        char body[100];
+        error_from_body(r->head, body, sizeof body);
+        stream_reply_fail(r, "HTTP %d: %s", r->http_status, body);
+    } else if (!r->count.done && !r->stopped) {
+        if (!r->any_event)
+            stream_reply_fail(r, "not an SSE stream: %.80s", r->head);
+        else
+            stream_reply_fail(r, "%s", sse_parser_pending(&r->sse)
+                                           ? "stream cut in the middle of an event"
+                                           : "stream ended without [DONE]");
+    }
+}
+
+void stream_reply_end(stream_reply *r, bool connect_failed, bool timed_out)
+{
+    stream_end end = {0};
+    end.http_status = r->http_status;
+    end.t_end_ns = clock_now_ns();
+    end.prompt_tokens = r->count.usage_prompt;
+    end.completion_tokens = sse_counter_completion(&r->count);
+    end.retry_after_ns = (r->http_status == 429 || r->http_status == 503) && r->retry_after[0]
+                             ? stream_retry_after_ns(r->retry_after, (int64_t)time(NULL))
+                             : -1;
+    end.protocol_violations = r->count.violations;
+    end.violation = r->count.violations > 0 ? sse_violation_text(r->count.first) : NULL;
+    r->stats->protocol_violations += r->count.violations;
+    snprintf(end.finish_reason, sizeof end.finish_reason, "%s", r->finish_reason);
+    snprintf(end.error, sizeof end.error, "%s", r->error);
+    end.connect_failed = connect_failed;
+    end.timed_out = timed_out;
+    r->stats->requests++;
+    if (end.error[0])
+        r->stats->errors++;
+    if (r->h && r->h->on_end)
+        r->h->on_end(r->h->ctx, r->user, &end);
+}
+
+void stream_raise_fd_limit(int connections)
+{
+    /* Thousands of streams need thousands of descriptors: raise the soft limit. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rlim_t want = (rlim_t)connections * 2 + 256;
+        if (rl.rlim_cur < want && rl.rlim_cur != RLIM_INFINITY) {
+            rl.rlim_cur = (rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want) ? want : rl.rlim_max;
+            setrlimit(RLIMIT_NOFILE, &rl);
+        }
+    }
+}
+
+/* ---- the requests a transport runs --------------------------------------------------- */
+
+void stream_book_add(stream_book *b, stream_reply *r)
+{
+    r->prev = NULL;
+    r->next = b->active;
+    if (b->active)
+        b->active->prev = r;
+    b->active = r;
+    b->n_active++;
+}
+
+static void book_unmark(stream_book *b, stream_reply *r)
+{
+    if (!r->dirty)
+        return;
+    for (stream_reply **p = &b->dirty; *p; p = &(*p)->next_dirty)
+        if (*p == r) {
+            *p = r->next_dirty;
+            break;
+        }
+    r->dirty = false;
+    r->next_dirty = NULL;
+}
+
+void stream_book_remove(stream_book *b, stream_reply *r)
+{
+    if (r->prev)
+        r->prev->next = r->next;
+    else if (b->active == r)
+        b->active = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    r->prev = r->next = NULL;
+    b->n_active--;
+    book_unmark(b, r);
+}
+
+void stream_book_mark_dirty(stream_book *b, stream_reply *r)
+{
+    if (r->dirty)
+        return;
+    r->dirty = true;
+    r->next_dirty = b->dirty;
+    b->dirty = r;
+}
+
+bool stream_book_parse(stream_book *b, stream_reply *r)
+{
+    book_unmark(b, r);
+    return stream_reply_parse(r);
+}
+
+stream_reply *stream_book_next_dirty(stream_book *b)
+{
+    stream_reply *r = b->dirty;
+    if (r) {
+        b->dirty = r->next_dirty;
+        r->dirty = false;
+        r->next_dirty = NULL;
+    }
+    return r;
+}
+
+void stream_book_cancel_all(stream_book *b, const char *reason,
+                            void (*end)(void *ctx, stream_reply *r),
+                            void (*drop)(void *ctx, stream_reply *r), void *ctx)
+{
+    /* A snapshot first: on_end may post new requests, which must not be cancelled here. */
+    int n = b->n_active;
+    if (n == 0)
+        return;
+    stream_reply **snap = malloc((size_t)n * sizeof *snap);
+    if (!snap) { /* no memory for the list: end them without callbacks */
+        for (int i = 0; i < n && b->active; i++)
+            drop(ctx, b->active);
+        return;
+    }
+    int k = 0;
+    for (stream_reply *r = b->active; r && k < n; r = r->next)
+        snap[k++] = r;
+    for (int i = 0; i < k; i++) {
+        stream_reply *r = snap[i];
+        stream_book_parse(b, r);
+        snprintf(r->finish_reason, sizeof r->finish_reason, "abort");
+        if (reason && reason[0])
+            stream_reply_fail(r, "%s", reason);
+        end(ctx, r);
+    }
+    free(snap);
+}
+
+int stream_epoll_wait(int ep, struct epoll_event *evs, int max_events, int64_t wait_ns,
+                      bool *use_pwait2)
+{
+    if (wait_ns < 0)
+        wait_ns = 0;
+    if (*use_pwait2) {
+        /* ns resolution: an injection planned at t is sent at t, not at the next ms. */
+        struct timespec ts = {wait_ns / CLOCK_NS_PER_S, wait_ns % CLOCK_NS_PER_S};
+        int n = epoll_pwait2(ep, evs, max_events, &ts, NULL);
+        if (n >= 0 || errno != ENOSYS)
+            return n;
+        *use_pwait2 = false;
+    }
+    return epoll_wait(ep, evs, max_events, (int)((wait_ns + CLOCK_NS_PER_MS - 1) / CLOCK_NS_PER_MS));
+}
+
+/* ---- the factory -------------------------------------------------------------------- */
+
+int stream_transport_parse(const char *text, stream_transport_kind *out, char *err)
+{
+    static const char *names[] = {"auto", "raw", "curl"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(text, names[i]) == 0) {
+            *out = (stream_transport_kind)i;
+            return 0;
+        }
+    return err_set(err, "unknown transport '%s' (auto, raw or curl)", text);
+}
+
+const char *stream_transport_name(stream_transport_kind kind)
+{
+    return kind == STREAM_TRANSPORT_RAW ? "raw" : kind == STREAM_TRANSPORT_CURL ? "curl" : "auto";
+}
+
+/* no_proxy (curl's rules, simplified): "*", or a comma list of hosts and domain suffixes. */
+static bool no_proxy_matches(const char *list, const char *host, size_t host_len)
+{
+    while (list && *list) {
+        while (*list == ' ' || *list == ',')
+            list++;
+        size_t len = strcspn(list, ", ");
+        const char *entry = list;
+        list += len;
+        if (len == 1 && entry[0] == '*')
+            return true;
+        if (len > 0 && entry[0] == '.') {
+            entry++;
+            len--;
+        }
+        if (len == 0 || len > host_len)
+            continue;
+        if (strncasecmp(host + host_len - len, entry, len) == 0 &&
+            (len == host_len || host[host_len - len - 1] == '.'))
+            return true;
+    }
+    return false;
+}
+
+stream_transport_kind stream_transport_resolve(stream_transport_kind kind, const char *base_url)
+{
+    if (kind != STREAM_TRANSPORT_AUTO)
+        return kind;
+    bool https = strncasecmp(base_url, "https://", 8) == 0;
+    if (!https && strncasecmp(base_url, "http://", 7) != 0)
+        return STREAM_TRANSPORT_CURL;
+    /* curl reads lower-case http_proxy only (HTTP_PROXY could come from a CGI request). */
+    const char *names[] = {https ? "https_proxy" : "http_proxy", https ? "HTTPS_PROXY" : NULL,
+                           "all_proxy", "ALL_PROXY"};
+    bool proxy = false;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *v = names[i] ? getenv(names[i]) : NULL;
+        proxy |= v && v[0];
+    }
+    if (!proxy)
+        return STREAM_TRANSPORT_RAW;
+    const char *host = base_url + (https ? 8 : 7);
+    const char *at = host + strcspn(host, "/?#");
+    for (const char *p = host; p < at; p++)
+        if (*p == '@')
+            host = p + 1;
+    size_t host_len = host[0] == '[' ? strcspn(host, "]") + 1 : strcspn(host, ":/?#");
+    const char *no_proxy = getenv("no_proxy");
+    if (!no_proxy || !no_proxy[0])
+        no_proxy = getenv("NO_PROXY");
+    return no_proxy_matches(no_proxy, host, host_len) ? STREAM_TRANSPORT_RAW
+                                                      : STREAM_TRANSPORT_CURL;
+}
+
+int stream_transport_create(stream_transport_kind kind, const stream_options *opt,
+                            stream_transport *out, char *err)
+{
+    if (stream_transport_resolve(kind, opt->base_url) == STREAM_TRANSPORT_RAW) {
+        raw_client *c = raw_create(opt, err);
+        if (!c)
+            return -1;
+        *out = raw_client_transport(c);
+        return 0;
+    }
+    stream_client *c = stream_create(opt, err);
+    if (!c)
+        return -1;
+    *out = stream_client_transport(c);
+    return 0;
 }
 
 static struct curl_slist *build_headers(const stream_options *opt, char *err)
@@ -190,21 +592,6 @@ static int on_timer(CURLM *multi, long timeout_ms, void *userp)
     return 0;
 }
 
-static int grow(void **items, size_t elem, size_t need, size_t *cap)
-{
-    if (need <= *cap)
-        return 0;
-    size_t n = *cap ? *cap : 16;
-    while (n < need)
-        n *= 2;
-    void *grown = realloc(*items, n * elem);
-    if (!grown)
-        return -1;
-    *items = grown;
-    *cap = n;
-    return 0;
-}
-
 static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
     /* The stamp comes first, before any parsing: the moment epoll reported the socket
@@ -216,36 +603,14 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata)
     stream_req *r = userdata;
     int64_t t = r->c->ready_ns > 0 ? r->c->ready_ns : clock_now_ns();
     size_t n = size * nmemb;
-    r->last_byte_ns = t;
-    r->c->stats.bytes += (int64_t)n;
-    if (r->http_status == 0) {
+    if (r->reply.http_status == 0) {
         long code = 0;
         curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &code);
-        r->http_status = (int)code;
+        r->reply.http_status = (int)code;
     }
-    if (r->head_len < sizeof r->head - 1) {
-        size_t k = n < sizeof r->head - 1 - r->head_len ? n : sizeof r->head - 1 - r->head_len;
-        memcpy(r->head + r->head_len, ptr, k);
-        r->head_len += k;
-        r->head[r->head_len] = '\0';
-    }
-    if (r->http_status >= 400)
-        return n; /* an error body, not a stream: kept in head */
-    size_t cap_segs = (size_t)r->cap_segs;
-    if (grow((void **)&r->segs, sizeof *r->segs, (size_t)r->n_segs + 1, &cap_segs) != 0)
+    if (stream_reply_body(&r->reply, ptr, n, t, STREAM_STAMP_USER) != 0)
         return 0; /* curl treats a short write as an error */
-    r->cap_segs = (int)cap_segs;
-    if (buf_append(&r->raw, ptr, n) != 0)
-        return 0;
-    if (r->n_segs > 0 && r->segs[r->n_segs - 1].t_ns == t)
-        r->segs[r->n_segs - 1].end = r->raw.len;
-    else
-        r->segs[r->n_segs++] = (stamp_seg){r->raw.len, t};
-    if (!r->dirty) {
-        r->dirty = true;
-        r->next_dirty = r->c->dirty;
-        r->c->dirty = r;
-    }
+    stream_book_mark_dirty(&r->c->book, &r->reply);
     return n;
 }
 
@@ -257,16 +622,18 @@ static size_t on_header(char *ptr, size_t size, size_t nmemb, void *userdata)
     size_t n = size * nmemb;
     static const char name[] = "retry-after:";
     const size_t name_len = sizeof name - 1;
+    char *retry_after = r->reply.retry_after;
+    const size_t room = sizeof r->reply.retry_after;
     if (n >= 5 && memcmp(ptr, "HTTP/", 5) == 0) {
-        r->retry_after[0] = '\0';
+        retry_after[0] = '\0';
     } else if (n > name_len && strncasecmp(ptr, name, name_len) == 0) {
         size_t len = n - name_len;
         while (len > 0 && (ptr[name_len + len - 1] == '\r' || ptr[name_len + len - 1] == '\n'))
             len--;
-        if (len >= sizeof r->retry_after)
-            len = sizeof r->retry_after - 1; /* too long to be valid: fails to parse */
-        memcpy(r->retry_after, ptr + name_len, len);
-        r->retry_after[len] = '\0';
+        if (len >= room)
+            len = room - 1; /* too long to be valid: fails to parse */
+        memcpy(retry_after, ptr + name_len, len);
+        retry_after[len] = '\0';
     }
     return n;
 }
@@ -277,156 +644,26 @@ static void req_free(stream_req *r)
 {
     if (r->easy)
         curl_easy_cleanup(r->easy);
-    sse_parser_free(&r->sse);
-    buf_free(&r->raw);
-    free(r->segs);
+    stream_reply_free(&r->reply);
     free(r->body);
     free(r);
-}
-
-static void unlink_active(stream_client *c, stream_req *r)
-{
-    if (r->prev)
-        r->prev->next = r->next;
-    else if (c->active == r)
-        c->active = r->next;
-    if (r->next)
-        r->next->prev = r->prev;
-    r->prev = r->next = NULL;
-    c->n_active--;
-}
-
-static void unlink_dirty(stream_client *c, stream_req *r)
-{
-    if (!r->dirty)
-        return;
-    for (stream_req **p = &c->dirty; *p; p = &(*p)->next_dirty)
-        if (*p == r) {
-            *p = r->next_dirty;
-            break;
-        }
-    r->dirty = false;
-}
-
-/* The message inside an OpenAI-style error body, else the body's first line. */
-static void error_from_body(const char *body, char *out, size_t size)
-{
-    json_t *root = json_loads(body, 0, NULL);
-    const char *msg = NULL;
-    if (root) {
-        json_t *e = json_object_get(root, "error");
-        msg = json_is_object(e) ? json_string_value(json_object_get(e, "message"))
-                                : json_string_value(e);
-        if (!msg)
-            msg = json_string_value(json_object_get(root, "message"));
-        if (!msg)
-            msg = json_string_value(json_object_get(root, "detail"));
-    }
-    snprintf(out, size, "%.*s", (int)strcspn(msg ? msg : body, "\r\n"), msg ? msg : body);
-    json_decref(root);
 }
 
 /* Take r out of curl, tell the owner, free it. */
 static void req_end(stream_client *c, stream_req *r, bool connect_failed, bool timed_out)
 {
     curl_multi_remove_handle(c->multi, r->easy);
-    unlink_active(c, r);
-    unlink_dirty(c, r);
-    stream_end end = {0};
-    end.http_status = r->http_status;
-    end.t_end_ns = clock_now_ns();
-    end.prompt_tokens = r->count.usage_prompt;
-    end.completion_tokens = sse_counter_completion(&r->count);
-    end.retry_after_ns = (r->http_status == 429 || r->http_status == 503) && r->retry_after[0]
-                             ? stream_retry_after_ns(r->retry_after, (int64_t)time(NULL))
-                             : -1;
-    end.protocol_violations = r->count.violations;
-    end.violation = r->count.violations > 0 ? sse_violation_text(r->count.first) : NULL;
-    c->stats.protocol_violations += r->count.violations;
-    snprintf(end.finish_reason, sizeof end.finish_reason, "%s", r->finish_reason);
-    snprintf(end.error, sizeof end.error, "%s", r->error);
-    end.connect_failed = connect_failed;
-    end.timed_out = timed_out;
-    c->stats.requests++;
-    if (end.error[0])
-        c->stats.errors++;
-    if (r->h && r->h->on_end)
-        r->h->on_end(r->h->ctx, r->user, &end);
+    stream_book_remove(&c->book, &r->reply);
+    stream_reply_end(&r->reply, connect_failed, timed_out);
     req_free(r);
-}
-
-static void fail(stream_req *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* The first failure is the one reported. */
-static void fail(stream_req *r, const char *fmt, ...)
-{
-    if (!r->error[0]) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(r->error, sizeof r->error, fmt, ap);
-        va_end(ap);
-    }
-}
-
-static void handle_event(stream_client *c, stream_req *r, const sse_event *ev, int64_t t_ns)
-{
-    sse_chunk chunk;
-    char err[ERR_LEN];
-    r->any_event = true;
-    if (sse_counter_ended(&r->count))
-        return; /* anything after [DONE] is ignored (and counted): not even decoded */
-    if (sse_decode_chunk(ev, &chunk, err) != 0) {
-        fail(r, "%s", err);
-        return;
-    }
-    if (chunk.is_error) {
-        fail(r, "server error event: %s", chunk.error);
-        return;
-    }
-    if (chunk.finish_reason[0])
-        snprintf(r->finish_reason, sizeof r->finish_reason, "%s", chunk.finish_reason);
-    r->stopped |= chunk.stopped;
-    int k = sse_counter_add(&r->count, &chunk);
-    if (k > 0) {
-        c->stats.events++;
-        c->stats.tokens += k;
-        stream_token tok = {t_ns, k, chunk.emit_ns, chunk.step};
-        if (r->h && r->h->on_token)
-            r->h->on_token(r->h->ctx, r->user, &tok);
-    }
-}
-
-/* Split and decode what r read. Returns false when r failed (caller ends it). */
-static bool req_parse_pending(stream_client *c, stream_req *r)
-{
-    size_t off = 0;
-    for (int j = 0; j < r->n_segs && !r->error[0]; j++) {
-        size_t end = r->segs[j].end;
-        while (off < end && !r->error[0]) {
-            size_t used = 0;
-            sse_event ev;
-            int rc = sse_parse(&r->sse, r->raw.data + off, end - off, &used, &ev);
-            off += used;
-            if (rc == SSE_ERROR)
-                fail(r, "%s", "malformed SSE: an event larger than the 1 MiB limit");
-            else if (rc == SSE_EVENT)
-                handle_event(c, r, &ev, r->segs[j].t_ns);
-        }
-    }
-    buf_reset(&r->raw);
-    r->n_segs = 0;
-    return r->error[0] == '\0';
 }
 
 static void process_dirty(stream_client *c)
 {
-    while (c->dirty) {
-        stream_req *r = c->dirty;
-        c->dirty = r->next_dirty;
-        r->dirty = false;
-        r->next_dirty = NULL;
-        if (!req_parse_pending(c, r))
-            req_end(c, r, false, false);
-    }
+    stream_reply *reply;
+    while ((reply = stream_book_next_dirty(&c->book)))
+        if (!stream_reply_parse(reply))
+            req_end(c, reply->owner, false, false);
 }
 
 static void collect_done(stream_client *c)
@@ -439,41 +676,31 @@ static void collect_done(stream_client *c)
         char *priv = NULL;
         curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &priv);
         stream_req *r = (stream_req *)priv;
+        stream_reply *reply = &r->reply;
         CURLcode rc = msg->data.result;
         /* Streams have no overall timeout, only a connect timeout: a timeout here means
          * the connection never came up. */
         bool connect_failed = rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
-                              (rc == CURLE_OPERATION_TIMEDOUT && r->head_len == 0);
-        if (r->dirty) { /* bytes of the last read, not parsed yet */
-            unlink_dirty(c, r);
-            req_parse_pending(c, r);
-        }
-        if (r->http_status == 0) {
+                              (rc == CURLE_OPERATION_TIMEDOUT && reply->head_len == 0);
+        stream_book_parse(&c->book, reply); /* bytes of the last read */
+        if (reply->http_status == 0) {
             long code = 0;
             curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &code);
-            r->http_status = (int)code;
+            reply->http_status = (int)code;
         }
         if (connect_failed) {
             long os_errno = 0;
             curl_easy_getinfo(r->easy, CURLINFO_OS_ERRNO, &os_errno);
             if (os_errno)
-                fail(r, "cannot connect: %s", strerror((int)os_errno));
+                stream_reply_fail(reply, "cannot connect: %s", strerror((int)os_errno));
             else
-                fail(r, "cannot connect: %.100s", r->curl_err[0] ? r->curl_err : curl_easy_strerror(rc));
-        } else if (r->http_status >= 400) {
-            char body[100];
-            error_from_body(r->head, body, sizeof body);
-            char line[128];
-            snprintf(line, sizeof line, "HTTP %d: %s", r->http_status, body);
-            fail(r, "%s", line);
-        } else if (rc != CURLE_OK) {
-            fail(r, "connection lost: %.100s", r->curl_err[0] ? r->curl_err : curl_easy_strerror(rc));
-        } else if (!r->count.done && !r->stopped) {
-            if (!r->any_event)
-                fail(r, "not an SSE stream: %.80s", r->head);
-            else
-                fail(r, "%s", sse_parser_pending(&r->sse) ? "stream cut in the middle of an event"
-                                                          : "stream ended without [DONE]");
+                stream_reply_fail(reply, "cannot connect: %.100s",
+                                  r->curl_err[0] ? r->curl_err : curl_easy_strerror(rc));
+        } else if (rc != CURLE_OK && reply->http_status < 400) {
+            stream_reply_fail(reply, "connection lost: %.100s",
+                              r->curl_err[0] ? r->curl_err : curl_easy_strerror(rc));
+        } else {
+            stream_reply_judge(reply);
         }
         req_end(c, r, connect_failed, false);
     }
@@ -481,21 +708,19 @@ static void collect_done(stream_client *c)
 
 static void check_idle(stream_client *c, int64_t now)
 {
-    stream_req *r = c->active;
-    while (r) {
-        stream_req *next = r->next;
-        int64_t since = r->last_byte_ns ? r->last_byte_ns : r->t_start_ns;
+    stream_reply *reply = c->book.active;
+    while (reply) {
+        stream_reply *next = reply->next;
+        stream_req *r = reply->owner;
+        int64_t since = r->reply.last_byte_ns ? r->reply.last_byte_ns : r->reply.t_start_ns;
         if (now - since > c->idle_timeout_ns) {
             char why[64];
             snprintf(why, sizeof why, "%.1f s", (double)c->idle_timeout_ns / 1e9);
-            fail(r, "timeout: no bytes for %s", why);
-            if (r->dirty) {
-                unlink_dirty(c, r);
-                req_parse_pending(c, r);
-            }
+            stream_reply_fail(&r->reply, "timeout: no bytes for %s", why);
+            stream_book_parse(&c->book, &r->reply);
             req_end(c, r, false, true);
         }
-        r = next;
+        reply = next;
     }
 }
 
@@ -533,15 +758,7 @@ stream_client *stream_create(const stream_options *opt, char *err)
     /* Closed-loop users reuse their connection; keep one per stream cached. */
     long maxconn = (long)(opt->max_streams > 0 ? opt->max_streams : 64) + 16;
     curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, maxconn);
-    /* Thousands of streams need thousands of descriptors: raise the soft limit. */
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-        rlim_t want = (rlim_t)maxconn * 2 + 256;
-        if (rl.rlim_cur < want && rl.rlim_cur != RLIM_INFINITY) {
-            rl.rlim_cur = (rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want) ? want : rl.rlim_max;
-            setrlimit(RLIMIT_NOFILE, &rl);
-        }
-    }
+    stream_raise_fd_limit((int)maxconn);
     return c;
 error:
     stream_free(c);
@@ -552,10 +769,10 @@ void stream_free(stream_client *c)
 {
     if (!c)
         return;
-    while (c->active) {
-        stream_req *r = c->active;
+    while (c->book.active) {
+        stream_req *r = c->book.active->owner;
         curl_multi_remove_handle(c->multi, r->easy);
-        unlink_active(c, r);
+        stream_book_remove(&c->book, &r->reply);
         req_free(r);
     }
     if (c->multi)
@@ -572,10 +789,8 @@ int stream_post(stream_client *c, const stream_request *req, char *err)
     if (!r)
         return err_set(err, "out of memory");
     r->c = c;
-    r->h = req->handlers;
-    r->user = req->user;
-    sse_counter_init(&r->count, req->max_tokens);
-    sse_parser_init(&r->sse, 0);
+    stream_reply_init(&r->reply, req, &c->stats);
+    r->reply.owner = r;
     if (snprintf(r->url, sizeof r->url, "%s%s", c->base_url, req->path) >= (int)sizeof r->url) {
         req_free(r);
         return err_set(err, "URL too long");
@@ -607,33 +822,14 @@ int stream_post(stream_client *c, const stream_request *req, char *err)
         curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
         curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
     }
-    r->t_start_ns = clock_now_ns();
+    r->reply.t_start_ns = clock_now_ns();
     CURLMcode mc = curl_multi_add_handle(c->multi, e);
     if (mc != CURLM_OK) {
         req_free(r);
         return err_set(err, "curl_multi_add_handle: %s", curl_multi_strerror(mc));
     }
-    r->next = c->active;
-    if (c->active)
-        c->active->prev = r;
-    c->active = r;
-    c->n_active++;
+    stream_book_add(&c->book, &r->reply);
     return 0;
-}
-
-static int wait_events(stream_client *c, struct epoll_event *evs, int64_t wait_ns)
-{
-    if (wait_ns < 0)
-        wait_ns = 0;
-    if (c->use_pwait2) {
-        /* ns resolution: an injection planned at t is sent at t, not at the next ms. */
-        struct timespec ts = {wait_ns / CLOCK_NS_PER_S, wait_ns % CLOCK_NS_PER_S};
-        int n = epoll_pwait2(c->ep, evs, MAX_EPOLL_EVENTS, &ts, NULL);
-        if (n >= 0 || errno != ENOSYS)
-            return n;
-        c->use_pwait2 = false;
-    }
-    return epoll_wait(c->ep, evs, MAX_EPOLL_EVENTS, (int)(wait_ns / CLOCK_NS_PER_MS));
 }
 
 int stream_run(stream_client *c, int64_t until_ns, char *err)
@@ -647,13 +843,13 @@ int stream_run(stream_client *c, int64_t until_ns, char *err)
         int64_t wake = until_ns;
         if (c->timer_ns >= 0 && c->timer_ns < wake)
             wake = c->timer_ns;
-        if (c->n_active > 0) {
+        if (c->book.n_active > 0) {
             if (c->next_idle_check_ns == 0)
                 c->next_idle_check_ns = now + IDLE_CHECK_NS;
             if (c->next_idle_check_ns < wake)
                 wake = c->next_idle_check_ns;
         }
-        int n = wait_events(c, evs, wake - now);
+        int n = stream_epoll_wait(c->ep, evs, MAX_EPOLL_EVENTS, wake - now, &c->use_pwait2);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -685,41 +881,23 @@ int stream_run(stream_client *c, int64_t until_ns, char *err)
     }
 }
 
-void stream_cancel_all(stream_client *c, const char *reason)
+static void cancel_end(void *ctx, stream_reply *reply) { req_end(ctx, reply->owner, false, false); }
+
+static void cancel_drop(void *ctx, stream_reply *reply)
 {
-    /* A snapshot first: on_end may post new requests, which must not be cancelled here. */
-    int n = c->n_active;
-    if (n == 0)
-        return;
-    stream_req **snap = malloc((size_t)n * sizeof *snap);
-    if (!snap) { /* no memory for the list: end them without callbacks */
-        while (c->active) {
-            stream_req *r = c->active;
-            curl_multi_remove_handle(c->multi, r->easy);
-            unlink_active(c, r);
-            unlink_dirty(c, r);
-            req_free(r);
-        }
-        return;
-    }
-    int k = 0;
-    for (stream_req *r = c->active; r && k < n; r = r->next)
-        snap[k++] = r;
-    for (int i = 0; i < k; i++) {
-        stream_req *r = snap[i];
-        if (r->dirty) {
-            unlink_dirty(c, r);
-            req_parse_pending(c, r);
-        }
-        snprintf(r->finish_reason, sizeof r->finish_reason, "abort");
-        if (reason && reason[0])
-            fail(r, "%s", reason);
-        req_end(c, r, false, false);
-    }
-    free(snap);
+    stream_client *c = ctx;
+    stream_req *r = reply->owner;
+    curl_multi_remove_handle(c->multi, r->easy);
+    stream_book_remove(&c->book, reply);
+    req_free(r);
 }
 
-int stream_active(const stream_client *c) { return c->n_active; }
+void stream_cancel_all(stream_client *c, const char *reason)
+{
+    stream_book_cancel_all(&c->book, reason, cancel_end, cancel_drop, c);
+}
+
+int stream_active(const stream_client *c) { return c->book.n_active; }
 
 void stream_get_stats(const stream_client *c, stream_stats *out) { *out = c->stats; }
 
@@ -736,9 +914,12 @@ static int64_t t_now(void *impl)
     return clock_now_ns();
 }
 
+static void t_destroy(void *impl) { stream_free(impl); }
+static void t_stats(void *impl, stream_stats *out) { stream_get_stats(impl, out); }
+
 stream_transport stream_client_transport(stream_client *c)
 {
-    return (stream_transport){c, t_post, t_run, t_cancel, t_active, t_now};
+    return (stream_transport){c, t_post, t_run, t_cancel, t_active, t_now, t_destroy, t_stats};
 }
 
 /* ---- blocking helper --------------------------------------------------------------- */

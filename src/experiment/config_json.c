@@ -30,6 +30,7 @@ typedef enum {
     F_SOURCE,   /* const char *: written; read back as "config.json" (provenance) */
     F_POLICY,   /* sched_policy, by name */
     F_ENDPOINT, /* driver_endpoint, by name */
+    F_TRANSPORT, /* stream_transport_kind, by name */
 } field_type;
 
 typedef struct field {
@@ -128,6 +129,7 @@ static const field CLIENT_FIELDS[] = {
     FLD("warmup_ns", F_I64, experiment_client, warmup_ns),
     FLD("fidelity", F_BOOL, experiment_client, fidelity),
     FLD("insecure", F_BOOL, experiment_client, insecure),
+    FLD("transport", F_TRANSPORT, experiment_client, transport),
 };
 
 static const field SESSION_FIELDS[] = {
@@ -138,6 +140,10 @@ static const field SESSION_FIELDS[] = {
     FLD("timestamps", F_BOOL, experiment_meta, timestamps),
     FLD("nice", F_INT, experiment_meta, nice),
     FLD("protocol_violations", F_I64, experiment_meta, protocol_violations),
+    FLD("transport", F_TEXT, experiment_meta, transport),
+    FLD("stamps_kernel", F_I64, experiment_meta, stamps_kernel),
+    FLD("stamps_kernel_coalesced", F_I64, experiment_meta, stamps_kernel_coalesced),
+    FLD("stamps_user", F_I64, experiment_meta, stamps_user),
     FLD("t0_monotonic_ns", F_I64, experiment_meta, t0_monotonic_ns),
 };
 
@@ -147,6 +153,27 @@ static const field RUN_FIELDS[] = {
     FLD("target", F_TEXT, experiment_meta, target),
     FLD("complete", F_BOOL, experiment_meta, complete),
 };
+
+/* Where the token events' times came from, for fidelity.json and summary.json. */
+json_t *experiment_stamps_json(const experiment_meta *meta)
+{
+    return json_pack("{s:s, s:I, s:I, s:I}", "transport", meta->transport, "kernel",
+                     (json_int_t)meta->stamps_kernel, "kernel_coalesced",
+                     (json_int_t)meta->stamps_kernel_coalesced, "user",
+                     (json_int_t)meta->stamps_user);
+}
+
+void experiment_meta_stamps(const experiment_meta *meta, analysis_options *opt)
+{
+    memset(&opt->stamps, 0, sizeof opt->stamps);
+    if (!meta->has_client)
+        return;
+    opt->stamps.known = true;
+    snprintf(opt->stamps.transport, sizeof opt->stamps.transport, "%s", meta->transport);
+    opt->stamps.kernel = meta->stamps_kernel;
+    opt->stamps.kernel_coalesced = meta->stamps_kernel_coalesced;
+    opt->stamps.user = meta->stamps_user;
+}
 
 /* ---- writing ------------------------------------------------------------------------------ */
 
@@ -172,6 +199,8 @@ static json_t *field_json(const field *f, const void *base)
         return json_string(sched_policy_name(*(const sched_policy *)p));
     case F_ENDPOINT:
         return json_string(*(const driver_endpoint *)p == DRIVER_CHAT ? "chat" : "completions");
+    case F_TRANSPORT:
+        return json_string(stream_transport_name(*(const stream_transport_kind *)p));
     }
     return json_null();
 }
@@ -279,6 +308,11 @@ static int read_field(const json_t *v, const field *f, void *base, const char *w
         if (!json_is_string(v) ||
             driver_endpoint_parse(json_string_value(v), (driver_endpoint *)p, why) != 0)
             return bad(err, where, f, "not an endpoint (completions, chat)");
+        return 0;
+    case F_TRANSPORT:
+        if (!json_is_string(v) ||
+            stream_transport_parse(json_string_value(v), (stream_transport_kind *)p, why) != 0)
+            return bad(err, where, f, "not a transport (auto, raw, curl)");
         return 0;
     }
     return bad(err, where, f, "unknown field type");

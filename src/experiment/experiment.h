@@ -69,6 +69,7 @@ typedef struct experiment_client {
     int64_t warmup_ns;          /* background load before t = 0, not recorded */
     bool fidelity;              /* ask a --target for stallscope's per-chunk emit times */
     bool insecure;              /* https without certificate checks */
+    stream_transport_kind transport; /* auto (raw unless a proxy applies) | raw | curl */
 } experiment_client;
 
 typedef struct experiment_config {
@@ -134,6 +135,7 @@ double experiment_model_spike_ms(const experiment_config *cfg, int prompt_tokens
  *   sched     --policy --max-num-batched-tokens --max-num-seqs --max-model-len --kv-blocks
  *             --enable-chunked-prefill --no-enable-chunked-prefill
  *   client    --target --endpoint --model-name --request-timeout --warmup --fidelity --insecure
+ *             --transport
  *   analysis  --no-baseline --stall-threshold
  * Call experiment_preset first: --preset is applied before every other flag. */
 opts_group experiment_workload_group(experiment_config *cfg);
@@ -179,8 +181,19 @@ typedef struct experiment_meta {
     bool timestamps;         /* the server sent emit times */
     int nice;                /* the client's scheduling priority */
     int64_t protocol_violations; /* server events the client ignored (docs/client.md) */
+    char transport[8];       /* the transport the run used: "raw" | "curl" */
+    /* Token events by the source of their time (stream_stamp): the kernel's receive stamp,
+     * a kernel stamp shared by several events of one read (a bound), or user space. */
+    int64_t stamps_kernel, stamps_kernel_coalesced, stamps_user;
     int64_t t0_monotonic_ns; /* t = 0 on this machine's CLOCK_MONOTONIC */
 } experiment_meta;
+
+/* {"transport", "kernel", "kernel_coalesced", "user"}: where an HTTP run's token events got
+ * their times (fidelity.json and summary.json's "stamps"). */
+json_t *experiment_stamps_json(const experiment_meta *meta);
+/* The same, into the analysis options, so summary.json carries them however it is written
+ * (by the run or by `report`). */
+void experiment_meta_stamps(const experiment_meta *meta, analysis_options *opt);
 
 /* Copy argv into meta, masking the values of --api-key and --header. 0, or -1 (memory). */
 int experiment_meta_set_argv(experiment_meta *meta, int argc, char **argv);

@@ -189,6 +189,10 @@ static int cl_endpoint(void *c, const char *v, char *err)
 {
     return driver_endpoint_parse(v, &((experiment_config *)c)->client.endpoint, err);
 }
+static int cl_transport(void *c, const char *v, char *err)
+{
+    return stream_transport_parse(v, &((experiment_config *)c)->client.transport, err);
+}
 
 static const opts_spec client_specs[] = {
     OPTS_FN("target", "URL",
@@ -211,6 +215,11 @@ static const opts_spec client_specs[] = {
               client.fidelity),
     OPTS_FLAG("insecure", "https without certificate checks (self-signed test servers)", C,
               client.insecure),
+    OPTS_FN("transport", "T",
+            "raw | curl | auto (default: raw, our HTTP/1.1 client stamping each token with the "
+            "kernel's receive time, for http:// and https://; curl when http_proxy, "
+            "https_proxy or all_proxy applies to the target, for proxies, HTTP/2, other auth)",
+            cl_transport),
 };
 
 opts_group experiment_client_group(experiment_config *cfg)

@@ -77,6 +77,7 @@ static int one_run(const experiment_config *cfg, const experiment_runner *runner
                             .reference_p50_ms = reference_p50,
                             .complete = meta.complete,
                             .protocol_violations = meta.protocol_violations};
+    experiment_meta_stamps(&meta, &opt);
     if (analysis_summarize(&log, &opt, summary, err) != 0)
         goto done;
     if (d && write_summary(d, summary, err) != 0) {

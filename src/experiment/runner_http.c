@@ -251,31 +251,44 @@ static int open_csv(tokenlog_writer *w, const char *dir, const char *name, token
     return tokenlog_writer_open(w, path, kind, err);
 }
 
-static int write_fidelity(const experiment_phase *ph, driver_result *res, char *err)
+static int write_fidelity(const experiment_phase *ph, driver_result *res,
+                          const experiment_meta *meta, char *err)
 {
-    if (res->n_fidelity == 0)
-        return 0;
-    analysis_dist d;
-    analysis_dist_from(res->fidelity_ms, res->n_fidelity, &d);
     json_t *root = json_object();
     json_object_set_new(root, "label", json_string(ph->label));
-    json_object_set_new(root, "what", json_string("client timestamp error: receive stamp minus "
-                                                  "the server's emit_ns, same CLOCK_MONOTONIC"));
-    json_object_set_new(root, "events", json_integer(d.count));
-    json_object_set_new(root, "mean_us", json_real(d.mean * 1e3));
-    json_object_set_new(root, "p50_us", json_real(d.p50 * 1e3));
-    json_object_set_new(root, "p99_us", json_real(d.p99 * 1e3));
-    json_object_set_new(root, "p999_us", json_real(d.p999 * 1e3));
-    json_object_set_new(root, "max_us", json_real(d.max * 1e3));
+    json_object_set_new(root, "stamps", experiment_stamps_json(meta));
+    if (res->n_fidelity > 0) {
+        analysis_dist d;
+        analysis_dist_from(res->fidelity_ms, res->n_fidelity, &d);
+        json_object_set_new(root, "what",
+                            json_string("client timestamp error: receive stamp minus the "
+                                        "server's emit_ns, same CLOCK_MONOTONIC"));
+        json_object_set_new(root, "events", json_integer(d.count));
+        json_object_set_new(root, "mean_us", json_real(d.mean * 1e3));
+        json_object_set_new(root, "p50_us", json_real(d.p50 * 1e3));
+        json_object_set_new(root, "p99_us", json_real(d.p99 * 1e3));
+        json_object_set_new(root, "p999_us", json_real(d.p999 * 1e3));
+        json_object_set_new(root, "max_us", json_real(d.max * 1e3));
+        if (ph->notes && !ph->quiet)
+            fprintf(ph->notes, "[%s] client timestamp error (receive - emit): p50 %.0f us, p99 "
+                               "%.0f us, max %.0f us over %lld events\n",
+                    ph->label, d.p50 * 1e3, d.p99 * 1e3, d.max * 1e3, (long long)d.count);
+    }
     char path[4200];
     int rc = fsio_join(path, sizeof path, ph->dir, "fidelity.json", err);
     if (rc == 0)
         rc = fsio_write_json(path, root, JSON_INDENT(2) | JSON_REAL_PRECISION(6), err);
     json_decref(root);
-    if (rc == 0 && ph->notes && !ph->quiet)
-        fprintf(ph->notes, "[%s] client timestamp error (receive - emit): p50 %.0f us, p99 %.0f us, "
-                           "max %.0f us over %lld events\n",
-                ph->label, d.p50 * 1e3, d.p99 * 1e3, d.max * 1e3, (long long)d.count);
+    int64_t events = meta->stamps_kernel + meta->stamps_kernel_coalesced + meta->stamps_user;
+    if (rc == 0 && ph->notes && !ph->quiet && events > 0)
+        fprintf(ph->notes, "[%s] %s transport, stamps: %.1f %% kernel, %.1f %% kernel "
+                           "(coalesced: a bound), %.1f %% user space%s\n",
+                ph->label, meta->transport, 100.0 * (double)meta->stamps_kernel / (double)events,
+                100.0 * (double)meta->stamps_kernel_coalesced / (double)events,
+                100.0 * (double)meta->stamps_user / (double)events,
+                meta->stamps_user > 0 && strcmp(meta->transport, "raw") == 0
+                    ? " (where the kernel gave none)"
+                    : "");
     return rc;
 }
 
@@ -291,7 +304,7 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
         return err_set(err, "an HTTP run writes its artifacts as it goes: it needs a directory");
     embedded server;
     memset(&server, 0, sizeof server);
-    stream_client *client = NULL;
+    stream_transport client = {0};
     tokenlog_writer tokens = {0}, requests = {0};
     driver_result res;
     memset(&res, 0, sizeof res);
@@ -319,9 +332,12 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
     };
     if (wait_ready(&so, remote ? NULL : &server, ph, err) != 0)
         goto done;
-    if (!(client = stream_create(&so, err)))
+    /* The transport: raw unless a proxy applies or --transport says (docs/client.md). */
+    stream_transport_kind kind = stream_transport_resolve(cfg->client.transport, so.base_url);
+    if (stream_transport_create(kind, &so, &client, err) != 0)
         goto done;
-    stream_transport t = stream_client_transport(client);
+    snprintf(meta->transport, sizeof meta->transport, "%s", stream_transport_name(kind));
+    stream_transport t = client;
     if (!hr->probed) {
         if (hr->nice_errno && ph->notes && !ph->quiet)
             fprintf(ph->notes, "stallscope: note: cannot raise priority (%s); timings may suffer "
@@ -368,8 +384,8 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
     /* The driver flushed them; a failure stopped the phase and is in res.error. */
     tokenlog_writer_close(&tokens, NULL);
     tokenlog_writer_close(&requests, NULL);
-    stream_free(client);
-    client = NULL;
+    client.destroy(client.impl);
+    client.impl = NULL;
 
     if (!res.complete) {
         err_set(err, "%s", res.error);
@@ -403,6 +419,9 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
      * stallscope serve --step-log) with tokens.csv. */
     meta->t0_monotonic_ns = res.t0_ns;
     meta->protocol_violations = res.protocol_violations;
+    meta->stamps_kernel = res.stamps[STREAM_STAMP_KERNEL];
+    meta->stamps_kernel_coalesced = res.stamps[STREAM_STAMP_KERNEL_COALESCED];
+    meta->stamps_user = res.stamps[STREAM_STAMP_USER];
     if (remote)
         experiment_engine_name(cfg, hr->api.model, meta->engine_name, sizeof meta->engine_name);
 
@@ -410,7 +429,7 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
      * cannot, the incremental copies stay). A phase stopped by a failed write (a full disk)
      * keeps its own reason: it is the first cause, this one only follows from it. */
     char why[ERR_LEN];
-    if (tokenlog_write_dir(log, ph->dir, why) != 0 || write_fidelity(ph, &res, why) != 0) {
+    if (tokenlog_write_dir(log, ph->dir, why) != 0 || write_fidelity(ph, &res, meta, why) != 0) {
         err_set(err, "%s", res.complete ? why : res.error);
         goto done;
     }
@@ -423,7 +442,8 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
 done:
     tokenlog_writer_close(&tokens, NULL);
     tokenlog_writer_close(&requests, NULL);
-    stream_free(client);
+    if (client.impl)
+        client.destroy(client.impl);
     if (!remote)
         embedded_stop(&server, ph->notes);
     driver_result_free(&res);

@@ -130,6 +130,7 @@ static void load_config(report_run *r, FILE *warn)
     r->opt.users = r->cfg.wl.users;
     r->opt.complete = r->meta.complete;
     r->opt.protocol_violations = r->meta.protocol_violations;
+    experiment_meta_stamps(&r->meta, &r->opt);
 }
 
 static int summarize(report_run *r, double threshold_ms, double reference_p50_ms, bool keep_log,

@@ -34,21 +34,29 @@ fail() { echo "FAIL: $*"; exit 1; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
 # ---- 1. faults mid-run ---------------------------------------------------------------------
+# Once per transport: raw (the default: kernel receive stamps) and --transport curl. Each
+# run's summary says which it used and where every stamp came from.
+faults_case() {
+local name=$1 transport=$2
+shift 2
+local PORT
 PORT=$(free_port)
-python3 "$HERE/fault_server.py" "$PORT" "$WORK/fault_server.jsonl" 5.0 1.0 >"$WORK/fault_server.out" 2>&1 &
+python3 "$HERE/fault_server.py" "$PORT" "$WORK/fault_server_$name.jsonl" 5.0 1.0 \
+  >"$WORK/fault_server_$name.out" 2>&1 &
 PIDS+=($!)
-for _ in $(seq 100); do grep -q ready "$WORK/fault_server.out" && break; sleep 0.1; done
+for _ in $(seq 100); do grep -q ready "$WORK/fault_server_$name.out" && break; sleep 0.1; done
 set +e
 timeout 120 "$BIN" run --target "http://127.0.0.1:$PORT" --no-baseline --users 6 --duration 9s \
   --inject-at 1s --inject-every 2s --prompt-tokens 200 --inject-max-tokens 16 \
-  --bg-answer-tokens 20..40 --warmup 0 --request-timeout 1s --out "$WORK/faults" \
-  >"$WORK/faults.out" 2>"$WORK/faults.err"
+  --bg-answer-tokens 20..40 --warmup 0 --request-timeout 1s --out "$WORK/$name" "$@" \
+  >"$WORK/$name.out" 2>"$WORK/$name.err"
 RC=$?
 set -e
-[ "$RC" = 0 ] || { tail -5 "$WORK/faults.err"; fail "faults: exit $RC, want 0 (the run must go on)"; }
-python3 - "$WORK/faults/interference" "$WORK/fault_server.jsonl" "$WORK/faults.err" <<'EOF'
+[ "$RC" = 0 ] || { tail -5 "$WORK/$name.err"; fail "$name: exit $RC, want 0 (the run must go on)"; }
+python3 - "$WORK/$name/interference" "$WORK/fault_server_$name.jsonl" "$WORK/$name.err" \
+  "$transport" <<'EOF'
 import collections, csv, json, re, sys
-d, server_log, stderr = sys.argv[1], sys.argv[2], sys.argv[3]
+d, server_log, stderr, transport = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 s = json.load(open(f"{d}/summary.json"))
 reqs = list(csv.DictReader(open(f"{d}/requests.csv")))
 toks = list(csv.DictReader(open(f"{d}/tokens.csv")))
@@ -152,12 +160,31 @@ print(f"     {len(reqs)} requests, {sum(seen.values())} faults recorded "
 print(f"     {client_total} tokens kept of {server_total} sent: {reset_loss} discarded by "
       f"resets, {in_flight_loss} in flight at the end ({aborted} streams cut, allowed "
       f"{IN_FLIGHT_LOSS * aborted})")
+# Where the stamps came from: the transport used, every event counted once; the raw
+# transport's from the kernel (loopback always stamps), curl's from user space.
+st = s.get("stamps", {})
+f = json.load(open(f"{d}/fidelity.json"))
+counts = [st.get(k, -1) for k in ("kernel", "kernel_coalesced", "user")]
+if st.get("transport") != transport or f.get("stamps") != st:
+    problems.append(f"stamps {st} (fidelity.json: {f.get('stamps')}), want transport {transport}")
+elif sum(counts) != len(toks):
+    problems.append(f"stamps {st} count {sum(counts)} events, tokens.csv has {len(toks)}")
+elif transport == "raw" and st["user"] != 0:
+    problems.append(f"raw transport: {st['user']} user-space stamps on loopback")
+elif transport == "curl" and st["user"] != len(toks):
+    problems.append(f"curl transport: stamps {st}, want all user-space")
+else:
+    print(f"     stamps ({transport}): {st['kernel']} kernel, {st['kernel_coalesced']} kernel "
+          f"coalesced, {st['user']} user-space")
 for p in problems:
     print("FAIL faults:", p)
 sys.exit(1 if problems else 0)
 EOF
-echo "ok   500, 429, 503 burst, malformed SSE, reset, error event, no [DONE], stall, lies:" \
-  "each recorded, the run went on"
+echo "ok   ($transport) 500, 429, 503 burst, malformed SSE, reset, error event, no [DONE]," \
+  "stall, lies: each recorded, the run went on"
+}
+faults_case faults raw
+faults_case faults_curl curl --transport curl
 
 # ---- 2. SIGINT -------------------------------------------------------------------------------
 sigint_run() { # NAME EXTRA_FLAGS...: start an embedded run, SIGINT it 3 s into its recording

@@ -239,6 +239,12 @@ for way in ("embedded", "target"):
     # Every token in the summary is a row of tokens.csv.
     rows = sum(int(r["n_tokens"]) for r in csv.DictReader(open(f"{out}/interference/tokens.csv")))
     check(rows == inter["tokens_received"], f"{way}: tokens.csv holds all {rows} tokens")
+    # The default transport stamps with the kernel's receive time (loopback always has it).
+    st = inter.get("stamps", {})
+    events = sum(1 for _ in csv.DictReader(open(f"{out}/interference/tokens.csv")))
+    check(st.get("transport") == "raw" and st.get("user") == 0 and
+          st.get("kernel", 0) + st.get("kernel_coalesced", 0) == events,
+          f"{way}: raw transport, every event kernel-stamped ({st})")
 
 e, t = results["embedded"], results["target"]
 # The same experiment, the same conclusions: the bulk, the spikes, their alignment.

@@ -131,7 +131,7 @@ static int fake_run(void *impl, int64_t until_ns, char *err)
             continue;
         }
         next->sent++;
-        stream_token tok = {f->now, 1, f->now - 1000, -1};
+        stream_token tok = {f->now, 1, f->now - 1000, -1, STREAM_STAMP_USER};
         next->h->on_token(next->h->ctx, next->user, &tok);
         next->t_next += STEP_NS;
         if (next->sent >= next->max_tokens)
@@ -153,7 +153,7 @@ static int64_t fake_now(void *impl) { return ((fake *)impl)->now; }
 
 static stream_transport fake_transport(fake *f)
 {
-    return (stream_transport){f, fake_post, fake_run, fake_cancel, fake_active, fake_now};
+    return (stream_transport){f, fake_post, fake_run, fake_cancel, fake_active, fake_now, NULL, NULL};
 }
 
 /* ---- tests ------------------------------------------------------------------------- */

@@ -76,6 +76,7 @@ static void distinctive(experiment_config *c, experiment_meta *m)
     c->client.warmup_ns = 1500000000LL;
     c->client.fidelity = true;
     c->client.insecure = true;
+    c->client.transport = STREAM_TRANSPORT_CURL;
     c->no_baseline = true;
     c->stall_threshold_ns = 42000000;
 
@@ -94,6 +95,10 @@ static void distinctive(experiment_config *c, experiment_meta *m)
     m->timestamps = true;
     m->nice = -10;
     m->protocol_violations = 17;
+    snprintf(m->transport, sizeof m->transport, "raw");
+    m->stamps_kernel = 1001;
+    m->stamps_kernel_coalesced = 22;
+    m->stamps_user = 3;
     m->t0_monotonic_ns = 987654321012345LL;
 }
 

@@ -1,7 +1,8 @@
-/* stream: the libcurl multi client against a scripted HTTP server on 127.0.0.1 (a thread
- * of this test): events split across reads are stamped at the read that completes them,
- * k-token events, HTTP errors, resets, stalls (idle timeout), malformed SSE, refused
- * connections, and many streams at once. */
+/* stream: both transports (raw, the default, and libcurl's multi interface), the same
+ * cases each, against a scripted HTTP server on 127.0.0.1 (a thread of this test): events
+ * split across reads are stamped at the read that completes them, k-token events, HTTP
+ * errors, resets, stalls (idle timeout), malformed SSE, refused connections, and many
+ * streams at once. The group runs once per transport (main). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -234,7 +235,10 @@ static void on_end(void *ctx, void *user, const stream_end *end)
         (*ended)++;
 }
 
-static stream_client *make_client(int port, int64_t idle_ns, int max_streams)
+/* The transport under test: set by main before each run of the group. */
+static stream_transport_kind kind_under_test;
+
+static stream_transport make_client(int port, int64_t idle_ns, int max_streams)
 {
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/", port);
@@ -247,9 +251,10 @@ static stream_client *make_client(int port, int64_t idle_ns, int max_streams)
     o.idle_timeout_ns = idle_ns;
     o.max_streams = max_streams;
     char err[ERR_LEN];
-    stream_client *c = stream_create(&o, err);
-    assert_non_null(c);
-    return c;
+    stream_transport t;
+    if (stream_transport_create(kind_under_test, &o, &t, err) != 0)
+        fail_msg("%s", err);
+    return t;
 }
 
 /* Post one request to path (asking for max_tokens, 0: unbounded) and pump until it ends
@@ -257,17 +262,17 @@ static stream_client *make_client(int port, int64_t idle_ns, int max_streams)
 static void request_max(int port, const char *path, int64_t idle_ns, int64_t max_tokens, result *r)
 {
     memset(r, 0, sizeof *r);
-    stream_client *c = make_client(port, idle_ns, 4);
+    stream_transport t = make_client(port, idle_ns, 4);
     static const stream_handlers h = {NULL, on_token, on_end};
     stream_request req = {path, "{\"prompt\":[1,2,3]}", 18, &h, r, max_tokens};
     char err[ERR_LEN];
-    assert_int_equal(stream_post(c, &req, err), 0);
+    assert_int_equal(t.post(t.impl, &req, err), 0);
     int64_t deadline = clock_now_ns() + 5 * CLOCK_NS_PER_S;
     while (!r->ended && clock_now_ns() < deadline)
-        assert_int_equal(stream_run(c, clock_now_ns() + 20 * CLOCK_NS_PER_MS, err), 0);
+        assert_int_equal(t.run(t.impl, clock_now_ns() + 20 * CLOCK_NS_PER_MS, err), 0);
     assert_true(r->ended);
-    assert_int_equal(stream_active(c), 0);
-    stream_free(c);
+    assert_int_equal(t.active(t.impl), 0);
+    t.destroy(t.impl);
 }
 
 static void one_request(int port, const char *path, int64_t idle_ns, result *r)
@@ -298,6 +303,17 @@ static void test_ok_stream(void **state)
     assert_true(r.tok[1].t_ns - r.tok[0].t_ns >= 75 * CLOCK_NS_PER_MS);
     /* Two events of one write share the read's stamp. */
     assert_int_equal(r.tok[2].t_ns, r.tok[3].t_ns);
+    /* Where the stamps came from: the kernel's receive time for the raw transport (two
+     * events in one read: "coalesced", a bound), the read's time for curl. */
+    if (kind_under_test == STREAM_TRANSPORT_RAW) {
+        assert_int_equal(r.tok[0].stamp, STREAM_STAMP_KERNEL);
+        assert_int_equal(r.tok[1].stamp, STREAM_STAMP_KERNEL);
+        assert_int_equal(r.tok[2].stamp, STREAM_STAMP_KERNEL_COALESCED);
+        assert_int_equal(r.tok[3].stamp, STREAM_STAMP_KERNEL_COALESCED);
+    } else {
+        for (int i = 0; i < 4; i++)
+            assert_int_equal(r.tok[i].stamp, STREAM_STAMP_USER);
+    }
 }
 
 static void test_errors(void **state)
@@ -440,16 +456,16 @@ static void test_many_streams(void **state)
     result *rs = calloc(N, sizeof *rs);
     int ended = 0;
     stream_handlers h = {&ended, on_token, on_end};
-    stream_client *c = make_client(server_port, 0, N);
+    stream_transport t = make_client(server_port, 0, N);
     char err[ERR_LEN];
     for (int i = 0; i < N; i++) {
         stream_request req = {"/fast", "{}", 2, &h, &rs[i], 0};
-        assert_int_equal(stream_post(c, &req, err), 0);
+        assert_int_equal(t.post(t.impl, &req, err), 0);
     }
-    assert_int_equal(stream_active(c), N);
+    assert_int_equal(t.active(t.impl), N);
     int64_t deadline = clock_now_ns() + 20 * CLOCK_NS_PER_S;
     while (ended < N && clock_now_ns() < deadline)
-        assert_int_equal(stream_run(c, clock_now_ns() + 50 * CLOCK_NS_PER_MS, err), 0);
+        assert_int_equal(t.run(t.impl, clock_now_ns() + 50 * CLOCK_NS_PER_MS, err), 0);
     assert_int_equal(ended, N);
     int64_t tokens = 0;
     for (int i = 0; i < N; i++) {
@@ -459,7 +475,7 @@ static void test_many_streams(void **state)
     }
     assert_int_equal(tokens, (int64_t)N * 20);
     stream_stats st;
-    stream_get_stats(c, &st);
+    t.stats(t.impl, &st);
     assert_int_equal(st.tokens, (int64_t)N * 20);
     assert_int_equal(st.requests, N);
 
@@ -468,17 +484,17 @@ static void test_many_streams(void **state)
     ended = 0;
     for (int i = 0; i < 10; i++) {
         stream_request req = {"/stall", "{}", 2, &h, &rs[i], 0};
-        assert_int_equal(stream_post(c, &req, err), 0);
+        assert_int_equal(t.post(t.impl, &req, err), 0);
     }
-    stream_run(c, clock_now_ns() + 100 * CLOCK_NS_PER_MS, err);
-    stream_cancel_all(c, "");
+    t.run(t.impl, clock_now_ns() + 100 * CLOCK_NS_PER_MS, err);
+    t.cancel_all(t.impl, "");
     assert_int_equal(ended, 10);
-    assert_int_equal(stream_active(c), 0);
+    assert_int_equal(t.active(t.impl), 0);
     for (int i = 0; i < 10; i++) {
         assert_string_equal(rs[i].end.finish_reason, "abort");
         assert_string_equal(rs[i].end.error, "");
     }
-    stream_free(c);
+    t.destroy(t.impl);
     free(rs);
 }
 
@@ -494,14 +510,24 @@ static void test_base_url(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_base_url),
-        cmocka_unit_test(test_ok_stream),
-        cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_counts_bounded),
-        cmocka_unit_test(test_retry_after),
-        cmocka_unit_test(test_refused),
-        cmocka_unit_test(test_many_streams),
-    };
-    return cmocka_run_group_tests(tests, start_server, NULL);
+    /* Both transports must behave alike; the stamps' source is the raw one's (test_raw). */
+    static const stream_transport_kind kinds[] = {STREAM_TRANSPORT_RAW, STREAM_TRANSPORT_CURL};
+    int failed = 0;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        kind_under_test = kinds[k];
+        char name[64];
+        snprintf(name, sizeof name, "stream over the %s transport", stream_transport_name(kinds[k]));
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_base_url),
+            cmocka_unit_test(test_ok_stream),
+            cmocka_unit_test(test_errors),
+            cmocka_unit_test(test_counts_bounded),
+            cmocka_unit_test(test_retry_after),
+            cmocka_unit_test(test_refused),
+            cmocka_unit_test(test_many_streams),
+        };
+        failed += _cmocka_run_group_tests(name, tests, sizeof tests / sizeof tests[0],
+                                          listen_fd < 0 ? start_server : NULL, NULL);
+    }
+    return failed;
 }
