@@ -10,7 +10,9 @@
  *      right before its send()): the client's own error, with the server out of the way;
  *   3. a Python aiohttp streaming client (Debian's python3-aiohttp, what Python benchmark
  *      clients do) against the same embedded server, for the ratio.
- * Prints figures; never fails on time. Options: --quick (short runs), --streams N,...
+ * Each of our rows is run with 1 and 2 client threads (event loops; --client-threads N,...).
+ * Prints figures; never fails on time. Options: --quick (short runs), --streams N,...,
+ * --no-python.
  * STALLSCOPE_BIN overrides the server binary (default: ./stallscope beside this one). */
 #include <errno.h>
 #include <fcntl.h>
@@ -40,6 +42,8 @@
 
 typedef struct figures {
     int streams;
+    int threads; /* our client's event loops (0: not ours) */
+    double end_ms; /* from the last loop's end to the merged log (ours) */
     double seconds;
     int64_t tokens;
     double cpu_ns_per_token;
@@ -49,9 +53,15 @@ typedef struct figures {
 
 static void print_row(const char *against, const figures *f)
 {
-    printf("%-22s %6d %9.0f %10.2f %9.0f %9.0f %9.0f %7lld\n", against, f->streams,
-           (double)f->tokens / f->seconds, f->cpu_ns_per_token / 1e3, f->error_ms.p50 * 1e3,
-           f->error_ms.p99 * 1e3, f->error_ms.max * 1e3, (long long)f->errors);
+    char threads[16] = "-", merge[16] = "-";
+    if (f->threads > 0) {
+        snprintf(threads, sizeof threads, "%d", f->threads);
+        snprintf(merge, sizeof merge, "%.0f", f->end_ms);
+    }
+    printf("%-22s %7s %6d %9.0f %10.2f %9.0f %9.0f %9.0f %7lld %8s\n", against, threads,
+           f->streams, (double)f->tokens / f->seconds, f->cpu_ns_per_token / 1e3,
+           f->error_ms.p50 * 1e3, f->error_ms.p99 * 1e3, f->error_ms.max * 1e3,
+           (long long)f->errors, merge);
     fflush(stdout);
 }
 
@@ -222,19 +232,43 @@ static pid_t spawn_raw(int64_t step_ns, int answer, char *url, size_t url_size)
 
 /* ---- our client ---------------------------------------------------------------------- */
 
-static int run_ours(const char *url, int streams, int64_t duration_ns, figures *out)
+/* One stream client per event loop, kept for their counters. */
+#define MAX_LOOPS 64
+typedef struct loop_clients {
+    stream_options so;
+    stream_client *clients[MAX_LOOPS];
+    stream_stats last[MAX_LOOPS]; /* each one's counters when it was closed */
+} loop_clients;
+
+static int open_loop(void *ctx, int loop, stream_transport *out, char *err)
+{
+    loop_clients *lc = ctx;
+    if (loop >= MAX_LOOPS)
+        return err_set(err, "more than %d loops", MAX_LOOPS);
+    if (!(lc->clients[loop] = stream_create(&lc->so, err)))
+        return -1;
+    *out = stream_client_transport(lc->clients[loop]);
+    return 0;
+}
+
+static void close_loop(void *ctx, int loop, stream_transport *t)
+{
+    loop_clients *lc = ctx;
+    (void)t;
+    stream_get_stats(lc->clients[loop], &lc->last[loop]);
+    stream_free(lc->clients[loop]);
+    lc->clients[loop] = NULL;
+}
+
+static int run_ours(const char *url, int streams, int threads, int64_t duration_ns, figures *out)
 {
     char err[ERR_LEN];
-    stream_options so = {0};
-    so.base_url = url;
-    so.max_streams = streams;
-    so.idle_timeout_ns = 30 * CLOCK_NS_PER_S;
-    stream_client *c = stream_create(&so, err);
-    if (!c) {
-        fprintf(stderr, "bench_client: %s\n", err);
-        return -1;
-    }
-    stream_transport t = stream_client_transport(c);
+    loop_clients lc;
+    memset(&lc, 0, sizeof lc);
+    lc.so.base_url = url;
+    lc.so.max_streams = streams;
+    lc.so.idle_timeout_ns = 30 * CLOCK_NS_PER_S;
+    const driver_transports transports = {open_loop, close_loop, &lc};
     workload_config wl;
     workload_default(&wl);
     wl.users = streams;
@@ -250,24 +284,27 @@ static int run_ours(const char *url, int streams, int64_t duration_ns, figures *
     api.timestamps = true;
     api.vocab = 32000;
     driver_phase ph = {.wl = &wl, .api = &api, .salt = 3, .record = true,
-                       .warmup_ns = CLOCK_NS_PER_S};
+                       .warmup_ns = CLOCK_NS_PER_S, .threads = threads};
     tokenlog log;
     tokenlog_init(&log);
     driver_result res;
-    stream_stats s0, s1;
-    stream_get_stats(c, &s0);
+    /* The CPU of the whole phase: warm-up, run, and the merge of the loops' logs at the
+     * end (timed apart too). */
     int64_t cpu0 = clock_process_cpu_ns(), t0 = clock_now_ns();
-    int rc = driver_run_phase(&t, &ph, &log, &res, err);
+    int rc = driver_run_phase(&transports, &ph, &log, &res, err);
     int64_t cpu1 = clock_process_cpu_ns(), t1 = clock_now_ns();
-    stream_get_stats(c, &s1);
     if (rc == 0) {
+        memset(out, 0, sizeof *out);
         out->streams = streams;
+        out->threads = threads;
         out->seconds = (double)(t1 - t0) / 1e9;
-        out->tokens = s1.tokens - s0.tokens;
+        for (int i = 0; i < MAX_LOOPS; i++) { /* over warm-up + run, like the CPU time */
+            out->tokens += lc.last[i].tokens;
+            out->errors += lc.last[i].errors;
+        }
         out->cpu_ns_per_token = out->tokens ? (double)(cpu1 - cpu0) / (double)out->tokens : 0;
+        out->end_ms = (double)(t1 - res.t_end_ns) / 1e6;
         analysis_dist_from(res.fidelity_ms, res.n_fidelity, &out->error_ms);
-        out->errors = s1.errors - s0.errors;
-        out->tokens = out->tokens; /* over warm-up + run, like the CPU time */
         if (!res.complete)
             fprintf(stderr, "bench_client: run incomplete: %s\n", res.error);
     } else {
@@ -275,7 +312,6 @@ static int run_ours(const char *url, int streams, int64_t duration_ns, figures *
     }
     driver_result_free(&res);
     tokenlog_free(&log);
-    stream_free(c);
     return rc;
 }
 
@@ -357,17 +393,25 @@ static int run_python(const char *url, int streams, double seconds, figures *out
 
 int main(int argc, char **argv)
 {
-    bool quick = false, only_raw = false;
+    bool quick = false, only_raw = false, python = true;
     int counts[8] = {32, 1024, 4096}, n_counts = 3;
+    int threads[8] = {1, 2}, n_threads = 2;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             quick = true;
         } else if (strcmp(argv[i], "--raw-only") == 0) {
             only_raw = true; /* for profiling the client alone */
+        } else if (strcmp(argv[i], "--no-python") == 0) {
+            python = false;
         } else if (strcmp(argv[i], "--streams") == 0 && i + 1 < argc) {
             n_counts = 0;
             for (char *tok = strtok(argv[++i], ","); tok && n_counts < 8; tok = strtok(NULL, ","))
                 counts[n_counts++] = atoi(tok);
+        } else if (strcmp(argv[i], "--client-threads") == 0 && i + 1 < argc) {
+            n_threads = 0;
+            for (char *tok = strtok(argv[++i], ","); tok && n_threads < 8; tok = strtok(NULL, ","))
+                if (atoi(tok) >= 1 && atoi(tok) <= MAX_LOOPS)
+                    threads[n_threads++] = atoi(tok);
         }
     }
     signal(SIGPIPE, SIG_IGN);
@@ -382,14 +426,14 @@ int main(int argc, char **argv)
         snprintf(bin, sizeof bin, "%s/stallscope", dirname(self));
     }
     int64_t duration = (quick ? 3 : 8) * CLOCK_NS_PER_S;
-    bool have_python = access("/usr/bin/python3", X_OK) == 0 &&
+    bool have_python = python && access("/usr/bin/python3", X_OK) == 0 &&
                        system("/usr/bin/python3 -c 'import aiohttp' 2>/dev/null") == 0;
     printf("bench_client: %lld s per point (+1 s warm-up), closed-loop streams, answers of 64-128 "
            "tokens\n",
            (long long)(duration / CLOCK_NS_PER_S));
     printf("timestamp error = client receive stamp - server emit_ns (same CLOCK_MONOTONIC)\n\n");
-    printf("%-22s %6s %9s %10s %9s %9s %9s %7s\n", "against", "streams", "tokens/s", "cpu us/tok",
-           "err p50us", "err p99us", "err maxus", "errors");
+    printf("%-22s %7s %6s %9s %10s %9s %9s %9s %7s %8s\n", "against", "threads", "streams",
+           "tokens/s", "cpu us/tok", "err p50us", "err p99us", "err maxus", "errors", "end ms");
     for (int i = 0; i < n_counts; i++) {
         int n = counts[i];
         char url[128], log[] = "/tmp/bench_client_serve.log";
@@ -399,8 +443,9 @@ int main(int argc, char **argv)
         } else if (pid < 0) {
             printf("%-22s %6d (the server did not start: %s)\n", "embedded emulate", n, bin);
         } else {
-            if (run_ours(url, n, duration, &f) == 0)
-                print_row("embedded emulate", &f);
+            for (int k = 0; k < n_threads; k++)
+                if (run_ours(url, n, threads[k], duration, &f) == 0)
+                    print_row("embedded emulate", &f);
             if (have_python && n <= 1024) {
                 figures py;
                 if (run_python(url, n, (double)duration / 1e9, &py) == 0)
@@ -413,14 +458,17 @@ int main(int argc, char **argv)
         /* The raw sender: 20 ms steps offer 50 tokens/s per stream. */
         pid = spawn_raw(20 * CLOCK_NS_PER_MS, 100, url, sizeof url);
         if (pid > 0) {
-            if (run_ours(url, n, duration, &f) == 0)
-                print_row("raw sender (20 ms)", &f);
+            for (int k = 0; k < n_threads; k++)
+                if (run_ours(url, n, threads[k], duration, &f) == 0)
+                    print_row("raw sender (20 ms)", &f);
             stop_child(pid);
         }
     }
-    if (!have_python)
+    if (!have_python && python)
         printf("\n(python3-aiohttp not installed: no Python comparison)\n");
-    printf("\ncpu us/tok: this process's CPU time (user + system) / tokens received; 1 / it is "
-           "the token rate one core sustains.\n");
+    printf("\nthreads: the client's event loops (--client-threads). cpu us/tok: this process's CPU "
+           "time (user + system, every thread) / tokens received; 1 / it is the token rate one "
+           "core sustains. end ms: from the loops' end to the merged log (ordering, k-way "
+           "merge, closing).\n");
     return 0;
 }

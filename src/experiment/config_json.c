@@ -128,6 +128,7 @@ static const field CLIENT_FIELDS[] = {
     FLD("warmup_ns", F_I64, experiment_client, warmup_ns),
     FLD("fidelity", F_BOOL, experiment_client, fidelity),
     FLD("insecure", F_BOOL, experiment_client, insecure),
+    FLD("threads", F_INT, experiment_client, threads),
 };
 
 static const field SESSION_FIELDS[] = {

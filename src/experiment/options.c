@@ -211,6 +211,11 @@ static const opts_spec client_specs[] = {
               client.fidelity),
     OPTS_FLAG("insecure", "https without certificate checks (self-signed test servers)", C,
               client.insecure),
+    OPTS_INT("client-threads", "N",
+             "event loops (threads) of the load generator, the users spread over them; the "
+             "injector has one more of its own (default: the cores the server leaves, at "
+             "least 1: the cpu engine's --threads, 1 for emulate, none for a --target)",
+             C, client.threads, 1, 256),
 };
 
 opts_group experiment_client_group(experiment_config *cfg)
