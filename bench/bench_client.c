@@ -12,7 +12,8 @@
  *      clients do) against the same embedded server, for the ratio.
  * Each of our rows is run with 1 and 2 client threads (event loops; --client-threads N,...).
  * Prints figures; never fails on time. Options: --quick (short runs), --streams N,...,
- * --no-python.
+ * --no-python, --model M (the emulated server's model: llama-3.2-1b steps ~4x faster than
+ * the default llama-3.1-8b, so it offers more tokens than one client core reads).
  * STALLSCOPE_BIN overrides the server binary (default: ./stallscope beside this one). */
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +36,7 @@
 
 #include "analysis/analysis.h"
 #include "client/driver.h"
+#include "client/sse.h"
 #include "client/stream.h"
 #include "common/clock.h"
 #include "common/err.h"
@@ -67,7 +69,8 @@ static void print_row(const char *against, const figures *f)
 
 /* ---- child processes --------------------------------------------------------------- */
 
-static pid_t spawn_serve(const char *bin, int streams, char *url, size_t url_size, const char *log)
+static pid_t spawn_serve(const char *bin, const char *model, int streams, char *url,
+                         size_t url_size, const char *log)
 {
     char seqs[32], blocks[32];
     snprintf(seqs, sizeof seqs, "%d", streams * 2 + 64);
@@ -79,8 +82,9 @@ static pid_t spawn_serve(const char *bin, int streams, char *url, size_t url_siz
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fd, STDOUT_FILENO);
         dup2(fd, STDERR_FILENO);
-        execl(bin, "stallscope", "serve", "--engine", "emulate", "--host", "127.0.0.1", "--port", "0", "--max-num-seqs",
-              seqs, "--kv-blocks", blocks, (char *)NULL);
+        execl(bin, "stallscope", "serve", "--engine", "emulate", "--model", model, "--host",
+              "127.0.0.1", "--port", "0", "--max-num-seqs", seqs, "--kv-blocks", blocks,
+              (char *)NULL);
         _exit(127);
     }
     for (int i = 0; i < 300; i++) {
@@ -315,6 +319,43 @@ static int run_ours(const char *url, int streams, int threads, int64_t duration_
     return rc;
 }
 
+/* ---- the chunk decoder alone ---------------------------------------------------------- */
+
+/* ns per decode of one chunk, over about `seconds` of CPU. */
+static double ns_per_decode(int (*decode)(const sse_event *, sse_chunk *, char *),
+                            const sse_event *ev, double seconds)
+{
+    char err[ERR_LEN];
+    sse_chunk chunk;
+    int64_t n = 0, cpu0 = clock_process_cpu_ns(), cpu = 0;
+    while (cpu < (int64_t)(seconds * 1e9)) {
+        for (int i = 0; i < 10000; i++)
+            decode(ev, &chunk, err);
+        n += 10000;
+        cpu = clock_process_cpu_ns() - cpu0;
+    }
+    return (double)cpu / (double)n;
+}
+
+/* The client's in-place scanner against jansson (the reference) on a chunk as vLLM and our
+ * server send it, with stallscope's extension. */
+static void bench_decoder(bool quick)
+{
+    static const char chunk[] =
+        "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1732000000,\"model\":"
+        "\"llama-3.1-8b\",\"choices\":[{\"index\":0,\"text\":\" w\",\"logprobs\":null,"
+        "\"finish_reason\":null,\"stop_reason\":null}],\"usage\":{\"prompt_tokens\":16,"
+        "\"total_tokens\":17,\"completion_tokens\":1},\"stallscope\":{\"emit_ns\":"
+        "123456789012345,\"step\":4242}}";
+    const sse_event ev = {chunk, sizeof chunk - 1, ""};
+    const double seconds = quick ? 0.2 : 1.0;
+    const double scanner = ns_per_decode(sse_decode_chunk, &ev, seconds);
+    const double reference = ns_per_decode(sse_decode_chunk_jansson, &ev, seconds);
+    printf("chunk decoder, a %zu-byte vLLM chunk: scanner %.0f ns, jansson %.0f ns (CPU per "
+           "decode)\n\n",
+           sizeof chunk - 1, scanner, reference);
+}
+
 /* ---- the Python client ---------------------------------------------------------------- */
 
 static const char *python_client =
@@ -394,6 +435,7 @@ static int run_python(const char *url, int streams, double seconds, figures *out
 int main(int argc, char **argv)
 {
     bool quick = false, only_raw = false, python = true;
+    const char *model = "llama-3.1-8b"; /* the emulated server's; a smaller one steps faster */
     int counts[8] = {32, 1024, 4096}, n_counts = 3;
     int threads[8] = {1, 2}, n_threads = 2;
     for (int i = 1; i < argc; i++) {
@@ -403,6 +445,8 @@ int main(int argc, char **argv)
             only_raw = true; /* for profiling the client alone */
         } else if (strcmp(argv[i], "--no-python") == 0) {
             python = false;
+        } else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
+            model = argv[++i];
         } else if (strcmp(argv[i], "--streams") == 0 && i + 1 < argc) {
             n_counts = 0;
             for (char *tok = strtok(argv[++i], ","); tok && n_counts < 8; tok = strtok(NULL, ","))
@@ -429,16 +473,17 @@ int main(int argc, char **argv)
     bool have_python = python && access("/usr/bin/python3", X_OK) == 0 &&
                        system("/usr/bin/python3 -c 'import aiohttp' 2>/dev/null") == 0;
     printf("bench_client: %lld s per point (+1 s warm-up), closed-loop streams, answers of 64-128 "
-           "tokens\n",
-           (long long)(duration / CLOCK_NS_PER_S));
+           "tokens; the emulated server runs %s on an H100\n",
+           (long long)(duration / CLOCK_NS_PER_S), model);
     printf("timestamp error = client receive stamp - server emit_ns (same CLOCK_MONOTONIC)\n\n");
+    bench_decoder(quick);
     printf("%-22s %7s %6s %9s %10s %9s %9s %9s %7s %8s\n", "against", "threads", "streams",
            "tokens/s", "cpu us/tok", "err p50us", "err p99us", "err maxus", "errors", "end ms");
     for (int i = 0; i < n_counts; i++) {
         int n = counts[i];
         char url[128], log[] = "/tmp/bench_client_serve.log";
         figures f;
-        pid_t pid = only_raw ? 0 : spawn_serve(bin, n, url, sizeof url, log);
+        pid_t pid = only_raw ? 0 : spawn_serve(bin, model, n, url, sizeof url, log);
         if (only_raw) {
         } else if (pid < 0) {
             printf("%-22s %6d (the server did not start: %s)\n", "embedded emulate", n, bin);

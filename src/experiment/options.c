@@ -213,8 +213,9 @@ static const opts_spec client_specs[] = {
               client.insecure),
     OPTS_INT("client-threads", "N",
              "event loops (threads) of the load generator, the users spread over them; the "
-             "injector has one more of its own (default: the cores the server leaves, at "
-             "least 1: the cpu engine's --threads, 1 for emulate, none for a --target)",
+             "injector has one more of its own (default: the online cores the server leaves, "
+             "at least 1: all but the cpu engine's --threads, all but one with emulate, all "
+             "with --target)",
              C, client.threads, 1, 256),
 };
 
