@@ -2,8 +2,8 @@
  *
  * For 32, 1,024 and 4,096 concurrent closed-loop streams it prints the client's timestamp
  * error (receive stamp - the server's emit_ns, both CLOCK_MONOTONIC on this machine)
- * p50/p99/max, tokens/s received, client CPU time per token and where the stamps came from
- * (kernel receive stamps, the share of them coalesced, user space), for each transport
+ * p50/p99/p999/max, tokens/s received, client CPU time per token and where the stamps came
+ * from (kernel receive stamps, the share of them coalesced, user space), for each transport
  * (raw: ours with kernel stamps, the default; curl) against:
  *   1. the embedded emulated server (`stallscope serve`, a child process): the number the
  *      acceptance names; it includes the server's own delay between stamping a chunk and
@@ -12,7 +12,10 @@
  *      right before its send()): the client's own error, with the server out of the way;
  *   3. a Python aiohttp streaming client (Debian's python3-aiohttp, what Python benchmark
  *      clients do) against the same embedded server, for the ratio.
- * Prints figures; never fails on time. Options: --quick (short runs), --streams N,...
+ * Each of our rows is run with each transport and with 1 and 2 client threads (event loops; --client-threads N,...).
+ * Prints figures; never fails on time. Options: --quick (short runs), --streams N,...,
+ * --no-python, --transport raw|curl (only one), --model M (the emulated server's model: llama-3.2-1b steps ~4x faster than
+ * the default llama-3.1-8b, so it offers more tokens than one client core reads).
  * STALLSCOPE_BIN overrides the server binary (default: ./stallscope beside this one). */
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +38,7 @@
 
 #include "analysis/analysis.h"
 #include "client/driver.h"
+#include "client/sse.h"
 #include "client/stream.h"
 #include "common/clock.h"
 #include "common/err.h"
@@ -52,19 +56,26 @@ typedef struct tap {
 
 typedef struct figures {
     int streams;
+    int threads; /* our client's event loops (0: not ours) */
+    double end_ms; /* from the last loop's end to the merged log (ours) */
     double seconds;
     int64_t tokens;
     double cpu_ns_per_token;
     analysis_dist error_ms;
     int64_t errors;
     int64_t stamps[STREAM_STAMP_KINDS]; /* recorded events by stamp source; all 0: unknown */
-    tap tap;                            /* the error by stamp source (ours only) */
+    tap tap;                            /* the error by stamp source, every loop's (ours) */
 } figures;
 
 static void print_sources(const tap *t);
 
-static void print_row(const char *against, const figures *f)
+static void print_row(const char *against, figures *f)
 {
+    char threads[16] = "-", merge[16] = "-";
+    if (f->threads > 0) {
+        snprintf(threads, sizeof threads, "%d", f->threads);
+        snprintf(merge, sizeof merge, "%.0f", f->end_ms);
+    }
     int64_t events = 0;
     for (int i = 0; i < STREAM_STAMP_KINDS; i++)
         events += f->stamps[i];
@@ -74,20 +85,22 @@ static void print_row(const char *against, const figures *f)
                  100.0 * (double)f->stamps[STREAM_STAMP_KERNEL] / (double)events,
                  100.0 * (double)f->stamps[STREAM_STAMP_KERNEL_COALESCED] / (double)events,
                  100.0 * (double)f->stamps[STREAM_STAMP_USER] / (double)events);
-    printf("%-26s %6d %9.0f %10.2f %9.0f %9.0f %9.0f %9.0f %7lld  %s\n", against, f->streams,
-           (double)f->tokens / f->seconds, f->cpu_ns_per_token / 1e3, f->error_ms.p50 * 1e3,
-           f->error_ms.p99 * 1e3, f->error_ms.p999 * 1e3, f->error_ms.max * 1e3,
-           (long long)f->errors, mix);
+    printf("%-26s %7s %6d %9.0f %10.2f %9.0f %9.0f %9.0f %9.0f %7lld %8s  %s\n", against, threads,
+           f->streams, (double)f->tokens / f->seconds, f->cpu_ns_per_token / 1e3,
+           f->error_ms.p50 * 1e3, f->error_ms.p99 * 1e3, f->error_ms.p999 * 1e3,
+           f->error_ms.max * 1e3, (long long)f->errors, merge, mix);
     if (events > 0)
         print_sources(&f->tap);
     for (int s = 0; s < STREAM_STAMP_KINDS; s++)
         free(f->tap.error_ms[s]);
+    memset(&f->tap, 0, sizeof f->tap);
     fflush(stdout);
 }
 
 /* ---- child processes --------------------------------------------------------------- */
 
-static pid_t spawn_serve(const char *bin, int streams, char *url, size_t url_size, const char *log)
+static pid_t spawn_serve(const char *bin, const char *model, int streams, char *url,
+                         size_t url_size, const char *log)
 {
     char seqs[32], blocks[32];
     snprintf(seqs, sizeof seqs, "%d", streams * 2 + 64);
@@ -99,8 +112,9 @@ static pid_t spawn_serve(const char *bin, int streams, char *url, size_t url_siz
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fd, STDOUT_FILENO);
         dup2(fd, STDERR_FILENO);
-        execl(bin, "stallscope", "serve", "--engine", "emulate", "--host", "127.0.0.1", "--port", "0", "--max-num-seqs",
-              seqs, "--kv-blocks", blocks, (char *)NULL);
+        execl(bin, "stallscope", "serve", "--engine", "emulate", "--model", model, "--host",
+              "127.0.0.1", "--port", "0", "--max-num-seqs", seqs, "--kv-blocks", blocks,
+              (char *)NULL);
         _exit(127);
     }
     for (int i = 0; i < 300; i++) {
@@ -345,20 +359,73 @@ static void print_sources(const tap *t)
     printf("\n");
 }
 
-static int run_ours(const char *url, int streams, int64_t duration_ns, stream_transport_kind kind,
-                    figures *out)
+/* One tapped transport per event loop, kept for their counters and stamps. */
+#define MAX_LOOPS 64
+typedef struct loop_clients {
+    stream_options so;
+    stream_transport_kind kind;
+    int64_t from_ns; /* each tap keeps events from here on */
+    tap taps[MAX_LOOPS];
+    stream_stats last[MAX_LOOPS]; /* each one's counters when it was closed */
+} loop_clients;
+
+static int open_loop(void *ctx, int loop, stream_transport *out, char *err)
+{
+    loop_clients *lc = ctx;
+    if (loop >= MAX_LOOPS)
+        return err_set(err, "more than %d loops", MAX_LOOPS);
+    tap *tp = &lc->taps[loop];
+    if (stream_transport_create(lc->kind, &lc->so, &tp->inner, err) != 0)
+        return -1;
+    tp->from_ns = lc->from_ns;
+    *out = (stream_transport){tp, tap_post, tap_run, tap_cancel, tap_active, tap_now, NULL, NULL};
+    return 0;
+}
+
+static void close_loop(void *ctx, int loop, stream_transport *t)
+{
+    loop_clients *lc = ctx;
+    (void)t;
+    tap *tp = &lc->taps[loop];
+    if (tp->inner.stats)
+        tp->inner.stats(tp->inner.impl, &lc->last[loop]);
+    tp->inner.destroy(tp->inner.impl);
+    tp->inner.impl = NULL;
+}
+
+/* Every loop's per-source errors in one tap (out's), the loops' freed. */
+static void gather_taps(loop_clients *lc, tap *out)
+{
+    memset(out, 0, sizeof *out);
+    for (int s = 0; s < STREAM_STAMP_KINDS; s++) {
+        int64_t n = 0;
+        for (int i = 0; i < MAX_LOOPS; i++)
+            n += lc->taps[i].n[s];
+        out->error_ms[s] = n ? malloc((size_t)n * sizeof(double)) : NULL;
+        out->cap[s] = out->error_ms[s] ? n : 0;
+        for (int i = 0; i < MAX_LOOPS; i++) {
+            tap *tp = &lc->taps[i];
+            if (out->error_ms[s] && tp->n[s] > 0)
+                memcpy(out->error_ms[s] + out->n[s], tp->error_ms[s],
+                       (size_t)tp->n[s] * sizeof(double));
+            out->n[s] += out->error_ms[s] ? tp->n[s] : 0;
+            free(tp->error_ms[s]);
+            tp->error_ms[s] = NULL;
+        }
+    }
+}
+
+static int run_ours(const char *url, int streams, int threads, stream_transport_kind kind,
+                    int64_t duration_ns, figures *out)
 {
     char err[ERR_LEN];
-    stream_options so = {0};
-    so.base_url = url;
-    so.max_streams = streams;
-    so.idle_timeout_ns = 30 * CLOCK_NS_PER_S;
-    tap tp = {0};
-    if (stream_transport_create(kind, &so, &tp.inner, err) != 0) {
-        fprintf(stderr, "bench_client: %s\n", err);
-        return -1;
-    }
-    stream_transport t = {&tp, tap_post, tap_run, tap_cancel, tap_active, tap_now, NULL, NULL};
+    loop_clients lc;
+    memset(&lc, 0, sizeof lc);
+    lc.so.base_url = url;
+    lc.so.max_streams = streams;
+    lc.so.idle_timeout_ns = 30 * CLOCK_NS_PER_S;
+    lc.kind = kind;
+    const driver_transports transports = {open_loop, close_loop, &lc};
     workload_config wl;
     workload_default(&wl);
     wl.users = streams;
@@ -374,26 +441,30 @@ static int run_ours(const char *url, int streams, int64_t duration_ns, stream_tr
     api.timestamps = true;
     api.vocab = 32000;
     driver_phase ph = {.wl = &wl, .api = &api, .salt = 3, .record = true,
-                       .warmup_ns = CLOCK_NS_PER_S};
+                       .warmup_ns = CLOCK_NS_PER_S, .threads = threads};
     tokenlog log;
     tokenlog_init(&log);
     driver_result res;
-    stream_stats s0, s1;
-    tp.inner.stats(tp.inner.impl, &s0);
-    tp.from_ns = clock_now_ns() + ph.warmup_ns;
+    /* The CPU of the whole phase: warm-up, run, and the merge of the loops' logs at the
+     * end (timed apart too). */
+    lc.from_ns = clock_now_ns() + ph.warmup_ns;
     int64_t cpu0 = clock_process_cpu_ns(), t0 = clock_now_ns();
-    int rc = driver_run_phase(&t, &ph, &log, &res, err);
+    int rc = driver_run_phase(&transports, &ph, &log, &res, err);
     int64_t cpu1 = clock_process_cpu_ns(), t1 = clock_now_ns();
-    tp.inner.stats(tp.inner.impl, &s1);
     if (rc == 0) {
+        memset(out, 0, sizeof *out);
         out->streams = streams;
+        out->threads = threads;
         out->seconds = (double)(t1 - t0) / 1e9;
-        out->tokens = s1.tokens - s0.tokens;
+        for (int i = 0; i < MAX_LOOPS; i++) { /* over warm-up + run, like the CPU time */
+            out->tokens += lc.last[i].tokens;
+            out->errors += lc.last[i].errors;
+        }
         out->cpu_ns_per_token = out->tokens ? (double)(cpu1 - cpu0) / (double)out->tokens : 0;
+        out->end_ms = (double)(t1 - res.t_end_ns) / 1e6;
         analysis_dist_from(res.fidelity_ms, res.n_fidelity, &out->error_ms);
-        out->errors = s1.errors - s0.errors;
         memcpy(out->stamps, res.stamps, sizeof out->stamps);
-        out->tokens = out->tokens; /* over warm-up + run, like the CPU time */
+        gather_taps(&lc, &out->tap);
         if (!res.complete)
             fprintf(stderr, "bench_client: run incomplete: %s\n", res.error);
     } else {
@@ -401,9 +472,47 @@ static int run_ours(const char *url, int streams, int64_t duration_ns, stream_tr
     }
     driver_result_free(&res);
     tokenlog_free(&log);
-    tp.inner.destroy(tp.inner.impl);
-    out->tap = tp;
+    for (int i = 0; i < MAX_LOOPS; i++)
+        for (int s = 0; s < STREAM_STAMP_KINDS; s++)
+            free(lc.taps[i].error_ms[s]); /* after a failure; gathered ones are NULL */
     return rc;
+}
+
+/* ---- the chunk decoder alone ---------------------------------------------------------- */
+
+/* ns per decode of one chunk, over about `seconds` of CPU. */
+static double ns_per_decode(int (*decode)(const sse_event *, sse_chunk *, char *),
+                            const sse_event *ev, double seconds)
+{
+    char err[ERR_LEN];
+    sse_chunk chunk;
+    int64_t n = 0, cpu0 = clock_process_cpu_ns(), cpu = 0;
+    while (cpu < (int64_t)(seconds * 1e9)) {
+        for (int i = 0; i < 10000; i++)
+            decode(ev, &chunk, err);
+        n += 10000;
+        cpu = clock_process_cpu_ns() - cpu0;
+    }
+    return (double)cpu / (double)n;
+}
+
+/* The client's in-place scanner against jansson (the reference) on a chunk as vLLM and our
+ * server send it, with stallscope's extension. */
+static void bench_decoder(bool quick)
+{
+    static const char chunk[] =
+        "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1732000000,\"model\":"
+        "\"llama-3.1-8b\",\"choices\":[{\"index\":0,\"text\":\" w\",\"logprobs\":null,"
+        "\"finish_reason\":null,\"stop_reason\":null}],\"usage\":{\"prompt_tokens\":16,"
+        "\"total_tokens\":17,\"completion_tokens\":1},\"stallscope\":{\"emit_ns\":"
+        "123456789012345,\"step\":4242}}";
+    const sse_event ev = {chunk, sizeof chunk - 1, ""};
+    const double seconds = quick ? 0.2 : 1.0;
+    const double scanner = ns_per_decode(sse_decode_chunk, &ev, seconds);
+    const double reference = ns_per_decode(sse_decode_chunk_jansson, &ev, seconds);
+    printf("chunk decoder, a %zu-byte vLLM chunk: scanner %.0f ns, jansson %.0f ns (CPU per "
+           "decode)\n\n",
+           sizeof chunk - 1, scanner, reference);
 }
 
 /* ---- the Python client ---------------------------------------------------------------- */
@@ -442,8 +551,7 @@ static const char *python_client =
     "errors.sort(); n = len(errors)\n"
     "q = lambda p: errors[max(0, min(n - 1, math.ceil(p * n) - 1))] if n else 0\n"
     "print(json.dumps({'tokens': tokens, 'seconds': t1 - t0, 'cpu_s': c1 - c0,\n"
-    "                  'p50': q(0.5), 'p99': q(0.99), 'p999': q(0.999),\n"
-    "                  'max': errors[-1] if n else 0}))\n";
+    "                  'p50': q(0.5), 'p99': q(0.99), 'max': errors[-1] if n else 0}))\n";
 
 static int run_python(const char *url, int streams, double seconds, figures *out)
 {
@@ -467,10 +575,10 @@ static int run_python(const char *url, int streams, double seconds, figures *out
         pclose(p);
     }
     unlink(path);
-    double tokens = 0, secs = 0, cpu = 0, p50 = 0, p99 = 0, p999 = 0, max = 0;
+    double tokens = 0, secs = 0, cpu = 0, p50 = 0, p99 = 0, max = 0;
     if (sscanf(line, "{\"tokens\": %lf, \"seconds\": %lf, \"cpu_s\": %lf, \"p50\": %lf, \"p99\": "
-                     "%lf, \"p999\": %lf, \"max\": %lf}",
-               &tokens, &secs, &cpu, &p50, &p99, &p999, &max) != 7)
+                     "%lf, \"max\": %lf}",
+               &tokens, &secs, &cpu, &p50, &p99, &max) != 6)
         return -1;
     memset(out, 0, sizeof *out);
     out->streams = streams;
@@ -479,24 +587,40 @@ static int run_python(const char *url, int streams, double seconds, figures *out
     out->cpu_ns_per_token = tokens > 0 ? cpu * 1e9 / tokens : 0;
     out->error_ms.p50 = p50;
     out->error_ms.p99 = p99;
-    out->error_ms.p999 = p999;
     out->error_ms.max = max;
     return 0;
 }
 
 int main(int argc, char **argv)
 {
-    bool quick = false, only_raw = false;
+    bool quick = false, only_raw = false, python = true;
+    const char *model = "llama-3.1-8b"; /* the emulated server's; a smaller one steps faster */
     int counts[8] = {32, 1024, 4096}, n_counts = 3;
+    int threads[8] = {1, 2}, n_threads = 2;
+    stream_transport_kind kinds[2] = {STREAM_TRANSPORT_RAW, STREAM_TRANSPORT_CURL};
+    int n_kinds = 2;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             quick = true;
         } else if (strcmp(argv[i], "--raw-only") == 0) {
             only_raw = true; /* for profiling the client alone */
+        } else if (strcmp(argv[i], "--no-python") == 0) {
+            python = false;
+        } else if (strcmp(argv[i], "--transport") == 0 && i + 1 < argc) {
+            i++;
+            kinds[0] = strcmp(argv[i], "curl") == 0 ? STREAM_TRANSPORT_CURL : STREAM_TRANSPORT_RAW;
+            n_kinds = 1;
+        } else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
+            model = argv[++i];
         } else if (strcmp(argv[i], "--streams") == 0 && i + 1 < argc) {
             n_counts = 0;
             for (char *tok = strtok(argv[++i], ","); tok && n_counts < 8; tok = strtok(NULL, ","))
                 counts[n_counts++] = atoi(tok);
+        } else if (strcmp(argv[i], "--client-threads") == 0 && i + 1 < argc) {
+            n_threads = 0;
+            for (char *tok = strtok(argv[++i], ","); tok && n_threads < 8; tok = strtok(NULL, ","))
+                if (atoi(tok) >= 1 && atoi(tok) <= MAX_LOOPS)
+                    threads[n_threads++] = atoi(tok);
         }
     }
     signal(SIGPIPE, SIG_IGN);
@@ -511,29 +635,31 @@ int main(int argc, char **argv)
         snprintf(bin, sizeof bin, "%s/stallscope", dirname(self));
     }
     int64_t duration = (quick ? 3 : 8) * CLOCK_NS_PER_S;
-    bool have_python = access("/usr/bin/python3", X_OK) == 0 &&
+    bool have_python = python && access("/usr/bin/python3", X_OK) == 0 &&
                        system("/usr/bin/python3 -c 'import aiohttp' 2>/dev/null") == 0;
     printf("bench_client: %lld s per point (+1 s warm-up), closed-loop streams, answers of 64-128 "
-           "tokens\n",
-           (long long)(duration / CLOCK_NS_PER_S));
+           "tokens; the emulated server runs %s on an H100\n",
+           (long long)(duration / CLOCK_NS_PER_S), model);
     printf("timestamp error = client receive stamp - server emit_ns (same CLOCK_MONOTONIC)\n\n");
-    printf("%-26s %6s %9s %10s %9s %9s %9s %9s %7s  %s\n", "against, transport", "streams",
-           "tokens/s", "cpu us/tok", "err p50us", "err p99us", "err p999", "err maxus", "errors",
-           "stamps % kernel/coalesced/user");
+    bench_decoder(quick);
+    printf("%-26s %7s %6s %9s %10s %9s %9s %9s %9s %7s %8s  %s\n", "against, transport", "threads",
+           "streams", "tokens/s", "cpu us/tok", "err p50us", "err p99us", "err p999", "err maxus",
+           "errors", "end ms", "stamps % kernel/coalesced/user");
     for (int i = 0; i < n_counts; i++) {
         int n = counts[i];
         char url[128], log[] = "/tmp/bench_client_serve.log";
         figures f;
-        pid_t pid = only_raw ? 0 : spawn_serve(bin, n, url, sizeof url, log);
+        pid_t pid = only_raw ? 0 : spawn_serve(bin, model, n, url, sizeof url, log);
         if (only_raw) {
         } else if (pid < 0) {
             printf("%-22s %6d (the server did not start: %s)\n", "embedded emulate", n, bin);
         } else {
-            if (run_ours(url, n, duration, STREAM_TRANSPORT_RAW, &f) == 0)
-                print_row("emulate, raw", &f);
-            if (run_ours(url, n, duration, STREAM_TRANSPORT_CURL, &f) == 0)
-                print_row("emulate, curl", &f);
-            if (have_python) {
+            for (int t = 0; t < n_kinds; t++)
+                for (int k = 0; k < n_threads; k++)
+                    if (run_ours(url, n, threads[k], kinds[t], duration, &f) == 0)
+                        print_row(kinds[t] == STREAM_TRANSPORT_RAW ? "emulate, raw" : "emulate, curl",
+                                  &f);
+            if (have_python && n <= 1024) {
                 figures py;
                 if (run_python(url, n, (double)duration / 1e9, &py) == 0)
                     print_row("emulate, python aiohttp", &py);
@@ -545,16 +671,20 @@ int main(int argc, char **argv)
         /* The raw sender: 20 ms steps offer 50 tokens/s per stream. */
         pid = spawn_raw(20 * CLOCK_NS_PER_MS, 100, url, sizeof url);
         if (pid > 0) {
-            if (run_ours(url, n, duration, STREAM_TRANSPORT_RAW, &f) == 0)
-                print_row("raw sender 20 ms, raw", &f);
-            if (run_ours(url, n, duration, STREAM_TRANSPORT_CURL, &f) == 0)
-                print_row("raw sender 20 ms, curl", &f);
+            for (int t = 0; t < n_kinds; t++)
+                for (int k = 0; k < n_threads; k++)
+                    if (run_ours(url, n, threads[k], kinds[t], duration, &f) == 0)
+                        print_row(kinds[t] == STREAM_TRANSPORT_RAW ? "raw sender 20 ms, raw"
+                                                                   : "raw sender 20 ms, curl",
+                                  &f);
             stop_child(pid);
         }
     }
-    if (!have_python)
+    if (!have_python && python)
         printf("\n(python3-aiohttp not installed: no Python comparison)\n");
-    printf("\ncpu us/tok: this process's CPU time (user + system) / tokens received; 1 / it is "
-           "the token rate one core sustains.\n");
+    printf("\nthreads: the client's event loops (--client-threads). cpu us/tok: this process's CPU "
+           "time (user + system, every thread) / tokens received; 1 / it is the token rate one "
+           "core sustains. end ms: from the loops' end to the merged log (ordering, k-way "
+           "merge, closing).\n");
     return 0;
 }

@@ -1,7 +1,9 @@
 #include "client/driver.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,7 +12,6 @@
 #include "common/clock.h"
 #include "common/err.h"
 
-#define TICK_NS (250 * CLOCK_NS_PER_MS)
 #define PROBE_PROMPT_TOKENS 8
 #define CALIB_WORDS_SMALL 32
 #define CALIB_WORDS_LARGE 1024
@@ -257,59 +258,124 @@ int driver_probe(const stream_transport *t, driver_api *api, const workload_conf
     return 0;
 }
 
-/* ---- a phase ----------------------------------------------------------------------- */
+/* ---- a phase: one event loop per client thread ------------------------------------------
+ *
+ * The background users are spread over cfg->threads loops (user u on loop u mod threads);
+ * the injector, when the workload has one, runs on a loop of its own, so a busy loop never
+ * delays an injection. Loop 0 runs in the caller's thread and leads: it calls should_stop
+ * and progress; the others run in threads of their own. Each loop has its own transport
+ * (driver_transports.open), its own users, buffers and segment of the token log, and
+ * shares only what is below in `phase`: the stop flag, the first failure, the count of
+ * failures in a row, the incremental files (under a lock) and the ids of their requests.
+ * At the end each loop puts its segment in time order (in its own thread: the rows arrive
+ * nearly in order) and the caller merges the segments, k-way, into the one log. */
 
-typedef struct drv drv;
+#define TICK_NS (250 * CLOCK_NS_PER_MS)
+/* A loop looks at the phase's stop flag (another loop failed, the lead was told to stop) at
+ * least this often: the transport's run() has no way to be woken by another thread. */
+#define STOP_CHECK_NS (20 * CLOCK_NS_PER_MS)
+
+typedef struct phase phase;
+typedef struct loop loop;
 
 typedef struct drv_req {
-    drv *d;
+    loop *l;
+    int slot; /* the user's index in its loop, -1: the injector */
     int user; /* -1: the injector */
     int kind;
-    int64_t log_index; /* row in log->requests, -1 when not recorded */
+    int64_t row; /* in the loop's segment, -1 when not recorded */
     int prompt_requested;
-    int64_t t_first_ns, t_last_ns; /* absolute, -1 none */
+    int64_t t_last_ns; /* absolute, -1 none */
 } drv_req;
 
-struct drv {
-    const stream_transport *t;
-    const driver_phase *cfg;
-    tokenlog *log;
-    driver_result *res;
+/* A loop's live figures for the lead's progress lines: written by the loop alone, read by
+ * the lead (relaxed: a progress line needs no ordering). */
+typedef struct loop_figures {
+    _Atomic int64_t tokens, errors, worst_gap_ns;
+    _Atomic int active, injections_sent;
+} loop_figures;
+
+struct loop {
+    phase *ph;
+    int index;
+    stream_transport t;
+    bool opened;
+    const int *users; /* slot -> user */
+    int n_users;
+    bool injector;
     stream_handlers h;
-    int64_t t0;         /* t = 0: the end of the warm-up */
-    bool recording;     /* from t0 on, when cfg->record */
-    int64_t *next_k;    /* per user: index of its next request */
-    drv_req **current;  /* per user: the request in flight, NULL none */
-    int64_t *retry_at;  /* per user: when it sends again after a failure, 0: not waiting */
-    int *failures;      /* per user: failed requests in a row */
-    int n_retrying;     /* users waiting in retry_at */
-    bool stopping;
-    bool failed;
-    int64_t consecutive_errors, error_limit;
-    int64_t worst_gap_ns;
-    int64_t tokens;
-    const char *first_violation; /* the first protocol violation in words, NULL none */
+    tokenlog seg; /* this loop's rows; an event's request is its row in seg until the merge */
+    /* per slot */
+    int64_t *next_k;   /* index of the user's next request */
+    drv_req **current; /* its request in flight, NULL none */
+    int64_t *retry_at; /* when it sends again after a failure, 0: not waiting */
+    int *failures;     /* its failed requests in a row */
+    int n_retrying;    /* users waiting in retry_at */
+    bool recording, stopping;
+    int next_inj; /* the injector: the next injection of the plan */
+    char *inj_body;
+    size_t inj_len;
+    driver_result res; /* this loop's totals and fidelity samples */
+    const char *first_violation; /* in words, NULL none; and when */
+    int64_t first_violation_ns;
+    int64_t tokens, worst_gap_ns; /* since t = 0, for progress lines */
+    int64_t handed_events;        /* seg events given to tokens_csv */
+    int64_t *ended;               /* seg rows ended, not yet given to requests_csv */
+    int64_t n_ended, cap_ended;
+    int64_t t_end_ns;
+    int64_t *order; /* after the loop: rank -> seg row, the rows in time order */
+    pthread_t thread;
+    bool started;
+    int status; /* -1: a local failure (out of memory ordering the segment), in err */
+    char err[ERR_LEN];
+    /* Last: with the padding below, no other loop's fields share its cache line. */
+    loop_figures fig; /* written by this loop, read by the lead */
+    char pad[64];
 };
 
-static void phase_fail(drv *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void phase_fail(drv *d, const char *fmt, ...)
+struct phase {
+    const driver_phase *cfg;
+    const workload_config *wl;
+    int64_t t_start, t0, t_stop;
+    int64_t *plan; /* injection times from t = 0 */
+    int n_plan;
+    loop *loops;
+    int n_loops, n_bg; /* all loops; those of the background users (the first n_bg) */
+    int *user_table;   /* the users, grouped by loop */
+    atomic_bool stop;  /* set with the first failure: every loop stops */
+    pthread_mutex_t mu; /* failed, error; the incremental files (cfg->tokens_csv, requests_csv) */
+    bool failed;
+    char error[256];
+    _Atomic int64_t consecutive_errors; /* requests ended in error, in a row, over all loops */
+    int64_t error_limit;
+    _Atomic int64_t next_request;       /* the incremental files' request ids */
+    int64_t first_request;              /* log->n_requests when the phase began */
+};
+
+static void phase_fail(loop *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void phase_fail(loop *l, const char *fmt, ...)
 {
-    if (!d->failed) {
-        d->failed = true;
+    phase *ph = l->ph;
+    pthread_mutex_lock(&ph->mu);
+    if (!ph->failed) {
+        ph->failed = true;
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(d->res->error, sizeof d->res->error, fmt, ap);
+        vsnprintf(ph->error, sizeof ph->error, fmt, ap);
         va_end(ap);
     }
-    d->stopping = true;
+    pthread_mutex_unlock(&ph->mu);
+    atomic_store(&ph->stop, true);
+    l->stopping = true;
 }
 
-/* A row for r in the log. t_plan/t_send are -1 for a request carried over from the warm-up
- * (sent before t = 0): it contributes its gaps, not a TTFT. */
-static int add_row(drv *d, drv_req *r, int64_t t_plan_ns, int64_t t_send_ns)
+/* A row for r in the loop's segment. t_plan/t_send are -1 for a request carried over from
+ * the warm-up (sent before t = 0): it contributes its gaps, not a TTFT. Its id (the
+ * incremental files') is unique over the loops; the merge renumbers the rows in time order. */
+static int add_row(loop *l, drv_req *r, int64_t t_plan_ns, int64_t t_send_ns)
 {
     tokenlog_request row = {0};
-    row.request = d->log->n_requests;
+    row.request = l->ph->first_request + atomic_fetch_add(&l->ph->next_request, 1);
     row.user = r->user;
     row.kind = r->kind;
     row.t_plan_ns = t_plan_ns;
@@ -318,89 +384,93 @@ static int add_row(drv *d, drv_req *r, int64_t t_plan_ns, int64_t t_send_ns)
     row.t_end_ns = -1;
     row.prompt_tokens_requested = r->prompt_requested;
     row.prompt_tokens = r->prompt_requested;
-    if (tokenlog_add_request(d->log, &row, &r->log_index) != 0) {
-        phase_fail(d, "out of memory");
+    if (tokenlog_add_request(&l->seg, &row, &r->row) != 0) {
+        phase_fail(l, "out of memory");
         return -1;
     }
     return 0;
 }
 
-static char *build(drv *d, int kind, int64_t index, int prompt_tokens, int max_tokens,
+static char *build(loop *l, int kind, int64_t index, int prompt_tokens, int max_tokens,
                    size_t *len)
 {
     char err[ERR_LEN];
-    char *body = driver_build_body(d->cfg->api, d->cfg->wl, d->cfg->salt, kind == TOKENLOG_INJECT,
-                                   index, prompt_tokens, max_tokens, len, err);
+    const driver_phase *cfg = l->ph->cfg;
+    char *body = driver_build_body(cfg->api, cfg->wl, cfg->salt, kind == TOKENLOG_INJECT, index,
+                                   prompt_tokens, max_tokens, len, err);
     if (!body)
-        phase_fail(d, "%s", err);
+        phase_fail(l, "%s", err);
     return body;
 }
 
 /* Send a built body (taken: freed here). */
-static drv_req *send_request(drv *d, int user, int kind, char *body, size_t len,
+static drv_req *send_request(loop *l, int slot, int kind, char *body, size_t len,
                              int prompt_tokens, int max_tokens, int64_t t_plan_ns)
 {
     char err[ERR_LEN];
+    phase *ph = l->ph;
     drv_req *r = calloc(1, sizeof *r);
     if (!body || !r) {
         free(body);
         free(r);
-        phase_fail(d, "out of memory");
+        phase_fail(l, "out of memory");
         return NULL;
     }
-    r->d = d;
-    r->user = user;
+    r->l = l;
+    r->slot = slot;
+    r->user = slot >= 0 ? l->users[slot] : -1;
     r->kind = kind;
     r->prompt_requested = prompt_tokens;
-    r->t_first_ns = r->t_last_ns = -1;
-    r->log_index = -1;
-    int64_t now = d->t->now(d->t->impl);
-    if (d->recording && add_row(d, r, t_plan_ns < 0 ? now - d->t0 : t_plan_ns, now - d->t0) != 0) {
+    r->t_last_ns = -1;
+    r->row = -1;
+    const int64_t now = l->t.now(l->t.impl);
+    if (l->recording &&
+        add_row(l, r, t_plan_ns < 0 ? now - ph->t0 : t_plan_ns, now - ph->t0) != 0) {
         free(body);
         free(r);
         return NULL;
     }
-    stream_request req = {driver_endpoint_path(d->cfg->api->endpoint), body, len, &d->h, r,
+    stream_request req = {driver_endpoint_path(ph->cfg->api->endpoint), body, len, &l->h, r,
                           max_tokens};
-    int rc = d->t->post(d->t->impl, &req, err);
+    int rc = l->t.post(l->t.impl, &req, err);
     free(body);
     if (rc != 0) {
-        if (r->log_index >= 0)
-            snprintf(d->log->requests[r->log_index].error, sizeof d->log->requests[0].error,
-                     "%.120s", err);
+        if (r->row >= 0)
+            snprintf(l->seg.requests[r->row].error, sizeof l->seg.requests[0].error, "%.120s", err);
         free(r);
-        phase_fail(d, "cannot send: %s", err);
+        phase_fail(l, "cannot send: %s", err);
         return NULL;
     }
     return r;
 }
 
-static void start_bg(drv *d, int user)
+static void start_bg(loop *l, int slot)
 {
-    int64_t k = d->next_k[user]++;
-    workload_bg_request bg = workload_bg(d->cfg->wl, user, k);
+    const int user = l->users[slot];
+    int64_t k = l->next_k[slot]++;
+    workload_bg_request bg = workload_bg(l->ph->wl, user, k);
     /* The index keeps (user, k) apart: each background prompt is unique too. t_plan is the
      * moment the user is ready (now): a closed loop has no other plan. */
     size_t len = 0;
-    char *body = build(d, TOKENLOG_BG, ((int64_t)user << 24) | (k & 0xffffff), bg.prompt_tokens,
+    char *body = build(l, TOKENLOG_BG, ((int64_t)user << 24) | (k & 0xffffff), bg.prompt_tokens,
                        bg.max_tokens, &len);
-    d->current[user] = body ? send_request(d, user, TOKENLOG_BG, body, len, bg.prompt_tokens,
-                                         bg.max_tokens, -1)
+    l->current[slot] = body ? send_request(l, slot, TOKENLOG_BG, body, len, bg.prompt_tokens,
+                                           bg.max_tokens, -1)
                             : NULL;
 }
 
 /* t = 0: the users are mid-answer (steady state, no synchronized start). Their answers in
  * flight are recorded from here on. */
-static void start_recording(drv *d)
+static void start_recording(loop *l)
 {
-    d->recording = true;
-    d->worst_gap_ns = 0;
-    d->tokens = 0;
-    for (int u = 0; u < d->cfg->wl->users; u++) {
-        drv_req *r = d->current[u];
+    l->recording = true;
+    l->worst_gap_ns = 0;
+    l->tokens = 0;
+    for (int s = 0; s < l->n_users; s++) {
+        drv_req *r = l->current[s];
         if (!r)
             continue;
-        if (add_row(d, r, -1, -1) != 0)
+        if (add_row(l, r, -1, -1) != 0)
             return;
         r->t_last_ns = -1; /* no gap across t = 0 */
     }
@@ -408,33 +478,30 @@ static void start_recording(drv *d)
 
 static void on_token(void *ctx, void *user, const stream_token *tok)
 {
-    drv *d = ctx;
+    loop *l = ctx;
+    phase *ph = l->ph;
     drv_req *r = user;
-    d->consecutive_errors = 0;
-    if (r->t_first_ns < 0)
-        r->t_first_ns = tok->t_ns;
+    if (atomic_load_explicit(&ph->consecutive_errors, memory_order_relaxed) != 0)
+        atomic_store_explicit(&ph->consecutive_errors, 0, memory_order_relaxed);
     int64_t prev = r->t_last_ns;
     r->t_last_ns = tok->t_ns;
-    if (r->log_index < 0)
+    if (r->row < 0)
         return; /* warm-up */
-    d->tokens += tok->n_tokens;
-    if (tok->stamp >= 0 && tok->stamp < STREAM_STAMP_KINDS)
-        d->res->stamps[tok->stamp]++;
-    if (r->kind == TOKENLOG_BG && prev >= 0 && tok->t_ns - prev > d->worst_gap_ns)
-        d->worst_gap_ns = tok->t_ns - prev;
-    driver_result *res = d->res;
+    l->tokens += tok->n_tokens;
+    if (r->kind == TOKENLOG_BG && prev >= 0 && tok->t_ns - prev > l->worst_gap_ns)
+        l->worst_gap_ns = tok->t_ns - prev;
+    driver_result *res = &l->res;
     res->tokens += tok->n_tokens;
-    tokenlog_request *row = &d->log->requests[r->log_index];
+    if (tok->stamp >= 0 && tok->stamp < STREAM_STAMP_KINDS)
+        res->stamps[tok->stamp]++;
+    tokenlog_request *row = &l->seg.requests[r->row];
     if (row->t_first_ns < 0 && row->t_send_ns >= 0)
-        row->t_first_ns = tok->t_ns - d->t0;
-    tokenlog_event ev = {tok->t_ns - d->t0, r->log_index, r->user, tok->n_tokens, r->kind};
-    if (tokenlog_add_event(d->log, &ev) != 0) {
-        phase_fail(d, "out of memory for the token log");
+        row->t_first_ns = tok->t_ns - ph->t0;
+    tokenlog_event ev = {tok->t_ns - ph->t0, r->row, r->user, tok->n_tokens, r->kind};
+    if (tokenlog_add_event(&l->seg, &ev) != 0) {
+        phase_fail(l, "out of memory for the token log");
         return;
     }
-    char err[ERR_LEN];
-    if (d->cfg->tokens_csv && tokenlog_writer_event(d->cfg->tokens_csv, &ev, err) != 0)
-        phase_fail(d, "%s", err);
     if (tok->emit_ns >= 0) {
         if (res->n_fidelity == res->cap_fidelity) {
             int64_t cap = res->cap_fidelity ? res->cap_fidelity * 2 : 4096;
@@ -448,61 +515,13 @@ static void on_token(void *ctx, void *user, const stream_token *tok)
     }
 }
 
-static void on_end(void *ctx, void *user, const stream_end *end)
+/* The user of slot waits before sending again: its back-off after a failure (50 ms,
+ * doubling with each failure in a row, at most 2 s), or what the server asked for with
+ * Retry-After (at most 60 s) when that is longer. */
+static void retry_later(loop *l, int slot, const stream_end *end)
 {
-    drv *d = ctx;
-    drv_req *r = user;
-    driver_result *res = d->res;
-    bool is_error = end->error[0] != '\0';
-    if (r->log_index >= 0) {
-        res->requests++;
-        res->errors += is_error;
-        tokenlog_request *row = &d->log->requests[r->log_index];
-        row->t_end_ns = end->t_end_ns - d->t0;
-        if (end->prompt_tokens >= 0)
-            row->prompt_tokens = (int32_t)end->prompt_tokens;
-        row->completion_tokens = (int32_t)end->completion_tokens;
-        snprintf(row->finish_reason, sizeof row->finish_reason, "%s", end->finish_reason);
-        snprintf(row->error, sizeof row->error, "%s", end->error);
-        char err[ERR_LEN];
-        if (d->cfg->requests_csv && tokenlog_writer_request(d->cfg->requests_csv, row, err) != 0)
-            phase_fail(d, "%s", err);
-        res->protocol_violations += end->protocol_violations;
-        if (end->protocol_violations > 0 && !d->first_violation)
-            d->first_violation = end->violation;
-    }
-    if (r->log_index >= 0 && end->prompt_tokens >= 0 &&
-        fabs((double)(end->prompt_tokens - r->prompt_requested)) > 0.02 * r->prompt_requested) {
-        res->prompt_mismatches++;
-        if (r->kind == TOKENLOG_INJECT && d->cfg->notes)
-            fprintf(d->cfg->notes,
-                    "warning: an injected prompt of %d tokens was counted as %lld by the server "
-                    "(> 2 %% off)\n",
-                    r->prompt_requested, (long long)end->prompt_tokens);
-    }
-    if (is_error) {
-        d->consecutive_errors++;
-        if (end->connect_failed && !d->stopping)
-            phase_fail(d, "lost the server: %s", end->error);
-        else if (d->consecutive_errors >= d->error_limit && !d->stopping)
-            phase_fail(d, "every request fails; the last: %s", end->error);
-    }
-    int u = r->user;
-    bool bg = r->kind == TOKENLOG_BG;
-    if (bg && d->current[u] == r)
-        d->current[u] = NULL;
-    free(r);
-    if (!bg || d->stopping)
-        return;
-    /* Closed loop: the user's next request goes out the moment this one ends, or after a
-     * back-off when it failed (see RETRY_FIRST_NS). */
-    if (!is_error) {
-        d->failures[u] = 0;
-        start_bg(d, u);
-        return;
-    }
     int64_t wait = RETRY_FIRST_NS;
-    for (int i = 0; i < d->failures[u] && wait < RETRY_MAX_NS; i++)
+    for (int i = 0; i < l->failures[slot] && wait < RETRY_MAX_NS; i++)
         wait *= 2;
     if (wait > RETRY_MAX_NS)
         wait = RETRY_MAX_NS;
@@ -512,184 +531,705 @@ static void on_end(void *ctx, void *user, const stream_end *end)
         if (asked > wait)
             wait = asked;
     }
-    d->failures[u]++;
-    d->retry_at[u] = d->t->now(d->t->impl) + wait;
-    d->n_retrying++;
+    l->failures[slot]++;
+    l->retry_at[slot] = l->t.now(l->t.impl) + wait;
+    l->n_retrying++;
 }
 
-/* Write the rows collected since the last flush; a failure (a full disk) stops the phase:
- * the files keep every whole row written before. */
-static void flush_rows(drv *d)
+static void on_end(void *ctx, void *user, const stream_end *end)
 {
-    tokenlog_writer *files[] = {d->cfg->tokens_csv, d->cfg->requests_csv};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        char err[ERR_LEN];
-        if (files[i] && tokenlog_writer_flush(files[i], err) != 0)
-            phase_fail(d, "%s", err);
+    loop *l = ctx;
+    phase *ph = l->ph;
+    drv_req *r = user;
+    driver_result *res = &l->res;
+    bool is_error = end->error[0] != '\0';
+    if (r->row >= 0) {
+        res->requests++;
+        res->errors += is_error;
+        tokenlog_request *row = &l->seg.requests[r->row];
+        row->t_end_ns = end->t_end_ns - ph->t0;
+        if (end->prompt_tokens >= 0)
+            row->prompt_tokens = (int32_t)end->prompt_tokens;
+        row->completion_tokens = (int32_t)end->completion_tokens;
+        snprintf(row->finish_reason, sizeof row->finish_reason, "%s", end->finish_reason);
+        snprintf(row->error, sizeof row->error, "%s", end->error);
+        if (ph->cfg->requests_csv) { /* given to requests.csv with the loop's next rows */
+            if (l->n_ended == l->cap_ended) {
+                int64_t cap = l->cap_ended ? l->cap_ended * 2 : 256;
+                int64_t *grown = realloc(l->ended, (size_t)cap * sizeof *grown);
+                if (grown) {
+                    l->ended = grown;
+                    l->cap_ended = cap;
+                }
+            }
+            if (l->n_ended < l->cap_ended)
+                l->ended[l->n_ended++] = r->row;
+            else
+                phase_fail(l, "out of memory");
+        }
+        res->protocol_violations += end->protocol_violations;
+        if (end->protocol_violations > 0 && !l->first_violation) {
+            l->first_violation = end->violation;
+            l->first_violation_ns = end->t_end_ns;
+        }
+        if (end->prompt_tokens >= 0 &&
+            fabs((double)(end->prompt_tokens - r->prompt_requested)) > 0.02 * r->prompt_requested) {
+            res->prompt_mismatches++;
+            if (r->kind == TOKENLOG_INJECT && ph->cfg->notes)
+                fprintf(ph->cfg->notes,
+                        "warning: an injected prompt of %d tokens was counted as %lld by the "
+                        "server (> 2 %% off)\n",
+                        r->prompt_requested, (long long)end->prompt_tokens);
+        }
+    }
+    if (is_error) {
+        const int64_t in_a_row = atomic_fetch_add(&ph->consecutive_errors, 1) + 1;
+        if (end->connect_failed && !l->stopping)
+            phase_fail(l, "lost the server: %s", end->error);
+        else if (in_a_row >= ph->error_limit && !l->stopping)
+            phase_fail(l, "every request fails; the last: %s", end->error);
+    }
+    const int slot = r->slot;
+    const bool bg = r->kind == TOKENLOG_BG;
+    if (bg && l->current[slot] == r)
+        l->current[slot] = NULL;
+    free(r);
+    if (!bg || l->stopping)
+        return;
+    /* Closed loop: the user's next request goes out the moment this one ends, or after a
+     * back-off when it failed (see RETRY_FIRST_NS). */
+    if (is_error) {
+        retry_later(l, slot, end);
+    } else {
+        l->failures[slot] = 0;
+        start_bg(l, slot);
     }
 }
 
 /* Users whose back-off is over send again; returns the earliest retry still pending
  * (INT64_MAX: none). */
-static int64_t start_retries(drv *d, int64_t now)
+static int64_t start_retries(loop *l, int64_t now)
 {
     int64_t next = INT64_MAX;
-    for (int u = 0; u < d->cfg->wl->users && d->n_retrying > 0 && !d->stopping; u++) {
-        if (d->retry_at[u] == 0)
+    for (int s = 0; s < l->n_users && l->n_retrying > 0 && !l->stopping; s++) {
+        if (l->retry_at[s] == 0)
             continue;
-        if (d->retry_at[u] <= now) {
-            d->retry_at[u] = 0;
-            d->n_retrying--;
-            start_bg(d, u);
-        } else if (d->retry_at[u] < next) {
-            next = d->retry_at[u];
+        if (l->retry_at[s] <= now) {
+            l->retry_at[s] = 0;
+            l->n_retrying--;
+            start_bg(l, s);
+        } else if (l->retry_at[s] < next) {
+            next = l->retry_at[s];
         }
     }
     return next;
 }
 
-static void report_progress(drv *d, const driver_phase *cfg, int64_t now, double tokens_per_s,
-                            int sent, int planned)
+/* Open loop: every injection due by now goes out, late or not, whatever is still running;
+ * t_plan is the schedule, t_send what happened. The next one's body is built ahead of its
+ * time (a long prompt takes a while to encode), so it leaves on schedule. */
+static void send_injections(loop *l, int64_t now)
 {
-    const workload_config *wl = cfg->wl;
-    driver_progress p = {now - d->t0, wl->duration_ns, tokens_per_s, d->tokens,
-                         d->t->active(d->t->impl), sent, planned, d->worst_gap_ns,
-                         d->res->errors};
-    cfg->progress(cfg->progress_ctx, &p);
+    phase *ph = l->ph;
+    const workload_config *wl = ph->wl;
+    while (l->next_inj < ph->n_plan && now >= ph->t0 + ph->plan[l->next_inj] && !l->stopping) {
+        if (!l->inj_body)
+            l->inj_body = build(l, TOKENLOG_INJECT, l->next_inj, wl->prompt_tokens,
+                                wl->inject_max_tokens, &l->inj_len);
+        if (l->inj_body)
+            send_request(l, -1, TOKENLOG_INJECT, l->inj_body, l->inj_len, wl->prompt_tokens,
+                         wl->inject_max_tokens, ph->plan[l->next_inj]);
+        l->inj_body = NULL;
+        l->next_inj++;
+        l->res.injections_sent = l->next_inj;
+    }
+    if (l->next_inj < ph->n_plan && !l->inj_body && !l->stopping)
+        l->inj_body = build(l, TOKENLOG_INJECT, l->next_inj, wl->prompt_tokens,
+                            wl->inject_max_tokens, &l->inj_len);
 }
 
-int driver_run_phase(const stream_transport *t, const driver_phase *cfg, tokenlog *log,
-                     driver_result *res, char *err)
+/* Give the rows this loop collected since last time to the incremental files, and write
+ * them (flush) when asked: under the phase's lock, since every loop writes the same two
+ * files. wait false: only when the lock is free at once, so a loop never stalls (its
+ * sockets unread) behind another's write; returns whether it got the lock. A failed write
+ * (a full disk) stops the phase: the files keep every whole row written before. */
+static bool hand_rows(loop *l, bool wait, bool flush)
 {
-    const workload_config *wl = cfg->wl;
-    memset(res, 0, sizeof *res);
-    drv d = {0};
-    d.t = t;
-    d.cfg = cfg;
-    d.log = log;
-    d.res = res;
-    d.h = (stream_handlers){&d, on_token, on_end};
-    d.error_limit = wl->users * 4 > 64 ? wl->users * 4 : 64;
-    int64_t *plan = NULL;
-    int n_plan = 0;
-    size_t n_users = (size_t)(wl->users > 0 ? wl->users : 1);
-    d.next_k = calloc(n_users, sizeof *d.next_k);
-    d.current = calloc(n_users, sizeof *d.current);
-    d.retry_at = calloc(n_users, sizeof *d.retry_at);
-    d.failures = calloc(n_users, sizeof *d.failures);
-    if (wl->inject) {
-        int64_t max = (wl->duration_ns - wl->inject_at_ns) / wl->inject_every_ns + 2;
-        plan = malloc((size_t)(max > 1 ? max : 1) * sizeof *plan);
-        if (plan)
-            n_plan = workload_injection_times(wl, plan, (int)(max > 1 ? max : 1));
+    phase *ph = l->ph;
+    tokenlog_writer *tokens = ph->cfg->tokens_csv, *requests = ph->cfg->requests_csv;
+    const bool rows = (tokens && l->handed_events < l->seg.n_events) || l->n_ended > 0;
+    if (!rows && !flush)
+        return true;
+    if (wait)
+        pthread_mutex_lock(&ph->mu);
+    else if (pthread_mutex_trylock(&ph->mu) != 0)
+        return false;
+    char err[ERR_LEN];
+    int rc = 0;
+    for (; tokens && rc == 0 && l->handed_events < l->seg.n_events; l->handed_events++) {
+        tokenlog_event ev = l->seg.events[l->handed_events];
+        ev.request = l->seg.requests[ev.request].request; /* the files' id */
+        rc = tokenlog_writer_event(tokens, &ev, err);
     }
-    if (!d.next_k || !d.current || !d.retry_at || !d.failures || (wl->inject && !plan)) {
-        free(d.next_k);
-        free(d.current);
-        free(d.retry_at);
-        free(d.failures);
-        free(plan);
-        return err_set(err, "out of memory");
-    }
-    int64_t t_start = t->now(t->impl);
-    d.t0 = t_start + (cfg->warmup_ns > 0 ? cfg->warmup_ns : 0);
-    res->t0_ns = d.t0;
-    if (cfg->record && d.t0 == t_start)
-        d.recording = true;
-    int64_t t_stop = d.t0 + wl->duration_ns;
-    for (int u = 0; u < wl->users && !d.stopping; u++)
-        start_bg(&d, u);
+    for (int64_t i = 0; requests && rc == 0 && i < l->n_ended; i++)
+        rc = tokenlog_writer_request(requests, &l->seg.requests[l->ended[i]], err);
+    l->n_ended = 0;
+    if (flush && rc == 0 && tokens)
+        rc = tokenlog_writer_flush(tokens, err);
+    if (flush && rc == 0 && requests)
+        rc = tokenlog_writer_flush(requests, err);
+    pthread_mutex_unlock(&ph->mu);
+    if (rc != 0)
+        phase_fail(l, "%s", err);
+    return true;
+}
 
-    int next_inj = 0;
-    char *inj_body = NULL;
-    size_t inj_len = 0;
-    int64_t next_tick = t_start + TICK_NS;
-    int64_t every = cfg->progress_every_ns > 0 ? cfg->progress_every_ns : CLOCK_NS_PER_S;
-    int64_t next_progress = d.t0 + every, last_progress = d.t0, last_tokens = 0;
-    while (!d.stopping) {
+static void publish(loop *l)
+{
+    atomic_store_explicit(&l->fig.tokens, l->tokens, memory_order_relaxed);
+    atomic_store_explicit(&l->fig.errors, l->res.errors, memory_order_relaxed);
+    atomic_store_explicit(&l->fig.worst_gap_ns, l->worst_gap_ns, memory_order_relaxed);
+    atomic_store_explicit(&l->fig.active, l->t.active(l->t.impl), memory_order_relaxed);
+    atomic_store_explicit(&l->fig.injections_sent, l->next_inj, memory_order_relaxed);
+}
+
+/* The phase's figures, over every loop (the lead's progress lines). */
+static driver_progress phase_figures(const phase *ph, int64_t now)
+{
+    driver_progress p = {now - ph->t0, ph->wl->duration_ns, 0, 0, 0, 0, ph->n_plan, 0, 0};
+    for (int i = 0; i < ph->n_loops; i++) {
+        loop_figures *f = &ph->loops[i].fig;
+        p.tokens += atomic_load_explicit(&f->tokens, memory_order_relaxed);
+        p.errors += atomic_load_explicit(&f->errors, memory_order_relaxed);
+        p.active += atomic_load_explicit(&f->active, memory_order_relaxed);
+        p.injections_sent += atomic_load_explicit(&f->injections_sent, memory_order_relaxed);
+        int64_t gap = atomic_load_explicit(&f->worst_gap_ns, memory_order_relaxed);
+        if (gap > p.worst_gap_ns)
+            p.worst_gap_ns = gap;
+    }
+    return p;
+}
+
+/* The lead's progress lines: every progress_every_ns from t = 0. */
+typedef struct progress_clock {
+    int64_t every, next, last, last_tokens;
+} progress_clock;
+
+static void lead_progress(loop *l, progress_clock *pc, int64_t now)
+{
+    const driver_phase *cfg = l->ph->cfg;
+    publish(l);
+    driver_progress p = phase_figures(l->ph, now);
+    p.tokens_per_s = (double)(p.tokens - pc->last_tokens) * 1e9 / (double)(now - pc->last);
+    cfg->progress(cfg->progress_ctx, &p);
+    pc->last = now;
+    pc->last_tokens = p.tokens;
+    pc->next = now + pc->every;
+}
+
+static int order_segment(loop *l, char *err);
+
+/* One loop, from its first request to its segment in time order. */
+static void run_loop(loop *l)
+{
+    phase *ph = l->ph;
+    const driver_phase *cfg = ph->cfg;
+    const stream_transport *t = &l->t;
+    const bool lead = l->index == 0;
+    char err[ERR_LEN];
+    if (cfg->record && ph->t0 == ph->t_start)
+        l->recording = true;
+    for (int s = 0; s < l->n_users && !l->stopping; s++)
+        start_bg(l, s);
+    int64_t next_tick = ph->t_start + TICK_NS;
+    bool flush_due = false;
+    progress_clock pc = {cfg->progress_every_ns > 0 ? cfg->progress_every_ns : CLOCK_NS_PER_S,
+                         0, ph->t0, 0};
+    pc.next = ph->t0 + pc.every;
+    while (!l->stopping) {
         int64_t now = t->now(t->impl);
-        if (cfg->record && !d.recording && now >= d.t0)
-            start_recording(&d);
-        /* Open loop: every injection due by now goes out, late or not, whatever is still
-         * running; t_plan is the schedule, t_send what happened. */
-        while (next_inj < n_plan && now >= d.t0 + plan[next_inj] && !d.stopping) {
-            if (!inj_body)
-                inj_body = build(&d, TOKENLOG_INJECT, next_inj, wl->prompt_tokens,
-                                 wl->inject_max_tokens, &inj_len);
-            if (inj_body)
-                send_request(&d, -1, TOKENLOG_INJECT, inj_body, inj_len, wl->prompt_tokens,
-                             wl->inject_max_tokens, plan[next_inj]);
-            inj_body = NULL;
-            next_inj++;
-            res->injections_sent = next_inj;
-        }
-        /* The next injection's body is built ahead of its time (a long prompt takes a
-         * while to encode), so it leaves on schedule. */
-        if (next_inj < n_plan && !inj_body && !d.stopping)
-            inj_body = build(&d, TOKENLOG_INJECT, next_inj, wl->prompt_tokens,
-                             wl->inject_max_tokens, &inj_len);
-        const int64_t next_retry = d.n_retrying > 0 ? start_retries(&d, now) : INT64_MAX;
-        if (now >= t_stop || d.stopping)
+        if (atomic_load_explicit(&ph->stop, memory_order_relaxed))
+            break;
+        if (cfg->record && !l->recording && now >= ph->t0)
+            start_recording(l);
+        if (l->injector)
+            send_injections(l, now);
+        const int64_t next_retry = l->n_retrying > 0 ? start_retries(l, now) : INT64_MAX;
+        if (now >= ph->t_stop || l->stopping)
             break;
         if (now >= next_tick) {
             next_tick = now + TICK_NS;
-            flush_rows(&d); /* a killed client loses at most a tick */
+            flush_due = true; /* a killed client loses at most a tick */
             char why[200];
-            if (!d.stopping && cfg->should_stop && cfg->should_stop(cfg->stop_ctx, why, sizeof why))
-                phase_fail(&d, "%s", why);
-            if (d.stopping)
+            if (lead && cfg->should_stop && cfg->should_stop(cfg->stop_ctx, why, sizeof why))
+                phase_fail(l, "%s", why);
+            if (l->stopping)
                 break; /* at once, not after another wait */
         }
-        if (cfg->progress && now >= next_progress) {
-            report_progress(&d, cfg, now,
-                            (double)(d.tokens - last_tokens) * 1e9 / (double)(now - last_progress),
-                            next_inj, n_plan);
-            last_progress = now;
-            last_tokens = d.tokens;
-            next_progress = now + every;
-        }
-        int64_t wake = t_stop;
-        if (!d.recording && d.t0 > now && d.t0 < wake)
-            wake = d.t0;
-        if (next_inj < n_plan && d.t0 + plan[next_inj] < wake)
-            wake = d.t0 + plan[next_inj];
+        if (hand_rows(l, false, flush_due))
+            flush_due = false; /* else: another loop is writing; next time round */
+        if (l->stopping)
+            break;
+        if (lead && cfg->progress && now >= pc.next)
+            lead_progress(l, &pc, now);
+        publish(l);
+        int64_t wake = ph->t_stop;
+        if (!l->recording && ph->t0 > now && ph->t0 < wake)
+            wake = ph->t0;
+        if (l->injector && l->next_inj < ph->n_plan && ph->t0 + ph->plan[l->next_inj] < wake)
+            wake = ph->t0 + ph->plan[l->next_inj];
         if (next_tick < wake)
             wake = next_tick;
         if (next_retry < wake)
             wake = next_retry;
-        if (cfg->progress && next_progress < wake)
-            wake = next_progress;
+        if (lead && cfg->progress && pc.next < wake)
+            wake = pc.next;
+        if (now + STOP_CHECK_NS < wake)
+            wake = now + STOP_CHECK_NS;
         if (t->run(t->impl, wake, err) != 0) {
-            phase_fail(&d, "%s", err);
+            phase_fail(l, "%s", err);
             break;
         }
     }
-    d.stopping = true;
+    l->stopping = true;
     /* In-flight answers are cut at the end of the run: finish_reason "abort", no error. */
-    t->cancel_all(t->impl, d.failed ? "the run stopped early" : "");
-    res->t_end_ns = t->now(t->impl);
-    flush_rows(&d); /* the rows of the answers just cut */
-    res->complete = !d.failed;
-    if (cfg->progress && d.recording)
-        report_progress(&d, cfg, res->t_end_ns, 0, next_inj, n_plan);
+    t->cancel_all(t->impl, atomic_load(&ph->stop) ? "the run stopped early" : "");
+    l->t_end_ns = t->now(t->impl);
+    hand_rows(l, true, true); /* the rows of the answers just cut */
+    publish(l);
+    free(l->inj_body);
+    l->inj_body = NULL;
+    if (cfg->record && order_segment(l, l->err) != 0)
+        l->status = -1;
+}
+
+static void *loop_thread(void *arg)
+{
+    run_loop(arg);
+    return NULL;
+}
+
+/* ---- putting the segments together ---------------------------------------------------- */
+
+typedef int (*order_cmp)(const void *a, const void *b);
+
+/* Stable sort of base[0, n) (elements of `size` bytes) that costs little when the array is
+ * nearly in order: it finds the runs already in order and merges them pairwise (tmp holds n
+ * elements). -1 when out of memory. */
+static int merge_runs_sort(void *base, size_t n, size_t size, order_cmp cmp, void *tmp)
+{
+    char *src = base, *dst = tmp;
+    size_t runs = 1;
+    for (size_t i = 1; i < n; i++)
+        runs += cmp(src + (i - 1) * size, src + i * size) > 0;
+    if (runs <= 1)
+        return 0;
+    size_t *starts = malloc((runs + 1) * sizeof *starts);
+    if (!starts)
+        return -1;
+    size_t r = 0;
+    starts[r++] = 0;
+    for (size_t i = 1; i < n; i++)
+        if (cmp(src + (i - 1) * size, src + i * size) > 0)
+            starts[r++] = i;
+    starts[r] = n;
+    while (r > 1) {
+        size_t merged = 0;
+        for (size_t k = 0; k < r; k += 2) {
+            const size_t a = starts[k], mid = starts[k + 1];
+            if (k + 1 == r) { /* an odd run out: as it is */
+                memcpy(dst + size * a, src + size * a, size * (n - a));
+            } else {
+                const size_t b = starts[k + 2];
+                size_t i = a, j = mid, out = a;
+                while (i < mid && j < b) /* the left one first on ties: stable */
+                    if (cmp(src + size * j, src + size * i) < 0)
+                        memcpy(dst + size * out++, src + size * j++, size);
+                    else
+                        memcpy(dst + size * out++, src + size * i++, size);
+                memcpy(dst + size * out, src + size * i, size * (mid - i));
+                out += mid - i;
+                memcpy(dst + size * out, src + size * j, size * (b - j));
+            }
+            starts[merged++] = a;
+        }
+        starts[merged] = n;
+        r = merged;
+        char *swap = src;
+        src = dst;
+        dst = swap;
+    }
+    if (src != base)
+        memcpy(base, src, n * size);
+    free(starts);
+    return 0;
+}
+
+/* A loop's order of requests: when they were sent (carried over from the warm-up: -1),
+ * then the user. Users never share a loop, so over all loops this is a total order. */
+typedef struct row_key {
+    int64_t t_send_ns;
+    int64_t user;
+    int64_t row;
+} row_key;
+
+static int cmp_row_key(const void *x, const void *y)
+{
+    const row_key *a = x, *b = y;
+    if (a->t_send_ns != b->t_send_ns)
+        return a->t_send_ns < b->t_send_ns ? -1 : 1;
+    return (a->user > b->user) - (a->user < b->user);
+}
+
+/* Events: time, user, then the request's place in time order (one user's requests never
+ * overlap, but a server could answer two at once); the stable sort keeps one request's
+ * events in the order they arrived. */
+static int cmp_event(const void *x, const void *y)
+{
+    const tokenlog_event *a = x, *b = y;
+    if (a->t_ns != b->t_ns)
+        return a->t_ns < b->t_ns ? -1 : 1;
+    if (a->user != b->user)
+        return a->user < b->user ? -1 : 1;
+    return (a->request > b->request) - (a->request < b->request);
+}
+
+/* The loop's segment in time order (its rows arrive nearly so: only ties of one stamp and
+ * the odd late read are out of place): l->order lists its requests by cmp_row_key, and its
+ * events, sorted by cmp_event, name their request by that rank. */
+static int order_segment(loop *l, char *err)
+{
+    tokenlog *seg = &l->seg;
+    const size_t n_req = (size_t)seg->n_requests, n_ev = (size_t)seg->n_events;
+    row_key *keys = malloc((n_req ? n_req : 1) * sizeof *keys);
+    int64_t *rank = malloc((n_req ? n_req : 1) * sizeof *rank);
+    size_t tmp_size = n_req * sizeof(row_key) > n_ev * sizeof(tokenlog_event)
+                          ? n_req * sizeof(row_key)
+                          : n_ev * sizeof(tokenlog_event);
+    void *tmp = malloc(tmp_size ? tmp_size : 1);
+    l->order = malloc((n_req ? n_req : 1) * sizeof *l->order);
+    int rc = -1;
+    if (!keys || !rank || !tmp || !l->order)
+        goto done;
+    for (size_t i = 0; i < n_req; i++)
+        keys[i] = (row_key){seg->requests[i].t_send_ns, seg->requests[i].user, (int64_t)i};
+    if (merge_runs_sort(keys, n_req, sizeof *keys, cmp_row_key, tmp) != 0)
+        goto done;
+    for (size_t i = 0; i < n_req; i++) {
+        l->order[i] = keys[i].row;
+        rank[keys[i].row] = (int64_t)i;
+    }
+    for (size_t i = 0; i < n_ev; i++)
+        seg->events[i].request = rank[seg->events[i].request];
+    rc = merge_runs_sort(seg->events, n_ev, sizeof *seg->events, cmp_event, tmp);
+done:
+    free(keys);
+    free(rank);
+    free(tmp);
+    return rc == 0 ? 0 : err_set(err, "out of memory putting the token log in order");
+}
+
+/* A min-heap of loops by the row each one offers next. */
+typedef struct merge_heap {
+    int *loops;
+    int n;
+    const phase *ph;
+    int64_t *pos;      /* per loop: its next row */
+    int64_t **final;   /* per loop: rank -> the row's id in the merged log (events) */
+    bool events;       /* merging events (else requests) */
+} merge_heap;
+
+static bool offers_before(const merge_heap *h, int a, int b)
+{
+    const loop *la = &h->ph->loops[a], *lb = &h->ph->loops[b];
+    int c;
+    if (h->events) {
+        tokenlog_event ea = la->seg.events[h->pos[a]], eb = lb->seg.events[h->pos[b]];
+        ea.request = h->final[a][ea.request];
+        eb.request = h->final[b][eb.request];
+        c = cmp_event(&ea, &eb);
+    } else {
+        const tokenlog_request *ra = &la->seg.requests[la->order[h->pos[a]]];
+        const tokenlog_request *rb = &lb->seg.requests[lb->order[h->pos[b]]];
+        row_key ka = {ra->t_send_ns, ra->user, 0}, kb = {rb->t_send_ns, rb->user, 0};
+        c = cmp_row_key(&ka, &kb);
+    }
+    return c != 0 ? c < 0 : a < b;
+}
+
+static void heap_sift_down(merge_heap *h, int i)
+{
+    for (;;) {
+        int least = i, left = 2 * i + 1, right = left + 1;
+        if (left < h->n && offers_before(h, h->loops[left], h->loops[least]))
+            least = left;
+        if (right < h->n && offers_before(h, h->loops[right], h->loops[least]))
+            least = right;
+        if (least == i)
+            return;
+        int swap = h->loops[i];
+        h->loops[i] = h->loops[least];
+        h->loops[least] = swap;
+        i = least;
+    }
+}
+
+static int64_t rows_of(const merge_heap *h, int loop_index)
+{
+    const tokenlog *seg = &h->ph->loops[loop_index].seg;
+    return h->events ? seg->n_events : seg->n_requests;
+}
+
+/* The k-way merge: the loops' ordered segments into log, requests first (their ids become
+ * their rows in log), then events. */
+static int merge_segments(phase *ph, tokenlog *log, char *err)
+{
+    merge_heap h = {0};
+    h.ph = ph;
+    h.loops = malloc((size_t)ph->n_loops * sizeof *h.loops);
+    h.pos = calloc((size_t)ph->n_loops, sizeof *h.pos);
+    h.final = calloc((size_t)ph->n_loops, sizeof *h.final);
+    int rc = -1;
+    if (!h.loops || !h.pos || !h.final)
+        goto done;
+    for (int i = 0; i < ph->n_loops; i++) {
+        int64_t n = ph->loops[i].seg.n_requests;
+        if (!(h.final[i] = malloc((size_t)(n > 0 ? n : 1) * sizeof *h.final[i])))
+            goto done;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        h.events = pass == 1;
+        h.n = 0;
+        for (int i = 0; i < ph->n_loops; i++) {
+            h.pos[i] = 0;
+            if (rows_of(&h, i) > 0)
+                h.loops[h.n++] = i;
+        }
+        for (int i = h.n / 2 - 1; i >= 0; i--)
+            heap_sift_down(&h, i);
+        while (h.n > 0) {
+            const int li = h.loops[0];
+            loop *l = &ph->loops[li];
+            const int64_t at = h.pos[li]++;
+            if (h.events) {
+                tokenlog_event ev = l->seg.events[at];
+                ev.request = h.final[li][ev.request];
+                if (tokenlog_add_event(log, &ev) != 0)
+                    goto done;
+            } else {
+                tokenlog_request row = l->seg.requests[l->order[at]];
+                row.request = log->n_requests;
+                if (tokenlog_add_request(log, &row, &h.final[li][at]) != 0)
+                    goto done;
+            }
+            if (h.pos[li] == rows_of(&h, li))
+                h.loops[0] = h.loops[--h.n];
+            heap_sift_down(&h, 0);
+        }
+    }
+    rc = 0;
+done:
+    for (int i = 0; h.final && i < ph->n_loops; i++)
+        free(h.final[i]);
+    free(h.final);
+    free(h.pos);
+    free(h.loops);
+    return rc == 0 ? 0 : err_set(err, "out of memory merging the token log");
+}
+
+/* The loops' totals into res. */
+static void sum_results(phase *ph, driver_result *res, const char **first_violation)
+{
+    int64_t first_at = INT64_MAX;
+    *first_violation = NULL;
+    for (int i = 0; i < ph->n_loops; i++) {
+        loop *l = &ph->loops[i];
+        res->requests += l->res.requests;
+        res->errors += l->res.errors;
+        res->tokens += l->res.tokens;
+        res->injections_sent += l->res.injections_sent;
+        res->prompt_mismatches += l->res.prompt_mismatches;
+        res->protocol_violations += l->res.protocol_violations;
+        for (int k = 0; k < STREAM_STAMP_KINDS; k++)
+            res->stamps[k] += l->res.stamps[k];
+        if (l->t_end_ns > res->t_end_ns)
+            res->t_end_ns = l->t_end_ns;
+        if (l->first_violation && l->first_violation_ns < first_at) {
+            first_at = l->first_violation_ns;
+            *first_violation = l->first_violation;
+        }
+        if (l->res.n_fidelity == 0)
+            continue;
+        if (res->n_fidelity + l->res.n_fidelity > res->cap_fidelity) {
+            int64_t cap = res->n_fidelity + l->res.n_fidelity;
+            double *grown = realloc(res->fidelity_ms, (size_t)cap * sizeof *grown);
+            if (!grown)
+                continue; /* the self-check is optional */
+            res->fidelity_ms = grown;
+            res->cap_fidelity = cap;
+        }
+        memcpy(res->fidelity_ms + res->n_fidelity, l->res.fidelity_ms,
+               (size_t)l->res.n_fidelity * sizeof *res->fidelity_ms);
+        res->n_fidelity += l->res.n_fidelity;
+    }
+}
+
+/* Users to loops: user u runs on background loop u mod n_bg, so every loop has its share
+ * whatever the count, and a user's loop depends only on (u, n_bg). */
+static int assign_users(phase *ph)
+{
+    const int users = ph->wl->users > 0 ? ph->wl->users : 0;
+    ph->user_table = malloc((size_t)(users > 0 ? users : 1) * sizeof *ph->user_table);
+    if (!ph->user_table)
+        return -1;
+    int at = 0;
+    for (int i = 0; i < ph->n_bg; i++) {
+        loop *l = &ph->loops[i];
+        l->users = ph->user_table + at;
+        for (int u = i; u < users; u += ph->n_bg)
+            ph->user_table[at++] = u;
+        l->n_users = (int)(ph->user_table + at - l->users);
+    }
+    return 0;
+}
+
+static int loop_init(phase *ph, int index)
+{
+    loop *l = &ph->loops[index];
+    l->ph = ph;
+    l->index = index;
+    l->injector = index == ph->n_bg;
+    l->h = (stream_handlers){l, on_token, on_end};
+    tokenlog_init(&l->seg);
+    size_t n = (size_t)(l->n_users > 0 ? l->n_users : 1);
+    l->next_k = calloc(n, sizeof *l->next_k);
+    l->current = calloc(n, sizeof *l->current);
+    l->retry_at = calloc(n, sizeof *l->retry_at);
+    l->failures = calloc(n, sizeof *l->failures);
+    return l->next_k && l->current && l->retry_at && l->failures ? 0 : -1;
+}
+
+static void loop_free(loop *l)
+{
+    free(l->next_k);
+    free(l->current);
+    free(l->retry_at);
+    free(l->failures);
+    free(l->ended);
+    free(l->order);
+    free(l->inj_body);
+    driver_result_free(&l->res);
+    tokenlog_free(&l->seg);
+}
+
+int driver_run_phase(const driver_transports *transports, const driver_phase *cfg, tokenlog *log,
+                     driver_result *res, char *err)
+{
+    const workload_config *wl = cfg->wl;
+    memset(res, 0, sizeof *res);
+    phase ph;
+    memset(&ph, 0, sizeof ph);
+    ph.cfg = cfg;
+    ph.wl = wl;
+    ph.error_limit = wl->users * 4 > 64 ? wl->users * 4 : 64;
+    ph.first_request = log->n_requests;
+    atomic_init(&ph.stop, false);
+    atomic_init(&ph.consecutive_errors, 0);
+    atomic_init(&ph.next_request, 0);
+    const int users = wl->users > 0 ? wl->users : 1;
+    ph.n_bg = cfg->threads > 0 ? cfg->threads : 1;
+    if (ph.n_bg > users)
+        ph.n_bg = users;
+    ph.n_loops = ph.n_bg + (wl->inject ? 1 : 0);
+    int status = -1, n_started = 0;
+    bool mutex = false;
+    if (wl->inject) {
+        int64_t max = (wl->duration_ns - wl->inject_at_ns) / wl->inject_every_ns + 2;
+        ph.plan = malloc((size_t)(max > 1 ? max : 1) * sizeof *ph.plan);
+        if (!ph.plan)
+            goto oom;
+        ph.n_plan = workload_injection_times(wl, ph.plan, (int)(max > 1 ? max : 1));
+    }
+    if (!(ph.loops = calloc((size_t)ph.n_loops, sizeof *ph.loops)) || assign_users(&ph) != 0)
+        goto oom;
+    for (int i = 0; i < ph.n_loops; i++)
+        if (loop_init(&ph, i) != 0)
+            goto oom;
+    if (pthread_mutex_init(&ph.mu, NULL) != 0) {
+        err_set(err, "cannot create a lock");
+        goto done;
+    }
+    mutex = true;
+    for (int i = 0; i < ph.n_loops; i++) {
+        if (transports->open(transports->ctx, i, &ph.loops[i].t, err) != 0)
+            goto done;
+        ph.loops[i].opened = true;
+    }
+    ph.t_start = ph.loops[0].t.now(ph.loops[0].t.impl);
+    ph.t0 = ph.t_start + (cfg->warmup_ns > 0 ? cfg->warmup_ns : 0);
+    ph.t_stop = ph.t0 + wl->duration_ns;
+    res->t0_ns = ph.t0;
+    for (int i = 1; i < ph.n_loops; i++) {
+        int rc = pthread_create(&ph.loops[i].thread, NULL, loop_thread, &ph.loops[i]);
+        if (rc != 0) {
+            err_set(err, "cannot start client thread %d: %s", i, strerror(rc));
+            atomic_store(&ph.stop, true);
+            break;
+        }
+        ph.loops[i].started = true;
+        n_started++;
+    }
+    if (n_started == ph.n_loops - 1)
+        run_loop(&ph.loops[0]);
+    for (int i = 1; i < ph.n_loops; i++)
+        if (ph.loops[i].started)
+            pthread_join(ph.loops[i].thread, NULL);
+    if (n_started < ph.n_loops - 1)
+        goto done; /* err says which thread */
+    for (int i = 0; i < ph.n_loops; i++)
+        if (ph.loops[i].status != 0) {
+            err_set(err, "%s", ph.loops[i].err);
+            goto done;
+        }
+    const char *first_violation;
+    sum_results(&ph, res, &first_violation);
+    res->complete = !ph.failed;
+    snprintf(res->error, sizeof res->error, "%s", ph.error);
+    if (cfg->record && merge_segments(&ph, log, err) != 0)
+        goto done;
+    if (cfg->progress && ph.loops[0].recording) { /* not when stopped before t = 0 */
+        driver_progress p = phase_figures(&ph, res->t_end_ns);
+        p.active = 0;
+        cfg->progress(cfg->progress_ctx, &p);
+    }
     if (cfg->record && res->protocol_violations > 0 && cfg->notes)
         fprintf(cfg->notes,
                 "warning: %lld protocol violations from the server, ignored (the first: %s; "
                 "see docs/client.md)\n",
-                (long long)res->protocol_violations,
-                d.first_violation ? d.first_violation : "?");
+                (long long)res->protocol_violations, first_violation ? first_violation : "?");
     if (cfg->record && res->prompt_mismatches > 0 && cfg->notes)
         fprintf(cfg->notes,
                 "warning: %d requests had a server-counted prompt more than 2 %% off the "
                 "requested length\n",
                 res->prompt_mismatches);
-    free(inj_body);
-    free(plan);
-    free(d.next_k);
-    free(d.current);
-    free(d.retry_at);
-    free(d.failures);
-    return 0;
+    status = 0;
+    goto done;
+oom:
+    err_set(err, "out of memory");
+done:
+    for (int i = 0; ph.loops && i < ph.n_loops; i++) {
+        if (ph.loops[i].opened)
+            transports->close(transports->ctx, i, &ph.loops[i].t);
+        loop_free(&ph.loops[i]);
+    }
+    if (mutex)
+        pthread_mutex_destroy(&ph.mu);
+    free(ph.loops);
+    free(ph.user_table);
+    free(ph.plan);
+    if (status != 0)
+        driver_result_free(res);
+    return status;
 }
 
 void driver_result_free(driver_result *res)

@@ -13,7 +13,12 @@
  * hide a prefill. Answers are made long with ignore_eos + max_tokens; a server that ends
  * early anyway just makes the user start its next request sooner.
  *
- * Everything runs in the caller's thread: run() of the transport delivers the callbacks. */
+ * A phase runs on several event loops, one thread each (driver_phase.threads): the
+ * background users are spread over them (user u on loop u mod threads), the injector has a
+ * loop of its own, and each loop has its own transport (driver_transports), buffers and
+ * segment of the token log; at the end the segments are merged in time order. Loop 0 runs
+ * in the caller's thread and delivers the progress and should_stop callbacks; every other
+ * callback (a transport's run() delivering tokens) runs in the loop's own thread. */
 #ifndef STALLSCOPE_DRIVER_H
 #define STALLSCOPE_DRIVER_H
 #include <stdbool.h>
@@ -56,7 +61,17 @@ char *driver_build_body(const driver_api *api, const workload_config *wl, uint64
                         int is_inject, int64_t index, int prompt_tokens, int max_tokens,
                         size_t *len, char *err);
 
-/* Live figures for progress lines. */
+/* Where each event loop's transport comes from. open makes loop `loop`'s (0 .. n - 1; all
+ * in the caller's thread, before any loop starts); the loop then uses it alone, from its own
+ * thread. close frees it once every loop has ended. A transport that fails to open fails
+ * the phase before anything is sent. */
+typedef struct driver_transports {
+    int (*open)(void *ctx, int loop, stream_transport *out, char *err);
+    void (*close)(void *ctx, int loop, stream_transport *t);
+    void *ctx;
+} driver_transports;
+
+/* Live figures for progress lines (over every loop). */
 typedef struct driver_progress {
     int64_t elapsed_ns, duration_ns;
     double tokens_per_s;   /* over the last interval */
@@ -77,18 +92,24 @@ typedef struct driver_phase {
      * Their answers in flight at t = 0 are recorded from then on, with t_plan/t_send -1
      * (sent before t = 0): they give gaps, not TTFTs. Injections count from t = 0. */
     int64_t warmup_ns;
-    /* Incremental copies (open, header written), may be NULL: rows are added as they
-     * happen and flushed every tick (250 ms) and at the end. A failed write stops the
-     * phase (incomplete, "cannot write tokens.csv: ..."); the file keeps its whole rows. */
+    /* Event loops for the background users, one thread each (0: 1); never more than the
+     * users. The injector, when the workload has one, runs on one more loop of its own. */
+    int threads;
+    /* Incremental copies (open, header written), may be NULL: every loop gives them its
+     * rows as they come (under one lock, whole rows) and writes them every tick (250 ms)
+     * and at its end. A failed write stops the phase (incomplete, "cannot write tokens.csv:
+     * ..."); the file keeps its whole rows. Their request ids are unique over the loops; the
+     * final log numbers requests in time order (tokenlog_write_dir rewrites the files). */
     tokenlog_writer *tokens_csv;
     tokenlog_writer *requests_csv;
     FILE *notes;               /* warnings (stderr), may be NULL */
-    /* Called about every progress_every_ns (and at the end) */
+    /* Called about every progress_every_ns (and at the end), in the caller's thread */
     void (*progress)(void *ctx, const driver_progress *p);
     void *progress_ctx;
     int64_t progress_every_ns;
-    /* Called every tick; return true (and fill why) to stop the phase as failed, e.g. when
-     * the embedded server died. */
+    /* Called every tick in the caller's thread; return true (and fill why) to stop the
+     * phase as failed, e.g. when the embedded server died. Every loop stops within
+     * 20 ms of it. */
     bool (*should_stop)(void *ctx, char *why, size_t size);
     void *stop_ctx;
 } driver_phase;
@@ -112,10 +133,14 @@ typedef struct driver_result {
     int64_t n_fidelity, cap_fidelity;
 } driver_result;
 
-/* Run one phase (warm-up, baseline or interference) on transport t. Events and requests go
- * into log (times from t0) when cfg->record. Returns 0 when the phase ran (res->complete
- * tells whether to the end), -1 with err on a local failure (out of memory). */
-int driver_run_phase(const stream_transport *t, const driver_phase *cfg, tokenlog *log,
+/* Run one phase (warm-up, baseline or interference) on transports from `transports`.
+ * Events and requests go into log (times from t0) when cfg->record: requests in the order
+ * they were sent (then by user), each with its row's index as id; events in time order
+ * (then by user, then request), each request's events in the order they came. The same
+ * arrivals give the same log whatever the number of loops. res sums every loop. Returns 0
+ * when the phase ran (res->complete tells whether to the end), -1 with err on a local
+ * failure (out of memory, a transport or a thread that cannot start). */
+int driver_run_phase(const driver_transports *transports, const driver_phase *cfg, tokenlog *log,
                      driver_result *res, char *err);
 void driver_result_free(driver_result *res);
 

@@ -1,6 +1,8 @@
 #include "client/sse.h"
 
+#include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,143 +155,257 @@ int sse_parse(sse_parser *p, const char *in, size_t len, size_t *consumed, sse_e
 
 /* ---- chunk decoder ---------------------------------------------------------------- */
 
+/* One rule (decode_members and the functions it calls) says what a chunk means. It reads
+ * JSON through a small reader: the members of an object it names, an array's first
+ * element, a string's text. Two readers serve it:
+ *   - the scanner (what the client runs): one pass over the chunk in place that accepts and
+ *     refuses what jansson 2.14 does (grammar, UTF-8, escapes, \u0000, surrogates, integer
+ *     and real overflow, nesting depth), keeping the spans of the members asked for and
+ *     converting only their numbers; no DOM, no allocation (a real number longer than 63
+ *     bytes aside). One difference, on purpose: a NUL byte is never JSON and the scanner
+ *     refuses it everywhere, where jansson's lexer drops one that follows a number or a
+ *     literal (its push-back of the look-ahead byte loses a NUL);
+ *   - jansson (the reference, sse_decode_chunk_jansson): json_loadb, then json_object_get.
+ * tests/unit/test_sse.c and fuzz/fuzz_sse_chunk decode the same chunks with both and
+ * require the same sse_chunk. */
+
+typedef enum {
+    JV_ABSENT = 0,
+    JV_NULL,
+    JV_FALSE,
+    JV_TRUE,
+    JV_INT,
+    JV_REAL,
+    JV_STRING,
+    JV_ARRAY,
+    JV_OBJECT,
+} jv_type;
+
+/* One JSON value as the rule sees it. */
+typedef struct jv {
+    jv_type type;
+    bool nonempty;   /* a string of at least one byte, an array with an element */
+    int64_t integer; /* JV_INT */
+    double real;     /* JV_REAL */
+    const void *at;  /* the reader's handle: the json_t, or the value's first byte */
+    int depth;       /* the scanner: nesting depth as jansson counts it (the root is 1) */
+} jv;
+
+typedef struct jv_reader jv_reader;
+struct jv_reader {
+    const char *end; /* the scanner: one past the chunk's last byte */
+    /* The members names[0, n) of obj into out (JV_ABSENT when missing, or when obj is not
+     * an object); of duplicate keys the last one, as jansson keeps it. */
+    void (*members)(const jv_reader *rd, const jv *obj, const char *const *names, int n,
+                    jv *out);
+    /* An array's first element (JV_ABSENT when empty or not an array). */
+    void (*first)(const jv_reader *rd, const jv *array, jv *out);
+    /* A string's decoded bytes, cut to size - 1 and NUL-terminated (snprintf's "%s"). */
+    void (*text)(const jv_reader *rd, const jv *s, char *buf, size_t size);
+};
+
 static void copy_str(char *dst, size_t size, const char *src)
 {
     snprintf(dst, size, "%s", src ? src : "");
 }
 
-static bool nonempty_string(json_t *v)
+static bool nonempty_string(const jv *v)
 {
-    return json_is_string(v) && json_string_length(v) > 0;
+    return v->type == JV_STRING && v->nonempty;
 }
 
-static int64_t int_or(json_t *v, int64_t fallback)
+/* v is the string want, exactly. */
+static bool text_is(const jv_reader *rd, const jv *v, const char *want)
 {
-    if (json_is_integer(v))
-        return (int64_t)json_integer_value(v);
-    if (json_is_real(v)) {
-        /* A server's 1e300 must not reach the cast: out of range is undefined behaviour
-         * (found by fuzz/fuzz_sse_chunk). NaN fails both comparisons. */
-        double d = json_real_value(v);
-        if (d >= -9.0e18 && d <= 9.0e18)
-            return (int64_t)d;
-    }
-    return fallback;
-}
-
-/* OpenAI's {"error": {"message": ...}} or {"error": "text"}; vLLM's older
- * {"object": "error", "message": ...}. */
-static bool decode_error(json_t *root, sse_chunk *out)
-{
-    json_t *e = json_object_get(root, "error");
-    json_t *obj = json_object_get(root, "object");
-    const char *msg = NULL;
-    if (json_is_object(e)) {
-        msg = json_string_value(json_object_get(e, "message"));
-        if (!msg)
-            msg = "error event without a message";
-    } else if (json_is_string(e)) {
-        msg = json_string_value(e);
-    } else if (json_is_string(obj) && strcmp(json_string_value(obj), "error") == 0) {
-        msg = json_string_value(json_object_get(root, "message"));
-        if (!msg)
-            msg = "error event without a message";
-    }
-    if (!msg)
+    char buf[16];
+    const size_t len = strlen(want);
+    if (v->type != JV_STRING || len + 2 > sizeof buf)
         return false;
-    out->is_error = true;
-    copy_str(out->error, sizeof out->error, msg);
-    return true;
+    rd->text(rd, v, buf, len + 2); /* one byte more than want: a longer string differs */
+    return strcmp(buf, want) == 0;
+}
+
+static int64_t int_or(const jv *v, int64_t fallback)
+{
+    if (v->type == JV_INT)
+        return v->integer;
+    /* A server's 1e300 must not reach the cast: out of range is undefined behaviour (found
+     * by fuzz/fuzz_sse_chunk). NaN fails both comparisons. */
+    if (v->type == JV_REAL && v->real >= -9.0e18 && v->real <= 9.0e18)
+        return (int64_t)v->real;
+    return fallback;
 }
 
 /* A server's token count: -1 when absent or null; a value that cannot be a count (negative,
  * fractional, not a number, above SSE_MAX_COUNT) is -1 too, with bad_count set. */
-static int64_t count_of(json_t *v, sse_chunk *out)
+static int64_t count_of(const jv *v, sse_chunk *out)
 {
-    if (!v || json_is_null(v))
+    if (v->type == JV_ABSENT || v->type == JV_NULL)
         return -1;
-    int64_t n = int_or(v, -1);
-    if (n < 0 || n > SSE_MAX_COUNT || (json_is_real(v) && (double)n != json_real_value(v))) {
+    const int64_t n = int_or(v, -1);
+    if (n < 0 || n > SSE_MAX_COUNT || (v->type == JV_REAL && (double)n != v->real)) {
         out->bad_count = true;
         return -1;
     }
     return n;
 }
 
-static void decode_usage(json_t *usage, sse_chunk *out)
+/* The top-level members the rule looks at, read in one pass. */
+enum {
+    K_ERROR,
+    K_OBJECT,
+    K_MESSAGE,
+    K_STALLSCOPE,
+    K_USAGE,
+    K_CHOICES,
+    K_CONTENT,
+    K_STOP,
+    K_TOKENS_PREDICTED,
+    K_TOKENS_EVALUATED,
+    K_STOP_TYPE,
+    K_TOKEN,
+    K_DETAILS,
+    K_GENERATED_TEXT,
+    K_ROOT_KEYS
+};
+static const char *const root_keys[K_ROOT_KEYS] = {
+    "error",   "object", "message",          "stallscope",       "usage",
+    "choices", "content", "stop",            "tokens_predicted", "tokens_evaluated",
+    "stop_type", "token", "details",         "generated_text",
+};
+
+/* OpenAI's {"error": {"message": ...}} or {"error": "text"}; vLLM's older
+ * {"object": "error", "message": ...}. */
+static bool decode_error(const jv_reader *rd, const jv *m, sse_chunk *out)
 {
-    if (!json_is_object(usage))
-        return;
-    out->has_usage = true;
-    out->prompt_tokens = count_of(json_object_get(usage, "prompt_tokens"), out);
-    out->completion_tokens = count_of(json_object_get(usage, "completion_tokens"), out);
+    static const char *const message_key[] = {"message"};
+    static const char no_message[] = "error event without a message";
+    jv msg = {0};
+    if (m[K_ERROR].type == JV_OBJECT)
+        rd->members(rd, &m[K_ERROR], message_key, 1, &msg);
+    else if (m[K_ERROR].type == JV_STRING)
+        msg = m[K_ERROR];
+    else if (text_is(rd, &m[K_OBJECT], "error"))
+        msg = m[K_MESSAGE];
+    else
+        return false;
+    out->is_error = true;
+    if (msg.type == JV_STRING)
+        rd->text(rd, &msg, out->error, sizeof out->error);
+    else
+        copy_str(out->error, sizeof out->error, no_message);
+    return true;
 }
 
-static void decode_choice(json_t *choice, sse_chunk *out)
+static void decode_usage(const jv_reader *rd, const jv *usage, sse_chunk *out)
 {
+    static const char *const keys[] = {"prompt_tokens", "completion_tokens"};
+    if (usage->type != JV_OBJECT)
+        return;
+    jv v[2];
+    rd->members(rd, usage, keys, 2, v);
+    out->has_usage = true;
+    out->prompt_tokens = count_of(&v[0], out);
+    out->completion_tokens = count_of(&v[1], out);
+}
+
+static void decode_choice(const jv_reader *rd, const jv *choice, sse_chunk *out)
+{
+    static const char *const keys[] = {"text", "delta", "finish_reason"};
+    static const char *const delta_keys[] = {"content", "reasoning_content", "reasoning",
+                                             "tool_calls"};
+    jv v[3], d[4];
+    rd->members(rd, choice, keys, 3, v);
     out->has_choices = true;
-    if (nonempty_string(json_object_get(choice, "text")))
+    if (nonempty_string(&v[0]))
         out->has_text = true; /* completions */
-    json_t *delta = json_object_get(choice, "delta"); /* chat */
-    if (json_is_object(delta)) {
-        json_t *tools = json_object_get(delta, "tool_calls");
-        if (nonempty_string(json_object_get(delta, "content")) ||
-            nonempty_string(json_object_get(delta, "reasoning_content")) ||
-            nonempty_string(json_object_get(delta, "reasoning")) ||
-            (json_is_array(tools) && json_array_size(tools) > 0))
+    if (v[1].type == JV_OBJECT) { /* chat */
+        rd->members(rd, &v[1], delta_keys, 4, d);
+        if (nonempty_string(&d[0]) || nonempty_string(&d[1]) || nonempty_string(&d[2]) ||
+            (d[3].type == JV_ARRAY && d[3].nonempty))
             out->has_text = true;
     }
-    const char *finish = json_string_value(json_object_get(choice, "finish_reason"));
-    if (finish) {
-        copy_str(out->finish_reason, sizeof out->finish_reason, finish);
+    if (v[2].type == JV_STRING) {
+        rd->text(rd, &v[2], out->finish_reason, sizeof out->finish_reason);
         out->stopped = true;
     }
 }
 
 /* llama.cpp's own /completion: {"content": "...", "stop": false} per token, then a final
  * {"content": "", "stop": true, "stop_type": "limit", "tokens_predicted": N, ...}. */
-static void decode_llamacpp(json_t *root, sse_chunk *out)
+static void decode_llamacpp(const jv_reader *rd, const jv *m, sse_chunk *out)
 {
-    bool stop = json_is_true(json_object_get(root, "stop"));
-    bool text = nonempty_string(json_object_get(root, "content"));
+    const bool stop = m[K_STOP].type == JV_TRUE;
+    const bool text = nonempty_string(&m[K_CONTENT]);
     out->has_text = text;
     out->has_choices = text || !stop;
-    json_t *predicted = json_object_get(root, "tokens_predicted");
-    if (json_is_integer(predicted)) {
+    if (m[K_TOKENS_PREDICTED].type == JV_INT) {
         out->has_usage = true;
-        out->completion_tokens = count_of(predicted, out);
-        out->prompt_tokens = count_of(json_object_get(root, "tokens_evaluated"), out);
+        out->completion_tokens = count_of(&m[K_TOKENS_PREDICTED], out);
+        out->prompt_tokens = count_of(&m[K_TOKENS_EVALUATED], out);
     }
     if (stop) {
-        const char *type = json_string_value(json_object_get(root, "stop_type"));
         out->stopped = true;
         copy_str(out->finish_reason, sizeof out->finish_reason,
-                 type && strcmp(type, "limit") == 0 ? "length" : "stop");
+                 text_is(rd, &m[K_STOP_TYPE], "limit") ? "length" : "stop");
     }
 }
 
 /* TGI's /generate_stream: {"token": {"text": ...}, "generated_text": null, "details": ...}. */
-static void decode_tgi(json_t *root, sse_chunk *out)
+static void decode_tgi(const jv_reader *rd, const jv *m, sse_chunk *out)
 {
+    static const char *const keys[] = {"finish_reason", "generated_tokens"};
     out->has_choices = true;
     out->has_text = true;
-    json_t *details = json_object_get(root, "details");
-    if (json_is_object(details)) {
-        const char *finish = json_string_value(json_object_get(details, "finish_reason"));
-        if (finish) {
-            copy_str(out->finish_reason, sizeof out->finish_reason,
-                     strcmp(finish, "eos_token") == 0 ? "stop" : finish);
+    if (m[K_DETAILS].type == JV_OBJECT) {
+        jv v[2];
+        rd->members(rd, &m[K_DETAILS], keys, 2, v);
+        if (v[0].type == JV_STRING) {
+            if (text_is(rd, &v[0], "eos_token"))
+                copy_str(out->finish_reason, sizeof out->finish_reason, "stop");
+            else
+                rd->text(rd, &v[0], out->finish_reason, sizeof out->finish_reason);
             out->stopped = true;
         }
-        json_t *generated = json_object_get(details, "generated_tokens");
-        if (json_is_integer(generated)) {
+        if (v[1].type == JV_INT) {
             out->has_usage = true;
-            out->completion_tokens = count_of(generated, out);
+            out->completion_tokens = count_of(&v[1], out);
         }
     }
-    if (!json_is_null(json_object_get(root, "generated_text")) &&
-        json_object_get(root, "generated_text"))
+    if (m[K_GENERATED_TEXT].type != JV_ABSENT && m[K_GENERATED_TEXT].type != JV_NULL)
         out->stopped = true;
+}
+
+/* The rule, given the root object's members (root_keys). */
+static void decode_members(const jv_reader *rd, const jv *m, const sse_event *ev,
+                           bool error_event, sse_chunk *out)
+{
+    if (decode_error(rd, m, out) || error_event) {
+        if (!out->is_error) {
+            out->is_error = true;
+            copy_str(out->error, sizeof out->error, ev->data);
+        }
+        return;
+    }
+    if (m[K_STALLSCOPE].type == JV_OBJECT) {
+        static const char *const keys[] = {"emit_ns", "step"};
+        jv v[2];
+        rd->members(rd, &m[K_STALLSCOPE], keys, 2, v);
+        out->emit_ns = int_or(&v[0], -1);
+        out->step = int_or(&v[1], -1);
+    }
+    decode_usage(rd, &m[K_USAGE], out);
+    if (m[K_CHOICES].type == JV_ARRAY) {
+        if (m[K_CHOICES].nonempty) {
+            jv choice;
+            rd->first(rd, &m[K_CHOICES], &choice);
+            decode_choice(rd, &choice, out);
+        }
+    } else if (m[K_CONTENT].type == JV_STRING) {
+        decode_llamacpp(rd, m, out);
+    } else if (m[K_TOKEN].type == JV_OBJECT) {
+        decode_tgi(rd, m, out);
+    }
 }
 
 static bool is_done(const char *data, size_t len)
@@ -301,54 +417,605 @@ static bool is_done(const char *data, size_t len)
     return len == 6 && memcmp(data, "[DONE]", 6) == 0;
 }
 
-int sse_decode_chunk(const sse_event *ev, sse_chunk *out, char *err)
+/* Both decoders start here: out reset; true when the event is [DONE] (decoded). */
+static bool decode_start(const sse_event *ev, sse_chunk *out, bool *error_event)
 {
     memset(out, 0, sizeof *out);
     out->prompt_tokens = -1;
     out->completion_tokens = -1;
     out->emit_ns = -1;
     out->step = -1;
-    bool error_event = ev->type && strcmp(ev->type, "error") == 0;
-    if (is_done(ev->data, ev->data_len)) {
-        out->done = true;
+    *error_event = ev->type && strcmp(ev->type, "error") == 0;
+    out->done = is_done(ev->data, ev->data_len);
+    return out->done;
+}
+
+/* The data is not a JSON object: an "event: error" with a plain-text message, or a
+ * malformed stream. */
+static int not_an_object(const sse_event *ev, bool error_event, const char *why, sse_chunk *out,
+                         char *err)
+{
+    if (error_event) {
+        out->is_error = true;
+        copy_str(out->error, sizeof out->error, ev->data);
         return 0;
     }
+    return err_set(err, "malformed SSE chunk (%s): %.60s", why, ev->data);
+}
+
+/* ---- the reference reader: jansson ---- */
+
+static jv jansson_value(const json_t *v)
+{
+    jv out = {0};
+    out.at = v;
+    switch (v ? json_typeof(v) : JSON_NULL) {
+    case JSON_OBJECT:
+        out.type = JV_OBJECT;
+        break;
+    case JSON_ARRAY:
+        out.type = JV_ARRAY;
+        out.nonempty = json_array_size(v) > 0;
+        break;
+    case JSON_STRING:
+        out.type = JV_STRING;
+        out.nonempty = json_string_length(v) > 0;
+        break;
+    case JSON_INTEGER:
+        out.type = JV_INT;
+        out.integer = (int64_t)json_integer_value(v);
+        break;
+    case JSON_REAL:
+        out.type = JV_REAL;
+        out.real = json_real_value(v);
+        break;
+    case JSON_TRUE:
+        out.type = JV_TRUE;
+        break;
+    case JSON_FALSE:
+        out.type = JV_FALSE;
+        break;
+    case JSON_NULL:
+        out.type = v ? JV_NULL : JV_ABSENT;
+        break;
+    }
+    return out;
+}
+
+static void jansson_members(const jv_reader *rd, const jv *obj, const char *const *names, int n,
+                            jv *out)
+{
+    (void)rd;
+    for (int i = 0; i < n; i++)
+        out[i] = jansson_value(obj->type == JV_OBJECT ? json_object_get(obj->at, names[i]) : NULL);
+}
+
+static void jansson_first(const jv_reader *rd, const jv *array, jv *out)
+{
+    (void)rd;
+    *out = jansson_value(array->type == JV_ARRAY ? json_array_get(array->at, 0) : NULL);
+}
+
+static void jansson_text(const jv_reader *rd, const jv *s, char *buf, size_t size)
+{
+    (void)rd;
+    copy_str(buf, size, json_string_value(s->at));
+}
+
+int sse_decode_chunk_jansson(const sse_event *ev, sse_chunk *out, char *err)
+{
+    bool error_event;
+    if (decode_start(ev, out, &error_event))
+        return 0;
     json_error_t jerr;
     json_t *root = json_loadb(ev->data, ev->data_len, 0, &jerr);
     if (!root || !json_is_object(root)) {
         json_decref(root);
-        if (error_event) { /* "event: error" with a plain-text message */
-            out->is_error = true;
-            copy_str(out->error, sizeof out->error, ev->data);
-            return 0;
-        }
-        return err_set(err, "malformed SSE chunk (%s): %.60s", root ? "not an object" : jerr.text,
-                       ev->data);
+        return not_an_object(ev, error_event, root ? "not an object" : jerr.text, out, err);
     }
-    if (decode_error(root, out) || error_event) {
-        if (!out->is_error) {
-            out->is_error = true;
-            copy_str(out->error, sizeof out->error, ev->data);
-        }
-        json_decref(root);
-        return 0;
-    }
-    json_t *ours = json_object_get(root, "stallscope");
-    if (json_is_object(ours)) {
-        out->emit_ns = int_or(json_object_get(ours, "emit_ns"), -1);
-        out->step = int_or(json_object_get(ours, "step"), -1);
-    }
-    decode_usage(json_object_get(root, "usage"), out);
-    json_t *choices = json_object_get(root, "choices");
-    if (json_is_array(choices)) {
-        if (json_array_size(choices) > 0)
-            decode_choice(json_array_get(choices, 0), out);
-    } else if (json_is_string(json_object_get(root, "content"))) {
-        decode_llamacpp(root, out);
-    } else if (json_is_object(json_object_get(root, "token"))) {
-        decode_tgi(root, out);
-    }
+    static const jv_reader reader = {NULL, jansson_members, jansson_first, jansson_text};
+    const jv top = jansson_value(root);
+    jv m[K_ROOT_KEYS];
+    reader.members(&reader, &top, root_keys, K_ROOT_KEYS, m);
+    decode_members(&reader, m, ev, error_event, out);
     json_decref(root);
+    return 0;
+}
+
+/* ---- the client's reader: an in-place scanner ---- */
+
+#define JSON_MAX_DEPTH 2048 /* jansson's JSON_PARSER_MAX_DEPTH: every value counts one */
+
+/* Bytes a string holds as they are: not '"', '\\', a control character or UTF-8. */
+static const unsigned char plain_byte[256] = {
+#define P4(x) x, x, x, x
+#define P16(x) P4(x), P4(x), P4(x), P4(x)
+    P16(0), P16(0),                                  /* 0x00-0x1f: control characters */
+    1, 1, 0, P4(1), 1,                               /* 0x20-0x27: '"' (0x22) is not */
+    P4(1), P4(1),                                    /* 0x28-0x2f */
+    P16(1),                                          /* 0x30-0x3f */
+    P16(1),                                          /* 0x40-0x4f */
+    P4(1), P4(1), P4(1), 0, 1, 1, 1,                 /* 0x50-0x5f: '\\' (0x5c) is not */
+    P16(1), P16(1),                                  /* 0x60-0x7f */
+    P16(0), P16(0), P16(0), P16(0), P16(0), P16(0), P16(0), P16(0), /* 0x80-0xff: UTF-8 */
+#undef P16
+#undef P4
+};
+
+static const char *skip_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+        p++;
+    return p;
+}
+
+static bool is_digit(const char *p, const char *end)
+{
+    return p < end && *p >= '0' && *p <= '9';
+}
+
+/* Four hex digits at p, or -1. */
+static int32_t hex4(const char *p, const char *end)
+{
+    if (end - p < 4)
+        return -1;
+    int32_t value = 0;
+    for (int i = 0; i < 4; i++) {
+        const char c = p[i];
+        value <<= 4;
+        if (c >= '0' && c <= '9')
+            value += c - '0';
+        else if (c >= 'a' && c <= 'f')
+            value += c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F')
+            value += c - 'A' + 10;
+        else
+            return -1;
+    }
+    return value;
+}
+
+/* The length of the UTF-8 sequence at p (end - p > 0, *p >= 0x80) when jansson takes it
+ * (utf8_check_first/utf8_check_full: no stray continuation byte, no overlong form, no
+ * surrogate, nothing past U+10FFFF), else 0. */
+static size_t utf8_length(const unsigned char *p, const unsigned char *end)
+{
+    const unsigned u = p[0];
+    size_t count;
+    int32_t value;
+    if (u >= 0xC2 && u <= 0xDF)
+        count = 2, value = (int32_t)(u & 0x1F);
+    else if (u >= 0xE0 && u <= 0xEF)
+        count = 3, value = (int32_t)(u & 0x0F);
+    else if (u >= 0xF0 && u <= 0xF4)
+        count = 4, value = (int32_t)(u & 0x07);
+    else
+        return 0;
+    if ((size_t)(end - p) < count)
+        return 0;
+    for (size_t i = 1; i < count; i++) {
+        if (p[i] < 0x80 || p[i] > 0xBF)
+            return 0;
+        value = (value << 6) + (int32_t)(p[i] & 0x3F);
+    }
+    if (value > 0x10FFFF || (value >= 0xD800 && value <= 0xDFFF) ||
+        (count == 2 && value < 0x80) || (count == 3 && value < 0x800) ||
+        (count == 4 && value < 0x10000))
+        return 0;
+    return count;
+}
+
+/* Whether any of 8 bytes may not be plain (a '"', a '\\', a control character or UTF-8);
+ * false means none is. A word at a time: most of a chunk's bytes are in strings. */
+static bool word_may_stop(uint64_t x)
+{
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    const uint64_t quote = x ^ (ones * '"'), backslash = x ^ (ones * '\\');
+    const uint64_t stops = ((quote - ones) & ~quote) | ((backslash - ones) & ~backslash) |
+                           (x - ones * 0x20) | x; /* a high bit: a zero, < 0x20, >= 0x80 */
+    return (stops & highs) != 0;
+}
+
+/* A string at p ('"'): the byte after its closing quote, or NULL when jansson refuses it.
+ * *escaped tells whether it holds an escape (its bytes are then not its value). */
+static const char *scan_string(const char *p, const char *end, bool *escaped)
+{
+    p++;
+    for (;;) {
+        uint64_t word;
+        while (end - p >= 8 && (memcpy(&word, p, 8), !word_may_stop(word)))
+            p += 8;
+        while (p < end && plain_byte[(unsigned char)*p])
+            p++;
+        if (p >= end)
+            return NULL;
+        const unsigned char c = (unsigned char)*p;
+        if (c == '"')
+            return p + 1;
+        if (c < 0x20)
+            return NULL;
+        if (c >= 0x80) {
+            const size_t n = utf8_length((const unsigned char *)p, (const unsigned char *)end);
+            if (n == 0)
+                return NULL;
+            p += n;
+            continue;
+        }
+        /* An escape. */
+        *escaped = true;
+        if (end - p < 2)
+            return NULL;
+        const char e = p[1];
+        if (e != 'u') {
+            if (!strchr("\"\\/bfnrt", e) || e == '\0')
+                return NULL;
+            p += 2;
+            continue;
+        }
+        const int32_t unit = hex4(p + 2, end);
+        if (unit <= 0) /* not hex, or \u0000: jansson refuses NUL without JSON_ALLOW_NUL */
+            return NULL;
+        p += 6;
+        if (unit >= 0xDC00 && unit <= 0xDFFF)
+            return NULL; /* a low surrogate alone */
+        if (unit >= 0xD800 && unit <= 0xDBFF) { /* a high one: its low one must follow */
+            if (end - p < 2 || p[0] != '\\' || p[1] != 'u')
+                return NULL;
+            const int32_t low = hex4(p + 2, end);
+            if (low < 0xDC00 || low > 0xDFFF)
+                return NULL;
+            p += 6;
+        }
+    }
+}
+
+/* The decoded bytes of a string jansson took (at its opening quote) into buf, cut to
+ * size - 1 and NUL-terminated; returns the whole decoded length. */
+static size_t decode_string(const char *p, const char *end, char *buf, size_t size)
+{
+    size_t n = 0;
+    for (p++; p < end && *p != '"';) {
+        char bytes[4];
+        size_t len = 1;
+        if (*p != '\\') {
+            bytes[0] = *p++;
+        } else if (p[1] != 'u') {
+            static const char from[] = "bfnrt", to[] = "\b\f\n\r\t";
+            const char *at = strchr(from, p[1]);
+            bytes[0] = at ? to[at - from] : p[1]; /* '"', '\\', '/' stand for themselves */
+            p += 2;
+        } else {
+            int32_t cp = hex4(p + 2, end);
+            p += 6;
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                cp = ((cp - 0xD800) << 10) + (hex4(p + 2, end) - 0xDC00) + 0x10000;
+                p += 6;
+            }
+            if (cp < 0x80) {
+                bytes[0] = (char)cp;
+            } else if (cp < 0x800) {
+                bytes[0] = (char)(0xC0 | (cp >> 6));
+                bytes[1] = (char)(0x80 | (cp & 0x3F));
+                len = 2;
+            } else if (cp < 0x10000) {
+                bytes[0] = (char)(0xE0 | (cp >> 12));
+                bytes[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+                bytes[2] = (char)(0x80 | (cp & 0x3F));
+                len = 3;
+            } else {
+                bytes[0] = (char)(0xF0 | (cp >> 18));
+                bytes[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+                bytes[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+                bytes[3] = (char)(0x80 | (cp & 0x3F));
+                len = 4;
+            }
+        }
+        for (size_t i = 0; i < len; i++, n++)
+            if (n + 1 < size)
+                buf[n] = bytes[i];
+    }
+    if (size > 0)
+        buf[n < size ? n : size - 1] = '\0';
+    return n;
+}
+
+/* strtod of a number jansson's grammar took: false when it overflows (jansson refuses
+ * those: "real number overflow"). */
+static bool real_value(const char *p, size_t len, double *out)
+{
+    char small[64];
+    char *text = len < sizeof small ? small : malloc(len + 1);
+    if (!text)
+        return false;
+    memcpy(text, p, len);
+    text[len] = '\0';
+    errno = 0;
+    const double value = strtod(text, NULL);
+    const bool overflow = (value == HUGE_VAL || value == -HUGE_VAL) && errno == ERANGE;
+    if (text != small)
+        free(text);
+    *out = value;
+    return !overflow;
+}
+
+/* A number at p: the byte after it, or NULL when jansson refuses it. out (may be NULL:
+ * only checked) gets its type and value. */
+static const char *scan_number(const char *p, const char *end, jv *out)
+{
+    const char *start = p;
+    const bool negative = *p == '-';
+    if (negative)
+        p++;
+    const char *digits = p;
+    if (!is_digit(p, end))
+        return NULL;
+    if (*p == '0') {
+        if (is_digit(++p, end))
+            return NULL; /* a leading zero */
+    } else {
+        while (is_digit(p, end))
+            p++;
+    }
+    const int64_t int_digits = digits[0] == '0' ? 0 : (int64_t)(p - digits);
+    bool real = false;
+    int64_t exponent = 0;
+    if (p < end && *p == '.') {
+        if (!is_digit(++p, end))
+            return NULL;
+        while (is_digit(p, end))
+            p++;
+        real = true;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        const bool exponent_negative = p < end && *p == '-';
+        if (p < end && (*p == '-' || *p == '+'))
+            p++;
+        if (!is_digit(p, end))
+            return NULL;
+        for (; is_digit(p, end); p++)
+            if (exponent < 100000)
+                exponent = exponent * 10 + (*p - '0');
+        if (exponent_negative)
+            exponent = -exponent;
+        real = true;
+    }
+    if (!real) { /* json_int_t: long long, or jansson refuses it ("too big integer") */
+        int64_t value = 0; /* accumulated negative: INT64_MIN fits */
+        const char *q = digits;
+        for (const char *safe = p - digits > 18 ? digits + 18 : p; q < safe; q++)
+            value = value * 10 - (*q - '0'); /* 18 digits cannot overflow */
+        for (; q < p; q++) {
+            const int digit = *q - '0';
+            if (value < (INT64_MIN + digit) / 10)
+                return NULL;
+            value = value * 10 - digit;
+        }
+        if (!negative && value == INT64_MIN)
+            return NULL;
+        if (out) {
+            out->type = JV_INT;
+            out->integer = negative ? value : -value;
+        }
+        return p;
+    }
+    /* Below 10^(integer digits + exponent) <= 10^308 a real cannot overflow: no need to
+     * convert one nobody reads. */
+    if (!out && int_digits + exponent <= 308)
+        return p;
+    double value;
+    if (!real_value(start, (size_t)(p - start), &value))
+        return NULL;
+    if (out) {
+        out->type = JV_REAL;
+        out->real = value;
+    }
+    return p;
+}
+
+static const char *scan_literal(const char *p, const char *end, const char *word)
+{
+    const size_t len = strlen(word);
+    return (size_t)(end - p) >= len && memcmp(p, word, len) == 0 ? p + len : NULL;
+}
+
+/* One value at p (not white space) at nesting depth `depth`, checked through to its end:
+ * the byte after it, or NULL when jansson refuses it. out (may be NULL) describes the
+ * value itself (its type; a scalar's value; whether a string or array is non-empty), not
+ * what it contains. Iterative: a hostile chunk nested 2,048 deep costs no stack. */
+static const char *scan_value(const char *p, const char *end, int depth, jv *out)
+{
+    unsigned char in_object[JSON_MAX_DEPTH / 8 + 1]; /* a bit per open container */
+    int open = 0;                                     /* containers open inside the value */
+    jv scratch;
+    if (!out)
+        out = &scratch;
+    memset(out, 0, sizeof *out);
+    out->at = p;
+    out->depth = depth;
+    bool escaped;
+value:
+    if (depth + open > JSON_MAX_DEPTH || p >= end)
+        return NULL;
+    switch (*p) {
+    case '{':
+    case '[': {
+        const bool object = *p == '{';
+        p = skip_ws(p + 1, end);
+        if (open == 0)
+            out->type = object ? JV_OBJECT : JV_ARRAY;
+        if (p < end && *p == (object ? '}' : ']')) {
+            p++;
+            goto after;
+        }
+        if (open == 0)
+            out->nonempty = true;
+        if (object)
+            in_object[open / 8] |= (unsigned char)(1u << (open % 8));
+        else
+            in_object[open / 8] &= (unsigned char)~(1u << (open % 8));
+        open++;
+        if (object)
+            goto key;
+        goto value;
+    }
+    case '"': {
+        const char *start = p;
+        if (!(p = scan_string(p, end, &escaped)))
+            return NULL;
+        if (open == 0) {
+            out->type = JV_STRING;
+            out->nonempty = p - start > 2;
+        }
+        goto after;
+    }
+    case 't':
+        if (open == 0)
+            out->type = JV_TRUE;
+        p = scan_literal(p, end, "true");
+        break;
+    case 'f':
+        if (open == 0)
+            out->type = JV_FALSE;
+        p = scan_literal(p, end, "false");
+        break;
+    case 'n':
+        if (open == 0)
+            out->type = JV_NULL;
+        p = scan_literal(p, end, "null");
+        break;
+    default:
+        if (*p != '-' && !(*p >= '0' && *p <= '9'))
+            return NULL;
+        p = scan_number(p, end, open == 0 && out != &scratch ? out : NULL);
+        break;
+    }
+    if (!p)
+        return NULL;
+after:
+    if (open == 0)
+        return p;
+    p = skip_ws(p, end);
+    if (p >= end)
+        return NULL;
+    {
+        const bool object = (in_object[(open - 1) / 8] >> ((open - 1) % 8)) & 1u;
+        if (*p == ',') {
+            p = skip_ws(p + 1, end);
+            if (object)
+                goto key;
+            goto value;
+        }
+        if (*p != (object ? '}' : ']'))
+            return NULL;
+        p++;
+        open--;
+        goto after;
+    }
+key:
+    if (p >= end || *p != '"' || !(p = scan_string(p, end, &escaped)))
+        return NULL;
+    p = skip_ws(p, end);
+    if (p >= end || *p != ':')
+        return NULL;
+    p = skip_ws(p + 1, end);
+    goto value;
+}
+
+/* Which of names[0, n) the key at p (its opening quote; `next` is the byte after it) is,
+ * or -1. */
+static int key_index(const char *p, const char *next, const char *end, bool escaped,
+                     const char *const *names, int n)
+{
+    char decoded[32];
+    const char *key = p + 1;
+    size_t len = (size_t)(next - p) - 2;
+    if (escaped) {
+        len = decode_string(p, end, decoded, sizeof decoded);
+        if (len >= sizeof decoded)
+            return -1; /* longer than any name asked for */
+        key = decoded;
+    }
+    for (int i = 0; i < n; i++)
+        if (names[i][0] == key[0] && strncmp(names[i], key, len) == 0 && names[i][len] == '\0')
+            return i;
+    return -1;
+}
+
+/* An object at p ('{') at nesting depth `depth`, checked through to its end; its members
+ * names[0, n) into out (the last of duplicates, as jansson keeps it; JV_ABSENT when
+ * missing). Returns the byte after it, or NULL when jansson refuses it. */
+static const char *scan_members(const char *p, const char *end, int depth,
+                                const char *const *names, int n, jv *out)
+{
+    memset(out, 0, (size_t)n * sizeof *out);
+    if (depth > JSON_MAX_DEPTH)
+        return NULL;
+    p = skip_ws(p + 1, end);
+    if (p < end && *p == '}')
+        return p + 1;
+    for (;;) {
+        bool escaped = false;
+        const char *key = p;
+        if (p >= end || *p != '"' || !(p = scan_string(p, end, &escaped)))
+            return NULL;
+        const int which = key_index(key, p, end, escaped, names, n);
+        p = skip_ws(p, end);
+        if (p >= end || *p != ':')
+            return NULL;
+        p = skip_ws(p + 1, end);
+        if (!(p = scan_value(p, end, depth + 1, which >= 0 ? &out[which] : NULL)))
+            return NULL;
+        p = skip_ws(p, end);
+        if (p < end && *p == ',') {
+            p = skip_ws(p + 1, end);
+            continue;
+        }
+        return p < end && *p == '}' ? p + 1 : NULL;
+    }
+}
+
+static void scan_reader_members(const jv_reader *rd, const jv *obj, const char *const *names,
+                                int n, jv *out)
+{
+    if (obj->type == JV_OBJECT)
+        scan_members(obj->at, rd->end, obj->depth, names, n, out); /* checked already */
+    else
+        memset(out, 0, (size_t)n * sizeof *out);
+}
+
+static void scan_reader_first(const jv_reader *rd, const jv *array, jv *out)
+{
+    memset(out, 0, sizeof *out);
+    if (array->type == JV_ARRAY && array->nonempty)
+        scan_value(skip_ws((const char *)array->at + 1, rd->end), rd->end, array->depth + 1, out);
+}
+
+static void scan_reader_text(const jv_reader *rd, const jv *s, char *buf, size_t size)
+{
+    decode_string(s->at, rd->end, buf, size);
+}
+
+int sse_decode_chunk(const sse_event *ev, sse_chunk *out, char *err)
+{
+    bool error_event;
+    if (decode_start(ev, out, &error_event))
+        return 0;
+    const char *end = ev->data + ev->data_len;
+    const char *p = skip_ws(ev->data, end);
+    jv m[K_ROOT_KEYS];
+    const char *after;
+    const bool object = p < end && *p == '{';
+    if (object)
+        after = scan_members(p, end, 1, root_keys, K_ROOT_KEYS, m); /* checks it all */
+    else /* jansson takes an array at the top (then it is not an object) and nothing else */
+        after = p < end && *p == '[' ? scan_value(p, end, 1, NULL) : NULL;
+    if (!after || skip_ws(after, end) != end)
+        return not_an_object(ev, error_event, "not JSON", out, err);
+    if (!object)
+        return not_an_object(ev, error_event, "not an object", out, err);
+    const jv_reader reader = {end, scan_reader_members, scan_reader_first, scan_reader_text};
+    decode_members(&reader, m, ev, error_event, out);
     return 0;
 }
 

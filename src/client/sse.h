@@ -14,8 +14,10 @@
  *    vLLM / SGLang (the same, plus usage in every chunk with continuous_usage_stats),
  *    llama.cpp's native /completion ("content", "stop", "tokens_predicted"), TGI ("token"),
  *    usage-only chunks, "[DONE]", error events, and stallscope's own optional
- *    "stallscope": {"emit_ns", "step"}. It does not count tokens: that needs the stream's
- *    history (see sse_counter). */
+ *    "stallscope": {"emit_ns", "step"}. It reads the chunk in place, in one pass, and
+ *    builds nothing (no DOM); a jansson decoder beside it is the reference the tests and
+ *    the fuzzer hold it to. It does not count tokens: that needs the stream's history (see
+ *    sse_counter). */
 #ifndef STALLSCOPE_SSE_H
 #define STALLSCOPE_SSE_H
 #include <stdbool.h>
@@ -81,8 +83,14 @@ typedef struct sse_chunk {
 } sse_chunk;
 
 /* Decode one event. 0, or -1 when data is not JSON (err says so: a malformed stream).
- * An error event decodes fine: 0 with is_error set. */
+ * An error event decodes fine: 0 with is_error set. The scanner: it accepts the JSON
+ * jansson 2.14 accepts and looks only at the members above (of duplicate keys, the last),
+ * so it gives what sse_decode_chunk_jansson gives (err's wording aside). One exception:
+ * data with a NUL byte is never JSON and always refused, where jansson's lexer drops one
+ * NUL right after a number or a literal ({"x":1<NUL>} loads as {"x":1}). */
 int sse_decode_chunk(const sse_event *ev, sse_chunk *out, char *err);
+/* The same rule over a jansson DOM: the reference (tests, fuzz/fuzz_sse_chunk). */
+int sse_decode_chunk_jansson(const sse_event *ev, sse_chunk *out, char *err);
 
 /* ---- token counting --------------------------------------------------------------- */
 

@@ -3,6 +3,7 @@
  * and its names. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/err.h"
@@ -117,8 +118,32 @@ int experiment_resolve_cost(experiment_config *cfg, char *err)
     return 0;
 }
 
+int experiment_client_threads(const experiment_config *cfg)
+{
+    if (cfg->client.threads > 0)
+        return cfg->client.threads;
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    const int cores = online > 1 ? (int)online : 1;
+    int left;
+    switch (cfg->engine) {
+    case EXPERIMENT_SIM:
+        return 0;
+    case EXPERIMENT_REMOTE:
+        left = cores;
+        break;
+    case EXPERIMENT_CPU:
+        left = cores - (cfg->device.threads > 0 ? cfg->device.threads : cores - 1);
+        break;
+    default:
+        left = cores - 1;
+        break;
+    }
+    return left > 1 ? left : 1;
+}
+
 int experiment_resolve(experiment_config *cfg, char *err)
 {
+    cfg->client.threads = experiment_client_threads(cfg);
     if (cfg->engine == EXPERIMENT_REMOTE) {
         if (!cfg->client.target[0])
             return err_set(err, "a remote engine needs --target URL");

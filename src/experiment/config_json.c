@@ -130,6 +130,7 @@ static const field CLIENT_FIELDS[] = {
     FLD("fidelity", F_BOOL, experiment_client, fidelity),
     FLD("insecure", F_BOOL, experiment_client, insecure),
     FLD("transport", F_TRANSPORT, experiment_client, transport),
+    FLD("threads", F_INT, experiment_client, threads),
 };
 
 static const field SESSION_FIELDS[] = {

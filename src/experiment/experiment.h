@@ -70,6 +70,8 @@ typedef struct experiment_client {
     bool fidelity;              /* ask a --target for stallscope's per-chunk emit times */
     bool insecure;              /* https without certificate checks */
     stream_transport_kind transport; /* auto (raw unless a proxy applies) | raw | curl */
+    int threads;                /* event loops of the load generator; 0: the cores left
+                                   after the server (experiment_client_threads) */
 } experiment_client;
 
 typedef struct experiment_config {
@@ -105,6 +107,13 @@ int experiment_resolve(experiment_config *cfg, char *err);
 /* The device part alone: cfg->device into cfg->cost (for `model`, which prices steps and
  * needs no KV cache). 0, or -1 with err. */
 int experiment_resolve_cost(experiment_config *cfg, char *err);
+/* The load generator's event loops (client.threads, else the cores the server leaves):
+ * the cpu engine's server uses --threads (default online cores - 1), so the client gets
+ * the rest; the emulated engine's server is an event loop and a sleeping engine thread,
+ * about one core, so the client gets online cores - 1; a --target runs elsewhere, so the
+ * client gets every online core. At least 1. experiment_resolve records it in
+ * client.threads (config.json); the simulator has no client (0). */
+int experiment_client_threads(const experiment_config *cfg);
 /* Refuse what the engine could never serve: a bad workload, or (our own engines) an
  * injection longer than the context or, under mixed/prefill-first, the token budget.
  * 0, or -1 with err. */
@@ -136,6 +145,7 @@ double experiment_model_spike_ms(const experiment_config *cfg, int prompt_tokens
  *             --enable-chunked-prefill --no-enable-chunked-prefill
  *   client    --target --endpoint --model-name --request-timeout --warmup --fidelity --insecure
  *             --transport
+ *             --client-threads
  *   analysis  --no-baseline --stall-threshold
  * Call experiment_preset first: --preset is applied before every other flag. */
 opts_group experiment_workload_group(experiment_config *cfg);

@@ -220,6 +220,12 @@ static const opts_spec client_specs[] = {
             "kernel's receive time, for http:// and https://; curl when http_proxy, "
             "https_proxy or all_proxy applies to the target, for proxies, HTTP/2, other auth)",
             cl_transport),
+    OPTS_INT("client-threads", "N",
+             "event loops (threads) of the load generator, the users spread over them; the "
+             "injector has one more of its own (default: the online cores the server leaves, "
+             "at least 1: all but the cpu engine's --threads, all but one with emulate, all "
+             "with --target)",
+             C, client.threads, 1, 256),
 };
 
 opts_group experiment_client_group(experiment_config *cfg)

@@ -183,6 +183,31 @@ static void resolve_model_name(const stream_options *so, driver_api *api, FILE *
                        "\"model\" (use --model-name)\n");
 }
 
+/* ---- the client's transports ------------------------------------------------------------------ */
+
+/* Every transport of a run comes from here: one per event loop, and the probe's. The
+ * raw-socket transport plugs in at this one place. */
+/* What every loop's transport is made of: the options and the resolved kind. */
+typedef struct transport_ctx {
+    const stream_options *so;
+    stream_transport_kind kind;
+} transport_ctx;
+
+static int open_transport(void *ctx, int loop, stream_transport *out, char *err)
+{
+    const transport_ctx *tc = ctx;
+    (void)loop; /* every loop talks to the same server the same way */
+    return stream_transport_create(tc->kind, tc->so, out, err);
+}
+
+static void close_transport(void *ctx, int loop, stream_transport *t)
+{
+    (void)ctx, (void)loop;
+    if (t->impl)
+        t->destroy(t->impl);
+    t->impl = NULL;
+}
+
 /* ---- progress and stopping ------------------------------------------------------------------ */
 
 typedef struct progress_ctx {
@@ -304,7 +329,6 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
         return err_set(err, "an HTTP run writes its artifacts as it goes: it needs a directory");
     embedded server;
     memset(&server, 0, sizeof server);
-    stream_transport client = {0};
     tokenlog_writer tokens = {0}, requests = {0};
     driver_result res;
     memset(&res, 0, sizeof res);
@@ -327,17 +351,16 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
         .headers = hr->secrets ? hr->secrets->headers : NULL,
         .n_headers = hr->secrets ? hr->secrets->n_headers : 0,
         .idle_timeout_ns = cfg->client.request_timeout_ns,
+        /* Each loop has a share, but a file descriptor limit sized for all is one limit. */
         .max_streams = ph->wl->users + 64,
         .insecure = cfg->client.insecure,
     };
+    /* The transport: raw unless a proxy applies or --transport says (docs/client.md). */
+    transport_ctx tc = {&so, stream_transport_resolve(cfg->client.transport, so.base_url)};
+    snprintf(meta->transport, sizeof meta->transport, "%s", stream_transport_name(tc.kind));
+    const driver_transports transports = {open_transport, close_transport, &tc};
     if (wait_ready(&so, remote ? NULL : &server, ph, err) != 0)
         goto done;
-    /* The transport: raw unless a proxy applies or --transport says (docs/client.md). */
-    stream_transport_kind kind = stream_transport_resolve(cfg->client.transport, so.base_url);
-    if (stream_transport_create(kind, &so, &client, err) != 0)
-        goto done;
-    snprintf(meta->transport, sizeof meta->transport, "%s", stream_transport_name(kind));
-    stream_transport t = client;
     if (!hr->probed) {
         if (hr->nice_errno && ph->notes && !ph->quiet)
             fprintf(ph->notes, "stallscope: note: cannot raise priority (%s); timings may suffer "
@@ -352,7 +375,12 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
             snprintf(hr->api.model, sizeof hr->api.model, "%s", cfg->client.model_name);
         else
             resolve_model_name(&so, &hr->api, ph->notes);
-        if (driver_probe(&t, &hr->api, ph->wl, PROBE_TIMEOUT_NS, ph->notes, err) != 0)
+        stream_transport probe;
+        if (open_transport(&tc, 0, &probe, err) != 0)
+            goto done;
+        int rc = driver_probe(&probe, &hr->api, ph->wl, PROBE_TIMEOUT_NS, ph->notes, err);
+        close_transport(&tc, 0, &probe);
+        if (rc != 0)
             goto done;
         hr->probed = true;
     }
@@ -369,6 +397,7 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
         .salt = ph->wl->inject ? 1 : 0,
         .record = true,
         .warmup_ns = cfg->client.warmup_ns,
+        .threads = experiment_client_threads(cfg),
         .tokens_csv = &tokens,
         .requests_csv = &requests,
         .notes = ph->notes,
@@ -378,14 +407,12 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
         .should_stop = should_stop,
         .stop_ctx = &sc,
     };
-    if (driver_run_phase(&t, &dp, log, &res, err) != 0)
+    if (driver_run_phase(&transports, &dp, log, &res, err) != 0)
         goto done;
     progress_done(&pc);
     /* The driver flushed them; a failure stopped the phase and is in res.error. */
     tokenlog_writer_close(&tokens, NULL);
     tokenlog_writer_close(&requests, NULL);
-    client.destroy(client.impl);
-    client.impl = NULL;
 
     if (!res.complete) {
         err_set(err, "%s", res.error);
@@ -442,8 +469,6 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
 done:
     tokenlog_writer_close(&tokens, NULL);
     tokenlog_writer_close(&requests, NULL);
-    if (client.impl)
-        client.destroy(client.impl);
     if (!remote)
         embedded_stop(&server, ph->notes);
     driver_result_free(&res);

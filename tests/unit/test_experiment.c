@@ -77,6 +77,7 @@ static void distinctive(experiment_config *c, experiment_meta *m)
     c->client.fidelity = true;
     c->client.insecure = true;
     c->client.transport = STREAM_TRANSPORT_CURL;
+    c->client.threads = 7;
     c->no_baseline = true;
     c->stall_threshold_ns = 42000000;
 
@@ -484,6 +485,35 @@ static void test_config_differ(void **state)
     assert_non_null(strstr(field, "client.target"));
 }
 
+/* The load generator's threads: what --client-threads says, else the cores the server
+ * leaves (at least 1), recorded by experiment_resolve. */
+static void test_client_threads_rule(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "";
+    const long online = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
+    const int rest = online > 1 ? (int)online - 1 : 1;
+    experiment_config c;
+    experiment_defaults(&c, EXPERIMENT_EMULATE);
+    assert_int_equal(experiment_resolve(&c, err), 0);
+    assert_int_equal(c.client.threads, rest); /* the emulated server: about one core */
+    experiment_defaults(&c, EXPERIMENT_CPU);
+    assert_int_equal(experiment_client_threads(&c), 1); /* --threads: cores - 1 by default */
+    c.device.threads = 1;
+    assert_int_equal(experiment_client_threads(&c), rest);
+    c.device.threads = (int)online + 4; /* more than the machine has: still one */
+    assert_int_equal(experiment_client_threads(&c), 1);
+    experiment_defaults(&c, EXPERIMENT_REMOTE);
+    snprintf(c.client.target, sizeof c.client.target, "http://127.0.0.1:9");
+    assert_int_equal(experiment_resolve(&c, err), 0);
+    assert_int_equal(c.client.threads, (int)online); /* the server is elsewhere */
+    c.client.threads = 3; /* --client-threads 3 */
+    assert_int_equal(experiment_resolve(&c, err), 0);
+    assert_int_equal(c.client.threads, 3);
+    experiment_defaults(&c, EXPERIMENT_SIM);
+    assert_int_equal(experiment_client_threads(&c), 0);
+}
+
 static bool present(const char *dir, const char *name)
 {
     char path[256];
@@ -547,6 +577,7 @@ int main(void)
         cmocka_unit_test(test_defaults_and_names),  cmocka_unit_test(test_run_pair),
         cmocka_unit_test(test_pair_incomplete),     cmocka_unit_test(test_sweep_plan),
         cmocka_unit_test(test_server_flags),        cmocka_unit_test(test_config_differ),
+        cmocka_unit_test(test_client_threads_rule),
         cmocka_unit_test(test_claim_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
