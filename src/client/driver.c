@@ -578,7 +578,7 @@ int driver_run_phase(const stream_transport *t, const driver_phase *cfg, tokenlo
     if (wl->inject) {
         int64_t max = (wl->duration_ns - wl->inject_at_ns) / wl->inject_every_ns + 2;
         plan = malloc((size_t)(max > 1 ? max : 1) * sizeof *plan);
-        if (plan)
+        if (plan && workload_shard_has_injector(wl)) /* the injector runs in one shard */
             n_plan = workload_injection_times(wl, plan, (int)(max > 1 ? max : 1));
     }
     if (!d.next_k || !d.current || !d.retry_at || !d.failures || (wl->inject && !plan)) {
@@ -596,7 +596,8 @@ int driver_run_phase(const stream_transport *t, const driver_phase *cfg, tokenlo
         d.recording = true;
     int64_t t_stop = d.t0 + wl->duration_ns;
     for (int u = 0; u < wl->users && !d.stopping; u++)
-        start_bg(&d, u);
+        if (workload_shard_has_user(wl, u)) /* this shard's users (all when not sharded) */
+            start_bg(&d, u);
 
     int next_inj = 0;
     char *inj_body = NULL;
