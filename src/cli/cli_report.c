@@ -1,8 +1,11 @@
 /* stallscope report DIR — recompute every summary from a run's token log, so the numbers
  * people quote always come from the one analysis, whatever wrote the CSVs; then rebuild
  * DIR/report.html and DIR/plots/ from the same files. DIR is a run directory (baseline/ and
- * interference/, or one run) or a sweep (sweep.json and its point-k/ directories). */
+ * interference/, or one run) or a sweep (sweep.json and its point-k/ directories).
+ * stallscope report --merge DIR... — the shards of a sharded run into one run directory
+ * (docs/distributed.md), then its report. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cli/cli.h"
 #include "common/clock.h"
@@ -13,6 +16,10 @@ typedef struct report_flags {
     int64_t stall_threshold_ns; /* 0: the default rule */
     bool json;
     bool no_report;
+    bool merge;
+    bool allow_partial;
+    bool force;
+    char out[1024];
 } report_flags;
 
 static const opts_spec report_specs[] = {
@@ -24,34 +31,89 @@ static const opts_spec report_specs[] = {
               no_report),
 };
 
+static const opts_spec merge_specs[] = {
+    OPTS_FLAG("merge", "the directories are shards of one run (--shard I/N): merge them", report_flags,
+              merge),
+    OPTS_STRING("out", "DIR", "where the merged run goes (default out/merged)", report_flags, out),
+    OPTS_FLAG("allow-partial",
+              "merge the complete shards when one is missing or incomplete (the merged run is "
+              "then marked incomplete)",
+              report_flags, allow_partial),
+    OPTS_FLAG("force", "replace an earlier run in --out", report_flags, force),
+};
+
 int cli_report(int argc, char **argv)
 {
-    static const char usage[] = "stallscope report DIR [--stall-threshold DUR] [--json] [--no-report]";
-    report_flags flags = {0, false, false};
-    opts_group groups[] = {{"report options", report_specs, OPTS_COUNT(report_specs), &flags}};
+    static const char usage[] =
+        "stallscope report DIR [--stall-threshold DUR] [--json] [--no-report]\n"
+        "       stallscope report --merge DIR... [--out MERGED] [--allow-partial] [--force]";
+    report_flags flags = {0, false, false, false, false, false, ""};
+    opts_group groups[] = {{"report options", report_specs, OPTS_COUNT(report_specs), &flags},
+                           {"merging shards (docs/distributed.md)", merge_specs,
+                            OPTS_COUNT(merge_specs), &flags}};
     if (opts_wants_help(argc, argv)) {
         opts_print_help(stdout, usage,
                         "Recompute summary.json (and comparison.json) from the token logs in\n"
                         "DIR/<label>/ (or in DIR itself), print the side-by-side table and the\n"
                         "verdict, and rebuild DIR/report.html with its plots (DIR/plots/). For a\n"
-                        "sweep (DIR/sweep.json), every point, sweep.csv and the sweep's report.",
-                        groups, 1);
+                        "sweep (DIR/sweep.json), every point, sweep.csv and the sweep's report.\n"
+                        "With --merge: each DIR is one shard's --out (run --shard I/N); they are\n"
+                        "merged into one run in --out (tokens in time order, request ids kept\n"
+                        "apart, each shard placed on the common axis by its t = 0), then reported\n"
+                        "with the clock uncertainty beside every figure that compares shards.",
+                        groups, OPTS_COUNT(groups));
         return CLI_EXIT_OK;
     }
     char err[ERR_LEN] = "";
-    char *positional[1];
-    int n_positional = 0;
-    if (opts_parse(argc, argv, groups, 1, positional, 1, &n_positional, err) != 0)
-        return cli_usage_error("report", err);
-    if (n_positional != 1)
-        return cli_usage_error("report", "needs one directory (usage: stallscope report DIR)");
-    int rc = report_rebuild_dir(positional[0], (double)flags.stall_threshold_ns / 1e6, flags.json,
-                        !flags.no_report, err);
-    if (rc == -2)
-        return cli_usage_error("report", err);
-    if (rc != 0) {
-        fprintf(stderr, "stallscope report: %s\n", err);
+    char **positional = calloc((size_t)argc + 1, sizeof *positional);
+    int n_positional = 0, status = CLI_EXIT_FAIL;
+    if (!positional) {
+        fprintf(stderr, "stallscope report: out of memory\n");
         return CLI_EXIT_FAIL;
     }
-    return CLI_EXIT_OK;
+    if (opts_parse(argc, argv, groups, OPTS_COUNT(groups), positional, argc, &n_positional,
+                   err) != 0) {
+        status = cli_usage_error("report", err);
+        goto done;
+    }
+    const double threshold_ms = (double)flags.stall_threshold_ns / 1e6;
+    int rc;
+    if (flags.merge) {
+        if (n_positional < 1) {
+            status = cli_usage_error("report", "--merge needs the shards' directories (usage: "
+                                               "stallscope report --merge DIR... --out MERGED)");
+            goto done;
+        }
+        if (!flags.out[0])
+            snprintf(flags.out, sizeof flags.out, "out/merged");
+        report_merge_options opt = {.dirs = positional, .n_dirs = n_positional, .out = flags.out,
+                                    .allow_partial = flags.allow_partial, .force = flags.force,
+                                    .argc = argc, .argv = argv,
+                                    .notes = flags.json ? stderr : stdout, .warn = stderr};
+        bool complete = false;
+        rc = report_merge_dirs(&opt, threshold_ms, flags.json, !flags.no_report, &complete, err);
+        if (rc == 0 && !complete)
+            fprintf(stderr, "stallscope report: the merged run in %s is incomplete (shards left "
+                            "out: see merge.json)\n",
+                    flags.out);
+    } else {
+        if (flags.allow_partial || flags.force || flags.out[0] || n_positional != 1) {
+            status = cli_usage_error("report", n_positional != 1
+                                                   ? "needs one directory (usage: stallscope "
+                                                     "report DIR, or --merge DIR...)"
+                                                   : "--out, --allow-partial and --force go with --merge");
+            goto done;
+        }
+        rc = report_rebuild_dir(positional[0], threshold_ms, flags.json, !flags.no_report, err);
+    }
+    if (rc == -2) {
+        status = cli_usage_error("report", err);
+    } else if (rc != 0) {
+        fprintf(stderr, "stallscope report: %s\n", err);
+    } else {
+        status = CLI_EXIT_OK;
+    }
+done:
+    free(positional);
+    return status;
 }

@@ -32,6 +32,7 @@ int cli_run(int argc, char **argv)
     opts_group groups[] = {
         experiment_workload_group(&cfg),
         experiment_client_group(&cfg),
+        experiment_shard_group(&cfg),
         experiment_secrets_group(&secrets),
         cli_engine_group(&engine),
         experiment_device_group(&cfg),

@@ -1074,11 +1074,22 @@ static void sum_results(phase *ph, driver_result *res, const char **first_violat
     }
 }
 
-/* Users to loops: user u runs on background loop u mod n_bg, so every loop has its share
- * whatever the count, and a user's loop depends only on (u, n_bg). */
+/* This shard's users (every user when the run is not sharded): workload_shard_has_user. */
+static int shard_users(const workload_config *wl)
+{
+    int n = 0;
+    for (int u = 0; u < wl->users; u++)
+        n += workload_shard_has_user(wl, u);
+    return n;
+}
+
+/* Users to loops: the k-th of this shard's users runs on background loop k mod n_bg, so
+ * every loop has its share whatever the count, and a user's loop depends only on (u, n_bg,
+ * the shard). */
 static int assign_users(phase *ph)
 {
-    const int users = ph->wl->users > 0 ? ph->wl->users : 0;
+    const workload_config *wl = ph->wl;
+    const int users = wl->users > 0 ? wl->users : 0;
     ph->user_table = malloc((size_t)(users > 0 ? users : 1) * sizeof *ph->user_table);
     if (!ph->user_table)
         return -1;
@@ -1086,8 +1097,9 @@ static int assign_users(phase *ph)
     for (int i = 0; i < ph->n_bg; i++) {
         loop *l = &ph->loops[i];
         l->users = ph->user_table + at;
-        for (int u = i; u < users; u += ph->n_bg)
-            ph->user_table[at++] = u;
+        for (int u = 0, k = 0; u < users; u++)
+            if (workload_shard_has_user(wl, u) && k++ % ph->n_bg == i)
+                ph->user_table[at++] = u;
         l->n_users = (int)(ph->user_table + at - l->users);
     }
     return 0;
@@ -1136,7 +1148,7 @@ int driver_run_phase(const driver_transports *transports, const driver_phase *cf
     atomic_init(&ph.stop, false);
     atomic_init(&ph.consecutive_errors, 0);
     atomic_init(&ph.next_request, 0);
-    const int users = wl->users > 0 ? wl->users : 1;
+    const int users = shard_users(wl) > 0 ? shard_users(wl) : 1;
     ph.n_bg = cfg->threads > 0 ? cfg->threads : 1;
     if (ph.n_bg > users)
         ph.n_bg = users;
@@ -1148,7 +1160,8 @@ int driver_run_phase(const driver_transports *transports, const driver_phase *cf
         ph.plan = malloc((size_t)(max > 1 ? max : 1) * sizeof *ph.plan);
         if (!ph.plan)
             goto oom;
-        ph.n_plan = workload_injection_times(wl, ph.plan, (int)(max > 1 ? max : 1));
+        if (workload_shard_has_injector(wl)) /* the injector runs in one shard */
+            ph.n_plan = workload_injection_times(wl, ph.plan, (int)(max > 1 ? max : 1));
     }
     if (!(ph.loops = calloc((size_t)ph.n_loops, sizeof *ph.loops)) || assign_users(&ph) != 0)
         goto oom;

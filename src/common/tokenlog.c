@@ -521,20 +521,17 @@ static void copy_text(char *dst, size_t size, const char *src)
     snprintf(dst, size, "%s", src);
 }
 
-static int parse_event(const csv_reader *r, tokenlog *log, char *err)
+static int event_fields(const csv_reader *r, tokenlog_event *ev, char *err)
 {
-    tokenlog_event ev;
-    memset(&ev, 0, sizeof ev);
-    if (parse_i64(r, 0, "t_ns", &ev.t_ns, err) != 0 || parse_i32(r, 1, "user", &ev.user, err) != 0 ||
-        parse_i64(r, 2, "request", &ev.request, err) != 0 || parse_kind(r, 3, &ev.kind, err) != 0 ||
-        parse_i32(r, 4, "n_tokens", &ev.n_tokens, err) != 0)
+    memset(ev, 0, sizeof *ev);
+    if (parse_i64(r, 0, "t_ns", &ev->t_ns, err) != 0 || parse_i32(r, 1, "user", &ev->user, err) != 0 ||
+        parse_i64(r, 2, "request", &ev->request, err) != 0 || parse_kind(r, 3, &ev->kind, err) != 0 ||
+        parse_i32(r, 4, "n_tokens", &ev->n_tokens, err) != 0)
         return -1;
-    if (tokenlog_add_event(log, &ev) != 0)
-        return err_set(err, "%s: out of memory", r->path);
     return 0;
 }
 
-static int parse_request(const csv_reader *r, tokenlog *log, char *err)
+static int request_fields(const csv_reader *r, tokenlog_request *out, char *err)
 {
     tokenlog_request q;
     memset(&q, 0, sizeof q);
@@ -550,8 +547,7 @@ static int parse_request(const csv_reader *r, tokenlog *log, char *err)
         return -1;
     copy_text(q.finish_reason, sizeof q.finish_reason, r->fields[10]);
     copy_text(q.error, sizeof q.error, r->fields[11]);
-    if (tokenlog_add_request(log, &q, NULL) != 0)
-        return err_set(err, "%s: out of memory", r->path);
+    *out = q;
     return 0;
 }
 
@@ -587,87 +583,181 @@ static int keep_step(const tokenlog_step *st, const read_opts *o)
     return o->to_ns < o->from_ns || (st->t_start_ns >= o->from_ns && st->t_start_ns <= o->to_ns);
 }
 
-static int parse_step_row(const csv_reader *r, tokenlog *log, const read_opts *o, char *err)
-{
+/* One file being read row by row: the header checked, every row parsed into its struct.
+ * A row cut at the end of the file (a writer killed mid-row) is dropped and counted when
+ * cut_tail_ok; any other malformed row is an error. */
+struct tokenlog_reader {
+    csv_reader csv;
+    file_kind kind;
+    int n_fields;
+    int cut_tail_ok;
+    int64_t cut_rows;
+};
+
+typedef union tokenlog_row {
+    tokenlog_event ev;
+    tokenlog_request req;
     tokenlog_step st;
-    if (step_fields(r, &st, err) != 0)
-        return -1;
-    if (!keep_step(&st, o))
-        return 0;
-    st.t_start_ns -= o->rebase_ns;
-    st.t_end_ns -= o->rebase_ns;
-    if (tokenlog_add_step(log, &st) != 0)
-        return err_set(err, "%s: out of memory", r->path);
-    return 0;
+} tokenlog_row;
+
+static void reader_close(tokenlog_reader *r)
+{
+    if (r->csv.f)
+        fclose(r->csv.f);
+    free(r->csv.line);
+    buf_free(&r->csv.rec);
+    memset(r, 0, sizeof *r);
 }
 
-/* 1 read, 0 absent and optional, -1 error. */
-static int read_path(tokenlog *log, const char *path, file_kind kind, read_opts *o, char *err)
+/* 1 open (header read and checked), 0 absent and optional, -1 error (r closed). */
+static int reader_open(tokenlog_reader *r, const char *path, file_kind kind, int optional,
+                       int cut_tail_ok, char *err)
 {
     static const char *const headers[] = {TOKENS_HEADER, REQUESTS_HEADER, STEPS_HEADER};
     static const int n_fields_of[] = {5, 12, 8};
-    int n_fields = n_fields_of[kind];
-    csv_reader r;
-    memset(&r, 0, sizeof r);
-    r.path = path;
-    r.next_line = 1;
-    r.f = fopen(path, "r");
-    if (!r.f) {
-        if (o->optional && errno == ENOENT)
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    r->n_fields = n_fields_of[kind];
+    r->cut_tail_ok = cut_tail_ok;
+    r->csv.path = path;
+    r->csv.next_line = 1;
+    r->csv.f = fopen(path, "r");
+    if (!r->csv.f) {
+        if (optional && errno == ENOENT)
             return 0;
         return err_set(err, "%s: %s", path, strerror(errno));
     }
-    setvbuf(r.f, NULL, _IOFBF, 1 << 20);
-    int rc = -1;
-    int got = csv_next(&r, err);
-    if (got < 0)
-        goto done;
-    if (got == 0) {
+    setvbuf(r->csv.f, NULL, _IOFBF, 1 << 20);
+    int got = csv_next(&r->csv, err);
+    if (got == 0)
         err_set(err, "%s: empty file (expected the header '%s')", path, headers[kind]);
-        goto done;
-    }
+    if (got <= 0)
+        goto fail;
     /* Compare the header as a joined line: fields are split in place. */
-    {
-        char joined[256];
-        size_t len = 0;
-        joined[0] = '\0';
-        for (int i = 0; i < r.n_fields && len < sizeof joined; i++)
-            len += (size_t)snprintf(joined + len, sizeof joined - len, "%s%s", i ? "," : "",
-                                    r.fields[i]);
-        if (kind == FILE_STEPS && strcmp(joined, STEPS_HEADER_V1) == 0)
-            n_fields = 7; /* written before late_ns */
-        else if (strcmp(joined, headers[kind]) != 0) {
-            err_set(err, "%s:%lld: header is '%.60s', expected '%s'", path, (long long)r.line_no,
-                    joined, headers[kind]);
-            goto done;
-        }
+    char joined[256];
+    size_t len = 0;
+    joined[0] = '\0';
+    for (int i = 0; i < r->csv.n_fields && len < sizeof joined; i++)
+        len += (size_t)snprintf(joined + len, sizeof joined - len, "%s%s", i ? "," : "",
+                                r->csv.fields[i]);
+    if (kind == FILE_STEPS && strcmp(joined, STEPS_HEADER_V1) == 0) {
+        r->n_fields = 7; /* written before late_ns */
+    } else if (strcmp(joined, headers[kind]) != 0) {
+        err_set(err, "%s:%lld: header is '%.60s', expected '%s'", path,
+                (long long)r->csv.line_no, joined, headers[kind]);
+        goto fail;
     }
-    while ((got = csv_next(&r, err)) == 1) {
-        int bad = r.n_fields != n_fields;
+    return 1;
+fail:
+    reader_close(r);
+    return -1;
+}
+
+/* The next row: 1, 0 at the end of the file, -1 with err. */
+static int reader_next(tokenlog_reader *r, tokenlog_row *row, char *err)
+{
+    int got;
+    while ((got = csv_next(&r->csv, err)) == 1) {
+        int bad = r->csv.n_fields != r->n_fields;
         if (bad)
-            err_set(err, "%s:%lld: %d fields, expected %d", path, (long long)r.line_no,
-                    r.n_fields, n_fields);
-        else if (kind == FILE_STEPS)
-            bad = parse_step_row(&r, log, o, err) != 0;
+            err_set(err, "%s:%lld: %d fields, expected %d", r->csv.path,
+                    (long long)r->csv.line_no, r->csv.n_fields, r->n_fields);
+        else if (r->kind == FILE_STEPS)
+            bad = step_fields(&r->csv, &row->st, err) != 0;
+        else if (r->kind == FILE_TOKENS)
+            bad = event_fields(&r->csv, &row->ev, err) != 0;
         else
-            bad = (kind == FILE_TOKENS ? parse_event : parse_request)(&r, log, err) != 0;
-        if (bad) {
-            if (!(o->cut_tail_ok && r.unterminated))
-                goto done;
-            o->cut_rows++;
-        }
+            bad = request_fields(&r->csv, &row->req, err) != 0;
+        if (!bad)
+            return 1;
+        if (!(r->cut_tail_ok && r->csv.unterminated))
+            return -1;
+        r->cut_rows++;
     }
-    if (got < 0 && o->cut_tail_ok && r.unterminated) {
-        o->cut_rows++; /* a quoted field cut at end of file */
+    if (got < 0 && r->cut_tail_ok && r->csv.unterminated) {
+        r->cut_rows++; /* a quoted field cut at end of file */
         got = 0;
     }
-    if (got == 0)
-        rc = 1;
-done:
-    fclose(r.f);
-    free(r.line);
-    buf_free(&r.rec);
-    return rc;
+    return got;
+}
+
+/* Every row of a file into log: 1 read, 0 absent and optional, -1 error. */
+static int read_path(tokenlog *log, const char *path, file_kind kind, read_opts *o, char *err)
+{
+    tokenlog_reader r;
+    int rc = reader_open(&r, path, kind, o->optional, o->cut_tail_ok, err);
+    if (rc <= 0)
+        return rc;
+    tokenlog_row row;
+    int got;
+    while ((got = reader_next(&r, &row, err)) == 1) {
+        int oom = 0;
+        if (kind == FILE_TOKENS) {
+            oom = tokenlog_add_event(log, &row.ev) != 0;
+        } else if (kind == FILE_REQUESTS) {
+            oom = tokenlog_add_request(log, &row.req, NULL) != 0;
+        } else if (keep_step(&row.st, o)) {
+            row.st.t_start_ns -= o->rebase_ns;
+            row.st.t_end_ns -= o->rebase_ns;
+            oom = tokenlog_add_step(log, &row.st) != 0;
+        }
+        if (oom) {
+            err_set(err, "%s: out of memory", path);
+            got = -1;
+            break;
+        }
+    }
+    o->cut_rows += r.cut_rows;
+    reader_close(&r);
+    return got < 0 ? -1 : 1;
+}
+
+tokenlog_reader *tokenlog_reader_open(const char *path, tokenlog_file kind, char *err)
+{
+    tokenlog_reader *r = malloc(sizeof *r);
+    if (!r) {
+        err_set(err, "%s: out of memory", path);
+        return NULL;
+    }
+    if (reader_open(r, path, kind == TOKENLOG_TOKENS_CSV ? FILE_TOKENS : FILE_REQUESTS, 0, 1,
+                    err) != 1) {
+        free(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* The next row of a reader opened for kind into out (size bytes of the row's union). */
+static int reader_typed(tokenlog_reader *r, file_kind kind, void *out, size_t size, char *err)
+{
+    tokenlog_row row;
+    if (r->kind != kind)
+        return err_set(err, "%s: not a %s file", r->csv.path,
+                       kind == FILE_TOKENS ? "tokens.csv" : "requests.csv");
+    int got = reader_next(r, &row, err);
+    if (got == 1)
+        memcpy(out, &row, size);
+    return got;
+}
+
+int tokenlog_reader_event(tokenlog_reader *r, tokenlog_event *ev, char *err)
+{
+    return reader_typed(r, FILE_TOKENS, ev, sizeof *ev, err);
+}
+
+int tokenlog_reader_request(tokenlog_reader *r, tokenlog_request *req, char *err)
+{
+    return reader_typed(r, FILE_REQUESTS, req, sizeof *req, err);
+}
+
+int64_t tokenlog_reader_close(tokenlog_reader *r)
+{
+    if (!r)
+        return 0;
+    int64_t cut = r->cut_rows;
+    reader_close(r);
+    free(r);
+    return cut;
 }
 
 static int read_file(tokenlog *log, const char *dir, const char *name, file_kind kind,

@@ -128,6 +128,15 @@ int tokenlog_write_dir(const tokenlog *log, const char *dir, char *err);
  * killed mid-row) is dropped and counted in *cut_rows (may be NULL); any other malformed row
  * is -1 with "file:line: why". */
 int tokenlog_read_dir(tokenlog *log, const char *dir, int64_t *cut_rows, char *err);
+/* Row by row, for a file too large to hold (a merge of shards reads several at once): the
+ * header is checked at open, each call hands out the next row (1), 0 at the end, -1 with
+ * "file:line: why". A last row cut short (no newline) is dropped and counted; close returns
+ * that count. Open returns NULL with err. */
+typedef struct tokenlog_reader tokenlog_reader;
+tokenlog_reader *tokenlog_reader_open(const char *path, tokenlog_file kind, char *err);
+int tokenlog_reader_event(tokenlog_reader *r, tokenlog_event *ev, char *err);
+int tokenlog_reader_request(tokenlog_reader *r, tokenlog_request *req, char *err);
+int64_t tokenlog_reader_close(tokenlog_reader *r);
 /* Append the steps of a live server's step log (steps.csv's format, CLOCK_MONOTONIC ns) that
  * started within [t0_ns, t_end_ns], rebased so t0_ns is t = 0. A missing file adds nothing;
  * a last row cut by a killed server is dropped and counted in *cut_rows (may be NULL); any

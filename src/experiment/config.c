@@ -172,6 +172,15 @@ int experiment_check(const experiment_config *cfg, char *err)
     wl.inject = true;
     if (workload_check(&wl, err) != 0)
         return -1;
+    const bool sharded = cfg->wl.shard.count > 0;
+    if (sharded && cfg->engine != EXPERIMENT_REMOTE)
+        return err_set(err, "--shard needs --target URL: the shards must drive one server "
+                            "(each would start its own embedded server)");
+    if (sharded && cfg->shard.start_at_ns <= 0)
+        return err_set(err, "--shard needs --start-at TIME: the shards agree on t = 0 only "
+                            "through it");
+    if (!sharded && cfg->shard.start_at_ns > 0)
+        return err_set(err, "--start-at needs --shard I/N (a single process starts at once)");
     if (cfg->engine == EXPERIMENT_REMOTE)
         return 0; /* its scheduler is the server's: only it can refuse */
     if (sched_config_check(&cfg->sched, err) != 0)

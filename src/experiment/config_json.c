@@ -7,7 +7,10 @@
  *     "workload": {...}, "sched": {...}, "device": {...},
  *     "cost": {"gpu": {...}, "model": {...}, efficiencies, overhead ...}   (our engines)
  *     "client": {...}                                     (the client's settings)
- *     "session": {...} }                                  (what an HTTP run learned)
+ *     "session": {...}                                    (what an HTTP run learned)
+ *     "shard": {index, count, start_at, start_at_ns,      (a shard of a sharded run)
+ *               t0_realtime_ns, start_late_ns, "clock": {...}}
+ *     "merge": {...} }                                    (a run report --merge made)
  *
  * duration_s and users repeat the workload's for readers of the first format. */
 #include <stddef.h>
@@ -148,6 +151,46 @@ static const field SESSION_FIELDS[] = {
     FLD("t0_monotonic_ns", F_I64, experiment_meta, t0_monotonic_ns),
 };
 
+/* "shard": the share (workload), the common start (configuration), where this shard's
+ * t = 0 fell on the wall clock and that clock (the run's record). */
+static const field SHARD_FIELDS[] = {
+    FLD("index", F_INT, workload_shard, index),
+    FLD("count", F_INT, workload_shard, count),
+};
+
+static const field START_FIELDS[] = {
+    FLD("start_at", F_TEXT, experiment_shard, start_at),
+    FLD("start_at_ns", F_I64, experiment_shard, start_at_ns),
+};
+
+static const field SHARD_RUN_FIELDS[] = {
+    FLD("t0_realtime_ns", F_I64, experiment_meta, t0_realtime_ns),
+    FLD("start_late_ns", F_I64, experiment_meta, start_late_ns),
+};
+
+static const field CLOCK_FIELDS[] = {
+    FLD("maxerror_us", F_I64, experiment_clock, maxerror_us),
+    FLD("esterror_us", F_I64, experiment_clock, esterror_us),
+    FLD("synchronized", F_BOOL, experiment_clock, synchronized),
+    FLD("state", F_INT, experiment_clock, state),
+    FLD("status", F_INT, experiment_clock, status),
+    FLD("pair_error_ns", F_I64, experiment_clock, pair_error_ns),
+    FLD("step_ns", F_I64, experiment_clock, step_ns),
+    FLD("boot_id", F_TEXT, experiment_clock, boot_id),
+    FLD("host", F_TEXT, experiment_clock, host),
+};
+
+static const field MERGE_FIELDS[] = {
+    FLD("shards", F_INT, experiment_merge, shards),
+    FLD("merged", F_TEXT, experiment_merge, merged),
+    FLD("missing", F_TEXT, experiment_merge, missing),
+    FLD("users", F_INT, experiment_merge, users),
+    FLD("t0_realtime_ns", F_I64, experiment_merge, t0_realtime_ns),
+    FLD("clock_uncertainty_ns", F_I64, experiment_merge, clock_uncertainty_ns),
+    FLD("clock_estimated_ns", F_I64, experiment_merge, clock_estimated_ns),
+    FLD("one_host", F_BOOL, experiment_merge, one_host),
+};
+
 static const field RUN_FIELDS[] = {
     FLD("label", F_TEXT, experiment_meta, label),
     FLD("engine", F_TEXT, experiment_meta, engine_name),
@@ -248,6 +291,15 @@ json_t *experiment_config_to_json(const experiment_config *cfg, const experiment
     json_object_set_new(root, "client", section(CLIENT_FIELDS, N_FIELDS(CLIENT_FIELDS), &cfg->client));
     if (meta->has_client)
         json_object_set_new(root, "session", section(SESSION_FIELDS, N_FIELDS(SESSION_FIELDS), meta));
+    if (cfg->wl.shard.count > 0) {
+        json_t *shard = section(SHARD_FIELDS, N_FIELDS(SHARD_FIELDS), &cfg->wl.shard);
+        put_fields(shard, START_FIELDS, N_FIELDS(START_FIELDS), &cfg->shard);
+        put_fields(shard, SHARD_RUN_FIELDS, N_FIELDS(SHARD_RUN_FIELDS), meta);
+        json_object_set_new(shard, "clock", section(CLOCK_FIELDS, N_FIELDS(CLOCK_FIELDS), &meta->clock));
+        json_object_set_new(root, "shard", shard);
+    }
+    if (meta->merge.shards > 0)
+        json_object_set_new(root, "merge", section(MERGE_FIELDS, N_FIELDS(MERGE_FIELDS), &meta->merge));
     return root;
 }
 
@@ -373,6 +425,32 @@ static int read_argv(const json_t *root, experiment_meta *meta, char *err)
     return rc == 0 ? 0 : err_set(err, "out of memory");
 }
 
+static int read_shard(const json_t *root, experiment_config *cfg, experiment_meta *meta,
+                      char *err)
+{
+    const json_t *shard, *clock;
+    if (get_section(root, "shard", &shard, err) != 0)
+        return -1;
+    if (!shard)
+        return 0;
+    if (get_fields(shard, SHARD_FIELDS, N_FIELDS(SHARD_FIELDS), &cfg->wl.shard, "shard", err) != 0 ||
+        get_fields(shard, START_FIELDS, N_FIELDS(START_FIELDS), &cfg->shard, "shard", err) != 0 ||
+        get_fields(shard, SHARD_RUN_FIELDS, N_FIELDS(SHARD_RUN_FIELDS), meta, "shard", err) != 0 ||
+        get_section(shard, "clock", &clock, err) != 0)
+        return -1;
+    if (clock &&
+        get_fields(clock, CLOCK_FIELDS, N_FIELDS(CLOCK_FIELDS), &meta->clock, "shard.clock", err) != 0)
+        return -1;
+    const workload_shard *s = &cfg->wl.shard;
+    if (s->count < 1 || s->count > WORKLOAD_MAX_SHARDS)
+        return err_set(err, "config.json: shard.count: %d is not between 1 and %d", s->count,
+                       WORKLOAD_MAX_SHARDS);
+    if (s->index < 0 || s->index >= s->count)
+        return err_set(err, "config.json: shard.index: %d is not between 0 and %d", s->index,
+                       s->count - 1);
+    return 0;
+}
+
 int experiment_config_from_json(const json_t *json, experiment_config *cfg,
                                 experiment_meta *meta, char *err)
 {
@@ -423,6 +501,9 @@ int experiment_config_from_json(const json_t *json, experiment_config *cfg,
         if (get_fields(session, SESSION_FIELDS, N_FIELDS(SESSION_FIELDS), meta, "session", err) != 0)
             goto fail;
     }
+    if (read_shard(json, cfg, meta, err) != 0 ||
+        read_section(json, "merge", MERGE_FIELDS, N_FIELDS(MERGE_FIELDS), &meta->merge, err) != 0)
+        goto fail;
     rc = 0;
 fail:
     if (rc != 0 || meta == &scratch)
@@ -485,7 +566,8 @@ static bool first_difference(const json_t *a, const json_t *b, const char *where
 }
 
 /* What makes two runs one experiment: engine, workload (but the injector switch), scheduler,
- * device and cost model, and the target the client talked to. */
+ * device and cost model, the target the client talked to, and for shards their count and
+ * common start (but not which shard). */
 static json_t *identity(const experiment_config *cfg)
 {
     json_t *j = experiment_config_to_json(cfg, NULL);
@@ -494,6 +576,7 @@ static json_t *identity(const experiment_config *cfg)
     for (size_t i = 0; i < sizeof per_run / sizeof per_run[0]; i++)
         json_object_del(j, per_run[i]);
     json_object_del(json_object_get(j, "workload"), "inject");
+    json_object_del(json_object_get(j, "shard"), "index"); /* shards of one experiment */
     json_t *client = json_object_get(j, "client");
     json_t *kept = json_pack("{s:O, s:O, s:O}", "target", json_object_get(client, "target"),
                              "endpoint", json_object_get(client, "endpoint"), "model_name",

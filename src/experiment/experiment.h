@@ -74,6 +74,14 @@ typedef struct experiment_client {
                                    after the server (experiment_client_threads) */
 } experiment_client;
 
+/* Shards (docs/distributed.md): which share of the load this process runs is the
+ * workload's (wl.shard: user u in shard u mod N, the injector in shard 0); the common
+ * t = 0 is here. Every shard of one experiment is given the same start_at. */
+typedef struct experiment_shard {
+    char start_at[48];   /* t = 0 of the first run, UTC: "2026-12-01T10:00:00Z" ("" unsharded) */
+    int64_t start_at_ns; /* the same instant, ns since the epoch (CLOCK_REALTIME) */
+} experiment_shard;
+
 typedef struct experiment_config {
     experiment_engine engine;
     workload_config wl;       /* the interference run's; the baseline turns the injector off */
@@ -83,6 +91,7 @@ typedef struct experiment_config {
     experiment_client client;
     bool no_baseline;         /* the interference run alone */
     int64_t stall_threshold_ns; /* 0: 5 x the baseline's p50 (the run's own without one) */
+    experiment_shard shard;   /* --start-at (with --shard I/N, which sets wl.shard) */
 } experiment_config;
 
 /* The lesson, everywhere (the one place its numbers live): 32 users, an 8,000-token prompt
@@ -147,6 +156,7 @@ double experiment_model_spike_ms(const experiment_config *cfg, int prompt_tokens
  *             --transport
  *             --client-threads
  *   analysis  --no-baseline --stall-threshold
+ *   shards    --shard --start-at (run only: experiment_shard_group, below)
  * Call experiment_preset first: --preset is applied before every other flag. */
 opts_group experiment_workload_group(experiment_config *cfg);
 opts_group experiment_device_group(experiment_config *cfg);
@@ -174,6 +184,34 @@ int experiment_create_executor(const experiment_config *cfg, FILE *notes, exec *
 
 /* ---- one run's record, config.json ------------------------------------------------ */
 
+/* The wall clock a shard's t = 0 was read on, and how wrong the kernel says it may be
+ * (adjtimex(2): maxerror and esterror are the NTP daemon's bounds, in us). Token stamps
+ * stay CLOCK_MONOTONIC within a shard (steps of the wall clock never reach a gap); t = 0
+ * is paired with CLOCK_REALTIME once, which places the shard on the common axis. */
+typedef struct experiment_clock {
+    int64_t maxerror_us;   /* the kernel's bound on |CLOCK_REALTIME - UTC|; -1 unknown */
+    int64_t esterror_us;   /* its estimate of that error; -1 unknown */
+    bool synchronized;     /* an NTP daemon disciplines the clock (no STA_UNSYNC, not TIME_ERROR) */
+    int state;             /* adjtimex's return: TIME_OK 0 ... TIME_ERROR 5; -1 failed */
+    int status;            /* timex.status (STA_* bits) */
+    int64_t pair_error_ns; /* half the bracket of the (REALTIME, MONOTONIC) pair read at t = 0 */
+    int64_t step_ns;       /* REALTIME - MONOTONIC at the end minus at t = 0: a clock step */
+    char boot_id[40];      /* /proc/sys/kernel/random/boot_id: one kernel, one clock */
+    char host[64];
+} experiment_clock;
+
+/* A run that `report --merge` made from shards. */
+typedef struct experiment_merge {
+    int shards;                   /* N of the experiment; 0: not a merged run */
+    char merged[256];             /* the shard indices merged, "0,1,2,3" */
+    char missing[256];            /* left out (absent or incomplete), "" when none */
+    int users;                    /* background users of the merged shards */
+    int64_t t0_realtime_ns;       /* the merged t = 0: the earliest shard's */
+    int64_t clock_uncertainty_ns; /* bound on the clock offset between any two shards */
+    int64_t clock_estimated_ns;   /* the same from the kernels' error estimates */
+    bool one_host;                /* every shard read one kernel's clock */
+} experiment_merge;
+
 /* What a run adds to its configuration: which run, whether it finished, and what the
  * client learned about the server. Written beside the configuration in config.json. */
 typedef struct experiment_meta {
@@ -196,6 +234,11 @@ typedef struct experiment_meta {
      * a kernel stamp shared by several events of one read (a bound), or user space. */
     int64_t stamps_kernel, stamps_kernel_coalesced, stamps_user;
     int64_t t0_monotonic_ns; /* t = 0 on this machine's CLOCK_MONOTONIC */
+    /* Sharded runs: t = 0 on the wall clock, how late against the plan, and that clock */
+    int64_t t0_realtime_ns;  /* ns since the epoch */
+    int64_t start_late_ns;   /* t0_realtime_ns - the run's planned start */
+    experiment_clock clock;
+    experiment_merge merge;  /* merged runs (report --merge) */
 } experiment_meta;
 
 /* {"transport", "kernel", "kernel_coalesced", "user"}: where an HTTP run's token events got
@@ -216,9 +259,10 @@ void experiment_meta_free(experiment_meta *meta);
 json_t *experiment_config_to_json(const experiment_config *cfg, const experiment_meta *meta);
 int experiment_config_from_json(const json_t *json, experiment_config *cfg,
                                 experiment_meta *meta, char *err);
-/* Whether a and b can be compared as one experiment's two runs: true when they differ in
- * the engine, the workload (the injector switch aside), the scheduler, the device or the
- * target; field then names the first such key as config.json spells it, with both values
+/* Whether a and b can be compared as one experiment's two runs, or merged as two of its
+ * shards: true when they differ in the engine, the workload (the injector switch aside), the
+ * scheduler, the device, the target, or the shard count and start (the shard index aside);
+ * field then names the first such key as config.json spells it, with both values
  * ("workload.users (4 vs 2)"). */
 bool experiment_config_differ(const experiment_config *a, const experiment_config *b, char *field,
                               size_t size);
@@ -227,6 +271,29 @@ int experiment_config_write(const char *path, const experiment_config *cfg,
                             const experiment_meta *meta, char *err);
 int experiment_config_read(const char *path, experiment_config *cfg, experiment_meta *meta,
                            char *err);
+
+/* ---- shards (shard.c, docs/distributed.md) ------------------------------------------- */
+
+/* --shard I/N and --start-at TIME (run only). */
+opts_group experiment_shard_group(experiment_config *cfg);
+/* A start time: ISO-8601 UTC ("2026-12-01T10:00:00Z", "...:00.250Z", "+00:00" for Z) or
+ * "now+DUR" ("now+30s") counted from now_ns (CLOCK_REALTIME, ns). A time not after now_ns,
+ * or more than 7 days ahead, is refused. 0, or -1 with err. */
+int experiment_parse_start_at(const char *text, int64_t now_ns, int64_t *out_ns, char *err);
+/* ns since the epoch as ISO-8601 UTC: "2026-12-01T10:00:00Z", "...:00.25Z" (digits as needed). */
+void experiment_format_utc(int64_t ns, char *buf, size_t size);
+/* The planned t = 0 of a sharded run (CLOCK_REALTIME ns): start_at for the first run of the
+ * pair; the second (the interference run after a baseline) starts its warm-up a settling
+ * time after the first ends: start_at + duration + settle + warmup, settle = 2 s + 5 % of
+ * the duration (time to write the first run's files and summary). */
+int64_t experiment_shard_phase_start(const experiment_config *cfg, bool second);
+/* This machine's clock now (adjtimex, boot id, host name); pair_error_ns and step_ns 0. */
+void experiment_clock_read(experiment_clock *out);
+/* Bound on the offset between two shards' t = 0 readings: on one kernel (same boot id) the
+ * pairing errors alone (and any step); else also the sum of the two maxerror bounds (16 s
+ * each where unknown: the kernel's own ceiling). estimated: the same with esterror. */
+int64_t experiment_clock_uncertainty_ns(const experiment_clock *a, const experiment_clock *b,
+                                        bool estimated);
 
 /* ---- runners ---------------------------------------------------------------------- */
 
@@ -240,6 +307,24 @@ typedef struct experiment_phase {
     bool quiet;                 /* no progress lines (--json): warnings only */
     const volatile sig_atomic_t *interrupted; /* non-zero: stop now (SIGINT); may be NULL */
 } experiment_phase;
+
+/* The shard side of an HTTP run, around the driver: wait until the run's warm-up should
+ * begin (so t = 0 falls on the planned instant), then record where t = 0 fell. */
+typedef struct experiment_shard_start {
+    bool sharded;
+    int64_t planned_ns;      /* the run's t = 0, CLOCK_REALTIME */
+    int64_t offset_ns;       /* CLOCK_REALTIME - CLOCK_MONOTONIC, read before the run */
+    experiment_clock clock;  /* read before the run */
+} experiment_shard_start;
+/* Not sharded: returns at once. Else waits (interruptible) and sets *warmup_ns to the
+ * warm-up left before the planned t = 0. -1 with err when that instant has passed (the
+ * shard was not ready in time) or on an interrupt. */
+int experiment_shard_wait(const experiment_phase *ph, experiment_shard_start *st,
+                          int64_t *warmup_ns, char *err);
+/* After the run: t0_realtime_ns, start_late_ns and clock into meta (t0_mono_ns: the
+ * driver's t = 0 on CLOCK_MONOTONIC). */
+void experiment_shard_record(const experiment_shard_start *st, int64_t t0_mono_ns,
+                             experiment_meta *meta);
 
 /* A runner (a small vtable, like exec and stream_transport). run() fills log (times from
  * the run's t = 0) and meta (complete, engine name, target, what the client learned), and
@@ -270,7 +355,8 @@ void experiment_runner_free(experiment_runner *r);
 
 /* A run owns its directory, so two experiments never mix in one OUT: dir is created when
  * absent and taken when empty; when it holds what an earlier run or sweep wrote (baseline/,
- * interference/, point-k/, plots/, comparison.json, report.html, sweep.json, sweep.csv)
+ * interference/, point-k/, plots/, comparison.json, report.html, sweep.json, sweep.csv,
+ * merge.json)
  * force removes that first, else it is refused; a directory holding anything else is always
  * refused. 0, or -1 with err (bad input: the command's exit 2). */
 int experiment_claim_dir(const char *dir, bool force, char *err);

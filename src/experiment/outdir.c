@@ -15,7 +15,7 @@ static bool ours(const char *name)
 {
     static const char *const names[] = {"baseline",    "interference", "plots",
                                         "comparison.json", "report.html", "sweep.json",
-                                        "sweep.csv"};
+                                        "sweep.csv",       "merge.json"};
     char base[256];
     snprintf(base, sizeof base, "%s", name);
     size_t n = strlen(base);

@@ -72,7 +72,7 @@ static int one_run(const experiment_config *cfg, const experiment_runner *runner
                             .engine = meta.engine_name,
                             .target = meta.target,
                             .duration_s = (double)wl.duration_ns / 1e9,
-                            .users = wl.users,
+                            .users = workload_shard_users(&wl, wl.shard.index),
                             .threshold_ms = (double)cfg->stall_threshold_ns / 1e6,
                             .reference_p50_ms = reference_p50,
                             .complete = meta.complete,

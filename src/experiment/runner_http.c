@@ -391,12 +391,17 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
         open_csv(&requests, ph->dir, "requests.csv", TOKENLOG_REQUESTS_CSV, err) != 0)
         goto done;
     const bool show = ph->notes && !ph->quiet;
+    /* A shard waits for the common start: its warm-up ends on the planned instant. */
+    experiment_shard_start shard_start;
+    int64_t warmup_ns = cfg->client.warmup_ns;
+    if (experiment_shard_wait(ph, &shard_start, &warmup_ns, err) != 0)
+        goto done;
     driver_phase dp = {
         .wl = ph->wl,
         .api = &hr->api,
         .salt = ph->wl->inject ? 1 : 0,
         .record = true,
-        .warmup_ns = cfg->client.warmup_ns,
+        .warmup_ns = warmup_ns,
         .threads = experiment_client_threads(cfg),
         .tokens_csv = &tokens,
         .requests_csv = &requests,
@@ -445,6 +450,7 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
     /* t = 0 on this machine's CLOCK_MONOTONIC: aligns server-side logs (a --target
      * stallscope serve --step-log) with tokens.csv. */
     meta->t0_monotonic_ns = res.t0_ns;
+    experiment_shard_record(&shard_start, res.t0_ns, meta); /* and on the wall clock */
     meta->protocol_violations = res.protocol_violations;
     meta->stamps_kernel = res.stamps[STREAM_STAMP_KERNEL];
     meta->stamps_kernel_coalesced = res.stamps[STREAM_STAMP_KERNEL_COALESCED];

@@ -11,6 +11,7 @@
 #include "common/units.h"
 #include "common/fsio.h"
 #include "report/html_internal.h"
+#include "report/merge.h"
 #include "report/plot.h"
 #include "report/predict.h"
 #include "report/table.h"
@@ -232,8 +233,9 @@ static void cell_ms(FILE *out, bool have, double ms)
     fprintf(out, "<td>%s</td>", buf);
 }
 
-static void write_injections(FILE *out, const analysis_summary *x)
+static void write_injections(FILE *out, const report_run *run)
 {
+    const analysis_summary *x = &run->summary;
     fputs("<section id=\"injections\">\n<h2>Each injection</h2>\n", out);
     if (x->n_injections == 0) {
         fputs("<p>No injections in this run.</p>\n</section>\n", out);
@@ -252,7 +254,11 @@ static void write_injections(FILE *out, const analysis_summary *x)
         cell_ms(out, in->ttft_ms >= 0, in->ttft_ms);
         cell_ms(out, in->max_gap_ms > 0, in->max_gap_ms);
         cell_ms(out, in->median_gap_ms > 0, in->median_gap_ms);
-        fprintf(out, "<td>%d/%d</td></tr>\n", in->users_stalled, x->users);
+        fprintf(out, "<td>%d/%d", in->users_stalled, x->users);
+        if (run->has_bounds) /* a merged run: the range under the shards' clock uncertainty */
+            fprintf(out, " (%d..%d)", run->bound_lo.injections[i].users_stalled,
+                    run->bound_hi.injections[i].users_stalled);
+        fputs("</td></tr>\n", out);
     }
     fputs("</table>\n", out);
     if (x->n_injections > MAX_INJECTION_ROWS)
@@ -535,6 +541,34 @@ static void write_files(FILE *out, const report_set *set, bool steps)
     fputs("</ul>\n</section>\n", out);
 }
 
+/* What print writes about arg, HTML-escaped. 0, or -1 with err. */
+static int write_escaped(FILE *out, void (*print)(FILE *, const void *), const void *arg,
+                         char *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *t = open_memstream(&text, &len);
+    if (!t)
+        return err_set(err, "open_memstream: %s", strerror(errno));
+    print(t, arg);
+    fclose(t);
+    html_escape(out, text);
+    free(text);
+    return 0;
+}
+
+/* arg: {baseline or NULL, the run} */
+static void print_table(FILE *f, const void *arg)
+{
+    const report_run *const *pair = arg;
+    report_table_print(f, pair[0] ? &pair[0]->summary : NULL, &pair[1]->summary);
+}
+
+static void print_shards(FILE *f, const void *arg)
+{
+    report_merge_print(f, arg);
+}
+
 int html_write_run_report(const report_set *set, const html_options *opt, char *err)
 {
     const report_run *x = report_set_main(set);
@@ -581,19 +615,9 @@ int html_write_run_report(const report_set *set, const html_options *opt, char *
     fputs("</section>\n", out);
 
     fputs("<section id=\"table\">\n<h2>Side by side</h2>\n<pre>", out);
-    {
-        char *table = NULL;
-        size_t table_len = 0;
-        FILE *t = open_memstream(&table, &table_len);
-        if (!t) {
-            err_set(err, "open_memstream: %s", strerror(errno));
-            goto done;
-        }
-        report_table_print(t, b ? &b->summary : NULL, &x->summary);
-        fclose(t);
-        html_escape(out, table);
-        free(table);
-    }
+    const report_run *pair[2] = {b, x};
+    if (write_escaped(out, print_table, pair, err) != 0)
+        goto done;
     fputs("</pre>\n</section>\n", out);
 
     fputs("<section id=\"percentiles\">\n<h2>Percentiles</h2>\n", out);
@@ -628,7 +652,19 @@ int html_write_run_report(const report_set *set, const html_options *opt, char *
         fputs("</section>\n", out);
     }
 
-    write_injections(out, &x->summary);
+    if (x->has_config && x->meta.merge.shards > 0) {
+        fputs("<section id=\"shards\">\n<h2>Shards and clocks</h2>\n<p class=\"note\">This run "
+              "was merged from shards (<code>report --merge</code>, docs/distributed.md). A gap "
+              "lies within one shard's clock; a figure that sets one shard's tokens against an "
+              "injection sent by another carries the offset between their clocks, shown as the "
+              "range the figure takes for any offset within the bound.</p>\n<pre>",
+              out);
+        if (write_escaped(out, print_shards, x, err) != 0)
+            goto done;
+        fputs("</pre>\n</section>\n", out);
+    }
+
+    write_injections(out, x);
 
     fputs("<section id=\"causes\">\n<h2>What caused the stalls</h2>\n", out);
     write_causes(out, x);

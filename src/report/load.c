@@ -127,10 +127,46 @@ static void load_config(report_run *r, FILE *warn)
     snprintf(r->engine, sizeof r->engine, "%s", r->meta.engine_name);
     snprintf(r->target, sizeof r->target, "%s", r->meta.target);
     r->opt.duration_s = (double)r->cfg.wl.duration_ns / 1e9;
-    r->opt.users = r->cfg.wl.users;
+    /* A shard drove its share of the users; a merged run those of the shards it holds. */
+    r->opt.users = r->meta.merge.shards > 0 ? r->meta.merge.users
+                                            : workload_shard_users(&r->cfg.wl, r->cfg.wl.shard.index);
     r->opt.complete = r->meta.complete;
     r->opt.protocol_violations = r->meta.protocol_violations;
     experiment_meta_stamps(&r->meta, &r->opt);
+}
+
+/* The summary with every injection's wait widened (grow) or shrunk by margin_ns (see
+ * report_run.has_bounds). A wait that shrinks to nothing is dropped (its send set to -1):
+ * no stall aligns with it under every offset, so lo stays a lower bound. */
+static int summarize_window(const report_run *r, int64_t margin_ns, bool grow,
+                            analysis_summary *out, char *err)
+{
+    tokenlog moved = r->log; /* events shared, requests copied */
+    size_t size = (size_t)(r->log.n_requests > 0 ? r->log.n_requests : 1) * sizeof *moved.requests;
+    if (!(moved.requests = malloc(size)))
+        return err_set(err, "%s: out of memory", r->dir);
+    memcpy(moved.requests, r->log.requests, (size_t)r->log.n_requests * sizeof *moved.requests);
+    for (int64_t i = 0; i < moved.n_requests; i++) {
+        tokenlog_request *q = &moved.requests[i];
+        if (q->kind != TOKENLOG_INJECT || q->t_send_ns < 0)
+            continue;
+        int64_t *end = q->t_first_ns >= 0 ? &q->t_first_ns : q->t_end_ns >= 0 ? &q->t_end_ns : NULL;
+        if (grow) {
+            q->t_send_ns = q->t_send_ns > margin_ns ? q->t_send_ns - margin_ns : 0;
+            if (end)
+                *end += margin_ns;
+        } else {
+            q->t_send_ns += margin_ns;
+            if (end && (*end -= margin_ns) < q->t_send_ns)
+                q->t_send_ns = -1;
+        }
+    }
+    analysis_options opt = r->opt;
+    opt.threshold_ms = r->summary.stalls.threshold_ms; /* the run's own threshold, as is */
+    char why[ERR_LEN];
+    int rc = analysis_summarize(&moved, &opt, out, why);
+    free(moved.requests);
+    return rc == 0 ? 0 : err_set(err, "%s: %s", r->dir, why);
 }
 
 static int summarize(report_run *r, double threshold_ms, double reference_p50_ms, bool keep_log,
@@ -145,6 +181,16 @@ static int summarize(report_run *r, double threshold_ms, double reference_p50_ms
     if (analysis_summarize(&r->log, &r->opt, &r->summary, why) != 0)
         return err_set(err, "%s: %s", r->dir, why);
     r->summarized = true;
+    int64_t margin = r->meta.merge.clock_uncertainty_ns;
+    if (r->has_config && r->meta.merge.shards > 0 && margin > 0 && r->summary.n_injections > 0) {
+        if (summarize_window(r, margin, false, &r->bound_lo, err) != 0)
+            return -1;
+        if (summarize_window(r, margin, true, &r->bound_hi, err) != 0) {
+            analysis_summary_free(&r->bound_lo);
+            return -1;
+        }
+        r->has_bounds = true;
+    }
     if (!keep_log) {
         tokenlog_free(&r->log);
         tokenlog_init(&r->log);
@@ -210,6 +256,10 @@ void report_set_free(report_set *set)
         tokenlog_free(&r->log);
         if (r->summarized)
             analysis_summary_free(&r->summary);
+        if (r->has_bounds) {
+            analysis_summary_free(&r->bound_lo);
+            analysis_summary_free(&r->bound_hi);
+        }
         json_decref(r->json);
         experiment_meta_free(&r->meta);
     }

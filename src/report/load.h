@@ -31,6 +31,15 @@ typedef struct report_run {
     experiment_config cfg;
     experiment_meta meta;
     char config_why[256];      /* why not, when !has_config */
+    /* A merged run (report --merge) whose shards' clocks may be off by up to
+     * meta.merge.clock_uncertainty_ns (U): the summary again with every injection's wait
+     * [sent, first token] widened by U (hi: what aligns under some offset within ±U) and
+     * shrunk by U (lo: what aligns under every one). Only the figures that set tokens of
+     * one shard against an injection of another differ: the stalls' alignment, the users
+     * each injection stalled and the gaps across its wait. Gaps themselves lie within one
+     * request, so within one shard's clock, and carry no uncertainty. */
+    bool has_bounds;
+    analysis_summary bound_lo, bound_hi;
 } report_run;
 
 typedef struct report_set {

@@ -199,6 +199,11 @@ static int runs_dir(const char *dir, double threshold_ms, bool json, bool html, 
         report_verdict(verdict, sizeof verdict, b, &set.runs[i].summary);
         printf("\n%s\n", verdict);
     }
+    const report_run *x = report_set_main(&set);
+    if (x && x->has_config && x->meta.merge.shards > 0) { /* a merged run's cross-shard figures */
+        fputc('\n', stdout);
+        report_merge_print(stdout, x);
+    }
     if (comparison)
         printf("\nwrote %s/comparison.json and summary.json in each run directory\n", dir);
     if (html)
@@ -222,4 +227,14 @@ int report_rebuild_dir(const char *dir, double threshold_ms, bool json, bool htm
         rc = sweep_results(&sw, threshold_ms, true, json, html, err);
     report_sweep_free(&sw);
     return rc;
+}
+
+int report_merge_dirs(const report_merge_options *opt, double threshold_ms, bool json, bool html,
+                      bool *complete, char *err)
+{
+    int rc = report_merge(opt, complete, err);
+    if (rc != 0)
+        return rc;
+    /* What was just written is ours: a directory that cannot be read back is a failure. */
+    return report_rebuild_dir(opt->out, threshold_ms, json, html, err) == 0 ? 0 : -1;
 }

@@ -7,8 +7,10 @@
  *   plot*.c       the charts (plot.h)         table.c    the terminal table (table.h)
  *   sweep.c       a sweep's cells, table and results files (sweep.h)
  *   load.c        runs and sweeps back from disk (load.h)
+ *   merge.c       shards into one run, the cross-shard figures (merge.h)
  * Each file has its own header, and the includes only run down:
- *   report -> html_sweep -> html -> {predict, plot_charts -> plot, sweep -> table, load}
+ *   report -> html_sweep -> html -> {predict, plot_charts -> plot, sweep -> table,
+ *                                    merge -> {load, table}, load}
  *   -> analysis, experiment. */
 #ifndef STALLSCOPE_REPORT_H
 #define STALLSCOPE_REPORT_H
@@ -16,6 +18,7 @@
 #include <stdio.h>
 
 #include "experiment/experiment.h"
+#include "report/merge.h"
 
 /* ---- entry points ---------------------------------------------------------------------- */
 
@@ -31,5 +34,10 @@ int report_finish_sweep(const char *out_dir, double threshold_ms, bool json, boo
  * logs, rebuild the report, print the tables (or JSON). A directory without a readable log
  * is bad input: -2 with err; a failure to write is -1 with err. */
 int report_rebuild_dir(const char *dir, double threshold_ms, bool json, bool html, char *err);
+/* `stallscope report --merge DIR...`: merge the shards into opt->out (merge.h), then rebuild
+ * its report as report_rebuild_dir does. *complete: whether every shard was merged. -2 with
+ * err on input that cannot be merged, -1 with err on a failure. */
+int report_merge_dirs(const report_merge_options *opt, double threshold_ms, bool json, bool html,
+                      bool *complete, char *err);
 
 #endif

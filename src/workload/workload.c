@@ -69,7 +69,40 @@ int workload_check(const workload_config *cfg, char *err)
     if (cfg->bg_answer_min <= 0 || cfg->bg_answer_max < cfg->bg_answer_min)
         return err_set(err, "background answer range %d..%d is invalid", cfg->bg_answer_min,
                        cfg->bg_answer_max);
+    if (cfg->shard.count < 0 || cfg->shard.count > WORKLOAD_MAX_SHARDS)
+        return err_set(err, "shard count must be between 1 and %d (got %d)", WORKLOAD_MAX_SHARDS,
+                       cfg->shard.count);
+    if (cfg->shard.count > 0 && (cfg->shard.index < 0 || cfg->shard.index >= cfg->shard.count))
+        return err_set(err, "shard %d/%d: the index must be between 0 and %d", cfg->shard.index,
+                       cfg->shard.count, cfg->shard.count - 1);
+    if (cfg->shard.count > cfg->users)
+        return err_set(err, "%d shards for %d user%s: a shard without users measures nothing "
+                            "(at most one shard per user)",
+                       cfg->shard.count, cfg->users, cfg->users == 1 ? "" : "s");
     return 0;
+}
+
+/* Round-robin rather than contiguous blocks: with users ramped or added later the shards
+ * stay within one user of each other, and a shard's users are spread over the id range as
+ * the single-process run's are. */
+bool workload_shard_has_user(const workload_config *cfg, int user)
+{
+    return cfg->shard.count <= 1 || user % cfg->shard.count == cfg->shard.index;
+}
+
+bool workload_shard_has_injector(const workload_config *cfg)
+{
+    return cfg->shard.count <= 1 || cfg->shard.index == 0;
+}
+
+int workload_shard_users(const workload_config *cfg, int index)
+{
+    int n = cfg->shard.count;
+    if (n <= 1)
+        return cfg->users;
+    if (index < 0 || index >= n || cfg->users <= 0)
+        return 0;
+    return cfg->users / n + (index < cfg->users % n ? 1 : 0);
 }
 
 int workload_injection_times(const workload_config *cfg, int64_t *out, int max)

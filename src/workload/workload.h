@@ -14,6 +14,17 @@
 #include <stdint.h>
 
 #define WORKLOAD_MAX_INJECTIONS 100000
+#define WORKLOAD_MAX_SHARDS 4096
+
+/* Shards (docs/distributed.md): one experiment's load split over N processes, each on its
+ * own machine if need be. The rule is round-robin: background user u runs in shard
+ * u mod N, the injector in shard 0. User ids stay global (user 5 is user 5 in every shard's
+ * files and in the merged run), so each shard draws exactly the prompts and answers the
+ * single-process run would. count 0 means not sharded: one process runs everything. */
+typedef struct workload_shard {
+    int index; /* this process's shard, 0 .. count - 1 */
+    int count; /* shards in the experiment; 0: not sharded */
+} workload_shard;
 
 typedef struct workload_config {
     int users;
@@ -27,6 +38,7 @@ typedef struct workload_config {
     int bg_prompt_min, bg_prompt_max; /* background prompt tokens */
     int bg_answer_min, bg_answer_max; /* background answer tokens */
     uint64_t seed;
+    workload_shard shard;     /* which users and injections this process runs */
 } workload_config;
 
 typedef struct workload_bg_request {
@@ -41,6 +53,12 @@ void workload_default(workload_config *cfg);
 int workload_preset(workload_config *cfg, const char *name, char *err);
 /* Check every field: positive users and duration, positive period, min <= max ... */
 int workload_check(const workload_config *cfg, char *err);
+
+/* Whether this process runs background user `user` (0 .. users - 1), and the injector. */
+bool workload_shard_has_user(const workload_config *cfg, int user);
+bool workload_shard_has_injector(const workload_config *cfg);
+/* Background users shard `index` runs (the whole workload's users when not sharded). */
+int workload_shard_users(const workload_config *cfg, int index);
 
 /* Planned injection send times (ns from t = 0), ascending; returns the count (0 when
  * !inject), at most max. */

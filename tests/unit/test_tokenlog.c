@@ -322,6 +322,59 @@ static void test_cut_last_row_dropped(void **state)
     expect_read_error(TOKENS_HDR "1,0,1,bg,1\n53,0\n", REQUESTS_HDR, "tokens.csv:3: 2 fields");
 }
 
+/* The row reader hands out exactly the rows tokenlog_read_dir reads, one at a time, drops
+ * a cut last row and counts it, and names the file and line of a bad one. */
+static void test_row_reader(void **state)
+{
+    (void)state;
+    char dir[64], path[128], err[ERR_LEN] = "";
+    make_tmpdir(dir, sizeof dir);
+    write_text(dir, "tokens.csv", TOKENS_HDR "10,0,1,bg,1\n20,3,2,inject,2\n30,1,1,bg,1\n4");
+    write_text(dir, "requests.csv", REQUESTS_HDR GOOD_REQUEST "8,-1,inject,5,6,-1,-1,9,9,0,abort,\"x, y\"\n");
+    tokenlog log;
+    int64_t cut = -1;
+    assert_int_equal(tokenlog_read_dir(&log, dir, &cut, err), 0);
+    snprintf(path, sizeof path, "%s/tokens.csv", dir);
+    tokenlog_reader *r = tokenlog_reader_open(path, TOKENLOG_TOKENS_CSV, err);
+    assert_non_null(r);
+    tokenlog_event ev;
+    int64_t n = 0;
+    int got;
+    while ((got = tokenlog_reader_event(r, &ev, err)) == 1) {
+        assert_true(n < log.n_events);
+        assert_memory_equal(&ev, &log.events[n], sizeof ev);
+        n++;
+    }
+    assert_int_equal(got, 0);
+    assert_int_equal(n, 3);
+    tokenlog_request q;
+    assert_int_equal(tokenlog_reader_request(r, &q, err), -1); /* the wrong kind of row */
+    assert_int_equal(tokenlog_reader_close(r), 1);              /* "4": cut */
+    snprintf(path, sizeof path, "%s/requests.csv", dir);
+    assert_non_null(r = tokenlog_reader_open(path, TOKENLOG_REQUESTS_CSV, err));
+    for (n = 0; (got = tokenlog_reader_request(r, &q, err)) == 1; n++)
+        assert_memory_equal(&q, &log.requests[n], sizeof q);
+    assert_int_equal(got, 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(q.error, "x, y");
+    assert_int_equal(tokenlog_reader_close(r), 0);
+    tokenlog_free(&log);
+
+    write_text(dir, "tokens.csv", TOKENS_HDR "10,0,1,bg,1\n11,0,1,xx,1\n12,0,1,bg,1\n");
+    snprintf(path, sizeof path, "%s/tokens.csv", dir);
+    assert_non_null(r = tokenlog_reader_open(path, TOKENLOG_TOKENS_CSV, err));
+    assert_int_equal(tokenlog_reader_event(r, &ev, err), 1);
+    assert_int_equal(tokenlog_reader_event(r, &ev, err), -1);
+    assert_non_null(strstr(err, "tokens.csv:3: kind is 'xx'"));
+    tokenlog_reader_close(r);
+    write_text(dir, "tokens.csv", "t,user\n");
+    assert_null(tokenlog_reader_open(path, TOKENLOG_TOKENS_CSV, err));
+    assert_non_null(strstr(err, "header is 't,user'"));
+    remove_tree(dir);
+    assert_null(tokenlog_reader_open(path, TOKENLOG_TOKENS_CSV, err));
+    assert_non_null(strstr(err, "No such file"));
+}
+
 /* ---- the incremental writer -------------------------------------------------------- */
 
 static int64_t file_size(const char *path)
@@ -553,6 +606,7 @@ int main(void)
         cmocka_unit_test(test_writer_whole_rows_always),
         cmocka_unit_test(test_writer_full_disk),
         cmocka_unit_test(test_writer_file_too_large),
+        cmocka_unit_test(test_row_reader),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

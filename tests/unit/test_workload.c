@@ -1,4 +1,4 @@
-/* workload: the lesson preset, the injector's absolute schedule, seeded draws. */
+/* workload: the lesson preset, the injector's absolute schedule, seeded draws, shards. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -147,6 +147,53 @@ static void test_prompt_ids_unique_per_injection(void **state)
     assert_memory_equal(a, c, sizeof a);
 }
 
+/* Shards split the users round-robin: each user runs in exactly one shard (u mod N), the
+ * counts add up to the whole, the injector runs in shard 0 only; unsharded runs all. */
+static void test_shard_rule(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "";
+    workload_config cfg;
+    workload_default(&cfg);
+    cfg.users = 10;
+    for (int u = 0; u < cfg.users; u++)
+        assert_true(workload_shard_has_user(&cfg, u));
+    assert_true(workload_shard_has_injector(&cfg));
+    assert_int_equal(workload_shard_users(&cfg, 0), 10);
+    const int expect_users[4] = {3, 3, 2, 2};
+    int runs_in[10] = {0}, total = 0;
+    cfg.shard.count = 4;
+    for (int i = 0; i < 4; i++) {
+        cfg.shard.index = i;
+        assert_int_equal(workload_check(&cfg, err), 0);
+        int mine = 0;
+        for (int u = 0; u < cfg.users; u++)
+            if (workload_shard_has_user(&cfg, u)) {
+                assert_int_equal(u % 4, i);
+                runs_in[u]++;
+                mine++;
+            }
+        assert_int_equal(mine, expect_users[i]);
+        assert_int_equal(workload_shard_users(&cfg, i), mine);
+        assert_int_equal(workload_shard_has_injector(&cfg), i == 0);
+        total += mine;
+    }
+    assert_int_equal(total, cfg.users);
+    for (int u = 0; u < cfg.users; u++)
+        assert_int_equal(runs_in[u], 1);
+    assert_int_equal(workload_shard_users(&cfg, 4), 0); /* no such shard */
+
+    cfg.shard.index = 4; /* index out of range */
+    assert_int_equal(workload_check(&cfg, err), -1);
+    assert_non_null(strstr(err, "between 0 and 3"));
+    cfg.shard.index = 0;
+    cfg.shard.count = 11; /* more shards than users: some would run nothing */
+    assert_int_equal(workload_check(&cfg, err), -1);
+    assert_non_null(strstr(err, "11 shards for 10 users"));
+    cfg.shard.count = -1;
+    assert_int_equal(workload_check(&cfg, err), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -158,6 +205,7 @@ int main(void)
         cmocka_unit_test(test_bg_draws_are_seeded_and_spread),
         cmocka_unit_test(test_poisson_schedule),
         cmocka_unit_test(test_prompt_ids_unique_per_injection),
+        cmocka_unit_test(test_shard_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
