@@ -289,9 +289,10 @@ void experiment_format_utc(int64_t ns, char *buf, size_t size);
 int64_t experiment_shard_phase_start(const experiment_config *cfg, bool second);
 /* This machine's clock now (adjtimex, boot id, host name); pair_error_ns and step_ns 0. */
 void experiment_clock_read(experiment_clock *out);
-/* Bound on the offset between two shards' t = 0 readings: on one kernel (same boot id) the
- * pairing errors alone (and any step); else also the sum of the two maxerror bounds (16 s
- * each where unknown: the kernel's own ceiling). estimated: the same with esterror. */
+/* Bound on the offset between two shards' t = 0 readings: 0 on one kernel (same boot id:
+ * the merge places shards by their t0_monotonic_ns on its one CLOCK_MONOTONIC); else the
+ * pairing errors and steps plus the sum of the two maxerror bounds (16 s each where
+ * unknown: the kernel's own ceiling). estimated: the same with esterror. */
 int64_t experiment_clock_uncertainty_ns(const experiment_clock *a, const experiment_clock *b,
                                         bool estimated);
 

@@ -262,9 +262,9 @@ static int64_t clock_offset(int64_t *error_ns)
 int64_t experiment_clock_uncertainty_ns(const experiment_clock *a, const experiment_clock *b,
                                         bool estimated)
 {
-    int64_t e = a->pair_error_ns + b->pair_error_ns + llabs(a->step_ns) + llabs(b->step_ns);
     if (a->boot_id[0] && strcmp(a->boot_id, b->boot_id) == 0)
-        return e; /* one kernel, one clock: its error is the same for both */
+        return 0; /* one kernel: the merge places shards by its one CLOCK_MONOTONIC */
+    int64_t e = a->pair_error_ns + b->pair_error_ns + llabs(a->step_ns) + llabs(b->step_ns);
     int64_t ea = estimated ? a->esterror_us : a->maxerror_us;
     int64_t eb = estimated ? b->esterror_us : b->maxerror_us;
     ea = ea < 0 || ea > UNKNOWN_ERROR_US ? UNKNOWN_ERROR_US : ea;
@@ -309,9 +309,14 @@ int experiment_shard_wait(const experiment_phase *ph, experiment_shard_start *st
             return err_set(err, "interrupted while waiting for the start time");
         clock_sleep_until_ns(now + WAIT_SLICE_NS < warm_begin ? now + WAIT_SLICE_NS : warm_begin);
     }
+    /* The wall clock's pairing again, now: it may run at another rate than the monotonic
+     * clock (a VM's has been seen 5,000 ppm apart), so the one read before the wait (up to
+     * days ago) would place t = 0 off by that rate times the wait. */
+    st->offset_ns = clock_offset(&pair_error);
+    const int64_t t0_now = st->planned_ns - st->offset_ns;
     experiment_clock_read(&st->clock);
     st->clock.pair_error_ns = pair_error;
-    *warmup_ns = t0_mono - clock_now_ns();
+    *warmup_ns = t0_now - clock_now_ns();
     if (*warmup_ns <= 0)
         return err_set(err, "shard %d/%d: the %s run's start %s passed while this shard was "
                             "getting ready",

@@ -405,10 +405,21 @@ static int merge_label(merge_state *st, int l, json_t **out, char *err)
     for (int s = 1; s < k; s++)
         if (runs[s]->meta.t0_realtime_ns < m.t0_realtime_ns)
             m.t0_realtime_ns = runs[s]->meta.t0_realtime_ns;
+    /* One kernel (every boot id the same): its CLOCK_MONOTONIC is every shard's clock, so
+     * the shards are placed by their t = 0 on it, exactly; else by the wall clock. */
+    for (int s = 1; s < k; s++)
+        if (!runs[0]->meta.clock.boot_id[0] ||
+            strcmp(runs[0]->meta.clock.boot_id, runs[s]->meta.clock.boot_id) != 0)
+            m.one_host = false;
+    int64_t first_mono = runs[0]->meta.t0_monotonic_ns;
+    for (int s = 1; s < k; s++)
+        if (runs[s]->meta.t0_monotonic_ns < first_mono)
+            first_mono = runs[s]->meta.t0_monotonic_ns;
     int64_t protocol_violations = 0;
     for (int s = 0; s < k; s++) {
         const shard_run *a = runs[s];
-        runs[s]->offset_ns = a->meta.t0_realtime_ns - m.t0_realtime_ns;
+        runs[s]->offset_ns = m.one_host ? a->meta.t0_monotonic_ns - first_mono
+                                        : a->meta.t0_realtime_ns - m.t0_realtime_ns;
         m.users += workload_shard_users(&a->cfg.wl, a->cfg.wl.shard.index);
         protocol_violations += a->meta.protocol_violations;
         for (int t = s + 1; t < k; t++) {
@@ -417,8 +428,6 @@ static int merge_label(merge_state *st, int l, json_t **out, char *err)
             int64_t e = experiment_clock_uncertainty_ns(ca, cb, true);
             m.clock_uncertainty_ns = u > m.clock_uncertainty_ns ? u : m.clock_uncertainty_ns;
             m.clock_estimated_ns = e > m.clock_estimated_ns ? e : m.clock_estimated_ns;
-            if (!ca->boot_id[0] || strcmp(ca->boot_id, cb->boot_id) != 0)
-                m.one_host = false;
         }
     }
     join_indices(runs, k, m.merged, sizeof m.merged);
@@ -455,8 +464,9 @@ static int merge_label(merge_state *st, int l, json_t **out, char *err)
     int64_t first_t0 = INT64_MAX, last_t0 = INT64_MIN;
     for (int s = 0; s < k; s++) {
         json_array_append_new(shards, shard_json(runs[s]));
-        first_t0 = runs[s]->meta.t0_realtime_ns < first_t0 ? runs[s]->meta.t0_realtime_ns : first_t0;
-        last_t0 = runs[s]->meta.t0_realtime_ns > last_t0 ? runs[s]->meta.t0_realtime_ns : last_t0;
+        /* on the clock the shards were placed by */
+        first_t0 = runs[s]->offset_ns < first_t0 ? runs[s]->offset_ns : first_t0;
+        last_t0 = runs[s]->offset_ns > last_t0 ? runs[s]->offset_ns : last_t0;
     }
     char t0_text[48];
     experiment_format_utc(m.t0_realtime_ns, t0_text, sizeof t0_text);
@@ -687,9 +697,9 @@ void report_merge_print(FILE *out, const report_run *x)
     fprintf(out, "shards: %s of %d merged%s%s\n", m->merged, m->shards,
             m->missing[0] ? "; left out: " : "", m->missing);
     if (m->one_host)
-        fprintf(out, "clocks: one host: the shards' t = 0 agree within ±%s (reading the clock, "
-                     "not its error: one kernel clock)\n",
-                u);
+        fputs("clocks: one host: the shards are placed by its one monotonic clock (their "
+              "t0_monotonic_ns), exactly\n",
+              out);
     else
         fprintf(out, "clocks: the shards' t = 0 agree within ±%s (the kernels' maxerror; "
                      "estimated ±%s)\n",

@@ -650,9 +650,9 @@ static void test_shard_schedule_and_clocks(void **state)
     b = a;
     b.pair_error_ns = 60;
     b.step_ns = -5;
-    /* One kernel: reading the clock is the only error. */
-    assert_int_equal(experiment_clock_uncertainty_ns(&a, &b, false), 105);
-    assert_int_equal(experiment_clock_uncertainty_ns(&a, &b, true), 105);
+    /* One kernel: placed by its one monotonic clock, exactly. */
+    assert_int_equal(experiment_clock_uncertainty_ns(&a, &b, false), 0);
+    assert_int_equal(experiment_clock_uncertainty_ns(&a, &b, true), 0);
     snprintf(b.boot_id, sizeof b.boot_id, "boot-b");
     b.maxerror_us = 2500;
     b.esterror_us = 300;

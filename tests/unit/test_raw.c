@@ -328,22 +328,32 @@ static void request(raw_client *c, const char *path, int64_t busy_ns, result *r)
  * one event per read). The kernel stamp stays within a few ms of the server's send()
  * (0.04-0.2 ms measured on this machine kind; ASan and a shared CPU allow more), where the
  * time the loop saw the event is ~12 ms late. */
-static void check_paced(raw_client *c, const char *path)
+/* Returns the attempts made. */
+static int check_paced(raw_client *c, const char *path)
 {
-    result r;
-    request(c, path, 32 * CLOCK_NS_PER_MS, &r);
-    assert_string_equal(r.end.error, "");
-    assert_int_equal(r.n_tok, 5);
-    int late = 0;
-    for (int i = 0; i < r.n_tok; i++) {
-        int64_t error_ns = r.tok[i].t_ns - r.tok[i].emit_ns;
-        if (r.tok[i].stamp != STREAM_STAMP_KERNEL || error_ns < 0 || error_ns > 4 * CLOCK_NS_PER_MS)
-            fail_msg("token %d: stamp %s, %.3f ms after the send", i,
-                     stream_stamp_name(r.tok[i].stamp), (double)error_ns / 1e6);
-        late += r.seen_ns[i] - r.tok[i].emit_ns > 8 * CLOCK_NS_PER_MS;
+    /* Every attempt's stamps must hold. The loop must really have been late for at least 3 of
+     * the 5 (else the attempt proves nothing): a machine so loaded that the server thread
+     * itself sent late can deny that, so up to 3 attempts, and the test fails when none is
+     * late enough. */
+    int late = 0, attempt = 0;
+    for (; attempt < 3 && late < 3; attempt++) {
+        result r;
+        request(c, path, 32 * CLOCK_NS_PER_MS, &r);
+        assert_string_equal(r.end.error, "");
+        assert_int_equal(r.n_tok, 5);
+        late = 0;
+        for (int i = 0; i < r.n_tok; i++) {
+            int64_t error_ns = r.tok[i].t_ns - r.tok[i].emit_ns;
+            if (r.tok[i].stamp != STREAM_STAMP_KERNEL || error_ns < 0 ||
+                error_ns > 4 * CLOCK_NS_PER_MS)
+                fail_msg("token %d: stamp %s, %.3f ms after the send", i,
+                         stream_stamp_name(r.tok[i].stamp), (double)error_ns / 1e6);
+            late += r.seen_ns[i] - r.tok[i].emit_ns > 8 * CLOCK_NS_PER_MS;
+        }
     }
-    /* The loop really was late for most of them (else this test proves nothing). */
-    assert_true(late >= 3);
+    if (late < 3)
+        fail_msg("the loop was late for only %d of 5 events in 3 attempts", late);
+    return attempt;
 }
 
 static void test_kernel_stamps_under_a_busy_loop(void **state)
@@ -352,10 +362,10 @@ static void test_kernel_stamps_under_a_busy_loop(void **state)
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d", server_port);
     raw_client *c = make_client(url, false);
-    check_paced(c, "/paced");
+    const int attempts = check_paced(c, "/paced");
     stream_stats st;
     raw_get_stats(c, &st);
-    assert_int_equal(st.stamps[STREAM_STAMP_KERNEL], 5);
+    assert_int_equal(st.stamps[STREAM_STAMP_KERNEL], 5 * attempts);
     raw_free(c);
 }
 
