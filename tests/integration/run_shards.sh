@@ -162,6 +162,22 @@ for name, s in (("single", single), ("merged", merged)):
           f"(at most {max_events})")
 
 bound = u_ms + spread_ms
+# Attribution across shards: every injection a culprit in both; the prefill stalls the same
+# users (one user either way per injection, the rule above) and their frozen time within the
+# spike bound per stall.
+am, asg = merged["attribution"], single["attribution"]
+n_inj = len(single["injections"])
+check(am["culprit_requests"] == asg["culprit_requests"] == n_inj,
+      f"attribution: culprits merged {am['culprit_requests']}, single {asg['culprit_requests']} "
+      f"(the {n_inj} injections)")
+pm, ps = am["by_cause"]["prefill"], asg["by_cause"]["prefill"]
+check(abs(pm["stalls"] - ps["stalls"]) <= n_inj,
+      f"attribution: prefill stalls merged {pm['stalls']}, single {ps['stalls']} (±{n_inj})")
+d_frozen = abs(pm["frozen_user_s"] - ps["frozen_user_s"])
+frozen_bound = max(pm["stalls"], ps["stalls"]) * bound / 1e3 + n_inj * 0.2
+check(d_frozen <= frozen_bound,
+      f"attribution: prefill frozen user-s merged {pm['frozen_user_s']:.2f}, single "
+      f"{ps['frozen_user_s']:.2f}: {d_frozen:.2f} apart (bound {frozen_bound:.2f})")
 # The merged t = 0 is the earliest shard's: shard 0's injections sit at their plan plus
 # shard 0's offset from it (tens of us).
 off0 = next(s["offset_ns"] for s in mj["shards"] if s["index"] == 0) / 1e9
