@@ -25,13 +25,26 @@ static void usage(FILE *out)
                  "commands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
-    fprintf(out, "\n'stallscope <command> --help' for each command's options.\n");
+    fprintf(out, "\n'stallscope help <command>' (or '<command> --help') for each command's "
+                 "options; 'stallscope --version'.\n");
 }
 
 int main(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+        printf("stallscope %s\n", STALLSCOPE_VERSION);
+        return CLI_EXIT_OK;
+    }
+    if (strcmp(argv[1], "help") == 0 && argc >= 3) { /* help CMD: CMD --help */
+        char *help_argv[] = {"--help", NULL};
+        for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+            if (strcmp(argv[2], commands[i].name) == 0)
+                return commands[i].fn(1, help_argv);
+        fprintf(stderr, "stallscope: no command '%s' to help with\n", argv[2]);
         return CLI_EXIT_USAGE;
     }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||

@@ -32,6 +32,11 @@ typedef struct cli_output {
     bool force;     /* replace an earlier run's artifacts in OUT (experiment_claim_dir) */
 } cli_output;
 opts_group cli_output_group(cli_output *out, const char *default_dir);
+/* --config FILE in argv: a JSON object of long flags ({"users": 64, "no-baseline": true,
+ * "header": ["A: b", "C: d"]}; false or null leaves a flag off) expanded in front of the
+ * other arguments, which come after and so win. argc/argv then point at the expanded list
+ * (alive until exit). 0 (nothing to do, or done), or -1 with err (file:line for bad JSON). */
+int cli_config_args(int *argc, char ***argv, char *err);
 
 /* --engine E for run (cpu | emulate) and sweep (sim | emulate | cpu). */
 typedef struct cli_engine_choice {

@@ -1,7 +1,9 @@
 /* cli_common — what several commands share: the usage error, the output options, the
  * engine choice, interrupt handling. */
+#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -13,7 +15,19 @@ int cli_usage_error(const char *cmd, const char *msg)
     return CLI_EXIT_USAGE;
 }
 
+/* --config FILE: the file's flags, expanded before the command line's (cli_config_args);
+ * reaching the parser means it was not expanded. */
+static int config_seen(void *c, const char *v, char *err)
+{
+    (void)c, (void)v;
+    return err_set(err, "--config may be given once");
+}
+
 static const opts_spec output_specs[] = {
+    OPTS_FN("config", "FILE",
+            "flags from a JSON object ({\"users\": 64, \"no-baseline\": true}); the command "
+            "line's win",
+            config_seen),
     OPTS_STRING("out", "DIR", "artifacts directory", cli_output, out),
     OPTS_FLAG("json", "print the results as JSON instead of the table", cli_output, json),
     OPTS_FLAG("no-report", "skip OUT/report.html and OUT/plots/ (rebuild later: stallscope report)",
@@ -77,4 +91,110 @@ const volatile sig_atomic_t *cli_catch_interrupts(void)
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     return &interrupted;
+}
+
+/* The expanded argv lives until exit; its first config_words words are the file's. */
+static char **config_argv;
+static int config_words;
+
+static void free_config_argv(void)
+{
+    for (int i = 0; i < config_words; i++)
+        free(config_argv[i]);
+    free(config_argv);
+}
+
+/* One JSON value as flag text: strings as they are, integers and reals in full. */
+static int config_value_text(const char *key, json_t *v, char **out, char *err)
+{
+    char num[64];
+    if (json_is_string(v)) {
+        *out = strdup(json_string_value(v));
+    } else if (json_is_integer(v)) {
+        snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v));
+        *out = strdup(num);
+    } else if (json_is_real(v)) {
+        snprintf(num, sizeof num, "%.17g", json_real_value(v));
+        *out = strdup(num);
+    } else {
+        return err_set(err, "--config: \"%s\": a string, a number, true or a list of them", key);
+    }
+    return *out ? 0 : err_set(err, "out of memory");
+}
+
+int cli_config_args(int *argc, char ***argv, char *err)
+{
+    int at = -1;
+    for (int i = 0; i < *argc; i++)
+        if (strcmp((*argv)[i], "--config") == 0) {
+            if (at >= 0)
+                return err_set(err, "--config may be given once");
+            at = i;
+        }
+    if (at < 0)
+        return 0;
+    if (at + 1 >= *argc)
+        return err_set(err, "--config needs a FILE");
+    const char *path = (*argv)[at + 1];
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!root && je.line < 1)
+        return err_set(err, "--config %s: %s", path, je.text);
+    if (!root)
+        return err_set(err, "--config %s: line %d: %s", path, je.line, je.text);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return err_set(err, "--config %s: not a JSON object of flags", path);
+    }
+    /* At most two words per value: the flag and its value; lists add one pair each. */
+    size_t cap = (size_t)*argc + 1;
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) cap += 2 * (json_is_array(v) ? json_array_size(v) : 1);
+    char **out = calloc(cap, sizeof *out);
+    int n = 0, rc = 0;
+    if (!out)
+        rc = err_set(err, "out of memory");
+    json_object_foreach(root, key, v)
+    {
+        if (rc != 0)
+            break;
+        if (!key[0] || key[0] == '-' || strcmp(key, "config") == 0) {
+            rc = err_set(err, "--config %s: \"%s\" is not a flag name (write \"users\" for "
+                              "--users)",
+                         path, key);
+            break;
+        }
+        char flag[160];
+        snprintf(flag, sizeof flag, "--%s", key);
+        if (json_is_false(v) || json_is_null(v))
+            continue; /* a flag left off */
+        size_t count = json_is_array(v) ? json_array_size(v) : 1;
+        for (size_t i = 0; i < count && rc == 0; i++) {
+            json_t *item = json_is_array(v) ? json_array_get(v, i) : v;
+            if (!(out[n++] = strdup(flag))) {
+                rc = err_set(err, "out of memory");
+            } else if (!json_is_true(item)) {
+                rc = config_value_text(key, item, &out[n], err);
+                n += rc == 0;
+            }
+        }
+    }
+    json_decref(root);
+    const int words = n;
+    for (int i = 0; rc == 0 && i < *argc; i++)
+        if (i != at && i != at + 1)
+            out[n++] = (*argv)[i]; /* the command line's, after the file's: they win */
+    if (rc != 0) {
+        for (int i = 0; i < n && out; i++)
+            free(out[i]); /* only the file's words: the command line's are not there yet */
+        free(out);
+        return -1;
+    }
+    config_argv = out;
+    config_words = words;
+    atexit(free_config_argv);
+    *argc = n;
+    *argv = config_argv;
+    return 0;
 }

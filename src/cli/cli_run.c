@@ -27,6 +27,8 @@ int cli_run(int argc, char **argv)
     cli_engine_choice engine = {.engine = EXPERIMENT_CPU};
     cli_output out = {0};
     run_flags flags = {false};
+    if (cli_config_args(&argc, &argv, err) != 0)
+        return cli_usage_error("run", err);
     if (experiment_preset(&cfg, argc, argv, err) != 0)
         return cli_usage_error("run", err);
     opts_group groups[] = {
@@ -58,6 +60,7 @@ int cli_run(int argc, char **argv)
     }
     if (opts_parse(argc, argv, groups, OPTS_COUNT(groups), NULL, 0, NULL, err) != 0)
         return cli_usage_error("run", err);
+    experiment_secrets_from_env(&secrets);
     cfg.engine = cfg.client.target[0] ? EXPERIMENT_REMOTE : engine.engine;
     if (experiment_resolve(&cfg, err) != 0)
         return cli_usage_error("run", err);

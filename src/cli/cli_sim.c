@@ -12,6 +12,8 @@ int cli_sim(int argc, char **argv)
     experiment_config cfg;
     experiment_defaults(&cfg, EXPERIMENT_SIM);
     cli_output out = {0};
+    if (cli_config_args(&argc, &argv, err) != 0)
+        return cli_usage_error("sim", err);
     if (experiment_preset(&cfg, argc, argv, err) != 0)
         return cli_usage_error("sim", err);
     opts_group groups[] = {

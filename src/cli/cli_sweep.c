@@ -52,6 +52,8 @@ static int sweep(experiment_sweep *sw, int argc, char **argv)
     cli_engine_choice engine = {.engine = EXPERIMENT_SIM, .allow_sim = true};
     cli_output out = {0};
     sweep_flags flags = {.server_timeout_ns = 600 * CLOCK_NS_PER_S};
+    if (cli_config_args(&argc, &argv, err) != 0)
+        return cli_usage_error("sweep", err);
     if (experiment_preset(&sw->base, argc, argv, err) != 0)
         return cli_usage_error("sweep", err);
     opts_group groups[] = {
@@ -79,6 +81,7 @@ static int sweep(experiment_sweep *sw, int argc, char **argv)
     free(rest);
     if (bad)
         return cli_usage_error("sweep", err);
+    experiment_secrets_from_env(&secrets);
     if (sw->base.client.target[0] && engine.given)
         return cli_usage_error("sweep", "--engine picks the embedded server; with --target the "
                                         "server is yours (drop --engine)");

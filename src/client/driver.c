@@ -138,6 +138,13 @@ char *driver_build_body(const driver_api *api, const workload_config *wl, uint64
         json_object_set_new(ours, "timestamps", json_true());
         json_object_set_new(root, "stallscope", ours);
     }
+    if (api->extra_body && api->extra_body[0]) { /* checked an object when it was given */
+        json_t *extra = json_loads(api->extra_body, 0, NULL);
+        int rc = json_is_object(extra) ? json_object_update(root, extra) : 0;
+        json_decref(extra);
+        if (rc != 0)
+            goto oom;
+    }
     if (!(out = json_dumps(root, JSON_COMPACT)))
         goto oom;
     *len = strlen(out);
@@ -215,6 +222,11 @@ int driver_probe(const stream_transport *t, driver_api *api, const workload_conf
             return -1;
         if (p.end.connect_failed)
             return err_set(err, "%s", p.end.error);
+        if (p.end.http_status == 401 || p.end.http_status == 403)
+            return err_set(err, "the target refused our credentials (HTTP %d on the probe "
+                                "request: %s): --api-key KEY or OPENAI_API_KEY for a bearer "
+                                "token, --header 'Name: value' for another scheme",
+                           p.end.http_status, p.end.error);
         /* A server may add a BOS token to an id prompt: one token off is still exact for
          * our purpose (it is the same for every request). */
         if (!p.end.error[0] &&
@@ -291,7 +303,7 @@ typedef struct drv_req {
 /* A loop's live figures for the lead's progress lines: written by the loop alone, read by
  * the lead (relaxed: a progress line needs no ordering). */
 typedef struct loop_figures {
-    _Atomic int64_t tokens, errors, worst_gap_ns;
+    _Atomic int64_t tokens, errors, worst_gap_ns, stalls;
     _Atomic int active, injections_sent;
 } loop_figures;
 
@@ -318,7 +330,7 @@ struct loop {
     driver_result res; /* this loop's totals and fidelity samples */
     const char *first_violation; /* in words, NULL none; and when */
     int64_t first_violation_ns;
-    int64_t tokens, worst_gap_ns; /* since t = 0, for progress lines */
+    int64_t tokens, worst_gap_ns, stalls; /* since t = 0, for progress lines */
     int64_t handed_events;        /* seg events given to tokens_csv */
     int64_t *ended;               /* seg rows ended, not yet given to requests_csv */
     int64_t n_ended, cap_ended;
@@ -465,6 +477,7 @@ static void start_recording(loop *l)
 {
     l->recording = true;
     l->worst_gap_ns = 0;
+    l->stalls = 0;
     l->tokens = 0;
     for (int s = 0; s < l->n_users; s++) {
         drv_req *r = l->current[s];
@@ -488,8 +501,12 @@ static void on_token(void *ctx, void *user, const stream_token *tok)
     if (r->row < 0)
         return; /* warm-up */
     l->tokens += tok->n_tokens;
-    if (r->kind == TOKENLOG_BG && prev >= 0 && tok->t_ns - prev > l->worst_gap_ns)
-        l->worst_gap_ns = tok->t_ns - prev;
+    if (r->kind == TOKENLOG_BG && prev >= 0) {
+        const int64_t gap = tok->t_ns - prev;
+        if (gap > l->worst_gap_ns)
+            l->worst_gap_ns = gap;
+        l->stalls += ph->cfg->stall_ns > 0 && gap > ph->cfg->stall_ns;
+    }
     driver_result *res = &l->res;
     res->tokens += tok->n_tokens;
     if (tok->stamp >= 0 && tok->stamp < STREAM_STAMP_KINDS)
@@ -689,6 +706,7 @@ static void publish(loop *l)
     atomic_store_explicit(&l->fig.tokens, l->tokens, memory_order_relaxed);
     atomic_store_explicit(&l->fig.errors, l->res.errors, memory_order_relaxed);
     atomic_store_explicit(&l->fig.worst_gap_ns, l->worst_gap_ns, memory_order_relaxed);
+    atomic_store_explicit(&l->fig.stalls, l->stalls, memory_order_relaxed);
     atomic_store_explicit(&l->fig.active, l->t.active(l->t.impl), memory_order_relaxed);
     atomic_store_explicit(&l->fig.injections_sent, l->next_inj, memory_order_relaxed);
 }
@@ -696,12 +714,15 @@ static void publish(loop *l)
 /* The phase's figures, over every loop (the lead's progress lines). */
 static driver_progress phase_figures(const phase *ph, int64_t now)
 {
-    driver_progress p = {now - ph->t0, ph->wl->duration_ns, 0, 0, 0, 0, ph->n_plan, 0, 0};
+    driver_progress p = {now - ph->t0, ph->wl->duration_ns, 0, 0, 0, 0, ph->n_plan, 0, 0,
+                         ph->cfg->stall_ns > 0 ? 0 : -1, false};
     for (int i = 0; i < ph->n_loops; i++) {
         loop_figures *f = &ph->loops[i].fig;
         p.tokens += atomic_load_explicit(&f->tokens, memory_order_relaxed);
         p.errors += atomic_load_explicit(&f->errors, memory_order_relaxed);
         p.active += atomic_load_explicit(&f->active, memory_order_relaxed);
+        if (p.stalls >= 0)
+            p.stalls += atomic_load_explicit(&f->stalls, memory_order_relaxed);
         p.injections_sent += atomic_load_explicit(&f->injections_sent, memory_order_relaxed);
         int64_t gap = atomic_load_explicit(&f->worst_gap_ns, memory_order_relaxed);
         if (gap > p.worst_gap_ns)
@@ -1213,6 +1234,8 @@ int driver_run_phase(const driver_transports *transports, const driver_phase *cf
     if (cfg->progress && ph.loops[0].recording) { /* not when stopped before t = 0 */
         driver_progress p = phase_figures(&ph, res->t_end_ns);
         p.active = 0;
+        p.final = true; /* the rate over the whole run, not the last interval's */
+        p.tokens_per_s = p.elapsed_ns > 0 ? (double)p.tokens * 1e9 / (double)p.elapsed_ns : 0;
         cfg->progress(cfg->progress_ctx, &p);
     }
     if (cfg->record && res->protocol_violations > 0 && cfg->notes)

@@ -41,6 +41,7 @@ typedef struct driver_api {
     bool text_calibrated; /* false: the server reported no usage, lengths unverified */
     int vocab;            /* ids are drawn from [100, vocab) */
     bool timestamps;      /* ask for stallscope's per-chunk emit_ns ("stallscope" field) */
+    const char *extra_body; /* a JSON object merged over every body (--extra-body); NULL: none */
 } driver_api;
 
 void driver_api_defaults(driver_api *api);
@@ -80,6 +81,8 @@ typedef struct driver_progress {
     int injections_sent, injections_planned;
     int64_t worst_gap_ns;  /* longest background gap so far */
     int64_t errors;
+    int64_t stalls;        /* background gaps above driver_phase.stall_ns; -1: not counted */
+    bool final;            /* the last call: the run is over, tokens_per_s its average */
 } driver_progress;
 
 typedef struct driver_phase {
@@ -95,6 +98,8 @@ typedef struct driver_phase {
     /* Event loops for the background users, one thread each (0: 1); never more than the
      * users. The injector, when the workload has one, runs on one more loop of its own. */
     int threads;
+    /* Progress lines count the background gaps above this (0: they do not count stalls). */
+    int64_t stall_ns;
     /* Incremental copies (open, header written), may be NULL: every loop gives them its
      * rows as they come (under one lock, whole rows) and writes them every tick (250 ms)
      * and at its end. A failed write stops the phase (incomplete, "cannot write tokens.csv:

@@ -48,6 +48,8 @@ typedef struct field {
 static const field EXPERIMENT_FIELDS[] = {
     FLD("no_baseline", F_BOOL, experiment_config, no_baseline),
     FLD("stall_threshold_ns", F_I64, experiment_config, stall_threshold_ns),
+    FLD("label", F_TEXT, experiment_config, label),
+    FLD("metadata", F_TEXT, experiment_config, metadata),
 };
 
 static const field WORKLOAD_FIELDS[] = {
@@ -134,6 +136,7 @@ static const field CLIENT_FIELDS[] = {
     FLD("insecure", F_BOOL, experiment_client, insecure),
     FLD("transport", F_TRANSPORT, experiment_client, transport),
     FLD("threads", F_INT, experiment_client, threads),
+    FLD("extra_body", F_TEXT, experiment_client, extra_body),
 };
 
 static const field SESSION_FIELDS[] = {

@@ -70,6 +70,7 @@ typedef struct experiment_client {
     bool fidelity;              /* ask a --target for stallscope's per-chunk emit times */
     bool insecure;              /* https without certificate checks */
     stream_transport_kind transport; /* auto (raw unless a proxy applies) | raw | curl */
+    char extra_body[2048];      /* --extra-body: a JSON object merged into every request */
     int threads;                /* event loops of the load generator; 0: the cores left
                                    after the server (experiment_client_threads) */
 } experiment_client;
@@ -92,6 +93,8 @@ typedef struct experiment_config {
     bool no_baseline;         /* the interference run alone */
     int64_t stall_threshold_ns; /* 0: 5 x the baseline's p50 (the run's own without one) */
     experiment_shard shard;   /* --start-at (with --shard I/N, which sets wl.shard) */
+    char label[128];          /* --label: the user's name for this experiment */
+    char metadata[1024];      /* --metadata k=v ...: "k=v" lines, '\n' between them */
 } experiment_config;
 
 /* The lesson, everywhere (the one place its numbers live): 32 users, an 8,000-token prompt
@@ -175,6 +178,8 @@ typedef struct experiment_secrets {
 } experiment_secrets;
 /* --api-key and --header (repeatable) into secrets. */
 opts_group experiment_secrets_group(experiment_secrets *secrets);
+/* After parsing: OPENAI_API_KEY (the environment's, never copied) when --api-key was not given. */
+void experiment_secrets_from_env(experiment_secrets *secrets);
 
 /* The executor of the embedded server for cfg (EXPERIMENT_EMULATE or EXPERIMENT_CPU):
  * free with (*out)->destroy(*out). Notes (a profile measured with other thread counts)
@@ -307,6 +312,7 @@ typedef struct experiment_phase {
     FILE *notes;                /* warnings, and progress unless quiet; NULL: nothing */
     bool quiet;                 /* no progress lines (--json): warnings only */
     const volatile sig_atomic_t *interrupted; /* non-zero: stop now (SIGINT); may be NULL */
+    int64_t stall_threshold_ns; /* progress lines count gaps above it; 0: not known yet */
 } experiment_phase;
 
 /* The shard side of an HTTP run, around the driver: wait until the run's warm-up should

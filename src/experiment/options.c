@@ -4,6 +4,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/units.h"
@@ -104,7 +106,7 @@ static int dev_lesson_flops(void *c, const char *v, char *err)
 static const opts_spec device_specs[] = {
     OPTS_STRING("gpu", "G", "GPU of the catalog (default h100-sxm); see 'stallscope model --list'",
                 C, device.gpu),
-    OPTS_STRING("model", "M", "model of the catalog (default llama-3.1-8b; small on the cpu engine)",
+    OPTS_STRING("model", "M", "model of the catalog (default: small on the cpu engine, the default of serve and run; llama-3.1-8b with --engine emulate and in sim)",
                 C, device.model),
     OPTS_STRING("model-config", "FILE", "a Hugging Face config.json of a Llama-family model", C,
                 device.model_config),
@@ -178,16 +180,52 @@ opts_group experiment_sched_group(experiment_config *cfg)
 static int cl_target(void *c, const char *v, char *err)
 {
     experiment_client *cl = &((experiment_config *)c)->client;
-    if (strncmp(v, "http://", 7) != 0 && strncmp(v, "https://", 8) != 0)
+    /* HOST:PORT (no scheme) means http://HOST:PORT, as curl and vLLM's --base-url take it;
+     * any other scheme is refused. */
+    const char *scheme = strstr(v, "://");
+    if (scheme && strncmp(v, "http://", 7) != 0 && strncmp(v, "https://", 8) != 0)
         return err_set(err, "'%s' is not an http:// or https:// URL", v);
-    if (strlen(v) >= sizeof cl->target)
+    if (!v[0] || (!scheme && (v[0] == '/' || v[0] == ':')))
+        return err_set(err, "'%s' is not a URL (http://HOST:PORT, or HOST:PORT)", v);
+    int n = snprintf(cl->target, sizeof cl->target, "%s%s", scheme ? "" : "http://", v);
+    if (n < 0 || (size_t)n >= sizeof cl->target)
         return err_set(err, "the URL is longer than %zu bytes", sizeof cl->target - 1);
-    strcpy(cl->target, v);
     return 0;
 }
 static int cl_endpoint(void *c, const char *v, char *err)
 {
     return driver_endpoint_parse(v, &((experiment_config *)c)->client.endpoint, err);
+}
+/* A JSON object whose members go into every request body, over ours (temperature,
+ * chat_template_kwargs, ...); the members that shape the experiment stay ours. */
+static int cl_extra_body(void *c, const char *v, char *err)
+{
+    experiment_client *cl = &((experiment_config *)c)->client;
+    json_error_t je;
+    json_t *root = json_loads(v, JSON_REJECT_DUPLICATES, &je);
+    if (!root || !json_is_object(root)) {
+        json_decref(root);
+        return err_set(err, "not a JSON object: %s", root ? "another JSON value" : je.text);
+    }
+    static const char *const ours[] = {"prompt", "messages", "stream", "max_tokens",
+                                       "stream_options", "ignore_eos", "stallscope"};
+    for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++)
+        if (json_object_get(root, ours[i])) {
+            json_decref(root);
+            return err_set(err, "\"%s\" is the experiment's own (the workload flags set it)",
+                           ours[i]);
+        }
+    char *compact = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    if (!compact)
+        return err_set(err, "out of memory");
+    int n = snprintf(cl->extra_body, sizeof cl->extra_body, "%s", compact);
+    free(compact);
+    if (n < 0 || (size_t)n >= sizeof cl->extra_body) {
+        cl->extra_body[0] = '\0';
+        return err_set(err, "longer than %zu bytes", sizeof cl->extra_body - 1);
+    }
+    return 0;
 }
 static int cl_transport(void *c, const char *v, char *err)
 {
@@ -220,6 +258,10 @@ static const opts_spec client_specs[] = {
             "kernel's receive time, for http:// and https://; curl when http_proxy, "
             "https_proxy or all_proxy applies to the target, for proxies, HTTP/2, other auth)",
             cl_transport),
+    OPTS_FN("extra-body", "JSON",
+            "a JSON object merged into every request (temperature, chat_template_kwargs, ...; "
+            "not the members the experiment sets: prompt, messages, stream, max_tokens)",
+            cl_extra_body),
     OPTS_INT("client-threads", "N",
              "event loops (threads) of the load generator, the users spread over them; the "
              "injector has one more of its own (default: the online cores the server leaves, "
@@ -235,11 +277,41 @@ opts_group experiment_client_group(experiment_config *cfg)
 
 /* ---- analysis ----------------------------------------------------------------------------- */
 
+static int an_label(void *c, const char *v, char *err)
+{
+    experiment_config *cfg = c;
+    if (strchr(v, '\n'))
+        return err_set(err, "one line, please");
+    int n = snprintf(cfg->label, sizeof cfg->label, "%s", v);
+    if (n < 0 || (size_t)n >= sizeof cfg->label)
+        return err_set(err, "longer than %zu bytes", sizeof cfg->label - 1);
+    return 0;
+}
+static int an_metadata(void *c, const char *v, char *err)
+{
+    experiment_config *cfg = c;
+    const char *eq = strchr(v, '=');
+    if (!eq || eq == v || strchr(v, '\n'))
+        return err_set(err, "'%s' is not KEY=VALUE (one line)", v);
+    size_t used = strlen(cfg->metadata);
+    int n = snprintf(cfg->metadata + used, sizeof cfg->metadata - used, "%s%s", used ? "\n" : "",
+                     v);
+    if (n < 0 || (size_t)n >= sizeof cfg->metadata - used) {
+        cfg->metadata[used] = '\0';
+        return err_set(err, "more metadata than %zu bytes", sizeof cfg->metadata - 1);
+    }
+    return 0;
+}
+
 static const opts_spec analysis_specs[] = {
     OPTS_FLAG("no-baseline", "skip the baseline run (injector off)", C, no_baseline),
     OPTS_DURATION("stall-threshold", "DUR",
                   "a stall is a gap above this (default 5 x baseline p50; e.g. 50ms)", C,
                   stall_threshold_ns, 1, 3600 * CLOCK_NS_PER_S),
+    OPTS_FN("label", "NAME", "a name for this experiment, kept in config.json and the report",
+            an_label),
+    OPTS_FN("metadata", "K=V", "a note kept in config.json and the report (repeatable)",
+            an_metadata),
 };
 #undef C
 
@@ -271,11 +343,20 @@ static int sec_header(void *c, const char *v, char *err)
 }
 
 static const opts_spec secrets_specs[] = {
-    OPTS_FN("api-key", "KEY", "sent as Authorization: Bearer KEY (never written to disk)",
+    OPTS_FN("api-key", "KEY",
+            "sent as Authorization: Bearer KEY (default: $OPENAI_API_KEY when set; never "
+            "written to disk)",
             sec_api_key),
     OPTS_FN("header", "'K: V'", "an extra request header (repeatable; never written to disk)",
             sec_header),
 };
+
+void experiment_secrets_from_env(experiment_secrets *secrets)
+{
+    const char *key = getenv("OPENAI_API_KEY");
+    if (!secrets->api_key && key && key[0])
+        secrets->api_key = key;
+}
 
 opts_group experiment_secrets_group(experiment_secrets *secrets)
 {

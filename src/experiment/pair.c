@@ -57,9 +57,14 @@ static int one_run(const experiment_config *cfg, const experiment_runner *runner
     /* Written before the run: a run killed half-way is still reportable. */
     if (d && experiment_config_write(config_path, &run_cfg, &meta, err) != 0)
         goto done;
+    /* The threshold the analysis will use, where it is known before the run: given, or
+     * 5 x the baseline's p50 (analysis_summarize's default). */
+    const int64_t threshold_ns = cfg->stall_threshold_ns > 0 ? cfg->stall_threshold_ns
+                                 : reference_p50 > 0       ? (int64_t)(5 * reference_p50 * 1e6)
+                                                           : 0;
     experiment_phase phase = {.cfg = &run_cfg, .wl = &wl, .label = label, .dir = d,
                               .notes = io->notes, .quiet = io->quiet,
-                              .interrupted = io->interrupted};
+                              .interrupted = io->interrupted, .stall_threshold_ns = threshold_ns};
     why[0] = '\0';
     if (runner->run(runner->impl, &phase, &log, &meta, why) != 0) {
         err_set(err, "the %s run: %s", label, why);

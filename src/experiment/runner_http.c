@@ -164,12 +164,23 @@ static int wait_ready(const stream_options *so, embedded *server, const experime
     return 0;
 }
 
-static void resolve_model_name(const stream_options *so, driver_api *api, FILE *notes)
+/* GET /v1/models: the target's first model names the requests' (unless --model-name), and a
+ * 401/403 here is the first thing said, with the flag that fixes it. */
+static int check_models(const stream_options *so, driver_api *api, bool want_name, FILE *notes,
+                        char *err)
 {
     int status = 0;
-    char *body = NULL, err[ERR_LEN];
-    if (stream_http(so, "GET", "/v1/models", NULL, 5 * CLOCK_NS_PER_S, &status, &body, err) == 0 &&
-        status == 200) {
+    char *body = NULL, herr[ERR_LEN];
+    if (stream_http(so, "GET", "/v1/models", NULL, 5 * CLOCK_NS_PER_S, &status, &body, herr) != 0)
+        status = 0; /* no answer here: the probe request will say what is wrong */
+    if (status == 401 || status == 403) {
+        free(body);
+        return err_set(err, "the target refused our credentials (HTTP %d on GET /v1/models): %s "
+                            "(--api-key KEY or OPENAI_API_KEY for a bearer token, --header "
+                            "'Name: value' for another scheme)",
+                       status, so->api_key ? "is the key right?" : "it needs a key");
+    }
+    if (want_name && status == 200) {
         json_t *root = json_loads(body, 0, NULL);
         json_t *first = json_array_get(json_object_get(root, "data"), 0);
         const char *id = json_string_value(json_object_get(first, "id"));
@@ -178,9 +189,10 @@ static void resolve_model_name(const stream_options *so, driver_api *api, FILE *
         json_decref(root);
     }
     free(body);
-    if (!api->model[0] && notes)
+    if (want_name && !api->model[0] && notes)
         fprintf(notes, "stallscope: note: /v1/models named no model; requests carry no "
                        "\"model\" (use --model-name)\n");
+    return 0;
 }
 
 /* ---- the client's transports ------------------------------------------------------------------ */
@@ -220,14 +232,25 @@ typedef struct progress_ctx {
 static void on_progress(void *ctx, const driver_progress *p)
 {
     progress_ctx *pc = ctx;
-    char worst[32];
+    char worst[32], stalls[32] = "";
     units_format_duration(p->worst_gap_ns, worst, sizeof worst);
+    if (p->stalls >= 0)
+        snprintf(stalls, sizeof stalls, "%sstalls %lld", p->final ? ", " : "  ",
+                 (long long)p->stalls);
     char line[256];
-    snprintf(line, sizeof line,
-             "[%s] %5.1f/%.0f s  %7.0f tok/s  %4d streams  injections %d/%d  worst gap %s  "
-             "errors %lld",
-             pc->label, (double)p->elapsed_ns / 1e9, (double)p->duration_ns / 1e9, p->tokens_per_s,
-             p->active, p->injections_sent, p->injections_planned, worst, (long long)p->errors);
+    if (p->final) /* the run is over: its totals, nothing that reads like a stall */
+        snprintf(line, sizeof line,
+                 "[%s] done: %.1f s, %lld tokens (%.0f tok/s), injections %d/%d%s, worst gap %s, "
+                 "errors %lld",
+                 pc->label, (double)p->elapsed_ns / 1e9, (long long)p->tokens, p->tokens_per_s,
+                 p->injections_sent, p->injections_planned, stalls, worst, (long long)p->errors);
+    else
+        snprintf(line, sizeof line,
+                 "[%s] %5.1f/%.0f s  %7.0f tok/s  %4d streams  injections %d/%d%s  worst gap %s  "
+                 "errors %lld",
+                 pc->label, (double)p->elapsed_ns / 1e9, (double)p->duration_ns / 1e9,
+                 p->tokens_per_s, p->active, p->injections_sent, p->injections_planned, stalls,
+                 worst, (long long)p->errors);
     if (pc->tty) {
         fprintf(pc->out, "\r\033[K%s", line);
         pc->printed = true;
@@ -371,10 +394,11 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
         /* Our own server: ids from the model's vocabulary, and its emit times. */
         hr->api.vocab = remote ? hr->api.vocab : cfg->cost.arch.vocab;
         hr->api.timestamps = remote ? cfg->client.fidelity : true;
+        hr->api.extra_body = cfg->client.extra_body;
         if (cfg->client.model_name[0])
             snprintf(hr->api.model, sizeof hr->api.model, "%s", cfg->client.model_name);
-        else
-            resolve_model_name(&so, &hr->api, ph->notes);
+        if (check_models(&so, &hr->api, !cfg->client.model_name[0], ph->notes, err) != 0)
+            goto done;
         stream_transport probe;
         if (open_transport(&tc, 0, &probe, err) != 0)
             goto done;
@@ -403,6 +427,7 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
         .record = true,
         .warmup_ns = warmup_ns,
         .threads = experiment_client_threads(cfg),
+        .stall_ns = ph->stall_threshold_ns,
         .tokens_csv = &tokens,
         .requests_csv = &requests,
         .notes = ph->notes,

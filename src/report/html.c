@@ -463,6 +463,12 @@ static void write_config(FILE *out, const report_run *x)
     kv_row(out, "target", x->target);
     if (x->has_config) {
         const experiment_config *c = &x->cfg;
+        if (c->label[0])
+            kv_row(out, "label", c->label);
+        if (c->metadata[0])
+            kv_row(out, "metadata", c->metadata); /* "k=v" lines; the cell keeps them apart */
+        if (c->client.extra_body[0])
+            kv_row(out, "extra request body", c->client.extra_body);
         describe_workload(x, wl, sizeof wl);
         kv_row(out, "workload", wl);
         snprintf(buf, sizeof buf, "prompt %d..%d tokens, answer %d..%d tokens (closed loop)",

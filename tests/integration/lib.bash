@@ -28,3 +28,13 @@ sys.exit(0 if ok else 1)
 PY
   pass "$name"
 }
+# free_port: a TCP port on 127.0.0.1 nobody listens on right now.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+# wait_http URL: 0 once URL answers 200, 1 after 30 s (bounded: 300 tries, 0.1 s apart).
+wait_http() {
+  for _ in $(seq 300); do
+    curl -fsS -o /dev/null --max-time 1 "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}

@@ -425,6 +425,22 @@ static void test_body(void **state)
     assert_int_not_equal(strncmp(a, c, 80), 0);
     free(a), free(b), free(c);
 
+    /* --extra-body: its members over ours (a model of the user's, sampling settings), the
+     * rest of the body as before. */
+    api.extra_body = "{\"temperature\":0.5,\"model\":\"other\",\"chat_template_kwargs\":{\"x\":1}}";
+    a = driver_build_body(&api, &wl, 1, 1, 0, 8000, 16, &len, err);
+    assert_non_null(a);
+    root = json_loads(a, 0, NULL);
+    assert_true(json_real_value(json_object_get(root, "temperature")) == 0.5);
+    assert_string_equal(json_string_value(json_object_get(root, "model")), "other");
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(root, "chat_template_kwargs"), "x")), 1);
+    assert_int_equal(json_array_size(json_object_get(root, "prompt")), 8000);
+    assert_int_equal(json_integer_value(json_object_get(root, "max_tokens")), 16);
+    json_decref(root);
+    free(a);
+    api.extra_body = NULL;
+
     api.token_ids = false;
     api.endpoint = DRIVER_CHAT;
     api.timestamps = false;

@@ -80,6 +80,9 @@ static void distinctive(experiment_config *c, experiment_meta *m)
     c->client.insecure = true;
     c->client.transport = STREAM_TRANSPORT_CURL;
     c->client.threads = 7;
+    snprintf(c->client.extra_body, sizeof c->client.extra_body, "{\"temperature\":0.25}");
+    snprintf(c->label, sizeof c->label, "a label");
+    snprintf(c->metadata, sizeof c->metadata, "team=infra\nticket=12");
     c->no_baseline = true;
     c->stall_threshold_ns = 42000000;
     c->wl.shard.index = 2;
@@ -284,6 +287,45 @@ static void test_option_tables(void **state)
     char *bare[] = {"--stall-threshold", "50"};
     assert_int_equal(opts_parse(2, bare, groups, OPTS_COUNT(groups), NULL, 0, NULL, err), -1);
     assert_non_null(strstr(err, "needs a unit"));
+
+    /* A target without a scheme is http://; other schemes and non-URLs are refused. */
+    char *t1[] = {"--target", "localhost:8000"};
+    assert_int_equal(opts_parse(2, t1, groups, OPTS_COUNT(groups), NULL, 0, NULL, err), 0);
+    assert_string_equal(c.client.target, "http://localhost:8000");
+    char *t2[] = {"--target", "https://h:1/v"};
+    assert_int_equal(opts_parse(2, t2, groups, OPTS_COUNT(groups), NULL, 0, NULL, err), 0);
+    assert_string_equal(c.client.target, "https://h:1/v");
+    const char *bad_targets[] = {"ftp://h:1", ":8000", "/v1", ""};
+    for (size_t i = 0; i < sizeof bad_targets / sizeof bad_targets[0]; i++) {
+        char *a[] = {"--target", (char *)bad_targets[i]};
+        if (opts_parse(2, a, groups, OPTS_COUNT(groups), NULL, 0, NULL, err) != -1)
+            fail_msg("--target '%s' was accepted", bad_targets[i]);
+    }
+    /* --extra-body: an object, compacted; never one of the members the experiment sets. */
+    char *e1[] = {"--extra-body", "{ \"temperature\" : 0.5 }"};
+    assert_int_equal(opts_parse(2, e1, groups, OPTS_COUNT(groups), NULL, 0, NULL, err), 0);
+    assert_string_equal(c.client.extra_body, "{\"temperature\":0.5}");
+    const char *bad_bodies[] = {"[1]", "{\"max_tokens\": 5}", "{\"stream\": false}", "{oops"};
+    for (size_t i = 0; i < sizeof bad_bodies / sizeof bad_bodies[0]; i++) {
+        char *a[] = {"--extra-body", (char *)bad_bodies[i]};
+        if (opts_parse(2, a, groups, OPTS_COUNT(groups), NULL, 0, NULL, err) != -1)
+            fail_msg("--extra-body '%s' was accepted", bad_bodies[i]);
+    }
+    /* --label once, --metadata K=V repeatable (lines). */
+    char *l1[] = {"--label", "L", "--metadata", "a=1", "--metadata", "b=x=y"};
+    assert_int_equal(opts_parse(6, l1, groups, OPTS_COUNT(groups), NULL, 0, NULL, err), 0);
+    assert_string_equal(c.label, "L");
+    assert_string_equal(c.metadata, "a=1\nb=x=y");
+    char *m1[] = {"--metadata", "=v"};
+    assert_int_equal(opts_parse(2, m1, groups, OPTS_COUNT(groups), NULL, 0, NULL, err), -1);
+    /* OPENAI_API_KEY only where --api-key was not given. */
+    experiment_secrets env_sec = {0};
+    setenv("OPENAI_API_KEY", "from-env", 1);
+    experiment_secrets_from_env(&env_sec);
+    assert_string_equal(env_sec.api_key, "from-env");
+    experiment_secrets_from_env(&sec);
+    assert_string_equal(sec.api_key, "k");
+    unsetenv("OPENAI_API_KEY");
 }
 
 /* The lesson's defaults resolve to the lesson's numbers, on each engine. */
