@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdbool.h>
 
+#include "analysis/gate.h"
 #include "common/opts.h"
 #include "experiment/experiment.h"
 
@@ -37,6 +38,18 @@ opts_group cli_output_group(cli_output *out, const char *default_dir);
  * other arguments, which come after and so win. argc/argv then point at the expanded list
  * (alive until exit). 0 (nothing to do, or done), or -1 with err (file:line for bad JSON). */
 int cli_config_args(int *argc, char ***argv, char *err);
+
+/* --fail-if RULES (analysis/gate.h): parsed with the options, applied after the run. */
+typedef struct cli_gate {
+    gate_rules rules;
+    bool given;
+} cli_gate;
+opts_group cli_gate_group(cli_gate *gate);
+/* The command's exit status after its run: status itself unless it is CLI_EXIT_OK and a
+ * rule fails (then GATE_EXIT_FAILED, 99). Every rule is printed with its value, PASS or FAIL,
+ * to out. The summary is analysis_summary_to_json's, or a summary.json file's. */
+int cli_gate_apply(const cli_gate *gate, const analysis_summary *summary, int status, FILE *out);
+int cli_gate_apply_file(const cli_gate *gate, const char *summary_json, int status, FILE *out);
 
 /* --engine E for run (cpu | emulate) and sweep (sim | emulate | cpu). */
 typedef struct cli_engine_choice {

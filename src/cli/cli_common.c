@@ -198,3 +198,56 @@ int cli_config_args(int *argc, char ***argv, char *err)
     *argv = config_argv;
     return 0;
 }
+
+/* ---- --fail-if ---------------------------------------------------------------------------- */
+
+static int gate_rules_fn(void *c, const char *v, char *err)
+{
+    cli_gate *g = c;
+    if (g->given)
+        return err_set(err, "give every rule in one --fail-if, separated by commas");
+    g->given = true;
+    return gate_parse(v, &g->rules, err);
+}
+
+static const opts_spec gate_specs[] = {
+    OPTS_FN("fail-if", "RULES",
+            "exit 99 when any rule holds after the run, e.g. 'itl.max>200ms,stalls>0' "
+            "(metrics: itl.p50 .. itl.max, ttft.*, stalls, stalls.prefill, spike_ratio, ...: "
+            "docs/report.md)",
+            gate_rules_fn),
+};
+
+opts_group cli_gate_group(cli_gate *gate)
+{
+    return (opts_group){"CI gate", gate_specs, OPTS_COUNT(gate_specs), gate};
+}
+
+int cli_gate_apply_file(const cli_gate *gate, const char *summary_json, int status, FILE *out)
+{
+    if (!gate->given || status != CLI_EXIT_OK)
+        return status;
+    json_error_t je;
+    json_t *root = json_load_file(summary_json, 0, &je);
+    if (!root) {
+        fprintf(stderr, "stallscope: --fail-if: cannot read %s: %s\n", summary_json, je.text);
+        return CLI_EXIT_FAIL;
+    }
+    int failed = gate_eval(&gate->rules, root, out);
+    json_decref(root);
+    return failed > 0 ? GATE_EXIT_FAILED : status;
+}
+
+int cli_gate_apply(const cli_gate *gate, const analysis_summary *summary, int status, FILE *out)
+{
+    if (!gate->given || status != CLI_EXIT_OK)
+        return status;
+    json_t *root = analysis_summary_to_json(summary);
+    if (!root) {
+        fprintf(stderr, "stallscope: --fail-if: out of memory\n");
+        return CLI_EXIT_FAIL;
+    }
+    int failed = gate_eval(&gate->rules, root, out);
+    json_decref(root);
+    return failed > 0 ? GATE_EXIT_FAILED : status;
+}

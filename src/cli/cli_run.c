@@ -27,6 +27,7 @@ int cli_run(int argc, char **argv)
     cli_engine_choice engine = {.engine = EXPERIMENT_CPU};
     cli_output out = {0};
     run_flags flags = {false};
+    cli_gate gate = {0};
     if (cli_config_args(&argc, &argv, err) != 0)
         return cli_usage_error("run", err);
     if (experiment_preset(&cfg, argc, argv, err) != 0)
@@ -41,6 +42,7 @@ int cli_run(int argc, char **argv)
         experiment_sched_group(&cfg),
         experiment_analysis_group(&cfg),
         cli_output_group(&out, "out/run"),
+        cli_gate_group(&gate),
         {"server flags", run_specs, OPTS_COUNT(run_specs), &flags},
     };
     if (opts_wants_help(argc, argv)) {
@@ -91,7 +93,7 @@ int cli_run(int argc, char **argv)
                         "every token received, summary.json says \"complete\": false\n",
                 pair.why, out.out);
     } else {
-        status = CLI_EXIT_OK;
+        status = cli_gate_apply(&gate, &pair.interference, CLI_EXIT_OK, out.json ? stderr : stdout);
     }
     experiment_pair_free(&pair);
     experiment_runner_free(&runner);

@@ -12,6 +12,7 @@ int cli_sim(int argc, char **argv)
     experiment_config cfg;
     experiment_defaults(&cfg, EXPERIMENT_SIM);
     cli_output out = {0};
+    cli_gate gate = {0};
     if (cli_config_args(&argc, &argv, err) != 0)
         return cli_usage_error("sim", err);
     if (experiment_preset(&cfg, argc, argv, err) != 0)
@@ -20,6 +21,7 @@ int cli_sim(int argc, char **argv)
         experiment_workload_group(&cfg), experiment_device_group(&cfg),
         experiment_sched_group(&cfg),    experiment_analysis_group(&cfg),
         cli_output_group(&out, "out/sim"),
+        cli_gate_group(&gate),
     };
     if (opts_wants_help(argc, argv)) {
         opts_print_help(stdout, "stallscope sim [options]",
@@ -49,6 +51,8 @@ int cli_sim(int argc, char **argv)
         status = CLI_EXIT_OK;
     if (status != CLI_EXIT_OK)
         fprintf(stderr, "stallscope sim: %s\n", err);
+    else
+        status = cli_gate_apply(&gate, &pair.interference, status, out.json ? stderr : stdout);
     experiment_pair_free(&pair);
     experiment_runner_free(&runner);
     return status;
