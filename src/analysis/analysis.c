@@ -619,6 +619,9 @@ int analysis_summarize(const tokenlog *log, const analysis_options *opt, analysi
     /* Every stall's cause and culprits, whatever the workload. */
     if (analysis_attribute(log, &tl, threshold_ms, out, err) != 0)
         goto fail;
+    /* The benchmark world's metrics, per request. */
+    if (standard_compute(log, opt->standard, out->duration_s, &out->standard, err) != 0)
+        goto fail;
 
     rc = 0;
     goto done;

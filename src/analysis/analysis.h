@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 
+#include "analysis/standard.h"
 #include "common/tokenlog.h"
 
 typedef struct analysis_dist {
@@ -150,6 +151,7 @@ typedef struct analysis_summary {
     analysis_attribution attribution;
     analysis_stall *stall_list; /* (n_stall_list) every stall, by request then time */
     int64_t n_stall_list;
+    standard_metrics standard;  /* TTFT, TPOT, ITL, E2E, throughputs, goodput (standard.h) */
 } analysis_summary;
 
 typedef struct analysis_options {
@@ -163,6 +165,7 @@ typedef struct analysis_options {
     bool complete;
     int64_t protocol_violations; /* counted by the client, passed through to the summary */
     analysis_stamps stamps;      /* where the client's times came from (HTTP runs) */
+    const standard_options *standard; /* percentiles and SLOs; NULL: the defaults */
 } analysis_options;
 
 /* Nearest-rank quantile of sorted[0..n), p in (0, 1]; 0 when n == 0. */

@@ -107,6 +107,8 @@ json_t *analysis_summary_to_json(const analysis_summary *s)
                      "errors", (json_int_t)s->errors, "injections_with_stalls",
                      s->injections_with_stalls, "protocol_violations",
                      (json_int_t)s->protocol_violations, "attribution", attribution_json(s));
+    if (root)
+        json_object_set_new(root, "metrics", standard_to_json(&s->standard));
     if (root && s->stamps.known)
         json_object_set_new(root, "stamps",
                             json_pack("{s:s, s:I, s:I, s:I}", "transport", s->stamps.transport,

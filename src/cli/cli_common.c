@@ -211,6 +211,10 @@ static int gate_rules_fn(void *c, const char *v, char *err)
 }
 
 static const opts_spec gate_specs[] = {
+    OPTS_STRING("save-result", "FILE",
+                "the interference run's TTFT, TPOT, ITL, E2E and throughputs under `vllm bench "
+                "serve`'s keys (mean_ttft_ms, p99_itl_ms ...), stallscope's under \"stallscope\"",
+                cli_gate, save_result),
     OPTS_FN("fail-if", "RULES",
             "exit 99 when any rule holds after the run, e.g. 'itl.max>200ms,stalls>0' "
             "(metrics: itl.p50 .. itl.max, ttft.*, stalls, stalls.prefill, spike_ratio, ...: "
@@ -220,7 +224,23 @@ static const opts_spec gate_specs[] = {
 
 opts_group cli_gate_group(cli_gate *gate)
 {
-    return (opts_group){"CI gate", gate_specs, OPTS_COUNT(gate_specs), gate};
+    return (opts_group){"results and CI gate", gate_specs, OPTS_COUNT(gate_specs), gate};
+}
+
+int cli_gate_finish(const cli_gate *gate, const experiment_config *cfg,
+                    const analysis_summary *summary, int status, FILE *out)
+{
+    if (status != CLI_EXIT_OK)
+        return status;
+    char err[ERR_LEN];
+    if (gate->save_result[0]) {
+        if (experiment_save_result(gate->save_result, cfg, summary, err) != 0) {
+            fprintf(stderr, "stallscope: --save-result: %s\n", err);
+            return CLI_EXIT_FAIL;
+        }
+        fprintf(out, "result:    %s\n", gate->save_result);
+    }
+    return cli_gate_apply(gate, summary, status, out);
 }
 
 int cli_gate_apply_file(const cli_gate *gate, const char *summary_json, int status, FILE *out)

@@ -93,7 +93,8 @@ int cli_run(int argc, char **argv)
                         "every token received, summary.json says \"complete\": false\n",
                 pair.why, out.out);
     } else {
-        status = cli_gate_apply(&gate, &pair.interference, CLI_EXIT_OK, out.json ? stderr : stdout);
+        status = cli_gate_finish(&gate, &cfg, &pair.interference, CLI_EXIT_OK,
+                                 out.json ? stderr : stdout);
     }
     experiment_pair_free(&pair);
     experiment_runner_free(&runner);

@@ -52,7 +52,8 @@ int cli_sim(int argc, char **argv)
     if (status != CLI_EXIT_OK)
         fprintf(stderr, "stallscope sim: %s\n", err);
     else
-        status = cli_gate_apply(&gate, &pair.interference, status, out.json ? stderr : stdout);
+        status = cli_gate_finish(&gate, &cfg, &pair.interference, status,
+                                 out.json ? stderr : stdout);
     experiment_pair_free(&pair);
     experiment_runner_free(&runner);
     return status;

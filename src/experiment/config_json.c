@@ -50,6 +50,8 @@ static const field EXPERIMENT_FIELDS[] = {
     FLD("stall_threshold_ns", F_I64, experiment_config, stall_threshold_ns),
     FLD("label", F_TEXT, experiment_config, label),
     FLD("metadata", F_TEXT, experiment_config, metadata),
+    FLD("metric_percentiles", F_TEXT, experiment_config, metric_percentiles),
+    FLD("goodput", F_TEXT, experiment_config, goodput),
 };
 
 static const field WORKLOAD_FIELDS[] = {

@@ -25,6 +25,7 @@
 
 #include <jansson.h>
 
+#include "analysis/standard.h"
 #include "analysis/analysis.h"
 #include "client/driver.h"
 #include "common/opts.h"
@@ -95,6 +96,8 @@ typedef struct experiment_config {
     experiment_shard shard;   /* --start-at (with --shard I/N, which sets wl.shard) */
     char label[128];          /* --label: the user's name for this experiment */
     char metadata[1024];      /* --metadata k=v ...: "k=v" lines, '\n' between them */
+    char metric_percentiles[64]; /* --metric-percentiles "50,90,99,99.9"; "": the default */
+    char goodput[128];        /* --goodput "ttft:2000 tpot:100" (ms); "": no SLO */
 } experiment_config;
 
 /* The lesson, everywhere (the one place its numbers live): 32 users, an 8,000-token prompt
@@ -106,6 +109,15 @@ typedef struct experiment_config {
 #define EXPERIMENT_CPU_DEVICE "cpu"
 #define EXPERIMENT_CPU_MODEL "small"
 void experiment_defaults(experiment_config *cfg, experiment_engine engine);
+/* The standard metrics' options of cfg (--metric-percentiles, --goodput; checked when given,
+ * so a config read back gives the same). */
+void experiment_standard_options(const experiment_config *cfg, standard_options *out);
+/* --save-result FILE: run's standard metrics with `vllm bench serve`'s keys (duration,
+ * completed, failed, total_input_tokens, ..., mean_ttft_ms, p99_itl_ms, p99.9_itl_ms ...),
+ * date, label and each --metadata KEY=VALUE as keys, and the whole summary under
+ * "stallscope". Written atomically. 0, or -1 with err. */
+int experiment_save_result(const char *path, const experiment_config *cfg,
+                           const analysis_summary *run, char *err);
 void experiment_lesson_sched(sched_config *sched);
 
 const char *experiment_engine_label(experiment_engine engine); /* "sim", "emulate" ... */

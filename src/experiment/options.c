@@ -303,11 +303,54 @@ static int an_metadata(void *c, const char *v, char *err)
     return 0;
 }
 
+static int an_percentiles(void *c, const char *v, char *err)
+{
+    experiment_config *cfg = c;
+    standard_options o;
+    standard_defaults(&o);
+    if (standard_parse_percentiles(v, &o, err) != 0)
+        return -1;
+    if (snprintf(cfg->metric_percentiles, sizeof cfg->metric_percentiles, "%s", v) >=
+        (int)sizeof cfg->metric_percentiles)
+        return err_set(err, "longer than %zu bytes", sizeof cfg->metric_percentiles - 1);
+    return 0;
+}
+static int an_goodput(void *c, const char *v, char *err)
+{
+    experiment_config *cfg = c;
+    standard_options o;
+    standard_defaults(&o);
+    if (standard_parse_goodput(v, &o, err) != 0)
+        return -1;
+    if (snprintf(cfg->goodput, sizeof cfg->goodput, "%s", v) >= (int)sizeof cfg->goodput)
+        return err_set(err, "longer than %zu bytes", sizeof cfg->goodput - 1);
+    return 0;
+}
+
+void experiment_standard_options(const experiment_config *cfg, standard_options *out)
+{
+    char err[ERR_LEN];
+    standard_defaults(out);
+    if (cfg->metric_percentiles[0] &&
+        standard_parse_percentiles(cfg->metric_percentiles, out, err) != 0)
+        standard_defaults(out); /* checked when given: only a hand-edited config lands here */
+    if (cfg->goodput[0])
+        (void)standard_parse_goodput(cfg->goodput, out, err);
+}
+
 static const opts_spec analysis_specs[] = {
     OPTS_FLAG("no-baseline", "skip the baseline run (injector off)", C, no_baseline),
     OPTS_DURATION("stall-threshold", "DUR",
                   "a stall is a gap above this (default 5 x baseline p50; e.g. 50ms)", C,
                   stall_threshold_ns, 1, 3600 * CLOCK_NS_PER_S),
+    OPTS_FN("metric-percentiles", "LIST",
+            "percentiles of TTFT, TPOT, ITL and E2E in summary.json and --save-result "
+            "(default 50,90,99,99.9)",
+            an_percentiles),
+    OPTS_FN("goodput", "SLOS",
+            "SLOs in ms, vLLM's syntax: 'ttft:2000 tpot:100' (also e2el, itl: a request's "
+            "longest gap); goodput = the requests meeting every one",
+            an_goodput),
     OPTS_FN("label", "NAME", "a name for this experiment, kept in config.json and the report",
             an_label),
     OPTS_FN("metadata", "K=V", "a note kept in config.json and the report (repeatable)",

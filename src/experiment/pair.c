@@ -82,6 +82,9 @@ static int one_run(const experiment_config *cfg, const experiment_runner *runner
                             .reference_p50_ms = reference_p50,
                             .complete = meta.complete,
                             .protocol_violations = meta.protocol_violations};
+    standard_options standard;
+    experiment_standard_options(cfg, &standard);
+    opt.standard = &standard;
     experiment_meta_stamps(&meta, &opt);
     if (analysis_summarize(&log, &opt, summary, err) != 0)
         goto done;

@@ -267,6 +267,48 @@ static void write_injections(FILE *out, const report_run *run)
     fputs("</section>\n", out);
 }
 
+/* The benchmark world's figures: each request class, vLLM's meanings (analysis/standard.h). */
+static void write_standard(FILE *out, const report_run *x)
+{
+    const standard_metrics *m = &x->summary.standard;
+    fputs("<section id=\"standard\">\n<h2>Standard metrics</h2>\n<p class=\"note\">What "
+          "<code>vllm bench serve</code> prints, with its meanings: TTFT from send to first "
+          "token, TPOT = (E2E &minus; TTFT) / (output tokens &minus; 1), ITL every gap between "
+          "two token events, E2E from send to the last byte; percentiles interpolated (numpy's "
+          "rule), unlike the nearest-rank figures above. Requests the run's end cut are left "
+          "out (&ldquo;unfinished&rdquo;). <code>--save-result FILE</code> writes them under "
+          "vLLM's keys.</p>\n<table>\n<tr><th>requests</th><th>completed</th><th>failed</th>"
+          "<th>unfinished</th><th>req/s</th><th>output tok/s</th><th>goodput</th>"
+          "<th>TTFT median / p99 (ms)</th><th>TPOT median / p99 (ms)</th>"
+          "<th>ITL median / max (ms)</th><th>E2E median / p99 (ms)</th></tr>\n",
+          out);
+    int k99 = -1;
+    for (int k = 0; k < m->opt.n_percentiles; k++)
+        if (m->opt.percentiles[k] == 99)
+            k99 = k;
+    const struct {
+        const char *name;
+        const standard_class *c;
+    } rows[] = {{"all", &m->all}, {"background", &m->background}, {"injected", &m->injected}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const standard_class *c = rows[i].c;
+        char good[32] = "&mdash;";
+        if (c->has_goodput)
+            snprintf(good, sizeof good, "%.2f %%", c->goodput * 100);
+        fprintf(out,
+                "<tr><td class=\"k\">%s</td><td>%lld</td><td>%lld</td><td>%lld</td><td>%.2f</td>"
+                "<td>%.1f</td><td>%s</td><td>%.1f / %.1f</td><td>%.2f / %.2f</td>"
+                "<td>%.2f / %.1f</td><td>%.0f / %.0f</td></tr>\n",
+                rows[i].name, (long long)c->completed, (long long)c->failed,
+                (long long)c->unfinished, c->request_throughput, c->output_throughput, good,
+                c->ttft_ms.median, k99 >= 0 ? c->ttft_ms.p[k99] : c->ttft_ms.max,
+                c->tpot_ms.median, k99 >= 0 ? c->tpot_ms.p[k99] : c->tpot_ms.max,
+                c->itl_ms.median, c->itl_ms.max, c->e2el_ms.median,
+                k99 >= 0 ? c->e2el_ms.p[k99] : c->e2el_ms.max);
+    }
+    fputs("</table>\n</section>\n", out);
+}
+
 static void write_causes(FILE *out, const report_run *x)
 {
     const analysis_summary *s = &x->summary;
@@ -671,6 +713,8 @@ int html_write_run_report(const report_set *set, const html_options *opt, char *
     }
 
     write_injections(out, x);
+
+    write_standard(out, x);
 
     fputs("<section id=\"causes\">\n<h2>What caused the stalls</h2>\n", out);
     write_causes(out, x);

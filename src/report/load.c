@@ -133,6 +133,7 @@ static void load_config(report_run *r, FILE *warn)
     r->opt.complete = r->meta.complete;
     r->opt.protocol_violations = r->meta.protocol_violations;
     experiment_meta_stamps(&r->meta, &r->opt);
+    experiment_standard_options(&r->cfg, &r->standard);
 }
 
 /* The summary with every injection's wait widened (grow) or shrunk by margin_ns (see
@@ -173,6 +174,7 @@ static int summarize(report_run *r, double threshold_ms, double reference_p50_ms
                      char *err)
 {
     r->opt.label = r->label;
+    r->opt.standard = &r->standard; /* here: runs move (sorted, grown) while the set loads */
     r->opt.engine = r->engine;
     r->opt.target = r->target;
     r->opt.threshold_ms = threshold_ms;

@@ -23,6 +23,7 @@ typedef struct report_run {
     char engine[192];
     char target[512];
     analysis_options opt;
+    standard_options standard; /* from the config (zero: the defaults); opt.standard -> here */
     tokenlog log;
     analysis_summary summary;
     bool summarized;

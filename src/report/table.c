@@ -200,6 +200,19 @@ void report_table_print(FILE *out, const analysis_summary *baseline,
               hb ? b->ttft_ms.p50 : 0, x->ttft_ms.count > 0, x->ttft_ms.p50);
     print_row(out, "background TTFT p99 (ms)", FMT_MS, hb && b->ttft_ms.count > 0,
               hb ? b->ttft_ms.p99 : 0, x->ttft_ms.count > 0, x->ttft_ms.p99);
+    /* The benchmark world's figures (summary.json "metrics", vLLM's meanings). */
+    const standard_class *bs = hb ? &b->standard.all : NULL, *xs = &x->standard.all;
+    print_row(out, "TPOT median (ms)", FMT_MS, bs && bs->tpot_ms.count > 0,
+              bs ? bs->tpot_ms.median : 0, xs->tpot_ms.count > 0, xs->tpot_ms.median);
+    print_row(out, "E2E latency median (ms)", FMT_MS, bs && bs->e2el_ms.count > 0,
+              bs ? bs->e2el_ms.median : 0, xs->e2el_ms.count > 0, xs->e2el_ms.median);
+    print_row(out, "requests completed", FMT_COUNT, hb, bs ? (double)bs->completed : 0, 1,
+              (double)xs->completed);
+    print_row(out, "output tokens/s", FMT_RATIO, hb, bs ? bs->output_throughput : 0, 1,
+              xs->output_throughput);
+    if (xs->has_goodput)
+        print_row(out, "goodput (SLOs met)", FMT_PERCENT, bs && bs->has_goodput,
+                  bs ? bs->goodput : 0, 1, xs->goodput);
     print_row(out, "errors", FMT_COUNT, hb, hb ? (double)b->errors : 0, 1, (double)x->errors);
     if (x->protocol_violations > 0 || (hb && b->protocol_violations > 0))
         print_row(out, "protocol violations", FMT_COUNT, hb, hb ? (double)b->protocol_violations : 0,

@@ -1,0 +1,378 @@
+/* standard — the benchmark world's metrics (standard.h). */
+#include "analysis/standard.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+
+void standard_defaults(standard_options *opt)
+{
+    memset(opt, 0, sizeof *opt);
+    static const double p[] = {50, 90, 99, 99.9};
+    opt->n_percentiles = 4;
+    memcpy(opt->percentiles, p, sizeof p);
+}
+
+int standard_parse_percentiles(const char *text, standard_options *opt, char *err)
+{
+    int n = 0;
+    const char *s = text;
+    while (*s) {
+        char *end;
+        double v = strtod(s, &end);
+        if (end == s || !(v > 0 && v <= 100))
+            return err_set(err, "'%s': percentiles are numbers in (0, 100], e.g. 50,90,99,99.9",
+                           text);
+        if (n == STANDARD_MAX_PERCENTILES)
+            return err_set(err, "at most %d percentiles", STANDARD_MAX_PERCENTILES);
+        opt->percentiles[n++] = v;
+        s = end;
+        if (*s == ',')
+            s++;
+        else if (*s)
+            return err_set(err, "'%s': percentiles separated by commas", text);
+    }
+    if (n == 0)
+        return err_set(err, "no percentiles in '%s'", text);
+    opt->n_percentiles = n;
+    return 0;
+}
+
+int standard_parse_goodput(const char *text, standard_options *opt, char *err)
+{
+    char buf[256];
+    if (snprintf(buf, sizeof buf, "%s", text) >= (int)sizeof buf)
+        return err_set(err, "--goodput: too long");
+    int n = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, " ,", &save); tok;
+         tok = strtok_r(NULL, " ,", &save), n++) {
+        char *colon = strchr(tok, ':');
+        char *end = NULL;
+        double v = colon ? strtod(colon + 1, &end) : 0;
+        if (!colon || end == colon + 1 || *end || !(v > 0) || !isfinite(v))
+            return err_set(err, "'%s' is not KEY:MS (e.g. ttft:2000 tpot:100)", tok);
+        *colon = '\0';
+        if (strcmp(tok, "ttft") == 0)
+            opt->slo_ttft_ms = v;
+        else if (strcmp(tok, "tpot") == 0)
+            opt->slo_tpot_ms = v;
+        else if (strcmp(tok, "e2el") == 0)
+            opt->slo_e2el_ms = v;
+        else if (strcmp(tok, "itl") == 0)
+            opt->slo_itl_ms = v;
+        else
+            return err_set(err, "no SLO '%s' (ttft, tpot, e2el, itl)", tok);
+    }
+    if (n == 0)
+        return err_set(err, "no SLO in '%s'", text);
+    return 0;
+}
+
+/* ---- statistics -------------------------------------------------------------------------- */
+
+typedef struct dvec {
+    double *v;
+    int64_t n, cap;
+} dvec;
+
+static int push(dvec *d, double x)
+{
+    if (d->n == d->cap) {
+        int64_t cap = d->cap ? d->cap * 2 : 64;
+        double *v = realloc(d->v, (size_t)cap * sizeof *v);
+        if (!v)
+            return -1;
+        d->v = v;
+        d->cap = cap;
+    }
+    d->v[d->n++] = x;
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* numpy.percentile's default: linear between the order statistics around p/100 (n - 1). */
+static double interpolate(const double *sorted, int64_t n, double p)
+{
+    if (n == 0)
+        return 0;
+    double rank = p / 100 * (double)(n - 1);
+    int64_t lo = (int64_t)floor(rank);
+    if (lo >= n - 1)
+        return sorted[n - 1];
+    double frac = rank - (double)lo;
+    return sorted[lo] + (sorted[lo + 1] - sorted[lo]) * frac;
+}
+
+static void stat_of(dvec *d, const standard_options *opt, standard_stat *out)
+{
+    memset(out, 0, sizeof *out);
+    out->count = d->n;
+    if (d->n == 0)
+        return;
+    qsort(d->v, (size_t)d->n, sizeof *d->v, cmp_double);
+    double sum = 0;
+    for (int64_t i = 0; i < d->n; i++)
+        sum += d->v[i];
+    out->mean = sum / (double)d->n;
+    double ss = 0;
+    for (int64_t i = 0; i < d->n; i++)
+        ss += (d->v[i] - out->mean) * (d->v[i] - out->mean);
+    out->std = sqrt(ss / (double)d->n);
+    out->median = interpolate(d->v, d->n, 50);
+    out->max = d->v[d->n - 1];
+    for (int k = 0; k < opt->n_percentiles; k++)
+        out->p[k] = interpolate(d->v, d->n, opt->percentiles[k]);
+}
+
+/* ---- per request ------------------------------------------------------------------------- */
+
+typedef struct id_index {
+    int64_t id, index;
+} id_index;
+
+static int cmp_id(const void *a, const void *b)
+{
+    int64_t x = ((const id_index *)a)->id, y = ((const id_index *)b)->id;
+    return (x > y) - (x < y);
+}
+
+typedef struct class_acc {
+    dvec ttft, tpot, itl, e2el;
+    standard_class *out;
+} class_acc;
+
+static void acc_free(class_acc *a)
+{
+    free(a->ttft.v);
+    free(a->tpot.v);
+    free(a->itl.v);
+    free(a->e2el.v);
+}
+
+int standard_compute(const tokenlog *log, const standard_options *opt, double duration_s,
+                     standard_metrics *out, char *err)
+{
+    memset(out, 0, sizeof *out);
+    if (opt && opt->n_percentiles > 0)
+        out->opt = *opt;
+    else {
+        standard_defaults(&out->opt);
+        if (opt) { /* the SLOs given, the default percentiles */
+            out->opt.slo_ttft_ms = opt->slo_ttft_ms;
+            out->opt.slo_tpot_ms = opt->slo_tpot_ms;
+            out->opt.slo_e2el_ms = opt->slo_e2el_ms;
+            out->opt.slo_itl_ms = opt->slo_itl_ms;
+        }
+    }
+    out->duration_s = duration_s;
+    const standard_options *o = &out->opt;
+    const bool slo = o->slo_ttft_ms > 0 || o->slo_tpot_ms > 0 || o->slo_e2el_ms > 0 ||
+                     o->slo_itl_ms > 0;
+    const int64_t n = log->n_requests;
+    id_index *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
+    int64_t *last = malloc((size_t)(n > 0 ? n : 1) * sizeof *last);
+    double *max_gap = calloc((size_t)(n > 0 ? n : 1), sizeof *max_gap);
+    class_acc acc[3] = {{.out = &out->all}, {.out = &out->background}, {.out = &out->injected}};
+    int rc = -1;
+    if (!ids || !last || !max_gap)
+        goto oom;
+    for (int64_t i = 0; i < n; i++) {
+        ids[i] = (id_index){log->requests[i].request, i};
+        last[i] = -1;
+    }
+    qsort(ids, (size_t)n, sizeof *ids, cmp_id);
+
+    /* ITL: each gap between two events of one request, in the class of that request. */
+    for (int64_t e = 0; e < log->n_events; e++) {
+        const tokenlog_event *ev = &log->events[e];
+        id_index key = {ev->request, 0};
+        const id_index *hit = bsearch(&key, ids, (size_t)n, sizeof *ids, cmp_id);
+        if (!hit)
+            continue;
+        const int64_t i = hit->index;
+        const tokenlog_request *r = &log->requests[i];
+        if (last[i] >= 0 && r->t_send_ns >= 0) {
+            double gap = (double)(ev->t_ns - last[i]) / 1e6;
+            if (gap > max_gap[i])
+                max_gap[i] = gap;
+            if (!r->error[0]) {
+                class_acc *c = &acc[r->kind == TOKENLOG_INJECT ? 2 : 1];
+                if (push(&acc[0].itl, gap) != 0 || push(&c->itl, gap) != 0)
+                    goto oom;
+            }
+        }
+        last[i] = ev->t_ns;
+    }
+
+    for (int64_t i = 0; i < n; i++) {
+        const tokenlog_request *r = &log->requests[i];
+        if (r->t_send_ns < 0)
+            continue; /* sent in the warm-up */
+        class_acc *c = &acc[r->kind == TOKENLOG_INJECT ? 2 : 1];
+        if (r->error[0]) {
+            acc[0].out->failed++;
+            c->out->failed++;
+            continue;
+        }
+        if (r->t_end_ns < 0 || r->t_first_ns < 0 || !r->finish_reason[0] ||
+            strcmp(r->finish_reason, "abort") == 0) {
+            acc[0].out->unfinished++; /* cut by the run's end */
+            c->out->unfinished++;
+            continue;
+        }
+        const double ttft = (double)(r->t_first_ns - r->t_send_ns) / 1e6;
+        const double e2el = (double)(r->t_end_ns - r->t_send_ns) / 1e6;
+        const int out_tokens = r->completion_tokens > 0 ? r->completion_tokens : 0;
+        const bool has_tpot = out_tokens > 1;
+        const double tpot = has_tpot ? (e2el - ttft) / (out_tokens - 1) : 0;
+        const bool good = (o->slo_ttft_ms <= 0 || ttft <= o->slo_ttft_ms) &&
+                          (o->slo_tpot_ms <= 0 || !has_tpot || tpot <= o->slo_tpot_ms) &&
+                          (o->slo_e2el_ms <= 0 || e2el <= o->slo_e2el_ms) &&
+                          (o->slo_itl_ms <= 0 || max_gap[i] <= o->slo_itl_ms);
+        class_acc *both[2] = {&acc[0], c};
+        for (int k = 0; k < 2; k++) {
+            standard_class *sc = both[k]->out;
+            sc->completed++;
+            sc->input_tokens += r->prompt_tokens > 0 ? r->prompt_tokens : 0;
+            sc->output_tokens += out_tokens;
+            sc->good += slo && good;
+            if (push(&both[k]->ttft, ttft) != 0 || push(&both[k]->e2el, e2el) != 0 ||
+                (has_tpot && push(&both[k]->tpot, tpot) != 0))
+                goto oom;
+        }
+    }
+    for (int k = 0; k < 3; k++) {
+        standard_class *sc = acc[k].out;
+        stat_of(&acc[k].ttft, o, &sc->ttft_ms);
+        stat_of(&acc[k].tpot, o, &sc->tpot_ms);
+        stat_of(&acc[k].itl, o, &sc->itl_ms);
+        stat_of(&acc[k].e2el, o, &sc->e2el_ms);
+        if (duration_s > 0) {
+            sc->request_throughput = (double)sc->completed / duration_s;
+            sc->output_throughput = (double)sc->output_tokens / duration_s;
+            sc->total_token_throughput =
+                (double)(sc->input_tokens + sc->output_tokens) / duration_s;
+        }
+        sc->has_goodput = slo;
+        if (slo) {
+            sc->request_goodput = duration_s > 0 ? (double)sc->good / duration_s : 0;
+            sc->goodput = sc->completed > 0 ? (double)sc->good / (double)sc->completed : 0;
+        }
+    }
+    rc = 0;
+    goto done;
+oom:
+    err_set(err, "out of memory for the request metrics");
+done:
+    for (int k = 0; k < 3; k++)
+        acc_free(&acc[k]);
+    free(ids);
+    free(last);
+    free(max_gap);
+    return rc;
+}
+
+/* ---- JSON -------------------------------------------------------------------------------- */
+
+/* "99" for 99, "99.9" for 99.9: vLLM's p_word. */
+static void p_word(double p, char *buf, size_t size)
+{
+    if (p == floor(p))
+        snprintf(buf, size, "%d", (int)p);
+    else
+        snprintf(buf, size, "%g", p);
+}
+
+static json_t *stat_json(const standard_stat *s, const standard_options *o)
+{
+    json_t *j = json_pack("{s:I, s:f, s:f, s:f, s:f}", "count", (json_int_t)s->count, "mean",
+                          s->mean, "median", s->median, "std", s->std, "max", s->max);
+    for (int k = 0; k < o->n_percentiles; k++) {
+        char key[32], w[16];
+        p_word(o->percentiles[k], w, sizeof w);
+        snprintf(key, sizeof key, "p%s", w);
+        json_object_set_new(j, key, json_real(s->p[k]));
+    }
+    return j;
+}
+
+static json_t *class_json(const standard_class *c, const standard_options *o)
+{
+    json_t *j = json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f}", "completed", (json_int_t)c->completed,
+        "failed", (json_int_t)c->failed, "unfinished", (json_int_t)c->unfinished, "input_tokens", (json_int_t)c->input_tokens, "output_tokens",
+        (json_int_t)c->output_tokens, "request_throughput", c->request_throughput,
+        "output_throughput", c->output_throughput, "total_token_throughput",
+        c->total_token_throughput);
+    if (c->has_goodput) {
+        json_object_set_new(j, "good", json_integer(c->good));
+        json_object_set_new(j, "request_goodput", json_real(c->request_goodput));
+        json_object_set_new(j, "goodput", json_real(c->goodput));
+    }
+    json_object_set_new(j, "ttft_ms", stat_json(&c->ttft_ms, o));
+    json_object_set_new(j, "tpot_ms", stat_json(&c->tpot_ms, o));
+    json_object_set_new(j, "itl_ms", stat_json(&c->itl_ms, o));
+    json_object_set_new(j, "e2el_ms", stat_json(&c->e2el_ms, o));
+    return j;
+}
+
+json_t *standard_to_json(const standard_metrics *m)
+{
+    const standard_options *o = &m->opt;
+    json_t *pct = json_array();
+    for (int k = 0; k < o->n_percentiles; k++)
+        json_array_append_new(pct, json_real(o->percentiles[k]));
+    json_t *slo = json_object();
+    if (o->slo_ttft_ms > 0)
+        json_object_set_new(slo, "ttft", json_real(o->slo_ttft_ms));
+    if (o->slo_tpot_ms > 0)
+        json_object_set_new(slo, "tpot", json_real(o->slo_tpot_ms));
+    if (o->slo_e2el_ms > 0)
+        json_object_set_new(slo, "e2el", json_real(o->slo_e2el_ms));
+    if (o->slo_itl_ms > 0)
+        json_object_set_new(slo, "itl", json_real(o->slo_itl_ms));
+    return json_pack("{s:o, s:o, s:o, s:o, s:o}", "percentiles", pct, "slo_ms", slo, "all",
+                     class_json(&m->all, o), "background", class_json(&m->background, o),
+                     "injected", class_json(&m->injected, o));
+}
+
+json_t *standard_vllm_result(const standard_metrics *m)
+{
+    const standard_class *c = &m->all;
+    const standard_options *o = &m->opt;
+    json_t *j = json_pack(
+        "{s:f, s:I, s:I, s:I, s:I, s:f, s:o, s:f, s:f}", "duration", m->duration_s, "completed",
+        (json_int_t)c->completed, "failed", (json_int_t)c->failed, "total_input_tokens",
+        (json_int_t)c->input_tokens, "total_output_tokens", (json_int_t)c->output_tokens,
+        "request_throughput", c->request_throughput, "request_goodput",
+        c->has_goodput ? json_real(c->request_goodput) : json_null(), "output_throughput",
+        c->output_throughput, "total_token_throughput", c->total_token_throughput);
+    const struct {
+        const char *name;
+        const standard_stat *s;
+    } metrics[] = {{"ttft", &c->ttft_ms}, {"tpot", &c->tpot_ms}, {"itl", &c->itl_ms},
+                   {"e2el", &c->e2el_ms}};
+    for (size_t i = 0; i < sizeof metrics / sizeof metrics[0]; i++) {
+        char key[48], w[16];
+        snprintf(key, sizeof key, "mean_%s_ms", metrics[i].name);
+        json_object_set_new(j, key, json_real(metrics[i].s->mean));
+        snprintf(key, sizeof key, "median_%s_ms", metrics[i].name);
+        json_object_set_new(j, key, json_real(metrics[i].s->median));
+        snprintf(key, sizeof key, "std_%s_ms", metrics[i].name);
+        json_object_set_new(j, key, json_real(metrics[i].s->std));
+        for (int k = 0; k < o->n_percentiles; k++) {
+            p_word(o->percentiles[k], w, sizeof w);
+            snprintf(key, sizeof key, "p%s_%s_ms", w, metrics[i].name);
+            json_object_set_new(j, key, json_real(metrics[i].s->p[k]));
+        }
+    }
+    return j;
+}
