@@ -1,0 +1,41 @@
+"""--save-result's vLLM keys against the run's own CSVs (ctest registers only *.sh):
+
+    python3 check_result.py RUN_DIR RESULT_JSON
+
+Every value is worked out again here from RUN_DIR/interference/{requests,tokens}.csv with
+vLLM's meanings: completed = sent at t >= 0, no error, ended with a finish reason other than
+abort; TTFT, E2E, TPOT = (E2E - TTFT) / (completion tokens - 1); ITL every gap of such a
+request; numpy's interpolated percentiles; population std. Exit 1 on any difference beyond
+1e-6 (relative), listing them."""
+import csv, json, math, sys
+run, res = sys.argv[1], json.load(open(sys.argv[2]))
+reqs = {r["request"]: r for r in csv.DictReader(open(f"{run}/interference/requests.csv"))}
+def done(r):
+    return (int(r["t_send_ns"]) >= 0 and not r["error"] and int(r["t_end_ns"]) >= 0 and
+            int(r["t_first_ns"]) >= 0 and r["finish_reason"] not in ("", "abort"))
+ok = [r for r in reqs.values() if done(r)]
+ttft = [(int(r["t_first_ns"]) - int(r["t_send_ns"])) / 1e6 for r in ok]
+e2el = [(int(r["t_end_ns"]) - int(r["t_send_ns"])) / 1e6 for r in ok]
+tpot = [(e - t) / (int(r["completion_tokens"]) - 1) for r, t, e in zip(ok, ttft, e2el)
+        if int(r["completion_tokens"]) > 1]
+last, itl = {}, []
+for ev in csv.DictReader(open(f"{run}/interference/tokens.csv")):
+    r = reqs[ev["request"]]
+    t = int(ev["t_ns"])
+    if ev["request"] in last and int(r["t_send_ns"]) >= 0 and not r["error"]:
+        itl.append((t - last[ev["request"]]) / 1e6)
+    last[ev["request"]] = t
+def pct(v, p):
+    v = sorted(v); k = p / 100 * (len(v) - 1); lo = math.floor(k)
+    return v[-1] if lo >= len(v) - 1 else v[lo] + (v[lo + 1] - v[lo]) * (k - lo)
+mean = lambda v: sum(v) / len(v)
+std = lambda v: math.sqrt(sum((x - mean(v)) ** 2 for x in v) / len(v))
+want = {"completed": len(ok), "total_output_tokens": sum(int(r["completion_tokens"]) for r in ok),
+        "mean_ttft_ms": mean(ttft), "median_ttft_ms": pct(ttft, 50), "std_ttft_ms": std(ttft),
+        "p99_ttft_ms": pct(ttft, 99), "mean_tpot_ms": mean(tpot), "p90_tpot_ms": pct(tpot, 90),
+        "mean_itl_ms": mean(itl), "p99_itl_ms": pct(itl, 99), "p99.9_itl_ms": pct(itl, 99.9),
+        "median_e2el_ms": pct(e2el, 50), "std_e2el_ms": std(e2el)}
+bad = [f"{k}: {res[k]} vs {v}" for k, v in want.items() if abs(res[k] - v) > 1e-6 * max(1, abs(v))]
+print("\n".join(bad) if bad else f"ok   --save-result: {len(want)} keys as computed from the CSVs "
+      f"({len(ok)} requests, {len(itl)} gaps)")
+sys.exit(1 if bad else 0)
