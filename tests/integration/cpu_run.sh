@@ -24,6 +24,19 @@ timeout 240 "$bin" run --engine cpu --model tiny --threads 1 --users 8 --duratio
 [ "$rc" = 0 ] || { tail -30 "$scratch/run.out"; fail "run --engine cpu exited $rc"; }
 grep -E "injections stalled" "$scratch/run.out" || true # the run's verdict, for the log
 
+# The warm start comes before the server answers: in each run's server log the warm-start
+# line precedes the ready line (the port is bound only after it, so /health cannot say ready
+# earlier).
+for label in baseline interference; do
+  log=$out/$label/server.log
+  warm=$(grep -n "warm start done in" "$log" | head -1 | cut -d: -f1)
+  ready=$(grep -n "^listening on http://" "$log" | head -1 | cut -d: -f1)
+  { [ -n "$warm" ] && [ -n "$ready" ] && [ "$warm" -lt "$ready" ]; } ||
+    { cat "$log"; fail "$label: no warm-start line before the ready line"; }
+  grep "warm start done in" "$log"
+done
+pass "the warm start ran and was logged before the server said ready, in both runs"
+
 b=$out/baseline/summary.json
 i=$out/interference/summary.json
 check "every injection stalls every user, all stalls aligned" \
