@@ -60,7 +60,8 @@ static int read_summary(const char *dir, run_figures *out)
     /* An injection whose prefill the run's end cut short has no whole spike to compare. */
     for (size_t i = 0; i < json_array_size(inj) && out->n < MAX_INJ; i++) {
         json_t *x = json_array_get(inj, i);
-        if (json_number_value(json_object_get(x, "ttft_ms")) < 0) {
+        json_t *ttft = json_object_get(x, "ttft_ms");
+        if (!json_is_number(ttft) || json_number_value(ttft) < 0) {
             out->cut++;
             continue;
         }

@@ -4,7 +4,9 @@
  *
  *   step_model   the step model fitted (fit.h) to --model's own steps: decode steps over a
  *                grid of batch sizes (1, 8, 16, 32, 64) and mean contexts (128, 512, 1024)
- *                give the per-step, per-sequence and per-context-token terms; one-shot
+ *                give the per-step, per-sequence and per-context-token terms (each step
+ *                the forward pass and one token drawn per sequence at --temperature, as
+ *                the executor samples: a 32,000-word softmax per sequence); one-shot
  *                prefills of --prompt-tokens x 1/8, 1/4, 1/2, 3/4 and 1 give the per-token and
  *                attention terms. Every probe is printed with its fitted time and residual.
  *                The cost model uses it for that model.
@@ -18,6 +20,7 @@
  * the median of their repeats, the typical step rather than the luckiest.
  * Exits 1 when a probe or the fit fails. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -63,9 +66,21 @@ typedef struct calib_opts {
     int64_t probe_ns;
     double mem_bytes;
     int prompt_tokens;
+    double temperature;
     bool no_fit;
     bool json;
 } calib_opts;
+
+static int apply_temperature(void *ctx, const char *value, char *err)
+{
+    calib_opts *o = ctx;
+    char *end = NULL;
+    const double t = strtod(value, &end);
+    if (end == value || *end || !(t >= 0 && t <= 100))
+        return err_set(err, "--temperature: '%s' is not a number in [0, 100]", value);
+    o->temperature = t;
+    return 0;
+}
 
 #define O calib_opts
 static const opts_spec calib_specs[] = {
@@ -80,6 +95,9 @@ static const opts_spec calib_specs[] = {
              "least 64)", O, prompt_tokens, 64, 65536),
     OPTS_POSITIVE("mem-bytes", "B", "memory for weights + KV cache (default 4e9, at most a "
                   "quarter of RAM; at least 1e6)", O, mem_bytes),
+    OPTS_FN("temperature", "T", "sampling temperature of the decode probes, as the run's "
+            "requests sample (default 1: what the server gives a request that sets none, "
+            "vLLM's default; 0: greedy)", apply_temperature),
     OPTS_STRING("name", "NAME", "the profile's name (default cpu-<N>t)", O, name),
     OPTS_FLAG("no-fit", "no model run, no step model: the rates only, step_overhead_ns 0", O,
               no_fit),
@@ -96,6 +114,7 @@ int cli_calibrate(int argc, char **argv)
     o.threads = cpu_pool_default_threads();
     o.probe_ns = CLOCK_NS_PER_S;
     o.prompt_tokens = 8000;
+    o.temperature = 1.0;
     const double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     o.mem_bytes = 4e9 < ram / 4 ? 4e9 : ram / 4;
     const opts_group groups[] = {
@@ -142,8 +161,8 @@ int cli_calibrate(int argc, char **argv)
         prompts[i] = o.prompt_tokens * eighths[i] / 8;
     if (cpu_calib_run(pool, seconds, &cal, err) != 0 ||
         (fit && cpu_calib_steps(pool, &arch, calib_batches, CALIB_N_BATCHES, calib_contexts,
-                                CALIB_N_CONTEXTS, prompts, CALIB_N_PROMPTS, seconds / 3, probes,
-                                err) != 0)) {
+                                CALIB_N_CONTEXTS, prompts, CALIB_N_PROMPTS, o.temperature,
+                                seconds / 3, probes, err) != 0)) {
         cpu_pool_free(pool);
         fprintf(stderr, "stallscope calibrate: %s\n", err);
         return CLI_EXIT_FAIL;
@@ -246,6 +265,7 @@ int cli_calibrate(int argc, char **argv)
     json_object_set_new(m, "kernel_attention_flops", json_real(cal.attention_flops));
     if (fit) {
         json_object_set_new(m, "fit_model", json_string(arch.name));
+        json_object_set_new(m, "decode_temperature", json_real(o.temperature));
         json_object_set_new(m, "fit_batch", json_integer(CALIB_BATCH));
         json_object_set_new(m, "fit_context", json_integer(CALIB_CONTEXT));
         json_object_set_new(m, "decode_ns", json_real(decode_ns));

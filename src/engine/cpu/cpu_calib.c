@@ -12,6 +12,7 @@
 #include "engine/cpu/cpu_forward.h"
 #include "engine/cpu/cpu_kernels.h"
 #include "engine/cpu/cpu_kv.h"
+#include "engine/cpu/cpu_sample.h"
 
 float cpu_stream_sum_avx512(const float *x, size_t n);
 
@@ -222,9 +223,23 @@ static double median_ns(int64_t *v, int n)
  * 7 context / 4] (mean `context`), blocks handed out round-robin as sequences that grow
  * together get them (each sequence's pages scattered, as in a server). Keys are zeros (a
  * step's time does not depend on what they hold). */
+/* One decode step as the executor runs it: the forward pass, then a token drawn for every
+ * sequence (temperature 0: the argmax). */
+static int decode_step(const cpu_model *m, cpu_runstate *rs, cpu_kv *kv, cpu_pool *pool,
+                       const cpu_batch_seq *steps, int batch, double temperature, char *err)
+{
+    if (cpu_forward(m, rs, kv, pool, steps, batch, err) != 0)
+        return -1;
+    const int vocab = m->config.vocab_size;
+    for (int i = 0; i < batch; i++)
+        (void)cpu_sample(rs->logits + (size_t)i * vocab, vocab, temperature, (uint64_t)i + 1,
+                         steps[i].context, -1);
+    return 0;
+}
+
 static int decode_probe(const cpu_model *m, cpu_runstate *rs, cpu_kv *kv, cpu_pool *pool,
-                        const int32_t *ids, int batch, int context, double min_seconds,
-                        fit_probe *out, char *err)
+                        const int32_t *ids, int batch, int context, double temperature,
+                        double min_seconds, fit_probe *out, char *err)
 {
     cpu_kv_seq *seqs = calloc((size_t)batch, sizeof *seqs);
     cpu_batch_seq *steps = calloc((size_t)batch, sizeof *steps);
@@ -248,14 +263,14 @@ static int decode_probe(const cpu_model *m, cpu_runstate *rs, cpu_kv *kv, cpu_po
             if (cpu_kv_reserve(kv, &seqs[i], want, err) != 0)
                 goto done;
         }
-    if (cpu_forward(m, rs, kv, pool, steps, batch, err) != 0) /* caches, not pages */
+    if (decode_step(m, rs, kv, pool, steps, batch, temperature, err) != 0) /* caches, not pages */
         goto done;
     int64_t reps[CALIB_MAX_REPS];
     int n = 0;
     const int64_t until = clock_now_ns() + (int64_t)(min_seconds * 1e9);
     while (n < CALIB_MAX_REPS && (n < 5 || clock_now_ns() < until)) {
         const int64_t t0 = clock_now_ns();
-        if (cpu_forward(m, rs, kv, pool, steps, batch, err) != 0)
+        if (decode_step(m, rs, kv, pool, steps, batch, temperature, err) != 0)
             goto done;
         reps[n++] = clock_now_ns() - t0;
     }
@@ -299,7 +314,7 @@ done:
 
 int cpu_calib_steps(cpu_pool *pool, const cost_arch *arch, const int *batches, int n_batches,
                     const int *contexts, int n_contexts, const int *prompts, int n_prompts,
-                    double min_seconds, fit_probe *out, char *err)
+                    double temperature, double min_seconds, fit_probe *out, char *err)
 {
     cpu_config c;
     cpu_model m;
@@ -342,8 +357,8 @@ int cpu_calib_steps(cpu_pool *pool, const cost_arch *arch, const int *batches, i
     int k = 0;
     for (int b = 0; b < n_batches; b++)
         for (int x = 0; x < n_contexts; x++, k++)
-            if (decode_probe(&m, &rs, &kv, pool, ids, batches[b], contexts[x], min_seconds,
-                             &out[k], err) != 0)
+            if (decode_probe(&m, &rs, &kv, pool, ids, batches[b], contexts[x], temperature,
+                             min_seconds, &out[k], err) != 0)
                 goto done;
     for (int p = 0; p < n_prompts; p++, k++)
         if (prefill_probe(&m, &rs, &kv, pool, ids, prompts[p], &out[k], err) != 0)
