@@ -186,6 +186,19 @@ static void test_run_report(void **state)
     assert_non_null(strstr(doc, "model, same profile (h100-sxm llama-3.1-8b mixed/16384)"));
     assert_non_null(strstr(doc, "model, reference (h100-sxm llama-3.1-8b mixed/16384)"));
     assert_non_null(strstr(doc, "Reference, H100 + Llama 3.1 8B:"));
+    /* Per injection: measured and predicted spike and the error, one row each. */
+    assert_non_null(strstr(doc, "<th>measured spike (ms)</th><th>predicted spike (ms)</th><th>error</th>"));
+    for (int i = 0; i < x->summary.n_injections; i++) {
+        char row[64];
+        snprintf(row, sizeof row, "<tr><td class=\"k\">%d (%.1f s)</td>", i + 1,
+                 x->summary.injections[i].t_send_s);
+        const char *at = strstr(doc, row);
+        assert_non_null(at);
+        const char *end = strstr(at, "</tr>");
+        assert_non_null(end);
+        assert_true(end - at > 8 && strncmp(end - 7, " %</td>", 7) == 0); /* its error, in % */
+    }
+    assert_int_equal(x->summary.n_injections, 3);
     /* What caused the stalls: every one a prefill of one of the three injections. */
     assert_non_null(strstr(doc, "<section id=\"causes\">"));
     assert_non_null(strstr(doc, "<figure id=\"fig-stall_ccdf\">"));
