@@ -1,7 +1,10 @@
 /* bench_warm — is the first long prompt a start-up artefact, and does the fitted profile
  * predict the cpu engine? (issue 16). Prints figures; never fails on time.
  *
- *   bench_warm STALLSCOPE OUT [--runs 3] [--hardware hw.json] [-- run/sim workload flags]
+ *   bench_warm [STALLSCOPE [OUT]] [--runs 3] [--hardware hw.json] [-- run/sim workload flags]
+ *
+ * (STALLSCOPE defaults to the stallscope binary beside this one, OUT to a new directory in
+ * /tmp: `make bench` runs it with no arguments, the lesson as it is.)
  *
  * Runs `STALLSCOPE run --no-baseline --out OUT/run-<i> FLAGS` --runs times (the embedded
  * server on the cpu engine, warm-started) and prints, for each run, every injection's spike
@@ -129,13 +132,27 @@ static int run_command(const char *bin, const char *verb, const char *out, const
 
 int main(int argc, char **argv)
 {
-    if (argc < 3) {
-        fprintf(stderr, "usage: bench_warm STALLSCOPE OUT [--runs N] [--hardware FILE] [-- FLAGS]\n");
-        return 2;
+    static char default_bin[1024], default_out[] = "/tmp/bench_warm_XXXXXX";
+    const char *bin = NULL, *out = NULL, *hardware = NULL;
+    int runs = 3, first_flag = argc, i = 1;
+    if (i < argc && strncmp(argv[i], "--", 2) != 0)
+        bin = argv[i++];
+    if (i < argc && strncmp(argv[i], "--", 2) != 0)
+        out = argv[i++];
+    if (!bin) { /* the stallscope beside this binary */
+        const char *slash = strrchr(argv[0], '/');
+        snprintf(default_bin, sizeof default_bin, "%.*sstallscope",
+                 slash ? (int)(slash - argv[0] + 1) : 0, argv[0]);
+        bin = default_bin;
     }
-    const char *bin = argv[1], *out = argv[2], *hardware = NULL;
-    int runs = 3, first_flag = argc;
-    for (int i = 3; i < argc; i++) {
+    if (!out) {
+        if (!mkdtemp(default_out)) {
+            perror("bench_warm: mkdtemp");
+            return 1;
+        }
+        out = default_out;
+    }
+    for (; i < argc; i++) {
         if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc)
             runs = atoi(argv[++i]);
         else if (strcmp(argv[i], "--hardware") == 0 && i + 1 < argc)
@@ -144,7 +161,8 @@ int main(int argc, char **argv)
             first_flag = i + 1;
             break;
         } else {
-            fprintf(stderr, "bench_warm: unknown argument %s\n", argv[i]);
+            fprintf(stderr, "bench_warm: unknown argument %s\nusage: bench_warm [STALLSCOPE "
+                            "[OUT]] [--runs N] [--hardware FILE] [-- FLAGS]\n", argv[i]);
             return 2;
         }
     }
@@ -155,6 +173,7 @@ int main(int argc, char **argv)
     char **flags = argv + first_flag;
     const int n_flags = argc - first_flag;
     mkdir(out, 0755);
+    printf("bench_warm: %s, %d run%s into %s\n", bin, runs, runs == 1 ? "" : "s", out);
     char load[64], dir[1024], log[1100];
 
     run_figures sim = {0};
