@@ -145,13 +145,6 @@ int main(int argc, char **argv)
                  slash ? (int)(slash - argv[0] + 1) : 0, argv[0]);
         bin = default_bin;
     }
-    if (!out) {
-        if (!mkdtemp(default_out)) {
-            perror("bench_warm: mkdtemp");
-            return 1;
-        }
-        out = default_out;
-    }
     for (; i < argc; i++) {
         if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc)
             runs = atoi(argv[++i]);
@@ -172,6 +165,13 @@ int main(int argc, char **argv)
     }
     char **flags = argv + first_flag;
     const int n_flags = argc - first_flag;
+    if (!out) {
+        if (!mkdtemp(default_out)) {
+            perror("bench_warm: mkdtemp");
+            return 1;
+        }
+        out = default_out;
+    }
     mkdir(out, 0755);
     printf("bench_warm: %s, %d run%s into %s\n", bin, runs, runs == 1 ? "" : "s", out);
     char load[64], dir[1024], log[1100];
