@@ -89,8 +89,8 @@ static const opts_spec calib_specs[] = {
              "least 1)", O, threads, 1, 1024),
     OPTS_DURATION("seconds", "DUR", "minimum time of each probe (default 1s; 0: 3 repetitions)", O,
                   probe_ns, 0, 600 * CLOCK_NS_PER_S),
-    OPTS_STRING("model", "M", "model whose decode step fits step_overhead (default "
-                EXPERIMENT_CPU_MODEL ")", O, model),
+    OPTS_STRING("model", "M", "model whose decode and prefill steps the step model is "
+                "fitted to (default " EXPERIMENT_CPU_MODEL ")", O, model),
     OPTS_INT("prompt-tokens", "N", "longest prefill probe; also 3N/4, N/2, N/4, N/8 (default 8000, at "
              "least 64)", O, prompt_tokens, 64, 65536),
     OPTS_POSITIVE("mem-bytes", "B", "memory for weights + KV cache (default 4e9, at most a "
@@ -122,10 +122,12 @@ int cli_calibrate(int argc, char **argv)
     };
     if (opts_wants_help(argc, argv)) {
         opts_print_help(stdout, "stallscope calibrate [options]",
-                        "Measure this CPU with the cpu engine's own kernels (GEMM, attention, "
-                        "memory\nbandwidth, a decode step of --model) and write a hardware "
-                        "profile that model, sim,\nrun and serve take as --hardware FILE, so the "
-                        "cost model predicts cpu-engine runs.",
+                        "Measure this CPU with the cpu engine: its kernels (GEMM, attention, "
+                        "memory bandwidth)\nand --model's own steps (decode over batch sizes and "
+                        "contexts, prefill over prompt\nlengths), fit a step model to them by "
+                        "least squares (residuals printed), and write a\nhardware profile "
+                        "(version 2) that model, sim, run, serve and report take as\n--hardware "
+                        "FILE, so the cost model predicts cpu-engine runs.",
                         groups, 1);
         return CLI_EXIT_OK;
     }
