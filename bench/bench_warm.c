@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 
 #include "common/buf.h"
+#include "report/predict.h"
 
 #define MAX_INJ 64
 #define MAX_RUNS 16
@@ -223,12 +224,13 @@ int main(int argc, char **argv)
                    (f.spikes[0] / rest - 1) * 100);
         }
         if (have_sim) {
+            /* errors as the report prints them: predicted / measured - 1 */
             printf("run %d vs sim: gap p50 %.2f vs %.2f ms (sim %+.1f %%)", r + 1, f.p50, sim.p50,
-                   (sim.p50 / f.p50 - 1) * 100);
+                   report_relative_error(f.p50, sim.p50) * 100);
             const int n = f.n < sim.n ? f.n : sim.n;
             double worst = 0;
             for (int j = 0; j < n; j++) {
-                const double e = sim.spikes[j] / f.spikes[j] - 1;
+                const double e = report_relative_error(f.spikes[j], sim.spikes[j]);
                 printf("%s spike %d %.0f vs %.0f ms (%+.1f %%)", j ? "," : ";", j + 1, f.spikes[j],
                        sim.spikes[j], e * 100);
                 worst = fabs(e) > worst ? fabs(e) : worst;
@@ -236,7 +238,7 @@ int main(int argc, char **argv)
             if (n > 0) {
                 const double mm = median(f.spikes, n), ms = median(sim.spikes, n);
                 printf("; median spike %.0f vs %.0f ms (%+.1f %%); worst single spike %.1f %%",
-                       mm, ms, (ms / mm - 1) * 100, worst * 100);
+                       mm, ms, report_relative_error(mm, ms) * 100, worst * 100);
             }
             printf("\n");
         }
