@@ -1,21 +1,26 @@
-/* stallscope calibrate — measure this CPU and write a hardware profile for the cost model.
+/* stallscope calibrate — measure this CPU with the cpu engine and write a hardware profile
+ * (profile.h, version 2, source "cpu-engine") for the cost model: --hardware FILE in model,
+ * sim, run, serve and report.
  *
- * The profile replaces a GPU of the catalog (--hardware FILE in model, sim, run, serve):
- *   peak_flops        sustained GEMM FLOP/s of the engine's matrix products (prefill shapes)
- *   attention_flops   FLOP/s of the engine's attention kernel (cost-model FLOP count)
- *   mem_bandwidth     streaming-read bytes/s
- *   mem_bytes         memory granted to weights + KV cache (--mem-bytes)
- *   bytes_per_param, kv_bytes_per_elem = 4 (the engine computes in F32)
- *   step_overhead_ns  what a decode step of --model costs beyond the roofline: the engine
- *                     measured against the cost model at batch 32, mean context 512 (the
- *                     lesson's steady state); it folds in the small-batch GEMM efficiency
- *                     and the KV-cache reads that run below streaming bandwidth
- * With --model (the default) the two rates are first scaled by the engine's one-shot prefill
- * of --prompt-tokens against their prediction, so the norms, RoPE, SwiGLU, KV writes and
- * scheduling a real prefill adds are in the profile too (the kernels alone are printed).
- *   threads           the thread count it was measured with (--threads, as serve runs)
- * Prints what it measured and the fit; exits 1 when a probe fails. */
+ *   step_model   the step model fitted (fit.h) to --model's own steps: decode steps over a
+ *                grid of batch sizes (1, 8, 16, 32, 64) and mean contexts (128, 512, 1024)
+ *                give the per-step, per-sequence and per-context-token terms (each step
+ *                the forward pass and one token drawn per sequence at --temperature, as
+ *                the executor samples: a 32,000-word softmax per sequence); one-shot
+ *                prefills of --prompt-tokens x 1/8, 1/4, 1/2, 3/4 and 1 give the per-token and
+ *                attention terms. Every probe is printed with its fitted time and residual.
+ *                The cost model uses it for that model.
+ *   peak_flops, attention_flops, mem_bandwidth   the roofline for any other model: the
+ *                kernels' rates (GEMM on prefill shapes, the attention kernel, a streaming
+ *                read), scaled by the longest prefill against their prediction
+ *   step_overhead_ns  the roofline's per-step overhead: decode 32 x 512 beyond the roofline
+ *   mem_bytes    memory granted to weights + KV cache (--mem-bytes)
+ *   bytes_per_param, kv_bytes_per_elem = 4 (F32); threads (as serve will run)
+ * The probes run as a warm-started server runs (arena and buffers touched first) and keep
+ * the median of their repeats, the typical step rather than the luckiest.
+ * Exits 1 when a probe or the fit fails. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,9 +36,27 @@
 #include "engine/cpu/cpu_calib.h"
 #include "engine/cpu/cpu_kernels.h"
 #include "engine/cpu/cpu_pool.h"
+#include "engine/fit.h"
+#include "engine/profile.h"
 
-#define CALIB_BATCH 32
+/* The decode grid and the prefill lengths of the step model's probes. */
+#define CALIB_BATCH 32 /* the lesson's steady state: the roofline's overhead is fitted here */
 #define CALIB_CONTEXT 512
+#define CALIB_N_BATCHES 5
+#define CALIB_N_CONTEXTS 3
+#define CALIB_N_PROMPTS 5 /* --prompt-tokens x 1/8, 1/4, 1/2, 3/4, 1 */
+#define CALIB_N_PROBES (CALIB_N_BATCHES * CALIB_N_CONTEXTS + CALIB_N_PROMPTS)
+static const int calib_batches[CALIB_N_BATCHES] = {1, 8, 16, CALIB_BATCH, 64};
+static const int calib_contexts[CALIB_N_CONTEXTS] = {128, CALIB_CONTEXT, 1024};
+
+/* The contexts cpu_calib_steps gives a decode probe sum to this. */
+static double calib_context_sum(int batch, int context)
+{
+    double sum = 0;
+    for (int i = 0; i < batch; i++)
+        sum += batch > 1 ? context / 4 + (int)((int64_t)3 * context / 2 * i / (batch - 1)) : context;
+    return sum;
+}
 
 typedef struct calib_opts {
     char out[512];
@@ -43,9 +66,21 @@ typedef struct calib_opts {
     int64_t probe_ns;
     double mem_bytes;
     int prompt_tokens;
+    double temperature;
     bool no_fit;
     bool json;
 } calib_opts;
+
+static int apply_temperature(void *ctx, const char *value, char *err)
+{
+    calib_opts *o = ctx;
+    char *end = NULL;
+    const double t = strtod(value, &end);
+    if (end == value || *end || !(t >= 0 && t <= 100))
+        return err_set(err, "--temperature: '%s' is not a number in [0, 100]", value);
+    o->temperature = t;
+    return 0;
+}
 
 #define O calib_opts
 static const opts_spec calib_specs[] = {
@@ -54,14 +89,18 @@ static const opts_spec calib_specs[] = {
              "least 1)", O, threads, 1, 1024),
     OPTS_DURATION("seconds", "DUR", "minimum time of each probe (default 1s; 0: 3 repetitions)", O,
                   probe_ns, 0, 600 * CLOCK_NS_PER_S),
-    OPTS_STRING("model", "M", "model whose decode step fits step_overhead (default "
-                EXPERIMENT_CPU_MODEL ")", O, model),
-    OPTS_INT("prompt-tokens", "N", "prefill to check the profile against (default 8000; 0: none)",
-             O, prompt_tokens, 0, 65536),
+    OPTS_STRING("model", "M", "model whose decode and prefill steps the step model is "
+                "fitted to (default " EXPERIMENT_CPU_MODEL ")", O, model),
+    OPTS_INT("prompt-tokens", "N", "longest prefill probe; also 3N/4, N/2, N/4, N/8 (default 8000, at "
+             "least 64)", O, prompt_tokens, 64, 65536),
     OPTS_POSITIVE("mem-bytes", "B", "memory for weights + KV cache (default 4e9, at most a "
                   "quarter of RAM; at least 1e6)", O, mem_bytes),
+    OPTS_FN("temperature", "T", "sampling temperature of the decode probes, as the run's "
+            "requests sample (default 1: what the server gives a request that sets none, "
+            "vLLM's default; 0: greedy)", apply_temperature),
     OPTS_STRING("name", "NAME", "the profile's name (default cpu-<N>t)", O, name),
-    OPTS_FLAG("no-fit", "no model run: step_overhead_ns 0", O, no_fit),
+    OPTS_FLAG("no-fit", "no model run, no step model: the rates only, step_overhead_ns 0", O,
+              no_fit),
     OPTS_FLAG("json", "also print the profile on stdout", O, json),
 };
 #undef O
@@ -75,6 +114,7 @@ int cli_calibrate(int argc, char **argv)
     o.threads = cpu_pool_default_threads();
     o.probe_ns = CLOCK_NS_PER_S;
     o.prompt_tokens = 8000;
+    o.temperature = 1.0;
     const double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     o.mem_bytes = 4e9 < ram / 4 ? 4e9 : ram / 4;
     const opts_group groups[] = {
@@ -82,10 +122,12 @@ int cli_calibrate(int argc, char **argv)
     };
     if (opts_wants_help(argc, argv)) {
         opts_print_help(stdout, "stallscope calibrate [options]",
-                        "Measure this CPU with the cpu engine's own kernels (GEMM, attention, "
-                        "memory\nbandwidth, a decode step of --model) and write a hardware "
-                        "profile that model, sim,\nrun and serve take as --hardware FILE, so the "
-                        "cost model predicts cpu-engine runs.",
+                        "Measure this CPU with the cpu engine: its kernels (GEMM, attention, "
+                        "memory bandwidth)\nand --model's own steps (decode over batch sizes and "
+                        "contexts, prefill over prompt\nlengths), fit a step model to them by "
+                        "least squares (residuals printed), and write a\nhardware profile "
+                        "(version 2) that model, sim, run, serve and report take as\n--hardware "
+                        "FILE, so the cost model predicts cpu-engine runs.",
                         groups, 1);
         return CLI_EXIT_OK;
     }
@@ -114,10 +156,15 @@ int cli_calibrate(int argc, char **argv)
            o.threads == 1 ? "" : "s", cpu_simd_enabled() ? "on" : "off");
     fflush(stdout);
     cpu_calib cal;
-    double decode_ns = 0, prefill_ns = 0;
+    fit_probe probes[CALIB_N_PROBES];
+    int prompts[CALIB_N_PROMPTS];
+    static const int eighths[CALIB_N_PROMPTS] = {1, 2, 4, 6, 8};
+    for (int i = 0; i < CALIB_N_PROMPTS; i++)
+        prompts[i] = o.prompt_tokens * eighths[i] / 8;
     if (cpu_calib_run(pool, seconds, &cal, err) != 0 ||
-        (fit && cpu_calib_model(pool, &arch, CALIB_BATCH, CALIB_CONTEXT, o.prompt_tokens,
-                                  seconds, &decode_ns, &prefill_ns, err) != 0)) {
+        (fit && cpu_calib_steps(pool, &arch, calib_batches, CALIB_N_BATCHES, calib_contexts,
+                                CALIB_N_CONTEXTS, prompts, CALIB_N_PROMPTS, o.temperature,
+                                seconds / 3, probes, err) != 0)) {
         cpu_pool_free(pool);
         fprintf(stderr, "stallscope calibrate: %s\n", err);
         return CLI_EXIT_FAIL;
@@ -138,69 +185,98 @@ int cli_calibrate(int argc, char **argv)
     printf("  GEMM (32 rows)             %8.1f GFLOP/s\n", cal.small_gemm_flops / 1e9);
     printf("  attention kernel           %8.1f GFLOP/s\n", cal.attention_flops / 1e9);
     printf("  streaming read             %8.1f GB/s\n", cal.mem_bandwidth / 1e9);
-    double predicted_decode = 0, predicted_prefill = 0, prefill_scale = 1;
+    fit_result fr;
+    memset(&fr, 0, sizeof fr);
+    double residual[CALIB_N_PROBES];
+    double prefill_scale = 1, decode_ns = 0, predicted_decode = 0;
+    const fit_probe *longest = &probes[CALIB_N_PROBES - 1];
     if (fit) {
-        cost_params p;
-        if (o.prompt_tokens > 0) { /* rates as a whole prefill sustains them */
-            cost_params_init(&p, &g, &arch);
-            const double kernels_ns = (double)cost_prefill_ns(&p, o.prompt_tokens, NULL);
-            prefill_scale = prefill_ns / kernels_ns;
-            g.peak_flops /= prefill_scale;
-            g.attention_flops /= prefill_scale;
-            printf("  %s prefill of %d tokens: %.0f ms measured, the kernels' rates predict %.0f "
-                   "ms -> rates x %.3f\n",
-                   arch.name, o.prompt_tokens, prefill_ns / 1e6, kernels_ns / 1e6, 1 / prefill_scale);
+        if (fit_step_model(probes, CALIB_N_PROBES, arch.name, &fr, residual, err) != 0) {
+            fprintf(stderr, "stallscope calibrate: the step model: %s\n", err);
+            return CLI_EXIT_FAIL;
         }
-        cost_params_init(&p, &g, &arch);
+        g.fit = fr.fit;
+        printf("  %s steps (median of repeats) and the fitted step model:\n", arch.name);
+        printf("    %-24s %12s %12s %9s\n", "step", "measured ms", "fitted ms", "residual");
+        for (int i = 0; i < CALIB_N_PROBES; i++) {
+            char shape[48];
+            if (probes[i].prompt_tokens > 0)
+                snprintf(shape, sizeof shape, "prefill %d tokens", probes[i].prompt_tokens);
+            else
+                snprintf(shape, sizeof shape, "decode %d x ctx %.0f", probes[i].batch,
+                         probes[i].context_sum / probes[i].batch);
+            printf("    %-24s %12.2f %12.2f %+8.1f %%\n", shape, probes[i].ns / 1e6,
+                   fit_predict_ns(&g.fit, &probes[i]) / 1e6, residual[i] * 100);
+        }
+        printf("  fit: step %.3f ms + %.4f ms per sequence + %.3f us per context token; "
+               "prefill %.4f ms per token + %.3f ns per attention pair\n",
+               g.fit.step_ns / 1e6, g.fit.seq_ns / 1e6, g.fit.ctx_ns / 1e3,
+               g.fit.token_ns / 1e6, g.fit.pair_ns);
+        printf("  residuals (relative): decode rms %.1f %%, prefill rms %.1f %%, largest %.1f %%\n",
+               fr.decode_rms * 100, fr.prefill_rms * 100, fr.max_abs * 100);
+        static const char *const term_names[] = {"step", "per-sequence", "per-context-token",
+                                                 "per-token", "attention"};
+        for (int t = 0; t < 5; t++)
+            if (fr.dropped[t])
+                printf("  note: the %s term came out negative and is held at 0\n",
+                       term_names[t]);
+
+        /* The roofline (other models than this one): rates as a whole prefill sustains
+         * them, and the decode overhead beyond it at the lesson's steady state. */
+        cost_params p;
+        cost_gpu roof = g;
+        memset(&roof.fit, 0, sizeof roof.fit);
+        cost_params_init(&p, &roof, &arch);
+        const double kernels_ns = (double)cost_prefill_ns(&p, longest->prompt_tokens, NULL);
+        prefill_scale = longest->ns / kernels_ns;
+        g.peak_flops /= prefill_scale;
+        g.attention_flops /= prefill_scale;
+        roof.peak_flops = g.peak_flops;
+        roof.attention_flops = g.attention_flops;
+        cost_params_init(&p, &roof, &arch);
+        for (int i = 0; i < CALIB_N_PROBES; i++)
+            if (probes[i].batch == CALIB_BATCH && probes[i].prompt_tokens == 0 &&
+                probes[i].context_sum == calib_context_sum(CALIB_BATCH, CALIB_CONTEXT))
+                decode_ns = probes[i].ns;
         predicted_decode = (double)cost_decode_ns(&p, CALIB_BATCH, CALIB_CONTEXT, NULL);
         g.step_overhead_ns = decode_ns > predicted_decode ? (int64_t)(decode_ns - predicted_decode) : 0;
-        cost_params_init(&p, &g, &arch);
-        predicted_prefill = o.prompt_tokens > 0 ? (double)cost_prefill_ns(&p, o.prompt_tokens, NULL) : 0;
-        printf("  %s decode step, %d sequences at mean context %d: %.2f ms measured, roofline "
-               "%.2f ms -> step_overhead %.2f ms\n",
-               arch.name, CALIB_BATCH, CALIB_CONTEXT, decode_ns / 1e6, predicted_decode / 1e6,
-               g.step_overhead_ns / 1e6);
-        printf("  profile: GEMM %.1f GFLOP/s, attention %.1f GFLOP/s, bandwidth %.1f GB/s, "
-               "overhead %.2f ms\n",
-               g.peak_flops / 1e9, g.attention_flops / 1e9, g.mem_bandwidth / 1e9,
-               g.step_overhead_ns / 1e6);
+        printf("  roofline for other models: rates x %.3f (the %d-token prefill), overhead "
+               "%.2f ms (decode %d x %d: %.2f ms measured, %.2f ms roofline)\n",
+               1 / prefill_scale, longest->prompt_tokens, g.step_overhead_ns / 1e6, CALIB_BATCH,
+               CALIB_CONTEXT, decode_ns / 1e6, predicted_decode / 1e6);
     }
 
-    json_t *root = json_object();
+    profile_info info = {.version = PROFILE_VERSION};
+    snprintf(info.source, sizeof info.source, "%s", PROFILE_SOURCE_CPU);
+    json_t *root = profile_to_json(&g, &info, fit ? &fr : NULL, fit ? probes : NULL,
+                                   fit ? residual : NULL, fit ? CALIB_N_PROBES : 0);
+    if (!root) {
+        fprintf(stderr, "stallscope calibrate: out of memory\n");
+        return CLI_EXIT_FAIL;
+    }
     char when[32];
     const time_t now = time(NULL);
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    json_object_set_new(root, "name", json_string(g.name));
-    json_object_set_new(root, "kind", json_string("cpu"));
-    json_object_set_new(root, "peak_flops", json_real(g.peak_flops));
-    json_object_set_new(root, "attention_flops", json_real(g.attention_flops));
-    json_object_set_new(root, "mem_bandwidth", json_real(g.mem_bandwidth));
-    json_object_set_new(root, "mem_bytes", json_real(g.mem_bytes));
-    json_object_set_new(root, "bytes_per_param", json_real(g.bytes_per_param));
-    json_object_set_new(root, "kv_bytes_per_elem", json_real(g.kv_bytes_per_elem));
-    json_object_set_new(root, "step_overhead_ns", json_integer(g.step_overhead_ns));
-    json_object_set_new(root, "threads", json_integer(g.threads));
     json_t *m = json_object();
     json_object_set_new(m, "cpu", json_string(cpu));
     json_object_set_new(m, "openblas_core", json_string(openblas_get_corename()));
     json_object_set_new(m, "avx512", json_boolean(cpu_simd_enabled()));
     json_object_set_new(m, "when", json_string(when));
     json_object_set_new(m, "small_gemm_flops", json_real(cal.small_gemm_flops));
+    json_object_set_new(m, "kernel_gemm_flops", json_real(cal.gemm_flops));
+    json_object_set_new(m, "kernel_attention_flops", json_real(cal.attention_flops));
     if (fit) {
         json_object_set_new(m, "fit_model", json_string(arch.name));
+        json_object_set_new(m, "decode_temperature", json_real(o.temperature));
         json_object_set_new(m, "fit_batch", json_integer(CALIB_BATCH));
         json_object_set_new(m, "fit_context", json_integer(CALIB_CONTEXT));
         json_object_set_new(m, "decode_ns", json_real(decode_ns));
         json_object_set_new(m, "decode_roofline_ns", json_real(predicted_decode));
-        json_object_set_new(m, "prefill_tokens", json_integer(o.prompt_tokens));
-        json_object_set_new(m, "prefill_ns", json_real(prefill_ns));
-        json_object_set_new(m, "prefill_predicted_ns", json_real(predicted_prefill));
-        json_object_set_new(m, "kernel_gemm_flops", json_real(cal.gemm_flops));
-        json_object_set_new(m, "kernel_attention_flops", json_real(cal.attention_flops));
+        json_object_set_new(m, "prefill_tokens", json_integer(longest->prompt_tokens));
+        json_object_set_new(m, "prefill_ns", json_real(longest->ns));
         json_object_set_new(m, "prefill_rate_scale", json_real(1 / prefill_scale));
     }
     json_object_set_new(root, "measured", m);
-    json_object_set_new(root, "source", json_string("stallscope calibrate"));
     int rc = CLI_EXIT_OK;
     if (fsio_write_json(o.out, root, JSON_INDENT(2) | JSON_SORT_KEYS, err) != 0) {
         fprintf(stderr, "stallscope calibrate: %s\n", err);

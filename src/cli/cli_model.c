@@ -98,6 +98,11 @@ static void compute_report(const cost_params *p, const model_cfg *cfg, model_rep
         row->total_ms = (double)cost_prefill_ns(p, row->tokens, &b) / 1e6;
         row->linear_ms = (b.linear_flops + b.lm_head_flops) / r->flops_per_s * 1e3;
         row->attention_ms = b.attention_flops / r->flops_per_s * 1e3;
+        if (cost_fit_applies(p)) { /* the measured terms, not the rates */
+            const double n = row->tokens;
+            row->linear_ms = (p->gpu.fit.token_ns * n + p->gpu.fit.seq_ns) / 1e6;
+            row->attention_ms = p->gpu.fit.pair_ns * n * (n + 1) / 2 / 1e6;
+        }
         row->memory_ms = b.memory_ns / 1e6;
         row->compute_bound = b.compute_ns >= b.memory_ns;
         row->ratio_linear = row->linear_ms / r->decode_ms;
@@ -135,10 +140,23 @@ static void print_table(FILE *out, const cost_params *p, const model_cfg *cfg,
     const double kv_ms = r->decode.kv_bytes / r->bytes_per_s * 1e3;
     char overhead[32];
     units_format_duration(p->step_overhead_ns, overhead, sizeof overhead);
-    fprintf(out, "decode-only step (batch %lld, context %lld): %.2f ms = max(compute %.3f ms, "
-                 "weights %.2f ms + KV %.3f ms) + overhead %s\n\n",
-            (long long)cfg->decode_batch, (long long)cfg->decode_context, r->decode_ms,
-            r->decode.compute_ns / 1e6, weights_ms, kv_ms, overhead);
+    const bool fitted = cost_fit_applies(p);
+    if (fitted)
+        fprintf(out, "step model fitted on %s (the profile's): step %s + %.4f ms per sequence + "
+                     "%.3f us per context token; %.4f ms per prompt token + %.3f ns per "
+                     "attention pair\n",
+                a->name, overhead, p->gpu.fit.seq_ns / 1e6, p->gpu.fit.ctx_ns / 1e3,
+                p->gpu.fit.token_ns / 1e6, p->gpu.fit.pair_ns);
+    if (fitted)
+        fprintf(out, "decode-only step (batch %lld, context %lld): %.2f ms = step %s + "
+                     "sequences and context %.3f ms\n\n",
+                (long long)cfg->decode_batch, (long long)cfg->decode_context, r->decode_ms,
+                overhead, r->decode.compute_ns / 1e6);
+    else
+        fprintf(out, "decode-only step (batch %lld, context %lld): %.2f ms = max(compute %.3f ms, "
+                     "weights %.2f ms + KV %.3f ms) + overhead %s\n\n",
+                (long long)cfg->decode_batch, (long long)cfg->decode_context, r->decode_ms,
+                r->decode.compute_ns / 1e6, weights_ms, kv_ms, overhead);
 
     fprintf(out, "%8s %10s %10s %10s %8s %10s %10s %9s\n", "prompt", "linear", "attention",
             "prefill", "bound", "linear /", "prefill /", "vs");
@@ -153,8 +171,14 @@ static void print_table(FILE *out, const cost_params *p, const model_cfg *cfg,
             snprintf(scaling, sizeof scaling, "-");
         fprintf(out, "%8d %10.1f %10.1f %10.1f %8s %9.1fx %9.1fx %9s\n", row->tokens,
                 row->linear_ms, row->attention_ms, row->total_ms,
-                row->compute_bound ? "compute" : "memory", row->ratio_linear, row->ratio_total,
-                scaling);
+                fitted ? "fitted" : row->compute_bound ? "compute" : "memory", row->ratio_linear,
+                row->ratio_total, scaling);
+    }
+    if (fitted) {
+        fprintf(out, "\nlinear = per-token x tokens + one sequence; attention = per-pair x n (n + "
+                     "1) / 2;\nprefill step = step + linear + attention (the fitted step model, "
+                     "one prompt alone in its step).\n");
+        return;
     }
     fprintf(out, "\nlinear = 2 x params x tokens / %.1f TFLOP/s; attention = L x 2 x d x n (n + 1) "
                  "/ the same;\nprefill step = max(compute, memory) + overhead (one prompt, "

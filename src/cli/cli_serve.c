@@ -3,7 +3,9 @@
  *     listening on http://HOST:PORT
  * (the load generator starts `serve --port 0` and waits for it), then serves until SIGINT
  * or SIGTERM, and exits 0 after ending the streams in flight. `--config FILE` runs exactly
- * the engine and scheduler a run's config.json records (how `run` starts it). */
+ * the engine and scheduler a run's config.json records (how `run` starts it). The cpu engine
+ * warms up first (exec.warm: KV arena and buffers touched, one budget-sized step) and logs
+ * how long that took on stderr; only then does it bind, print the line and answer /health. */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,6 +20,7 @@ typedef struct serve_flags {
     server_config server;
     char config[1024];
     bool no_realtime;
+    bool no_warm_start;
 } serve_flags;
 
 #define F serve_flags
@@ -44,6 +47,10 @@ static const opts_spec server_specs[] = {
     OPTS_FLAG("no-realtime",
               "keep the engine thread SCHED_OTHER (default: try SCHED_FIFO for precise step timing)",
               F, no_realtime),
+    OPTS_FLAG("no-warm-start",
+              "answer at once: skip touching the KV arena and the warm-up step before "
+              "listening (cpu engine)",
+              F, no_warm_start),
     OPTS_STRING("config", "FILE",
                 "run the engine and scheduler a config.json records (replaces their flags)", F,
                 config),
@@ -123,6 +130,25 @@ int cli_serve(int argc, char **argv)
     if (experiment_create_executor(&cfg, stderr, &executor, err) != 0) {
         fprintf(stderr, "stallscope serve: %s\n", err);
         return CLI_EXIT_FAIL;
+    }
+    /* Warm start (cpu engine): the KV arena and the largest step's buffers are touched and
+     * one budget-sized step runs before the port is bound, so /health cannot say ready
+     * (nor a request arrive) before it is done. */
+    if (executor->warm && !f.no_warm_start) {
+        exec_warm_info warm;
+        fprintf(stderr, "stallscope serve: warm start: touching the KV arena, one step of up "
+                        "to %d tokens ...\n",
+                cfg.sched.max_num_batched_tokens);
+        if (executor->warm(executor, &cfg.sched, &warm, err) != 0) {
+            fprintf(stderr, "stallscope serve: warm start: %s\n", err);
+            executor->destroy(executor);
+            return CLI_EXIT_FAIL;
+        }
+        fprintf(stderr,
+                "stallscope serve: warm start done in %.0f ms: KV arena %.0f MB touched, "
+                "buffers %.0f MB, warm-up step of %d tokens over %d sequences %.0f ms\n",
+                warm.ns / 1e6, warm.kv_bytes / 1e6, warm.scratch_bytes / 1e6, warm.step_tokens,
+                warm.step_seqs, warm.forward_ns / 1e6);
     }
     /* A client that vanishes mid-write must be an error return, not a fatal signal. */
     signal(SIGPIPE, SIG_IGN);

@@ -38,6 +38,20 @@ void cost_params_init(cost_params *p, const cost_gpu *gpu, const cost_arch *arch
     if (gpu->step_overhead_ns > 0)
         p->step_overhead_ns = gpu->step_overhead_ns;
     p->params_override = 0;
+    if (cost_fit_applies(p))
+        p->step_overhead_ns = (int64_t)llround(gpu->fit.step_ns);
+}
+
+bool cost_fit_applies(const cost_params *p)
+{
+    return p->gpu.fit.model[0] && strcmp(p->gpu.fit.model, p->arch.name) == 0 &&
+           p->params_override <= 0;
+}
+
+double cost_fit_variable_ns(const cost_step_fit *fit, const cost_features *x)
+{
+    return fit->seq_ns * x->samples + fit->ctx_ns * x->decode_context +
+           fit->token_ns * x->prompt_tokens + fit->pair_ns * x->prompt_pairs;
 }
 
 /* Linear params of one decoder layer: attention projections plus the SwiGLU MLP. */
@@ -107,6 +121,7 @@ typedef struct step_sums {
     double attention_pairs; /* sum over new tokens of (position + 1): causal (query, key) pairs */
     double kv_read_tokens;  /* context + new, per sequence */
     double kv_write_tokens; /* new, per sequence */
+    cost_features fit;      /* what a fitted step model counts */
 } step_sums;
 
 static void sums_add(step_sums *s, int new_tokens, int context, bool samples, double copies)
@@ -122,6 +137,13 @@ static void sums_add(step_sums *s, int new_tokens, int context, bool samples, do
     s->attention_pairs += copies * (c * past + c * (c + 1) / 2);
     s->kv_read_tokens += copies * (past + c);
     s->kv_write_tokens += copies * c;
+    s->fit.samples += samples ? copies : 0;
+    if (new_tokens == 1) {
+        s->fit.decode_context += copies * past;
+    } else {
+        s->fit.prompt_tokens += copies * c;
+        s->fit.prompt_pairs += copies * (c * past + c * (c + 1) / 2);
+    }
 }
 
 static int64_t sums_finish(const cost_params *p, const step_sums *s, cost_breakdown *out)
@@ -136,23 +158,40 @@ static int64_t sums_finish(const cost_params *p, const step_sums *s, cost_breakd
         b.weight_bytes = cost_weight_bytes(p);
         b.kv_bytes = cost_kv_bytes_per_token(p) * (s->kv_read_tokens + s->kv_write_tokens);
 
-        const double flops_per_s = p->gpu.peak_flops * p->compute_efficiency;
-        const double bytes_per_s = p->gpu.mem_bandwidth * p->bandwidth_efficiency;
-        if (p->gpu.attention_flops > 0) /* a device whose attention runs at its own rate */
-            b.compute_ns = ((b.linear_flops + b.lm_head_flops) / flops_per_s +
-                            b.attention_flops / (p->gpu.attention_flops * p->compute_efficiency)) *
-                           1e9;
-        else
-            b.compute_ns =
-                (b.linear_flops + b.lm_head_flops + b.attention_flops) / flops_per_s * 1e9;
-        b.memory_ns = (b.weight_bytes + b.kv_bytes) / bytes_per_s * 1e9;
-        const double bound_ns = b.compute_ns > b.memory_ns ? b.compute_ns : b.memory_ns;
-        b.total_ns = (int64_t)llround(bound_ns) + p->step_overhead_ns;
+        if (cost_fit_applies(p)) { /* measured terms replace the roofline */
+            b.compute_ns = cost_fit_variable_ns(&p->gpu.fit, &s->fit);
+            b.total_ns = (int64_t)llround(b.compute_ns) + p->step_overhead_ns;
+        } else {
+            const double flops_per_s = p->gpu.peak_flops * p->compute_efficiency;
+            const double bytes_per_s = p->gpu.mem_bandwidth * p->bandwidth_efficiency;
+            if (p->gpu.attention_flops > 0) /* a device whose attention runs at its own rate */
+                b.compute_ns =
+                    ((b.linear_flops + b.lm_head_flops) / flops_per_s +
+                     b.attention_flops / (p->gpu.attention_flops * p->compute_efficiency)) *
+                    1e9;
+            else
+                b.compute_ns =
+                    (b.linear_flops + b.lm_head_flops + b.attention_flops) / flops_per_s * 1e9;
+            b.memory_ns = (b.weight_bytes + b.kv_bytes) / bytes_per_s * 1e9;
+            const double bound_ns = b.compute_ns > b.memory_ns ? b.compute_ns : b.memory_ns;
+            b.total_ns = (int64_t)llround(bound_ns) + p->step_overhead_ns;
+        }
+        if (b.total_ns < 1) /* a step takes time, whatever a fit or an override says */
+            b.total_ns = 1;
     }
     /* An empty batch is no step: nothing is read, nothing waits, total 0. */
     if (out)
         *out = b;
     return b.total_ns;
+}
+
+void cost_step_features(const cost_seq *seqs, int n, cost_features *out)
+{
+    step_sums s;
+    memset(&s, 0, sizeof s);
+    for (int i = 0; i < n; i++)
+        sums_add(&s, seqs[i].new_tokens, seqs[i].context, seqs[i].samples, 1);
+    *out = s.fit;
 }
 
 int64_t cost_step_ns(const cost_params *p, const cost_seq *seqs, int n, cost_breakdown *out)

@@ -17,6 +17,15 @@
  *                                                                device gives one)
  *                bytes / (mem_bandwidth x bandwidth_efficiency)) + step_overhead
  *
+ * A fitted step model (a hardware profile's step_model, fitted by `stallscope calibrate` from
+ * measured steps, fit.h) replaces the roofline for the model it was fitted on:
+ *   time   = step_overhead                          (per step; the fit's step_ns)
+ *          + seq_ns   x sampling rows               (a decode, the last chunk of a prompt)
+ *          + ctx_ns   x context tokens the decodes read (sum over 1-token items)
+ *          + token_ns x prompt tokens fed           (items of 2 tokens or more)
+ *          + pair_ns  x causal (query, key) pairs of those prompt tokens
+ * For any other model the profile's rates and the roofline above apply.
+ *
  * When params_override > 0 (the lesson's arithmetic: Llama 3.1 8B taken as 8e9 params, so
  * 2 x 8e9 = 16 GFLOP per token) every token costs 2 x params_override FLOPs, LM head
  * included, and the weights weigh params_override x bytes_per_param.
@@ -26,6 +35,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+
+/* The step model of a hardware profile (see the top). model "" : none. ns per unit. */
+typedef struct cost_step_fit {
+    char model[64]; /* the model (cost_arch name) the terms were measured on */
+    double step_ns;  /* per step */
+    double seq_ns;   /* per sampling row */
+    double ctx_ns;   /* per context token read by a decode */
+    double token_ns; /* per prompt token */
+    double pair_ns;  /* per causal (query, key) pair among prompt tokens */
+} cost_step_fit;
 
 typedef struct cost_gpu {
     char name[32];
@@ -40,6 +59,7 @@ typedef struct cost_gpu {
     double kv_bytes_per_elem; /* KV-cache bytes per element; 0: 2 (BF16) */
     int64_t step_overhead_ns; /* fixed time per step; 0: none (--step-overhead overrides) */
     int threads;              /* CPU threads the figures were measured with; 0: n/a */
+    cost_step_fit fit;        /* a profile's fitted step model; model "" : none */
 } cost_gpu;
 
 typedef struct cost_arch {
@@ -73,6 +93,14 @@ typedef struct cost_seq {
     bool samples;   /* its last row goes through the LM head */
 } cost_seq;
 
+/* What the fitted step model counts in a step (see the top). */
+typedef struct cost_features {
+    double samples;        /* sampling rows */
+    double decode_context; /* sum of the contexts of 1-token items */
+    double prompt_tokens;  /* new tokens of items feeding 2 or more */
+    double prompt_pairs;   /* their causal (query, key) pairs: n c + n (n + 1) / 2 */
+} cost_features;
+
 typedef struct cost_breakdown {
     double linear_flops;
     double lm_head_flops;
@@ -87,9 +115,7 @@ typedef struct cost_breakdown {
 /* Catalog look-ups: 0 and *out filled, or -1 with err listing the known names. */
 int cost_gpu_find(const char *name, cost_gpu *out, char *err);
 int cost_arch_find(const char *name, cost_arch *out, char *err);
-/* Read a hardware profile written by `stallscope calibrate` (JSON: name, peak_flops,
- * attention_flops, mem_bandwidth, mem_bytes, bytes_per_param, kv_bytes_per_elem,
- * step_overhead_ns, threads). */
+/* Read a hardware profile (profile.h: the format, both versions). */
 int cost_gpu_from_profile(const char *path, cost_gpu *out, char *err);
 /* Read a Hugging Face config.json of a Llama-family model (hidden_size, num_hidden_layers,
  * num_attention_heads, num_key_value_heads, head_dim?, intermediate_size, vocab_size,
@@ -98,7 +124,8 @@ int cost_arch_from_hf_config(const char *path, cost_arch *out, char *err);
 /* Print the catalog (names and figures) for --help and errors. */
 void cost_catalog_print(FILE *out);
 
-/* Defaults: efficiencies 1.0, overhead 0, BF16 weights and KV, no override. */
+/* Defaults: efficiencies 1.0, overhead 0, BF16 weights and KV, no override. A device with a
+ * step model fitted on arch: step_overhead_ns = the fit's step_ns. */
 void cost_params_init(cost_params *p, const cost_gpu *gpu, const cost_arch *arch);
 
 /* Derived sizes. */
@@ -109,7 +136,14 @@ double cost_kv_bytes_per_token(const cost_params *p); /* all layers, K and V */
 /* KV-cache capacity in 16-token blocks for a given memory utilisation (vLLM's 0.9). */
 int64_t cost_kv_blocks(const cost_params *p, double gpu_memory_utilization, int block_size);
 
-/* Duration of one step over n seqs (breakdown may be NULL). */
+/* The step model fitted on this very model applies (else the roofline does). */
+bool cost_fit_applies(const cost_params *p);
+/* The fitted model's features of a step, and its time for them (without the per-step term). */
+void cost_step_features(const cost_seq *seqs, int n, cost_features *out);
+double cost_fit_variable_ns(const cost_step_fit *fit, const cost_features *x);
+
+/* Duration of one step over n seqs (breakdown may be NULL). With a fitted step model the
+ * breakdown's compute_ns is the fitted variable part and memory_ns 0. */
 int64_t cost_step_ns(const cost_params *p, const cost_seq *seqs, int n, cost_breakdown *out);
 
 /* Convenience: one fresh prompt of n tokens prefilled alone (samples its first token). */

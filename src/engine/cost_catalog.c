@@ -11,6 +11,7 @@
 
 #include "common/err.h"
 #include "engine/cost.h"
+#include "engine/profile.h"
 
 /* The cpu entry's figures: `stallscope calibrate` (Release, 1 thread, --model small) on the
  * 2-core AMD EPYC VM this project runs on; docs/cpu-engine.md has the full output. */
@@ -22,26 +23,26 @@
 static const cost_gpu gpu_catalog[] = {
     {"h100-sxm", 989e12, 3.35e12, 80e9,
      "NVIDIA H100 datasheet (SXM5): BF16 1,979 TFLOPS with sparsity -> 989 dense (the lesson's "
-     "figure), 3.35 TB/s HBM3, 80 GB", 0, 0, 0, 0, 0},
+     "figure), 3.35 TB/s HBM3, 80 GB", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0}},
     {"h100-pcie", 756e12, 2.0e12, 80e9,
      "NVIDIA H100 datasheet (PCIe): BF16 1,513 TFLOPS with sparsity -> 756 dense, 2.0 TB/s "
-     "HBM2e, 80 GB", 0, 0, 0, 0, 0},
+     "HBM2e, 80 GB", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0}},
     {"h200", 989e12, 4.8e12, 141e9,
      "NVIDIA H200 datasheet (SXM): same GH100 compute as H100 SXM (989 TFLOPS dense BF16), "
-     "4.8 TB/s HBM3e, 141 GB", 0, 0, 0, 0, 0},
+     "4.8 TB/s HBM3e, 141 GB", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0}},
     {"a100-80g", 312e12, 2.039e12, 80e9,
-     "NVIDIA A100 datasheet (80GB SXM): BF16 312 TFLOPS dense, 2,039 GB/s HBM2e, 80 GB", 0, 0, 0, 0, 0},
+     "NVIDIA A100 datasheet (80GB SXM): BF16 312 TFLOPS dense, 2,039 GB/s HBM2e, 80 GB", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0}},
     {"a100-40g", 312e12, 1.555e12, 40e9,
-     "NVIDIA A100 datasheet (40GB SXM): BF16 312 TFLOPS dense, 1,555 GB/s HBM2, 40 GB", 0, 0, 0, 0, 0},
+     "NVIDIA A100 datasheet (40GB SXM): BF16 312 TFLOPS dense, 1,555 GB/s HBM2, 40 GB", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0}},
     {"l40s", 362.05e12, 864e9, 48e9,
      "NVIDIA L40S datasheet: BF16 362.05 TFLOPS dense (733 with sparsity), 864 GB/s GDDR6, "
-     "48 GB", 0, 0, 0, 0, 0},
+     "48 GB", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0}},
     {"b200", 2.25e15, 8e12, 180e9,
      "NVIDIA HGX B200 spec (per GPU, 1,000 W): BF16 4.5 PFLOPS with sparsity -> 2.25 dense, "
-     "8 TB/s HBM3e, 180 GB (1.44 TB per 8-GPU board)", 0, 0, 0, 0, 0},
+     "8 TB/s HBM3e, 180 GB (1.44 TB per 8-GPU board)", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0}},
     {"mi300x", 1307.4e12, 5.3e12, 192e9,
      "AMD Instinct MI300X datasheet: BF16 1,307.4 TFLOPS dense (2,614.9 with sparsity), "
-     "5.3 TB/s HBM3, 192 GB", 0, 0, 0, 0, 0},
+     "5.3 TB/s HBM3, 192 GB", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0}},
     /* The cpu engine's default device: this project's 2-core machine kind, one thread (the
      * engine's default), F32 weights and KV. Figures printed by `stallscope calibrate` on
      * it (docs/cpu-engine.md); calibrate your own machine and pass --hardware FILE. */
@@ -49,7 +50,7 @@ static const cost_gpu gpu_catalog[] = {
      "stallscope calibrate on a 2-core AMD EPYC (Zen 4) VM, 1 thread: sustained GEMM, "
      "attention kernel and streaming-read bandwidth, decode overhead fitted on model small; "
      "4 GB for weights + KV (F32)",
-     CPU_NOMINAL_ATTENTION_FLOPS, 4, 4, CPU_NOMINAL_OVERHEAD_NS, 1},
+     CPU_NOMINAL_ATTENTION_FLOPS, 4, 4, CPU_NOMINAL_OVERHEAD_NS, 1, {"", 0, 0, 0, 0, 0}},
 };
 
 /* name, layers, hidden, heads, kv heads, head dim, ffn, vocab, max position, tied, source */
@@ -301,75 +302,9 @@ done:
     return rc;
 }
 
-/* ---- hardware profile (stallscope calibrate) ---------------------------------------- */
-
-/* A required positive number field. */
-static int profile_number(json_t *root, const char *key, double *out, const char *path,
-                          char *err)
-{
-    json_t *v = json_object_get(root, key);
-    if (!v || !json_is_number(v))
-        return err_set(err, "%s: field \"%s\" must be a number", path, key);
-    const double x = json_number_value(v);
-    if (!(x > 0) || x > 1e30)
-        return err_set(err, "%s: field \"%s\" = %g must be positive", path, key, x);
-    *out = x;
-    return 0;
-}
-
-/* An optional number field: absent leaves *out alone; present must be >= 0. */
-static int profile_number_opt(json_t *root, const char *key, double *out, const char *path,
-                              char *err)
-{
-    json_t *v = json_object_get(root, key);
-    if (!v || json_is_null(v))
-        return 0;
-    if (!json_is_number(v) || !(json_number_value(v) >= 0) || json_number_value(v) > 1e30)
-        return err_set(err, "%s: field \"%s\" must be a number >= 0", path, key);
-    *out = json_number_value(v);
-    return 0;
-}
+/* ---- hardware profile: the format is profile.h's ------------------------------------ */
 
 int cost_gpu_from_profile(const char *path, cost_gpu *out, char *err)
 {
-    json_error_t jerr;
-    json_t *doc = json_load_file(path, 0, &jerr);
-    if (!doc) {
-        if (jerr.line < 0)
-            return err_set(err, "%s: %s", path, jerr.text);
-        return err_set(err, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
-    }
-    int rc = -1;
-    cost_gpu g;
-    memset(&g, 0, sizeof g);
-    double overhead = 0, threads = 0;
-    if (!json_is_object(doc)) {
-        err_set(err, "%s: not a JSON object", path);
-        goto done;
-    }
-    json_t *name = json_object_get(doc, "name");
-    snprintf(g.name, sizeof g.name, "%s",
-             json_is_string(name) && json_string_length(name) > 0 ? json_string_value(name)
-                                                                    : "profile");
-    if (profile_number(doc, "peak_flops", &g.peak_flops, path, err) != 0 ||
-        profile_number(doc, "mem_bandwidth", &g.mem_bandwidth, path, err) != 0 ||
-        profile_number(doc, "mem_bytes", &g.mem_bytes, path, err) != 0 ||
-        profile_number_opt(doc, "attention_flops", &g.attention_flops, path, err) != 0 ||
-        profile_number_opt(doc, "bytes_per_param", &g.bytes_per_param, path, err) != 0 ||
-        profile_number_opt(doc, "kv_bytes_per_elem", &g.kv_bytes_per_elem, path, err) != 0 ||
-        profile_number_opt(doc, "step_overhead_ns", &overhead, path, err) != 0 ||
-        profile_number_opt(doc, "threads", &threads, path, err) != 0)
-        goto done;
-    if (overhead > 60e9 || threads > 1e6) {
-        err_set(err, "%s: step_overhead_ns or threads out of range", path);
-        goto done;
-    }
-    g.step_overhead_ns = (int64_t)overhead;
-    g.threads = (int)threads;
-    g.source = "hardware profile (--hardware, written by stallscope calibrate)";
-    *out = g;
-    rc = 0;
-done:
-    json_decref(doc);
-    return rc;
+    return profile_read(path, out, NULL, err);
 }

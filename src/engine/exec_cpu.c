@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/rng.h"
 #include "engine/cpu/cpu_forward.h"
@@ -302,6 +303,82 @@ static int cpu_step(exec *x, const sched_batch *batch, const exec_seq *const *se
     return 0;
 }
 
+/* ---- warm start ------------------------------------------------------------------------ */
+
+/* The warm-up step: `tokens` tokens over `n` fresh sequences (as even as they divide), each
+ * sampling, so every row, logit and sequence buffer of the largest step is written. Its KV
+ * blocks go back to the pool afterwards. */
+static int warm_forward(cpu_state *st, int tokens, int n, char *err)
+{
+    const int vocab = st->model.config.vocab_size;
+    int32_t *ids = malloc((size_t)tokens * sizeof *ids);
+    cpu_kv_seq *kv = calloc((size_t)n, sizeof *kv);
+    int rc = -1;
+    if (!ids || !kv || reserve_batch(st, n) != 0) {
+        err_set(err, "out of memory for a warm-up step of %d tokens", tokens);
+        goto done;
+    }
+    for (int t = 0; t < tokens; t++)
+        ids[t] = (int32_t)(((int64_t)t * 7919 + 3) % vocab);
+    int at = 0;
+    for (int i = 0; i < n; i++) {
+        const int len = tokens / n + (i < tokens % n ? 1 : 0);
+        if (cpu_kv_reserve(&st->kv, &kv[i], len, err) != 0)
+            goto done;
+        st->batch[i] = (cpu_batch_seq){ids + at, 0, len, &kv[i], true};
+        at += len;
+    }
+    rc = cpu_forward(&st->model, &st->run, &st->kv, st->pool, st->batch, n, err);
+done:
+    if (kv)
+        for (int i = 0; i < n; i++) {
+            cpu_kv_release(&st->kv, &kv[i]);
+            cpu_kv_seq_free(&kv[i]);
+        }
+    free(kv);
+    free(ids);
+    return rc;
+}
+
+static int cpu_warm(exec *x, const sched_config *sched, exec_warm_info *info, char *err)
+{
+    cpu_state *st = x->state;
+    memset(info, 0, sizeof *info);
+    const int64_t t0 = clock_now_ns();
+    if (st->n_seqs > 0 || st->kv.n_free != st->kv.n_blocks)
+        return err_set(err, "a warm start runs before any request (%d are held)", st->n_seqs);
+    int budget = sched->max_num_batched_tokens > 0 ? sched->max_num_batched_tokens : 1;
+    /* A step never holds more tokens than the KV cache has room for. */
+    const int64_t kv_tokens = st->kv.n_blocks * CPU_KV_BLOCK;
+    if (budget > kv_tokens)
+        budget = (int)kv_tokens;
+    int seqs = sched->max_num_seqs > 0 ? sched->max_num_seqs : 1;
+    if (seqs > budget)
+        seqs = budget;
+    /* Each sequence rounds up to whole blocks: fewer sequences when that overflows. */
+    while (seqs > 1 && (int64_t)budget / CPU_KV_BLOCK + seqs > st->kv.n_blocks)
+        seqs /= 2;
+    info->kv_bytes = cpu_kv_touch(&st->kv);
+    const int max_positions = sched->max_model_len > 0 ? sched->max_model_len
+                                                       : st->model.config.max_seq_len;
+    while (st->cap_slots < 2 * (seqs + 1))
+        if (seq_map_grow(st) != 0)
+            return err_set(err, "out of memory for the sequence map");
+    if (reserve_batch(st, seqs) != 0)
+        return err_set(err, "out of memory for a batch of %d", seqs);
+    if (cpu_reserve_runstate(&st->run, &st->model, budget, seqs, seqs, max_positions, err) != 0)
+        return -1;
+    const int64_t f0 = clock_now_ns();
+    if (warm_forward(st, budget, seqs, err) != 0)
+        return -1;
+    info->forward_ns = clock_now_ns() - f0;
+    info->scratch_bytes = cpu_runstate_bytes(&st->run, &st->model);
+    info->step_tokens = budget;
+    info->step_seqs = seqs;
+    info->ns = clock_now_ns() - t0;
+    return 0;
+}
+
 /* ---- text ---------------------------------------------------------------------------- */
 
 static const char *cpu_token_text(const exec *x, int32_t token, size_t *len)
@@ -410,6 +487,7 @@ int exec_cpu_create(const exec_cpu_config *cfg, exec **out, char *err)
     x->is_eos = cpu_is_eos;
     x->tokenize = cpu_tokenize;
     x->release = exec_cpu_release;
+    x->warm = cpu_warm;
     *out = x;
     return 0;
 fail:

@@ -95,16 +95,26 @@ int experiment_resolve_cost(experiment_config *cfg, char *err)
     if (d->hardware[0]) {
         if (cost_gpu_from_profile(d->hardware, &gpu, err) != 0)
             return -1;
+        /* A server's profile holds its step model alone: no rates for another model. */
+        if (!(gpu.peak_flops > 0 && gpu.mem_bandwidth > 0) && gpu.fit.model[0] &&
+            (d->model_config[0] || (d->model[0] && strcmp(d->model, gpu.fit.model) != 0)))
+            return err_set(err, "%s: a step model of %s only (no rates for another model); "
+                                "use --model %s",
+                           d->hardware, gpu.fit.model, gpu.fit.model);
     } else if (cost_gpu_find(d->gpu[0] ? d->gpu : cpu ? EXPERIMENT_CPU_DEVICE
                                                         : EXPERIMENT_DEFAULT_GPU,
                              &gpu, err) != 0) {
         return -1;
     }
+    /* Without --model, a profile's step model names the model it predicts. */
+    const char *fitted = d->hardware[0] && gpu.fit.model[0] ? gpu.fit.model : NULL;
     if (d->model_config[0]) {
         if (cost_arch_from_hf_config(d->model_config, &arch, err) != 0)
             return -1;
-    } else if (cost_arch_find(d->model[0] ? d->model : cpu ? EXPERIMENT_CPU_MODEL
-                                                            : EXPERIMENT_DEFAULT_MODEL,
+    } else if (cost_arch_find(d->model[0] ? d->model
+                              : fitted    ? fitted
+                              : cpu       ? EXPERIMENT_CPU_MODEL
+                                          : EXPERIMENT_DEFAULT_MODEL,
                               &arch, err) != 0) {
         return -1;
     }
@@ -148,6 +158,13 @@ int experiment_resolve(experiment_config *cfg, char *err)
         if (!cfg->client.target[0])
             return err_set(err, "a remote engine needs --target URL");
         memset(&cfg->cost, 0, sizeof cfg->cost); /* someone else's hardware */
+        /* A profile of that server (--hardware) is what the report predicts it with: a
+         * malformed one is bad input now, not a note after the run. */
+        if (cfg->device.hardware[0]) {
+            cost_gpu gpu;
+            if (cost_gpu_from_profile(cfg->device.hardware, &gpu, err) != 0)
+                return -1;
+        }
         return 0;
     }
     if (experiment_resolve_cost(cfg, err) != 0)

@@ -103,6 +103,13 @@ static const field GPU_FIELDS[] = {
     FLD("kv_bytes_per_elem", F_DOUBLE, cost_gpu, kv_bytes_per_elem),
     FLD("step_overhead_ns", F_I64, cost_gpu, step_overhead_ns),
     FLD("threads", F_INT, cost_gpu, threads),
+    /* a hardware profile's fitted step model (engine/profile.h); absent: none */
+    FLD("fit_model", F_TEXT, cost_gpu, fit.model),
+    FLD("fit_step_ns", F_DOUBLE, cost_gpu, fit.step_ns),
+    FLD("fit_seq_ns", F_DOUBLE, cost_gpu, fit.seq_ns),
+    FLD("fit_ctx_ns", F_DOUBLE, cost_gpu, fit.ctx_ns),
+    FLD("fit_token_ns", F_DOUBLE, cost_gpu, fit.token_ns),
+    FLD("fit_pair_ns", F_DOUBLE, cost_gpu, fit.pair_ns),
 };
 
 static const field ARCH_FIELDS[] = {

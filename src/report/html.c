@@ -408,6 +408,36 @@ static void pred_row(FILE *out, const char *metric, const pred_col *cols, int n,
     fputs("</tr>\n", out);
 }
 
+/* Each injection's spike (the longest background gap over its prefill), measured beside the
+ * same-profile model's, and the model's error. */
+static void write_injection_prediction(FILE *out, const analysis_summary *measured,
+                                       const analysis_summary *model, const char *profile)
+{
+    const int n = measured->n_injections < model->n_injections ? measured->n_injections
+                                                               : model->n_injections;
+    if (n == 0)
+        return;
+    fputs("<table>\n<tr><th class=\"k\">injection (sent at)</th><th>measured spike (ms)</th>"
+          "<th>predicted spike (ms)</th><th>error</th></tr>\n", out);
+    for (int i = 0; i < n; i++) {
+        const double m = measured->injections[i].max_gap_ms, p = model->injections[i].max_gap_ms;
+        char bm[32], bp[32];
+        report_format_ms(bm, sizeof bm, m);
+        report_format_ms(bp, sizeof bp, p);
+        fprintf(out, "<tr><td class=\"k\">%d (%.1f s)</td><td>%s</td><td>%s</td>", i + 1,
+                measured->injections[i].t_send_s, bm, bp);
+        if (m > 0)
+            fprintf(out, "<td>%+.1f %%</td></tr>\n", report_relative_error(m, p) * 100);
+        else
+            fputs("<td>\xe2\x80\x94</td></tr>\n", out);
+    }
+    fputs("</table>\n<p class=\"note\">Predicted by ", out);
+    html_escape(out, profile);
+    fputs("; error = predicted \xc3\xb7 measured \xe2\x88\x92 1. A spike is the longest "
+          "background gap overlapping the injection's prefill (summary.json "
+          "injections[].max_gap_ms).</p>\n", out);
+}
+
 static int write_prediction(FILE *out, const report_run *b, const report_run *x,
                             const html_options *opt, char *err)
 {
@@ -424,9 +454,10 @@ static int write_prediction(FILE *out, const report_run *b, const report_run *x,
         return -1;
     }
     fputs("<p class=\"note\">The same workload (config.json) through the simulator in "
-          "process: the real scheduler, the roofline cost model, a virtual clock. "
+          "process: the real scheduler, the cost model (a calibrated profile's fitted step "
+          "model for the model it was fitted on, else the roofline), a virtual clock. "
           "\"Reference\" is what an H100 SXM running Llama 3.1 8B would show (catalog "
-          "figures, efficiency 1, no per-step overhead).</p>\n",
+          "figures, efficiency 1, no per-step overhead); a remote server gets none.</p>\n",
           out);
     char t_same[256], t_ref[256], t_b[96], t_x[96];
     snprintf(t_b, sizeof t_b, "measured %s", b ? b->label : "baseline");
@@ -455,6 +486,8 @@ static int write_prediction(FILE *out, const report_run *b, const report_run *x,
         pred_row(out, rows[r], cols, n, r);
     fputs("</table>\n", out);
     char verdict[1024];
+    if (same.ok)
+        write_injection_prediction(out, &x->summary, &same.pair.interference, same.profile);
     if (same.ok) {
         report_verdict(verdict, sizeof verdict, &same.pair.baseline, &same.pair.interference);
         fputs("<p class=\"verdict model\"><b>Model, same profile:</b> ", out);

@@ -28,6 +28,53 @@ static int reference_config(experiment_config *cfg, char *err)
     return 0;
 }
 
+/* A remote server's model: the hardware profile the run was given (--hardware: a profile of
+ * that server, calibrate --target, or of a machine like it), for the model the run names or
+ * else the one the profile's step model was fitted on. 0 and *why empty when there is one;
+ * 0 and *why filled when there is none. */
+static int remote_config(experiment_config *cfg, char *why, size_t size)
+{
+    if (!cfg->device.hardware[0])
+        return snprintf(why, size,
+                        "a remote server: no model for it (its hardware is not a profile of "
+                        "the cost model; give the run --hardware PROFILE, e.g. from stallscope "
+                        "calibrate --target)"),
+               0;
+    cost_gpu gpu;
+    cost_arch arch;
+    char reason[ERR_LEN];
+    if (cost_gpu_from_profile(cfg->device.hardware, &gpu, reason) != 0)
+        return snprintf(why, size, "a remote server whose --hardware profile is unreadable: %.250s",
+                        reason),
+               0;
+    experiment_config sim = *cfg;
+    sim.engine = EXPERIMENT_SIM;
+    sim.device.gpu[0] = '\0';
+    if (!sim.device.model_config[0] &&
+        (!sim.device.model[0] || cost_arch_find(sim.device.model, &arch, reason) != 0)) {
+        if (!gpu.fit.model[0])
+            return snprintf(why, size, "a remote server: the run names no model of the catalog "
+                                       "and its profile %.200s has no step model",
+                            cfg->device.hardware),
+                   0;
+        snprintf(sim.device.model, sizeof sim.device.model, "%s", gpu.fit.model);
+    }
+    sim.sched.kv_blocks = 0;
+    sim.sched.max_model_len = 0;
+    if (experiment_resolve(&sim, reason) != 0)
+        return snprintf(why, size, "a remote server with --hardware %.150s: %.250s",
+                        cfg->device.hardware, reason),
+               0;
+    *cfg = sim;
+    why[0] = '\0';
+    return 0;
+}
+
+double report_relative_error(double measured, double predicted)
+{
+    return measured > 0 ? predicted / measured - 1 : 0;
+}
+
 int report_predict(const report_run *run, bool reference, report_prediction *out, char *err)
 {
     memset(out, 0, sizeof *out);
@@ -36,19 +83,23 @@ int report_predict(const report_run *run, bool reference, report_prediction *out
     experiment_config cfg = run->cfg;
     const experiment_engine engine = cfg.engine;
     if (!reference) {
-        if (engine == EXPERIMENT_REMOTE)
-            return snprintf(out->why, sizeof out->why,
-                            "a remote server: its hardware is not a profile of the cost model"),
-                   0;
+        if (engine == EXPERIMENT_REMOTE) {
+            remote_config(&cfg, out->why, sizeof out->why);
+            if (out->why[0])
+                return 0;
+        }
         if (engine == EXPERIMENT_SIM)
             return snprintf(out->why, sizeof out->why,
                             "this run is itself the cost model's simulation"),
                    0;
-        if (engine == EXPERIMENT_CPU)
-            return snprintf(out->why, sizeof out->why,
-                            "measured on this CPU: step times are real, not modeled"),
-                   0;
+        /* The cpu engine: its profile (--hardware, or the catalog's nominal cpu) predicts
+         * the steps the run measured. */
     } else {
+        /* Someone else's server: never an H100 stand-in for it. */
+        if (engine == EXPERIMENT_REMOTE)
+            return snprintf(out->why, sizeof out->why,
+                            "a remote server: no reference device is assumed for it"),
+                   0;
         if (engine != EXPERIMENT_REMOTE && is_reference(&cfg.cost))
             return snprintf(out->why, sizeof out->why, "%s",
                             engine == EXPERIMENT_SIM

@@ -21,6 +21,22 @@ check "profile has positive rates, F32 sizes, 1 thread" \
     a["bytes_per_param"] == 4 and a["kv_bytes_per_elem"] == 4 and a["threads"] == 1 and
     a["step_overhead_ns"] >= 0 and a["name"] == "cpu-1t" and
     a["measured"]["fit_model"] == "tiny" and a["measured"]["decode_ns"] > 0)' "$profile"
+check "profile version 2: the step model fitted on tiny, every probe with its residual" \
+  '(a["version"] == 2 and a["source"] == "cpu-engine" and a["step_model"]["model"] == "tiny" and
+    min(a["step_model"]["step_ns"], a["step_model"]["seq_ns"], a["step_model"]["ctx_ns"],
+        a["step_model"]["token_ns"], a["step_model"]["pair_ns"]) >= 0 and
+    a["step_model"]["step_ns"] + a["step_model"]["seq_ns"] > 0 and len(a["probes"]) == 20 and
+    [1 for p in a["probes"] if "residual" in p and p["ns"] > 0] == [1] * 20)' "$profile"
+grep -q "residuals (relative): decode rms" "$scratch/calibrate.out" || fail "calibrate did not print the residuals"
+grep -qE "decode 32 x ctx 512 +[0-9.]+ +[0-9.]+ +[-+][0-9.]+ %" "$scratch/calibrate.out" ||
+  fail "calibrate did not print each probe with its fitted time and residual"
+pass "calibrate printed every probe, its fit and the residuals"
+
+# ---- sim without --model: the profile's fitted model, priced by its step model -----------
+"$bin" model --hardware "$profile" --decode-batch 32 --decode-context 512 --json >"$scratch/model_fit.json"
+check "model --hardware picks the fitted model and prices decode by the step model" \
+  '(a["model"] == "tiny" and abs(a["decode_ms"] * 1e6 - (b["step_model"]["step_ns"] + 32 * b["step_model"]["seq_ns"] +
+     32 * 512 * b["step_model"]["ctx_ns"])) < 0.01 * a["decode_ms"] * 1e6 + 1)' "$scratch/model_fit.json" "$profile"
 
 # ---- model: the profile replaces --gpu -------------------------------------------------
 "$bin" model --hardware "$profile" --model ref-256 --prompt-tokens 8000 --json >"$scratch/model.json"
@@ -43,6 +59,15 @@ check "sim on the profile: injections stall and align" \
 
 # ---- refusals ---------------------------------------------------------------------------
 echo '{"name": "broken", "peak_flops": 1e11}' >"$scratch/broken.json"
+python3 - "$profile" "$scratch/bad_term.json" "$scratch/future.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["step_model"]["seq_ns"] = "fast"
+json.dump(p, open(sys.argv[2], "w"))
+p["step_model"]["seq_ns"] = 1.0
+p["version"] = 3
+json.dump(p, open(sys.argv[3], "w"))
+PY
 set +e
 "$bin" model --hardware "$scratch/broken.json" --model tiny >/dev/null 2>"$scratch/broken.err"
 rc=$?
@@ -52,7 +77,17 @@ rc_missing=$?
 rc_threads=$?
 "$bin" calibrate --model gpt-5 >/dev/null 2>"$scratch/model.err"
 rc_model=$?
+"$bin" sim --hardware "$scratch/bad_term.json" >/dev/null 2>"$scratch/bad_term.err"
+rc_term=$?
+"$bin" sim --hardware "$scratch/future.json" >/dev/null 2>"$scratch/future.err"
+rc_future=$?
 set -e
+[ "$rc_term" -eq 2 ] && grep -q "step_model.seq_ns" "$scratch/bad_term.err" &&
+  pass "a profile whose step model has a non-numeric term is refused, the term named" ||
+  fail "bad step term: exit $rc_term, $(cat "$scratch/bad_term.err")"
+[ "$rc_future" -eq 2 ] && grep -q "newer" "$scratch/future.err" &&
+  pass "a profile of a newer version is refused" ||
+  fail "version 3: exit $rc_future, $(cat "$scratch/future.err")"
 [ "$rc" -eq 2 ] && grep -q "mem_bandwidth" "$scratch/broken.err" && pass "a profile without mem_bandwidth is refused" \
     || fail "broken profile: exit $rc, $(cat "$scratch/broken.err")"
 [ "$rc_missing" -eq 2 ] && grep -q "nope.json" "$scratch/nope.err" && pass "a missing profile is refused" \

@@ -51,10 +51,11 @@ grep -q "policy chunked, max_num_batched_tokens 512" "$dir/target/point-2/server
 python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', $port))" ||
   fail "the last server still holds port $port"
 pass "servers started with each point's flags and stopped"
-grep -q "a remote server" "$dir/target/point-1/report.html" &&
-  grep -q "model, reference (h100-sxm llama-3.1-8b mixed/16384)" "$dir/target/point-1/report.html" ||
-  fail "a target run's report: no same-profile prediction, the reference instead"
-pass "a target's report: the reference H100 beside the measurement"
+grep -q "a remote server: no model for it" "$dir/target/point-1/report.html" &&
+  grep -q "no reference device is assumed" "$dir/target/point-1/report.html" &&
+  ! grep -q "model, reference (h100-sxm" "$dir/target/point-1/report.html" ||
+  fail "a target run's report: it must say there is no model, and show no H100 in its place"
+pass "a target's report without --hardware: no model for that server, no H100 stand-in"
 
 # 3. A server that never answers: the point fails, bounded, and says why.
 set +e

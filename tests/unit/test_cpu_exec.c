@@ -406,6 +406,65 @@ static void test_text_prompt_and_modeled_ns(void **state)
     x->destroy(x);
 }
 
+/* The warm start: the whole KV arena touched, the buffers of a budget-sized step written, one
+ * step of that size run; afterwards every block is free and answers are the same as from a
+ * cold executor. Refused once a request is held. */
+static void test_warm_start(void **state)
+{
+    (void)state;
+    const sched_config cfg = make_sched(SCHED_MIXED, 512, 100);
+    client_req cold_req, warm_req;
+    init_req(&cold_req, 1, 120, 20, 9);
+    init_req(&warm_req, 1, 120, 20, 9);
+    const int at[1] = {0};
+
+    exec *cold = make_exec(1, 100, NULL);
+    client_req *cold_list[1] = {&cold_req};
+    drive(cold, &cfg, cold_list, at, 1, NULL);
+    cold->destroy(cold);
+
+    exec *x = make_exec(2, 100, NULL);
+    assert_non_null(x->warm);
+    exec_warm_info info;
+    char err[ERR_LEN] = "";
+    assert_int_equal(x->warm(x, &cfg, &info, err), 0);
+    /* 2 layers x K and V x 100 blocks x 2 KV heads x 16 x 16 floats */
+    assert_true(info.kv_bytes == 2.0 * 2 * 100 * 2 * 16 * 16 * 4);
+    assert_int_equal(info.step_tokens, 512);
+    assert_int_equal(info.step_seqs, 64); /* max_num_seqs */
+    assert_true(info.scratch_bytes > 512.0 * 64 * 4); /* at least the residual stream */
+    assert_true(info.forward_ns > 0 && info.ns >= info.forward_ns);
+    assert_int_equal(exec_cpu_blocks_used(x), 0);
+    client_req *warm_list[1] = {&warm_req};
+    drive(x, &cfg, warm_list, at, 1, NULL);
+    assert_int_equal(warm_req.n_answer, cold_req.n_answer);
+    assert_memory_equal(warm_req.answer, cold_req.answer, sizeof(int32_t) * (size_t)cold_req.n_answer);
+    assert_int_equal(exec_cpu_blocks_used(x), 0);
+
+    /* a budget past what the KV cache holds: the step shrinks to the cache */
+    const sched_config big = make_sched(SCHED_MIXED, 16384, 100);
+    assert_int_equal(x->warm(x, &big, &info, err), 0);
+    assert_int_equal(info.step_tokens, 100 * 16);
+    assert_int_equal(info.step_seqs, 1); /* one sequence of every block: nothing left to split */
+
+    /* a request in flight: no warm start over it */
+    client_req held;
+    init_req(&held, 7, 40, 5, 1);
+    sched *s = sched_create(&cfg, err);
+    assert_non_null(s);
+    assert_int_equal(sched_add(s, &held.sr, err), 0);
+    sched_batch batch;
+    assert_int_equal(sched_next(s, &batch), 1);
+    const exec_seq *seqs[1] = {&held.seq};
+    int32_t tokens[1];
+    int64_t modeled;
+    assert_int_equal(x->step(x, &batch, seqs, 0, tokens, &modeled, err), 0);
+    assert_int_equal(x->warm(x, &cfg, &info, err), -1);
+    assert_non_null(strstr(err, "before any request"));
+    sched_free(s);
+    x->destroy(x);
+}
+
 static void test_create_refuses(void **state)
 {
     (void)state;
@@ -438,6 +497,7 @@ int main(void)
         cmocka_unit_test(test_eviction_is_honest),
         cmocka_unit_test(test_text_and_tokens),
         cmocka_unit_test(test_text_prompt_and_modeled_ns),
+        cmocka_unit_test(test_warm_start),
         cmocka_unit_test(test_create_refuses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -186,6 +186,19 @@ static void test_run_report(void **state)
     assert_non_null(strstr(doc, "model, same profile (h100-sxm llama-3.1-8b mixed/16384)"));
     assert_non_null(strstr(doc, "model, reference (h100-sxm llama-3.1-8b mixed/16384)"));
     assert_non_null(strstr(doc, "Reference, H100 + Llama 3.1 8B:"));
+    /* Per injection: measured and predicted spike and the error, one row each. */
+    assert_non_null(strstr(doc, "<th>measured spike (ms)</th><th>predicted spike (ms)</th><th>error</th>"));
+    for (int i = 0; i < x->summary.n_injections; i++) {
+        char row[64];
+        snprintf(row, sizeof row, "<tr><td class=\"k\">%d (%.1f s)</td>", i + 1,
+                 x->summary.injections[i].t_send_s);
+        const char *at = strstr(doc, row);
+        assert_non_null(at);
+        const char *end = strstr(at, "</tr>");
+        assert_non_null(end);
+        assert_true(end - at > 8 && strncmp(end - 7, " %</td>", 7) == 0); /* its error, in % */
+    }
+    assert_int_equal(x->summary.n_injections, 3);
     /* What caused the stalls: every one a prefill of one of the three injections. */
     assert_non_null(strstr(doc, "<section id=\"causes\">"));
     assert_non_null(strstr(doc, "<figure id=\"fig-stall_ccdf\">"));
@@ -228,7 +241,7 @@ static void test_predict(void **state)
     assert_false(p.ok);
     assert_non_null(strstr(p.why, "reference"));
 
-    /* A remote server: no profile of its own, the reference for its workload. */
+    /* A remote server without --hardware: no model for it, and no H100 in its place. */
     experiment_config remote;
     experiment_defaults(&remote, EXPERIMENT_REMOTE);
     remote.wl = cfg.wl;
@@ -237,14 +250,41 @@ static void test_predict(void **state)
     run = loaded(&remote);
     assert_int_equal(report_predict(&run, false, &p, err), 0);
     assert_false(p.ok);
-    assert_non_null(strstr(p.why, "remote"));
+    assert_non_null(strstr(p.why, "no model for it"));
     assert_int_equal(report_predict(&run, true, &p, err), 0);
+    assert_false(p.ok);
+    assert_non_null(strstr(p.why, "no reference"));
+
+    /* With --hardware (a server's profile: its step model alone): that profile predicts it. */
+    char profile[] = "/tmp/test_html_profile_XXXXXX";
+    const int fd = mkstemp(profile);
+    assert_true(fd >= 0);
+    static const char server_profile[] =
+        "{\"format\": \"stallscope-hardware-profile\", \"version\": 2, \"name\": \"gpu-box\", "
+        "\"source\": \"target\", \"target\": \"http://127.0.0.1:1\", \"mem_bytes\": 8e10, "
+        "\"step_model\": {\"model\": \"llama-3.1-8b\", \"step_ns\": 5e6, \"seq_ns\": 1e5, "
+        "\"ctx_ns\": 10, \"token_ns\": 2e4, \"pair_ns\": 0.002}}";
+    assert_true(write(fd, server_profile, sizeof server_profile - 1) == (ssize_t)(sizeof server_profile - 1));
+    close(fd);
+    snprintf(remote.device.hardware, sizeof remote.device.hardware, "%s", profile);
+    remote.device.model[0] = '\0';
+    run = loaded(&remote);
+    assert_int_equal(report_predict(&run, false, &p, err), 0);
     assert_true(p.ok);
+    assert_non_null(strstr(p.profile, "gpu-box llama-3.1-8b"));
     assert_int_equal(p.pair.interference.n_injections, 3);
-    /* The reference's spike is the model's 4k-token step beside 4 decodes. */
-    double model = experiment_model_spike_ms(&cfg, 4000);
-    assert_float_equal(p.pair.interference.itl_ms.max / model, 1.0, 0.03);
+    /* its spike: the fitted 4,000-token step beside 4 decodes (contexts from the workload) */
+    cost_gpu gpu;
+    cost_arch arch;
+    assert_int_equal(cost_gpu_from_profile(profile, &gpu, err), 0);
+    assert_int_equal(cost_arch_find("llama-3.1-8b", &arch, err), 0);
+    experiment_config fitted = cfg;
+    cost_params_init(&fitted.cost, &gpu, &arch);
+    assert_true(cost_fit_applies(&fitted.cost));
+    assert_float_equal(p.pair.interference.itl_ms.max / experiment_model_spike_ms(&fitted, 4000),
+                       1.0, 0.03);
     report_prediction_free(&p);
+    unlink(profile);
 
     /* No configuration: says why, predicts nothing. */
     memset(&run, 0, sizeof run);

@@ -12,6 +12,7 @@
 #include "engine/cpu/cpu_forward.h"
 #include "engine/cpu/cpu_kernels.h"
 #include "engine/cpu/cpu_kv.h"
+#include "engine/cpu/cpu_sample.h"
 
 float cpu_stream_sum_avx512(const float *x, size_t n);
 
@@ -204,9 +205,116 @@ int cpu_calib_run(cpu_pool *pool, double min_seconds, cpu_calib *out, char *err)
     return 0;
 }
 
-int cpu_calib_model(cpu_pool *pool, const cost_arch *arch, int batch, int context,
-                    int prompt_tokens, double min_seconds, double *decode_ns, double *prefill_ns,
-                    char *err)
+/* The middle of n values (sorted in place). */
+static double median_ns(int64_t *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            const int64_t t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n % 2 ? (double)v[n / 2] : 0.5 * ((double)v[n / 2 - 1] + (double)v[n / 2]);
+}
+
+#define CALIB_MAX_REPS 64
+
+/* One decode probe: `batch` sequences with contexts spread evenly over [context / 4,
+ * 7 context / 4] (mean `context`), blocks handed out round-robin as sequences that grow
+ * together get them (each sequence's pages scattered, as in a server). Keys are zeros (a
+ * step's time does not depend on what they hold). */
+/* One decode step as the executor runs it: the forward pass, then a token drawn for every
+ * sequence (temperature 0: the argmax). */
+static int decode_step(const cpu_model *m, cpu_runstate *rs, cpu_kv *kv, cpu_pool *pool,
+                       const cpu_batch_seq *steps, int batch, double temperature, char *err)
+{
+    if (cpu_forward(m, rs, kv, pool, steps, batch, err) != 0)
+        return -1;
+    const int vocab = m->config.vocab_size;
+    for (int i = 0; i < batch; i++)
+        (void)cpu_sample(rs->logits + (size_t)i * vocab, vocab, temperature, (uint64_t)i + 1,
+                         steps[i].context, -1);
+    return 0;
+}
+
+static int decode_probe(const cpu_model *m, cpu_runstate *rs, cpu_kv *kv, cpu_pool *pool,
+                        const int32_t *ids, int batch, int context, double temperature,
+                        double min_seconds, fit_probe *out, char *err)
+{
+    cpu_kv_seq *seqs = calloc((size_t)batch, sizeof *seqs);
+    cpu_batch_seq *steps = calloc((size_t)batch, sizeof *steps);
+    int rc = -1;
+    if (!seqs || !steps) {
+        err_set(err, "out of memory for a decode probe of %d sequences", batch);
+        goto done;
+    }
+    double context_sum = 0;
+    int most = 0;
+    for (int i = 0; i < batch; i++) {
+        const int ctx = batch > 1 ? context / 4 + (int)((int64_t)3 * context / 2 * i / (batch - 1))
+                                  : context;
+        steps[i] = (cpu_batch_seq){ids + i, ctx, 1, &seqs[i], true};
+        context_sum += ctx;
+        most = ctx + 1 > most ? ctx + 1 : most;
+    }
+    for (int upto = 16; upto < most + 16; upto += 16)
+        for (int i = 0; i < batch; i++) {
+            const int want = steps[i].context + 1 < upto ? steps[i].context + 1 : upto;
+            if (cpu_kv_reserve(kv, &seqs[i], want, err) != 0)
+                goto done;
+        }
+    if (decode_step(m, rs, kv, pool, steps, batch, temperature, err) != 0) /* caches, not pages */
+        goto done;
+    int64_t reps[CALIB_MAX_REPS];
+    int n = 0;
+    const int64_t until = clock_now_ns() + (int64_t)(min_seconds * 1e9);
+    while (n < CALIB_MAX_REPS && (n < 5 || clock_now_ns() < until)) {
+        const int64_t t0 = clock_now_ns();
+        if (decode_step(m, rs, kv, pool, steps, batch, temperature, err) != 0)
+            goto done;
+        reps[n++] = clock_now_ns() - t0;
+    }
+    *out = (fit_probe){batch, context_sum, 0, median_ns(reps, n)};
+    rc = 0;
+done:
+    if (seqs)
+        for (int i = 0; i < batch; i++) {
+            cpu_kv_release(kv, &seqs[i]);
+            cpu_kv_seq_free(&seqs[i]);
+        }
+    free(seqs);
+    free(steps);
+    return rc;
+}
+
+/* One prefill probe: a fresh prompt, the median of 3. */
+static int prefill_probe(const cpu_model *m, cpu_runstate *rs, cpu_kv *kv, cpu_pool *pool,
+                         const int32_t *ids, int tokens, fit_probe *out, char *err)
+{
+    cpu_kv_seq seq = {0};
+    int64_t reps[3];
+    int rc = -1;
+    for (int r = 0; r < 3; r++) {
+        if (cpu_kv_reserve(kv, &seq, tokens, err) != 0)
+            goto done;
+        const cpu_batch_seq prompt = {ids, 0, tokens, &seq, true};
+        const int64_t t0 = clock_now_ns();
+        if (cpu_forward(m, rs, kv, pool, &prompt, 1, err) != 0)
+            goto done;
+        reps[r] = clock_now_ns() - t0;
+        cpu_kv_release(kv, &seq);
+    }
+    *out = (fit_probe){1, 0, tokens, median_ns(reps, 3)};
+    rc = 0;
+done:
+    cpu_kv_release(kv, &seq);
+    cpu_kv_seq_free(&seq);
+    return rc;
+}
+
+int cpu_calib_steps(cpu_pool *pool, const cost_arch *arch, const int *batches, int n_batches,
+                    const int *contexts, int n_contexts, const int *prompts, int n_prompts,
+                    double temperature, double min_seconds, fit_probe *out, char *err)
 {
     cpu_config c;
     cpu_model m;
@@ -217,76 +325,46 @@ int cpu_calib_model(cpu_pool *pool, const cost_arch *arch, int batch, int contex
     memset(&kv, 0, sizeof kv);
     if (cpu_config_from_arch(arch, 1, 0, &c, err) != 0)
         return -1;
-    const int64_t blocks = (int64_t)batch * (7 * context / 4 / 16 + 2) + prompt_tokens / 16 + 2;
-    cpu_kv_seq *seqs = calloc((size_t)batch + 1, sizeof *seqs);
-    cpu_batch_seq *steps = calloc((size_t)batch, sizeof *steps);
-    int32_t *ids = calloc((size_t)(prompt_tokens > batch ? prompt_tokens : batch), sizeof *ids);
+    int max_batch = 1, max_context = 1, max_prompt = 1;
+    for (int i = 0; i < n_batches; i++)
+        max_batch = batches[i] > max_batch ? batches[i] : max_batch;
+    for (int i = 0; i < n_contexts; i++)
+        max_context = contexts[i] > max_context ? contexts[i] : max_context;
+    for (int i = 0; i < n_prompts; i++)
+        max_prompt = prompts[i] > max_prompt ? prompts[i] : max_prompt;
+    const int64_t decode_blocks = (int64_t)max_batch * (7 * (int64_t)max_context / 4 / 16 + 2);
+    const int64_t prompt_blocks = max_prompt / 16 + 2;
+    const int n_ids = max_prompt > max_batch ? max_prompt : max_batch;
+    int32_t *ids = calloc((size_t)n_ids, sizeof *ids);
     int rc = -1;
-    if (!seqs || !steps || !ids) {
-        err_set(err, "out of memory for the model probe");
+    if (!ids) {
+        err_set(err, "out of memory for the step probes");
         goto done;
     }
+    /* As a warm-started server: the whole arena and the largest step's buffers touched
+     * before the first probe, so no probe pays for first-use page faults. */
     if (cpu_build_model(&m, &c, err) != 0 ||
         cpu_build_runstate(&rs, &m, cpu_pool_threads(pool), err) != 0 ||
-        cpu_kv_init(&kv, &c, blocks, err) != 0)
+        cpu_kv_init(&kv, &c, decode_blocks > prompt_blocks ? decode_blocks : prompt_blocks,
+                    err) != 0 ||
+        cpu_reserve_runstate(&rs, &m, n_ids, max_batch, max_batch,
+                             max_prompt > 2 * max_context + 2 ? max_prompt : 2 * max_context + 2,
+                             err) != 0)
         goto done;
-    for (int i = 0; i < (prompt_tokens > batch ? prompt_tokens : batch); i++)
+    cpu_kv_touch(&kv);
+    for (int i = 0; i < n_ids; i++)
         ids[i] = (int32_t)((i * 7919) % c.vocab_size);
-    /* decode as a server runs it: contexts spread evenly over [context / 4, 7 context / 4]
-     * (mean `context`), blocks handed out round-robin as sequences that grow together get
-     * them, so each sequence's pages are scattered. The keys are not computed (a step's
-     * time does not depend on what they hold), only zeroed. */
-    int most = 0;
-    for (int i = 0; i < batch; i++) {
-        const int ctx = batch > 1 ? context / 4 + (int)((int64_t)3 * context / 2 * i / (batch - 1))
-                                  : context;
-        steps[i] = (cpu_batch_seq){ids + i, ctx, 1, &seqs[i], true};
-        most = ctx + 1 > most ? ctx + 1 : most;
-    }
-    for (int upto = 16; upto < most + 16; upto += 16)
-        for (int i = 0; i < batch; i++) {
-            const int want = steps[i].context + 1 < upto ? steps[i].context + 1 : upto;
-            if (cpu_kv_reserve(&kv, &seqs[i], want, err) != 0)
+    int k = 0;
+    for (int b = 0; b < n_batches; b++)
+        for (int x = 0; x < n_contexts; x++, k++)
+            if (decode_probe(&m, &rs, &kv, pool, ids, batches[b], contexts[x], temperature,
+                             min_seconds, &out[k], err) != 0)
                 goto done;
-        }
-    for (int i = 0; i < batch; i++)
-        for (int l = 0; l < c.n_layers; l++)
-            for (int h = 0; h < c.n_kv_heads; h++)
-                for (int b = 0; b < seqs[i].n_blocks; b++)
-                    memset((float *)cpu_kv_head_k(&kv, l, h) + (size_t)seqs[i].blocks[b] * kv.block_floats,
-                           0, kv.block_floats * sizeof(float));
-    int64_t best;
-    if (cpu_forward(&m, &rs, &kv, pool, steps, batch, err) != 0) /* warm */
-        goto done;
-    BEST_OF(min_seconds, best, cpu_forward(&m, &rs, &kv, pool, steps, batch, err));
-    *decode_ns = (double)best;
-    *prefill_ns = 0;
-    if (prompt_tokens > 0) {
-        cpu_kv_seq *p = &seqs[batch];
-        best = INT64_MAX;
-        for (int rep = 0; rep < 2; rep++) {
-            if (cpu_kv_reserve(&kv, p, prompt_tokens, err) != 0)
-                goto done;
-            const cpu_batch_seq prompt = {ids, 0, prompt_tokens, p, true};
-            const int64_t t0 = clock_now_ns();
-            if (cpu_forward(&m, &rs, &kv, pool, &prompt, 1, err) != 0)
-                goto done;
-            const int64_t dt = clock_now_ns() - t0;
-            best = dt < best ? dt : best;
-            cpu_kv_release(&kv, p);
-        }
-        *prefill_ns = (double)best;
-    }
+    for (int p = 0; p < n_prompts; p++, k++)
+        if (prefill_probe(&m, &rs, &kv, pool, ids, prompts[p], &out[k], err) != 0)
+            goto done;
     rc = 0;
 done:
-    if (seqs)
-        for (int i = 0; i <= batch; i++) {
-            if (kv.n_blocks)
-                cpu_kv_release(&kv, &seqs[i]);
-            cpu_kv_seq_free(&seqs[i]);
-        }
-    free(seqs);
-    free(steps);
     free(ids);
     cpu_kv_free(&kv);
     cpu_free_runstate(&rs);

@@ -15,6 +15,7 @@
 #include <stddef.h>
 
 #include "engine/cost.h"
+#include "engine/fit.h"
 #include "engine/cpu/cpu_pool.h"
 
 typedef struct cpu_calib {
@@ -35,13 +36,18 @@ int cpu_calib_bandwidth(cpu_pool *pool, double min_seconds, double *bytes_per_s,
 /* All of the above. */
 int cpu_calib_run(cpu_pool *pool, double min_seconds, cpu_calib *out, char *err);
 
-/* The engine's own step times for a model (synthetic weights): the best decode step of
- * `batch` sequences whose contexts spread evenly around a mean of `context` tokens (their
- * blocks interleaved, as in a server), and a one-shot prefill of prompt_tokens (0:
- * skipped), ns. */
-int cpu_calib_model(cpu_pool *pool, const cost_arch *arch, int batch, int context,
-                    int prompt_tokens, double min_seconds, double *decode_ns, double *prefill_ns,
-                    char *err);
+/* The engine's own step times for a model (synthetic weights), the probes of the fitted step
+ * model (fit.h): first a decode step for every (batch, mean context) of the grid, its
+ * sequences' contexts spread evenly over [context / 4, 7 context / 4] and their blocks
+ * interleaved as in a server, each step the forward pass and a token drawn at `temperature`
+ * for every sequence (as the executor samples; 0: greedy), the median of at least 5 steps
+ * over min_seconds; then a
+ * one-shot prefill of each prompt length, the median of 3. The KV arena and the buffers are
+ * touched first (a warm-started server). out gets n_batches x n_contexts + n_prompts
+ * probes in that order. 0, or -1 with err. */
+int cpu_calib_steps(cpu_pool *pool, const cost_arch *arch, const int *batches, int n_batches,
+                    const int *contexts, int n_contexts, const int *prompts, int n_prompts,
+                    double temperature, double min_seconds, fit_probe *out, char *err);
 
 /* A sum over n floats as fast as memory delivers them (the bandwidth probe). */
 float cpu_stream_sum(const float *x, size_t n);

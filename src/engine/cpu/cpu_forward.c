@@ -152,6 +152,47 @@ static int reserve(cpu_runstate *s, const cpu_model *m, int n_tokens, int n_samp
     return 0;
 }
 
+int cpu_reserve_runstate(cpu_runstate *s, const cpu_model *m, int n_tokens, int n_samples,
+                         int n_seqs, int max_positions, char *err)
+{
+    if (n_tokens < 1 || n_samples < 1 || n_seqs < 1)
+        return err_set(err, "a step of %d tokens, %d samples and %d sequences is no step",
+                       n_tokens, n_samples, n_seqs);
+    if (reserve(s, m, n_tokens, n_samples, n_seqs, max_positions > 0 ? max_positions - 1 : 0,
+                err) != 0)
+        return -1;
+    const cpu_config *c = &m->config;
+    const cpu_dims *d = &m->dims;
+    const size_t rows = (size_t)s->cap_tokens;
+    memset(s->x, 0, rows * c->dim * sizeof(float));
+    memset(s->xb, 0, rows * c->dim * sizeof(float));
+    memset(s->qkv, 0, rows * d->qkv_dim * sizeof(float));
+    memset(s->att, 0, rows * d->q_dim * sizeof(float));
+    memset(s->hb, 0, rows * 2 * c->hidden_dim * sizeof(float));
+    memset(s->pos, 0, rows * sizeof *s->pos);
+    memset(s->row_seq, 0, rows * sizeof *s->row_seq);
+    if (s->cap_samples > 0) {
+        memset(s->xs, 0, (size_t)s->cap_samples * c->dim * sizeof(float));
+        memset(s->logits, 0, (size_t)s->cap_samples * c->vocab_size * sizeof(float));
+    }
+    if (s->cap_seqs > 0)
+        memset(s->row_start, 0, (size_t)s->cap_seqs * sizeof *s->row_start);
+    return 0;
+}
+
+double cpu_runstate_bytes(const cpu_runstate *s, const cpu_model *m)
+{
+    const cpu_config *c = &m->config;
+    const cpu_dims *d = &m->dims;
+    const double row_floats = 2.0 * c->dim + d->qkv_dim + d->q_dim + 2.0 * c->hidden_dim;
+    return (double)s->cap_tokens * (row_floats * sizeof(float) + 2 * sizeof(int32_t)) +
+           (double)s->cap_samples * ((double)c->dim + c->vocab_size) * sizeof(float) +
+           (double)s->cap_seqs * sizeof(int32_t) +
+           (double)s->cap_positions * c->head_dim * sizeof(float) +
+           (double)s->cap_tasks * sizeof(cpu_attn_task) +
+           (double)s->n_threads * s->scratch_floats * sizeof(float);
+}
+
 /* ---- row-wise sections ------------------------------------------------------------- */
 
 typedef enum { ROWS_NORM_ATT, ROWS_ROPE_KV, ROWS_NORM_FFN, ROWS_SWIGLU } rows_op;

@@ -78,6 +78,14 @@ void cpu_free_model(cpu_model *m);
 int cpu_build_runstate(cpu_runstate *s, const cpu_model *m, int n_threads, char *err);
 void cpu_free_runstate(cpu_runstate *s);
 
+/* Grow every per-step buffer to hold a step of n_tokens rows, n_samples sampling rows and
+ * n_seqs sequences at positions below max_positions, and write every byte of them (so no
+ * page is first touched inside a step). 0, or -1 with err. */
+int cpu_reserve_runstate(cpu_runstate *s, const cpu_model *m, int n_tokens, int n_samples,
+                         int n_seqs, int max_positions, char *err);
+/* Bytes the per-step buffers hold now. */
+double cpu_runstate_bytes(const cpu_runstate *s, const cpu_model *m);
+
 /* One step. Writes K and V of every new token into kv, and logits of the sampling
  * sequences, in batch order, to s->logits (row i for the i-th sampling sequence).
  * 0, or -1 with err (out of memory, a position past max_seq_len). */

@@ -46,6 +46,16 @@ oom:
                    (long long)n_blocks, cpu_kv_bytes(c, n_blocks) / 1e6);
 }
 
+double cpu_kv_touch(cpu_kv *kv)
+{
+    const size_t layer_floats = (size_t)kv->n_kv_heads * kv->head_floats;
+    for (int l = 0; l < kv->n_layers; l++) {
+        memset(kv->k[l], 0, layer_floats * sizeof(float));
+        memset(kv->v[l], 0, layer_floats * sizeof(float));
+    }
+    return 2.0 * kv->n_layers * (double)layer_floats * sizeof(float);
+}
+
 void cpu_kv_free(cpu_kv *kv)
 {
     for (int l = 0; l < kv->n_layers; l++) {

@@ -8,7 +8,8 @@
  * Head-major, so one head's blocks are 2 head_dim x 16 floats apart and an attention tile
  * (one head) streams compact pages rather than every other head's data in between.
  * Token at position p of a sequence lives in block table[p / 16], slot p % 16.
- * The pool is allocated once (pages are touched only when used); free blocks are a stack,
+ * The pool is allocated once (its pages are touched when first used, or all at once by
+ * cpu_kv_touch at a warm start); free blocks are a stack,
  * so recently freed (cache-warm) blocks are reused first. */
 #ifndef STALLSCOPE_CPU_KV_H
 #define STALLSCOPE_CPU_KV_H
@@ -40,6 +41,9 @@ typedef struct cpu_kv_seq {
 
 int cpu_kv_init(cpu_kv *kv, const cpu_config *c, int64_t n_blocks, char *err);
 void cpu_kv_free(cpu_kv *kv);
+/* Write every byte of the pool (zeros), so no page of it is first touched inside a step;
+ * the bytes touched. Block contents carry no meaning between sequences. */
+double cpu_kv_touch(cpu_kv *kv);
 /* Bytes the pool occupies when every block is in use. */
 double cpu_kv_bytes(const cpu_config *c, int64_t n_blocks);
 
