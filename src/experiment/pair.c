@@ -72,7 +72,11 @@ static int one_run(const experiment_config *cfg, const experiment_runner *runner
                             .engine = meta.engine_name,
                             .target = meta.target,
                             .duration_s = (double)wl.duration_ns / 1e9,
-                            .users = workload_shard_users(&wl, wl.shard.index),
+                            /* Open-loop requests are streams of their own: the analysis
+                             * counts the distinct streams it sees. */
+                            .users = workload_open_loop(&wl)
+                                         ? 0
+                                         : workload_shard_users(&wl, wl.shard.index),
                             .threshold_ms = (double)cfg->stall_threshold_ns / 1e6,
                             .reference_p50_ms = reference_p50,
                             .complete = meta.complete,
@@ -101,7 +105,8 @@ int experiment_run_pair(const experiment_config *cfg, const experiment_runner *r
     char why[ERR_LEN];
     bool complete = true;
     double reference_p50 = 0;
-    if (!cfg->no_baseline) {
+    /* --no-inject: both runs would be one workload; the one run is the interference's. */
+    if (!cfg->no_baseline && !cfg->wl.no_inject) {
         if (one_run(cfg, runner, io, "baseline", false, 0, &pair->baseline, &complete, why,
                     err) != 0)
             return -1;

@@ -358,10 +358,8 @@ static void small_workload(workload_config *wl)
     wl->inject_every_ns = 200 * CLOCK_NS_PER_MS;
     wl->prompt_tokens = 500;
     wl->inject_max_tokens = 16;
-    wl->bg_prompt_min = 20;
-    wl->bg_prompt_max = 40;
-    wl->bg_answer_min = 5;
-    wl->bg_answer_max = 30;
+    wl->prompt_len = (workload_dist){.kind = WORKLOAD_DIST_UNIFORM, .a = 20, .b = 40};
+    wl->answer_len = (workload_dist){.kind = WORKLOAD_DIST_UNIFORM, .a = 5, .b = 30};
 }
 
 /* One phase over the world: virtual time from 1000 s, the small workload, token-id prompts,

@@ -56,8 +56,8 @@ static sim_config small_config(void)
     c.wl.inject_every_ns = c.wl.duration_ns; /* one injection */
     c.wl.prompt_tokens = 32;
     c.wl.inject_max_tokens = 1;
-    c.wl.bg_prompt_min = c.wl.bg_prompt_max = 8;
-    c.wl.bg_answer_min = c.wl.bg_answer_max = 20;
+    c.wl.prompt_len.a = c.wl.prompt_len.b = 8;
+    c.wl.answer_len.a = c.wl.answer_len.b = 20;
     c.wl.seed = 1;
     c.cost = toy_cost();
     c.sched = (sched_config){.policy = SCHED_MIXED, .max_num_batched_tokens = 64,
@@ -128,7 +128,7 @@ static void test_check_refuses_what_cannot_run(void **state)
 
     /* a background prompt over the budget under mixed */
     c = small_config();
-    c.wl.bg_prompt_max = 80;
+    c.wl.prompt_len.b = 80;
     expect_refused(&c, "a background request cannot run", "exceeds the token budget");
     /* and a workload that is wrong in itself */
     c = small_config();
@@ -338,10 +338,10 @@ static sim_config busy_config(void)
     c.wl.inject_every_ns = 200000;
     c.wl.prompt_tokens = 40;
     c.wl.inject_max_tokens = 2;
-    c.wl.bg_prompt_min = 4;
-    c.wl.bg_prompt_max = 24;
-    c.wl.bg_answer_min = 3;
-    c.wl.bg_answer_max = 12;
+    c.wl.prompt_len.a = 4;
+    c.wl.prompt_len.b = 24;
+    c.wl.answer_len.a = 3;
+    c.wl.answer_len.b = 12;
     c.sched.policy = SCHED_CHUNKED;
     c.sched.max_num_batched_tokens = 16;
     return c;
@@ -565,10 +565,10 @@ static void test_preemption_recomputes_without_losing_tokens(void **state)
     sim_config c = small_config();
     c.wl.users = 6;
     c.wl.duration_ns = 2000000;
-    c.wl.bg_prompt_min = 16;
-    c.wl.bg_prompt_max = 32;
-    c.wl.bg_answer_min = 40;
-    c.wl.bg_answer_max = 80;
+    c.wl.prompt_len.a = 16;
+    c.wl.prompt_len.b = 32;
+    c.wl.answer_len.a = 40;
+    c.wl.answer_len.b = 80;
     c.sched.max_num_batched_tokens = 256;
     c.sched.kv_blocks = 12;
     tokenlog log;
@@ -577,7 +577,7 @@ static void test_preemption_recomputes_without_losing_tokens(void **state)
     assert_true(st.preemptions > 2 * c.wl.users);
     check_stats_match_log(&c, &log, &st);
     const int64_t extra = tokens_fed(&log) - tokens_kept(&log);
-    assert_true(extra >= (st.preemptions - c.wl.users) * c.wl.bg_prompt_min);
+    assert_true(extra >= (st.preemptions - c.wl.users) * c.wl.prompt_len.a);
 
     int64_t next_k[6] = {0};
     int finished = 0;

@@ -78,7 +78,7 @@ static void test_check_rejects(void **state)
     cfg.inject_every_ns = -1;
     assert_int_equal(workload_check(&cfg, err), -1);
     workload_default(&cfg);
-    cfg.bg_answer_min = 10, cfg.bg_answer_max = 5;
+    cfg.answer_len.a = 10, cfg.answer_len.b = 5;
     assert_int_equal(workload_check(&cfg, err), -1);
     workload_default(&cfg);
     cfg.prompt_tokens = 0;
@@ -101,8 +101,8 @@ static void test_bg_draws_are_seeded_and_spread(void **state)
     int distinct = 0, first = workload_bg(&a, 0, 0).max_tokens;
     for (int u = 0; u < 32; u++) {
         workload_bg_request r = workload_bg(&a, u, 0);
-        assert_in_range(r.prompt_tokens, a.bg_prompt_min, a.bg_prompt_max);
-        assert_in_range(r.max_tokens, a.bg_answer_min, a.bg_answer_max);
+        assert_in_range(r.prompt_tokens, a.prompt_len.a, a.prompt_len.b);
+        assert_in_range(r.max_tokens, a.answer_len.a, a.answer_len.b);
         distinct += r.max_tokens != first;
     }
     assert_true(distinct > 16);
