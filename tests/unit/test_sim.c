@@ -611,6 +611,54 @@ static void test_statistics_without_a_log(void **state)
     tokenlog_free(&log);
 }
 
+
+/* Open loop at a rate: each arrival is a stream of its own, sent at its planned time; under
+ * --max-concurrency never more than the limit in flight, an arrival that finds every slot
+ * taken waits (first come, first served) and its row says for how long. */
+static void test_open_loop_max_concurrency(void **state)
+{
+    (void)state;
+    for (int limit = 0; limit <= 3; limit += 3) {
+        sim_config c = small_config();
+        c.wl.users = 0;
+        c.wl.request_rate = 1e6; /* one per us of virtual time on average: the toy is fast */
+        c.wl.max_concurrency = limit;
+        tokenlog log;
+        sim_stats st;
+        run_or_fail(&c, &log, &st);
+        print_message("limit %d: %lld requests\n", limit, (long long)log.n_requests);
+        assert_true(log.n_requests > 4);
+        int64_t waited = 0, max_in_flight = 0;
+        for (int64_t i = 0; i < log.n_requests; i++) {
+            const tokenlog_request *r = &log.requests[i];
+            assert_int_equal(r->user, (int32_t)i); /* a stream of its own, users + index */
+            assert_true(r->t_send_ns >= r->t_plan_ns);
+            waited += r->t_send_ns > r->t_plan_ns;
+            if (i > 0) /* first come, first served */
+                assert_true(r->t_send_ns >= log.requests[i - 1].t_send_ns);
+            int64_t in_flight = 0;
+            for (int64_t j = 0; j <= i; j++) {
+                const tokenlog_request *q = &log.requests[j];
+                in_flight += q->t_send_ns <= r->t_send_ns &&
+                             (q->t_end_ns < 0 || q->t_end_ns > r->t_send_ns);
+            }
+            if (in_flight > max_in_flight)
+                max_in_flight = in_flight;
+        }
+        assert_int_equal(st.open_requests, log.n_requests);
+        assert_int_equal(st.open_waited, waited);
+        if (limit == 0) {
+            assert_int_equal(waited, 0);
+            assert_true(max_in_flight > 3); /* the limit below has something to do */
+        } else {
+            assert_true(max_in_flight <= limit);
+            assert_true(waited > 0);
+            assert_true(st.open_wait_max_ns > 0);
+        }
+        tokenlog_free(&log);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -623,6 +671,7 @@ int main(void)
         cmocka_unit_test(test_stats_consistent_with_log),
         cmocka_unit_test(test_preemption_recomputes_without_losing_tokens),
         cmocka_unit_test(test_statistics_without_a_log),
+        cmocka_unit_test(test_open_loop_max_concurrency),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
