@@ -473,10 +473,11 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
         fprintf(ph->notes, "[%s] %lld token events, %lld requests, %lld errors, %lld steps logged\n",
                 ph->label, (long long)log->n_events, (long long)res.requests,
                 (long long)res.errors, (long long)log->n_steps);
-    if (ph->notes && res.open_plan[0])
-        fprintf(ph->notes, "[%s] %s\n", ph->label, res.open_plan);
-    if (ph->notes && ph->wl->max_concurrency > 0)
-        fprintf(ph->notes,
+    FILE *say = ph->quiet ? stderr : ph->notes; /* said even with --json */
+    if (say && res.open_plan[0])
+        fprintf(say, "[%s] %s\n", ph->label, res.open_plan);
+    if (say && ph->wl->max_concurrency > 0)
+        fprintf(say,
                 "[%s] max concurrency %d: %lld of %lld open-loop requests waited for a slot, "
                 "%.1f ms on average (of those that waited), %.1f ms at most; %lld still "
                 "waiting at the end\n",

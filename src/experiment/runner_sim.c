@@ -20,15 +20,14 @@ static int sim_phase(void *impl, const experiment_phase *ph, tokenlog *log, expe
     if (workload_plan_build(ph->wl, &plan, err) != 0)
         return -1;
     int rc = sim_run_plan(&sim, &plan, log, &stats, err);
-    if (rc == 0 && ph->notes && (workload_open_loop(ph->wl) || plan.trace.bad > 0)) {
+    /* What the plan holds (skipped rows above all) is said even with --json: on stderr. */
+    FILE *say = ph->quiet ? stderr : ph->notes;
+    if (rc == 0 && say && workload_open_loop(ph->wl)) {
         char what[1200];
         workload_plan_describe(&plan, ph->wl, what, sizeof what);
-        fprintf(ph->notes, "[%s] %s\n", ph->label, what);
-        if (plan.trace.bad > 0)
-            fprintf(ph->notes, "[%s] the first bad row skipped: %s\n", ph->label,
-                    plan.trace.first_bad);
+        fprintf(say, "[%s] %s\n", ph->label, what);
         if (ph->wl->max_concurrency > 0)
-            fprintf(ph->notes,
+            fprintf(say,
                     "[%s] max concurrency %d: %lld of %lld open-loop requests waited for a "
                     "slot, %.1f ms on average (of those that waited), %.1f ms at most; %lld "
                     "still waiting at the end\n",

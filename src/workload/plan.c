@@ -254,4 +254,8 @@ void workload_plan_describe(const workload_plan *p, const workload_config *cfg, 
              (long long)st->lines, (long long)st->bad, (long long)st->failed,
              (long long)st->outside, (long long)st->after_end, (long long)st->capped,
              (long long)p->n_arrivals, (long long)st->loops, st->loops == 1 ? "" : "es");
+    if (st->bad > 0) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, size - used, "; the first bad row skipped: %s", st->first_bad);
+    }
 }
