@@ -151,8 +151,10 @@ static bool field_text(const char *s, size_t n, char *buf, size_t size)
 static int parse_tokens(const char *s, size_t n, const char *what, int lo, int32_t *out, char *err)
 {
     char buf[48];
-    if (!field_text(s, n, buf, sizeof buf) || !buf[0])
-        return err_set(err, "%s: '%.40s' is not a token count", what, buf[0] ? buf : "");
+    if (!field_text(s, n, buf, sizeof buf))
+        return err_set(err, "%s: too long for a token count", what);
+    if (!buf[0])
+        return err_set(err, "%s: empty, not a token count", what);
     char *end;
     errno = 0;
     double v = strtod(buf, &end);
@@ -170,7 +172,7 @@ static int parse_time(const char *s, size_t n, const char *what, double ns_per_u
 {
     char buf[48];
     if (!field_text(s, n, buf, sizeof buf) || !buf[0])
-        return err_set(err, "%s: not a time", what);
+        return err_set(err, "%s: empty or too long for a time", what);
     char *end;
     errno = 0;
     double v = strtod(buf, &end);
