@@ -72,11 +72,7 @@ static int one_run(const experiment_config *cfg, const experiment_runner *runner
                             .engine = meta.engine_name,
                             .target = meta.target,
                             .duration_s = (double)wl.duration_ns / 1e9,
-                            /* Open-loop requests are streams of their own: the analysis
-                             * counts the distinct streams it sees. */
-                            .users = workload_open_loop(&wl)
-                                         ? 0
-                                         : workload_shard_users(&wl, wl.shard.index),
+                            .users = workload_analysis_users(&wl),
                             .threshold_ms = (double)cfg->stall_threshold_ns / 1e6,
                             .reference_p50_ms = reference_p50,
                             .complete = meta.complete,

@@ -187,6 +187,11 @@ int workload_shard_concurrency(const workload_config *cfg, int index)
     return share > 0 ? share : 1;
 }
 
+int workload_analysis_users(const workload_config *cfg)
+{
+    return workload_open_loop(cfg) ? 0 : workload_shard_users(cfg, cfg->shard.index);
+}
+
 int32_t workload_arrival_user(const workload_config *cfg, int64_t index)
 {
     return (int32_t)(cfg->users + index);

@@ -141,6 +141,10 @@ bool workload_shard_has_user(const workload_config *cfg, int user);
 bool workload_shard_has_injector(const workload_config *cfg);
 /* Background users shard `index` runs (the whole workload's users when not sharded). */
 int workload_shard_users(const workload_config *cfg, int index);
+/* The users figure a run's analysis is given: this shard's closed users, or 0 when the
+ * workload has open-loop requests (streams of their own: the analysis counts the distinct
+ * streams it sees). One rule for the run's summary and `report`'s rewrite of it. */
+int workload_analysis_users(const workload_config *cfg);
 /* Whether this process runs open-loop request `index` (its place in the whole plan):
  * index mod N == the shard's index. */
 bool workload_shard_has_arrival(const workload_config *cfg, int64_t index);

@@ -146,3 +146,14 @@ print(f"{len(rows)} requests, at most {worst} in flight, {waited} sent > 50 ms l
 sys.exit(0 if worst <= 2 and waited > 0 else 1)
 PY
 pass "$(grep -o 'max concurrency 2: [^;]*' "$dir/conc.out" | head -1)"
+
+# The same against a --target (a `stallscope serve` of its own): the client's side alone.
+BIN=$bin DIR=$dir
+. "$(dirname "$0")/serve_lib.bash"
+start_server target
+"$bin" run --target "http://127.0.0.1:$PORT" --trace "$dir/mooncake.jsonl" --no-inject \
+    --duration 3s --warmup 0 --out "$dir/remote" >"$dir/remote.out" 2>&1 ||
+  { tail -20 "$dir/remote.out"; fail "run --target --trace"; }
+check_run "$dir/remote/interference" 0 || fail "run --target --trace"
+stop_server
+pass "run --target --trace: every trace request sent, each a stream of its own"
