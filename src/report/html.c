@@ -207,11 +207,20 @@ static void describe_workload(const report_run *x, char *buf, size_t size)
     format_duration(wl->inject_every_ns, every, sizeof every);
     format_duration(wl->inject_at_ns, at, sizeof at);
     format_duration(wl->duration_ns, dur, sizeof dur);
+    char load[96];
+    if (wl->trace[0])
+        snprintf(load, sizeof load, "%d users + a trace (%s)", wl->users,
+                 trace_format_name((trace_format)wl->trace_format));
+    else if (wl->request_rate > 0)
+        snprintf(load, sizeof load, "%d users + open loop %.3g req/s", wl->users,
+                 wl->request_rate);
+    else
+        snprintf(load, sizeof load, "%d users", wl->users);
     if (workload_injects(wl))
-        snprintf(buf, size, "%d users, %s; one %d-token prompt %s %s from %s", wl->users, dur,
+        snprintf(buf, size, "%s, %s; one %d-token prompt %s %s from %s", load, dur,
                  wl->prompt_tokens, wl->inject_poisson ? "on average every" : "every", every, at);
     else
-        snprintf(buf, size, "%d users, %s; injector off", wl->users, dur);
+        snprintf(buf, size, "%s, %s; injector off", load, dur);
 }
 
 static void chart_note(const report_run *x, char *buf, size_t size)
