@@ -225,10 +225,10 @@ static void describe_workload(const report_run *x, char *buf, size_t size)
 
 static void chart_note(const report_run *x, char *buf, size_t size)
 {
-    char wl[192];
+    char wl[320];
     describe_workload(x, wl, sizeof wl);
-    snprintf(buf, size, "%s%s%s", x->engine[0] ? x->engine : x->label, wl[0] ? " \xc2\xb7 " : "",
-             wl);
+    snprintf(buf, size, "%.190s%s%.250s", x->engine[0] ? x->engine : x->label,
+             wl[0] ? " \xc2\xb7 " : "", wl);
 }
 
 static void cell_ms(FILE *out, bool have, double ms)
@@ -466,7 +466,7 @@ static void write_config(FILE *out, const report_run *x)
         fputs("<p>No config.json beside the token log.</p>\n</section>\n", out);
         return;
     }
-    char buf[512], wl[192];
+    char buf[512], wl[320];
     fputs("<table>\n", out);
     kv_row(out, "engine", x->engine);
     kv_row(out, "target", x->target);
