@@ -500,6 +500,8 @@ int trace_load_buffer(const char *name, const char *data, size_t len, trace_form
     trace_csv csv;
     bool have_header = false;
     char why[ERR_LEN];
+    if (len >= 3 && memcmp(data, "\xef\xbb\xbf", 3) == 0)
+        at = 3; /* a UTF-8 byte order mark (spreadsheet exports) */
     /* The first non-blank line tells the format (auto) and is a CSV format's header. */
     while (next_line(data, len, &at, &line, &llen)) {
         lineno++;

@@ -447,6 +447,20 @@ static void test_presets_open_loop(void **state)
     assert_int_equal(cfg.prompt_len.a, 7060);
     assert_true(cfg.request_rate > 0);
     assert_int_equal(workload_check(&cfg, err), 0);
+    /* flags that would change nothing: refused, not ignored */
+    workload_config lone;
+    workload_default(&lone);
+    lone.trace_loop = true;
+    assert_int_equal(workload_check(&lone, err), -1);
+    assert_non_null(strstr(err, "need --trace"));
+    workload_default(&lone);
+    lone.max_concurrency = 4;
+    assert_int_equal(workload_check(&lone, err), -1);
+    assert_non_null(strstr(err, "need --request-rate or --trace"));
+    workload_default(&lone);
+    lone.burstiness = 0.5;
+    assert_int_equal(workload_check(&lone, err), -1);
+    assert_non_null(strstr(err, "need --request-rate"));
     /* a rate and a trace together: refused */
     snprintf(cfg.trace, sizeof cfg.trace, "x.csv");
     assert_int_equal(workload_check(&cfg, err), -1);
@@ -503,7 +517,7 @@ static void test_trace_formats(void **state)
     workload_plan p;
 
     write_file(path, sizeof path, "azure.csv",
-               "TIMESTAMP,ContextTokens,GeneratedTokens\r\n"
+               "\xef\xbb\xbfTIMESTAMP,ContextTokens,GeneratedTokens\r\n" /* BOM, CRLF */
                "2023-11-16 18:15:46.6805900,4808,10\r\n"
                "2023-11-16 18:15:50.9951690,3180,8\r\n"
                "2023-11-16 18:16:00.0000000,8000,2\r\n");
