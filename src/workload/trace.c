@@ -225,8 +225,9 @@ static int parse_datetime(const char *s, size_t n, int64_t *out, char *err)
         return err_set(err, "TIMESTAMP: '%s' is not a date and time (YYYY-MM-DD HH:MM:SS[.f])",
                        buf);
     static const int mdays[12] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    if (y < 1970 || y > 2200 || mo < 1 || mo > 12 || d < 1 || d > mdays[mo - 1] || h > 23 ||
-        mi > 59 || sec > 60)
+    const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    if (y < 1970 || y > 2200 || mo < 1 || mo > 12 || d < 1 || d > mdays[mo - 1] ||
+        (mo == 2 && d == 29 && !leap) || h > 23 || mi > 59 || sec > 60)
         return err_set(err, "TIMESTAMP: '%s' is not a valid date and time", buf);
     int64_t frac_ns = 0;
     size_t i = 19;
