@@ -586,7 +586,7 @@ static void test_trace_bad_rows(void **state)
         {"a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,2\n"
                   "2023-13-16 18:15:47,10,2\n2023-11-16 18:15:48,10,2\n",
          "not a valid date", 3},
-        {"a3.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-02-28 18:15:46,10,2\n"
+        {"a3.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-02-29 18:15:46,10,2\n"
                    "2023-02-29 18:15:47,10,2\n2024-02-29 18:15:48,10,2\n",
          "not a valid date", 3},
         {"a2.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,2\n"
