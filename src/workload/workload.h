@@ -124,11 +124,14 @@ typedef struct workload_bg_request {
 /* The lesson: 32 users, 8,000-token prompts at 5, 15, 25, 35 s, 40 s. */
 void workload_default(workload_config *cfg);
 /* Apply a named preset over cfg: "lesson" (the default), "lesson-1s" (every 1 s from
- * 0.5 s, the run where p99 moves), "chat" or "summarization" (open loop at 1 request/s, no
- * closed users, lognormal lengths of Sarathi-Serve's two workloads: docs/workloads.md; the
- * injector stays). -1 with err listing presets when unknown. */
+ * 0.5 s, the run where p99 moves), "chat" or "summarization" (open loop at 2 and 1
+ * requests/s, 60 s, no closed users, lognormal lengths of Sarathi-Serve's two workloads:
+ * docs/workloads.md; the injector stays). -1 with err listing presets when unknown. */
 int workload_preset(workload_config *cfg, const char *name, char *err);
-/* Check every field: positive users and duration, positive period, min <= max ... */
+/* Check every field: users and duration, the injector's period, the distributions, the
+ * rate, burstiness and trace options (a rate and a trace together, or a trace option
+ * without --trace, are refused), the shard. 0, or -1 with err. Files are not read here
+ * (workload_plan_build does). */
 int workload_check(const workload_config *cfg, char *err);
 
 /* Whether injections are planned: inject and not no_inject. */
@@ -153,7 +156,7 @@ bool workload_shard_has_arrival(const workload_config *cfg, int64_t index);
 int workload_shard_concurrency(const workload_config *cfg, int index);
 
 /* Planned injection send times (ns from t = 0), ascending; returns the count (0 when
- * !inject), at most max. */
+ * !workload_injects), at most max. */
 int workload_injection_times(const workload_config *cfg, int64_t *out, int max);
 /* The context a background request typically holds mid-answer: a middling prompt plus half
  * a middling answer (what the cost model's spike arithmetic assumes for every decode). */
