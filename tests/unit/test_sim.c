@@ -659,6 +659,37 @@ static void test_open_loop_max_concurrency(void **state)
     }
 }
 
+/* Closed users, open arrivals and the injector together: each kind as it would be alone. */
+static void test_open_loop_composes(void **state)
+{
+    (void)state;
+    sim_config c = small_config();
+    c.wl.users = 2;
+    c.wl.request_rate = 2e5; /* one per 5 us of virtual time on average */
+    c.wl.inject = true;
+    tokenlog log;
+    sim_stats st;
+    run_or_fail(&c, &log, &st);
+    int64_t closed = 0, open = 0, inject = 0;
+    for (int64_t i = 0; i < log.n_requests; i++) {
+        const tokenlog_request *r = &log.requests[i];
+        if (r->kind == TOKENLOG_INJECT) {
+            assert_int_equal(r->user, -1);
+            inject++;
+        } else if (r->user < 2) {
+            closed++;
+        } else {
+            assert_int_equal(r->t_send_ns, r->t_plan_ns); /* no limit: on time */
+            open++;
+        }
+    }
+    assert_int_equal(inject, 1);
+    assert_true(closed >= 2);
+    assert_int_equal(open, st.open_requests);
+    assert_true(open > 2);
+    tokenlog_free(&log);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -672,6 +703,7 @@ int main(void)
         cmocka_unit_test(test_preemption_recomputes_without_losing_tokens),
         cmocka_unit_test(test_statistics_without_a_log),
         cmocka_unit_test(test_open_loop_max_concurrency),
+        cmocka_unit_test(test_open_loop_composes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
