@@ -431,10 +431,8 @@ static int run_ours(const char *url, int streams, int threads, stream_transport_
     wl.users = streams;
     wl.duration_ns = duration_ns;
     wl.inject = false;
-    wl.bg_prompt_min = 16;
-    wl.bg_prompt_max = 32;
-    wl.bg_answer_min = 64;
-    wl.bg_answer_max = 128;
+    wl.prompt_len = (workload_dist){.kind = WORKLOAD_DIST_UNIFORM, .a = 16, .b = 32};
+    wl.answer_len = (workload_dist){.kind = WORKLOAD_DIST_UNIFORM, .a = 64, .b = 128};
     driver_api api;
     driver_api_defaults(&api);
     api.token_ids = true;

@@ -56,7 +56,11 @@ int cli_run(int argc, char **argv)
             "table and the verdict. Without --target it starts the embedded server (a fresh one\n"
             "per run) with the engine and scheduler flags below; default: the lesson, one-step\n"
             "prefill on the real CPU engine (model 'small'); --engine emulate --gpu h100-sxm\n"
-            "--model llama-3.1-8b for the lesson's GPU numbers. Default OUT: out/run.",
+            "--model llama-3.1-8b for the lesson's GPU numbers. Default OUT: out/run.\n"
+            "Real traffic: --request-rate R (open loop, each request a stream of its own) or\n"
+            "--trace FILE (Azure, BurstGPT, Mooncake or plain JSONL) replace the closed users\n"
+            "unless --users is given too; --preset chat|summarization; --no-inject drops the\n"
+            "injector (docs/workloads.md).",
             groups, OPTS_COUNT(groups));
         return CLI_EXIT_OK;
     }

@@ -30,7 +30,11 @@ int cli_sim(int argc, char **argv)
                         "run (injector off) and an interference run, prints them side by side and\n"
                         "writes OUT/report.html (plots in OUT/plots/). Default OUT: out/sim.\n"
                         "Defaults: --preset lesson on an H100 SXM with Llama 3.1 8B, one-step prefill\n"
-                        "(--policy mixed --max-num-batched-tokens 16384).",
+                        "(--policy mixed --max-num-batched-tokens 16384).\n"
+                        "Real traffic: --request-rate R (open loop, each request a stream of its\n"
+                        "own) or --trace FILE (Azure, BurstGPT, Mooncake or plain JSONL) replace the\n"
+                        "closed users unless --users is given too; --preset chat|summarization;\n"
+                        "--no-inject drops the injector (docs/workloads.md).",
                         groups, OPTS_COUNT(groups));
         return CLI_EXIT_OK;
     }

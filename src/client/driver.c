@@ -292,9 +292,10 @@ typedef struct loop loop;
 
 typedef struct drv_req {
     loop *l;
-    int slot; /* the user's index in its loop, -1: the injector */
+    int slot; /* the user's index in its loop, -1: the injector or an open-loop request */
     int user; /* -1: the injector */
     int kind;
+    bool open; /* an open-loop request (holds a max_concurrency slot) */
     int64_t row; /* in the loop's segment, -1 when not recorded */
     int prompt_requested;
     int64_t t_last_ns; /* absolute, -1 none */
@@ -327,6 +328,14 @@ struct loop {
     int next_inj; /* the injector: the next injection of the plan */
     char *inj_body;
     size_t inj_len;
+    /* open-loop arrivals (an open loop): the plan's indices it sends, in time order */
+    bool open_loop;
+    const int64_t *open_idx;
+    int64_t n_open, next_open;
+    int open_limit, open_in_flight; /* max_concurrency (0: none), requests in flight */
+    bool open_blocked;              /* the next arrival is due and waits for a slot */
+    char *open_body;                /* the next arrival's body, built ahead of its time */
+    size_t open_len;
     driver_result res; /* this loop's totals and fidelity samples */
     const char *first_violation; /* in words, NULL none; and when */
     int64_t first_violation_ns;
@@ -351,8 +360,11 @@ struct phase {
     int64_t t_start, t0, t_stop;
     int64_t *plan; /* injection times from t = 0 */
     int n_plan;
+    workload_plan wplan;  /* the open-loop arrivals and the length tables */
+    int64_t *open_table;  /* plan indices, grouped by open loop */
     loop *loops;
     int n_loops, n_bg; /* all loops; those of the background users (the first n_bg) */
+    int n_open;        /* open loops, after the background ones */
     int *user_table;   /* the users, grouped by loop */
     atomic_bool stop;  /* set with the first failure: every loop stops */
     pthread_mutex_t mu; /* failed, error; the incremental files (cfg->tokens_csv, requests_csv) */
@@ -416,7 +428,7 @@ static char *build(loop *l, int kind, int64_t index, int prompt_tokens, int max_
 }
 
 /* Send a built body (taken: freed here). */
-static drv_req *send_request(loop *l, int slot, int kind, char *body, size_t len,
+static drv_req *send_request(loop *l, int slot, int user, int kind, char *body, size_t len,
                              int prompt_tokens, int max_tokens, int64_t t_plan_ns)
 {
     char err[ERR_LEN];
@@ -430,8 +442,9 @@ static drv_req *send_request(loop *l, int slot, int kind, char *body, size_t len
     }
     r->l = l;
     r->slot = slot;
-    r->user = slot >= 0 ? l->users[slot] : -1;
+    r->user = user;
     r->kind = kind;
+    r->open = slot < 0 && kind == TOKENLOG_BG;
     r->prompt_requested = prompt_tokens;
     r->t_last_ns = -1;
     r->row = -1;
@@ -460,15 +473,63 @@ static void start_bg(loop *l, int slot)
 {
     const int user = l->users[slot];
     int64_t k = l->next_k[slot]++;
-    workload_bg_request bg = workload_bg(l->ph->wl, user, k);
+    workload_bg_request bg = workload_plan_bg(&l->ph->wplan, l->ph->wl, user, k);
     /* The index keeps (user, k) apart: each background prompt is unique too. t_plan is the
      * moment the user is ready (now): a closed loop has no other plan. */
     size_t len = 0;
     char *body = build(l, TOKENLOG_BG, ((int64_t)user << 24) | (k & 0xffffff), bg.prompt_tokens,
                        bg.max_tokens, &len);
-    l->current[slot] = body ? send_request(l, slot, TOKENLOG_BG, body, len, bg.prompt_tokens,
-                                           bg.max_tokens, -1)
+    l->current[slot] = body ? send_request(l, slot, user, TOKENLOG_BG, body, len,
+                                           bg.prompt_tokens, bg.max_tokens, -1)
                             : NULL;
+}
+
+/* The body of open-loop arrival `index` of the plan: its prompt unique by its stream. */
+static char *build_open(loop *l, int64_t index, size_t *len)
+{
+    const workload_arrival *a = &l->ph->wplan.arrivals[index];
+    const int32_t user = workload_arrival_user(l->ph->wl, index);
+    return build(l, TOKENLOG_BG, (int64_t)user << 24, a->prompt_tokens, a->max_tokens, len);
+}
+
+/* Open loop: every arrival due by now goes out while a slot is free (max_concurrency), late
+ * or not, whatever is still running; t_plan is the plan, t_send what happened. An arrival
+ * that finds every slot taken waits for the first to free up (on_end sends it). The next
+ * body is built ahead of its time, so it leaves on schedule. */
+static void send_open(loop *l, int64_t now)
+{
+    phase *ph = l->ph;
+    while (l->next_open < l->n_open && !l->stopping) {
+        const int64_t index = l->open_idx[l->next_open];
+        const workload_arrival *a = &ph->wplan.arrivals[index];
+        if (now < ph->t0 + a->t_ns)
+            break;
+        if (l->open_limit > 0 && l->open_in_flight >= l->open_limit) {
+            l->open_blocked = true;
+            break;
+        }
+        if (!l->open_body)
+            l->open_body = build_open(l, index, &l->open_len);
+        if (l->open_body) {
+            if (l->open_blocked) {
+                const int64_t wait = now - (ph->t0 + a->t_ns);
+                l->res.open_waited++;
+                l->res.open_wait_total_ns += wait;
+                if (wait > l->res.open_wait_max_ns)
+                    l->res.open_wait_max_ns = wait;
+            }
+            l->open_blocked = false;
+            if (send_request(l, -1, workload_arrival_user(ph->wl, index), TOKENLOG_BG,
+                             l->open_body, l->open_len, a->prompt_tokens, a->max_tokens,
+                             a->t_ns))
+                l->open_in_flight++;
+            l->res.open_requests++;
+        }
+        l->open_body = NULL;
+        l->next_open++;
+    }
+    if (l->next_open < l->n_open && !l->open_body && !l->stopping)
+        l->open_body = build_open(l, l->open_idx[l->next_open], &l->open_len);
 }
 
 /* t = 0: the users are mid-answer (steady state, no synchronized start). Their answers in
@@ -607,10 +668,18 @@ static void on_end(void *ctx, void *user, const stream_end *end)
             phase_fail(l, "every request fails; the last: %s", end->error);
     }
     const int slot = r->slot;
-    const bool bg = r->kind == TOKENLOG_BG;
+    const bool bg = r->kind == TOKENLOG_BG && slot >= 0; /* a closed-loop user's */
+    const bool open = r->open;
     if (bg && l->current[slot] == r)
         l->current[slot] = NULL;
     free(r);
+    if (open) {
+        /* Its slot is free: the earliest arrival waiting for one goes now. */
+        l->open_in_flight--;
+        if (!l->stopping)
+            send_open(l, l->t.now(l->t.impl));
+        return;
+    }
     if (!bg || l->stopping)
         return;
     /* Closed loop: the user's next request goes out the moment this one ends, or after a
@@ -654,7 +723,7 @@ static void send_injections(loop *l, int64_t now)
             l->inj_body = build(l, TOKENLOG_INJECT, l->next_inj, wl->prompt_tokens,
                                 wl->inject_max_tokens, &l->inj_len);
         if (l->inj_body)
-            send_request(l, -1, TOKENLOG_INJECT, l->inj_body, l->inj_len, wl->prompt_tokens,
+            send_request(l, -1, -1, TOKENLOG_INJECT, l->inj_body, l->inj_len, wl->prompt_tokens,
                          wl->inject_max_tokens, ph->plan[l->next_inj]);
         l->inj_body = NULL;
         l->next_inj++;
@@ -775,6 +844,8 @@ static void run_loop(loop *l)
             start_recording(l);
         if (l->injector)
             send_injections(l, now);
+        if (l->open_loop)
+            send_open(l, now);
         const int64_t next_retry = l->n_retrying > 0 ? start_retries(l, now) : INT64_MAX;
         if (now >= ph->t_stop || l->stopping)
             break;
@@ -799,6 +870,9 @@ static void run_loop(loop *l)
             wake = ph->t0;
         if (l->injector && l->next_inj < ph->n_plan && ph->t0 + ph->plan[l->next_inj] < wake)
             wake = ph->t0 + ph->plan[l->next_inj];
+        if (l->open_loop && l->next_open < l->n_open && !l->open_blocked &&
+            ph->t0 + ph->wplan.arrivals[l->open_idx[l->next_open]].t_ns < wake)
+            wake = ph->t0 + ph->wplan.arrivals[l->open_idx[l->next_open]].t_ns;
         if (next_tick < wake)
             wake = next_tick;
         if (next_retry < wake)
@@ -820,6 +894,8 @@ static void run_loop(loop *l)
     publish(l);
     free(l->inj_body);
     l->inj_body = NULL;
+    free(l->open_body);
+    l->open_body = NULL;
     if (cfg->record && order_segment(l, l->err) != 0)
         l->status = -1;
 }
@@ -1069,6 +1145,11 @@ static void sum_results(phase *ph, driver_result *res, const char **first_violat
         res->errors += l->res.errors;
         res->tokens += l->res.tokens;
         res->injections_sent += l->res.injections_sent;
+        res->open_requests += l->res.open_requests;
+        res->open_waited += l->res.open_waited;
+        res->open_wait_total_ns += l->res.open_wait_total_ns;
+        if (l->res.open_wait_max_ns > res->open_wait_max_ns)
+            res->open_wait_max_ns = l->res.open_wait_max_ns;
         res->prompt_mismatches += l->res.prompt_mismatches;
         res->protocol_violations += l->res.protocol_violations;
         for (int k = 0; k < STREAM_STAMP_KINDS; k++)
@@ -1126,12 +1207,36 @@ static int assign_users(phase *ph)
     return 0;
 }
 
+/* Open-loop arrivals to open loops: this shard's (workload_shard_has_arrival), the k-th of
+ * them on open loop k mod n_open, each loop's in time order (the plan's). */
+static int assign_arrivals(phase *ph)
+{
+    const workload_config *wl = ph->wl;
+    const int64_t n = ph->wplan.n_arrivals;
+    ph->open_table = malloc((size_t)(n > 0 ? n : 1) * sizeof *ph->open_table);
+    if (!ph->open_table)
+        return -1;
+    int64_t at = 0;
+    const int limit = workload_shard_concurrency(wl, wl->shard.index);
+    for (int j = 0; j < ph->n_open; j++) {
+        loop *l = &ph->loops[ph->n_bg + j];
+        l->open_idx = ph->open_table + at;
+        for (int64_t i = 0, k = 0; i < n; i++)
+            if (workload_shard_has_arrival(wl, i) && k++ % ph->n_open == j)
+                ph->open_table[at++] = i;
+        l->n_open = ph->open_table + at - l->open_idx;
+        l->open_limit = limit;
+    }
+    return 0;
+}
+
 static int loop_init(phase *ph, int index)
 {
     loop *l = &ph->loops[index];
     l->ph = ph;
     l->index = index;
-    l->injector = index == ph->n_bg;
+    l->injector = index == ph->n_bg + ph->n_open;
+    l->open_loop = index >= ph->n_bg && index < ph->n_bg + ph->n_open;
     l->h = (stream_handlers){l, on_token, on_end};
     tokenlog_init(&l->seg);
     size_t n = (size_t)(l->n_users > 0 ? l->n_users : 1);
@@ -1151,6 +1256,7 @@ static void loop_free(loop *l)
     free(l->ended);
     free(l->order);
     free(l->inj_body);
+    free(l->open_body);
     driver_result_free(&l->res);
     tokenlog_free(&l->seg);
 }
@@ -1173,10 +1279,20 @@ int driver_run_phase(const driver_transports *transports, const driver_phase *cf
     ph.n_bg = cfg->threads > 0 ? cfg->threads : 1;
     if (ph.n_bg > users)
         ph.n_bg = users;
-    ph.n_loops = ph.n_bg + (wl->inject ? 1 : 0);
     int status = -1, n_started = 0;
     bool mutex = false;
-    if (wl->inject) {
+    if (workload_plan_build(wl, &ph.wplan, err) != 0)
+        return -1;
+    if (cfg->record && workload_open_loop(wl))
+        workload_plan_describe(&ph.wplan, wl, res->open_plan, sizeof res->open_plan);
+    int64_t mine = 0;
+    for (int64_t i = 0; i < ph.wplan.n_arrivals; i++)
+        mine += workload_shard_has_arrival(wl, i);
+    res->open_planned = mine;
+    if (mine > 0) /* one loop keeps the arrivals first come, first served under a limit */
+        ph.n_open = wl->max_concurrency > 0 ? 1 : (cfg->threads > 0 ? cfg->threads : 1);
+    ph.n_loops = ph.n_bg + ph.n_open + (workload_injects(wl) ? 1 : 0);
+    if (workload_injects(wl)) {
         int64_t max = (wl->duration_ns - wl->inject_at_ns) / wl->inject_every_ns + 2;
         ph.plan = malloc((size_t)(max > 1 ? max : 1) * sizeof *ph.plan);
         if (!ph.plan)
@@ -1184,7 +1300,8 @@ int driver_run_phase(const driver_transports *transports, const driver_phase *cf
         if (workload_shard_has_injector(wl)) /* the injector runs in one shard */
             ph.n_plan = workload_injection_times(wl, ph.plan, (int)(max > 1 ? max : 1));
     }
-    if (!(ph.loops = calloc((size_t)ph.n_loops, sizeof *ph.loops)) || assign_users(&ph) != 0)
+    if (!(ph.loops = calloc((size_t)ph.n_loops, sizeof *ph.loops)) || assign_users(&ph) != 0 ||
+        assign_arrivals(&ph) != 0)
         goto oom;
     for (int i = 0; i < ph.n_loops; i++)
         if (loop_init(&ph, i) != 0)
@@ -1262,7 +1379,9 @@ done:
         pthread_mutex_destroy(&ph.mu);
     free(ph.loops);
     free(ph.user_table);
+    free(ph.open_table);
     free(ph.plan);
+    workload_plan_free(&ph.wplan);
     if (status != 0)
         driver_result_free(res);
     return status;

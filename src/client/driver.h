@@ -13,6 +13,12 @@
  * hide a prefill. Answers are made long with ignore_eos + max_tokens; a server that ends
  * early anyway just makes the user start its next request sooner.
  *
+ * Open-loop requests (a rate or a trace: workload_plan) are sent like the injections, on the
+ * absolute schedule of the plan from t = 0, each a stream of its own (user id
+ * workload_arrival_user), from loops of their own: `threads` of them, arrival i of this
+ * shard on open loop i mod threads, or one loop when max_concurrency is set (a free slot goes
+ * to the earliest arrival waiting; t_plan is the arrival, t_send when it got its slot).
+ *
  * A phase runs on several event loops, one thread each (driver_phase.threads): the
  * background users are spread over them (user u on loop u mod threads), the injector has a
  * loop of its own, and each loop has its own transport (driver_transports), buffers and
@@ -126,6 +132,10 @@ typedef struct driver_result {
     char error[256];
     int64_t requests, errors, tokens;
     int injections_sent;
+    /* Open-loop requests sent, and those that waited for a max_concurrency slot */
+    int64_t open_planned; /* this shard's open-loop arrivals in the plan */
+    int64_t open_requests, open_waited, open_wait_total_ns, open_wait_max_ns;
+    char open_plan[1024];  /* workload_plan_describe of the phase's plan ("" closed loop) */
     int prompt_mismatches; /* requests whose server-counted prompt differed by > 2 % */
     /* Server events ignored because they cannot be true (after [DONE], impossible or
      * backward counts, tokens past max_tokens; stream_end.protocol_violations), over the
@@ -139,6 +149,7 @@ typedef struct driver_result {
 } driver_result;
 
 /* Run one phase (warm-up, baseline or interference) on transports from `transports`.
+ * The open-loop plan is built from cfg->wl here (a bad trace is an error).
  * Events and requests go into log (times from t0) when cfg->record: requests in the order
  * they were sent (then by user), each with its row's index as id; events in time order
  * (then by user, then request), each request's events in the order they came. The same

@@ -198,8 +198,15 @@ int experiment_check(const experiment_config *cfg, char *err)
                             "through it");
     if (!sharded && cfg->shard.start_at_ns > 0)
         return err_set(err, "--start-at needs --shard I/N (a single process starts at once)");
-    if (cfg->engine == EXPERIMENT_REMOTE)
-        return 0; /* its scheduler is the server's: only it can refuse */
+    if (cfg->engine == EXPERIMENT_REMOTE) {
+        /* Its scheduler is the server's: only it can refuse a size. The trace and the
+         * empirical files are ours: read them now, not after the server is up. */
+        workload_plan plan;
+        if (workload_plan_build(&wl, &plan, err) != 0)
+            return -1;
+        workload_plan_free(&plan);
+        return 0;
+    }
     if (sched_config_check(&cfg->sched, err) != 0)
         return -1;
     /* The simulator's admission rule is the embedded engine's: one check for both. */

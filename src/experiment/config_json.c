@@ -34,6 +34,8 @@ typedef enum {
     F_POLICY,   /* sched_policy, by name */
     F_ENDPOINT, /* driver_endpoint, by name */
     F_TRANSPORT, /* stream_transport_kind, by name */
+    F_DIST,     /* workload_dist, as --prompt-len spells it */
+    F_TRACE_FORMAT, /* trace_format (int), by name */
 } field_type;
 
 typedef struct field {
@@ -63,11 +65,22 @@ static const field WORKLOAD_FIELDS[] = {
     FLD("inject_poisson", F_BOOL, workload_config, inject_poisson),
     FLD("prompt_tokens", F_INT, workload_config, prompt_tokens),
     FLD("inject_max_tokens", F_INT, workload_config, inject_max_tokens),
-    FLD("bg_prompt_min", F_INT, workload_config, bg_prompt_min),
-    FLD("bg_prompt_max", F_INT, workload_config, bg_prompt_max),
-    FLD("bg_answer_min", F_INT, workload_config, bg_answer_min),
-    FLD("bg_answer_max", F_INT, workload_config, bg_answer_max),
+    FLD("no_inject", F_BOOL, workload_config, no_inject),
+    FLD("prompt_len", F_DIST, workload_config, prompt_len),
+    FLD("answer_len", F_DIST, workload_config, answer_len),
     FLD("seed", F_U64, workload_config, seed),
+    FLD("request_rate", F_DOUBLE, workload_config, request_rate),
+    FLD("burstiness", F_DOUBLE, workload_config, burstiness),
+    FLD("ramp_up_ns", F_I64, workload_config, ramp_up_ns),
+    FLD("max_concurrency", F_INT, workload_config, max_concurrency),
+    FLD("trace", F_TEXT, workload_config, trace),
+    FLD("trace_format", F_TRACE_FORMAT, workload_config, trace_format),
+    FLD("speedup", F_DOUBLE, workload_config, speedup),
+    FLD("trace_from_ns", F_I64, workload_config, trace_from_ns),
+    FLD("trace_to_ns", F_I64, workload_config, trace_to_ns),
+    FLD("trace_loop", F_BOOL, workload_config, trace_loop),
+    FLD("skip_bad_rows", F_BOOL, workload_config, skip_bad_rows),
+    FLD("max_requests", F_I64, workload_config, max_requests),
 };
 
 static const field SCHED_FIELDS[] = {
@@ -257,6 +270,13 @@ static json_t *field_json(const field *f, const void *base)
         return json_string(*(const driver_endpoint *)p == DRIVER_CHAT ? "chat" : "completions");
     case F_TRANSPORT:
         return json_string(stream_transport_name(*(const stream_transport_kind *)p));
+    case F_DIST: {
+        char text[320];
+        workload_dist_format((const workload_dist *)p, text, sizeof text);
+        return json_string(text);
+    }
+    case F_TRACE_FORMAT:
+        return json_string(trace_format_name((trace_format) * (const int *)p));
     }
     return json_null();
 }
@@ -379,6 +399,19 @@ static int read_field(const json_t *v, const field *f, void *base, const char *w
             stream_transport_parse(json_string_value(v), (stream_transport_kind *)p, why) != 0)
             return bad(err, where, f, "not a transport (auto, raw, curl)");
         return 0;
+    case F_DIST:
+        if (!json_is_string(v) ||
+            workload_dist_parse(json_string_value(v), (workload_dist *)p, why) != 0)
+            return bad(err, where, f, "not a distribution (fixed:N, uniform:A-B, "
+                                      "lognormal:MEDIAN,P90,MAX, empirical:FILE)");
+        return 0;
+    case F_TRACE_FORMAT: {
+        trace_format tf;
+        if (!json_is_string(v) || trace_format_parse(json_string_value(v), &tf, why) != 0)
+            return bad(err, where, f, "not a trace format (auto, azure, burstgpt, mooncake, jsonl)");
+        *(int *)p = (int)tf;
+        return 0;
+    }
     }
     return bad(err, where, f, "unknown field type");
 }
@@ -411,6 +444,24 @@ static int read_section(const json_t *root, const char *key, const field *fields
     if (get_section(root, key, &obj, err) != 0)
         return -1;
     return obj ? get_fields(obj, fields, n, base, key, err) : 0;
+}
+
+/* Files written before the length distributions held bg_prompt_min/max and
+ * bg_answer_min/max: uniform ranges. */
+static int read_legacy_ranges(const json_t *root, workload_config *wl)
+{
+    const json_t *w = json_object_get(root, "workload");
+    static const char *const keys[2][2] = {{"bg_prompt_min", "bg_prompt_max"},
+                                           {"bg_answer_min", "bg_answer_max"}};
+    workload_dist *d[2] = {&wl->prompt_len, &wl->answer_len};
+    for (int i = 0; w && i < 2; i++) {
+        const json_t *lo = json_object_get(w, keys[i][0]), *hi = json_object_get(w, keys[i][1]);
+        if (json_is_integer(lo) && json_is_integer(hi) && !json_object_get(w, i ? "answer_len" : "prompt_len"))
+            *d[i] = (workload_dist){.kind = WORKLOAD_DIST_UNIFORM,
+                                    .a = (int)json_integer_value(lo),
+                                    .b = (int)json_integer_value(hi)};
+    }
+    return 0;
 }
 
 static int read_argv(const json_t *root, experiment_meta *meta, char *err)
@@ -491,6 +542,7 @@ int experiment_config_from_json(const json_t *json, experiment_config *cfg,
         read_argv(json, meta, err) != 0 ||
         read_section(json, "experiment", EXPERIMENT_FIELDS, N_FIELDS(EXPERIMENT_FIELDS), cfg, err) != 0 ||
         read_section(json, "workload", WORKLOAD_FIELDS, N_FIELDS(WORKLOAD_FIELDS), &cfg->wl, err) != 0 ||
+        read_legacy_ranges(json, &cfg->wl) != 0 ||
         read_section(json, "sched", SCHED_FIELDS, N_FIELDS(SCHED_FIELDS), &cfg->sched, err) != 0 ||
         read_section(json, "device", DEVICE_FIELDS, N_FIELDS(DEVICE_FIELDS), &cfg->device, err) != 0 ||
         read_section(json, "client", CLIENT_FIELDS, N_FIELDS(CLIENT_FIELDS), &cfg->client, err) != 0 ||

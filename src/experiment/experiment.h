@@ -161,7 +161,10 @@ double experiment_model_spike_ms(const experiment_config *cfg, int prompt_tokens
 /* The option groups that fill a configuration, for every command that runs experiments
  * (and for the sweep, which applies one varied value at a time through the same tables):
  *   workload  --preset --users --duration --inject-every --inject-at --inject-poisson
- *             --prompt-tokens --inject-max-tokens --bg-prompt-tokens --bg-answer-tokens --seed
+ *             --no-inject --prompt-tokens --inject-max-tokens --prompt-len --answer-len
+ *             --bg-prompt-tokens --bg-answer-tokens --seed --request-rate --burstiness
+ *             --ramp-up --max-concurrency --trace --trace-format --speedup --from --to
+ *             --loop --max-requests --skip-bad-rows
  *   device    --gpu --model --model-config --params --lesson-flops --step-overhead
  *             --compute-efficiency --bandwidth-efficiency --gpu-memory-utilization
  *             --hardware --threads
@@ -178,7 +181,8 @@ opts_group experiment_device_group(experiment_config *cfg);
 opts_group experiment_sched_group(experiment_config *cfg);
 opts_group experiment_client_group(experiment_config *cfg);
 opts_group experiment_analysis_group(experiment_config *cfg);
-/* Apply --preset NAME from argv, if any, over cfg->wl. 0, or -1 with err. */
+/* Apply --preset NAME from argv, if any, over cfg->wl; then, when argv has --request-rate or
+ * --trace but no --users, no closed users (the open loop replaces them). 0, or -1 with err. */
 int experiment_preset(experiment_config *cfg, int argc, char **argv, char *err);
 
 /* What a --target must not write to disk. Owned by the caller. */

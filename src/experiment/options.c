@@ -19,7 +19,13 @@
 int experiment_preset(experiment_config *cfg, int argc, char **argv, char *err)
 {
     const char *preset = opts_find(argc, argv, "preset");
-    return preset ? workload_preset(&cfg->wl, preset, err) : 0;
+    if (preset && workload_preset(&cfg->wl, preset, err) != 0)
+        return -1;
+    /* Open-loop arrivals replace the closed users unless --users asks for both. */
+    if ((opts_find(argc, argv, "request-rate") || opts_find(argc, argv, "trace")) &&
+        !opts_find(argc, argv, "users"))
+        cfg->wl.users = 0;
+    return 0;
 }
 
 static int wl_preset(void *c, const char *v, char *err)
@@ -31,44 +37,50 @@ static int wl_preset(void *c, const char *v, char *err)
     return workload_preset(&probe, v, err);
 }
 
-/* "MIN..MAX" or "N" */
-static int parse_range(const char *v, int *lo, int *hi, char *err)
+/* The older flags: "MIN..MAX" or "N", a uniform distribution. */
+static int parse_range(const char *v, workload_dist *d, char *err)
 {
-    const char *dots = strstr(v, "..");
-    char first[32];
-    size_t n = dots ? (size_t)(dots - v) : strlen(v);
-    if (n >= sizeof first)
-        return err_set(err, "'%s' is too long", v);
-    memcpy(first, v, n);
-    first[n] = '\0';
-    int64_t a, b;
-    if (units_parse_count(first, &a, err) != 0 ||
-        units_parse_count(dots ? dots + 2 : first, &b, err) != 0)
-        return -1;
-    if (a < 1 || b > MAX_TOKENS || a > MAX_TOKENS || b < 1)
-        return err_set(err, "'%s' is out of range [1, %d]", v, MAX_TOKENS);
-    if (b < a)
-        return err_set(err, "'%s': MIN must not exceed MAX", v);
-    *lo = (int)a;
-    *hi = (int)b;
-    return 0;
+    if (strchr(v, ':'))
+        return err_set(err, "'%s': MIN..MAX or N (--prompt-len/--answer-len take a distribution)",
+                       v);
+    return workload_dist_parse(v, d, err);
 }
 static int wl_bg_prompt(void *c, const char *v, char *err)
 {
-    workload_config *wl = &((experiment_config *)c)->wl;
-    return parse_range(v, &wl->bg_prompt_min, &wl->bg_prompt_max, err);
+    return parse_range(v, &((experiment_config *)c)->wl.prompt_len, err);
 }
 static int wl_bg_answer(void *c, const char *v, char *err)
 {
-    workload_config *wl = &((experiment_config *)c)->wl;
-    return parse_range(v, &wl->bg_answer_min, &wl->bg_answer_max, err);
+    return parse_range(v, &((experiment_config *)c)->wl.answer_len, err);
+}
+static int wl_prompt_len(void *c, const char *v, char *err)
+{
+    return workload_dist_parse(v, &((experiment_config *)c)->wl.prompt_len, err);
+}
+static int wl_answer_len(void *c, const char *v, char *err)
+{
+    return workload_dist_parse(v, &((experiment_config *)c)->wl.answer_len, err);
+}
+static int wl_trace_format(void *c, const char *v, char *err)
+{
+    trace_format f;
+    if (trace_format_parse(v, &f, err) != 0)
+        return -1;
+    ((experiment_config *)c)->wl.trace_format = (int)f;
+    return 0;
 }
 
 #define C experiment_config
 static const opts_spec workload_specs[] = {
     OPTS_FN("preset", "NAME",
-            "lesson (default: 32 users, 8k prompt at 5,15,25,35 s, 40 s) | lesson-1s", wl_preset),
-    OPTS_INT("users", "N", "background streaming chats (default 32)", C, wl.users, 1, 1000000),
+            "lesson (default: 32 users, 8k prompt at 5,15,25,35 s, 40 s) | lesson-1s | chat | "
+            "summarization (open loop at 2 and 1 req/s, 60 s, Sarathi-Serve's lengths: "
+            "docs/workloads.md)",
+            wl_preset),
+    OPTS_INT("users", "N",
+             "closed-loop streaming chats (default 32; 0 with --request-rate or --trace, which "
+             "replace them unless --users is given: then both run)",
+             C, wl.users, 0, 1000000),
     OPTS_DURATION("duration", "DUR", "length of each run (default 40s)", C, wl.duration_ns, 1,
                   MAX_DURATION_NS),
     OPTS_DURATION("inject-every", "DUR", "period of the long-prompt injector (default 10s)", C,
@@ -77,16 +89,57 @@ static const opts_spec workload_specs[] = {
                   MAX_DURATION_NS),
     OPTS_FLAG("inject-poisson", "random (exponential) gaps with mean --inject-every", C,
               wl.inject_poisson),
+    OPTS_FLAG("no-inject", "no injector at all (a trace's own long prompts alone); no baseline",
+              C, wl.no_inject),
     OPTS_INT("prompt-tokens", "N", "tokens of each injected prompt (default 8000; 8k, 16k ...)", C,
              wl.prompt_tokens, 1, MAX_TOKENS),
     OPTS_INT("inject-max-tokens", "N", "answer tokens of each injection (default 16)", C,
              wl.inject_max_tokens, 1, MAX_TOKENS),
-    OPTS_FN("bg-prompt-tokens", "MIN..MAX", "background prompt tokens (default 32..128)",
+    OPTS_FN("prompt-len", "DIST",
+            "background prompt tokens: fixed:N | uniform:A-B | lognormal:MEDIAN,P90[,MAX] | "
+            "empirical:FILE[@COLUMN] (default uniform:32-128)",
+            wl_prompt_len),
+    OPTS_FN("answer-len", "DIST", "background answer tokens, as --prompt-len (default "
+                                  "uniform:256-1024)",
+            wl_answer_len),
+    OPTS_FN("bg-prompt-tokens", "MIN..MAX", "the same as --prompt-len uniform:MIN-MAX",
             wl_bg_prompt),
-    OPTS_FN("bg-answer-tokens", "MIN..MAX", "background answer tokens (default 256..1024)",
+    OPTS_FN("bg-answer-tokens", "MIN..MAX", "the same as --answer-len uniform:MIN-MAX",
             wl_bg_answer),
-    OPTS_INT64("seed", "N", "seed of the length draws and prompt ids (default 1)", C, wl.seed, 0,
-               INT64_MAX),
+    OPTS_INT64("seed", "N", "seed of the length draws, arrivals and prompt ids (default 1)", C,
+               wl.seed, 0, INT64_MAX),
+    OPTS_POSITIVE("request-rate", "R",
+                  "open loop: R requests per second, each a stream of its own, sent on time "
+                  "whatever is running (replaces the closed users unless --users is given)",
+                  C, wl.request_rate),
+    OPTS_POSITIVE("burstiness", "F",
+                  "shape of the gamma inter-arrival times (vllm bench serve's; default 1: "
+                  "Poisson; < 1 burstier, > 1 more regular)",
+                  C, wl.burstiness),
+    OPTS_DURATION("ramp-up", "DUR", "the request rate grows linearly from 0 over DUR (default 0)",
+                  C, wl.ramp_up_ns, 0, MAX_DURATION_NS),
+    OPTS_INT("max-concurrency", "N",
+             "open-loop requests in flight at most: an arrival waits for a slot (the run says "
+             "how many waited and how long; default: no limit)",
+             C, wl.max_concurrency, 1, 1 << 20),
+    OPTS_STRING("trace", "FILE",
+                "replay a trace's arrivals and lengths (Azure CSV, BurstGPT CSV, Mooncake JSONL, "
+                "plain JSONL: docs/workloads.md); replaces the closed users unless --users",
+                C, wl.trace),
+    OPTS_FN("trace-format", "F", "auto (default: from the first line) | azure | burstgpt | "
+                                 "mooncake | jsonl",
+            wl_trace_format),
+    OPTS_POSITIVE("speedup", "X", "replay the trace X times as fast (default 1)", C, wl.speedup),
+    OPTS_DURATION("from", "DUR", "the trace's window starts at this trace time (re-based to 0)",
+                  C, wl.trace_from_ns, 0, MAX_DURATION_NS * 120),
+    OPTS_DURATION("to", "DUR", "the trace's window ends before this trace time (default: its end)",
+                  C, wl.trace_to_ns, 1, MAX_DURATION_NS * 120),
+    OPTS_FLAG("loop", "repeat the (windowed) trace until --duration", C, wl.trace_loop),
+    OPTS_INT64("max-requests", "N", "open-loop requests at most (a trace's or a rate's)", C,
+               wl.max_requests, 1, WORKLOAD_MAX_ARRIVALS),
+    OPTS_FLAG("skip-bad-rows",
+              "skip and count a trace's bad rows (default: the first is an error, FILE:LINE)", C,
+              wl.skip_bad_rows),
 };
 
 opts_group experiment_workload_group(experiment_config *cfg)

@@ -77,7 +77,7 @@ static int one_run(const experiment_config *cfg, const experiment_runner *runner
                             .engine = meta.engine_name,
                             .target = meta.target,
                             .duration_s = (double)wl.duration_ns / 1e9,
-                            .users = workload_shard_users(&wl, wl.shard.index),
+                            .users = workload_analysis_users(&wl),
                             .threshold_ms = (double)cfg->stall_threshold_ns / 1e6,
                             .reference_p50_ms = reference_p50,
                             .complete = meta.complete,
@@ -109,7 +109,8 @@ int experiment_run_pair(const experiment_config *cfg, const experiment_runner *r
     char why[ERR_LEN];
     bool complete = true;
     double reference_p50 = 0;
-    if (!cfg->no_baseline) {
+    /* --no-inject: both runs would be one workload; the one run is the interference's. */
+    if (!cfg->no_baseline && !cfg->wl.no_inject) {
         if (one_run(cfg, runner, io, "baseline", false, 0, &pair->baseline, &complete, why,
                     err) != 0)
             return -1;

@@ -378,7 +378,10 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
         .n_headers = hr->secrets ? hr->secrets->n_headers : 0,
         .idle_timeout_ns = cfg->client.request_timeout_ns,
         /* Each loop has a share, but a file descriptor limit sized for all is one limit. */
-        .max_streams = ph->wl->users + 64,
+        .max_streams = ph->wl->users + 64 +
+                       (workload_open_loop(ph->wl)
+                            ? (ph->wl->max_concurrency > 0 ? ph->wl->max_concurrency : 256)
+                            : 0),
         .insecure = cfg->client.insecure,
     };
     /* The transport: raw unless a proxy applies or --transport says (docs/client.md). */
@@ -498,6 +501,20 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
         fprintf(ph->notes, "[%s] %lld token events, %lld requests, %lld errors, %lld steps logged\n",
                 ph->label, (long long)log->n_events, (long long)res.requests,
                 (long long)res.errors, (long long)log->n_steps);
+    FILE *say = ph->quiet ? stderr : ph->notes; /* said even with --json */
+    if (say && res.open_plan[0])
+        fprintf(say, "[%s] %s\n", ph->label, res.open_plan);
+    if (say && ph->wl->max_concurrency > 0)
+        fprintf(say,
+                "[%s] max concurrency %d: %lld of %lld open-loop requests waited for a slot, "
+                "%.1f ms on average (of those that waited), %.1f ms at most; %lld still "
+                "waiting at the end\n",
+                ph->label, workload_shard_concurrency(ph->wl, ph->wl->shard.index),
+                (long long)res.open_waited, (long long)res.open_requests,
+                res.open_waited ? (double)res.open_wait_total_ns / 1e6 / (double)res.open_waited
+                                : 0.0,
+                (double)res.open_wait_max_ns / 1e6,
+                (long long)(res.open_planned - res.open_requests));
     meta->complete = res.complete;
     status = 0;
 done:

@@ -16,7 +16,31 @@ static int sim_phase(void *impl, const experiment_phase *ph, tokenlog *log, expe
         return err_set(err, "the simulator needs a cost model: a remote target has none");
     sim_config sim = {.wl = *ph->wl, .cost = cfg->cost, .sched = cfg->sched};
     sim_stats stats;
-    if (sim_run(&sim, log, &stats, err) != 0)
+    workload_plan plan;
+    if (workload_plan_build(ph->wl, &plan, err) != 0)
+        return -1;
+    int rc = sim_run_plan(&sim, &plan, log, &stats, err);
+    /* What the plan holds (skipped rows above all) is said even with --json: on stderr. */
+    FILE *say = ph->quiet ? stderr : ph->notes;
+    if (rc == 0 && say && workload_open_loop(ph->wl)) {
+        char what[1200];
+        workload_plan_describe(&plan, ph->wl, what, sizeof what);
+        fprintf(say, "[%s] %s\n", ph->label, what);
+        if (ph->wl->max_concurrency > 0)
+            fprintf(say,
+                    "[%s] max concurrency %d: %lld of %lld open-loop requests waited for a "
+                    "slot, %.1f ms on average (of those that waited), %.1f ms at most; %lld "
+                    "still waiting at the end\n",
+                    ph->label, ph->wl->max_concurrency, (long long)stats.open_waited,
+                    (long long)stats.open_requests,
+                    stats.open_waited ? (double)stats.open_wait_total_ns / 1e6 /
+                                            (double)stats.open_waited
+                                      : 0.0,
+                    (double)stats.open_wait_max_ns / 1e6,
+                    (long long)(plan.n_arrivals - stats.open_requests));
+    }
+    workload_plan_free(&plan);
+    if (rc != 0)
         return -1;
     meta->target[0] = '\0';
     if (ph->dir && tokenlog_write_dir(log, ph->dir, err) != 0)

@@ -8,14 +8,22 @@
 /* Context per sequence: the long prompt, its answer, and room for the background's. */
 static int context_tokens(const workload_config *wl)
 {
-    return wl->prompt_tokens + wl->inject_max_tokens + 1024;
+    int ctx = wl->prompt_tokens + wl->inject_max_tokens + 1024;
+    /* Background requests as long as the distributions draw (a trace's rows are checked
+     * against the server when they are sent). */
+    int bg = workload_dist_max(&wl->prompt_len) + workload_dist_max(&wl->answer_len);
+    return bg > ctx ? bg : ctx;
 }
 
 void experiment_print_server_flags(FILE *out, const char *indent, sched_policy policy, int budget,
                                    const workload_config *wl)
 {
     const int ctx = context_tokens(wl);
-    const int slots = wl->users + 2; /* llama.cpp: one slot per stream, plus the injector */
+    /* llama.cpp: one slot per stream, plus the injector; open-loop requests in flight at
+     * most max_concurrency (64 assumed without a limit) */
+    const int slots = wl->users + 2 +
+                      (workload_open_loop(wl) ? (wl->max_concurrency > 0 ? wl->max_concurrency : 64)
+                                              : 0);
     const bool chunked = policy == SCHED_CHUNKED;
     fprintf(out, "%svLLM:       vllm serve MODEL --max-num-batched-tokens %d %s --max-model-len %d%s\n",
             indent, budget, chunked ? "--enable-chunked-prefill" : "--no-enable-chunked-prefill",

@@ -283,7 +283,8 @@ int experiment_shard_wait(const experiment_phase *ph, experiment_shard_start *st
         return 0;
     st->sharded = true;
     const int index = cfg->wl.shard.index, count = cfg->wl.shard.count;
-    st->planned_ns = experiment_shard_phase_start(cfg, ph->wl->inject && !cfg->no_baseline);
+    st->planned_ns =
+        experiment_shard_phase_start(cfg, ph->wl->inject && !cfg->no_baseline && !cfg->wl.no_inject);
     char planned[48];
     experiment_format_utc(st->planned_ns, planned, sizeof planned);
     int64_t pair_error;

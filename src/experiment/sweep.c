@@ -22,7 +22,7 @@ static const struct {
 } SWEEPABLE[] = {
     {"prompt-tokens", false},         {"inject-every", false}, {"users", false},
     {"policy", true},                 {"max-num-batched-tokens", true},
-    {"step-overhead", true},
+    {"step-overhead", true},          {"request-rate", false},
 };
 #define N_SWEEPABLE ((int)(sizeof SWEEPABLE / sizeof SWEEPABLE[0]))
 

@@ -207,19 +207,28 @@ static void describe_workload(const report_run *x, char *buf, size_t size)
     format_duration(wl->inject_every_ns, every, sizeof every);
     format_duration(wl->inject_at_ns, at, sizeof at);
     format_duration(wl->duration_ns, dur, sizeof dur);
-    if (wl->inject)
-        snprintf(buf, size, "%d users, %s; one %d-token prompt %s %s from %s", wl->users, dur,
+    char load[96];
+    if (wl->trace[0])
+        snprintf(load, sizeof load, "%d users + a trace (%s)", wl->users,
+                 trace_format_name((trace_format)wl->trace_format));
+    else if (wl->request_rate > 0)
+        snprintf(load, sizeof load, "%d users + open loop %.3g req/s", wl->users,
+                 wl->request_rate);
+    else
+        snprintf(load, sizeof load, "%d users", wl->users);
+    if (workload_injects(wl))
+        snprintf(buf, size, "%s, %s; one %d-token prompt %s %s from %s", load, dur,
                  wl->prompt_tokens, wl->inject_poisson ? "on average every" : "every", every, at);
     else
-        snprintf(buf, size, "%d users, %s; injector off", wl->users, dur);
+        snprintf(buf, size, "%s, %s; injector off", load, dur);
 }
 
 static void chart_note(const report_run *x, char *buf, size_t size)
 {
-    char wl[192];
+    char wl[320];
     describe_workload(x, wl, sizeof wl);
-    snprintf(buf, size, "%s%s%s", x->engine[0] ? x->engine : x->label, wl[0] ? " \xc2\xb7 " : "",
-             wl);
+    snprintf(buf, size, "%.190s%s%.250s", x->engine[0] ? x->engine : x->label,
+             wl[0] ? " \xc2\xb7 " : "", wl);
 }
 
 static void cell_ms(FILE *out, bool have, double ms)
@@ -532,7 +541,7 @@ static void write_config(FILE *out, const report_run *x)
         fputs("<p>No config.json beside the token log.</p>\n</section>\n", out);
         return;
     }
-    char buf[512], wl[192];
+    char buf[512], wl[320];
     fputs("<table>\n", out);
     kv_row(out, "engine", x->engine);
     kv_row(out, "target", x->target);
@@ -546,10 +555,27 @@ static void write_config(FILE *out, const report_run *x)
             kv_row(out, "extra request body", c->client.extra_body);
         describe_workload(x, wl, sizeof wl);
         kv_row(out, "workload", wl);
-        snprintf(buf, sizeof buf, "prompt %d..%d tokens, answer %d..%d tokens (closed loop)",
-                 c->wl.bg_prompt_min, c->wl.bg_prompt_max, c->wl.bg_answer_min,
-                 c->wl.bg_answer_max);
+        char prompt_len[300], answer_len[300];
+        workload_dist_format(&c->wl.prompt_len, prompt_len, sizeof prompt_len);
+        workload_dist_format(&c->wl.answer_len, answer_len, sizeof answer_len);
+        snprintf(buf, sizeof buf, "prompt %.200s tokens, answer %.200s tokens (%s)", prompt_len,
+                 answer_len,
+                 c->wl.trace[0]            ? "closed loop; open-loop lengths from the trace"
+                 : c->wl.request_rate > 0 ? (c->wl.users > 0 ? "closed loop and open loop"
+                                                             : "open loop")
+                                          : "closed loop");
         kv_row(out, "background users", buf);
+        if (workload_open_loop(&c->wl)) {
+            if (c->wl.trace[0])
+                snprintf(buf, sizeof buf, "trace %.300s (%s), %.3gx speed%s%s",
+                         c->wl.trace, trace_format_name((trace_format)c->wl.trace_format),
+                         c->wl.speedup, c->wl.trace_loop ? ", looped" : "",
+                         c->wl.skip_bad_rows ? ", bad rows skipped" : "");
+            else
+                snprintf(buf, sizeof buf, "%.4g requests/s, burstiness %.3g%s", c->wl.request_rate,
+                         c->wl.burstiness, c->wl.max_concurrency > 0 ? ", concurrency capped" : "");
+            kv_row(out, "open loop", buf);
+        }
         if (c->engine != EXPERIMENT_REMOTE) {
             snprintf(buf, sizeof buf,
                      "%s (%.1f TFLOP/s, %.2f TB/s), %s; efficiency %.2g compute, %.2g bandwidth; "

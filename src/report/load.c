@@ -129,7 +129,7 @@ static void load_config(report_run *r, FILE *warn)
     r->opt.duration_s = (double)r->cfg.wl.duration_ns / 1e9;
     /* A shard drove its share of the users; a merged run those of the shards it holds. */
     r->opt.users = r->meta.merge.shards > 0 ? r->meta.merge.users
-                                            : workload_shard_users(&r->cfg.wl, r->cfg.wl.shard.index);
+                                            : workload_analysis_users(&r->cfg.wl);
     r->opt.complete = r->meta.complete;
     r->opt.protocol_violations = r->meta.protocol_violations;
     experiment_meta_stamps(&r->meta, &r->opt);

@@ -420,7 +420,7 @@ static int merge_label(merge_state *st, int l, json_t **out, char *err)
         const shard_run *a = runs[s];
         runs[s]->offset_ns = m.one_host ? a->meta.t0_monotonic_ns - first_mono
                                         : a->meta.t0_realtime_ns - m.t0_realtime_ns;
-        m.users += workload_shard_users(&a->cfg.wl, a->cfg.wl.shard.index);
+        m.users += workload_analysis_users(&a->cfg.wl);
         protocol_violations += a->meta.protocol_violations;
         for (int t = s + 1; t < k; t++) {
             const experiment_clock *ca = &a->meta.clock, *cb = &runs[t]->meta.clock;

@@ -9,6 +9,7 @@
 typedef struct sim_req {
     sched_req sr;
     int user; /* -1 for the injector */
+    bool open; /* an open-loop request (holds a max_concurrency slot) */
     int kind; /* tokenlog_kind */
     int64_t k; /* index of this request for its user, or injection index */
     int64_t log_index; /* row in log->requests, -1 without a log */
@@ -23,6 +24,11 @@ typedef struct sim_state {
     sim_req **reqs; /* every request ever created, for freeing */
     int64_t n_reqs, cap_reqs;
     int64_t *next_k; /* per user: index of its next request */
+    const workload_plan *plan;
+    sim_req **finished; /* the requests a step finished (sched_add may move its items) */
+    int cap_finished;
+    int64_t next_open; /* the next open-loop arrival not yet sent */
+    int open_in_flight;
     cost_seq *seqs;
     int cap_seqs;
     int64_t next_id;
@@ -49,7 +55,7 @@ static sim_req *sim_new_req(sim_state *st)
     return r;
 }
 
-static int sim_submit(sim_state *st, sim_req *r, int64_t t_ns, char *err)
+static int sim_submit(sim_state *st, sim_req *r, int64_t t_plan_ns, int64_t t_ns, char *err)
 {
     if (st->log) {
         tokenlog_request row;
@@ -58,7 +64,7 @@ static int sim_submit(sim_state *st, sim_req *r, int64_t t_ns, char *err)
         row.user = r->user;
         row.kind = r->kind;
         /* Virtual time has no network: planned, sent and arrived are one instant. */
-        row.t_plan_ns = t_ns;
+        row.t_plan_ns = t_plan_ns;
         row.t_send_ns = t_ns;
         row.t_first_ns = -1;
         row.t_end_ns = -1;
@@ -79,14 +85,62 @@ static int sim_start_bg(sim_state *st, int user, int64_t t_ns, char *err)
     sim_req *r = sim_new_req(st);
     if (!r)
         return err_set(err, "out of memory");
-    workload_bg_request w = workload_bg(&st->cfg->wl, user, st->next_k[user]);
+    workload_bg_request w = workload_plan_bg(st->plan, &st->cfg->wl, user, st->next_k[user]);
     r->user = user;
     r->kind = TOKENLOG_BG;
     r->k = st->next_k[user]++;
     r->sr.prompt_tokens = w.prompt_tokens;
     r->sr.max_tokens = w.max_tokens;
     r->sr.min_tokens = w.max_tokens; /* ignore_eos: answers run to max_tokens */
-    return sim_submit(st, r, t_ns, err);
+    return sim_submit(st, r, t_ns, t_ns, err);
+}
+
+/* Open-loop arrival `index` of the plan, sent at t_send_ns (its planned time, or later when it
+ * waited for a slot). */
+static int sim_start_open(sim_state *st, int64_t index, int64_t t_send_ns, char *err)
+{
+    const workload_arrival *a = &st->plan->arrivals[index];
+    sim_req *r = sim_new_req(st);
+    if (!r)
+        return err_set(err, "out of memory");
+    r->user = workload_arrival_user(&st->cfg->wl, index);
+    r->kind = TOKENLOG_BG;
+    r->open = true;
+    r->k = index;
+    r->sr.prompt_tokens = a->prompt_tokens;
+    r->sr.max_tokens = a->max_tokens;
+    r->sr.min_tokens = a->max_tokens;
+    st->open_in_flight++;
+    st->stats->open_requests++;
+    if (t_send_ns > a->t_ns) {
+        int64_t wait = t_send_ns - a->t_ns;
+        st->stats->open_waited++;
+        st->stats->open_wait_total_ns += wait;
+        if (wait > st->stats->open_wait_max_ns)
+            st->stats->open_wait_max_ns = wait;
+    }
+    return sim_submit(st, r, a->t_ns, t_send_ns, err);
+}
+
+/* Send the open-loop arrivals due by t while a slot is free (max_concurrency; 0: always).
+ * during_step: the arrivals that came during the step ending at t (planned before t) take
+ * the slots free during it, at their own time; otherwise (after the step's requests ended)
+ * an arrival planned before t waited for its slot and is sent at t. */
+static int sim_admit_open(sim_state *st, int64_t t, bool during_step, char *err)
+{
+    const int limit = st->cfg->wl.max_concurrency;
+    while (st->next_open < st->plan->n_arrivals) {
+        const int64_t planned = st->plan->arrivals[st->next_open].t_ns;
+        if (during_step ? planned >= t : planned > t)
+            break;
+        if (limit > 0 && st->open_in_flight >= limit)
+            break;
+        int64_t send = during_step || planned >= t ? planned : t;
+        if (sim_start_open(st, st->next_open, send, err) != 0)
+            return -1;
+        st->next_open++;
+    }
+    return 0;
 }
 
 static int sim_start_inject(sim_state *st, int64_t index, int64_t t_ns, char *err)
@@ -100,10 +154,23 @@ static int sim_start_inject(sim_state *st, int64_t index, int64_t t_ns, char *er
     r->sr.prompt_tokens = st->cfg->wl.prompt_tokens;
     r->sr.max_tokens = st->cfg->wl.inject_max_tokens;
     r->sr.min_tokens = st->cfg->wl.inject_max_tokens;
-    return sim_submit(st, r, t_ns, err);
+    return sim_submit(st, r, t_ns, t_ns, err);
 }
 
-int sim_check(const sim_config *cfg, char *err)
+/* Whether the scheduler admits a request of this size (sched's words in why). */
+static bool admits(sched *s, int prompt_tokens, int max_tokens, char *why)
+{
+    sched_req probe;
+    memset(&probe, 0, sizeof probe);
+    probe.prompt_tokens = prompt_tokens;
+    probe.max_tokens = max_tokens;
+    if (sched_add(s, &probe, why) != 0)
+        return false;
+    sched_abort(s, &probe);
+    return true;
+}
+
+int sim_check_plan(const sim_config *cfg, const workload_plan *plan, char *err)
 {
     if (workload_check(&cfg->wl, err) != 0)
         return -1;
@@ -112,26 +179,39 @@ int sim_check(const sim_config *cfg, char *err)
         return -1;
     int rc = 0;
     char why[ERR_LEN];
-    sched_req probe;
-    memset(&probe, 0, sizeof probe);
-    if (cfg->wl.inject) {
-        probe.prompt_tokens = cfg->wl.prompt_tokens;
-        probe.max_tokens = cfg->wl.inject_max_tokens;
-        if (sched_add(s, &probe, why) != 0)
-            rc = err_set(err, "the injected prompt cannot run: %s", why);
+    if (workload_injects(&cfg->wl) &&
+        !admits(s, cfg->wl.prompt_tokens, cfg->wl.inject_max_tokens, why))
+        rc = err_set(err, "the injected prompt cannot run: %s", why);
+    /* The longest prompt (the token budget) and the longest prompt + answer (the context)
+     * any background request can have. */
+    workload_arrival longest[2];
+    workload_plan_largest(plan, &cfg->wl, &longest[0], &longest[1]);
+    for (int i = 0; rc == 0 && i < 2; i++) {
+        const workload_arrival *a = &longest[i];
+        if (a->prompt_tokens <= 0 || admits(s, a->prompt_tokens, a->max_tokens, why))
+            continue;
+        if (a->line > 0)
+            rc = err_set(err, "trace %s:%d: a request of %d prompt + %d answer tokens cannot run: "
+                              "%s",
+                         cfg->wl.trace, a->line, a->prompt_tokens, a->max_tokens, why);
         else
-            sched_abort(s, &probe);
-    }
-    if (rc == 0) {
-        memset(&probe, 0, sizeof probe);
-        probe.prompt_tokens = cfg->wl.bg_prompt_max;
-        probe.max_tokens = cfg->wl.bg_answer_max;
-        if (sched_add(s, &probe, why) != 0)
-            rc = err_set(err, "a background request cannot run: %s", why);
-        else
-            sched_abort(s, &probe);
+            rc = err_set(err, "a background request cannot run (up to %d prompt + %d answer "
+                              "tokens): %s",
+                         a->prompt_tokens, a->max_tokens, why);
     }
     sched_free(s);
+    return rc;
+}
+
+int sim_check(const sim_config *cfg, char *err)
+{
+    if (workload_check(&cfg->wl, err) != 0)
+        return -1;
+    workload_plan plan;
+    if (workload_plan_build(&cfg->wl, &plan, err) != 0)
+        return -1;
+    int rc = sim_check_plan(cfg, &plan, err);
+    workload_plan_free(&plan);
     return rc;
 }
 
@@ -142,6 +222,7 @@ static void sim_free_state(sim_state *st)
     free(st->reqs);
     free(st->next_k);
     free(st->seqs);
+    free(st->finished);
     if (st->sched)
         sched_free(st->sched);
 }
@@ -150,6 +231,14 @@ static void sim_free_state(sim_state *st)
  * users start the next one at once (closed loop). */
 static int sim_finish_step(sim_state *st, const sched_batch *b, int64_t t_end, char *err)
 {
+    int n_finished = 0;
+    if (b->n_items > st->cap_finished) {
+        sim_req **grown = realloc(st->finished, (size_t)b->n_items * 2 * sizeof *grown);
+        if (!grown)
+            return err_set(err, "out of memory");
+        st->finished = grown;
+        st->cap_finished = b->n_items * 2;
+    }
     for (int i = 0; i < b->n_items; i++) {
         const sched_item *it = &b->items[i];
         if (!it->samples)
@@ -174,27 +263,53 @@ static int sim_finish_step(sim_state *st, const sched_batch *b, int64_t t_end, c
                 row->t_end_ns = t_end;
                 strcpy(row->finish_reason, "length");
             }
-            if (r->kind == TOKENLOG_BG && sim_start_bg(st, r->user, t_end, err) != 0)
-                return -1;
+            st->finished[n_finished++] = r;
         }
+    }
+    /* New requests only now: sched_add may move the batch's items. Arrivals during the step
+     * take the slots free during it, before its requests end; then the ended requests free
+     * theirs and the closed users start their next request. */
+    if (sim_admit_open(st, t_end, true, err) != 0)
+        return -1;
+    for (int i = 0; i < n_finished; i++) {
+        sim_req *r = st->finished[i];
+        if (r->open)
+            st->open_in_flight--;
+        else if (r->kind == TOKENLOG_BG && sim_start_bg(st, r->user, t_end, err) != 0)
+            return -1;
     }
     return 0;
 }
 
 int sim_run(const sim_config *cfg, tokenlog *log, sim_stats *stats, char *err)
 {
+    if (workload_check(&cfg->wl, err) != 0)
+        return -1;
+    workload_plan plan;
+    if (workload_plan_build(&cfg->wl, &plan, err) != 0)
+        return -1;
+    int rc = sim_run_plan(cfg, &plan, log, stats, err);
+    workload_plan_free(&plan);
+    return rc;
+}
+
+int sim_run_plan(const sim_config *cfg, const workload_plan *plan_in, tokenlog *log,
+                 sim_stats *stats, char *err)
+{
     sim_stats local;
     if (!stats)
         stats = &local;
     memset(stats, 0, sizeof *stats);
-    if (sim_check(cfg, err) != 0)
+    if (sim_check_plan(cfg, plan_in, err) != 0)
         return -1;
+    const workload_plan plan = *plan_in;
 
     sim_state st;
     memset(&st, 0, sizeof st);
     st.cfg = cfg;
     st.log = log;
     st.stats = stats;
+    st.plan = plan_in;
     int64_t *inject_times = NULL;
     int rc = -1;
 
@@ -221,11 +336,19 @@ int sim_run(const sim_config *cfg, tokenlog *log, sim_stats *stats, char *err)
                 goto done;
             next_inject++;
         }
+        if (sim_admit_open(&st, t, false, err) != 0)
+            goto done;
         int n = sched_next(st.sched, &batch);
         if (n == 0) {
-            if (next_inject >= n_inject)
+            /* Idle until the next arrival (nothing runs, so no arrival waits for a slot). */
+            int64_t next = INT64_MAX;
+            if (next_inject < n_inject)
+                next = inject_times[next_inject];
+            if (st.next_open < plan.n_arrivals && plan.arrivals[st.next_open].t_ns < next)
+                next = plan.arrivals[st.next_open].t_ns;
+            if (next == INT64_MAX || next <= t)
                 break; /* nothing running and nothing to come */
-            t = inject_times[next_inject]; /* idle until the next arrival */
+            t = next;
             continue;
         }
         if (n > st.cap_seqs) {

@@ -358,10 +358,8 @@ static void small_workload(workload_config *wl)
     wl->inject_every_ns = 200 * CLOCK_NS_PER_MS;
     wl->prompt_tokens = 500;
     wl->inject_max_tokens = 16;
-    wl->bg_prompt_min = 20;
-    wl->bg_prompt_max = 40;
-    wl->bg_answer_min = 5;
-    wl->bg_answer_max = 30;
+    wl->prompt_len = (workload_dist){.kind = WORKLOAD_DIST_UNIFORM, .a = 20, .b = 40};
+    wl->answer_len = (workload_dist){.kind = WORKLOAD_DIST_UNIFORM, .a = 5, .b = 30};
 }
 
 /* One phase over the world: virtual time from 1000 s, the small workload, token-id prompts,
@@ -538,6 +536,76 @@ static void test_open_and_closed_loop(void **state)
     (void)state;
     check_open_and_closed_loop(1);
     check_open_and_closed_loop(3);
+}
+
+
+/* Open-loop arrivals (a rate) beside closed users: each sent exactly at its planned time
+ * from the open loops (virtual time), a stream of its own (users + its index), lengths as
+ * planned; with --max-concurrency at most that many in flight, a late one first come, first
+ * served, and the waits counted. */
+static void check_open_loop_rate(int limit)
+{
+    phase_setup s;
+    setup_phase(&s);
+    s.wl.inject = false;
+    s.wl.request_rate = 20;
+    s.wl.max_concurrency = limit;
+    s.wl.answer_len = (workload_dist){.kind = WORKLOAD_DIST_FIXED, .a = 30, .b = 30};
+    char err[ERR_LEN];
+    workload_plan plan;
+    assert_int_equal(workload_plan_build(&s.wl, &plan, err), 0);
+    driver_phase ph = {.wl = &s.wl, .api = &s.api, .salt = 1, .record = true, .threads = 2};
+    driver_result res;
+    assert_int_equal(driver_run_phase(&s.t, &ph, &s.log, &res, err), 0);
+    assert_true(res.complete);
+    assert_int_equal(res.open_planned, plan.n_arrivals);
+    int64_t open = 0, waited = 0, last_send = -1;
+    for (int64_t i = 0; i < s.log.n_requests; i++) {
+        const tokenlog_request *r = &s.log.requests[i];
+        if (r->user < s.wl.users)
+            continue; /* a closed-loop user's */
+        const int64_t index = r->user - s.wl.users;
+        assert_true(index >= 0 && index < plan.n_arrivals);
+        const workload_arrival *a = &plan.arrivals[index];
+        assert_int_equal(r->kind, TOKENLOG_BG);
+        assert_int_equal(r->t_plan_ns, a->t_ns);
+        assert_int_equal(r->prompt_tokens_requested, a->prompt_tokens);
+        if (limit == 0)
+            assert_int_equal(r->t_send_ns, r->t_plan_ns); /* on time, whatever runs */
+        assert_true(r->t_send_ns >= r->t_plan_ns);
+        assert_true(r->t_send_ns >= last_send); /* first come, first served */
+        last_send = r->t_send_ns;
+        waited += r->t_send_ns > r->t_plan_ns;
+        int64_t in_flight = 0;
+        for (int64_t j = 0; j < s.log.n_requests; j++) {
+            const tokenlog_request *q = &s.log.requests[j];
+            in_flight += q->user >= s.wl.users && q->t_send_ns <= r->t_send_ns &&
+                         (q->t_end_ns < 0 || q->t_end_ns > r->t_send_ns);
+        }
+        if (limit > 0)
+            assert_true(in_flight <= limit);
+        open++;
+    }
+    assert_int_equal(res.open_requests, open);
+    assert_int_equal(res.open_waited, waited);
+    if (limit == 0) {
+        assert_int_equal(open, plan.n_arrivals); /* every arrival of the 2 s went out */
+        /* two background loops, two open loops, no injector */
+        assert_int_equal(s.w->n_fakes, 4);
+    } else {
+        assert_true(waited > 0); /* 20/s of 300 ms answers need ~6 slots */
+        assert_true(open < plan.n_arrivals);
+        assert_int_equal(s.w->n_fakes, 3); /* one open loop under a limit */
+    }
+    workload_plan_free(&plan);
+    free_phase(&s, &res);
+}
+
+static void test_open_loop_rate(void **state)
+{
+    (void)state;
+    check_open_loop_rate(0);
+    check_open_loop_rate(2);
 }
 
 /* A server that answers 503 to everything for 1.5 s: the users back off (50 ms, doubling,
@@ -1040,6 +1108,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_body),
         cmocka_unit_test(test_open_and_closed_loop),
+        cmocka_unit_test(test_open_loop_rate),
         cmocka_unit_test(test_overload_burst),
         cmocka_unit_test(test_retry_after),
         cmocka_unit_test(test_protocol_violations),

@@ -35,11 +35,27 @@ static void distinctive(experiment_config *c, experiment_meta *m)
     c->wl.inject_poisson = true;
     c->wl.prompt_tokens = 4321;
     c->wl.inject_max_tokens = 33;
-    c->wl.bg_prompt_min = 11;
-    c->wl.bg_prompt_max = 22;
-    c->wl.bg_answer_min = 44;
-    c->wl.bg_answer_max = 55;
+    c->wl.no_inject = true;
+    c->wl.prompt_len.kind = WORKLOAD_DIST_LOGNORMAL;
+    c->wl.prompt_len.a = 1730;
+    c->wl.prompt_len.b = 5696;
+    c->wl.prompt_len.max = 16000;
+    c->wl.answer_len.kind = WORKLOAD_DIST_EMPIRICAL;
+    c->wl.answer_len.a = c->wl.answer_len.b = c->wl.answer_len.max = 0;
+    snprintf(c->wl.answer_len.file, sizeof c->wl.answer_len.file, "/x/answers.csv@len");
     c->wl.seed = 0xfedcba9876543210ULL;
+    c->wl.request_rate = 4.5;
+    c->wl.burstiness = 0.25;
+    c->wl.ramp_up_ns = 3000000000LL;
+    c->wl.max_concurrency = 12;
+    snprintf(c->wl.trace, sizeof c->wl.trace, "/t/trace.jsonl");
+    c->wl.trace_format = TRACE_MOONCAKE;
+    c->wl.speedup = 2.5;
+    c->wl.trace_from_ns = 1000000000LL;
+    c->wl.trace_to_ns = 9000000000LL;
+    c->wl.trace_loop = true;
+    c->wl.skip_bad_rows = true;
+    c->wl.max_requests = 99;
     c->sched.policy = SCHED_PREFILL_FIRST;
     c->sched.max_num_batched_tokens = 6000;
     c->sched.max_num_seqs = 77;
@@ -213,6 +229,10 @@ static void test_config_reader_refuses(void **state)
         {"shard", "count", "0", "shard.count: 0 is not between 1"},
         {"shard", "clock", "7", "clock is not an object"},
         {"merge", "one_host", "\"yes\"", "merge.one_host: not true or false"},
+        {"workload", "prompt_len", "\"normal:3\"", "workload.prompt_len: not a distribution"},
+        {"workload", "answer_len", "7", "workload.answer_len: not a distribution"},
+        {"workload", "trace_format", "\"csv\"", "workload.trace_format: not a trace format"},
+        {"workload", "request_rate", "\"fast\"", "workload.request_rate: not a number"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         json_t *json = experiment_config_to_json(&c, &m);
@@ -225,6 +245,18 @@ static void test_config_reader_refuses(void **state)
                      bad[i].key, bad[i].json, err, bad[i].want);
         json_decref(json);
     }
+    /* Files from before the distributions: their uniform ranges are read as such. */
+    json_t *legacy = experiment_config_to_json(&c, &m);
+    json_t *w = json_object_get(legacy, "workload");
+    json_object_del(w, "prompt_len");
+    json_object_set_new(w, "bg_prompt_min", json_integer(11));
+    json_object_set_new(w, "bg_prompt_max", json_integer(22));
+    assert_int_equal(experiment_config_from_json(legacy, &back, NULL, err), 0);
+    assert_int_equal(back.wl.prompt_len.kind, WORKLOAD_DIST_UNIFORM);
+    assert_int_equal(back.wl.prompt_len.a, 11);
+    assert_int_equal(back.wl.prompt_len.b, 22);
+    assert_int_equal(back.wl.answer_len.kind, WORKLOAD_DIST_EMPIRICAL); /* as written */
+    json_decref(legacy);
     /* The first format (no "format" key) is named, not misread. */
     json_t *old = experiment_config_to_json(&c, &m);
     json_object_del(old, "format");
@@ -270,13 +302,36 @@ static void test_option_tables(void **state)
     char *argv[] = {"--users", "8", "--duration", "3s", "--prompt-tokens", "16k",
                     "--bg-answer-tokens", "10..20", "--policy", "chunked",
                     "--max-num-batched-tokens", "512", "--step-overhead", "5ms",
-                    "--lesson-flops", "--stall-threshold", "50ms", "--api-key", "k"};
-    assert_int_equal(opts_parse(19, argv, groups, OPTS_COUNT(groups), NULL, 0, NULL, err), 0);
+                    "--lesson-flops", "--stall-threshold", "50ms", "--api-key", "k",
+                    "--prompt-len", "lognormal:1k,3k,8k", "--request-rate", "2.5",
+                    "--burstiness", "0.5", "--ramp-up", "2s", "--max-concurrency", "6",
+                    "--trace-format", "burstgpt", "--speedup", "4", "--from", "1m", "--to",
+                    "2m", "--loop", "--skip-bad-rows", "--max-requests", "50", "--no-inject",
+                    "--trace", "t.csv"};
+    assert_int_equal(opts_parse((int)(sizeof argv / sizeof argv[0]), argv, groups, OPTS_COUNT(groups), NULL, 0, NULL, err), 0);
     assert_int_equal(c.wl.users, 8);
     assert_int_equal(c.wl.duration_ns, 3000000000LL);
     assert_int_equal(c.wl.prompt_tokens, 16000);
-    assert_int_equal(c.wl.bg_answer_min, 10);
-    assert_int_equal(c.wl.bg_answer_max, 20);
+    assert_int_equal(c.wl.answer_len.kind, WORKLOAD_DIST_UNIFORM);
+    assert_int_equal(c.wl.answer_len.a, 10);
+    assert_int_equal(c.wl.answer_len.b, 20);
+    assert_int_equal(c.wl.prompt_len.kind, WORKLOAD_DIST_LOGNORMAL);
+    assert_int_equal(c.wl.prompt_len.a, 1000);
+    assert_int_equal(c.wl.prompt_len.b, 3000);
+    assert_int_equal(c.wl.prompt_len.max, 8000);
+    assert_float_equal(c.wl.request_rate, 2.5, 0);
+    assert_float_equal(c.wl.burstiness, 0.5, 0);
+    assert_int_equal(c.wl.ramp_up_ns, 2000000000LL);
+    assert_int_equal(c.wl.max_concurrency, 6);
+    assert_int_equal(c.wl.trace_format, TRACE_BURSTGPT);
+    assert_float_equal(c.wl.speedup, 4, 0);
+    assert_int_equal(c.wl.trace_from_ns, 60000000000LL);
+    assert_int_equal(c.wl.trace_to_ns, 120000000000LL);
+    assert_true(c.wl.trace_loop);
+    assert_true(c.wl.skip_bad_rows);
+    assert_int_equal(c.wl.max_requests, 50);
+    assert_true(c.wl.no_inject);
+    assert_string_equal(c.wl.trace, "t.csv");
     assert_int_equal(c.sched.policy, SCHED_CHUNKED);
     assert_int_equal(c.sched.max_num_batched_tokens, 512);
     assert_int_equal(c.device.step_overhead_ns, 5000000);

@@ -393,7 +393,7 @@ static void test_empty_run(void **state)
     assert_non_null(mkdtemp(dir));
     experiment_config cfg;
     small_config(&cfg, EXPERIMENT_SIM, 4000, SCHED_MIXED, 16384, 0);
-    cfg.wl.bg_answer_min = cfg.wl.bg_answer_max = 1;
+    cfg.wl.answer_len.a = cfg.wl.answer_len.b = 1;
     cfg.wl.inject_max_tokens = 1;
     write_experiment(dir, &cfg);
     report_set set;

@@ -56,8 +56,8 @@ static sim_config small_config(void)
     c.wl.inject_every_ns = c.wl.duration_ns; /* one injection */
     c.wl.prompt_tokens = 32;
     c.wl.inject_max_tokens = 1;
-    c.wl.bg_prompt_min = c.wl.bg_prompt_max = 8;
-    c.wl.bg_answer_min = c.wl.bg_answer_max = 20;
+    c.wl.prompt_len.a = c.wl.prompt_len.b = 8;
+    c.wl.answer_len.a = c.wl.answer_len.b = 20;
     c.wl.seed = 1;
     c.cost = toy_cost();
     c.sched = (sched_config){.policy = SCHED_MIXED, .max_num_batched_tokens = 64,
@@ -128,7 +128,7 @@ static void test_check_refuses_what_cannot_run(void **state)
 
     /* a background prompt over the budget under mixed */
     c = small_config();
-    c.wl.bg_prompt_max = 80;
+    c.wl.prompt_len.b = 80;
     expect_refused(&c, "a background request cannot run", "exceeds the token budget");
     /* and a workload that is wrong in itself */
     c = small_config();
@@ -338,10 +338,10 @@ static sim_config busy_config(void)
     c.wl.inject_every_ns = 200000;
     c.wl.prompt_tokens = 40;
     c.wl.inject_max_tokens = 2;
-    c.wl.bg_prompt_min = 4;
-    c.wl.bg_prompt_max = 24;
-    c.wl.bg_answer_min = 3;
-    c.wl.bg_answer_max = 12;
+    c.wl.prompt_len.a = 4;
+    c.wl.prompt_len.b = 24;
+    c.wl.answer_len.a = 3;
+    c.wl.answer_len.b = 12;
     c.sched.policy = SCHED_CHUNKED;
     c.sched.max_num_batched_tokens = 16;
     return c;
@@ -565,10 +565,10 @@ static void test_preemption_recomputes_without_losing_tokens(void **state)
     sim_config c = small_config();
     c.wl.users = 6;
     c.wl.duration_ns = 2000000;
-    c.wl.bg_prompt_min = 16;
-    c.wl.bg_prompt_max = 32;
-    c.wl.bg_answer_min = 40;
-    c.wl.bg_answer_max = 80;
+    c.wl.prompt_len.a = 16;
+    c.wl.prompt_len.b = 32;
+    c.wl.answer_len.a = 40;
+    c.wl.answer_len.b = 80;
     c.sched.max_num_batched_tokens = 256;
     c.sched.kv_blocks = 12;
     tokenlog log;
@@ -577,7 +577,7 @@ static void test_preemption_recomputes_without_losing_tokens(void **state)
     assert_true(st.preemptions > 2 * c.wl.users);
     check_stats_match_log(&c, &log, &st);
     const int64_t extra = tokens_fed(&log) - tokens_kept(&log);
-    assert_true(extra >= (st.preemptions - c.wl.users) * c.wl.bg_prompt_min);
+    assert_true(extra >= (st.preemptions - c.wl.users) * c.wl.prompt_len.a);
 
     int64_t next_k[6] = {0};
     int finished = 0;
@@ -611,6 +611,85 @@ static void test_statistics_without_a_log(void **state)
     tokenlog_free(&log);
 }
 
+
+/* Open loop at a rate: each arrival is a stream of its own, sent at its planned time; under
+ * --max-concurrency never more than the limit in flight, an arrival that finds every slot
+ * taken waits (first come, first served) and its row says for how long. */
+static void test_open_loop_max_concurrency(void **state)
+{
+    (void)state;
+    for (int limit = 0; limit <= 3; limit += 3) {
+        sim_config c = small_config();
+        c.wl.users = 0;
+        c.wl.request_rate = 1e6; /* one per us of virtual time on average: the toy is fast */
+        c.wl.max_concurrency = limit;
+        tokenlog log;
+        sim_stats st;
+        run_or_fail(&c, &log, &st);
+        print_message("limit %d: %lld requests\n", limit, (long long)log.n_requests);
+        assert_true(log.n_requests > 4);
+        int64_t waited = 0, max_in_flight = 0;
+        for (int64_t i = 0; i < log.n_requests; i++) {
+            const tokenlog_request *r = &log.requests[i];
+            assert_int_equal(r->user, (int32_t)i); /* a stream of its own, users + index */
+            assert_true(r->t_send_ns >= r->t_plan_ns);
+            waited += r->t_send_ns > r->t_plan_ns;
+            if (i > 0) /* first come, first served */
+                assert_true(r->t_send_ns >= log.requests[i - 1].t_send_ns);
+            int64_t in_flight = 0;
+            for (int64_t j = 0; j <= i; j++) {
+                const tokenlog_request *q = &log.requests[j];
+                in_flight += q->t_send_ns <= r->t_send_ns &&
+                             (q->t_end_ns < 0 || q->t_end_ns > r->t_send_ns);
+            }
+            if (in_flight > max_in_flight)
+                max_in_flight = in_flight;
+        }
+        assert_int_equal(st.open_requests, log.n_requests);
+        assert_int_equal(st.open_waited, waited);
+        if (limit == 0) {
+            assert_int_equal(waited, 0);
+            assert_true(max_in_flight > 3); /* the limit below has something to do */
+        } else {
+            assert_true(max_in_flight <= limit);
+            assert_true(waited > 0);
+            assert_true(st.open_wait_max_ns > 0);
+        }
+        tokenlog_free(&log);
+    }
+}
+
+/* Closed users, open arrivals and the injector together: each kind as it would be alone. */
+static void test_open_loop_composes(void **state)
+{
+    (void)state;
+    sim_config c = small_config();
+    c.wl.users = 2;
+    c.wl.request_rate = 2e5; /* one per 5 us of virtual time on average */
+    c.wl.inject = true;
+    tokenlog log;
+    sim_stats st;
+    run_or_fail(&c, &log, &st);
+    int64_t closed = 0, open = 0, inject = 0;
+    for (int64_t i = 0; i < log.n_requests; i++) {
+        const tokenlog_request *r = &log.requests[i];
+        if (r->kind == TOKENLOG_INJECT) {
+            assert_int_equal(r->user, -1);
+            inject++;
+        } else if (r->user < 2) {
+            closed++;
+        } else {
+            assert_int_equal(r->t_send_ns, r->t_plan_ns); /* no limit: on time */
+            open++;
+        }
+    }
+    assert_int_equal(inject, 1);
+    assert_true(closed >= 2);
+    assert_int_equal(open, st.open_requests);
+    assert_true(open > 2);
+    tokenlog_free(&log);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -623,6 +702,8 @@ int main(void)
         cmocka_unit_test(test_stats_consistent_with_log),
         cmocka_unit_test(test_preemption_recomputes_without_losing_tokens),
         cmocka_unit_test(test_statistics_without_a_log),
+        cmocka_unit_test(test_open_loop_max_concurrency),
+        cmocka_unit_test(test_open_loop_composes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

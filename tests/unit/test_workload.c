@@ -1,14 +1,19 @@
 /* workload: the lesson preset, the injector's absolute schedule, seeded draws, shards. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/rng.h"
 #include "workload/workload.h"
 
 static void test_lesson_preset(void **state)
@@ -78,7 +83,7 @@ static void test_check_rejects(void **state)
     cfg.inject_every_ns = -1;
     assert_int_equal(workload_check(&cfg, err), -1);
     workload_default(&cfg);
-    cfg.bg_answer_min = 10, cfg.bg_answer_max = 5;
+    cfg.answer_len.a = 10, cfg.answer_len.b = 5;
     assert_int_equal(workload_check(&cfg, err), -1);
     workload_default(&cfg);
     cfg.prompt_tokens = 0;
@@ -101,8 +106,8 @@ static void test_bg_draws_are_seeded_and_spread(void **state)
     int distinct = 0, first = workload_bg(&a, 0, 0).max_tokens;
     for (int u = 0; u < 32; u++) {
         workload_bg_request r = workload_bg(&a, u, 0);
-        assert_in_range(r.prompt_tokens, a.bg_prompt_min, a.bg_prompt_max);
-        assert_in_range(r.max_tokens, a.bg_answer_min, a.bg_answer_max);
+        assert_in_range(r.prompt_tokens, a.prompt_len.a, a.prompt_len.b);
+        assert_in_range(r.max_tokens, a.answer_len.a, a.answer_len.b);
         distinct += r.max_tokens != first;
     }
     assert_true(distinct > 16);
@@ -194,6 +199,501 @@ static void test_shard_rule(void **state)
     assert_int_equal(workload_check(&cfg, err), -1);
 }
 
+
+/* ---- length distributions --------------------------------------------------------------- */
+
+static void test_dist_parse_and_format(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "", text[320];
+    workload_dist d;
+    const char *ok[] = {"fixed:512", "uniform:32-128", "lognormal:1730,5696,16000",
+                        "empirical:/tmp/x.csv@len"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        if (workload_dist_parse(ok[i], &d, err) != 0)
+            fail_msg("%s: %s", ok[i], err);
+        workload_dist_format(&d, text, sizeof text);
+        assert_string_equal(text, ok[i]); /* the format reads back as written */
+    }
+    assert_int_equal(workload_dist_parse("uniform:1k..2k", &d, err), 0);
+    assert_int_equal(d.a, 1000);
+    assert_int_equal(d.b, 2000);
+    assert_int_equal(workload_dist_parse("32..128", &d, err), 0); /* the older flags' form */
+    assert_int_equal(d.kind, WORKLOAD_DIST_UNIFORM);
+    assert_int_equal(d.a, 32);
+    assert_int_equal(d.b, 128);
+    /* lognormal without MAX: the 99.9th percentile, above P90 */
+    assert_int_equal(workload_dist_parse("lognormal:100,200", &d, err), 0);
+    double sigma = log(2.0) / 1.2815515655446004;
+    assert_int_equal(d.max, (int)ceil(100 * exp(3.0902323061678132 * sigma)));
+    const char *bad[][2] = {
+        {"normal:3", "not a distribution"},   {"uniform:9-3", "must not exceed"},
+        {"lognormal:100,50", "above the median"}, {"fixed:0", "out of range"},
+        {"lognormal:100", "MEDIAN,P90"},       {"empirical:", "empirical:FILE"},
+        {"fixed:20M", "out of range"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        assert_int_equal(workload_dist_parse(bad[i][0], &d, err), -1);
+        if (!strstr(err, bad[i][1]))
+            fail_msg("%s: '%s' lacks '%s'", bad[i][0], err, bad[i][1]);
+    }
+}
+
+static int cmp_int(const void *x, const void *y)
+{
+    int a = *(const int *)x, b = *(const int *)y;
+    return (a > b) - (a < b);
+}
+
+/* The sample quantile's standard error in log space: sqrt(p (1 - p) / n) / phi(z_p) x sigma
+ * (the asymptotic variance of a sample quantile, ln x being normal). */
+static double log_quantile_se(double p, double z, double sigma, int n)
+{
+    double phi = exp(-z * z / 2) / sqrt(2 * M_PI);
+    return sqrt(p * (1 - p) / n) / phi * sigma;
+}
+
+/* lognormal:M,P90 gives back its median and 90th percentile over many draws, within four
+ * standard errors of the sample quantiles (computed, not guessed). */
+static void test_lognormal_recovers_median_and_p90(void **state)
+{
+    (void)state;
+    enum { N = 20000 };
+    static int v[N];
+    char err[ERR_LEN] = "";
+    workload_dist d;
+    assert_int_equal(workload_dist_parse("lognormal:1730,5696,10000000", &d, err), 0);
+    for (int i = 0; i < N; i++) {
+        uint64_t st = rng_hash3(7, 0x10, (uint64_t)i);
+        v[i] = workload_dist_draw(&d, NULL, 0, &st);
+        uint64_t again = rng_hash3(7, 0x10, (uint64_t)i);
+        assert_int_equal(workload_dist_draw(&d, NULL, 0, &again), v[i]); /* keyed draws */
+        assert_in_range(v[i], 1, d.max);
+    }
+    qsort(v, N, sizeof v[0], cmp_int);
+    const double sigma = log(5696.0 / 1730.0) / 1.2815515655446004;
+    const double median = v[N / 2], p90 = v[(int)(0.9 * N)];
+    const double tol50 = 4 * log_quantile_se(0.5, 0, sigma, N);
+    const double tol90 = 4 * log_quantile_se(0.9, 1.2815515655446004, sigma, N);
+    print_message("lognormal: median %.0f (want 1730, tol %.2f %%), p90 %.0f (want 5696, "
+                  "tol %.2f %%)\n",
+                  median, 100 * tol50, p90, 100 * tol90);
+    assert_true(fabs(log(median / 1730.0)) < tol50);
+    assert_true(fabs(log(p90 / 5696.0)) < tol90);
+    /* MAX holds: every draw of a capped distribution is at most MAX */
+    assert_int_equal(workload_dist_parse("lognormal:1730,5696,4000", &d, err), 0);
+    int at_max = 0;
+    for (int i = 0; i < 2000; i++) {
+        uint64_t st = rng_hash3(7, 0x11, (uint64_t)i);
+        int x = workload_dist_draw(&d, NULL, 0, &st);
+        assert_in_range(x, 1, 4000);
+        at_max += x == 4000;
+    }
+    assert_true(at_max > 0); /* P(x > 4000) is about 18 %: some hit the cap */
+}
+
+static const char *write_file(char *path, size_t size, const char *name, const char *text)
+{
+    snprintf(path, size, "/tmp/test_workload_%d_%s", (int)getpid(), name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+static void test_empirical(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "", path[256], spec[300];
+    write_file(path, sizeof path, "lens.txt", "# lengths\n10\n\n20\n30\n");
+    workload_config cfg;
+    workload_default(&cfg);
+    snprintf(spec, sizeof spec, "empirical:%s", path);
+    assert_int_equal(workload_dist_parse(spec, &cfg.prompt_len, err), 0);
+    workload_plan plan;
+    if (workload_plan_build(&cfg, &plan, err) != 0)
+        fail_msg("%s", err);
+    assert_int_equal(plan.n_prompt_values, 3);
+    assert_int_equal(plan.prompt_len.max, 30);
+    int seen[3] = {0};
+    for (int k = 0; k < 300; k++) {
+        int x = workload_plan_bg(&plan, &cfg, 1, k).prompt_tokens;
+        assert_true(x == 10 || x == 20 || x == 30);
+        seen[x / 10 - 1]++;
+    }
+    assert_true(seen[0] > 0 && seen[1] > 0 && seen[2] > 0);
+    workload_plan_free(&plan);
+    unlink(path);
+    /* a CSV column by name */
+    write_file(path, sizeof path, "lens.csv", "id,len\n1,7\n2,9\n");
+    snprintf(spec, sizeof spec, "empirical:%s@len", path);
+    assert_int_equal(workload_dist_parse(spec, &cfg.prompt_len, err), 0);
+    assert_int_equal(workload_plan_build(&cfg, &plan, err), 0);
+    assert_int_equal(plan.n_prompt_values, 2);
+    assert_int_equal(plan.prompt_values[0], 7);
+    assert_int_equal(plan.prompt_values[1], 9);
+    workload_plan_free(&plan);
+    /* a bad value: file:line */
+    write_file(path, sizeof path, "lens.csv", "id,len\n1,7\n2,-9\n");
+    assert_int_equal(workload_plan_build(&cfg, &plan, err), -1);
+    char want[300];
+    snprintf(want, sizeof want, "%s:3:", path);
+    if (!strstr(err, want))
+        fail_msg("'%s' lacks '%s'", err, want);
+    unlink(path);
+}
+
+/* ---- open loop at a rate ---------------------------------------------------------------- */
+
+static void rate_config(workload_config *cfg, double rate, double burstiness, int64_t duration_s)
+{
+    workload_default(cfg);
+    cfg->users = 0;
+    cfg->request_rate = rate;
+    cfg->burstiness = burstiness;
+    cfg->duration_ns = duration_s * CLOCK_NS_PER_S;
+}
+
+/* Poisson and gamma arrivals: the count is R T within four Poisson standard deviations, and
+ * the squared coefficient of variation of the gaps is 1 / burstiness within four standard
+ * errors of a sample variance of gamma gaps (relative sqrt((2 + 6 / k) / n)). */
+static void test_rate_arrival_statistics(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "";
+    const double shapes[] = {1.0, 0.25, 4.0};
+    for (size_t s = 0; s < 3; s++) {
+        workload_config cfg;
+        rate_config(&cfg, 5.0, shapes[s], 2000);
+        workload_plan plan;
+        if (workload_plan_build(&cfg, &plan, err) != 0)
+            fail_msg("%s", err);
+        const double expect = 5.0 * 2000, k = shapes[s];
+        /* A renewal process's count has variance about R T / k (gaps' CV^2 = 1 / k). */
+        const double count_sd = sqrt(expect / k);
+        print_message("burstiness %.2f: %lld arrivals (want %.0f +- %.0f)\n", k,
+                      (long long)plan.n_arrivals, expect, 4 * count_sd);
+        assert_true(fabs((double)plan.n_arrivals - expect) < 4 * count_sd);
+        double sum = 0, sum2 = 0;
+        const int64_t n = plan.n_arrivals - 1;
+        for (int64_t i = 1; i < plan.n_arrivals; i++) {
+            double gap = (double)(plan.arrivals[i].t_ns - plan.arrivals[i - 1].t_ns) / 1e9;
+            assert_true(gap >= 0);
+            sum += gap;
+            sum2 += gap * gap;
+        }
+        double mean = sum / (double)n, var = sum2 / (double)n - mean * mean;
+        double cv2 = var / (mean * mean), tol = 4 * sqrt((2 + 6 / k) / (double)n);
+        print_message("  gaps: mean %.4f s (want 0.2), CV^2 %.3f (want %.3f, tol %.1f %%)\n",
+                      mean, cv2, 1 / k, 100 * tol);
+        assert_true(fabs(cv2 * k - 1) < tol);
+        assert_true(fabs(mean - 0.2) < 4 * 0.2 / sqrt(k * (double)n));
+        /* lengths from the distributions, keyed by index: the same plan twice */
+        workload_plan again;
+        assert_int_equal(workload_plan_build(&cfg, &again, err), 0);
+        assert_int_equal(again.n_arrivals, plan.n_arrivals);
+        assert_memory_equal(again.arrivals, plan.arrivals,
+                            (size_t)plan.n_arrivals * sizeof *plan.arrivals);
+        workload_plan_free(&again);
+        workload_plan_free(&plan);
+    }
+}
+
+/* Ramp-up: the rate grows linearly over D, so the first D seconds hold R D / 2 arrivals on
+ * average and the next D seconds R D (Poisson: within four standard deviations). */
+static void test_rate_ramp_up(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "";
+    workload_config cfg;
+    rate_config(&cfg, 20.0, 1.0, 400);
+    cfg.ramp_up_ns = 200 * CLOCK_NS_PER_S;
+    workload_plan plan;
+    assert_int_equal(workload_plan_build(&cfg, &plan, err), 0);
+    int64_t first = 0, second = 0, first_quarter = 0;
+    for (int64_t i = 0; i < plan.n_arrivals; i++) {
+        int64_t t = plan.arrivals[i].t_ns;
+        first += t < 200 * CLOCK_NS_PER_S;
+        second += t >= 200 * CLOCK_NS_PER_S;
+        first_quarter += t < 100 * CLOCK_NS_PER_S;
+    }
+    assert_true(fabs((double)first - 2000) < 4 * sqrt(2000.0));
+    assert_true(fabs((double)second - 4000) < 4 * sqrt(4000.0));
+    /* the first half of the ramp holds a quarter of its mass: R (D/2)^2 / 2D = 500 */
+    assert_true(fabs((double)first_quarter - 500) < 4 * sqrt(500.0));
+    workload_plan_free(&plan);
+    /* --max-requests caps the plan */
+    cfg.max_requests = 10;
+    assert_int_equal(workload_plan_build(&cfg, &plan, err), 0);
+    assert_int_equal(plan.n_arrivals, 10);
+    workload_plan_free(&plan);
+}
+
+static void test_presets_open_loop(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "";
+    workload_config cfg;
+    workload_default(&cfg);
+    assert_int_equal(workload_preset(&cfg, "chat", err), 0);
+    assert_int_equal(cfg.users, 0);
+    assert_true(workload_open_loop(&cfg));
+    assert_int_equal(cfg.prompt_len.kind, WORKLOAD_DIST_LOGNORMAL);
+    assert_int_equal(cfg.prompt_len.a, 1730);
+    assert_int_equal(workload_check(&cfg, err), 0);
+    assert_int_equal(workload_preset(&cfg, "summarization", err), 0);
+    assert_int_equal(cfg.prompt_len.a, 7060);
+    assert_true(cfg.request_rate > 0);
+    assert_int_equal(workload_check(&cfg, err), 0);
+    /* flags that would change nothing: refused, not ignored */
+    workload_config lone;
+    workload_default(&lone);
+    lone.trace_loop = true;
+    assert_int_equal(workload_check(&lone, err), -1);
+    assert_non_null(strstr(err, "need --trace"));
+    workload_default(&lone);
+    lone.max_concurrency = 4;
+    assert_int_equal(workload_check(&lone, err), -1);
+    assert_non_null(strstr(err, "need --request-rate or --trace"));
+    workload_default(&lone);
+    lone.burstiness = 0.5;
+    assert_int_equal(workload_check(&lone, err), -1);
+    assert_non_null(strstr(err, "need --request-rate"));
+    /* a rate and a trace together: refused */
+    snprintf(cfg.trace, sizeof cfg.trace, "x.csv");
+    assert_int_equal(workload_check(&cfg, err), -1);
+    assert_non_null(strstr(err, "give one"));
+}
+
+/* Open-loop request i runs in shard i mod N; the concurrency limit is split over shards. */
+static void test_open_loop_shards(void **state)
+{
+    (void)state;
+    workload_config cfg;
+    workload_default(&cfg);
+    cfg.users = 0;
+    cfg.request_rate = 1;
+    cfg.max_concurrency = 10;
+    assert_int_equal(workload_shard_concurrency(&cfg, 0), 10);
+    cfg.shard.count = 4;
+    int total = 0;
+    for (int s = 0; s < 4; s++) {
+        cfg.shard.index = s;
+        total += workload_shard_concurrency(&cfg, s);
+        for (int64_t i = 0; i < 20; i++)
+            assert_int_equal(workload_shard_has_arrival(&cfg, i), i % 4 == s);
+    }
+    assert_int_equal(total, 10);
+    cfg.users = 3;
+    assert_int_equal(workload_arrival_user(&cfg, 5), 8); /* streams after the users */
+}
+
+/* ---- traces ------------------------------------------------------------------------------- */
+
+static void trace_config(workload_config *cfg, const char *path, int format)
+{
+    workload_default(cfg);
+    cfg->users = 0;
+    cfg->duration_ns = 3600 * CLOCK_NS_PER_S;
+    snprintf(cfg->trace, sizeof cfg->trace, "%s", path);
+    cfg->trace_format = format;
+}
+
+static void expect_arrival(const workload_plan *p, int64_t i, int64_t t_ns, int prompt, int answer)
+{
+    assert_true(i < p->n_arrivals);
+    assert_int_equal(p->arrivals[i].t_ns, t_ns);
+    assert_int_equal(p->arrivals[i].prompt_tokens, prompt);
+    assert_int_equal(p->arrivals[i].max_tokens, answer);
+}
+
+static void test_trace_formats(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "", path[256];
+    workload_config cfg;
+    workload_plan p;
+
+    write_file(path, sizeof path, "azure.csv",
+               "\xef\xbb\xbfTIMESTAMP,ContextTokens,GeneratedTokens\r\n" /* BOM, CRLF */
+               "2023-11-16 18:15:46.6805900,4808,10\r\n"
+               "2023-11-16 18:15:50.9951690,3180,8\r\n"
+               "2023-11-16 18:16:00.0000000,8000,2\r\n");
+    for (int f = 0; f < 2; f++) { /* named, then sniffed */
+        trace_config(&cfg, path, f ? TRACE_AUTO : TRACE_AZURE);
+        if (workload_plan_build(&cfg, &p, err) != 0)
+            fail_msg("azure: %s", err);
+        assert_int_equal(p.trace.format, TRACE_AZURE);
+        assert_int_equal(p.n_arrivals, 3);
+        expect_arrival(&p, 0, 0, 4808, 10);
+        expect_arrival(&p, 1, 4314579000LL, 3180, 8);
+        expect_arrival(&p, 2, 13319410000LL, 8000, 2);
+        assert_int_equal(p.arrivals[2].line, 4);
+        workload_plan_free(&p);
+    }
+
+    write_file(path, sizeof path, "burst.csv",
+               "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+               "5,ChatGPT,472,18,490,Conversation log\n"
+               "45,GPT-4,1087,0,1087,Conversation log\n"
+               "118,\"ChatGPT\",417,30,447,API log\n");
+    trace_config(&cfg, path, TRACE_AUTO);
+    assert_int_equal(workload_plan_build(&cfg, &p, err), 0);
+    assert_int_equal(p.trace.format, TRACE_BURSTGPT);
+    assert_int_equal(p.n_arrivals, 2);
+    assert_int_equal(p.trace.failed, 1); /* Response tokens 0: a failed request, counted */
+    expect_arrival(&p, 0, 5 * CLOCK_NS_PER_S, 472, 18);
+    expect_arrival(&p, 1, 118 * CLOCK_NS_PER_S, 417, 30);
+    workload_plan_free(&p);
+
+    write_file(path, sizeof path, "moon.jsonl",
+               "{\"timestamp\": 0, \"input_length\": 6955, \"output_length\": 52, "
+               "\"hash_ids\": [46, 47, 48]}\n"
+               "{\"timestamp\": 1500, \"input_length\": 600, \"output_length\": 7, "
+               "\"hash_ids\": []}\n");
+    trace_config(&cfg, path, TRACE_AUTO);
+    assert_int_equal(workload_plan_build(&cfg, &p, err), 0);
+    assert_int_equal(p.trace.format, TRACE_MOONCAKE);
+    expect_arrival(&p, 0, 0, 6955, 52);
+    expect_arrival(&p, 1, 1500 * CLOCK_NS_PER_MS, 600, 7);
+    workload_plan_free(&p);
+
+    /* plain JSONL, out of order: sorted by time; a text prompt's length is estimated */
+    write_file(path, sizeof path, "plain.jsonl",
+               "{\"t\": 2.5, \"prompt_tokens\": 100, \"max_tokens\": 20}\n"
+               "\n"
+               "{\"t\": 0.5, \"prompt\": \"twelve bytes\", \"max_tokens\": 5}\n");
+    trace_config(&cfg, path, TRACE_AUTO);
+    assert_int_equal(workload_plan_build(&cfg, &p, err), 0);
+    assert_int_equal(p.trace.format, TRACE_JSONL);
+    expect_arrival(&p, 0, 500 * CLOCK_NS_PER_MS, 3, 5);
+    expect_arrival(&p, 1, 2500 * CLOCK_NS_PER_MS, 100, 20);
+    assert_int_equal(p.arrivals[0].line, 3);
+    workload_plan_free(&p);
+    unlink(path);
+}
+
+/* Each format's bad rows: FILE:LINE: what is wrong; with skip_bad_rows skipped and counted. */
+static void test_trace_bad_rows(void **state)
+{
+    (void)state;
+    struct {
+        const char *name, *text, *why;
+        int line;
+    } cases[] = {
+        {"a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,2\n"
+                  "2023-13-16 18:15:47,10,2\n2023-11-16 18:15:48,10,2\n",
+         "not a valid date", 3},
+        {"a3.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-02-29 18:15:46,10,2\n"
+                   "2023-02-29 18:15:47,10,2\n2024-02-29 18:15:48,10,2\n",
+         "not a valid date", 3},
+        {"a2.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,2\n"
+                   "2023-11-16 18:15:47,ten,2\n2023-11-16 18:15:48,10,2\n",
+         "ContextTokens", 3},
+        {"b.csv", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                  "5,ChatGPT,472,18,490,x\n6,ChatGPT,472\n7,ChatGPT,10,1,11,x\n",
+         "3 fields", 3},
+        {"b2.csv", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                   "-5,ChatGPT,472,18,490,x\n7,ChatGPT,10,1,11,x\n",
+         "negative", 2},
+        {"m.jsonl", "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1}\n"
+                    "{\"timestamp\": 10, \"input_length\": 0, \"output_length\": 1}\n"
+                    "{\"timestamp\": 20, \"input_length\": 5, \"output_length\": 1}\n",
+         "input_length", 2},
+        {"j.jsonl", "{\"t\": 0, \"prompt_tokens\": 5, \"max_tokens\": 1}\n"
+                    "{\"t\": 1, \"prompt_tokens\": 5, \"max_tokens\": 1\n"
+                    "{\"t\": 2, \"prompt_tokens\": 5, \"max_tokens\": 1}\n",
+         "not JSON", 2},
+        {"j2.jsonl", "{\"t\": 0, \"prompt_tokens\": 5, \"max_tokens\": 1}\n"
+                     "{\"t\": 1, \"max_tokens\": 1}\n"
+                     "{\"t\": 2, \"prompt_tokens\": 5, \"max_tokens\": 1}\n",
+         "neither", 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[ERR_LEN] = "", path[256], want[320];
+        write_file(path, sizeof path, cases[i].name, cases[i].text);
+        workload_config cfg;
+        trace_config(&cfg, path, TRACE_AUTO);
+        workload_plan p;
+        assert_int_equal(workload_plan_build(&cfg, &p, err), -1);
+        snprintf(want, sizeof want, "%s:%d: ", path, cases[i].line);
+        if (!strstr(err, want) || !strstr(err, cases[i].why))
+            fail_msg("%s: '%s' lacks '%s' or '%s'", cases[i].name, err, want, cases[i].why);
+        cfg.skip_bad_rows = true;
+        if (workload_plan_build(&cfg, &p, err) != 0)
+            fail_msg("%s skipping: %s", cases[i].name, err);
+        assert_int_equal(p.trace.bad, 1);
+        assert_int_equal(p.n_arrivals, p.trace.lines - 1);
+        assert_non_null(strstr(p.trace.first_bad, want));
+        workload_plan_free(&p);
+        unlink(path);
+    }
+    /* a file whose format cannot be told, and a missing column */
+    char err[ERR_LEN] = "", path[256];
+    workload_config cfg;
+    workload_plan p;
+    write_file(path, sizeof path, "what.csv", "a,b,c\n1,2,3\n");
+    trace_config(&cfg, path, TRACE_AUTO);
+    assert_int_equal(workload_plan_build(&cfg, &p, err), -1);
+    assert_non_null(strstr(err, "--trace-format"));
+    trace_config(&cfg, path, TRACE_AZURE);
+    assert_int_equal(workload_plan_build(&cfg, &p, err), -1);
+    assert_non_null(strstr(err, "no 'TIMESTAMP' column"));
+    unlink(path);
+}
+
+/* --from/--to (re-based to 0), --speedup, --loop, --duration and --max-requests. */
+static void test_trace_window_speedup_loop_cap(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "", path[256], text[1024] = "";
+    for (int i = 0; i < 10; i++) {
+        size_t used = strlen(text);
+        snprintf(text + used, sizeof text - used,
+                 "{\"t\": %d, \"prompt_tokens\": %d, \"max_tokens\": 4}\n", i, 100 + i);
+    }
+    write_file(path, sizeof path, "win.jsonl", text);
+    workload_config cfg;
+    trace_config(&cfg, path, TRACE_JSONL);
+    cfg.trace_from_ns = 2 * CLOCK_NS_PER_S;
+    cfg.trace_to_ns = 6 * CLOCK_NS_PER_S;
+    cfg.speedup = 2;
+    cfg.duration_ns = 5 * CLOCK_NS_PER_S;
+    workload_plan p;
+    assert_int_equal(workload_plan_build(&cfg, &p, err), 0);
+    /* rows at 2, 3, 4, 5 s -> 0, 1, 2, 3 s -> 0, 0.5, 1, 1.5 s */
+    assert_int_equal(p.n_arrivals, 4);
+    assert_int_equal(p.trace.outside, 6);
+    for (int i = 0; i < 4; i++)
+        expect_arrival(&p, i, i * 500 * CLOCK_NS_PER_MS, 102 + i, 4);
+    workload_plan_free(&p);
+    /* looped: one pass lasts the window, 4 s / 2 = 2 s: passes at 0, 2, 4 s; the third is
+     * cut at the 5 s duration */
+    cfg.trace_loop = true;
+    assert_int_equal(workload_plan_build(&cfg, &p, err), 0);
+    assert_int_equal(p.n_arrivals, 10);
+    assert_int_equal(p.trace.loops, 3);
+    assert_int_equal(p.trace.after_end, 2);
+    expect_arrival(&p, 4, 2 * CLOCK_NS_PER_S, 102, 4);
+    expect_arrival(&p, 9, 4500 * CLOCK_NS_PER_MS, 103, 4);
+    workload_plan_free(&p);
+    cfg.max_requests = 7;
+    assert_int_equal(workload_plan_build(&cfg, &p, err), 0);
+    assert_int_equal(p.n_arrivals, 7);
+    workload_plan_free(&p);
+    /* without a window, a looped pass lasts to the last row plus the mean gap: 10 s */
+    trace_config(&cfg, path, TRACE_JSONL);
+    cfg.trace_loop = true;
+    cfg.duration_ns = 25 * CLOCK_NS_PER_S;
+    assert_int_equal(workload_plan_build(&cfg, &p, err), 0);
+    assert_int_equal(p.n_arrivals, 25);
+    expect_arrival(&p, 10, 10 * CLOCK_NS_PER_S, 100, 4);
+    workload_plan_free(&p);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -206,6 +706,16 @@ int main(void)
         cmocka_unit_test(test_poisson_schedule),
         cmocka_unit_test(test_prompt_ids_unique_per_injection),
         cmocka_unit_test(test_shard_rule),
+        cmocka_unit_test(test_dist_parse_and_format),
+        cmocka_unit_test(test_lognormal_recovers_median_and_p90),
+        cmocka_unit_test(test_empirical),
+        cmocka_unit_test(test_rate_arrival_statistics),
+        cmocka_unit_test(test_rate_ramp_up),
+        cmocka_unit_test(test_presets_open_loop),
+        cmocka_unit_test(test_open_loop_shards),
+        cmocka_unit_test(test_trace_formats),
+        cmocka_unit_test(test_trace_bad_rows),
+        cmocka_unit_test(test_trace_window_speedup_loop_cap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
