@@ -8,6 +8,7 @@
 
 #include "cli/cli.h"
 #include "common/err.h"
+#include "common/fsio.h"
 
 int cli_usage_error(const char *cmd, const char *msg)
 {
@@ -136,12 +137,10 @@ int cli_config_args(int *argc, char ***argv, char *err)
     if (at + 1 >= *argc)
         return err_set(err, "--config needs a FILE");
     const char *path = (*argv)[at + 1];
-    json_error_t je;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (!root && je.line < 1)
-        return err_set(err, "--config %s: %s", path, je.text);
+    char why[ERR_LEN];
+    json_t *root = fsio_read_json(path, JSON_REJECT_DUPLICATES, why);
     if (!root)
-        return err_set(err, "--config %s: line %d: %s", path, je.line, je.text);
+        return err_set(err, "--config: %s", why);
     if (!json_is_object(root)) {
         json_decref(root);
         return err_set(err, "--config %s: not a JSON object of flags", path);
@@ -247,10 +246,10 @@ int cli_gate_apply_file(const cli_gate *gate, const char *summary_json, int stat
 {
     if (!gate->given || status != CLI_EXIT_OK)
         return status;
-    json_error_t je;
-    json_t *root = json_load_file(summary_json, 0, &je);
+    char err[ERR_LEN];
+    json_t *root = fsio_read_json(summary_json, 0, err);
     if (!root) {
-        fprintf(stderr, "stallscope: --fail-if: cannot read %s: %s\n", summary_json, je.text);
+        fprintf(stderr, "stallscope: --fail-if: %s\n", err);
         return CLI_EXIT_FAIL;
     }
     int failed = gate_eval(&gate->rules, root, out);

@@ -158,3 +158,16 @@ int fsio_remove_tree(const char *path, char *err)
         return err_set(err, "cannot remove %s", remove_failed[0] ? remove_failed : path);
     return 0;
 }
+
+json_t *fsio_read_json(const char *path, size_t flags, char *err)
+{
+    json_error_t jerr;
+    json_t *doc = json_load_file(path, flags, &jerr);
+    if (doc)
+        return doc;
+    if (jerr.line < 1) /* jansson's text names the file here ("unable to open PATH: ...") */
+        err_set(err, "%s", jerr.text);
+    else
+        err_set(err, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+    return NULL;
+}

@@ -17,6 +17,9 @@ int fsio_write_atomic(const char *path, const void *data, size_t len, char *err)
 /* JSON with json_dumps flags (0: FSIO_JSON_FLAGS), written atomically, with a newline. */
 #define FSIO_JSON_FLAGS (JSON_INDENT(2) | JSON_REAL_PRECISION(10))
 int fsio_write_json(const char *path, const json_t *json, size_t flags, char *err);
+/* The JSON document in path (json_load_file flags), or NULL with err "PATH:LINE:COLUMN: what"
+ * (a syntax error) or "PATH: what" (cannot read it). The one reader of every JSON file. */
+json_t *fsio_read_json(const char *path, size_t flags, char *err);
 
 /* A file written in one go by stdio and swapped in whole: fsio_create writes to path.tmp,
  * fsio_commit closes it (flushing: a full disk is reported here) and renames it over path,

@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "common/err.h"
+#include "common/fsio.h"
 #include "engine/cost.h"
 #include "engine/profile.h"
 
@@ -220,13 +221,9 @@ static void hf_name(json_t *root, const char *path, char *name, size_t size)
 
 int cost_arch_from_hf_config(const char *path, cost_arch *out, char *err)
 {
-    json_error_t jerr;
-    json_t *doc = json_load_file(path, 0, &jerr);
-    if (!doc) {
-        if (jerr.line < 0)
-            return err_set(err, "%s: %s", path, jerr.text);
-        return err_set(err, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
-    }
+    json_t *doc = fsio_read_json(path, 0, err);
+    if (!doc)
+        return -1;
     int rc = -1;
     cost_arch a;
     memset(&a, 0, sizeof a);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/fsio.h"
 
 /* A step term above a minute, or a rate above 1e30, is not a measurement. */
 #define PROFILE_MAX_NS 60e9
@@ -78,13 +79,9 @@ static int read_step_model(json_t *doc, cost_step_fit *fit, const char *path, ch
 
 int profile_read(const char *path, cost_gpu *out, profile_info *info, char *err)
 {
-    json_error_t jerr;
-    json_t *doc = json_load_file(path, 0, &jerr);
-    if (!doc) {
-        if (jerr.line < 0)
-            return err_set(err, "%s: %s", path, jerr.text);
-        return err_set(err, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
-    }
+    json_t *doc = fsio_read_json(path, 0, err);
+    if (!doc)
+        return -1;
     int rc = -1;
     cost_gpu g;
     profile_info pi;

@@ -587,11 +587,9 @@ int experiment_config_write(const char *path, const experiment_config *cfg,
 int experiment_config_read(const char *path, experiment_config *cfg, experiment_meta *meta,
                            char *err)
 {
-    json_error_t jerr;
-    json_t *json = json_load_file(path, 0, &jerr);
+    json_t *json = fsio_read_json(path, 0, err);
     if (!json)
-        return jerr.line > 0 ? err_set(err, "%s:%d: %s", path, jerr.line, jerr.text)
-                             : err_set(err, "%s", jerr.text); /* cannot open: names the file */
+        return -1;
     char why[ERR_LEN];
     int rc = experiment_config_from_json(json, cfg, meta, why);
     json_decref(json);

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "common/err.h"
+#include "common/fsio.h"
 #include "common/units.h"
 #include "report/load.h"
 
@@ -109,12 +110,9 @@ static void load_config(report_run *r, FILE *warn)
         snprintf(r->config_why, sizeof r->config_why, "no config.json beside the token log");
         return;
     }
-    json_error_t jerr;
-    r->json = json_load_file(path, 0, &jerr);
     char why[ERR_LEN];
-    if (!r->json)
-        err_set(why, "%s:%d: %s", path, jerr.line, jerr.text);
-    else if (experiment_config_from_json(r->json, &r->cfg, &r->meta, why) == 0)
+    r->json = fsio_read_json(path, 0, why);
+    if (r->json && experiment_config_from_json(r->json, &r->cfg, &r->meta, why) == 0)
         r->has_config = true;
     if (!r->has_config) {
         snprintf(r->config_why, sizeof r->config_why, "%s", why);
@@ -355,10 +353,9 @@ int report_sweep_load(report_sweep *sw, const char *dir, double threshold_ms, FI
     snprintf(sw->dir, sizeof sw->dir, "%s", dir);
     char path[4200];
     snprintf(path, sizeof path, "%s/sweep.json", dir);
-    json_error_t jerr;
-    sw->json = json_load_file(path, 0, &jerr);
+    sw->json = fsio_read_json(path, 0, err);
     if (!sw->json)
-        return err_set(err, "%s:%d: %s", path, jerr.line, jerr.text);
+        return -1;
     json_t *axes = json_object_get(sw->json, "axes"), *points = json_object_get(sw->json, "points");
     if (!json_is_array(axes) || !json_is_array(points) || json_array_size(axes) == 0 ||
         json_array_size(axes) > REPORT_MAX_AXES)
