@@ -271,6 +271,14 @@ static void check_attention(int n_kv_heads, int head_dim, int n_keys, int tokens
                               f.seq.blocks, n_rows, qp, og, pos, scale};
         cpu_attn_tile_generic(&tile);
         assert_close(out_generic, ref, (size_t)n_rows * head_dim, 2e-5);
+        tile.out = of; /* 16 keys at a time: as built, and for AVX2 + FMA where it has them */
+        cpu_attn_tile_blocked(&tile);
+        assert_close(out_fast, ref, (size_t)n_rows * head_dim, 2e-5);
+        if (cpu_avx2_available() && head_dim % 8 == 0) {
+            cpu_attn_tile_avx2(&tile);
+            assert_close(out_fast, ref, (size_t)n_rows * head_dim, 2e-5);
+        }
+        tile.out = og;
         if (cpu_simd_available()) {
             tile.out = of;
             cpu_attn_tile_avx512(&tile, scratch);

@@ -18,6 +18,7 @@
  * cpu_attn_run runs the fast one when it applies (AVX-512, head_dim 16, 32, 64 or 128). */
 #ifndef STALLSCOPE_CPU_ATTN_H
 #define STALLSCOPE_CPU_ATTN_H
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,6 +40,12 @@ void cpu_attn_naive(float *out, const float *q, const float *k, const float *v, 
                     int stride, int head_dim, float scale, float *att);
 
 void cpu_attn_tile_generic(const cpu_attn_tile *t);
+/* The same, 16 keys at a time: in plain C (vectorizable loops), and with AVX2 + FMA
+ * intrinsics (head_dim a multiple of 8; only where cpu_avx2_available()). cpu_attn_run picks
+ * AVX-512, else AVX2, else the plain one. */
+void cpu_attn_tile_blocked(const cpu_attn_tile *t);
+void cpu_attn_tile_avx2(const cpu_attn_tile *t);
+bool cpu_avx2_available(void);
 /* Floats of scratch cpu_attn_tile_avx512 and cpu_attn_run need for a tile. */
 size_t cpu_attn_scratch_floats(int n_rows, int head_dim);
 void cpu_attn_tile_avx512(const cpu_attn_tile *t, float *scratch);

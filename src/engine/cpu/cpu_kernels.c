@@ -85,6 +85,7 @@ void cpu_gemm_naive(float *y, int ldy, const float *x, int ldx, const float *w, 
 /* ---- fast-path switch ------------------------------------------------------------ */
 
 static atomic_int simd_state = -1; /* -1 unknown, 0 off, 1 on */
+static atomic_bool simd_refused;    /* cpu_simd_enable(false): no vector path at all */
 
 bool cpu_simd_available(void)
 {
@@ -98,7 +99,13 @@ bool cpu_simd_available(void)
 
 void cpu_simd_enable(bool on)
 {
+    atomic_store(&simd_refused, !on);
     atomic_store(&simd_state, on && cpu_simd_available() ? 1 : 0);
+}
+
+bool cpu_simd_allowed(void)
+{
+    return !atomic_load(&simd_refused);
 }
 
 bool cpu_simd_enabled(void)

@@ -44,6 +44,8 @@ void cpu_gemm_naive(float *y, int ldy, const float *x, int ldx, const float *w, 
 bool cpu_simd_available(void);
 void cpu_simd_enable(bool on);
 bool cpu_simd_enabled(void);
+/* false after cpu_simd_enable(false): the AVX2 paths (cpu_attn_tile_avx2) stand down too. */
+bool cpu_simd_allowed(void);
 
 /* The small-batch kernel on its own (rows [n0, n1) of W), for tests: same contract as
  * cpu_gemm. Requires cpu_simd_available(). */
