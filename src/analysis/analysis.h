@@ -150,6 +150,13 @@ typedef struct analysis_summary {
     analysis_attribution attribution;
     analysis_stall *stall_list; /* (n_stall_list) every stall, by request then time */
     int64_t n_stall_list;
+    /* How itl_ms (and itl_noise) were computed: exact (every gap held and sorted: the
+     * nearest-rank values are observed gaps), or from a log-bucketed histogram once the gaps
+     * outgrew the budget (analysis_options.exact_gaps_max): then p50 ... p99.9 lie within
+     * itl_relative_error of the nearest-rank gap (counts, mean and max stay exact, and so do
+     * the stalls: their count, list and causes). summary.json: "itl_percentiles". */
+    bool itl_exact;
+    double itl_relative_error; /* 0 when exact */
 } analysis_summary;
 
 typedef struct analysis_options {
@@ -163,7 +170,16 @@ typedef struct analysis_options {
     bool complete;
     int64_t protocol_violations; /* counted by the client, passed through to the summary */
     analysis_stamps stamps;      /* where the client's times came from (HTTP runs) */
+    /* The streaming analysis' memory budget (0: the defaults below). exact_gaps_max: gaps
+     * held for exact percentiles before a histogram takes over. stall_candidates_max: long
+     * gaps held while the stall threshold is not known yet (no threshold_ms and no
+     * reference: 5 x the run's own p50, known at the end). */
+    int64_t exact_gaps_max;
+    int64_t stall_candidates_max;
 } analysis_options;
+
+#define ANALYSIS_EXACT_GAPS_DEFAULT ((int64_t)16 << 20)        /* 16 Mi gaps: 128 MiB */
+#define ANALYSIS_STALL_CANDIDATES_DEFAULT ((int64_t)2 << 20)   /* 2 Mi gaps: 64 MiB */
 
 /* Nearest-rank quantile of sorted[0..n), p in (0, 1]; 0 when n == 0. */
 double analysis_quantile(const double *sorted, int64_t n, double p);
@@ -176,8 +192,47 @@ bool analysis_injection_ttft(const analysis_summary *s, analysis_dist *out);
 /* All background ITL gaps in ms, in (request, time) order; caller frees *out. */
 int analysis_gaps_ms(const tokenlog *log, double **out, int64_t *n, char *err);
 
+/* The whole in-memory log at once: always exact (the budgets are ignored). Implemented on the
+ * stream below, so both paths give the same figures. */
 int analysis_summarize(const tokenlog *log, const analysis_options *opt, analysis_summary *out,
                        char *err);
+
+/* ---- the same analysis as a stream ----------------------------------------------------
+ *
+ * For logs too long to hold (an hour of 256 users is 10^8 token events): the producer (the
+ * simulator, a reader of tokens.csv) hands over requests, steps and events as they come;
+ * the stream keeps the requests, the steps, one small record per request, the gaps while
+ * they fit (else a histogram: analysis_summary.itl_exact) and the long gaps, never the
+ * events. The figures are analysis_summarize's, exactly, whenever the gaps fit.
+ *
+ * Order: each request's events in time order (a gap is the time since that request's
+ * previous event; an earlier event is an error). A request row may be given before or
+ * after its events and given again as it changes (by request id: the newest row counts);
+ * what the injections' waits need is that a row is given once it is sent, before any event
+ * later than its send, and again with its first token (or end) before any event later than
+ * that — as a producer in time order (the simulator) does — or complete, before every event
+ * (a reader of requests.csv then tokens.csv). Steps in start order, any time before end. */
+typedef struct analysis_stream analysis_stream;
+
+/* opt: duration_s (> 0: the halves of itl_noise split at half of it), threshold_ms,
+ * reference_p50_ms and the budgets; the rest is read at end. NULL with err. */
+analysis_stream *analysis_stream_begin(const analysis_options *opt, char *err);
+/* Add a request row, or replace the row with its id. -1 with err (out of memory). */
+int analysis_stream_request(analysis_stream *s, const tokenlog_request *r, char *err);
+int analysis_stream_step(analysis_stream *s, const tokenlog_step *st, char *err);
+/* One token event (inject events only count their tokens). -1 with err: out of memory, or
+ * an event earlier than its request's previous one. */
+int analysis_stream_event(analysis_stream *s, const tokenlog_event *ev, char *err);
+/* The requests and steps held so far (what requests.csv and steps.csv hold). */
+const tokenlog *analysis_stream_log(const analysis_stream *s);
+/* The summary (opt: label, engine, target, users, complete, protocol_violations, stamps;
+ * duration and threshold as given to begin). 0; -1 with err; or -2 when the threshold was
+ * not given and more than stall_candidates_max gaps were longer than the run's own
+ * 5 x p50 could rule out: *threshold_ms is then that threshold, and a second pass with it
+ * as opt.threshold_ms gives the exact summary. The stream is freed either way. */
+int analysis_stream_end(analysis_stream *s, const analysis_options *opt, analysis_summary *out,
+                        double *threshold_ms, char *err);
+void analysis_stream_free(analysis_stream *s);
 void analysis_summary_free(analysis_summary *s);
 
 /* stalls.csv: t_ns,user,request,gap_ms,cause,culprits — one row per stall (t_ns where the

@@ -113,6 +113,11 @@ json_t *analysis_summary_to_json(const analysis_summary *s)
                                       "kernel", (json_int_t)s->stamps.kernel, "kernel_coalesced",
                                       (json_int_t)s->stamps.kernel_coalesced, "user",
                                       (json_int_t)s->stamps.user));
+    /* Which percentiles: exact, or a histogram's with a bounded error (long runs). */
+    if (root)
+        json_object_set_new(root, "itl_percentiles",
+                            json_pack("{s:s, s:o}", "method", s->itl_exact ? "exact" : "log-histogram",
+                                      "relative_error", json_real(s->itl_relative_error)));
     return root;
 }
 
