@@ -157,6 +157,10 @@ typedef struct analysis_summary {
      * the stalls: their count, list and causes). summary.json: "itl_percentiles". */
     bool itl_exact;
     double itl_relative_error; /* 0 when exact */
+    /* tokens.csv not kept: the run had more token events than this limit (a long simulation);
+     * summary.json "tokens_csv": {"written": false, "max_events"} only then. */
+    bool tokens_csv_dropped;
+    int64_t tokens_csv_max_events;
 } analysis_summary;
 
 typedef struct analysis_options {
@@ -176,6 +180,9 @@ typedef struct analysis_options {
      * reference: 5 x the run's own p50, known at the end). */
     int64_t exact_gaps_max;
     int64_t stall_candidates_max;
+    /* Passed through to the summary: tokens.csv was not kept (more events than its limit). */
+    bool tokens_csv_dropped;
+    int64_t tokens_csv_max_events;
 } analysis_options;
 
 #define ANALYSIS_EXACT_GAPS_DEFAULT ((int64_t)16 << 20)        /* 16 Mi gaps: 128 MiB */

@@ -68,7 +68,7 @@ int sketch_add(sketch *s, int64_t ns)
         s->min = ns;
     if (s->n == 0 || ns > s->max)
         s->max = ns;
-    s->sum_ms += analysis_ns_to_ms(ns);
+    s->sum_ns += (double)ns;
     if (s->buckets) {
         s->buckets[sketch_bucket(ns)]++;
         s->n++;

@@ -10,7 +10,7 @@
  * holds its nearest rank (the counts are exact, so the rank is right), clamped to the
  * observed min and max: |midpoint - v| <= (width - 1) / 2 < 2^(e - SKETCH_MANTISSA_BITS - 1)
  * <= v x 2^-(SKETCH_MANTISSA_BITS + 1). Relative error < SKETCH_RELATIVE_ERROR. Count, max
- * and min stay exact; the mean is the exact sum over the count (summed in arrival order). */
+ * and min stay exact; the mean is the sum over the count (summed in arrival order). */
 #ifndef STALLSCOPE_ANALYSIS_SKETCH_H
 #define STALLSCOPE_ANALYSIS_SKETCH_H
 #include <stdbool.h>
@@ -29,7 +29,7 @@ typedef struct sketch {
     int64_t *buckets;  /* (SKETCH_BUCKETS) once a histogram, else NULL */
     int64_t n;
     int64_t min, max;  /* ns, valid when n > 0 */
-    double sum_ms;     /* sum of values in ms, arrival order (the histogram's mean) */
+    double sum_ns;     /* sum of the values, arrival order (the histogram's mean) */
 } sketch;
 
 void sketch_init(sketch *s, int64_t exact_max);

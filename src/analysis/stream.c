@@ -49,7 +49,10 @@ struct analysis_stream {
     int64_t *window_of;        /* (log.cap_requests) row -> window, -1 */
     int64_t cap_window_of;
 
-    analysis_idmap state_of;   /* request id -> req_state */
+    analysis_idmap state_of;   /* request id -> req_state (ids outside dense[]) */
+    int64_t *dense;            /* (cap_dense) request id -> req_state, -1: ids are usually
+                                * 0, 1, 2 ... (the simulator, a run's requests.csv) */
+    int64_t cap_dense;
     req_state *states;
     int64_t n_states, cap_states;
 
@@ -65,6 +68,7 @@ struct analysis_stream {
     int64_t *max_end;          /* running maximum of win[].end */
     int64_t cap_max_end;
     int64_t max_end_dirty;     /* max_end[j] is stale for j >= this */
+    int64_t lower_hint;        /* the last windows_lower_bound: events come in time order */
 };
 
 static int grow(void **items, int64_t n, int64_t *cap, size_t size)
@@ -116,6 +120,7 @@ void analysis_stream_free(analysis_stream *s)
     analysis_idmap_free(&s->row_of);
     analysis_idmap_free(&s->state_of);
     free(s->window_of);
+    free(s->dense);
     free(s->states);
     sketch_free(&s->half[0]);
     sketch_free(&s->half[1]);
@@ -203,6 +208,9 @@ static int update_window(analysis_stream *s, int64_t row)
 static int64_t windows_lower_bound(const analysis_stream *s, int64_t t)
 {
     int64_t lo = 0, hi = s->n_win;
+    int64_t j = s->lower_hint < s->n_win ? s->lower_hint : s->n_win;
+    if ((j == 0 || s->win[j - 1].send < t) && (j == s->n_win || s->win[j].send >= t))
+        return j; /* the usual case: no window sent since the last event's lookup */
     while (lo < hi) {
         int64_t mid = lo + (hi - lo) / 2;
         if (s->win[mid].send < t)
@@ -306,9 +314,38 @@ static int prune_candidates(analysis_stream *s)
 }
 
 /* A background event of request at t (its tokens counted by the caller). */
+/* The state of request (inserting index n_states when new): a direct table while ids stay
+ * dense (at most 4 x the requests seen, plus a margin), a hash map beyond. -2 on
+ * out-of-memory. */
+static int64_t state_index(analysis_stream *s, int64_t request)
+{
+    if (request >= 0 && request < s->cap_dense) {
+        int64_t *slot = &s->dense[request];
+        if (*slot < 0) {
+            /* New, or seen while its id was beyond the table: then the map has it. */
+            int64_t k = s->state_of.n > 0 ? analysis_idmap_get(&s->state_of, request) : -1;
+            *slot = k >= 0 ? k : s->n_states;
+        }
+        return *slot;
+    }
+    if (request >= 0 && request < 4 * (s->n_states + 4096)) {
+        int64_t cap = s->cap_dense ? s->cap_dense : 4096;
+        while (cap <= request)
+            cap *= 2;
+        int64_t *p = realloc(s->dense, (size_t)cap * sizeof *p);
+        if (!p)
+            return -2;
+        memset(p + s->cap_dense, 0xff, (size_t)(cap - s->cap_dense) * sizeof *p);
+        s->dense = p;
+        s->cap_dense = cap;
+        return state_index(s, request);
+    }
+    return analysis_idmap_get_or_add(&s->state_of, request, s->n_states);
+}
+
 static int stream_bg(analysis_stream *s, int64_t request, int32_t user, int64_t t, char *err)
 {
-    int64_t k = analysis_idmap_get_or_add(&s->state_of, request, s->n_states);
+    int64_t k = state_index(s, request);
     if (k == -2)
         return err_set(err, "analysis: out of memory for the requests' state");
     if (k == s->n_states) {
@@ -352,7 +389,10 @@ static int stream_bg(analysis_stream *s, int64_t request, int32_t user, int64_t 
     if (s->n_win > 0 && gap > 0) {
         if (s->max_end_dirty < s->n_win)
             refresh_max_end(s);
-        for (int64_t j = windows_lower_bound(s, t) - 1; j >= 0 && s->max_end[j] > a; j--)
+        if (s->max_end[s->n_win - 1] <= a)
+            return 0; /* every wait ended before this gap began */
+        s->lower_hint = windows_lower_bound(s, t);
+        for (int64_t j = s->lower_hint - 1; j >= 0 && s->max_end[j] > a; j--)
             if (s->win[j].end > a && sketch_add(&s->win[j].gaps, gap) != 0)
                 return err_set(err, "analysis: out of memory for an injection's gaps");
     }
@@ -388,7 +428,7 @@ static void half_dist(const sketch *h, analysis_dist *d)
             sum += analysis_ns_to_ms(h->values[i]);
         d->mean = sum / (double)h->n;
     } else {
-        d->mean = h->sum_ms / (double)h->n;
+        d->mean = h->sum_ns / 1e6 / (double)h->n;
     }
     d->p50 = sketch_quantile_ns(h, 0.50) / 1e6;
     d->p90 = sketch_quantile_ns(h, 0.90) / 1e6;
@@ -579,6 +619,8 @@ int analysis_stream_end(analysis_stream *s, const analysis_options *opt, analysi
     out->protocol_violations = opt->protocol_violations;
     out->stamps = opt->stamps;
     out->duration_s = s->duration_s;
+    out->tokens_csv_dropped = opt->tokens_csv_dropped;
+    out->tokens_csv_max_events = opt->tokens_csv_max_events;
     if (opt->users > 0)
         out->users = opt->users;
     else if (count_users(s, &out->users) != 0)

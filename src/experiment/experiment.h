@@ -306,7 +306,22 @@ typedef struct experiment_phase {
     FILE *notes;                /* warnings, and progress unless quiet; NULL: nothing */
     bool quiet;                 /* no progress lines (--json): warnings only */
     const volatile sig_atomic_t *interrupted; /* non-zero: stop now (SIGINT); may be NULL */
+    /* A runner that streams (experiment_runner.streams) hands the run's rows to this
+     * analysis as they come and leaves the log empty; NULL: fill the log. */
+    struct experiment_streaming *streaming;
 } experiment_phase;
+
+/* A streamed run: where its rows go, and what became of tokens.csv (the simulator writes it
+ * as it goes, up to a limit: an hour of 256 users is 10^8 rows, 2.9 GB, and most of the
+ * run's time). */
+typedef struct experiment_streaming {
+    analysis_stream *stream;       /* in: the run's analysis, begun */
+    int64_t tokens_csv_max_events; /* in: keep tokens.csv up to this many events (0: default) */
+    int64_t events;                /* out: token events of the run */
+    bool tokens_csv_dropped;       /* out: more events than that: no tokens.csv */
+} experiment_streaming;
+
+#define EXPERIMENT_TOKENS_CSV_MAX_DEFAULT ((int64_t)5000000) /* ~140 MB of tokens.csv */
 
 /* The shard side of an HTTP run, around the driver: wait until the run's warm-up should
  * begin (so t = 0 falls on the planned instant), then record where t = 0 fell. */
@@ -335,6 +350,7 @@ void experiment_shard_record(const experiment_shard_start *st, int64_t t0_mono_n
 typedef struct experiment_runner {
     void *impl;
     const char *name; /* "sim", "http" */
+    bool streams;     /* run() honours phase->streaming (else it always fills the log) */
     int (*run)(void *impl, const experiment_phase *phase, tokenlog *log, experiment_meta *meta,
                char *err);
     void (*destroy)(void *impl);
@@ -368,6 +384,8 @@ typedef struct experiment_io {
     FILE *notes;          /* the runners' warnings, and progress unless quiet; NULL: nothing */
     bool quiet;
     const volatile sig_atomic_t *interrupted;
+    /* A streaming runner's limit on tokens.csv (experiment_streaming; 0: the default). */
+    int64_t tokens_csv_max_events;
 } experiment_io;
 
 typedef struct experiment_pair {

@@ -33,5 +33,12 @@ int sim_check(const sim_config *cfg, char *err);
 
 /* Run one simulation. log may be NULL (statistics only: benchmarks). 0 or -1 with err. */
 int sim_run(const sim_config *cfg, tokenlog *log, sim_stats *stats, char *err);
+/* The same run handed to sink as it goes, in time order (nothing held but the requests'
+ * state): a step when it is scheduled; a request's row when it is sent and again at its first
+ * token and its end (and, still running at the end of the run, once more with its tokens so
+ * far); a step's token events once the arrivals planned during that step have been sent (an
+ * injection's send is backdated to its plan, so the gaps it overlaps end after its row). The
+ * rows and events are those sim_run would have put in a log, in the same order. */
+int sim_run_sink(const sim_config *cfg, const tokenlog_sink *sink, sim_stats *stats, char *err);
 
 #endif
