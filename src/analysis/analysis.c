@@ -107,6 +107,34 @@ void analysis_summary_free(analysis_summary *s)
     s->n_stall_list = 0;
 }
 
+static void *dup_array(const void *src, int64_t n, size_t size, bool *ok)
+{
+    if (n <= 0 || !src)
+        return NULL;
+    void *p = malloc((size_t)n * size);
+    if (!p) {
+        *ok = false;
+        return NULL;
+    }
+    memcpy(p, src, (size_t)n * size);
+    return p;
+}
+
+int analysis_summary_copy(analysis_summary *dst, const analysis_summary *src)
+{
+    bool ok = true;
+    *dst = *src;
+    dst->injections = dup_array(src->injections, src->n_injections, sizeof *src->injections, &ok);
+    dst->attribution.culprits = dup_array(src->attribution.culprits, src->attribution.n_culprits,
+                                          sizeof *src->attribution.culprits, &ok);
+    dst->stall_list = dup_array(src->stall_list, src->n_stall_list, sizeof *src->stall_list, &ok);
+    if (ok)
+        return 0;
+    analysis_summary_free(dst);
+    memset(dst, 0, sizeof *dst);
+    return -1;
+}
+
 bool analysis_injection_ttft(const analysis_summary *s, analysis_dist *out)
 {
     memset(out, 0, sizeof *out);

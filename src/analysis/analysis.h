@@ -241,6 +241,9 @@ int analysis_stream_end(analysis_stream *s, const analysis_options *opt, analysi
                         double *threshold_ms, char *err);
 void analysis_stream_free(analysis_stream *s);
 void analysis_summary_free(analysis_summary *s);
+/* A deep copy (its own injections, culprits and stalls). 0, or -1 on out-of-memory (dst
+ * then empty). */
+int analysis_summary_copy(analysis_summary *dst, const analysis_summary *src);
 
 /* stalls.csv: t_ns,user,request,gap_ms,cause,culprits — one row per stall (t_ns where the
  * wait began; culprits "request:prompt_tokens" joined by ';', the longest prompts first),

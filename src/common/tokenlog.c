@@ -812,6 +812,21 @@ static int read_file(tokenlog *log, const char *dir, const char *name, file_kind
     return read_path(log, path, kind, o, err);
 }
 
+int tokenlog_read_dir_rows(tokenlog *log, const char *dir, int64_t *cut_rows, char *err)
+{
+    tokenlog_init(log);
+    read_opts rows = {.cut_tail_ok = 1, .to_ns = -1};
+    read_opts steps = {.optional = 1, .cut_tail_ok = 1, .to_ns = -1};
+    if (read_file(log, dir, "requests.csv", FILE_REQUESTS, &rows, err) < 0 ||
+        read_file(log, dir, "steps.csv", FILE_STEPS, &steps, err) < 0) {
+        tokenlog_free(log);
+        return -1;
+    }
+    if (cut_rows)
+        *cut_rows = rows.cut_rows + steps.cut_rows;
+    return 0;
+}
+
 int tokenlog_read_dir(tokenlog *log, const char *dir, int64_t *cut_rows, char *err)
 {
     /* Always start from an empty log, and leave it empty on failure, so a caller may

@@ -141,6 +141,9 @@ int tokenlog_write_dir_rows(const tokenlog *log, const char *dir, char *err);
  * killed mid-row) is dropped and counted in *cut_rows (may be NULL); any other malformed row
  * is -1 with "file:line: why". */
 int tokenlog_read_dir(tokenlog *log, const char *dir, int64_t *cut_rows, char *err);
+/* The same without tokens.csv: requests.csv and steps.csv (optional), for a run whose events
+ * were not kept (a long simulation past --tokens-csv-max). */
+int tokenlog_read_dir_rows(tokenlog *log, const char *dir, int64_t *cut_rows, char *err);
 /* Row by row, for a file too large to hold (a merge of shards reads several at once): the
  * header is checked at open, each call hands out the next row (1), 0 at the end, -1 with
  * "file:line: why". A last row cut short (no newline) is dropped and counted; close returns

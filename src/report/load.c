@@ -172,6 +172,8 @@ static int summarize_window(const report_run *r, int64_t margin_ns, bool grow,
 static int summarize(report_run *r, double threshold_ms, double reference_p50_ms, bool keep_log,
                      char *err)
 {
+    if (r->summarized)
+        return 0; /* handed over by the run pair (report_given) */
     r->opt.label = r->label;
     r->opt.engine = r->engine;
     r->opt.target = r->target;
@@ -198,8 +200,44 @@ static int summarize(report_run *r, double threshold_ms, double reference_p50_ms
     return 0;
 }
 
+/* The summary a run pair handed over for this run, when its tokens.csv was not kept. */
+static const analysis_summary *given_summary(const report_run *r, const report_given *given)
+{
+    if (!given || has_file(r->dir, "tokens.csv"))
+        return NULL;
+    return strcmp(r->label, "baseline") == 0       ? given->baseline
+           : strcmp(r->label, "interference") == 0 ? given->interference
+                                                   : NULL;
+}
+
+/* A run without tokens.csv whose summary.json says the file was not kept: say why the
+ * report cannot be rebuilt from the files, instead of "No such file". */
+static int explain_missing_tokens(const report_run *r, char *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/summary.json", r->dir);
+    json_t *j = has_file(r->dir, "summary.json") ? json_load_file(path, 0, NULL) : NULL;
+    json_t *t = j ? json_object_get(j, "tokens_csv") : NULL;
+    bool dropped = t && json_is_false(json_object_get(t, "written"));
+    long long max = t ? (long long)json_integer_value(json_object_get(t, "max_events")) : 0;
+    json_decref(j);
+    if (!dropped)
+        return 0;
+    return err_set(err, "%s: tokens.csv was not kept (the run had more than %lld token events: "
+                        "--tokens-csv-max); its summary.json and report were written by the run "
+                        "itself, and rebuilding them needs the events: run it again with a larger "
+                        "--tokens-csv-max",
+                   r->dir, max);
+}
+
 int report_set_load(report_set *set, const char *root, double threshold_ms, bool keep_logs,
                   FILE *warn, char *err)
+{
+    return report_set_load_given(set, root, threshold_ms, keep_logs, NULL, warn, err);
+}
+
+int report_set_load_given(report_set *set, const char *root, double threshold_ms,
+                          bool keep_logs, const report_given *given, FILE *warn, char *err)
 {
     memset(set, 0, sizeof *set);
     set->baseline = set->interference = -1;
@@ -210,8 +248,18 @@ int report_set_load(report_set *set, const char *root, double threshold_ms, bool
         report_run *r = &set->runs[i];
         load_config(r, warn);
         int64_t cut = 0;
-        if (tokenlog_read_dir(&r->log, r->dir, &cut, err) != 0)
+        const analysis_summary *g = given_summary(r, given);
+        if (g) {
+            if (tokenlog_read_dir_rows(&r->log, r->dir, &cut, err) != 0)
+                return -1;
+            if (analysis_summary_copy(&r->summary, g) != 0)
+                return err_set(err, "out of memory");
+            r->summarized = r->no_tokens = true;
+        } else if (!has_file(r->dir, "tokens.csv") && explain_missing_tokens(r, err) != 0) {
             return -1;
+        } else if (tokenlog_read_dir(&r->log, r->dir, &cut, err) != 0) {
+            return -1;
+        }
         if (cut > 0) {
             /* A run killed while writing: what came before is good data, the run is not whole. */
             r->opt.complete = false;

@@ -26,6 +26,7 @@ typedef struct report_run {
     tokenlog log;
     analysis_summary summary;
     bool summarized;
+    bool no_tokens;            /* tokens.csv was not kept: log holds no events (report_given) */
     json_t *json;              /* config.json as read (shown raw), NULL when absent */
     bool has_config;           /* cfg and meta were read from it */
     experiment_config cfg;
@@ -55,6 +56,15 @@ typedef struct report_set {
  * config.json go to warn (may be NULL). 0, or -1 with err; report_set_free either way. */
 int report_set_load(report_set *set, const char *root, double threshold_ms, bool keep_logs,
                     FILE *warn, char *err);
+/* The summaries a run pair computed as it went (experiment_pair), for the runs whose
+ * tokens.csv was not kept (a long simulation past --tokens-csv-max): those are reported from
+ * these (copied) and their requests.csv and steps.csv, with no per-gap charts. A run that
+ * kept its tokens.csv is read back and summarized as always. NULL members: none. */
+typedef struct report_given {
+    const analysis_summary *baseline, *interference;
+} report_given;
+int report_set_load_given(report_set *set, const char *root, double threshold_ms,
+                          bool keep_logs, const report_given *given, FILE *warn, char *err);
 void report_set_free(report_set *set);
 /* The run to report as "interference": that label, else the only non-baseline run. */
 const report_run *report_set_main(const report_set *set);
