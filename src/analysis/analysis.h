@@ -155,7 +155,7 @@ typedef struct analysis_summary {
      * outgrew the budget (analysis_options.exact_gaps_max): then p50 ... p99.9 lie within
      * itl_relative_error of the nearest-rank gap (counts, mean and max stay exact, and so do
      * the stalls: their count, list and causes). summary.json: "itl_percentiles". */
-    bool itl_exact;
+    bool itl_histogram; /* false: exact (so a zeroed summary reads as exact) */
     double itl_relative_error; /* 0 when exact */
     /* tokens.csv not kept: the run had more token events than this limit (a long simulation);
      * summary.json "tokens_csv": {"written": false, "max_events"} only then. */
@@ -209,7 +209,7 @@ int analysis_summarize(const tokenlog *log, const analysis_options *opt, analysi
  * For logs too long to hold (an hour of 256 users is 10^8 token events): the producer (the
  * simulator, a reader of tokens.csv) hands over requests, steps and events as they come;
  * the stream keeps the requests, the steps, one small record per request, the gaps while
- * they fit (else a histogram: analysis_summary.itl_exact) and the long gaps, never the
+ * they fit (else a histogram: analysis_summary.itl_histogram) and the long gaps, never the
  * events. The figures are analysis_summarize's, exactly, whenever the gaps fit.
  *
  * Order: each request's events in time order (a gap is the time since that request's

@@ -116,7 +116,7 @@ json_t *analysis_summary_to_json(const analysis_summary *s)
     /* Which percentiles: exact, or a histogram's with a bounded error (long runs). */
     if (root)
         json_object_set_new(root, "itl_percentiles",
-                            json_pack("{s:s, s:o}", "method", s->itl_exact ? "exact" : "log-histogram",
+                            json_pack("{s:s, s:o}", "method", s->itl_histogram ? "log-histogram" : "exact",
                                       "relative_error", json_real(s->itl_relative_error)));
     if (root && s->tokens_csv_dropped)
         json_object_set_new(root, "tokens_csv",

@@ -451,8 +451,8 @@ static void gap_distributions(analysis_stream *s, analysis_summary *out)
     analysis_dist *itl = &out->itl_ms, *noise = &out->itl_noise;
     memset(itl, 0, sizeof *itl);
     memset(noise, 0, sizeof *noise);
-    out->itl_exact = sketch_exact(h0) && sketch_exact(h1);
-    out->itl_relative_error = out->itl_exact ? 0 : SKETCH_RELATIVE_ERROR;
+    out->itl_histogram = !(sketch_exact(h0) && sketch_exact(h1));
+    out->itl_relative_error = out->itl_histogram ? SKETCH_RELATIVE_ERROR : 0;
     if (n > 0) {
         itl->count = n;
         itl->mean = (d0.mean * (double)n0 + d1.mean * (double)n1) / (double)n;

@@ -612,7 +612,7 @@ int html_write_run_report(const report_set *set, const html_options *opt, char *
              "<code>--tokens-csv-max</code>): no chart of every gap. The figures were computed "
              "as the run went (gap percentiles: %s).</p>\n",
              (long long)x->summary.tokens_csv_max_events,
-             x->summary.itl_exact ? "exact" : "log histogram, ±0.39 % relative error");
+             !x->summary.itl_histogram ? "exact" : "log histogram, ±0.39 % relative error");
     fputs("<section id=\"timeline\">\n<h2>Every gap over time</h2>\n", out);
     if (!per_gap) {
         fputs(no_gaps, out);
