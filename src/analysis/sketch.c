@@ -19,17 +19,6 @@ void sketch_free(sketch *s)
     sketch_init(s, s->exact_max);
 }
 
-int sketch_bucket(int64_t ns)
-{
-    uint64_t v = (uint64_t)ns;
-    if (v < SKETCH_EXACT_BUCKETS)
-        return (int)v;
-    int e = 63 - __builtin_clzll(v); /* v in [2^e, 2^(e+1)), e >= MANTISSA_BITS + 1 */
-    int shift = e - SKETCH_MANTISSA_BITS;
-    int mant = (int)(v >> shift) - (1 << SKETCH_MANTISSA_BITS); /* [0, 2^MANTISSA_BITS) */
-    return SKETCH_EXACT_BUCKETS + (e - (SKETCH_MANTISSA_BITS + 1)) * (1 << SKETCH_MANTISSA_BITS) + mant;
-}
-
 void sketch_bucket_range(int bucket, int64_t *lo, int64_t *hi)
 {
     if (bucket < SKETCH_EXACT_BUCKETS) {
@@ -60,7 +49,7 @@ static int to_histogram(sketch *s)
     return 0;
 }
 
-int sketch_add(sketch *s, int64_t ns)
+int sketch_add_slow(sketch *s, int64_t ns)
 {
     if (ns < 0)
         ns = 0;

@@ -62,6 +62,8 @@ struct analysis_stream {
     candidate *cand;
     int64_t n_cand, cap_cand;
     double floor_ms;           /* every gap longer than this is a candidate */
+    int64_t floor_ns;          /* the same test on integer ns: gap_ms > floor_ms exactly when
+                                * gap_ns > floor_ns (ns -> ms is monotone) */
 
     window *win;               /* by send */
     int64_t n_win, cap_win;
@@ -70,6 +72,8 @@ struct analysis_stream {
     int64_t max_end_dirty;     /* max_end[j] is stale for j >= this */
     int64_t lower_hint;        /* the last windows_lower_bound: events come in time order */
 };
+
+static int64_t floor_to_ns(double floor_ms);
 
 static int grow(void **items, int64_t n, int64_t *cap, size_t size)
 {
@@ -101,6 +105,7 @@ analysis_stream *analysis_stream_begin(const analysis_options *opt, char *err)
     s->candidates_max =
         opt->stall_candidates_max > 0 ? opt->stall_candidates_max : ANALYSIS_STALL_CANDIDATES_DEFAULT;
     s->floor_ms = s->threshold_ms > 0 ? s->threshold_ms : -INFINITY;
+    s->floor_ns = floor_to_ns(s->floor_ms);
     tokenlog_init(&s->log);
     sketch_init(&s->half[0], INT64_MAX);
     sketch_init(&s->half[1], INT64_MAX);
@@ -262,6 +267,22 @@ int analysis_stream_step(analysis_stream *s, const tokenlog_step *st, char *err)
 
 /* ---- events ---------------------------------------------------------------------------- */
 
+/* The largest ns whose ms is not above floor_ms (INT64_MIN for -inf), so that the hot test
+ * is an integer compare and still exactly analysis_ns_to_ms(gap) > floor_ms. */
+static int64_t floor_to_ns(double floor_ms)
+{
+    if (!(floor_ms > -1e300))
+        return INT64_MIN;
+    if (floor_ms >= 9e12)
+        return INT64_MAX;
+    int64_t ns = (int64_t)floor(floor_ms * 1e6);
+    while (analysis_ns_to_ms(ns) > floor_ms)
+        ns--;
+    while (!(analysis_ns_to_ms(ns + 1) > floor_ms))
+        ns++;
+    return ns;
+}
+
 /* The value of 0-based rank k in v[0..n) (reordering v): Hoare's selection. */
 static double select_kth(double *v, int64_t n, int64_t k)
 {
@@ -303,8 +324,10 @@ static int prune_candidates(analysis_stream *s)
         v[i] = analysis_ns_to_ms(s->cand[i].gap_ns);
     double floor = select_kth(v, n, n - keep - 1);
     free(v);
-    if (floor > s->floor_ms)
+    if (floor > s->floor_ms) {
         s->floor_ms = floor;
+        s->floor_ns = floor_to_ns(floor);
+    }
     int64_t k = 0;
     for (int64_t i = 0; i < n; i++)
         if (analysis_ns_to_ms(s->cand[i].gap_ns) > s->floor_ms)
@@ -373,11 +396,10 @@ static int stream_bg(analysis_stream *s, int64_t request, int32_t user, int64_t 
         return err_set(err, "analysis: out of memory for %lld gaps",
                        (long long)(s->half[0].n + s->half[1].n));
 
-    const double gap_ms = analysis_ns_to_ms(gap);
-    if (gap_ms > s->floor_ms) {
+    if (gap > s->floor_ns) {
         if (s->threshold_ms <= 0 && s->n_cand == s->candidates_max && prune_candidates(s) != 0)
             return err_set(err, "analysis: out of memory for the long gaps");
-        if (gap_ms > s->floor_ms) {
+        if (gap > s->floor_ns) {
             if (grow((void **)&s->cand, s->n_cand, &s->cap_cand, sizeof *s->cand) != 0)
                 return err_set(err, "analysis: out of memory for the long gaps");
             s->cand[s->n_cand++] = (candidate){a, gap, request, rs->user};
