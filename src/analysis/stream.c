@@ -792,6 +792,10 @@ static double run_duration_s(const tokenlog *log)
     return (double)last / 1e9;
 }
 
+static int summarize_pass(const tokenlog *log, const analysis_timeline *tl,
+                          const analysis_options *opt_in, analysis_summary *out,
+                          double *threshold_ms, char *err);
+
 int analysis_summarize(const tokenlog *log, const analysis_options *opt, analysis_summary *out,
                        char *err)
 {
@@ -799,15 +803,32 @@ int analysis_summarize(const tokenlog *log, const analysis_options *opt, analysi
     analysis_options o = *opt;
     o.duration_s = opt->duration_s > 0 ? opt->duration_s : run_duration_s(log);
     o.exact_gaps_max = INT64_MAX; /* the log is in memory already: always exact */
-    o.stall_candidates_max = INT64_MAX;
+    /* Without a threshold the long gaps are held within the stream's budget, and a second
+     * pass (over memory: cheap) settles the stalls when more came than it could hold. */
     analysis_timeline tl;
     if (analysis_timeline_build(log, &tl, err) != 0)
         return -1;
-    analysis_stream *s = analysis_stream_begin(&o, err);
-    if (!s) {
-        analysis_timeline_free(&tl);
-        return -1;
+    int rc = -1;
+    for (int pass = 0; pass < 2; pass++) {
+        double threshold_ms = 0;
+        rc = summarize_pass(log, &tl, &o, out, &threshold_ms, err);
+        if (rc != -2)
+            break;
+        o.threshold_ms = threshold_ms;
     }
+    analysis_timeline_free(&tl);
+    return rc == 0 ? 0 : -1;
+}
+
+/* One pass of analysis_summarize. 0, -1 with err, or -2 (analysis_stream_end). */
+static int summarize_pass(const tokenlog *log, const analysis_timeline *tl,
+                          const analysis_options *opt_in, analysis_summary *out,
+                          double *threshold_ms, char *err)
+{
+    const analysis_options o = *opt_in;
+    analysis_stream *s = analysis_stream_begin(&o, err);
+    if (!s)
+        return -1;
     /* Rows as they are (duplicated ids too): the log is the whole truth already. */
     for (int64_t i = 0; i < log->n_requests; i++) {
         int64_t row;
@@ -824,16 +845,14 @@ int analysis_summarize(const tokenlog *log, const analysis_options *opt, analysi
     for (int64_t i = 0; i < log->n_events; i++)
         s->tokens += log->events[i].n_tokens;
     /* Background events per request, in time order (the timeline sorted them). */
-    for (int64_t k = 0; k < tl.n_segs; k++) {
-        const analysis_segment *seg = &tl.segs[k];
+    for (int64_t k = 0; k < tl->n_segs; k++) {
+        const analysis_segment *seg = &tl->segs[k];
         for (int64_t i = 0; i < seg->len; i++)
-            if (stream_bg(s, seg->request, seg->user, tl.times[seg->start + i], err) != 0)
+            if (stream_bg(s, seg->request, seg->user, tl->times[seg->start + i], err) != 0)
                 goto fail;
     }
-    analysis_timeline_free(&tl);
-    return analysis_stream_end(s, &o, out, NULL, err);
+    return analysis_stream_end(s, &o, out, threshold_ms, err);
 fail:
-    analysis_timeline_free(&tl);
     analysis_stream_free(s);
     return -1;
 }
