@@ -240,6 +240,15 @@ const tokenlog *analysis_stream_log(const analysis_stream *s);
 int analysis_stream_end(analysis_stream *s, const analysis_options *opt, analysis_summary *out,
                         double *threshold_ms, char *err);
 void analysis_stream_free(analysis_stream *s);
+
+/* A run directory's files through the stream, in bounded memory: requests.csv and steps.csv
+ * (optional) read first, then tokens.csv row by row (tokenlog_reader), each request's rows in
+ * time order. A second pass over tokens.csv when analysis_stream_end asks for one. opt as
+ * analysis_summarize's (duration_s 0: the requests' last instant); rows cut short at the end
+ * of a file (a killed writer) are dropped, counted in *cut_rows (may be NULL) and make the
+ * summary incomplete. 0, or -1 with err. */
+int analysis_summarize_files(const char *dir, const analysis_options *opt, analysis_summary *out,
+                             int64_t *cut_rows, char *err);
 void analysis_summary_free(analysis_summary *s);
 /* A deep copy (its own injections, culprits and stalls). 0, or -1 on out-of-memory (dst
  * then empty). */

@@ -856,3 +856,77 @@ fail:
     analysis_stream_free(s);
     return -1;
 }
+
+/* ---- a run's files ---------------------------------------------------------------------- */
+
+/* One pass: the rows (in memory) then tokens.csv from disk. 0, -1, or -2 (end's). */
+static int files_pass(const char *dir, const tokenlog *rows, const analysis_options *opt,
+                      analysis_summary *out, double *threshold_ms, int64_t *cut, char *err)
+{
+    char path[4200];
+    if (snprintf(path, sizeof path, "%s/tokens.csv", dir) >= (int)sizeof path)
+        return err_set(err, "%s: path too long", dir);
+    analysis_stream *s = analysis_stream_begin(opt, err);
+    if (!s)
+        return -1;
+    for (int64_t i = 0; i < rows->n_requests; i++)
+        if (analysis_stream_request(s, &rows->requests[i], err) != 0)
+            goto fail;
+    for (int64_t i = 0; i < rows->n_steps; i++)
+        if (analysis_stream_step(s, &rows->steps[i], err) != 0)
+            goto fail;
+    tokenlog_reader *rd = tokenlog_reader_open(path, TOKENLOG_TOKENS_CSV, err);
+    if (!rd)
+        goto fail;
+    tokenlog_event ev;
+    int rc;
+    while ((rc = tokenlog_reader_event(rd, &ev, err)) == 1)
+        if (analysis_stream_event(s, &ev, err) != 0) {
+            rc = -1;
+            break;
+        }
+    *cut += tokenlog_reader_close(rd);
+    if (rc != 0)
+        goto fail;
+    analysis_options o = *opt;
+    if (*cut > 0)
+        o.complete = false;
+    return analysis_stream_end(s, &o, out, threshold_ms, err);
+fail:
+    analysis_stream_free(s);
+    return -1;
+}
+
+int analysis_summarize_files(const char *dir, const analysis_options *opt, analysis_summary *out,
+                             int64_t *cut_rows, char *err)
+{
+    memset(out, 0, sizeof *out);
+    tokenlog rows;
+    int64_t cut_csv = 0;
+    if (tokenlog_read_dir_rows(&rows, dir, &cut_csv, err) != 0)
+        return -1;
+    analysis_options o = *opt;
+    if (!(o.duration_s > 0)) /* no duration given: the requests' last instant */
+        for (int64_t i = 0; i < rows.n_requests; i++) {
+            const tokenlog_request *q = &rows.requests[i];
+            int64_t last = q->t_end_ns > q->t_first_ns ? q->t_end_ns : q->t_first_ns;
+            if ((double)last / 1e9 > o.duration_s)
+                o.duration_s = (double)last / 1e9;
+        }
+    int rc = -1;
+    int64_t cut = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        double threshold_ms = 0;
+        cut = cut_csv;
+        if (cut > 0)
+            o.complete = false;
+        rc = files_pass(dir, &rows, &o, out, &threshold_ms, &cut, err);
+        if (rc != -2)
+            break;
+        o.threshold_ms = threshold_ms;
+    }
+    tokenlog_free(&rows);
+    if (cut_rows)
+        *cut_rows = cut;
+    return rc == 0 ? 0 : -1;
+}

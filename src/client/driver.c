@@ -349,6 +349,8 @@ struct phase {
     _Atomic int64_t consecutive_errors; /* requests ended in error, in a row, over all loops */
     int64_t error_limit;
     _Atomic int64_t next_request;       /* the incremental files' request ids */
+    _Atomic int64_t held_events;        /* over the loops, while log_events_max > 0 */
+    atomic_bool dropping;               /* past log_events_max: events leave once written */
     int64_t first_request;              /* log->n_requests when the phase began */
 };
 
@@ -502,6 +504,9 @@ static void on_token(void *ctx, void *user, const stream_token *tok)
         phase_fail(l, "out of memory for the token log");
         return;
     }
+    if (ph->cfg->log_events_max > 0 && !atomic_load_explicit(&ph->dropping, memory_order_relaxed) &&
+        atomic_fetch_add_explicit(&ph->held_events, 1, memory_order_relaxed) >= ph->cfg->log_events_max)
+        atomic_store(&ph->dropping, true);
     if (tok->emit_ns >= 0) {
         if (res->n_fidelity == res->cap_fidelity) {
             int64_t cap = res->cap_fidelity ? res->cap_fidelity * 2 : 4096;
@@ -674,6 +679,10 @@ static bool hand_rows(loop *l, bool wait, bool flush)
     for (int64_t i = 0; requests && rc == 0 && i < l->n_ended; i++)
         rc = tokenlog_writer_request(requests, &l->seg.requests[l->ended[i]], err);
     l->n_ended = 0;
+    /* Past the limit an event lives from its arrival to its write: memory stays flat. */
+    if (rc == 0 && tokens && requests && atomic_load(&ph->dropping) &&
+        l->handed_events == l->seg.n_events)
+        l->seg.n_events = l->handed_events = 0;
     if (flush && rc == 0 && tokens)
         rc = tokenlog_writer_flush(tokens, err);
     if (flush && rc == 0 && requests)
@@ -997,7 +1006,9 @@ static int merge_segments(phase *ph, tokenlog *log, char *err)
         if (!(h.final[i] = malloc((size_t)(n > 0 ? n : 1) * sizeof *h.final[i])))
             goto done;
     }
-    for (int pass = 0; pass < 2; pass++) {
+    /* Events dropped as they were written: the log gets the requests only. */
+    const int passes = atomic_load(&ph->dropping) ? 1 : 2;
+    for (int pass = 0; pass < passes; pass++) {
         h.events = pass == 1;
         h.n = 0;
         for (int i = 0; i < ph->n_loops; i++) {
@@ -1148,6 +1159,8 @@ int driver_run_phase(const driver_transports *transports, const driver_phase *cf
     atomic_init(&ph.stop, false);
     atomic_init(&ph.consecutive_errors, 0);
     atomic_init(&ph.next_request, 0);
+    atomic_init(&ph.held_events, 0);
+    atomic_init(&ph.dropping, false);
     const int users = shard_users(wl) > 0 ? shard_users(wl) : 1;
     ph.n_bg = cfg->threads > 0 ? cfg->threads : 1;
     if (ph.n_bg > users)
@@ -1207,6 +1220,7 @@ int driver_run_phase(const driver_transports *transports, const driver_phase *cf
     const char *first_violation;
     sum_results(&ph, res, &first_violation);
     res->complete = !ph.failed;
+    res->events_dropped = atomic_load(&ph.dropping);
     snprintf(res->error, sizeof res->error, "%s", ph.error);
     if (cfg->record && merge_segments(&ph, log, err) != 0)
         goto done;

@@ -392,6 +392,13 @@ int tokenlog_write_dir(const tokenlog *log, const char *dir, char *err)
     return tokenlog_write_dir_rows(log, dir, err);
 }
 
+int tokenlog_write_steps(const tokenlog *log, const char *dir, char *err)
+{
+    if (fsio_mkdirs(dir, err) != 0)
+        return -1;
+    return log->n_steps > 0 ? write_file(log, dir, "steps.csv", FILE_STEPS, err) : 0;
+}
+
 int tokenlog_write_dir_rows(const tokenlog *log, const char *dir, char *err)
 {
     if (fsio_mkdirs(dir, err) != 0 ||

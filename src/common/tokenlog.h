@@ -137,6 +137,9 @@ int tokenlog_writer_close(tokenlog_writer *w, char *err);
 int tokenlog_write_dir(const tokenlog *log, const char *dir, char *err);
 /* The same without tokens.csv (a producer that wrote its events as they came). */
 int tokenlog_write_dir_rows(const tokenlog *log, const char *dir, char *err);
+/* steps.csv alone (when n_steps > 0): a live run whose tokens.csv and requests.csv, written
+ * as it went, are its record. */
+int tokenlog_write_steps(const tokenlog *log, const char *dir, char *err);
 /* Read them back (steps.csv optional). A file's last row cut short (no newline: a writer
  * killed mid-row) is dropped and counted in *cut_rows (may be NULL); any other malformed row
  * is -1 with "file:line: why". */

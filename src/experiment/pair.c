@@ -67,11 +67,12 @@ static int one_run(const experiment_config *cfg, const experiment_runner *runner
                             .reference_p50_ms = reference_p50};
     /* A runner that streams hands its rows to the analysis as they come: nothing holds the
      * token log (an hour of 256 users is 10^8 events). */
-    experiment_streaming streaming = {.tokens_csv_max_events = io->tokens_csv_max_events};
+    experiment_streaming streaming = {.tokens_csv_max_events = io->tokens_csv_max_events,
+                                      .log_events_max = io->log_events_max};
     for (int pass = 0; pass < 2; pass++) {
         if (runner->streams && !(streaming.stream = analysis_stream_begin(&opt, err)))
             goto done;
-        phase.streaming = runner->streams ? &streaming : NULL;
+        phase.streaming = &streaming;
         why[0] = '\0';
         if (runner->run(runner->impl, &phase, &log, &meta, why) != 0) {
             analysis_stream_free(streaming.stream);
@@ -93,8 +94,14 @@ static int one_run(const experiment_config *cfg, const experiment_runner *runner
                                         : EXPERIMENT_TOKENS_CSV_MAX_DEFAULT;
         experiment_meta_stamps(&meta, &opt);
         if (!runner->streams) {
-            if (analysis_summarize(&log, &opt, summary, err) != 0)
+            /* A long live run kept its events on disk only: the analysis streams its files
+             * (with their own request ids: the run's rows as the driver wrote them). */
+            if (streaming.events_on_disk && d) {
+                if (analysis_summarize_files(d, &opt, summary, NULL, err) != 0)
+                    goto done;
+            } else if (analysis_summarize(&log, &opt, summary, err) != 0) {
                 goto done;
+            }
             break;
         }
         /* The stream ends (and is freed) here. Without a threshold given, more long gaps than

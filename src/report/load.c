@@ -169,78 +169,22 @@ static int summarize_window(const report_run *r, int64_t margin_ns, bool grow,
     return rc == 0 ? 0 : err_set(err, "%s: %s", r->dir, why);
 }
 
-/* One pass of the streamed analysis over requests (in memory) and tokens.csv (from disk).
- * 0, -1 with err, or -2 (the threshold came too late: *threshold_ms, analysis.h). */
-static int stream_pass(report_run *r, const analysis_options *opt, double *threshold_ms,
-                       int64_t *cut, char *err)
-{
-    char path[4200], why[ERR_LEN];
-    snprintf(path, sizeof path, "%s/tokens.csv", r->dir);
-    analysis_stream *s = analysis_stream_begin(opt, why);
-    if (!s)
-        return err_set(err, "%s: %s", r->dir, why);
-    for (int64_t i = 0; i < r->log.n_requests; i++)
-        if (analysis_stream_request(s, &r->log.requests[i], why) != 0)
-            goto fail;
-    for (int64_t i = 0; i < r->log.n_steps; i++)
-        if (analysis_stream_step(s, &r->log.steps[i], why) != 0)
-            goto fail;
-    tokenlog_reader *rd = tokenlog_reader_open(path, TOKENLOG_TOKENS_CSV, why);
-    if (!rd)
-        goto fail;
-    tokenlog_event ev;
-    int rc;
-    while ((rc = tokenlog_reader_event(rd, &ev, why)) == 1)
-        if (analysis_stream_event(s, &ev, why) != 0) {
-            rc = -1;
-            break;
-        }
-    *cut = tokenlog_reader_close(rd);
-    if (rc != 0)
-        goto fail;
-    analysis_options o = *opt;
-    if (*cut > 0)
-        o.complete = false;
-    rc = analysis_stream_end(s, &o, &r->summary, threshold_ms, why);
-    return rc == -1 ? err_set(err, "%s: %s", r->dir, why) : rc;
-fail:
-    analysis_stream_free(s);
-    return err_set(err, "%s: %s", r->dir, why);
-}
-
-/* A tokens.csv too large to hold: the analysis streams it (twice when the stall threshold is
- * the run's own p50 and more long gaps came than the stream could hold before it knew it). */
+/* A tokens.csv too large to hold: the analysis streams the run's files (analysis.h). */
 static int summarize_streamed(report_run *r, FILE *warn, char *err)
 {
-    analysis_options opt = r->opt;
-    if (!(opt.duration_s > 0)) /* no config.json: the requests' last instant */
-        for (int64_t i = 0; i < r->log.n_requests; i++) {
-            const tokenlog_request *q = &r->log.requests[i];
-            int64_t last = q->t_end_ns > q->t_first_ns ? q->t_end_ns : q->t_first_ns;
-            if ((double)last / 1e9 > opt.duration_s)
-                opt.duration_s = (double)last / 1e9;
-        }
-    for (int pass = 0; pass < 2; pass++) {
-        double threshold_ms = 0;
-        int64_t cut = 0;
-        int rc = stream_pass(r, &opt, &threshold_ms, &cut, err);
-        if (rc == -2 && pass == 0) {
-            opt.threshold_ms = threshold_ms;
-            continue;
-        }
-        if (rc != 0)
-            return -1;
-        if (cut > 0) {
-            r->opt.complete = false;
-            if (warn)
-                fprintf(warn, "stallscope report: warning: %s: dropped %lld row%s cut short at "
-                              "the end of tokens.csv; reported as incomplete\n",
-                        r->dir, (long long)cut, cut == 1 ? "" : "s");
-        }
-        r->summarized = r->no_tokens = true;
-        return 0;
+    char why[ERR_LEN];
+    int64_t cut = 0;
+    if (analysis_summarize_files(r->dir, &r->opt, &r->summary, &cut, why) != 0)
+        return err_set(err, "%s: %s", r->dir, why);
+    if (cut > 0) {
+        r->opt.complete = false;
+        if (warn)
+            fprintf(warn, "stallscope report: warning: %s: dropped %lld row%s cut short at the end "
+                          "of its CSVs (a run killed while writing); reported as incomplete\n",
+                    r->dir, (long long)cut, cut == 1 ? "" : "s");
     }
-    return err_set(err, "%s: the stall threshold could not be settled", r->dir);
+    r->summarized = r->no_tokens = true;
+    return 0;
 }
 
 static int summarize(report_run *r, double threshold_ms, double reference_p50_ms, bool keep_log,
