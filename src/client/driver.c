@@ -320,6 +320,8 @@ struct loop {
     int64_t first_violation_ns;
     int64_t tokens, worst_gap_ns; /* since t = 0, for progress lines */
     int64_t handed_events;        /* seg events given to tokens_csv */
+    int64_t fidelity_seen;        /* fidelity samples offered (the reservoir's count) */
+    uint64_t rng;                 /* the reservoir's draws (xorshift, seeded by the loop) */
     int64_t *ended;               /* seg rows ended, not yet given to requests_csv */
     int64_t n_ended, cap_ended;
     int64_t t_end_ns;
@@ -508,6 +510,20 @@ static void on_token(void *ctx, void *user, const stream_token *tok)
         atomic_fetch_add_explicit(&ph->held_events, 1, memory_order_relaxed) >= ph->cfg->log_events_max)
         atomic_store(&ph->dropping, true);
     if (tok->emit_ns >= 0) {
+        const double sample = (double)(tok->t_ns - tok->emit_ns) / 1e6;
+        /* Memory stays flat past log_events_max: the samples become a uniform reservoir of
+         * that many (Algorithm R), so fidelity.json still describes the whole run. */
+        int64_t keep = ph->cfg->log_events_max;
+        if (keep > 0 && res->n_fidelity >= keep) {
+            l->fidelity_seen++;
+            l->rng ^= l->rng << 13;
+            l->rng ^= l->rng >> 7;
+            l->rng ^= l->rng << 17;
+            uint64_t j = l->rng % (uint64_t)l->fidelity_seen;
+            if (j < (uint64_t)keep)
+                res->fidelity_ms[j] = sample;
+            return;
+        }
         if (res->n_fidelity == res->cap_fidelity) {
             int64_t cap = res->cap_fidelity ? res->cap_fidelity * 2 : 4096;
             double *f = realloc(res->fidelity_ms, (size_t)cap * sizeof *f);
@@ -516,7 +532,8 @@ static void on_token(void *ctx, void *user, const stream_token *tok)
             res->fidelity_ms = f;
             res->cap_fidelity = cap;
         }
-        res->fidelity_ms[res->n_fidelity++] = (double)(tok->t_ns - tok->emit_ns) / 1e6;
+        res->fidelity_ms[res->n_fidelity++] = sample;
+        l->fidelity_seen = res->n_fidelity;
     }
 }
 
@@ -1121,6 +1138,7 @@ static int loop_init(phase *ph, int index)
     loop *l = &ph->loops[index];
     l->ph = ph;
     l->index = index;
+    l->rng = 0x9e3779b97f4a7c15ULL ^ ((uint64_t)index + 1) * 0xbf58476d1ce4e5b9ULL;
     l->injector = index == ph->n_bg;
     l->h = (stream_handlers){l, on_token, on_end};
     tokenlog_init(&l->seg);

@@ -137,7 +137,8 @@ typedef struct driver_result {
      * log holds the requests only (renumbered as always); tokens.csv and requests.csv as the
      * driver wrote them are the record. */
     bool events_dropped;
-    /* receive - emit per event, ms, where the server sent emit_ns (fidelity self-check) */
+    /* receive - emit per event, ms, where the server sent emit_ns (fidelity self-check);
+     * with log_events_max, a uniform sample of at most that many per loop */
     double *fidelity_ms;
     int64_t n_fidelity, cap_fidelity;
 } driver_result;
