@@ -94,8 +94,21 @@ int analysis_gaps_ms(const tokenlog *log, double **out, int64_t *n, char *err)
 
 /* ---- summary ----------------------------------------------------------------------- */
 
+static void digest_free(analysis_gap_digest *d)
+{
+    if (!d)
+        return;
+    free(d->t_s);
+    free(d->gap_ms);
+    free(d->ccdf_ms);
+    free(d->ccdf_frac);
+    free(d);
+}
+
 void analysis_summary_free(analysis_summary *s)
 {
+    digest_free(s->gap_digest);
+    s->gap_digest = NULL;
     free(s->injections);
     s->injections = NULL;
     s->n_injections = 0;
@@ -128,6 +141,21 @@ int analysis_summary_copy(analysis_summary *dst, const analysis_summary *src)
     dst->attribution.culprits = dup_array(src->attribution.culprits, src->attribution.n_culprits,
                                           sizeof *src->attribution.culprits, &ok);
     dst->stall_list = dup_array(src->stall_list, src->n_stall_list, sizeof *src->stall_list, &ok);
+    dst->gap_digest = NULL;
+    if (src->gap_digest) {
+        analysis_gap_digest *d = malloc(sizeof *d);
+        if (d) {
+            const analysis_gap_digest *g = src->gap_digest;
+            *d = *g;
+            d->t_s = dup_array(g->t_s, g->n_points, sizeof *g->t_s, &ok);
+            d->gap_ms = dup_array(g->gap_ms, g->n_points, sizeof *g->gap_ms, &ok);
+            d->ccdf_ms = dup_array(g->ccdf_ms, g->n_ccdf, sizeof *g->ccdf_ms, &ok);
+            d->ccdf_frac = dup_array(g->ccdf_frac, g->n_ccdf, sizeof *g->ccdf_frac, &ok);
+            dst->gap_digest = d;
+        } else {
+            ok = false;
+        }
+    }
     if (ok)
         return 0;
     analysis_summary_free(dst);

@@ -124,6 +124,21 @@ typedef struct analysis_stamps {
     int64_t user;      /* stamped in user space after the read */
 } analysis_stamps;
 
+/* What the report's per-gap charts need from a streamed run, whose events nobody holds:
+ * every gap's place on the "gaps over time" chart reduced to one point per occupied cell
+ * (ANALYSIS_DIGEST_COLUMNS columns over the run, 8 rows per doubling of the gap; a point is
+ * its cell's middle in time and its row's middle in gap, within ±4.4 %), and the distribution
+ * of gaps as a staircase over the histogram's buckets (analysis.h's ±0.39 %). */
+#define ANALYSIS_DIGEST_COLUMNS 1200
+typedef struct analysis_gap_digest {
+    int64_t gaps;            /* the gaps drawn */
+    int64_t n_points;
+    double *t_s, *gap_ms;    /* (n_points) one per occupied cell, by time then gap */
+    double max_t_s, max_gap_ms; /* the longest gap, exact, and where it began */
+    int64_t n_ccdf;
+    double *ccdf_ms, *ccdf_frac; /* (n_ccdf) fraction of gaps at least ccdf_ms, ascending */
+} analysis_gap_digest;
+
 typedef struct analysis_summary {
     char label[64];
     char engine[128];
@@ -161,6 +176,8 @@ typedef struct analysis_summary {
      * summary.json "tokens_csv": {"written": false, "max_events"} only then. */
     bool tokens_csv_dropped;
     int64_t tokens_csv_max_events;
+    /* A streamed run's per-gap charts (analysis_stream with opt.gap_digest), else NULL. */
+    analysis_gap_digest *gap_digest;
 } analysis_summary;
 
 typedef struct analysis_options {
@@ -180,6 +197,8 @@ typedef struct analysis_options {
      * reference: 5 x the run's own p50, known at the end). */
     int64_t exact_gaps_max;
     int64_t stall_candidates_max;
+    /* The stream draws analysis_summary.gap_digest (for a report without the events). */
+    bool gap_digest;
     /* Passed through to the summary: tokens.csv was not kept (more events than its limit). */
     bool tokens_csv_dropped;
     int64_t tokens_csv_max_events;

@@ -60,6 +60,17 @@ static inline int sketch_add(sketch *s, int64_t ns)
     }
     return sketch_add_slow(s, ns);
 }
+/* The same with the value's bucket known already (bucket == sketch_bucket(ns)). */
+static inline int sketch_add_in(sketch *s, int64_t ns, int bucket)
+{
+    if (s->buckets && ns >= s->min && ns <= s->max) {
+        s->sum_ns += (double)ns;
+        s->buckets[bucket]++;
+        s->n++;
+        return 0;
+    }
+    return sketch_add_slow(s, ns);
+}
 static inline bool sketch_exact(const sketch *s)
 {
     return s->buckets == NULL;

@@ -65,6 +65,11 @@ struct analysis_stream {
     int64_t floor_ns;          /* the same test on integer ns: gap_ms > floor_ms exactly when
                                 * gap_ns > floor_ns (ns -> ms is monotone) */
 
+    /* The per-gap charts' digest (opt.gap_digest): occupied cells, and the longest gap. */
+    unsigned char *cells;      /* (ANALYSIS_DIGEST_COLUMNS x DIGEST_ROWS) */
+    double column_per_ns;
+    int64_t max_gap_ns, max_gap_t;
+
     window *win;               /* by send */
     int64_t n_win, cap_win;
     int64_t *max_end;          /* running maximum of win[].end */
@@ -74,6 +79,9 @@ struct analysis_stream {
 };
 
 static int64_t floor_to_ns(double floor_ms);
+
+#define DIGEST_SHIFT 4 /* rows: the histogram's buckets by 16, 8 per doubling */
+#define DIGEST_ROWS ((SKETCH_BUCKETS >> DIGEST_SHIFT) + 1)
 
 static int grow(void **items, int64_t n, int64_t *cap, size_t size)
 {
@@ -106,6 +114,16 @@ analysis_stream *analysis_stream_begin(const analysis_options *opt, char *err)
         opt->stall_candidates_max > 0 ? opt->stall_candidates_max : ANALYSIS_STALL_CANDIDATES_DEFAULT;
     s->floor_ms = s->threshold_ms > 0 ? s->threshold_ms : -INFINITY;
     s->floor_ns = floor_to_ns(s->floor_ms);
+    if (opt->gap_digest) {
+        s->cells = calloc((size_t)ANALYSIS_DIGEST_COLUMNS * DIGEST_ROWS, 1);
+        s->column_per_ns = opt->duration_s > 0 ? ANALYSIS_DIGEST_COLUMNS / (opt->duration_s * 1e9) : 0;
+        s->max_gap_ns = -1;
+        if (!s->cells) {
+            analysis_stream_free(s);
+            err_set(err, "analysis: out of memory");
+            return NULL;
+        }
+    }
     tokenlog_init(&s->log);
     sketch_init(&s->half[0], INT64_MAX);
     sketch_init(&s->half[1], INT64_MAX);
@@ -134,6 +152,7 @@ void analysis_stream_free(analysis_stream *s)
         sketch_free(&s->win[j].gaps);
     free(s->win);
     free(s->max_end);
+    free(s->cells);
     free(s);
 }
 
@@ -392,9 +411,17 @@ static int stream_bg(analysis_stream *s, int64_t request, int32_t user, int64_t 
     if (sketch_exact(h) && s->half[0].n + s->half[1].n == s->exact_gaps_max &&
         (sketch_make_histogram(&s->half[0]) != 0 || sketch_make_histogram(&s->half[1]) != 0))
         return err_set(err, "analysis: out of memory for the gap histogram");
-    if (sketch_add(h, gap) != 0)
+    const int bucket = sketch_bucket(gap);
+    if (sketch_add_in(h, gap, bucket) != 0)
         return err_set(err, "analysis: out of memory for %lld gaps",
                        (long long)(s->half[0].n + s->half[1].n));
+    if (s->cells) {
+        int64_t col = (int64_t)((double)a * s->column_per_ns);
+        col = col < 0 ? 0 : col >= ANALYSIS_DIGEST_COLUMNS ? ANALYSIS_DIGEST_COLUMNS - 1 : col;
+        s->cells[(size_t)(bucket >> DIGEST_SHIFT) * ANALYSIS_DIGEST_COLUMNS + (size_t)col] = 1;
+        if (gap > s->max_gap_ns)
+            s->max_gap_ns = gap, s->max_gap_t = a;
+    }
 
     if (gap > s->floor_ns) {
         if (s->threshold_ms <= 0 && s->n_cand == s->candidates_max && prune_candidates(s) != 0)
@@ -622,6 +649,88 @@ static int injections(analysis_stream *s, analysis_summary *out, int64_t **plan_
     return 0;
 }
 
+/* The midpoint of digest row `row`, ns. */
+static double row_mid_ns(int row)
+{
+    int64_t lo, hi, lo2, hi2;
+    int first = row << DIGEST_SHIFT, last = ((row + 1) << DIGEST_SHIFT) - 1;
+    if (last >= SKETCH_BUCKETS)
+        last = SKETCH_BUCKETS - 1;
+    sketch_bucket_range(first, &lo, &hi);
+    sketch_bucket_range(last, &lo2, &hi2);
+    return ((double)lo + (double)hi2) / 2;
+}
+
+/* The per-gap charts' digest from the cells and the gap distribution (finished). */
+static int build_digest(analysis_stream *s, analysis_summary *out)
+{
+    analysis_gap_digest *d = calloc(1, sizeof *d);
+    if (!d)
+        return -1;
+    out->gap_digest = d;
+    const sketch *h0 = &s->half[0], *h1 = &s->half[1];
+    d->gaps = h0->n + h1->n;
+    d->max_gap_ms = analysis_ns_to_ms(s->max_gap_ns);
+    d->max_t_s = (double)s->max_gap_t / 1e9;
+    int64_t n = 0;
+    for (size_t i = 0; i < (size_t)ANALYSIS_DIGEST_COLUMNS * DIGEST_ROWS; i++)
+        n += s->cells[i];
+    d->t_s = malloc((size_t)(n ? n : 1) * sizeof *d->t_s);
+    d->gap_ms = malloc((size_t)(n ? n : 1) * sizeof *d->gap_ms);
+    if (!d->t_s || !d->gap_ms)
+        return -1;
+    const double column_s = s->duration_s / ANALYSIS_DIGEST_COLUMNS;
+    for (int col = 0; col < ANALYSIS_DIGEST_COLUMNS; col++)
+        for (int row = 0; row < DIGEST_ROWS; row++)
+            if (s->cells[(size_t)row * ANALYSIS_DIGEST_COLUMNS + (size_t)col]) {
+                /* The row's middle, kept within the gaps seen (the label reads the max). */
+                double mid = row_mid_ns(row);
+                mid = mid > (double)s->max_gap_ns ? (double)s->max_gap_ns : mid;
+                d->t_s[d->n_points] = (col + 0.5) * column_s;
+                d->gap_ms[d->n_points++] = mid / 1e6;
+            }
+    /* The staircase: P(gap >= lo of bucket b) over the buckets that hold gaps. */
+    int64_t *counts = calloc(SKETCH_BUCKETS, sizeof *counts);
+    if (!counts)
+        return -1;
+    const sketch *hs[2] = {h0, h1};
+    for (int k = 0; k < 2; k++) {
+        if (hs[k]->buckets)
+            for (int b = 0; b < SKETCH_BUCKETS; b++)
+                counts[b] += hs[k]->buckets[b];
+        else
+            for (int64_t i = 0; i < hs[k]->n; i++)
+                counts[sketch_bucket(hs[k]->values[i])]++;
+    }
+    int used = 0;
+    for (int b = 0; b < SKETCH_BUCKETS; b++)
+        used += counts[b] > 0;
+    d->ccdf_ms = malloc((size_t)(2 * used + 1) * sizeof *d->ccdf_ms);
+    d->ccdf_frac = malloc((size_t)(2 * used + 1) * sizeof *d->ccdf_frac);
+    if (!d->ccdf_ms || !d->ccdf_frac) {
+        free(counts);
+        return -1;
+    }
+    int64_t below = 0;
+    for (int b = 0; b < SKETCH_BUCKETS; b++) {
+        if (counts[b] == 0)
+            continue;
+        int64_t lo, hi;
+        sketch_bucket_range(b, &lo, &hi);
+        double frac = (double)(d->gaps - below) / (double)d->gaps;
+        if (hi > s->max_gap_ns)
+            hi = s->max_gap_ns;
+        d->ccdf_ms[d->n_ccdf] = (double)lo / 1e6;
+        d->ccdf_frac[d->n_ccdf++] = frac;
+        below += counts[b];
+        /* Flat to the bucket's top, then the step down at the next bucket. */
+        d->ccdf_ms[d->n_ccdf] = (double)hi / 1e6;
+        d->ccdf_frac[d->n_ccdf++] = frac;
+    }
+    free(counts);
+    return 0;
+}
+
 int analysis_stream_end(analysis_stream *s, const analysis_options *opt, analysis_summary *out,
                         double *threshold_ms, char *err)
 {
@@ -748,6 +857,9 @@ int analysis_stream_end(analysis_stream *s, const analysis_options *opt, analysi
             out->injections[aligned_users[i].first].users_stalled++;
     for (int j = 0; j < out->n_injections; j++)
         out->injections_with_stalls += out->injections[j].users_stalled > 0;
+
+    if (s->cells && n_gaps > 0 && build_digest(s, out) != 0)
+        goto oom;
 
     /* Every stall's cause and culprits, whatever the workload. */
     analysis_request_counts counts = {.requests = s->n_states};
@@ -906,6 +1018,7 @@ int analysis_summarize_files(const char *dir, const analysis_options *opt, analy
     if (tokenlog_read_dir_rows(&rows, dir, &cut_csv, err) != 0)
         return -1;
     analysis_options o = *opt;
+    o.gap_digest = true; /* the events stay on disk: the report draws from the digest */
     if (!(o.duration_s > 0)) /* no duration given: the requests' last instant */
         for (int64_t i = 0; i < rows.n_requests; i++) {
             const tokenlog_request *q = &rows.requests[i];

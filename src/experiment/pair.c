@@ -64,7 +64,8 @@ static int one_run(const experiment_config *cfg, const experiment_runner *runner
                             .duration_s = (double)wl.duration_ns / 1e9,
                             .users = workload_shard_users(&wl, wl.shard.index),
                             .threshold_ms = (double)cfg->stall_threshold_ns / 1e6,
-                            .reference_p50_ms = reference_p50};
+                            .reference_p50_ms = reference_p50,
+                            .gap_digest = runner->streams};
     /* A runner that streams hands its rows to the analysis as they come: nothing holds the
      * token log (an hour of 256 users is 10^8 events). */
     experiment_streaming streaming = {.tokens_csv_max_events = io->tokens_csv_max_events,

@@ -8,23 +8,29 @@
 #include "experiment/experiment.h"
 #include "sim/sim.h"
 
-/* A streamed run's rows: to the analysis, and tokens.csv as they come while under its
- * limit (past it the file is dropped: the DESIGN's "written only on request past a size"). */
+/* A streamed run's rows: to the analysis as they come, and its events held for tokens.csv
+ * while under the limit: written at the end when the run stayed under it (the same bytes as
+ * tokenlog_write_dir), dropped the moment it goes over (the DESIGN's "written only on request
+ * past a size"): an hour's 10^8 rows would be most of its cost, and formatting rows that are
+ * thrown away is waste. */
 typedef struct sim_sink {
     experiment_streaming *io;
-    fsio_file tokens; /* open while tokens.f */
+    tokenlog held; /* events only, while under max_events */
+    bool holding;
     int64_t max_events;
 } sim_sink;
 
 static int sink_event(void *ctx, const tokenlog_event *ev, char *err)
 {
     sim_sink *k = ctx;
-    if (k->tokens.f) {
+    if (k->holding) {
         if (k->io->events < k->max_events) {
-            tokenlog_write_event(k->tokens.f, ev);
+            if (tokenlog_add_event(&k->held, ev) != 0)
+                return err_set(err, "out of memory for tokens.csv's rows");
         } else {
-            fsio_abandon(&k->tokens);
-            k->tokens.f = NULL;
+            tokenlog_free(&k->held);
+            tokenlog_init(&k->held);
+            k->holding = false;
             k->io->tokens_csv_dropped = true;
         }
     }
@@ -47,34 +53,35 @@ static int sim_streamed(const sim_config *sim, const experiment_phase *ph, sim_s
 {
     experiment_streaming *io = ph->streaming;
     sim_sink k = {.io = io,
+                  .holding = ph->dir != NULL,
                   .max_events = io->tokens_csv_max_events > 0 ? io->tokens_csv_max_events
                                                               : EXPERIMENT_TOKENS_CSV_MAX_DEFAULT};
+    tokenlog_init(&k.held);
     io->events = 0;
     io->tokens_csv_dropped = false;
-    if (ph->dir) {
-        char path[4200];
-        if (fsio_join(path, sizeof path, ph->dir, "tokens.csv", err) != 0 ||
-            fsio_create(&k.tokens, path, err) != 0)
-            return -1;
-        setvbuf(k.tokens.f, NULL, _IOFBF, 1 << 20);
-        tokenlog_write_events_header(k.tokens.f);
-    }
     tokenlog_sink sink = {.event = sink_event, .request = sink_request, .step = sink_step, .ctx = &k};
-    if (sim_run_sink(sim, &sink, stats, err) != 0) {
-        if (k.tokens.f)
-            fsio_abandon(&k.tokens);
-        return -1;
+    int rc = -1;
+    if (sim_run_sink(sim, &sink, stats, err) != 0)
+        goto done;
+    if (ph->dir) {
+        /* tokens.csv from the held events, requests.csv and steps.csv from the stream's rows. */
+        const tokenlog *rows = analysis_stream_log(io->stream);
+        tokenlog all = *rows;
+        all.events = k.held.events;
+        all.n_events = k.held.n_events;
+        if ((k.holding ? tokenlog_write_dir(&all, ph->dir, err)
+                       : tokenlog_write_dir_rows(rows, ph->dir, err)) != 0)
+            goto done;
     }
-    if (k.tokens.f && fsio_commit(&k.tokens, err) != 0)
-        return -1;
-    if (ph->dir && tokenlog_write_dir_rows(analysis_stream_log(io->stream), ph->dir, err) != 0)
-        return -1;
     if (io->tokens_csv_dropped && ph->notes)
         fprintf(ph->notes,
                 "sim %-12s %lld token events: over --tokens-csv-max %lld, tokens.csv not kept "
                 "(the analysis streamed them)\n",
                 ph->label, (long long)io->events, (long long)k.max_events);
-    return 0;
+    rc = 0;
+done:
+    tokenlog_free(&k.held);
+    return rc;
 }
 
 static int sim_phase(void *impl, const experiment_phase *ph, tokenlog *log, experiment_meta *meta,

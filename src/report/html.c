@@ -605,7 +605,8 @@ int html_write_run_report(const report_set *set, const html_options *opt, char *
 
     /* A long simulation past --tokens-csv-max kept no events: its figures were computed as
      * it ran, and the charts of every single gap have nothing to draw. */
-    const bool per_gap = !x->no_tokens && !(b && b->no_tokens);
+    const bool per_gap = (!x->no_tokens || x->summary.gap_digest) &&
+                         !(b && b->no_tokens && !b->summary.gap_digest);
     char no_gaps[400];
     snprintf(no_gaps, sizeof no_gaps,
              "<p class=\"note\">tokens.csv was not kept (more than %lld token events: "
