@@ -187,6 +187,8 @@ typedef struct analysis_options {
     double duration_s;
     int users;
     double threshold_ms; /* 0: 5 x reference_p50_ms, or 5 x own p50 when that is 0 too */
+    bool threshold_known; /* threshold_ms is the threshold even when 0 (a second pass that
+                           * analysis_stream_end asked for: 5 x a p50 of 0) */
     double reference_p50_ms; /* the baseline's p50, 0 when none */
     bool complete;
     int64_t protocol_violations; /* counted by the client, passed through to the summary */
@@ -255,7 +257,7 @@ const tokenlog *analysis_stream_log(const analysis_stream *s);
  * duration and threshold as given to begin). 0; -1 with err; or -2 when the threshold was
  * not given and more than stall_candidates_max gaps were longer than the run's own
  * 5 x p50 could rule out: *threshold_ms is then that threshold, and a second pass with it
- * as opt.threshold_ms gives the exact summary. The stream is freed either way. */
+ * as opt.threshold_ms (and opt.threshold_known) gives the exact summary. The stream is freed either way. */
 int analysis_stream_end(analysis_stream *s, const analysis_options *opt, analysis_summary *out,
                         double *threshold_ms, char *err);
 void analysis_stream_free(analysis_stream *s);

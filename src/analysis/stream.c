@@ -40,7 +40,8 @@ typedef struct window {
 struct analysis_stream {
     double duration_s;
     int64_t half_ns;
-    double threshold_ms; /* 0: not known until the end */
+    double threshold_ms; /* when threshold_known */
+    bool threshold_known; /* else 5 x the run's own p50, known at the end */
     double reference_p50_ms;
     int64_t exact_gaps_max, candidates_max;
 
@@ -105,14 +106,15 @@ analysis_stream *analysis_stream_begin(const analysis_options *opt, char *err)
     }
     s->duration_s = opt->duration_s;
     s->half_ns = (int64_t)(opt->duration_s * 1e9 / 2);
-    s->threshold_ms = opt->threshold_ms > 0       ? opt->threshold_ms
-                      : opt->reference_p50_ms > 0 ? 5 * opt->reference_p50_ms
-                                                  : 0;
+    s->threshold_known = opt->threshold_known || opt->threshold_ms > 0 || opt->reference_p50_ms > 0;
+    s->threshold_ms = opt->threshold_known || opt->threshold_ms > 0 ? opt->threshold_ms
+                      : opt->reference_p50_ms > 0                   ? 5 * opt->reference_p50_ms
+                                                                    : 0;
     s->reference_p50_ms = opt->reference_p50_ms;
     s->exact_gaps_max = opt->exact_gaps_max > 0 ? opt->exact_gaps_max : ANALYSIS_EXACT_GAPS_DEFAULT;
     s->candidates_max =
         opt->stall_candidates_max > 0 ? opt->stall_candidates_max : ANALYSIS_STALL_CANDIDATES_DEFAULT;
-    s->floor_ms = s->threshold_ms > 0 ? s->threshold_ms : -INFINITY;
+    s->floor_ms = s->threshold_known ? s->threshold_ms : -INFINITY;
     s->floor_ns = floor_to_ns(s->floor_ms);
     if (opt->gap_digest) {
         s->cells = calloc((size_t)ANALYSIS_DIGEST_COLUMNS * DIGEST_ROWS, 1);
@@ -424,7 +426,7 @@ static int stream_bg(analysis_stream *s, int64_t request, int32_t user, int64_t 
     }
 
     if (gap > s->floor_ns) {
-        if (s->threshold_ms <= 0 && s->n_cand == s->candidates_max && prune_candidates(s) != 0)
+        if (!s->threshold_known && s->n_cand == s->candidates_max && prune_candidates(s) != 0)
             return err_set(err, "analysis: out of memory for the long gaps");
         if (gap > s->floor_ns) {
             if (grow((void **)&s->cand, s->n_cand, &s->cap_cand, sizeof *s->cand) != 0)
@@ -776,7 +778,7 @@ int analysis_stream_end(analysis_stream *s, const analysis_options *opt, analysi
     }
     analysis_dist_from(ttft, n_ttft, &out->ttft_ms);
 
-    const double threshold = s->threshold_ms > 0 ? s->threshold_ms : 5 * out->itl_ms.p50;
+    const double threshold = s->threshold_known ? s->threshold_ms : 5 * out->itl_ms.p50;
     out->stalls.threshold_ms = threshold;
     if (threshold_ms)
         *threshold_ms = threshold;
@@ -927,6 +929,7 @@ int analysis_summarize(const tokenlog *log, const analysis_options *opt, analysi
         if (rc != -2)
             break;
         o.threshold_ms = threshold_ms;
+        o.threshold_known = true;
     }
     analysis_timeline_free(&tl);
     return rc == 0 ? 0 : -1;
@@ -1037,6 +1040,7 @@ int analysis_summarize_files(const char *dir, const analysis_options *opt, analy
         if (rc != -2)
             break;
         o.threshold_ms = threshold_ms;
+        o.threshold_known = true;
     }
     tokenlog_free(&rows);
     if (cut_rows)

@@ -116,6 +116,7 @@ static int one_run(const experiment_config *cfg, const experiment_runner *runner
         if (rc_end != -2 || pass == 1)
             goto done;
         opt.threshold_ms = threshold_ms;
+        opt.threshold_known = true;
         if (io->notes && !io->quiet)
             fprintf(io->notes, "%s: the stall threshold (%.3f ms) was known only at the end: "
                                "a second pass with it\n", label, threshold_ms);

@@ -328,6 +328,7 @@ static void test_stream_unknown_threshold(void **state)
             second_passes++;
             assert_float_equal(thr, exact.stalls.threshold_ms, 0);
             opt.threshold_ms = thr;
+            opt.threshold_known = true;
             assert_int_equal(stream(&r, &opt, &sk, NULL), 0);
         } else {
             first_pass_exact++;
@@ -339,6 +340,55 @@ static void test_stream_unknown_threshold(void **state)
     }
     assert_true(second_passes > 0);
     assert_true(first_pass_exact > 0);
+}
+
+/* Most gaps 0 (tokens coalesced into one read on a loaded client): the p50 and so the
+ * threshold are 0, every other gap is a stall, and a second pass with a threshold of 0 still
+ * settles them (0 is a threshold then, not "unknown"). */
+static void test_stream_zero_threshold_second_pass(void **state)
+{
+    (void)state;
+    tokenlog log;
+    tokenlog_init(&log);
+    int64_t t = 0;
+    for (int read = 0; read < 40; read++) { /* every 2 ms, three events per request at once */
+        t += 2 * MS;
+        for (int r = 0; r < 4; r++)
+            for (int k = 0; k < 3; k++) {
+                tokenlog_event e = {.t_ns = t, .request = 1 + r, .user = r, .n_tokens = 1,
+                                    .kind = TOKENLOG_BG};
+                assert_int_equal(tokenlog_add_event(&log, &e), 0);
+            }
+    }
+    analysis_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.duration_s = (double)t / 1e9;
+    analysis_summary exact, sk;
+    char err[ERR_LEN] = "";
+    if (analysis_summarize(&log, &opt, &exact, err) != 0)
+        fail_msg("%s", err);
+    assert_float_equal(exact.stalls.threshold_ms, 0, 0);
+    assert_true(exact.stalls.count > 8);
+    /* The same log as a stream with room for 4 long gaps: a second pass, at threshold 0. */
+    opt.stall_candidates_max = 4;
+    analysis_stream *s = analysis_stream_begin(&opt, err);
+    assert_non_null(s);
+    for (int64_t i = 0; i < log.n_events; i++)
+        assert_int_equal(analysis_stream_event(s, &log.events[i], err), 0);
+    double thr = -1;
+    assert_int_equal(analysis_stream_end(s, &opt, &sk, &thr, err), -2);
+    assert_float_equal(thr, 0, 0);
+    opt.threshold_ms = thr;
+    opt.threshold_known = true;
+    s = analysis_stream_begin(&opt, err);
+    assert_non_null(s);
+    for (int64_t i = 0; i < log.n_events; i++)
+        assert_int_equal(analysis_stream_event(s, &log.events[i], err), 0);
+    assert_int_equal(analysis_stream_end(s, &opt, &sk, NULL, err), 0);
+    assert_same_summary(&exact, &sk);
+    analysis_summary_free(&exact);
+    analysis_summary_free(&sk);
+    tokenlog_free(&log);
 }
 
 /* An event earlier than its request's previous one is refused, not mis-measured. */
@@ -409,6 +459,7 @@ int main(void)
         cmocka_unit_test(test_stream_equals_summarize),
         cmocka_unit_test(test_stream_histogram_within_bound),
         cmocka_unit_test(test_stream_unknown_threshold),
+        cmocka_unit_test(test_stream_zero_threshold_second_pass),
         cmocka_unit_test(test_stream_refuses_time_travel),
         cmocka_unit_test(test_sketch_buckets),
     };
