@@ -1,12 +1,31 @@
-/* bench_sim — how fast virtual time runs, and what a logged token costs in memory.
- * Prints figures; never fails on time. */
+/* bench_sim — how fast virtual time runs, and what a long run costs in time and memory.
+ * Prints figures; never fails on time.
+ *
+ *   bench_sim [--no-old] [--out DIR]
+ *
+ * 1. The lesson: baseline + interference, simulated and analysed in memory (best of 5).
+ * 2. One simulated hour, 256 users, Poisson 8k-token arrivals (mean gap 10 s), each way in a
+ *    child process of its own, so each peak RSS (getrusage ru_maxrss of the child) is its own:
+ *      bare      the simulator alone, no token log
+ *      old       the whole token log in memory, then analysis_summarize (before issue 11)
+ *      stream    the simulator handing every event to the streaming analysis
+ *      full      what `stallscope sim --users 256 --duration 1h --inject-poisson
+ *                --inject-every 10s --no-baseline --out DIR` does: the run pair (streamed),
+ *                its CSVs, summary.json, stalls.csv, then the report (report.html, plots)
+ *    --no-old skips the old path (30 s and 5 GB on the 2-core VM). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "analysis/analysis.h"
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/fsio.h"
+#include "experiment/experiment.h"
+#include "report/report.h"
 #include "sim/sim.h"
 
 static int lesson_config(sim_config *cfg, char *err)
@@ -25,7 +44,7 @@ static int lesson_config(sim_config *cfg, char *err)
     return 0;
 }
 
-/* One simulate + analyse pass; returns wall ns. */
+/* One simulate + analyse pass in memory; returns wall ns. */
 static int64_t run_and_analyse(const sim_config *cfg, const char *label, double ref_p50,
                                analysis_summary *summary, int64_t *events, size_t *log_bytes)
 {
@@ -55,8 +74,170 @@ static int64_t run_and_analyse(const sim_config *cfg, const char *label, double 
     return wall;
 }
 
-int main(void)
+/* ---- the hour, each way in a child ------------------------------------------------------ */
+
+static int hour_config(sim_config *cfg, char *err)
 {
+    if (lesson_config(cfg, err) != 0)
+        return -1;
+    cfg->wl.users = 256;
+    cfg->wl.duration_ns = 3600 * CLOCK_NS_PER_S;
+    cfg->wl.inject_poisson = true;
+    cfg->wl.inject_at_ns = 0;
+    return 0;
+}
+
+static void print_summary(const char *way, const analysis_summary *s)
+{
+    printf("  %-7s p50 %.4f ms, p99 %.4f ms, p99.9 %.4f ms, max %.3f ms (%s), %lld stalls over "
+           "%.2f ms, %d injections\n",
+           way, s->itl_ms.p50, s->itl_ms.p99, s->itl_ms.p999, s->itl_ms.max,
+           s->itl_histogram ? "percentiles ±0.39 %" : "exact", (long long)s->stalls.count,
+           s->stalls.threshold_ms, s->n_injections);
+}
+
+static int way_bare(const sim_config *cfg, char *err)
+{
+    sim_stats stats;
+    if (sim_run(cfg, NULL, &stats, err) != 0)
+        return -1;
+    printf("  bare    %lld steps, %lld token events, %lld requests\n", (long long)stats.steps,
+           (long long)stats.token_events, (long long)stats.requests);
+    return 0;
+}
+
+static int way_old(const sim_config *cfg, char *err)
+{
+    (void)err;
+    analysis_summary s;
+    int64_t events = 0;
+    size_t bytes = 0;
+    run_and_analyse(cfg, "hour", 0, &s, &events, &bytes);
+    printf("  old     in-memory log %.1f MiB (%.1f bytes per token event)\n",
+           (double)bytes / (1 << 20), (double)bytes / (double)events);
+    print_summary("old", &s);
+    analysis_summary_free(&s);
+    return 0;
+}
+
+static int sink_event(void *ctx, const tokenlog_event *ev, char *err)
+{
+    return analysis_stream_event(ctx, ev, err);
+}
+static int sink_request(void *ctx, const tokenlog_request *r, char *err)
+{
+    return analysis_stream_request(ctx, r, err);
+}
+static int sink_step(void *ctx, const tokenlog_step *st, char *err)
+{
+    return analysis_stream_step(ctx, st, err);
+}
+
+static int way_stream(const sim_config *cfg, char *err)
+{
+    analysis_options opt = {.label = "hour", .engine = "bench", .target = "",
+                            .duration_s = (double)cfg->wl.duration_ns / 1e9,
+                            .users = cfg->wl.users, .complete = true};
+    analysis_stream *s = analysis_stream_begin(&opt, err);
+    if (!s)
+        return -1;
+    tokenlog_sink sink = {sink_event, sink_request, sink_step, s};
+    if (sim_run_sink(cfg, &sink, NULL, err) != 0) {
+        analysis_stream_free(s);
+        return -1;
+    }
+    analysis_summary sum;
+    if (analysis_stream_end(s, &opt, &sum, NULL, err) != 0)
+        return -1;
+    print_summary("stream", &sum);
+    analysis_summary_free(&sum);
+    return 0;
+}
+
+static const char *full_out = "/tmp/bench_sim_hour";
+
+static int way_full(const sim_config *unused, char *err)
+{
+    (void)unused;
+    experiment_config cfg;
+    experiment_defaults(&cfg, EXPERIMENT_SIM);
+    cfg.wl.users = 256;
+    cfg.wl.duration_ns = 3600 * CLOCK_NS_PER_S;
+    cfg.wl.inject_poisson = true;
+    cfg.no_baseline = true;
+    if (experiment_resolve(&cfg, err) != 0 || experiment_check(&cfg, err) != 0)
+        return -1;
+    if (fsio_remove_tree(full_out, err) != 0)
+        return -1;
+    experiment_runner runner;
+    experiment_runner_sim(&runner, err);
+    experiment_io io = {.out_dir = full_out, .notes = NULL, .quiet = true};
+    experiment_pair pair;
+    /* The table and verdict go to stdout: keep them out of the figures. */
+    fflush(stdout);
+    int saved = dup(1);
+    if (!freopen("/dev/null", "w", stdout))
+        return err_set(err, "cannot silence stdout");
+    int rc = experiment_run_pair(&cfg, &runner, &io, &pair, err) == 0 &&
+                     report_finish_pair(full_out, &pair, false, true, err) == 0
+                 ? 0
+                 : -1;
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    if (rc == 0)
+        print_summary("full", &pair.interference);
+    experiment_pair_free(&pair);
+    experiment_runner_free(&runner);
+    if (rc == 0)
+        printf("  full    artifacts and report.html in %s\n", full_out);
+    return rc;
+}
+
+/* Run one way in a child: its wall time, CPU time and peak RSS. */
+static void measure(const char *name, int (*way)(const sim_config *, char *), const sim_config *cfg)
+{
+    fflush(stdout);
+    int64_t t0 = clock_now_ns();
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("fork");
+        exit(1);
+    }
+    if (pid == 0) {
+        char err[ERR_LEN] = "";
+        int rc = way(cfg, err);
+        if (rc != 0)
+            fprintf(stderr, "%s: %s\n", name, err);
+        fflush(stdout);
+        _exit(rc == 0 ? 0 : 1);
+    }
+    int status = 0;
+    struct rusage ru;
+    if (wait4(pid, &status, 0, &ru) != pid) {
+        perror("wait4");
+        exit(1);
+    }
+    double wall = (double)(clock_now_ns() - t0) / 1e9;
+    double cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+                 (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+    printf("%-7s %6.2f s wall %6.2f s CPU %8.1f MiB peak RSS%s\n", name, wall, cpu,
+           (double)ru.ru_maxrss / 1024, WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "" : "  FAILED");
+}
+
+int main(int argc, char **argv)
+{
+    bool old = true;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--no-old") == 0)
+            old = false;
+        else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
+            full_out = argv[++i];
+        else {
+            fprintf(stderr, "usage: bench_sim [--no-old] [--out DIR]\n");
+            return 2;
+        }
+    }
     char err[ERR_LEN];
     sim_config cfg;
     if (lesson_config(&cfg, err) != 0) {
@@ -82,33 +263,22 @@ int main(void)
            "(goal < 100 ms), %lld token events per run\n",
            (double)best / 1e6, (long long)events);
 
-    /* 2. One simulated hour, 256 users, Poisson 8k-token arrivals (mean gap 10 s). */
-    sim_config hour = cfg;
-    hour.wl.users = 256;
-    hour.wl.duration_ns = 3600 * CLOCK_NS_PER_S;
-    hour.wl.inject_poisson = true;
-    hour.wl.inject_at_ns = 0;
-    sim_stats stats;
-    int64_t t0 = clock_now_ns();
-    if (sim_run(&hour, NULL, &stats, err) != 0) {
-        fprintf(stderr, "sim: %s\n", err);
+    /* 2. One simulated hour, each way in its own process. */
+    sim_config hour;
+    if (hour_config(&hour, err) != 0) {
+        fprintf(stderr, "%s\n", err);
         return 1;
     }
-    int64_t wall_bare = clock_now_ns() - t0;
-    printf("1 simulated hour, 256 users, Poisson injections: %.2f s wall without a token log "
-           "(goal < 5 s); %lld steps, %lld token events, %lld requests, %lld preemptions\n",
-           (double)wall_bare / 1e9, (long long)stats.steps, (long long)stats.token_events,
-           (long long)stats.requests, (long long)stats.preemptions);
-
-    analysis_summary s;
-    size_t bytes = 0;
-    int64_t wall_log = run_and_analyse(&hour, "hour", 0, &s, &events, &bytes);
-    printf("  same hour with the in-memory token log + analysis: %.2f s wall; %lld events; "
-           "log memory %.1f MiB = %.1f bytes per logged token (event row %zu bytes)\n",
-           (double)wall_log / 1e9, (long long)events, (double)bytes / (1 << 20),
-           (double)bytes / (double)events, sizeof(tokenlog_event));
-    printf("  hour summary: p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms, max %.1f ms, %d injections\n",
-           s.itl_ms.p50, s.itl_ms.p99, s.itl_ms.p999, s.itl_ms.max, s.n_injections);
-    analysis_summary_free(&s);
+    double load[3] = {0};
+    if (getloadavg(load, 3) < 0)
+        load[0] = -1;
+    printf("1 simulated hour, 256 users, Poisson 8k-token injections every 10 s on average "
+           "(goal: full <= 5 s, <= 1 GiB); load average %.2f at the start, %ld CPUs online\n",
+           load[0], sysconf(_SC_NPROCESSORS_ONLN));
+    measure("bare", way_bare, &hour);
+    if (old)
+        measure("old", way_old, &hour);
+    measure("stream", way_stream, &hour);
+    measure("full", way_full, &hour);
     return 0;
 }

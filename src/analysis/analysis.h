@@ -125,6 +125,21 @@ typedef struct analysis_stamps {
     int64_t user;      /* stamped in user space after the read */
 } analysis_stamps;
 
+/* What the report's per-gap charts need from a streamed run, whose events nobody holds:
+ * every gap's place on the "gaps over time" chart reduced to one point per occupied cell
+ * (ANALYSIS_DIGEST_COLUMNS columns over the run, 8 rows per doubling of the gap; a point is
+ * its cell's middle in time and its row's middle in gap, within ±4.4 %), and the distribution
+ * of gaps as a staircase over the histogram's buckets (analysis.h's ±0.39 %). */
+#define ANALYSIS_DIGEST_COLUMNS 1200
+typedef struct analysis_gap_digest {
+    int64_t gaps;            /* the gaps drawn */
+    int64_t n_points;
+    double *t_s, *gap_ms;    /* (n_points) one per occupied cell, by time then gap */
+    double max_t_s, max_gap_ms; /* the longest gap, exact, and where it began */
+    int64_t n_ccdf;
+    double *ccdf_ms, *ccdf_frac; /* (n_ccdf) fraction of gaps at least ccdf_ms, ascending */
+} analysis_gap_digest;
+
 typedef struct analysis_summary {
     char label[64];
     char engine[128];
@@ -152,6 +167,19 @@ typedef struct analysis_summary {
     analysis_stall *stall_list; /* (n_stall_list) every stall, by request then time */
     int64_t n_stall_list;
     standard_metrics standard;  /* TTFT, TPOT, ITL, E2E, throughputs, goodput (standard.h) */
+    /* How itl_ms (and itl_noise) were computed: exact (every gap held and sorted: the
+     * nearest-rank values are observed gaps), or from a log-bucketed histogram once the gaps
+     * outgrew the budget (analysis_options.exact_gaps_max): then p50 ... p99.9 lie within
+     * itl_relative_error of the nearest-rank gap (counts, mean and max stay exact, and so do
+     * the stalls: their count, list and causes). summary.json: "itl_percentiles". */
+    bool itl_histogram; /* false: exact (so a zeroed summary reads as exact) */
+    double itl_relative_error; /* 0 when exact */
+    /* tokens.csv not kept: the run had more token events than this limit (a long simulation);
+     * summary.json "tokens_csv": {"written": false, "max_events"} only then. */
+    bool tokens_csv_dropped;
+    int64_t tokens_csv_max_events;
+    /* A streamed run's per-gap charts (analysis_stream with opt.gap_digest), else NULL. */
+    analysis_gap_digest *gap_digest;
 } analysis_summary;
 
 typedef struct analysis_options {
@@ -161,12 +189,28 @@ typedef struct analysis_options {
     double duration_s;
     int users;
     double threshold_ms; /* 0: 5 x reference_p50_ms, or 5 x own p50 when that is 0 too */
+    bool threshold_known; /* threshold_ms is the threshold even when 0 (a second pass that
+                           * analysis_stream_end asked for: 5 x a p50 of 0) */
     double reference_p50_ms; /* the baseline's p50, 0 when none */
     bool complete;
     int64_t protocol_violations; /* counted by the client, passed through to the summary */
     analysis_stamps stamps;      /* where the client's times came from (HTTP runs) */
     const standard_options *standard; /* percentiles and SLOs; NULL: the defaults */
+    /* The streaming analysis' memory budget (0: the defaults below). exact_gaps_max: gaps
+     * held for exact percentiles before a histogram takes over. stall_candidates_max: long
+     * gaps held while the stall threshold is not known yet (no threshold_ms and no
+     * reference: 5 x the run's own p50, known at the end). */
+    int64_t exact_gaps_max;
+    int64_t stall_candidates_max;
+    /* The stream draws analysis_summary.gap_digest (for a report without the events). */
+    bool gap_digest;
+    /* Passed through to the summary: tokens.csv was not kept (more events than its limit). */
+    bool tokens_csv_dropped;
+    int64_t tokens_csv_max_events;
 } analysis_options;
+
+#define ANALYSIS_EXACT_GAPS_DEFAULT ((int64_t)16 << 20)        /* 16 Mi gaps: 128 MiB */
+#define ANALYSIS_STALL_CANDIDATES_DEFAULT ((int64_t)2 << 20)   /* 2 Mi gaps: 64 MiB */
 
 /* Nearest-rank quantile of sorted[0..n), p in (0, 1]; 0 when n == 0. */
 double analysis_quantile(const double *sorted, int64_t n, double p);
@@ -179,9 +223,60 @@ bool analysis_injection_ttft(const analysis_summary *s, analysis_dist *out);
 /* All background ITL gaps in ms, in (request, time) order; caller frees *out. */
 int analysis_gaps_ms(const tokenlog *log, double **out, int64_t *n, char *err);
 
+/* The whole in-memory log at once: always exact (the budgets are ignored). Implemented on the
+ * stream below, so both paths give the same figures. */
 int analysis_summarize(const tokenlog *log, const analysis_options *opt, analysis_summary *out,
                        char *err);
+
+/* ---- the same analysis as a stream ----------------------------------------------------
+ *
+ * For logs too long to hold (an hour of 256 users is 10^8 token events): the producer (the
+ * simulator, a reader of tokens.csv) hands over requests, steps and events as they come;
+ * the stream keeps the requests, the steps, one small record per request, the gaps while
+ * they fit (else a histogram: analysis_summary.itl_histogram) and the long gaps, never the
+ * events. The figures are analysis_summarize's, exactly, whenever the gaps fit.
+ *
+ * Order: each request's events in time order (a gap is the time since that request's
+ * previous event; an earlier event is an error). A request row may be given before or
+ * after its events and given again as it changes (by request id: the newest row counts);
+ * what the injections' waits need is that a row is given once it is sent, before any event
+ * later than its send, and again with its first token (or end) before any event later than
+ * that — as a producer in time order (the simulator) does — or complete, before every event
+ * (a reader of requests.csv then tokens.csv). Steps in start order, any time before end. */
+typedef struct analysis_stream analysis_stream;
+
+/* opt: duration_s (> 0: the halves of itl_noise split at half of it), threshold_ms,
+ * reference_p50_ms and the budgets; the rest is read at end. NULL with err. */
+analysis_stream *analysis_stream_begin(const analysis_options *opt, char *err);
+/* Add a request row, or replace the row with its id. -1 with err (out of memory). */
+int analysis_stream_request(analysis_stream *s, const tokenlog_request *r, char *err);
+int analysis_stream_step(analysis_stream *s, const tokenlog_step *st, char *err);
+/* One token event (inject events only count their tokens). -1 with err: out of memory, or
+ * an event earlier than its request's previous one. */
+int analysis_stream_event(analysis_stream *s, const tokenlog_event *ev, char *err);
+/* The requests and steps held so far (what requests.csv and steps.csv hold). */
+const tokenlog *analysis_stream_log(const analysis_stream *s);
+/* The summary (opt: label, engine, target, users, complete, protocol_violations, stamps;
+ * duration and threshold as given to begin). 0; -1 with err; or -2 when the threshold was
+ * not given and more than stall_candidates_max gaps were longer than the run's own
+ * 5 x p50 could rule out: *threshold_ms is then that threshold, and a second pass with it
+ * as opt.threshold_ms (and opt.threshold_known) gives the exact summary. The stream is freed either way. */
+int analysis_stream_end(analysis_stream *s, const analysis_options *opt, analysis_summary *out,
+                        double *threshold_ms, char *err);
+void analysis_stream_free(analysis_stream *s);
+
+/* A run directory's files through the stream, in bounded memory: requests.csv and steps.csv
+ * (optional) read first, then tokens.csv row by row (tokenlog_reader), each request's rows in
+ * time order. A second pass over tokens.csv when analysis_stream_end asks for one. opt as
+ * analysis_summarize's (duration_s 0: the requests' last instant); rows cut short at the end
+ * of a file (a killed writer) are dropped, counted in *cut_rows (may be NULL) and make the
+ * summary incomplete. 0, or -1 with err. */
+int analysis_summarize_files(const char *dir, const analysis_options *opt, analysis_summary *out,
+                             int64_t *cut_rows, char *err);
 void analysis_summary_free(analysis_summary *s);
+/* A deep copy (its own injections, culprits and stalls). 0, or -1 on out-of-memory (dst
+ * then empty). */
+int analysis_summary_copy(analysis_summary *dst, const analysis_summary *src);
 
 /* stalls.csv: t_ns,user,request,gap_ms,cause,culprits — one row per stall (t_ns where the
  * wait began; culprits "request:prompt_tokens" joined by ';', the longest prompts first),

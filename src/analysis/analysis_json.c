@@ -115,6 +115,17 @@ json_t *analysis_summary_to_json(const analysis_summary *s)
                                       "kernel", (json_int_t)s->stamps.kernel, "kernel_coalesced",
                                       (json_int_t)s->stamps.kernel_coalesced, "user",
                                       (json_int_t)s->stamps.user));
+    /* Which percentiles: exact, or a histogram's with a bounded error (long runs). */
+    if (root)
+        json_object_set_new(root, "itl_percentiles",
+                            json_pack("{s:s, s:o}", "method", s->itl_histogram ? "log-histogram" : "exact",
+                                      "relative_error", json_real(s->itl_relative_error)));
+    if (root && s->tokens_csv_dropped)
+        json_object_set_new(root, "tokens_csv",
+                            json_pack("{s:b, s:I, s:s}", "written", 0, "max_events",
+                                      (json_int_t)s->tokens_csv_max_events, "why",
+                                      "more token events than the limit (--tokens-csv-max); "
+                                      "the summary was computed as the run went"));
     return root;
 }
 

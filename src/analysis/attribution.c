@@ -134,8 +134,8 @@ static bool steps_sorted(const tokenlog *log)
     return true;
 }
 
-int analysis_attribute(const tokenlog *log, const analysis_timeline *tl, double threshold_ms,
-                       analysis_summary *out, char *err)
+int analysis_attribute(const tokenlog *log, const analysis_request_counts *counts,
+                       double threshold_ms, analysis_summary *out, char *err)
 {
     const int64_t thr = (int64_t)llround(threshold_ms * 1e6);
     analysis_attribution *at = &out->attribution;
@@ -145,8 +145,8 @@ int analysis_attribute(const tokenlog *log, const analysis_timeline *tl, double 
     int64_t *max_end = NULL;
     culprit_acc *acc = NULL;
     window_user *wu = NULL;
-    int64_t n_win = 0, n_wu = 0, cap_wu = 0, cap_stalls = 0;
-    int64_t stalled_100ms = 0, stalled_1s = 0, requests = 0;
+    int64_t n_win = 0, n_wu = 0, cap_wu = 0;
+    const int64_t requests = counts->requests;
     int rc = -1;
     if (at->step_log && !steps_sorted(log))
         return err_set(err, "analysis: the step log is not in time order");
@@ -176,26 +176,10 @@ int analysis_attribute(const tokenlog *log, const analysis_timeline *tl, double 
     for (int64_t j = 0; j < n_win; j++)
         max_end[j] = j == 0 || win[j].end > max_end[j - 1] ? win[j].end : max_end[j - 1];
 
-    for (int64_t k = 0; k < tl->n_segs; k++) {
-        const analysis_segment *seg = &tl->segs[k];
-        const int64_t *t = tl->times + seg->start;
-        int64_t longest = 0;
-        requests++;
-        for (int64_t i = 0; i + 1 < seg->len; i++) {
-            const int64_t a = t[i], b = t[i + 1];
-            if (b - a > longest)
-                longest = b - a;
-            if (!(analysis_ns_to_ms(b - a) > threshold_ms))
-                continue;
-            if (grow((void **)&out->stall_list, out->n_stall_list, &cap_stalls,
-                     sizeof *out->stall_list) != 0)
-                goto oom;
-            analysis_stall *st = &out->stall_list[out->n_stall_list++];
-            memset(st, 0, sizeof *st);
-            st->t_ns = a;
-            st->gap_ns = b - a;
-            st->request = seg->request;
-            st->user = seg->user;
+    for (int64_t k = 0; k < out->n_stall_list; k++) {
+        analysis_stall *st = &out->stall_list[k];
+        const int64_t a = st->t_ns, b = st->t_ns + st->gap_ns;
+        {
             /* Culprits: windows sent before b whose end is past a (walk back from the last
              * one sent before b while the running maximum of ends reaches past a). */
             int64_t lo = 0, hi = n_win;
@@ -211,10 +195,10 @@ int analysis_attribute(const tokenlog *log, const analysis_timeline *tl, double 
              * of the longest one overlapping the gap. */
             int32_t longest_prompt = 0;
             for (int64_t j = lo - 1; j >= 0 && max_end[j] > a; j--)
-                if (win[j].end > a && win[j].request != seg->request && win[j].prompt > longest_prompt)
+                if (win[j].end > a && win[j].request != st->request && win[j].prompt > longest_prompt)
                     longest_prompt = win[j].prompt;
             for (int64_t j = lo - 1; j >= 0 && max_end[j] > a; j--) {
-                if (win[j].end <= a || win[j].request == seg->request ||
+                if (win[j].end <= a || win[j].request == st->request ||
                     (int64_t)win[j].prompt * 4 < longest_prompt)
                     continue;
                 /* Keep the longest prompts first. */
@@ -237,7 +221,7 @@ int analysis_attribute(const tokenlog *log, const analysis_timeline *tl, double 
                 st->n_culprits++;
                 acc[j].stalls++;
                 acc[j].frozen_s += (double)(b - a) / 1e9;
-                window_user p = {j, seg->user};
+                window_user p = {j, st->user};
                 if (grow((void **)&wu, n_wu, &cap_wu, sizeof *wu) != 0)
                     goto oom;
                 wu[n_wu++] = p;
@@ -257,8 +241,6 @@ int analysis_attribute(const tokenlog *log, const analysis_timeline *tl, double 
             for (int c2 = 0; c2 < named; c2++)
                 st->culprit[c2] = win[st->culprit[c2]].request;
         }
-        stalled_100ms += longest > 100 * 1000000LL;
-        stalled_1s += longest > 1000 * 1000000LL;
     }
 
     /* Who stalled whom: every window named by a stall, most frozen user-seconds first. */
@@ -296,8 +278,9 @@ int analysis_attribute(const tokenlog *log, const analysis_timeline *tl, double 
     at->stalls_per_min = minutes > 0 ? (double)out->n_stall_list / minutes : 0;
     at->stalls_per_1k_requests = requests > 0 ? 1000.0 * (double)out->n_stall_list / (double)requests : 0;
     at->frozen_user_s_per_hour = out->duration_s > 0 ? frozen * 3600 / out->duration_s : 0;
-    at->requests_stalled_100ms = requests > 0 ? (double)stalled_100ms / (double)requests : 0;
-    at->requests_stalled_1s = requests > 0 ? (double)stalled_1s / (double)requests : 0;
+    at->requests_stalled_100ms =
+        requests > 0 ? (double)counts->stalled_100ms / (double)requests : 0;
+    at->requests_stalled_1s = requests > 0 ? (double)counts->stalled_1s / (double)requests : 0;
     rc = 0;
     goto done;
 oom:

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "analysis/sketch.h"
+#include "analysis/timeline.h"
 #include "common/err.h"
 
 void standard_defaults(standard_options *opt)
@@ -132,88 +134,158 @@ static void stat_of(dvec *d, const standard_options *opt, standard_stat *out)
         out->p[k] = interpolate(d->v, d->n, opt->percentiles[k]);
 }
 
+/* ITL of one class: the gaps themselves up to a budget (numpy's interpolated percentiles),
+ * then the sketch's histogram (nearest rank within SKETCH_RELATIVE_ERROR); count, mean, std
+ * and max exact either way (sums in ns). */
+typedef struct itl_acc {
+    sketch gaps;
+    double sum_ms, sum_sq_ms;
+} itl_acc;
+
+static void itl_stat(itl_acc *a, const standard_options *opt, standard_stat *out, bool *histogram)
+{
+    memset(out, 0, sizeof *out);
+    sketch *g = &a->gaps;
+    sketch_finish(g);
+    out->count = g->n;
+    if (g->n == 0)
+        return;
+    out->mean = a->sum_ms / (double)g->n;
+    double var = a->sum_sq_ms / (double)g->n - out->mean * out->mean;
+    out->std = var > 0 ? sqrt(var) : 0;
+    out->max = analysis_ns_to_ms(g->max);
+    if (sketch_exact(g)) { /* values sorted in place: interpolate as numpy does */
+        dvec d = {0};
+        for (int64_t i = 0; i < g->n; i++)
+            if (push(&d, analysis_ns_to_ms(g->values[i])) != 0)
+                break;
+        if (d.n == g->n) {
+            out->median = interpolate(d.v, d.n, 50);
+            for (int k = 0; k < opt->n_percentiles; k++)
+                out->p[k] = interpolate(d.v, d.n, opt->percentiles[k]);
+            free(d.v);
+            return;
+        }
+        free(d.v);
+    }
+    *histogram = true;
+    out->median = sketch_quantile_ns(g, 0.5) / 1e6;
+    for (int k = 0; k < opt->n_percentiles; k++)
+        out->p[k] = sketch_quantile_ns(g, opt->percentiles[k] / 100) / 1e6;
+}
+
+/* ---- the accumulator ------------------------------------------------------------------------ */
+
+struct standard_acc {
+    standard_options opt;
+    analysis_idmap slot_of; /* request id -> slot */
+    int64_t *last_ns;       /* (cap) the slot's last event, -1 none */
+    int64_t *max_gap_ns;    /* (cap) its longest gap so far (the itl SLO) */
+    int64_t n, cap;
+    itl_acc itl[3];         /* all, background, injected */
+};
+
+standard_acc *standard_acc_begin(const standard_options *opt, int64_t exact_max, char *err)
+{
+    standard_acc *a = calloc(1, sizeof *a);
+    if (!a || analysis_idmap_init(&a->slot_of, 1024) != 0) {
+        free(a);
+        err_set(err, "out of memory for the request metrics");
+        return NULL;
+    }
+    if (opt && opt->n_percentiles > 0) {
+        a->opt = *opt;
+    } else {
+        standard_defaults(&a->opt);
+        if (opt) { /* the SLOs given, the default percentiles */
+            a->opt.slo_ttft_ms = opt->slo_ttft_ms;
+            a->opt.slo_tpot_ms = opt->slo_tpot_ms;
+            a->opt.slo_e2el_ms = opt->slo_e2el_ms;
+            a->opt.slo_itl_ms = opt->slo_itl_ms;
+        }
+    }
+    for (int k = 0; k < 3; k++)
+        sketch_init(&a->itl[k].gaps, exact_max > 0 ? exact_max : INT64_MAX);
+    return a;
+}
+
+void standard_acc_free(standard_acc *a)
+{
+    if (!a)
+        return;
+    analysis_idmap_free(&a->slot_of);
+    free(a->last_ns);
+    free(a->max_gap_ns);
+    for (int k = 0; k < 3; k++)
+        sketch_free(&a->itl[k].gaps);
+    free(a);
+}
+
+int standard_acc_event(standard_acc *a, const tokenlog_event *ev, char *err)
+{
+    int64_t slot = analysis_idmap_get_or_add(&a->slot_of, ev->request, a->n);
+    if (slot == -2)
+        return err_set(err, "out of memory for the request metrics");
+    if (slot == a->n) {
+        if (a->n == a->cap) {
+            int64_t cap = a->cap ? a->cap * 2 : 1024;
+            int64_t *l = realloc(a->last_ns, (size_t)cap * sizeof *l);
+            if (l)
+                a->last_ns = l;
+            int64_t *g = l ? realloc(a->max_gap_ns, (size_t)cap * sizeof *g) : NULL;
+            if (!g)
+                return err_set(err, "out of memory for the request metrics");
+            a->max_gap_ns = g;
+            a->cap = cap;
+        }
+        a->max_gap_ns[a->n] = 0;
+        a->last_ns[a->n++] = -1;
+    }
+    const int64_t prev = a->last_ns[slot];
+    a->last_ns[slot] = ev->t_ns;
+    if (prev < 0 || ev->t_ns < prev)
+        return 0;
+    const int64_t gap = ev->t_ns - prev;
+    if (gap > a->max_gap_ns[slot])
+        a->max_gap_ns[slot] = gap;
+    const double ms = analysis_ns_to_ms(gap);
+    itl_acc *both[2] = {&a->itl[0], &a->itl[ev->kind == TOKENLOG_INJECT ? 2 : 1]};
+    for (int k = 0; k < 2; k++) {
+        both[k]->sum_ms += ms;
+        both[k]->sum_sq_ms += ms * ms;
+        if (sketch_add(&both[k]->gaps, gap) != 0)
+            return err_set(err, "out of memory for the request metrics");
+    }
+    return 0;
+}
+
 /* ---- per request ------------------------------------------------------------------------- */
 
-typedef struct id_index {
-    int64_t id, index;
-} id_index;
-
-static int cmp_id(const void *a, const void *b)
+/* A request's longest gap (ms), 0 when it had fewer than two events. */
+static double max_gap_ms(const standard_acc *a, int64_t request)
 {
-    int64_t x = ((const id_index *)a)->id, y = ((const id_index *)b)->id;
-    return (x > y) - (x < y);
+    int64_t slot = analysis_idmap_get(&a->slot_of, request);
+    return slot >= 0 ? analysis_ns_to_ms(a->max_gap_ns[slot]) : 0;
 }
 
 typedef struct class_acc {
-    dvec ttft, tpot, itl, e2el;
+    dvec ttft, tpot, e2el;
     standard_class *out;
 } class_acc;
 
-static void acc_free(class_acc *a)
-{
-    free(a->ttft.v);
-    free(a->tpot.v);
-    free(a->itl.v);
-    free(a->e2el.v);
-}
-
-int standard_compute(const tokenlog *log, const standard_options *opt, double duration_s,
+int standard_acc_end(standard_acc *a, const tokenlog *rows, double duration_s,
                      standard_metrics *out, char *err)
 {
     memset(out, 0, sizeof *out);
-    if (opt && opt->n_percentiles > 0)
-        out->opt = *opt;
-    else {
-        standard_defaults(&out->opt);
-        if (opt) { /* the SLOs given, the default percentiles */
-            out->opt.slo_ttft_ms = opt->slo_ttft_ms;
-            out->opt.slo_tpot_ms = opt->slo_tpot_ms;
-            out->opt.slo_e2el_ms = opt->slo_e2el_ms;
-            out->opt.slo_itl_ms = opt->slo_itl_ms;
-        }
-    }
+    out->opt = a->opt;
     out->duration_s = duration_s;
     const standard_options *o = &out->opt;
     const bool slo = o->slo_ttft_ms > 0 || o->slo_tpot_ms > 0 || o->slo_e2el_ms > 0 ||
                      o->slo_itl_ms > 0;
-    const int64_t n = log->n_requests;
-    id_index *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
-    int64_t *last = malloc((size_t)(n > 0 ? n : 1) * sizeof *last);
-    double *max_gap = calloc((size_t)(n > 0 ? n : 1), sizeof *max_gap);
     class_acc acc[3] = {{.out = &out->all}, {.out = &out->background}, {.out = &out->injected}};
     int rc = -1;
-    if (!ids || !last || !max_gap)
-        goto oom;
-    for (int64_t i = 0; i < n; i++) {
-        ids[i] = (id_index){log->requests[i].request, i};
-        last[i] = -1;
-    }
-    qsort(ids, (size_t)n, sizeof *ids, cmp_id);
-
-    /* ITL: each gap between two events of one request, in the class of that request. */
-    for (int64_t e = 0; e < log->n_events; e++) {
-        const tokenlog_event *ev = &log->events[e];
-        id_index key = {ev->request, 0};
-        const id_index *hit = bsearch(&key, ids, (size_t)n, sizeof *ids, cmp_id);
-        if (!hit)
-            continue;
-        const int64_t i = hit->index;
-        const tokenlog_request *r = &log->requests[i];
-        if (last[i] >= 0 && r->t_send_ns >= 0) {
-            double gap = (double)(ev->t_ns - last[i]) / 1e6;
-            if (gap > max_gap[i])
-                max_gap[i] = gap;
-            if (!r->error[0]) {
-                class_acc *c = &acc[r->kind == TOKENLOG_INJECT ? 2 : 1];
-                if (push(&acc[0].itl, gap) != 0 || push(&c->itl, gap) != 0)
-                    goto oom;
-            }
-        }
-        last[i] = ev->t_ns;
-    }
-
-    for (int64_t i = 0; i < n; i++) {
-        const tokenlog_request *r = &log->requests[i];
+    for (int64_t i = 0; i < rows->n_requests; i++) {
+        const tokenlog_request *r = &rows->requests[i];
         if (r->t_send_ns < 0)
             continue; /* sent in the warm-up */
         class_acc *c = &acc[r->kind == TOKENLOG_INJECT ? 2 : 1];
@@ -228,15 +300,15 @@ int standard_compute(const tokenlog *log, const standard_options *opt, double du
             c->out->unfinished++;
             continue;
         }
-        const double ttft = (double)(r->t_first_ns - r->t_send_ns) / 1e6;
-        const double e2el = (double)(r->t_end_ns - r->t_send_ns) / 1e6;
+        const double ttft = analysis_ns_to_ms(r->t_first_ns - r->t_send_ns);
+        const double e2el = analysis_ns_to_ms(r->t_end_ns - r->t_send_ns);
         const int out_tokens = r->completion_tokens > 0 ? r->completion_tokens : 0;
         const bool has_tpot = out_tokens > 1;
         const double tpot = has_tpot ? (e2el - ttft) / (out_tokens - 1) : 0;
         const bool good = (o->slo_ttft_ms <= 0 || ttft <= o->slo_ttft_ms) &&
                           (o->slo_tpot_ms <= 0 || !has_tpot || tpot <= o->slo_tpot_ms) &&
                           (o->slo_e2el_ms <= 0 || e2el <= o->slo_e2el_ms) &&
-                          (o->slo_itl_ms <= 0 || max_gap[i] <= o->slo_itl_ms);
+                          (o->slo_itl_ms <= 0 || max_gap_ms(a, r->request) <= o->slo_itl_ms);
         class_acc *both[2] = {&acc[0], c};
         for (int k = 0; k < 2; k++) {
             standard_class *sc = both[k]->out;
@@ -253,8 +325,8 @@ int standard_compute(const tokenlog *log, const standard_options *opt, double du
         standard_class *sc = acc[k].out;
         stat_of(&acc[k].ttft, o, &sc->ttft_ms);
         stat_of(&acc[k].tpot, o, &sc->tpot_ms);
-        stat_of(&acc[k].itl, o, &sc->itl_ms);
         stat_of(&acc[k].e2el, o, &sc->e2el_ms);
+        itl_stat(&a->itl[k], o, &sc->itl_ms, &out->itl_histogram);
         if (duration_s > 0) {
             sc->request_throughput = (double)sc->completed / duration_s;
             sc->output_throughput = (double)sc->output_tokens / duration_s;
@@ -272,12 +344,27 @@ int standard_compute(const tokenlog *log, const standard_options *opt, double du
 oom:
     err_set(err, "out of memory for the request metrics");
 done:
-    for (int k = 0; k < 3; k++)
-        acc_free(&acc[k]);
-    free(ids);
-    free(last);
-    free(max_gap);
+    for (int k = 0; k < 3; k++) {
+        free(acc[k].ttft.v);
+        free(acc[k].tpot.v);
+        free(acc[k].e2el.v);
+    }
+    standard_acc_free(a);
     return rc;
+}
+
+int standard_compute(const tokenlog *log, const standard_options *opt, double duration_s,
+                     standard_metrics *out, char *err)
+{
+    standard_acc *a = standard_acc_begin(opt, 0, err);
+    if (!a)
+        return -1;
+    for (int64_t e = 0; e < log->n_events; e++)
+        if (standard_acc_event(a, &log->events[e], err) != 0) {
+            standard_acc_free(a);
+            return -1;
+        }
+    return standard_acc_end(a, log, duration_s, out, err);
 }
 
 /* ---- JSON -------------------------------------------------------------------------------- */

@@ -1,7 +1,7 @@
 /* standard — the metrics every serving benchmark prints, with `vllm bench serve`'s meanings:
  * per request TTFT (send to first token), TPOT ((E2E - TTFT) / (output tokens - 1), requests
  * with more than one output token), E2E latency (send to last byte), and ITL (every gap
- * between two token events of a request); request, output and total token throughput over
+ * between two token events of one request in the run, whatever became of the request); request, output and total token throughput over
  * the run's duration; goodput (the requests meeting every SLO given). For all requests, the
  * background ones and the injected ones apart.
  *
@@ -51,6 +51,7 @@ typedef struct standard_class {
 typedef struct standard_metrics {
     standard_options opt; /* as used (the default percentiles filled in) */
     double duration_s;
+    bool itl_histogram;   /* ITL percentiles from a histogram (a long run): within 0.39 % */
     standard_class all, background, injected;
 } standard_metrics;
 
@@ -61,6 +62,16 @@ int standard_parse_percentiles(const char *text, standard_options *opt, char *er
 /* vLLM's --goodput syntax, "ttft:2000 tpot:100" (space or comma separated, values in ms; keys
  * ttft, tpot, e2el, itl). 0, or -1 with err. */
 int standard_parse_goodput(const char *text, standard_options *opt, char *err);
+
+/* Streaming: rows and events as they come (events in time order), in bounded memory: ITL
+ * gaps held up to exact_max per class (0: no limit), a histogram after. end reads the
+ * requests' final rows (rows: requests only needed), fills out and frees the accumulator. */
+typedef struct standard_acc standard_acc;
+standard_acc *standard_acc_begin(const standard_options *opt, int64_t exact_max, char *err);
+int standard_acc_event(standard_acc *a, const tokenlog_event *ev, char *err);
+int standard_acc_end(standard_acc *a, const tokenlog *rows, double duration_s,
+                     standard_metrics *out, char *err);
+void standard_acc_free(standard_acc *a);
 
 /* The metrics of log over duration_s (opt NULL: the defaults). 0, or -1 with err (memory). */
 int standard_compute(const tokenlog *log, const standard_options *opt, double duration_s,

@@ -117,13 +117,6 @@ void analysis_sort_i64(int64_t *v, int64_t n)
 
 /* Request ids are whatever the writer chose (not necessarily 0..n-1), so map them through
  * an open-addressing table: O(1) per event, where a binary search would be O(log n). */
-typedef struct idmap {
-    int64_t *keys;
-    int64_t *vals; /* -1: empty slot */
-    uint64_t cap;  /* power of two */
-    int64_t n;
-} idmap;
-
 static uint64_t hash_id(int64_t key)
 {
     uint64_t x = (uint64_t)key;
@@ -135,7 +128,7 @@ static uint64_t hash_id(int64_t key)
     return x;
 }
 
-static int idmap_init(idmap *m, uint64_t cap)
+int analysis_idmap_init(analysis_idmap *m, uint64_t cap)
 {
     m->cap = cap;
     m->n = 0;
@@ -152,14 +145,14 @@ static int idmap_init(idmap *m, uint64_t cap)
     return 0;
 }
 
-static void idmap_free(idmap *m)
+void analysis_idmap_free(analysis_idmap *m)
 {
     free(m->keys);
     free(m->vals);
     memset(m, 0, sizeof *m);
 }
 
-static int64_t *idmap_slot(const idmap *m, int64_t key, uint64_t *slot)
+static int64_t *idmap_slot(const analysis_idmap *m, int64_t key, uint64_t *slot)
 {
     uint64_t i = hash_id(key) & (m->cap - 1);
     while (m->vals[i] >= 0 && m->keys[i] != key)
@@ -169,15 +162,15 @@ static int64_t *idmap_slot(const idmap *m, int64_t key, uint64_t *slot)
 }
 
 /* The dense index of key, inserting next_val when absent; -2 on out-of-memory. */
-static int64_t idmap_get_or_add(idmap *m, int64_t key, int64_t next_val)
+int64_t analysis_idmap_get_or_add(analysis_idmap *m, int64_t key, int64_t next_val)
 {
     uint64_t slot;
     int64_t *val = idmap_slot(m, key, &slot);
     if (*val >= 0)
         return *val;
     if ((uint64_t)(m->n + 1) * 2 > m->cap) {
-        idmap bigger;
-        if (idmap_init(&bigger, m->cap * 2) != 0)
+        analysis_idmap bigger;
+        if (analysis_idmap_init(&bigger, m->cap * 2) != 0)
             return -2;
         for (uint64_t i = 0; i < m->cap; i++)
             if (m->vals[i] >= 0) {
@@ -186,7 +179,7 @@ static int64_t idmap_get_or_add(idmap *m, int64_t key, int64_t next_val)
                 bigger.keys[s] = m->keys[i];
             }
         bigger.n = m->n;
-        idmap_free(m);
+        analysis_idmap_free(m);
         *m = bigger;
         val = idmap_slot(m, key, &slot);
     }
@@ -196,7 +189,7 @@ static int64_t idmap_get_or_add(idmap *m, int64_t key, int64_t next_val)
     return next_val;
 }
 
-static int64_t idmap_get(const idmap *m, int64_t key)
+int64_t analysis_idmap_get(const analysis_idmap *m, int64_t key)
 {
     uint64_t slot;
     return *idmap_slot(m, key, &slot);
@@ -225,14 +218,14 @@ void analysis_timeline_free(analysis_timeline *tl)
 int analysis_timeline_build(const tokenlog *log, analysis_timeline *tl, char *err)
 {
     memset(tl, 0, sizeof *tl);
-    idmap map;
+    analysis_idmap map;
     memset(&map, 0, sizeof map);
     analysis_segment *segs = NULL; /* in order of first appearance */
     int64_t n_segs = 0, cap_segs = 0;
     seg_key *order = NULL;
     int64_t *fill = NULL;
 
-    if (idmap_init(&map, 1024) != 0)
+    if (analysis_idmap_init(&map, 1024) != 0)
         goto oom;
 
     /* Pass 1: count events per request (a counting sort's histogram). */
@@ -241,7 +234,7 @@ int analysis_timeline_build(const tokenlog *log, analysis_timeline *tl, char *er
         const tokenlog_event *ev = &log->events[i];
         if (ev->kind != TOKENLOG_BG)
             continue;
-        int64_t idx = idmap_get_or_add(&map, ev->request, n_segs);
+        int64_t idx = analysis_idmap_get_or_add(&map, ev->request, n_segs);
         if (idx == -2)
             goto oom;
         if (idx == n_segs) {
@@ -292,7 +285,7 @@ int analysis_timeline_build(const tokenlog *log, analysis_timeline *tl, char *er
         if (ev->kind != TOKENLOG_BG)
             continue;
         if (last_idx < 0 || ev->request != last_request) {
-            last_idx = idmap_get(&map, ev->request);
+            last_idx = analysis_idmap_get(&map, ev->request);
             last_request = ev->request;
         }
         tl->times[fill[last_idx]++] = ev->t_ns;
@@ -310,14 +303,14 @@ int analysis_timeline_build(const tokenlog *log, analysis_timeline *tl, char *er
             }
     }
 
-    idmap_free(&map);
+    analysis_idmap_free(&map);
     free(segs);
     free(order);
     free(fill);
     return 0;
 
 oom:
-    idmap_free(&map);
+    analysis_idmap_free(&map);
     free(segs);
     free(order);
     free(fill);

@@ -25,6 +25,22 @@ typedef struct analysis_timeline {
 int analysis_timeline_build(const tokenlog *log, analysis_timeline *tl, char *err);
 void analysis_timeline_free(analysis_timeline *tl);
 
+/* Request id -> dense index: open addressing, O(1) per lookup (request ids are whatever the
+ * writer chose, not necessarily 0..n-1). */
+typedef struct analysis_idmap {
+    int64_t *keys;
+    int64_t *vals; /* -1: empty slot */
+    uint64_t cap;  /* power of two */
+    int64_t n;
+} analysis_idmap;
+/* cap: a power of two. 0, or -1 on out-of-memory. */
+int analysis_idmap_init(analysis_idmap *m, uint64_t cap);
+void analysis_idmap_free(analysis_idmap *m);
+/* The index of key, inserting next_val when absent; -2 on out-of-memory. */
+int64_t analysis_idmap_get_or_add(analysis_idmap *m, int64_t key, int64_t next_val);
+/* The index of key, -1 when absent. */
+int64_t analysis_idmap_get(const analysis_idmap *m, int64_t key);
+
 /* ns -> ms, the one conversion every pass uses so a gap compares the same everywhere. */
 static inline double analysis_ns_to_ms(int64_t ns)
 {

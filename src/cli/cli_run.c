@@ -18,6 +18,18 @@ static const opts_spec run_specs[] = {
               run_flags, print_flags),
 };
 
+typedef struct run_long {
+    int64_t log_events_max;
+} run_long;
+
+static const opts_spec long_specs[] = {
+    OPTS_INT64("log-events-max", "N",
+               "hold at most N token events in memory (default 5M); past it each event leaves "
+               "memory once written, tokens.csv and requests.csv as written during the run are "
+               "its record (their own request ids) and the analysis streams them",
+               run_long, log_events_max, 1, INT64_MAX),
+};
+
 int cli_run(int argc, char **argv)
 {
     char err[ERR_LEN];
@@ -30,6 +42,7 @@ int cli_run(int argc, char **argv)
     cli_gate gate = {0};
     if (cli_config_args(&argc, &argv, err) != 0)
         return cli_usage_error("run", err);
+    run_long longrun = {.log_events_max = EXPERIMENT_LOG_EVENTS_MAX_DEFAULT};
     if (experiment_preset(&cfg, argc, argv, err) != 0)
         return cli_usage_error("run", err);
     opts_group groups[] = {
@@ -44,6 +57,7 @@ int cli_run(int argc, char **argv)
         cli_output_group(&out, "out/run"),
         cli_gate_group(&gate),
         {"server flags", run_specs, OPTS_COUNT(run_specs), &flags},
+        {"long runs", long_specs, OPTS_COUNT(long_specs), &longrun},
     };
     if (opts_wants_help(argc, argv)) {
         opts_print_help(
@@ -83,7 +97,8 @@ int cli_run(int argc, char **argv)
         return CLI_EXIT_FAIL;
     }
     experiment_io io = {.out_dir = out.out, .argc = argc, .argv = argv, .notes = stderr,
-                        .quiet = out.json, .interrupted = cli_catch_interrupts()};
+                        .quiet = out.json, .interrupted = cli_catch_interrupts(),
+                        .log_events_max = longrun.log_events_max};
     experiment_pair pair;
     int status = CLI_EXIT_FAIL;
     if (experiment_run_pair(&cfg, &runner, &io, &pair, err) != 0) {

@@ -6,8 +6,20 @@
 #include "common/err.h"
 #include "report/report.h"
 
+typedef struct sim_long {
+    int64_t tokens_csv_max;
+} sim_long;
+
+static const opts_spec long_specs[] = {
+    OPTS_INT64("tokens-csv-max", "N",
+               "keep tokens.csv only up to N token events (default 5M, ~140 MB); past it the file "
+               "is dropped, summary.json says so and the analysis, streamed, is unchanged",
+               sim_long, tokens_csv_max, 1, INT64_MAX),
+};
+
 int cli_sim(int argc, char **argv)
 {
+    sim_long longrun = {.tokens_csv_max = EXPERIMENT_TOKENS_CSV_MAX_DEFAULT};
     char err[ERR_LEN];
     experiment_config cfg;
     experiment_defaults(&cfg, EXPERIMENT_SIM);
@@ -22,6 +34,7 @@ int cli_sim(int argc, char **argv)
         experiment_sched_group(&cfg),    experiment_analysis_group(&cfg),
         cli_output_group(&out, "out/sim"),
         cli_gate_group(&gate),
+        {"long runs", long_specs, OPTS_COUNT(long_specs), &longrun},
     };
     if (opts_wants_help(argc, argv)) {
         opts_print_help(stdout, "stallscope sim [options]",
@@ -47,7 +60,7 @@ int cli_sim(int argc, char **argv)
     experiment_runner runner;
     experiment_runner_sim(&runner, err);
     experiment_io io = {.out_dir = out.out, .argc = argc, .argv = argv, .notes = stdout,
-                        .quiet = out.json};
+                        .quiet = out.json, .tokens_csv_max_events = longrun.tokens_csv_max};
     experiment_pair pair;
     int status = CLI_EXIT_FAIL;
     if (experiment_run_pair(&cfg, &runner, &io, &pair, err) == 0 &&

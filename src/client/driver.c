@@ -341,6 +341,8 @@ struct loop {
     int64_t first_violation_ns;
     int64_t tokens, worst_gap_ns, stalls; /* since t = 0, for progress lines */
     int64_t handed_events;        /* seg events given to tokens_csv */
+    int64_t fidelity_seen;        /* fidelity samples offered (the reservoir's count) */
+    uint64_t rng;                 /* the reservoir's draws (xorshift, seeded by the loop) */
     int64_t *ended;               /* seg rows ended, not yet given to requests_csv */
     int64_t n_ended, cap_ended;
     int64_t t_end_ns;
@@ -373,6 +375,8 @@ struct phase {
     _Atomic int64_t consecutive_errors; /* requests ended in error, in a row, over all loops */
     int64_t error_limit;
     _Atomic int64_t next_request;       /* the incremental files' request ids */
+    _Atomic int64_t held_events;        /* over the loops, while log_events_max > 0 */
+    atomic_bool dropping;               /* past log_events_max: events leave once written */
     int64_t first_request;              /* log->n_requests when the phase began */
 };
 
@@ -580,7 +584,24 @@ static void on_token(void *ctx, void *user, const stream_token *tok)
         phase_fail(l, "out of memory for the token log");
         return;
     }
+    if (ph->cfg->log_events_max > 0 && !atomic_load_explicit(&ph->dropping, memory_order_relaxed) &&
+        atomic_fetch_add_explicit(&ph->held_events, 1, memory_order_relaxed) >= ph->cfg->log_events_max)
+        atomic_store(&ph->dropping, true);
     if (tok->emit_ns >= 0) {
+        const double sample = (double)(tok->t_ns - tok->emit_ns) / 1e6;
+        /* Memory stays flat past log_events_max: the samples become a uniform reservoir of
+         * that many (Algorithm R), so fidelity.json still describes the whole run. */
+        int64_t keep = ph->cfg->log_events_max;
+        if (keep > 0 && res->n_fidelity >= keep) {
+            l->fidelity_seen++;
+            l->rng ^= l->rng << 13;
+            l->rng ^= l->rng >> 7;
+            l->rng ^= l->rng << 17;
+            uint64_t j = l->rng % (uint64_t)l->fidelity_seen;
+            if (j < (uint64_t)keep)
+                res->fidelity_ms[j] = sample;
+            return;
+        }
         if (res->n_fidelity == res->cap_fidelity) {
             int64_t cap = res->cap_fidelity ? res->cap_fidelity * 2 : 4096;
             double *f = realloc(res->fidelity_ms, (size_t)cap * sizeof *f);
@@ -589,7 +610,8 @@ static void on_token(void *ctx, void *user, const stream_token *tok)
             res->fidelity_ms = f;
             res->cap_fidelity = cap;
         }
-        res->fidelity_ms[res->n_fidelity++] = (double)(tok->t_ns - tok->emit_ns) / 1e6;
+        res->fidelity_ms[res->n_fidelity++] = sample;
+        l->fidelity_seen = res->n_fidelity;
     }
 }
 
@@ -760,6 +782,10 @@ static bool hand_rows(loop *l, bool wait, bool flush)
     for (int64_t i = 0; requests && rc == 0 && i < l->n_ended; i++)
         rc = tokenlog_writer_request(requests, &l->seg.requests[l->ended[i]], err);
     l->n_ended = 0;
+    /* Past the limit an event lives from its arrival to its write: memory stays flat. */
+    if (rc == 0 && tokens && requests && atomic_load(&ph->dropping) &&
+        l->handed_events == l->seg.n_events)
+        l->seg.n_events = l->handed_events = 0;
     if (flush && rc == 0 && tokens)
         rc = tokenlog_writer_flush(tokens, err);
     if (flush && rc == 0 && requests)
@@ -1094,7 +1120,9 @@ static int merge_segments(phase *ph, tokenlog *log, char *err)
         if (!(h.final[i] = malloc((size_t)(n > 0 ? n : 1) * sizeof *h.final[i])))
             goto done;
     }
-    for (int pass = 0; pass < 2; pass++) {
+    /* Events dropped as they were written: the log gets the requests only. */
+    const int passes = atomic_load(&ph->dropping) ? 1 : 2;
+    for (int pass = 0; pass < passes; pass++) {
         h.events = pass == 1;
         h.n = 0;
         for (int i = 0; i < ph->n_loops; i++) {
@@ -1237,6 +1265,7 @@ static int loop_init(phase *ph, int index)
     l->index = index;
     l->injector = index == ph->n_bg + ph->n_open;
     l->open_loop = index >= ph->n_bg && index < ph->n_bg + ph->n_open;
+    l->rng = 0x9e3779b97f4a7c15ULL ^ ((uint64_t)index + 1) * 0xbf58476d1ce4e5b9ULL;
     l->h = (stream_handlers){l, on_token, on_end};
     tokenlog_init(&l->seg);
     size_t n = (size_t)(l->n_users > 0 ? l->n_users : 1);
@@ -1275,6 +1304,8 @@ int driver_run_phase(const driver_transports *transports, const driver_phase *cf
     atomic_init(&ph.stop, false);
     atomic_init(&ph.consecutive_errors, 0);
     atomic_init(&ph.next_request, 0);
+    atomic_init(&ph.held_events, 0);
+    atomic_init(&ph.dropping, false);
     const int users = shard_users(wl) > 0 ? shard_users(wl) : 1;
     ph.n_bg = cfg->threads > 0 ? cfg->threads : 1;
     if (ph.n_bg > users)
@@ -1345,6 +1376,7 @@ int driver_run_phase(const driver_transports *transports, const driver_phase *cf
     const char *first_violation;
     sum_results(&ph, res, &first_violation);
     res->complete = !ph.failed;
+    res->events_dropped = atomic_load(&ph.dropping);
     snprintf(res->error, sizeof res->error, "%s", ph.error);
     if (cfg->record && merge_segments(&ph, log, err) != 0)
         goto done;

@@ -113,6 +113,11 @@ typedef struct driver_phase {
      * final log numbers requests in time order (tokenlog_write_dir rewrites the files). */
     tokenlog_writer *tokens_csv;
     tokenlog_writer *requests_csv;
+    /* > 0 (with tokens_csv and requests_csv): once the loops together hold more token events
+     * than this, every event is dropped from memory as soon as it is written (memory stays
+     * flat over an hour); the log then gets no events (res->events_dropped) and the
+     * incremental files, with their own request ids, are the run's record. 0: keep all. */
+    int64_t log_events_max;
     FILE *notes;               /* warnings (stderr), may be NULL */
     /* Called about every progress_every_ns (and at the end), in the caller's thread */
     void (*progress)(void *ctx, const driver_progress *p);
@@ -143,7 +148,12 @@ typedef struct driver_result {
     int64_t protocol_violations;
     /* Recorded token events by the source of their time (stream_stamp). */
     int64_t stamps[STREAM_STAMP_KINDS];
-    /* receive - emit per event, ms, where the server sent emit_ns (fidelity self-check) */
+    /* The events were dropped from memory as they were written (driver_phase.log_events_max):
+     * log holds the requests only (renumbered as always); tokens.csv and requests.csv as the
+     * driver wrote them are the record. */
+    bool events_dropped;
+    /* receive - emit per event, ms, where the server sent emit_ns (fidelity self-check);
+     * with log_events_max, a uniform sample of at most that many per loop */
     double *fidelity_ms;
     int64_t n_fidelity, cap_fidelity;
 } driver_result;

@@ -74,6 +74,17 @@ int tokenlog_add_step(tokenlog *log, const tokenlog_step *st);
 
 const char *tokenlog_kind_name(int kind);
 
+/* Where a producer hands its rows as they come, instead of into a tokenlog (a run too long to
+ * hold: the analysis streams them). request() is called when a request is sent and again
+ * whenever its row changes (first token, end), always with the whole row; each returns 0, or
+ * -1 with err to stop the producer. */
+typedef struct tokenlog_sink {
+    int (*event)(void *ctx, const tokenlog_event *ev, char *err);
+    int (*request)(void *ctx, const tokenlog_request *r, char *err);
+    int (*step)(void *ctx, const tokenlog_step *st, char *err);
+    void *ctx;
+} tokenlog_sink;
+
 /* CSV rows (with header helpers) so a live client can write incrementally. */
 void tokenlog_write_events_header(FILE *f);
 void tokenlog_write_event(FILE *f, const tokenlog_event *ev);
@@ -124,10 +135,18 @@ int tokenlog_writer_close(tokenlog_writer *w, char *err);
 
 /* Write tokens.csv, requests.csv and (when n_steps > 0) steps.csv into dir (created). */
 int tokenlog_write_dir(const tokenlog *log, const char *dir, char *err);
+/* The same without tokens.csv (a producer that wrote its events as they came). */
+int tokenlog_write_dir_rows(const tokenlog *log, const char *dir, char *err);
+/* steps.csv alone (when n_steps > 0): a live run whose tokens.csv and requests.csv, written
+ * as it went, are its record. */
+int tokenlog_write_steps(const tokenlog *log, const char *dir, char *err);
 /* Read them back (steps.csv optional). A file's last row cut short (no newline: a writer
  * killed mid-row) is dropped and counted in *cut_rows (may be NULL); any other malformed row
  * is -1 with "file:line: why". */
 int tokenlog_read_dir(tokenlog *log, const char *dir, int64_t *cut_rows, char *err);
+/* The same without tokens.csv: requests.csv and steps.csv (optional), for a run whose events
+ * were not kept (a long simulation past --tokens-csv-max). */
+int tokenlog_read_dir_rows(tokenlog *log, const char *dir, int64_t *cut_rows, char *err);
 /* Row by row, for a file too large to hold (a merge of shards reads several at once): the
  * header is checked at open, each call hands out the next row (1), 0 at the end, -1 with
  * "file:line: why". A last row cut short (no newline) is dropped and counted; close returns

@@ -329,7 +329,30 @@ typedef struct experiment_phase {
     bool quiet;                 /* no progress lines (--json): warnings only */
     const volatile sig_atomic_t *interrupted; /* non-zero: stop now (SIGINT); may be NULL */
     int64_t stall_threshold_ns; /* progress lines count gaps above it; 0: not known yet */
+    /* A runner that streams (experiment_runner.streams) hands the run's rows to this
+     * analysis as they come and leaves the log empty; the HTTP runner reads its limit on the
+     * events held and says when it kept them on disk only. NULL: fill the log, keep all. */
+    struct experiment_streaming *streaming;
 } experiment_phase;
+
+/* A streamed run: where its rows go, and what became of tokens.csv (the simulator writes it
+ * as it goes, up to a limit: an hour of 256 users is 10^8 rows, 2.9 GB, and most of the
+ * run's time). */
+typedef struct experiment_streaming {
+    analysis_stream *stream;       /* in: the run's analysis, begun */
+    int64_t tokens_csv_max_events; /* in: keep tokens.csv up to this many events (0: default) */
+    int64_t events;                /* out: token events of the run */
+    bool tokens_csv_dropped;       /* out: more events than that: no tokens.csv */
+    /* A live run (HTTP) holds at most this many token events in memory (0: the default);
+     * past it the events leave as they are written (driver_phase.log_events_max) and the
+     * run's tokens.csv and requests.csv, as written during the run, are its record. */
+    int64_t log_events_max;        /* in */
+    bool events_on_disk;           /* out: so the log has no events: summarize the files */
+} experiment_streaming;
+
+#define EXPERIMENT_LOG_EVENTS_MAX_DEFAULT ((int64_t)5000000) /* ~160 MB held */
+
+#define EXPERIMENT_TOKENS_CSV_MAX_DEFAULT ((int64_t)5000000) /* ~140 MB of tokens.csv */
 
 /* The shard side of an HTTP run, around the driver: wait until the run's warm-up should
  * begin (so t = 0 falls on the planned instant), then record where t = 0 fell. */
@@ -358,6 +381,7 @@ void experiment_shard_record(const experiment_shard_start *st, int64_t t0_mono_n
 typedef struct experiment_runner {
     void *impl;
     const char *name; /* "sim", "http" */
+    bool streams;     /* run() honours phase->streaming (else it always fills the log) */
     int (*run)(void *impl, const experiment_phase *phase, tokenlog *log, experiment_meta *meta,
                char *err);
     void (*destroy)(void *impl);
@@ -391,6 +415,10 @@ typedef struct experiment_io {
     FILE *notes;          /* the runners' warnings, and progress unless quiet; NULL: nothing */
     bool quiet;
     const volatile sig_atomic_t *interrupted;
+    /* A streaming runner's limit on tokens.csv, and a live run's on the events it holds
+     * (experiment_streaming; 0: the defaults). */
+    int64_t tokens_csv_max_events;
+    int64_t log_events_max;
 } experiment_io;
 
 typedef struct experiment_pair {

@@ -65,29 +65,70 @@ static int one_run(const experiment_config *cfg, const experiment_runner *runner
     experiment_phase phase = {.cfg = &run_cfg, .wl = &wl, .label = label, .dir = d,
                               .notes = io->notes, .quiet = io->quiet,
                               .interrupted = io->interrupted, .stall_threshold_ns = threshold_ns};
-    why[0] = '\0';
-    if (runner->run(runner->impl, &phase, &log, &meta, why) != 0) {
-        err_set(err, "the %s run: %s", label, why);
-        goto done;
-    }
-    *complete = meta.complete;
-    if (d && experiment_config_write(config_path, &run_cfg, &meta, err) != 0)
-        goto done;
     analysis_options opt = {.label = label,
-                            .engine = meta.engine_name,
-                            .target = meta.target,
                             .duration_s = (double)wl.duration_ns / 1e9,
                             .users = workload_analysis_users(&wl),
                             .threshold_ms = (double)cfg->stall_threshold_ns / 1e6,
                             .reference_p50_ms = reference_p50,
-                            .complete = meta.complete,
-                            .protocol_violations = meta.protocol_violations};
+                            .gap_digest = runner->streams};
     standard_options standard;
     experiment_standard_options(cfg, &standard);
     opt.standard = &standard;
-    experiment_meta_stamps(&meta, &opt);
-    if (analysis_summarize(&log, &opt, summary, err) != 0)
-        goto done;
+    /* A runner that streams hands its rows to the analysis as they come: nothing holds the
+     * token log (an hour of 256 users is 10^8 events). */
+    experiment_streaming streaming = {.tokens_csv_max_events = io->tokens_csv_max_events,
+                                      .log_events_max = io->log_events_max};
+    for (int pass = 0; pass < 2; pass++) {
+        if (runner->streams && !(streaming.stream = analysis_stream_begin(&opt, err)))
+            goto done;
+        phase.streaming = &streaming;
+        why[0] = '\0';
+        if (runner->run(runner->impl, &phase, &log, &meta, why) != 0) {
+            analysis_stream_free(streaming.stream);
+            err_set(err, "the %s run: %s", label, why);
+            goto done;
+        }
+        *complete = meta.complete;
+        if (pass == 0 && d && experiment_config_write(config_path, &run_cfg, &meta, err) != 0) {
+            analysis_stream_free(streaming.stream);
+            goto done;
+        }
+        opt.engine = meta.engine_name;
+        opt.target = meta.target;
+        opt.complete = meta.complete;
+        opt.protocol_violations = meta.protocol_violations;
+        opt.tokens_csv_dropped = streaming.tokens_csv_dropped;
+        opt.tokens_csv_max_events = streaming.tokens_csv_max_events > 0
+                                        ? streaming.tokens_csv_max_events
+                                        : EXPERIMENT_TOKENS_CSV_MAX_DEFAULT;
+        experiment_meta_stamps(&meta, &opt);
+        if (!runner->streams) {
+            /* A long live run kept its events on disk only: the analysis streams its files
+             * (with their own request ids: the run's rows as the driver wrote them). */
+            if (streaming.events_on_disk && d) {
+                if (analysis_summarize_files(d, &opt, summary, NULL, err) != 0)
+                    goto done;
+            } else if (analysis_summarize(&log, &opt, summary, err) != 0) {
+                goto done;
+            }
+            break;
+        }
+        /* The stream ends (and is freed) here. Without a threshold given, more long gaps than
+         * its budget before the run's own p50 was known: run again with that threshold (the
+         * simulator is deterministic; the second pass is exact). */
+        double threshold_ms = 0;
+        int rc_end = analysis_stream_end(streaming.stream, &opt, summary, &threshold_ms, err);
+        streaming.stream = NULL;
+        if (rc_end == 0)
+            break;
+        if (rc_end != -2 || pass == 1)
+            goto done;
+        opt.threshold_ms = threshold_ms;
+        opt.threshold_known = true;
+        if (io->notes && !io->quiet)
+            fprintf(io->notes, "%s: the stall threshold (%.3f ms) was known only at the end: "
+                               "a second pass with it\n", label, threshold_ms);
+    }
     if (d && write_summary(d, summary, err) != 0) {
         analysis_summary_free(summary);
         goto done;

@@ -302,6 +302,17 @@ static int open_csv(tokenlog_writer *w, const char *dir, const char *name, token
     return tokenlog_writer_open(w, path, kind, err);
 }
 
+/* Token events the run recorded: the log's, or (held only until written) the stamps'. */
+static int64_t recorded_events(const driver_result *res, const tokenlog *log)
+{
+    if (!res->events_dropped)
+        return log->n_events;
+    int64_t n = 0;
+    for (int k = 0; k < STREAM_STAMP_KINDS; k++)
+        n += res->stamps[k];
+    return n;
+}
+
 static int write_fidelity(const experiment_phase *ph, driver_result *res,
                           const experiment_meta *meta, char *err)
 {
@@ -442,6 +453,11 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
         .progress_every_ns = pc.tty ? PROGRESS_TTY_NS : PROGRESS_PLAIN_NS,
         .should_stop = should_stop,
         .stop_ctx = &sc,
+        /* Flat memory over a long run: past the limit the files written as the run goes are
+         * its record (experiment_streaming). */
+        .log_events_max = !ph->streaming || !ph->dir ? 0
+                          : ph->streaming->log_events_max > 0 ? ph->streaming->log_events_max
+                                                               : EXPERIMENT_LOG_EVENTS_MAX_DEFAULT,
     };
     if (driver_run_phase(&transports, &dp, log, &res, err) != 0)
         goto done;
@@ -493,13 +509,23 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
      * cannot, the incremental copies stay). A phase stopped by a failed write (a full disk)
      * keeps its own reason: it is the first cause, this one only follows from it. */
     char why[ERR_LEN];
-    if (tokenlog_write_dir(log, ph->dir, why) != 0 || write_fidelity(ph, &res, meta, why) != 0) {
+    if (res.events_dropped) {
+        /* The events left memory as they were written: the incremental tokens.csv and
+         * requests.csv stay (their request ids agree), steps.csv joins them. */
+        ph->streaming->events_on_disk = true;
+        if (tokenlog_write_steps(log, ph->dir, why) != 0 || write_fidelity(ph, &res, meta, why) != 0) {
+            err_set(err, "%s", res.complete ? why : res.error);
+            goto done;
+        }
+    } else if (tokenlog_write_dir(log, ph->dir, why) != 0 ||
+               write_fidelity(ph, &res, meta, why) != 0) {
         err_set(err, "%s", res.complete ? why : res.error);
         goto done;
     }
     if (show)
-        fprintf(ph->notes, "[%s] %lld token events, %lld requests, %lld errors, %lld steps logged\n",
-                ph->label, (long long)log->n_events, (long long)res.requests,
+        fprintf(ph->notes, "[%s] %lld token events%s, %lld requests, %lld errors, %lld steps logged\n",
+                ph->label, (long long)recorded_events(&res, log),
+                res.events_dropped ? " (each held only until written)" : "", (long long)res.requests,
                 (long long)res.errors, (long long)log->n_steps);
     FILE *say = ph->quiet ? stderr : ph->notes; /* said even with --json */
     if (say && res.open_plan[0])

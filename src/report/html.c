@@ -710,8 +710,21 @@ int html_write_run_report(const report_set *set, const html_options *opt, char *
     html_escape(out, verdict);
     fputs("</p>\n</section>\n", out);
 
+    /* A long simulation past --tokens-csv-max kept no events: its figures were computed as
+     * it ran, and the charts of every single gap have nothing to draw. */
+    const bool per_gap = (!x->no_tokens || x->summary.gap_digest) &&
+                         !(b && b->no_tokens && !b->summary.gap_digest);
+    char no_gaps[400];
+    snprintf(no_gaps, sizeof no_gaps,
+             "<p class=\"note\">tokens.csv was not kept (more than %lld token events: "
+             "<code>--tokens-csv-max</code>): no chart of every gap. The figures were computed "
+             "as the run went (gap percentiles: %s).</p>\n",
+             (long long)x->summary.tokens_csv_max_events,
+             !x->summary.itl_histogram ? "exact" : "log histogram, ±0.39 % relative error");
     fputs("<section id=\"timeline\">\n<h2>Every gap over time</h2>\n", out);
-    if (plot_timeline(&chart, runs, n_runs, note, err) != 0 ||
+    if (!per_gap) {
+        fputs(no_gaps, out);
+    } else if (plot_timeline(&chart, runs, n_runs, note, err) != 0 ||
         html_figure(out, set->root, &chart, "timeline",
                     "Each dot is a background user's gap between two tokens (ms, log scale), "
                     "placed where the wait began; dashed purple lines are the long "
@@ -736,7 +749,9 @@ int html_write_run_report(const report_set *set, const html_options *opt, char *
     fputs("</section>\n", out);
 
     fputs("<section id=\"ccdf\">\n<h2>Distribution of gaps</h2>\n", out);
-    if (plot_ccdf(&chart, runs, n_runs, note, err) != 0 ||
+    if (!per_gap) {
+        fputs(no_gaps, out);
+    } else if (plot_ccdf(&chart, runs, n_runs, note, err) != 0 ||
         html_figure(out, set->root, &chart, "ccdf",
                     "A percentile moves only when the spikes are more common than its line: "
                     "under 1 % of gaps, p99 cannot see them.",

@@ -168,15 +168,37 @@ static int summarize_window(const report_run *r, int64_t margin_ns, bool grow,
     return rc == 0 ? 0 : err_set(err, "%s: %s", r->dir, why);
 }
 
-static int summarize(report_run *r, double threshold_ms, double reference_p50_ms, bool keep_log,
-                     char *err)
+/* A tokens.csv too large to hold: the analysis streams the run's files (analysis.h). */
+static int summarize_streamed(report_run *r, FILE *warn, char *err)
 {
+    char why[ERR_LEN];
+    int64_t cut = 0;
+    if (analysis_summarize_files(r->dir, &r->opt, &r->summary, &cut, why) != 0)
+        return err_set(err, "%s: %s", r->dir, why);
+    if (cut > 0) {
+        r->opt.complete = false;
+        if (warn)
+            fprintf(warn, "stallscope report: warning: %s: dropped %lld row%s cut short at the end "
+                          "of its CSVs (a run killed while writing); reported as incomplete\n",
+                    r->dir, (long long)cut, cut == 1 ? "" : "s");
+    }
+    r->summarized = r->no_tokens = true;
+    return 0;
+}
+
+static int summarize(report_run *r, double threshold_ms, double reference_p50_ms, bool keep_log,
+                     FILE *warn, char *err)
+{
+    if (r->summarized)
+        return 0; /* handed over by the run pair (report_given) */
     r->opt.label = r->label;
     r->opt.standard = &r->standard; /* here: runs move (sorted, grown) while the set loads */
     r->opt.engine = r->engine;
     r->opt.target = r->target;
     r->opt.threshold_ms = threshold_ms;
     r->opt.reference_p50_ms = reference_p50_ms;
+    if (r->stream_tokens)
+        return summarize_streamed(r, warn, err);
     char why[ERR_LEN];
     if (analysis_summarize(&r->log, &r->opt, &r->summary, why) != 0)
         return err_set(err, "%s: %s", r->dir, why);
@@ -198,8 +220,53 @@ static int summarize(report_run *r, double threshold_ms, double reference_p50_ms
     return 0;
 }
 
+/* Bytes of DIR/tokens.csv, -1 when absent. */
+static int64_t tokens_size(const char *dir)
+{
+    char path[4200];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/tokens.csv", dir);
+    return stat(path, &st) == 0 ? (int64_t)st.st_size : -1;
+}
+
+/* The summary a run pair handed over for this run, when its tokens.csv was not kept. */
+static const analysis_summary *given_summary(const report_run *r, const report_given *given)
+{
+    if (!given || has_file(r->dir, "tokens.csv"))
+        return NULL;
+    return strcmp(r->label, "baseline") == 0       ? given->baseline
+           : strcmp(r->label, "interference") == 0 ? given->interference
+                                                   : NULL;
+}
+
+/* A run without tokens.csv whose summary.json says the file was not kept: say why the
+ * report cannot be rebuilt from the files, instead of "No such file". */
+static int explain_missing_tokens(const report_run *r, char *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/summary.json", r->dir);
+    json_t *j = has_file(r->dir, "summary.json") ? json_load_file(path, 0, NULL) : NULL;
+    json_t *t = j ? json_object_get(j, "tokens_csv") : NULL;
+    bool dropped = t && json_is_false(json_object_get(t, "written"));
+    long long max = t ? (long long)json_integer_value(json_object_get(t, "max_events")) : 0;
+    json_decref(j);
+    if (!dropped)
+        return 0;
+    return err_set(err, "%s: tokens.csv was not kept (the run had more than %lld token events: "
+                        "--tokens-csv-max); its summary.json and report were written by the run "
+                        "itself, and rebuilding them needs the events: run it again with a larger "
+                        "--tokens-csv-max",
+                   r->dir, max);
+}
+
 int report_set_load(report_set *set, const char *root, double threshold_ms, bool keep_logs,
                   FILE *warn, char *err)
+{
+    return report_set_load_given(set, root, threshold_ms, keep_logs, NULL, warn, err);
+}
+
+int report_set_load_given(report_set *set, const char *root, double threshold_ms,
+                          bool keep_logs, const report_given *given, FILE *warn, char *err)
 {
     memset(set, 0, sizeof *set);
     set->baseline = set->interference = -1;
@@ -210,8 +277,24 @@ int report_set_load(report_set *set, const char *root, double threshold_ms, bool
         report_run *r = &set->runs[i];
         load_config(r, warn);
         int64_t cut = 0;
-        if (tokenlog_read_dir(&r->log, r->dir, &cut, err) != 0)
+        const analysis_summary *g = given_summary(r, given);
+        if (g) {
+            if (tokenlog_read_dir_rows(&r->log, r->dir, &cut, err) != 0)
+                return -1;
+            if (analysis_summary_copy(&r->summary, g) != 0)
+                return err_set(err, "out of memory");
+            r->summarized = r->no_tokens = true;
+        } else if (!has_file(r->dir, "tokens.csv") && explain_missing_tokens(r, err) != 0) {
             return -1;
+        } else if (tokens_size(r->dir) > (given && given->stream_tokens_bytes > 0
+                                              ? given->stream_tokens_bytes
+                                              : REPORT_STREAM_TOKENS_BYTES)) {
+            if (tokenlog_read_dir_rows(&r->log, r->dir, &cut, err) != 0)
+                return -1;
+            r->stream_tokens = true;
+        } else if (tokenlog_read_dir(&r->log, r->dir, &cut, err) != 0) {
+            return -1;
+        }
         if (cut > 0) {
             /* A run killed while writing: what came before is good data, the run is not whole. */
             r->opt.complete = false;
@@ -238,13 +321,13 @@ int report_set_load(report_set *set, const char *root, double threshold_ms, bool
     }
     double reference_p50 = 0;
     if (set->baseline >= 0) {
-        if (summarize(&set->runs[set->baseline], threshold_ms, 0, keep_logs, err) != 0)
+        if (summarize(&set->runs[set->baseline], threshold_ms, 0, keep_logs, warn, err) != 0)
             return -1;
         reference_p50 = set->runs[set->baseline].summary.itl_ms.p50;
     }
     for (int i = 0; i < set->n_runs; i++)
         if (i != set->baseline &&
-            summarize(&set->runs[i], threshold_ms, reference_p50, keep_logs, err) != 0)
+            summarize(&set->runs[i], threshold_ms, reference_p50, keep_logs, warn, err) != 0)
             return -1;
     return 0;
 }

@@ -27,6 +27,9 @@ typedef struct report_run {
     tokenlog log;
     analysis_summary summary;
     bool summarized;
+    bool no_tokens;            /* log holds no events: tokens.csv was not kept (report_given)
+                                * or was streamed (too large to hold) */
+    bool stream_tokens;        /* tokens.csv is summarized by streaming it from disk */
     json_t *json;              /* config.json as read (shown raw), NULL when absent */
     bool has_config;           /* cfg and meta were read from it */
     experiment_config cfg;
@@ -56,6 +59,21 @@ typedef struct report_set {
  * config.json go to warn (may be NULL). 0, or -1 with err; report_set_free either way. */
 int report_set_load(report_set *set, const char *root, double threshold_ms, bool keep_logs,
                     FILE *warn, char *err);
+/* The summaries a run pair computed as it went (experiment_pair), for the runs whose
+ * tokens.csv was not kept (a long simulation past --tokens-csv-max): those are reported from
+ * these (copied) and their requests.csv and steps.csv, with no per-gap charts. A run that
+ * kept its tokens.csv is read back and summarized as always (streamed when large). given
+ * may be NULL (report_set_load). */
+typedef struct report_given {
+    const analysis_summary *baseline, *interference;
+    /* A tokens.csv larger than this (bytes; 0: REPORT_STREAM_TOKENS_BYTES) is not loaded:
+     * the analysis streams it row by row (requests.csv first), in bounded memory, and the run
+     * has no per-gap charts (report_run.no_tokens). */
+    int64_t stream_tokens_bytes;
+} report_given;
+#define REPORT_STREAM_TOKENS_BYTES ((int64_t)256 << 20) /* ~9 M token events */
+int report_set_load_given(report_set *set, const char *root, double threshold_ms,
+                          bool keep_logs, const report_given *given, FILE *warn, char *err);
 void report_set_free(report_set *set);
 /* The run to report as "interference": that label, else the only non-baseline run. */
 const report_run *report_set_main(const report_set *set);

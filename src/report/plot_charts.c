@@ -105,10 +105,30 @@ int plot_timeline(plot_chart *c, const plot_run *runs, int n_runs, const char *n
         const plot_run *run = &runs[r];
         char title[160];
         double *t = NULL, *g = NULL;
-        int64_t n = 0;
-        if (run->log && plot_gaps_over_time(run->log, &t, &g, &n, err) != 0)
-            return -1;
-        snprintf(title, sizeof title, "%s: %lld gaps", run->name, (long long)n);
+        int64_t n = 0, n_gaps;
+        /* A streamed run holds no events: its digest, one point per occupied cell. */
+        const analysis_gap_digest *dg =
+            (!run->log || run->log->n_events == 0) && run->summary ? run->summary->gap_digest : NULL;
+        if (dg) {
+            t = malloc((size_t)(dg->n_points + 1) * sizeof *t);
+            g = malloc((size_t)(dg->n_points + 1) * sizeof *g);
+            if (!t || !g) {
+                free(t), free(g);
+                return OOM(err);
+            }
+            memcpy(t, dg->t_s, (size_t)dg->n_points * sizeof *t);
+            memcpy(g, dg->gap_ms, (size_t)dg->n_points * sizeof *g);
+            n = dg->n_points;
+            t[n] = dg->max_t_s; /* the longest gap, exact, where it began */
+            g[n] = dg->max_gap_ms;
+            n++;
+            n_gaps = dg->gaps;
+        } else {
+            if (run->log && plot_gaps_over_time(run->log, &t, &g, &n, err) != 0)
+                return -1;
+            n_gaps = n;
+        }
+        snprintf(title, sizeof title, "%s: %lld gaps", run->name, (long long)n_gaps);
         plot_panel *p = plot_chart_add_panel(c, title);
         if (!p) {
             free(t), free(g);
@@ -230,6 +250,21 @@ int plot_ccdf(plot_chart *c, const plot_run *runs, int n_runs, const char *note,
     p->y.format = PLOT_TICKS_PERCENT;
     double smallest = 1;
     for (int r = 0; r < n_runs; r++) {
+        const analysis_gap_digest *dg = (!runs[r].log || runs[r].log->n_events == 0) && runs[r].summary
+                                            ? runs[r].summary->gap_digest
+                                            : NULL;
+        if (dg) { /* a streamed run: the staircase over its histogram's buckets */
+            plot_series *s = plot_panel_add_series(p, runs[r].name, PLOT_LINE, runs[r].color);
+            if (!s)
+                return OOM(err);
+            s->size = 2;
+            for (int64_t i = 0; i < dg->n_ccdf; i++)
+                if (plot_series_push(s, dg->ccdf_ms[i], dg->ccdf_frac[i]) != 0)
+                    return OOM(err);
+            if (dg->gaps > 0)
+                smallest = fmin(smallest, 1.0 / (double)dg->gaps);
+            continue;
+        }
         if (!runs[r].log)
             continue;
         double *gaps = NULL;

@@ -21,7 +21,7 @@ static void print_json(const json_t *j)
 }
 
 /* report.html and plots/ for a directory of runs or a sweep. */
-static int build_html(const char *dir, double threshold_ms, char *err)
+static int build_html(const char *dir, double threshold_ms, const report_given *given, char *err)
 {
     html_options opt = {.predict = true};
     char why[ERR_LEN];
@@ -34,7 +34,7 @@ static int build_html(const char *dir, double threshold_ms, char *err)
         report_sweep_free(&sw);
     } else {
         report_set set;
-        rc = report_set_load(&set, dir, threshold_ms, true, stderr, why);
+        rc = report_set_load_given(&set, dir, threshold_ms, true, given, stderr, why);
         if (rc == 0)
             rc = html_write_run_report(&set, &opt, why);
         report_set_free(&set);
@@ -49,7 +49,8 @@ int report_finish_pair(const char *out_dir, const experiment_pair *pair, bool js
     const analysis_summary *x = &pair->interference;
     /* The report reads back what was just written; the threshold in hand keeps its stall
      * counts equal to these summaries'. */
-    if (html && build_html(out_dir, x->stalls.threshold_ms, err) != 0)
+    report_given given = {.baseline = b, .interference = x};
+    if (html && build_html(out_dir, x->stalls.threshold_ms, &given, err) != 0)
         return -1;
     if (json) {
         json_t *cmp = analysis_comparison_to_json(b, x);
@@ -113,7 +114,7 @@ static int sweep_results(report_sweep *sw, double threshold_ms, bool rewrite_sum
      * report would only repeat the sweep's). The sweep's report links to them. */
     for (int i = 0; html && strcmp(sw->mode, "run") == 0 && i < sw->n_points; i++)
         if (report_sweep_point_main(&sw->points[i]) &&
-            build_html(sw->points[i].dir, threshold_ms, err) != 0)
+            build_html(sw->points[i].dir, threshold_ms, NULL, err) != 0)
             return -1;
     if (html) {
         html_options opt = {.predict = true};

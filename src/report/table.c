@@ -224,6 +224,14 @@ void report_table_print(FILE *out, const analysis_summary *baseline,
         format_threshold(tb, sizeof tb, b->stalls.threshold_ms);
         fprintf(out, "(baseline stalls counted above %s ms)\n", tb);
     }
+    /* Say which percentiles are exact: a long run's come from a histogram (analysis.h). */
+    const analysis_summary *runs[2] = {b, x};
+    for (int i = 0; i < 2; i++)
+        if (runs[i] && runs[i]->itl_histogram)
+            fprintf(out, "(%s gap percentiles from a log histogram of %lld gaps: ±%.2f %% "
+                         "relative error; counts, mean, max and stalls exact)\n",
+                    runs[i]->label[0] ? runs[i]->label : i ? "interference" : "baseline",
+                    (long long)runs[i]->itl_ms.count, 100 * runs[i]->itl_relative_error);
 }
 
 /* ---- verdict ----------------------------------------------------------------------- */

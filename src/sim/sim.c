@@ -13,6 +13,8 @@ typedef struct sim_req {
     int kind; /* tokenlog_kind */
     int64_t k; /* index of this request for its user, or injection index */
     int64_t log_index; /* row in log->requests, -1 without a log */
+    int64_t t_plan_ns; /* an open-loop request waits past its plan under max_concurrency */
+    int64_t t_send_ns;
     int64_t t_first_ns;
 } sim_req;
 
@@ -20,6 +22,12 @@ typedef struct sim_state {
     const sim_config *cfg;
     sched *sched;
     tokenlog *log;
+    const tokenlog_sink *sink; /* instead of log, may be NULL */
+    /* With a sink, a step's token events wait for the next step's arrivals: an injection
+     * planned during the step is sent (backdated to its plan) before the events that end
+     * the gaps it overlaps, as a live client would have sent it. */
+    tokenlog_event *pending;
+    int n_pending, cap_pending;
     sim_stats *stats;
     sim_req **reqs; /* every request ever created, for freeing */
     int64_t n_reqs, cap_reqs;
@@ -55,23 +63,36 @@ static sim_req *sim_new_req(sim_state *st)
     return r;
 }
 
+/* The request's row as it stands (t_end_ns: -1 while it runs). */
+static void sim_row(const sim_req *r, int64_t t_end_ns, tokenlog_request *row)
+{
+    memset(row, 0, sizeof *row);
+    row->request = r->sr.id;
+    row->user = r->user;
+    row->kind = r->kind;
+    /* Virtual time has no network: planned, sent and arrived are one instant. */
+    row->t_plan_ns = r->t_plan_ns;
+    row->t_send_ns = r->t_send_ns;
+    row->t_first_ns = r->t_first_ns;
+    row->t_end_ns = t_end_ns;
+    row->prompt_tokens_requested = r->sr.prompt_tokens;
+    row->prompt_tokens = r->sr.prompt_tokens;
+    row->completion_tokens = r->sr.generated;
+    if (t_end_ns >= 0)
+        strcpy(row->finish_reason, "length");
+}
+
 static int sim_submit(sim_state *st, sim_req *r, int64_t t_plan_ns, int64_t t_ns, char *err)
 {
-    if (st->log) {
+    r->t_plan_ns = t_plan_ns;
+    r->t_send_ns = t_ns;
+    if (st->log || st->sink) {
         tokenlog_request row;
-        memset(&row, 0, sizeof row);
-        row.request = r->sr.id;
-        row.user = r->user;
-        row.kind = r->kind;
-        /* Virtual time has no network: planned, sent and arrived are one instant. */
-        row.t_plan_ns = t_plan_ns;
-        row.t_send_ns = t_ns;
-        row.t_first_ns = -1;
-        row.t_end_ns = -1;
-        row.prompt_tokens_requested = r->sr.prompt_tokens;
-        row.prompt_tokens = r->sr.prompt_tokens;
-        if (tokenlog_add_request(st->log, &row, &r->log_index) != 0)
+        sim_row(r, -1, &row);
+        if (st->log && tokenlog_add_request(st->log, &row, &r->log_index) != 0)
             return err_set(err, "out of memory for the request log");
+        if (st->sink && st->sink->request(st->sink->ctx, &row, err) != 0)
+            return -1;
     }
     st->stats->requests++;
     char why[ERR_LEN];
@@ -215,8 +236,19 @@ int sim_check(const sim_config *cfg, char *err)
     return rc;
 }
 
+/* The last step's token events, once this step's arrivals are sent. */
+static int sim_flush_events(sim_state *st, char *err)
+{
+    for (int i = 0; i < st->n_pending; i++)
+        if (st->sink->event(st->sink->ctx, &st->pending[i], err) != 0)
+            return -1;
+    st->n_pending = 0;
+    return 0;
+}
+
 static void sim_free_state(sim_state *st)
 {
+    free(st->pending);
     for (int64_t i = 0; i < st->n_reqs; i++)
         free(st->reqs[i]);
     free(st->reqs);
@@ -245,8 +277,29 @@ static int sim_finish_step(sim_state *st, const sched_batch *b, int64_t t_end, c
             continue;
         sim_req *r = it->req->user;
         st->stats->token_events++;
-        if (r->t_first_ns < 0)
+        bool first = r->t_first_ns < 0;
+        if (first)
             r->t_first_ns = t_end;
+        if (st->sink) {
+            tokenlog_event ev = {.t_ns = t_end, .request = r->sr.id, .user = r->user,
+                                 .n_tokens = 1, .kind = r->kind};
+            bool finished = r->sr.state == SCHED_FINISHED;
+            tokenlog_request row;
+            if (st->n_pending == st->cap_pending) {
+                int cap = st->cap_pending ? st->cap_pending * 2 : 256;
+                tokenlog_event *p = realloc(st->pending, (size_t)cap * sizeof *p);
+                if (!p)
+                    return err_set(err, "out of memory");
+                st->pending = p;
+                st->cap_pending = cap;
+            }
+            st->pending[st->n_pending++] = ev;
+            if (first || finished) {
+                sim_row(r, finished ? t_end : -1, &row);
+                if (st->sink->request(st->sink->ctx, &row, err) != 0)
+                    return -1;
+            }
+        }
         if (st->log) {
             tokenlog_event ev = {.t_ns = t_end, .request = r->sr.id, .user = r->user,
                                  .n_tokens = 1, .kind = r->kind};
@@ -281,20 +334,8 @@ static int sim_finish_step(sim_state *st, const sched_batch *b, int64_t t_end, c
     return 0;
 }
 
-int sim_run(const sim_config *cfg, tokenlog *log, sim_stats *stats, char *err)
-{
-    if (workload_check(&cfg->wl, err) != 0)
-        return -1;
-    workload_plan plan;
-    if (workload_plan_build(&cfg->wl, &plan, err) != 0)
-        return -1;
-    int rc = sim_run_plan(cfg, &plan, log, stats, err);
-    workload_plan_free(&plan);
-    return rc;
-}
-
-int sim_run_plan(const sim_config *cfg, const workload_plan *plan_in, tokenlog *log,
-                 sim_stats *stats, char *err)
+static int sim_run_core(const sim_config *cfg, const workload_plan *plan_in, tokenlog *log,
+                        const tokenlog_sink *sink, sim_stats *stats, char *err)
 {
     sim_stats local;
     if (!stats)
@@ -308,6 +349,7 @@ int sim_run_plan(const sim_config *cfg, const workload_plan *plan_in, tokenlog *
     memset(&st, 0, sizeof st);
     st.cfg = cfg;
     st.log = log;
+    st.sink = sink;
     st.stats = stats;
     st.plan = plan_in;
     int64_t *inject_times = NULL;
@@ -337,6 +379,8 @@ int sim_run_plan(const sim_config *cfg, const workload_plan *plan_in, tokenlog *
             next_inject++;
         }
         if (sim_admit_open(&st, t, false, err) != 0)
+            goto done;
+        if (sink && sim_flush_events(&st, err) != 0)
             goto done;
         int n = sched_next(st.sched, &batch);
         if (n == 0) {
@@ -370,15 +414,17 @@ int sim_run_plan(const sim_config *cfg, const workload_plan *plan_in, tokenlog *
             duration = 1; /* time must move */
         int64_t t_end = t + duration;
         sched_commit(st.sched, &batch);
-        if (log) {
+        if (log || sink) {
             tokenlog_step step = {.step = stats->steps, .t_start_ns = t, .t_end_ns = t_end,
                                   .decode_tokens = batch.decode_tokens,
                                   .prefill_tokens = batch.prefill_tokens, .n_requests = n,
                                   .modeled_ns = duration};
-            if (tokenlog_add_step(log, &step) != 0) {
+            if (log && tokenlog_add_step(log, &step) != 0) {
                 err_set(err, "out of memory for the step log");
                 goto done;
             }
+            if (sink && sink->step(sink->ctx, &step, err) != 0)
+                goto done;
         }
         stats->steps++;
         if (sim_finish_step(&st, &batch, t_end, err) != 0)
@@ -387,9 +433,57 @@ int sim_run_plan(const sim_config *cfg, const workload_plan *plan_in, tokenlog *
     }
     stats->virtual_ns = t;
     stats->preemptions = sched_num_preemptions(st.sched);
+    if (sink && sim_flush_events(&st, err) != 0)
+        goto done;
+    /* The rows of the requests still running: their tokens so far, as a log would hold. */
+    for (int64_t i = 0; sink && i < st.n_reqs; i++) {
+        const sim_req *r = st.reqs[i];
+        tokenlog_request row;
+        if (r->sr.state == SCHED_FINISHED || r->t_first_ns < 0)
+            continue;
+        sim_row(r, -1, &row);
+        if (sink->request(sink->ctx, &row, err) != 0)
+            goto done;
+    }
     rc = 0;
 done:
     free(inject_times);
     sim_free_state(&st);
     return rc;
+}
+
+/* cfg->wl's plan built here. */
+static int sim_run_to(const sim_config *cfg, tokenlog *log, const tokenlog_sink *sink,
+                      sim_stats *stats, char *err)
+{
+    if (workload_check(&cfg->wl, err) != 0)
+        return -1;
+    workload_plan plan;
+    if (workload_plan_build(&cfg->wl, &plan, err) != 0)
+        return -1;
+    int rc = sim_run_core(cfg, &plan, log, sink, stats, err);
+    workload_plan_free(&plan);
+    return rc;
+}
+
+int sim_run(const sim_config *cfg, tokenlog *log, sim_stats *stats, char *err)
+{
+    return sim_run_to(cfg, log, NULL, stats, err);
+}
+
+int sim_run_plan(const sim_config *cfg, const workload_plan *plan, tokenlog *log,
+                 sim_stats *stats, char *err)
+{
+    return sim_run_core(cfg, plan, log, NULL, stats, err);
+}
+
+int sim_run_sink(const sim_config *cfg, const tokenlog_sink *sink, sim_stats *stats, char *err)
+{
+    return sim_run_to(cfg, NULL, sink, stats, err);
+}
+
+int sim_run_plan_sink(const sim_config *cfg, const workload_plan *plan, const tokenlog_sink *sink,
+                      sim_stats *stats, char *err)
+{
+    return sim_run_core(cfg, plan, NULL, sink, stats, err);
 }

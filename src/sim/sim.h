@@ -47,5 +47,15 @@ int sim_run(const sim_config *cfg, tokenlog *log, sim_stats *stats, char *err);
 /* The same with cfg->wl's plan built already (workload_plan_build). */
 int sim_run_plan(const sim_config *cfg, const workload_plan *plan, tokenlog *log,
                  sim_stats *stats, char *err);
+/* The same run handed to sink as it goes, in time order (nothing held but the requests'
+ * state): a step when it is scheduled; a request's row when it is sent and again at its first
+ * token and its end (and, still running at the end of the run, once more with its tokens so
+ * far); a step's token events once the arrivals planned during that step have been sent (an
+ * injection's send is backdated to its plan, so the gaps it overlaps end after its row). The
+ * rows and events are those sim_run would have put in a log, in the same order. */
+int sim_run_sink(const sim_config *cfg, const tokenlog_sink *sink, sim_stats *stats, char *err);
+/* sim_run_sink with the plan built already. */
+int sim_run_plan_sink(const sim_config *cfg, const workload_plan *plan, const tokenlog_sink *sink,
+                      sim_stats *stats, char *err);
 
 #endif

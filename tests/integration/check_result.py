@@ -4,8 +4,8 @@
 
 Every value is worked out again here from RUN_DIR/interference/{requests,tokens}.csv with
 vLLM's meanings: completed = sent at t >= 0, no error, ended with a finish reason other than
-abort; TTFT, E2E, TPOT = (E2E - TTFT) / (completion tokens - 1); ITL every gap of such a
-request; numpy's interpolated percentiles; population std. Exit 1 on any difference beyond
+abort; TTFT, E2E, TPOT = (E2E - TTFT) / (completion tokens - 1); ITL every gap between two
+token events of one request; numpy's interpolated percentiles; population std. Exit 1 on any difference beyond
 1e-6 (relative), listing them."""
 import csv, json, math, sys
 run, res = sys.argv[1], json.load(open(sys.argv[2]))
@@ -22,7 +22,7 @@ last, itl = {}, []
 for ev in csv.DictReader(open(f"{run}/interference/tokens.csv")):
     r = reqs[ev["request"]]
     t = int(ev["t_ns"])
-    if ev["request"] in last and int(r["t_send_ns"]) >= 0 and not r["error"]:
+    if ev["request"] in last:
         itl.append((t - last[ev["request"]]) / 1e6)
     last[ev["request"]] = t
 def pct(v, p):

@@ -993,6 +993,57 @@ static int cmp_event_content(const void *x, const void *y)
     return (a->n_tokens > b->n_tokens) - (a->n_tokens < b->n_tokens);
 }
 
+/* Past log_events_max the events leave memory once written: the log gets the requests only,
+ * the incremental files hold every event, and their ids agree with requests.csv. */
+static void test_events_dropped_past_limit(void **state)
+{
+    (void)state;
+    phase_setup s;
+    setup_phase(&s);
+    s.wl.users = 5;
+    s.f->inject_prompt = 500;
+    char dir[64], path[128], requests_path[160], err[ERR_LEN];
+    make_tmpdir(dir, sizeof dir, path, sizeof path);
+    snprintf(requests_path, sizeof requests_path, "%s/requests.csv", dir);
+    tokenlog_writer tokens, requests;
+    assert_int_equal(tokenlog_writer_open(&tokens, path, TOKENLOG_TOKENS_CSV, err), 0);
+    assert_int_equal(tokenlog_writer_open(&requests, requests_path, TOKENLOG_REQUESTS_CSV, err), 0);
+    driver_phase ph = {.wl = &s.wl, .api = &s.api, .salt = 1, .record = true, .threads = 2,
+                       .tokens_csv = &tokens, .requests_csv = &requests, .log_events_max = 20};
+    driver_result res;
+    assert_int_equal(driver_run_phase(&s.t, &ph, &s.log, &res, err), 0);
+    assert_int_equal(tokenlog_writer_close(&tokens, err), 0);
+    assert_int_equal(tokenlog_writer_close(&requests, err), 0);
+    assert_true(res.complete);
+    assert_true(res.events_dropped);
+    assert_int_equal(s.log.n_events, 0);
+    assert_true(s.log.n_requests > 0);
+    tokenlog files;
+    int64_t cut_rows = -1;
+    assert_int_equal(tokenlog_read_dir(&files, dir, &cut_rows, err), 0);
+    assert_int_equal(cut_rows, 0);
+    assert_int_equal(files.n_requests, s.log.n_requests);
+    int64_t sum = 0, recorded = 0;
+    for (int64_t i = 0; i < files.n_events; i++)
+        sum += files.events[i].n_tokens;
+    for (int k = 0; k < STREAM_STAMP_KINDS; k++)
+        recorded += res.stamps[k];
+    assert_true(files.n_events > 20);
+    assert_int_equal(files.n_events, recorded);
+    assert_int_equal(sum, res.tokens);
+    for (int64_t i = 0; i < files.n_events; i++) {
+        bool found = false;
+        for (int64_t j = 0; j < files.n_requests && !found; j++)
+            found = files.requests[j].request == files.events[i].request;
+        assert_true(found);
+    }
+    tokenlog_free(&files);
+    unlink(path);
+    unlink(requests_path);
+    rmdir(dir);
+    free_phase(&s, &res);
+}
+
 static void test_stop_reaches_every_loop(void **state)
 {
     (void)state;
@@ -1115,6 +1166,7 @@ int main(void)
         cmocka_unit_test(test_write_failure_stops_phase),
         cmocka_unit_test(test_loops_same_log),
         cmocka_unit_test(test_stop_reaches_every_loop),
+        cmocka_unit_test(test_events_dropped_past_limit),
         cmocka_unit_test(test_probe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -46,7 +46,8 @@ static void add_ev(tokenlog *log, int64_t id, int kind, int64_t t, int n)
  *   TTFT 30, E2E 40, TPOT (40 - 30) / 2 = 5, ITL gap 10.
  * Request 9 (injected): sent 50, one token at 250, ends 250: TTFT 200, E2E 200, no TPOT.
  * Request 4: failed (an error). Request 5: cut by the run's end (abort). Request 6: sent in
- * the warm-up (t_send -1): its gap 5 ms counts in no figure. Duration 2 s. */
+ * the warm-up (t_send -1): no TTFT, TPOT or E2E, but its gap of 5 ms is an ITL gap of the
+ * run like any other. Duration 2 s. */
 static void make_log(tokenlog *log)
 {
     tokenlog_init(log);
@@ -100,10 +101,14 @@ static void test_metrics(void **state)
     /* TPOT 15 and 5 (the one-token answer has none). */
     assert_int_equal(a->tpot_ms.count, 2);
     assert_float_equal(a->tpot_ms.mean, 10, 1e-9);
-    /* ITL 10, 20, 10 (the warm-up request's and the cut request's gaps: none / none). */
-    assert_int_equal(a->itl_ms.count, 3);
+    /* ITL 5 (the warm-up request's), 10, 20, 10: median of {5, 10, 10, 20} is 10, mean 11.25,
+     * std sqrt((6.25^2 + 1.25^2 + 1.25^2 + 8.75^2) / 4) = sqrt(29.6875). */
+    assert_int_equal(a->itl_ms.count, 4);
     assert_float_equal(a->itl_ms.max, 20, 1e-9);
     assert_float_equal(a->itl_ms.median, 10, 1e-9);
+    assert_float_equal(a->itl_ms.mean, 11.25, 1e-9);
+    assert_float_equal(a->itl_ms.std, 5.448623679, 1e-6);
+    assert_false(m.itl_histogram);
     assert_int_equal(inj->itl_ms.count, 0);
     /* E2E 40, 40, 200. */
     assert_float_equal(a->e2el_ms.median, 40, 1e-9);
@@ -147,6 +152,7 @@ static void test_vllm_keys(void **state)
     assert_int_equal(json_integer_value(json_object_get(j, "completed")), 3);
     assert_float_equal(json_real_value(json_object_get(j, "mean_ttft_ms")), 80, 1e-9);
     assert_float_equal(json_real_value(json_object_get(j, "p50_itl_ms")), 10, 1e-9);
+    assert_int_equal(m.all.itl_ms.count, 4);
     json_decref(j);
     tokenlog_free(&log);
 }
