@@ -80,6 +80,8 @@ static void distinctive(experiment_config *c, experiment_meta *m)
     c->client.insecure = true;
     c->client.transport = STREAM_TRANSPORT_CURL;
     c->client.threads = 7;
+    snprintf(c->client.scrape_metrics, sizeof c->client.scrape_metrics,
+             "http://127.0.0.1:9400/metrics");
     c->no_baseline = true;
     c->stall_threshold_ns = 42000000;
     c->wl.shard.index = 2;
@@ -107,6 +109,10 @@ static void distinctive(experiment_config *c, experiment_meta *m)
     m->stamps_kernel_coalesced = 22;
     m->stamps_user = 3;
     m->t0_monotonic_ns = 987654321012345LL;
+    snprintf(m->metrics_url, sizeof m->metrics_url, "http://127.0.0.1:4242/metrics");
+    m->metrics_scrapes = 161;
+    m->metrics_scrape_failures = 3;
+    m->metrics_rows = 157;
     m->t0_realtime_ns = 1796119200250012345LL;
     m->start_late_ns = 12345;
     m->clock.maxerror_us = 16000;
