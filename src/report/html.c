@@ -508,7 +508,8 @@ static void write_config(FILE *out, const report_run *x)
 static void write_files(FILE *out, const report_set *set, bool steps)
 {
     static const char *const names[] = {"tokens.csv", "requests.csv", "steps.csv", "stalls.csv",
-                                        "summary.json", "config.json", "fidelity.json"};
+                                        "summary.json", "config.json", "fidelity.json",
+                                        "server_metrics.csv"};
     fputs("<section id=\"files\">\n<h2>Files</h2>\n<ul class=\"files\">\n", out);
     for (int i = 0; i < set->n_runs; i++) {
         char rel[4200];
@@ -613,6 +614,28 @@ int html_write_run_report(const report_set *set, const html_options *opt, char *
         goto done;
     plot_chart_free(&chart);
     fputs("</section>\n", out);
+
+    if (x->has_server_metrics && x->server_metrics.n > 0) {
+        /* The server's own account (server_metrics.csv): on a --target it stands in for the
+         * step log. A file with no column to draw is said, not fatal. */
+        char why[ERR_LEN] = "";
+        plot_run mrun = {x->label, PLOT_COLOR_INTERFERENCE, &x->log, &x->summary};
+        fputs("<section id=\"server-metrics\">\n<h2>Inside the server</h2>\n", out);
+        if (plot_server_metrics(&chart, &mrun, &x->server_metrics, note, why) != 0) {
+            fputs("<p class=\"note\">", out);
+            html_escape(out, why);
+            fputs("</p>\n", out);
+        } else if (html_figure(out, set->root, &chart, "server_metrics",
+                               "The server's Prometheus metrics, scraped during the run "
+                               "(server_metrics.csv), on the timeline's time axis: the queue "
+                               "grows and the generated tokens dip where a long prompt is "
+                               "prefilled.",
+                               err) != 0) {
+            goto done;
+        }
+        plot_chart_free(&chart);
+        fputs("</section>\n", out);
+    }
 
     fputs("<section id=\"table\">\n<h2>Side by side</h2>\n<pre>", out);
     const report_run *pair[2] = {b, x};

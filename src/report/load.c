@@ -4,8 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/err.h"
+#include "common/fsio.h"
 #include "common/units.h"
 #include "report/load.h"
 
@@ -169,6 +171,22 @@ static int summarize_window(const report_run *r, int64_t margin_ns, bool grow,
     return rc == 0 ? 0 : err_set(err, "%s: %s", r->dir, why);
 }
 
+/* An optional artifact: absent, the report has no such section; unreadable, a warning. */
+static void load_server_metrics(report_run *r, FILE *warn)
+{
+    char path[4200], why[ERR_LEN];
+    if (fsio_join(path, sizeof path, r->dir, "server_metrics.csv", why) != 0 ||
+        access(path, F_OK) != 0)
+        return;
+    if (scrape_csv_read(path, &r->server_metrics, why) == 0) {
+        r->has_server_metrics = true;
+        return;
+    }
+    scrape_series_free(&r->server_metrics);
+    if (warn)
+        fprintf(warn, "stallscope report: warning: %s; the report leaves it out\n", why);
+}
+
 static int summarize(report_run *r, double threshold_ms, double reference_p50_ms, bool keep_log,
                      char *err)
 {
@@ -221,6 +239,7 @@ int report_set_load(report_set *set, const char *root, double threshold_ms, bool
                               "incomplete\n",
                         r->dir, (long long)cut, cut == 1 ? "" : "s");
         }
+        load_server_metrics(r, warn);
         if (strcmp(r->label, "baseline") == 0 && set->baseline < 0)
             set->baseline = i;
         else if (strcmp(r->label, "interference") == 0 && set->interference < 0)
@@ -262,6 +281,7 @@ void report_set_free(report_set *set)
         }
         json_decref(r->json);
         experiment_meta_free(&r->meta);
+        scrape_series_free(&r->server_metrics);
     }
     free(set->runs);
     set->runs = NULL;

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "analysis/analysis.h"
+#include "client/scrape.h"
 #include "common/tokenlog.h"
 
 typedef struct plot_color {
@@ -175,6 +176,13 @@ int plot_stall_ccdf(plot_chart *c, const analysis_summary *s, const char *note, 
 /* (g) each prefill stall's length (ms, log) against its longest culprit's prompt (tokens,
  * log): who stalled whom, and how the stall grows with the prompt. */
 int plot_stalls_vs_prompt(plot_chart *c, const analysis_summary *s, const char *note, char *err);
+
+/* (h) the server's own metrics over the run (server_metrics.csv, plot_metrics.c), on the
+ * timeline's time axis: requests running and waiting, prompt tokens per scrape interval
+ * (spikes), generation tokens per interval; the injections marked. Panels for columns the
+ * server did not give are left out; -1 with err "no column to draw" when none is left. */
+int plot_server_metrics(plot_chart *c, const plot_run *run, const scrape_series *m,
+                        const char *note, char *err);
 
 typedef struct plot_sweep_point {
     const char *group;  /* series this point belongs to ("" when one series) */
