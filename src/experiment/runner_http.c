@@ -360,8 +360,8 @@ static scraper *metrics_start(const experiment_phase *ph, const stream_options *
         s = scrape_start(&opt, err);
     if (!s) {
         if (ph->notes && !ph->quiet)
-            fprintf(ph->notes, "[%s] server metrics: not scraped, going on without: %s "
-                               "(--scrape-metrics URL|off)\n",
+            fprintf(ph->notes, "[%s] server metrics: not scraped, going on without: %s; "
+                               "--scrape-metrics URL points elsewhere, off stops asking\n",
                     ph->label, err);
         return NULL;
     }
