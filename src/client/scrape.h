@@ -22,8 +22,9 @@
  * down, a restarted server, counts from 0, as Prometheus' rate() does).
  *
  * server_metrics.csv: t_ns,t_sent_ns,running,waiting,kv_usage,prompt_tokens,
- * generation_tokens,steps — t_ns when the response was complete, t_sent_ns when the
- * request left, both ns from the run's t = 0 on CLOCK_MONOTONIC; one row per successful
+ * generation_tokens,steps — t_ns when the response was complete, t_sent_ns when the GET
+ * was started (before its connection: t_ns - t_sent_ns includes the connect), both ns from
+ * the run's t = 0 on CLOCK_MONOTONIC; one row per successful
  * scrape that completed at or after t = 0; each row goes out whole in one write(2). */
 #ifndef STALLSCOPE_SCRAPE_H
 #define STALLSCOPE_SCRAPE_H
