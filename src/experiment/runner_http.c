@@ -384,12 +384,16 @@ static void metrics_stop(const experiment_phase *ph, scraper **s, experiment_met
     meta->metrics_scrapes = st.scrapes;
     meta->metrics_scrape_failures = st.failures;
     meta->metrics_rows = st.rows;
+    char late[96] = "";
+    if (st.late > 0)
+        snprintf(late, sizeof late, ", %lld periods skipped (a scrape outlasted its 250 ms)",
+                 (long long)st.late);
     if (ph->notes && !ph->quiet)
         fprintf(ph->notes, "[%s] server metrics: %lld rows in server_metrics.csv from %lld "
-                           "scrapes of %s, %lld failed%s%s%s\n",
+                           "scrapes of %s, %lld failed%s%s%s%s\n",
                 ph->label, (long long)st.rows, (long long)st.scrapes, meta->metrics_url,
                 (long long)st.failures, st.first_error[0] ? " (first: " : "", st.first_error,
-                st.first_error[0] ? ")" : "");
+                st.first_error[0] ? ")" : "", late);
 }
 
 /* ---- one run ----------------------------------------------------------------------------------- */
