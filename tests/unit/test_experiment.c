@@ -290,6 +290,21 @@ static void test_option_tables(void **state)
     char *bare[] = {"--stall-threshold", "50"};
     assert_int_equal(opts_parse(2, bare, groups, OPTS_COUNT(groups), NULL, 0, NULL, err), -1);
     assert_non_null(strstr(err, "needs a unit"));
+    /* --scrape-metrics: auto (stored ""), on, off or a URL; anything else refused. */
+    assert_string_equal(c.client.scrape_metrics, "");
+    static const char *const scrape_ok[][2] = {{"on", "on"},
+                                               {"off", "off"},
+                                               {"http://10.0.0.1:9400/metrics", "http://10.0.0.1:9400/metrics"},
+                                               {"https://h/m", "https://h/m"},
+                                               {"auto", ""}};
+    for (size_t i = 0; i < sizeof scrape_ok / sizeof scrape_ok[0]; i++) {
+        char *a[] = {"--scrape-metrics", (char *)scrape_ok[i][0]};
+        assert_int_equal(opts_parse(2, a, groups, OPTS_COUNT(groups), NULL, 0, NULL, err), 0);
+        assert_string_equal(c.client.scrape_metrics, scrape_ok[i][1]);
+    }
+    char *scrape_bad[] = {"--scrape-metrics", "localhost:9400/metrics"};
+    assert_int_equal(opts_parse(2, scrape_bad, groups, OPTS_COUNT(groups), NULL, 0, NULL, err), -1);
+    assert_non_null(strstr(err, "not auto, on, off or an http"));
 }
 
 /* The lesson's defaults resolve to the lesson's numbers, on each engine. */
