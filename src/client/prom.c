@@ -75,7 +75,7 @@ static size_t take_token(cursor *c)
  * in any case); hexadecimal and "nan(...)" forms are refused. */
 static bool parse_float(const char *s, size_t len, double *out)
 {
-    char text[64];
+    char text[128]; /* longer spellings of a double are refused */
     if (len == 0 || len >= sizeof text)
         return false;
     for (size_t i = 0; i < len; i++)
