@@ -8,7 +8,8 @@
  *   - samples: name [ "{" label="value" { "," label="value" } [ "," ] "}" ] value
  *     [ timestamp ], blanks (spaces, tabs) allowed between the parts;
  *       name   [a-zA-Z_:][a-zA-Z0-9_:]*    label  [a-zA-Z_][a-zA-Z0-9_]*
- *       value  a float as Go's ParseFloat reads it: 1, -2.5e3, NaN, +Inf, -Inf, Inf
+ *       value  a decimal float as Go's ParseFloat reads it: 1, -2.5e3, NaN, +Inf, -Inf,
+ *              Inf (hexadecimal floats and spellings past 127 characters are refused)
  *       label values escape \\, \" and \n (nothing else); a label appears once per sample
  *       timestamp  an integer, ms since the epoch (kept, not interpreted).
  * A sample belongs to the family of the last # TYPE line when its name is that family's
