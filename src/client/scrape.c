@@ -267,7 +267,8 @@ struct scraper {
     int fd;
     pthread_t thread;
     atomic_bool stop;
-    _Atomic int64_t t0_ns; /* 0 until the run's t = 0 is known */
+    _Atomic int64_t t0_ns;    /* 0 until the run's t = 0 is known */
+    _Atomic int64_t t_end_ns; /* the run's planned end */
     scrape_stats stats;
 };
 
@@ -324,8 +325,8 @@ static void *scrape_thread(void *arg)
         if (rc != 0) {
             note_failure(s, err);
         } else {
-            int64_t t0 = atomic_load(&s->t0_ns);
-            if (t0 > 0 && done >= t0) {
+            int64_t t0 = atomic_load(&s->t0_ns), t_end = atomic_load(&s->t_end_ns);
+            if (t0 > 0 && done >= t0 && done <= t_end) {
                 scrape_row row;
                 char line[512];
                 scrape_row_from(&row, &cur, have_prev ? &prev : NULL, done - t0, sent - t0);
@@ -381,6 +382,7 @@ scraper *scrape_start(const scrape_options *opt, char *err)
     s->opt.so.api_key = s->key;
     atomic_init(&s->stop, false);
     atomic_init(&s->t0_ns, 0);
+    atomic_init(&s->t_end_ns, 0);
     s->fd = open(opt->csv_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
     const char *header = scrape_csv_header();
     if (s->fd < 0 || write(s->fd, header, strlen(header)) != (ssize_t)strlen(header)) {
@@ -403,10 +405,12 @@ fail:
     return NULL;
 }
 
-void scrape_set_t0(scraper *s, int64_t t0_ns)
+void scrape_set_window(scraper *s, int64_t t0_ns, int64_t t_end_ns)
 {
-    if (s)
-        atomic_store(&s->t0_ns, t0_ns);
+    if (!s)
+        return;
+    atomic_store(&s->t_end_ns, t_end_ns); /* first: t0 > 0 is what opens the window */
+    atomic_store(&s->t0_ns, t0_ns);
 }
 
 void scrape_stop(scraper *s, scrape_stats *out)

@@ -24,8 +24,8 @@
  * server_metrics.csv: t_ns,t_sent_ns,running,waiting,kv_usage,prompt_tokens,
  * generation_tokens,steps — t_ns when the response was complete, t_sent_ns when the GET
  * was started (before its connection: t_ns - t_sent_ns includes the connect), both ns from
- * the run's t = 0 on CLOCK_MONOTONIC; one row per successful
- * scrape that completed at or after t = 0; each row goes out whole in one write(2). */
+ * the run's t = 0 on CLOCK_MONOTONIC; one row per successful scrape that completed within
+ * the run, [t = 0, its end]; each row goes out whole in one write(2). */
 #ifndef STALLSCOPE_SCRAPE_H
 #define STALLSCOPE_SCRAPE_H
 #include <stdbool.h>
@@ -113,10 +113,12 @@ typedef struct scraper scraper;
  * in one line ("GET http://...: HTTP 404", "... line 3, column 1: ..."). */
 int scrape_probe(const stream_options *so, int64_t timeout_ns, char *err);
 /* Create csv_path (header written) and start scraping at once, every period on an absolute
- * schedule. Rows wait for scrape_set_t0. NULL with err. */
+ * schedule. Rows wait for scrape_set_window. NULL with err. */
 scraper *scrape_start(const scrape_options *opt, char *err);
-/* The run's t = 0 (CLOCK_MONOTONIC): rows of scrapes completed from then on are written. */
-void scrape_set_t0(scraper *s, int64_t t0_ns);
+/* The run's t = 0 and its planned end (CLOCK_MONOTONIC): rows of scrapes completed within
+ * [t0_ns, t_end_ns] are written (after the end the client is closing its streams: the
+ * server's queue empties because the run stops, not because of the load). */
+void scrape_set_window(scraper *s, int64_t t0_ns, int64_t t_end_ns);
 /* Stop (within one scrape's timeout), join, close the file, free; the counts into out
  * (may be NULL). A write error ends the scraping and is in first_error. */
 void scrape_stop(scraper *s, scrape_stats *out);

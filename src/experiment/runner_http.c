@@ -369,9 +369,15 @@ static scraper *metrics_start(const experiment_phase *ph, const stream_options *
     return s;
 }
 
+typedef struct metrics_window {
+    scraper *scraper;
+    int64_t duration_ns;
+} metrics_window;
+
 static void on_t0(void *ctx, int64_t t0_ns)
 {
-    scrape_set_t0(ctx, t0_ns);
+    metrics_window *w = ctx;
+    scrape_set_window(w->scraper, t0_ns, t0_ns + w->duration_ns);
 }
 
 static void metrics_stop(const experiment_phase *ph, scraper **s, experiment_meta *meta)
@@ -474,6 +480,7 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
     /* From before the warm-up, so the first row at t >= 0 has a previous scrape. */
     metrics = metrics_start(ph, &so, meta);
     /* A shard waits for the common start: its warm-up ends on the planned instant. */
+    metrics_window window = {metrics, ph->wl->duration_ns};
     experiment_shard_start shard_start;
     int64_t warmup_ns = cfg->client.warmup_ns;
     if (experiment_shard_wait(ph, &shard_start, &warmup_ns, err) != 0)
@@ -494,7 +501,7 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
         .should_stop = should_stop,
         .stop_ctx = &sc,
         .on_t0 = metrics ? on_t0 : NULL,
-        .t0_ctx = metrics,
+        .t0_ctx = &window,
     };
     if (driver_run_phase(&transports, &dp, log, &res, err) != 0)
         goto done;
