@@ -8,7 +8,8 @@
 # send while no baseline interval counts as many; config.json's session records the URL and
 # the counts; the HTML has the section and the plot. Then the ways it goes on without: a
 # URL that answers 404, one that answers 200 with HTML (not the format), each said in one
-# line with the run still exit 0 and no CSV; and --scrape-metrics on for the embedded server.
+# line with the run still exit 0 and no CSV; a client killed mid-run keeps whole rows; and
+# --scrape-metrics on for the embedded server.
 #
 # Row count rule: the scraper runs on an absolute 250 ms schedule from before the warm-up;
 # a run of D seconds writes the scrapes completed in [t = 0, t = D]: D / 0.25 s slots, one
@@ -139,7 +140,31 @@ grep -q "server metrics: not scraped, going on without: GET http://127.0.0.1:$WW
 [ ! -e "$WORK/html/interference/server_metrics.csv" ] || fail "a server_metrics.csv from HTML"
 pass "a 200 that is not the format: said in one line, the run went on"
 
-# 4. The embedded server scrapes only when asked (its step log says more).
+# 4. A client killed mid-run (SIGKILL: no cleanup) leaves whole rows: each went out in one
+# write(2) as it was scraped.
+"$BIN" run --target "$URL" --no-baseline --users 2 --duration 20s --warmup 0.5s --inject-at 1s \
+  --prompt-tokens 2000 --out "$WORK/killed" >"$WORK/killed.stdout" 2>"$WORK/killed.stderr" &
+KILLED=$!
+PIDS+=("$KILLED")
+CSV="$WORK/killed/interference/server_metrics.csv"
+for _ in $(seq 200); do
+  [ -f "$CSV" ] && [ "$(wc -l <"$CSV")" -ge 6 ] && break
+  sleep 0.05
+done
+sleep 0.13 # off the 250 ms grid of the rows, at a random point of the next scrape
+kill -9 "$KILLED"
+wait "$KILLED" 2>/dev/null || true
+python3 - "$CSV" <<'EOF2'
+import sys
+data = open(sys.argv[1], "rb").read()
+assert data.endswith(b"\n"), f"the file ends inside a row: {data[-40:]!r}"
+lines = data.decode().splitlines()
+assert len(lines) >= 6, f"{len(lines)} lines: the run was killed before 5 rows"
+assert all(len(l.split(",")) == 8 for l in lines), "a row without its 8 columns"
+print(f"ok: killed mid-run (SIGKILL): {len(lines) - 1} whole rows kept")
+EOF2
+
+# 5. The embedded server scrapes only when asked (its step log says more).
 timeout 60 "$BIN" run --engine emulate --gpu h100-sxm --model llama-3.1-8b "${SHORT[@]}" \
   --scrape-metrics on --out "$WORK/embedded" >"$WORK/embedded.stdout" 2>"$WORK/embedded.stderr" || {
   cat "$WORK/embedded.stderr"; fail "the embedded run with --scrape-metrics on failed"; }
