@@ -3,6 +3,7 @@
 #include "report/html.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -583,8 +584,9 @@ int html_write_run_report(const report_set *set, const html_options *opt, char *
     if (!out)
         return err_set(err, "open_memstream: %s", strerror(errno));
     int rc = -1;
-    plot_chart chart;
+    plot_chart chart, metrics_chart;
     memset(&chart, 0, sizeof chart);
+    memset(&metrics_chart, 0, sizeof metrics_chart);
     char note[512], title[256], verdict[1024];
     chart_note(x, note, sizeof note);
     plot_run runs[2];
@@ -604,9 +606,22 @@ int html_write_run_report(const report_set *set, const html_options *opt, char *
     html_escape(out, verdict);
     fputs("</p>\n</section>\n", out);
 
+    /* The server's own account (server_metrics.csv), drawn under the timeline with its
+     * plot area at the same pixels: both charts keep the wider one's y tick labels' room. */
+    const bool has_metrics = x->has_server_metrics && x->server_metrics.n > 0;
+    char metrics_why[ERR_LEN] = "";
+    plot_run metrics_run = {x->label, PLOT_COLOR_INTERFERENCE, &x->log, &x->summary};
+    const bool metrics_drawn =
+        has_metrics &&
+        plot_server_metrics(&metrics_chart, &metrics_run, &x->server_metrics, note, metrics_why) == 0;
+
     fputs("<section id=\"timeline\">\n<h2>Every gap over time</h2>\n", out);
-    if (plot_timeline(&chart, runs, n_runs, note, err) != 0 ||
-        html_figure(out, set->root, &chart, "timeline",
+    if (plot_timeline(&chart, runs, n_runs, note, err) != 0)
+        goto done;
+    if (metrics_drawn)
+        chart.y_label_w = metrics_chart.y_label_w =
+            fmax(plot_y_label_width(&chart), plot_y_label_width(&metrics_chart)) + 2;
+    if (html_figure(out, set->root, &chart, "timeline",
                     "Each dot is a background user's gap between two tokens (ms, log scale), "
                     "placed where the wait began; dashed purple lines are the long "
                     "prompts' sends. The spikes stand on the markers.",
@@ -615,17 +630,15 @@ int html_write_run_report(const report_set *set, const html_options *opt, char *
     plot_chart_free(&chart);
     fputs("</section>\n", out);
 
-    if (x->has_server_metrics && x->server_metrics.n > 0) {
-        /* The server's own account (server_metrics.csv): on a --target it stands in for the
-         * step log. A file with no column to draw is said, not fatal. */
-        char why[ERR_LEN] = "";
-        plot_run mrun = {x->label, PLOT_COLOR_INTERFERENCE, &x->log, &x->summary};
+    if (has_metrics) {
+        /* On a --target it stands in for the step log. A file with no column to draw is
+         * said, not fatal. */
         fputs("<section id=\"server-metrics\">\n<h2>Inside the server</h2>\n", out);
-        if (plot_server_metrics(&chart, &mrun, &x->server_metrics, note, why) != 0) {
+        if (!metrics_drawn) {
             fputs("<p class=\"note\">", out);
-            html_escape(out, why);
+            html_escape(out, metrics_why);
             fputs("</p>\n", out);
-        } else if (html_figure(out, set->root, &chart, "server_metrics",
+        } else if (html_figure(out, set->root, &metrics_chart, "server_metrics",
                                "The server's Prometheus metrics, scraped during the run "
                                "(server_metrics.csv), on the timeline's time axis: the queue "
                                "grows and the generated tokens dip where a long prompt is "
@@ -633,7 +646,6 @@ int html_write_run_report(const report_set *set, const html_options *opt, char *
                                err) != 0) {
             goto done;
         }
-        plot_chart_free(&chart);
         fputs("</section>\n", out);
     }
 
@@ -730,5 +742,6 @@ int html_write_run_report(const report_set *set, const html_options *opt, char *
     rc = 0;
 done:
     plot_chart_free(&chart);
+    plot_chart_free(&metrics_chart);
     return html_finish_document(out, &doc, &doc_len, set->root, rc, err);
 }

@@ -106,6 +106,13 @@ check(base_max < 8000, f"no baseline interval counts that many ({base_max:.0f} a
 html = open(os.path.join(pair, "report.html")).read()
 check('id="server-metrics"' in html and "Inside the server" in html, "report.html has the section")
 check(os.path.exists(os.path.join(pair, "plots", "server_metrics.svg")), "plots/server_metrics.svg")
+# The same time axis at the same pixels: the injection's marker at one x in both charts.
+import re
+def marker_x(name):
+    svg = open(os.path.join(pair, "plots", name + ".svg")).read()
+    return {round(float(x), 2) for x in re.findall(r'stroke:rgb\(60%,0%,60%\)[^>]*d="M ([0-9.]+)', svg)}
+tl, sm = marker_x("timeline"), marker_x("server_metrics")
+check(len(tl) == 1 and tl == sm, f"the injection marker at x = {tl} px in the timeline, {sm} px below it")
 sys.exit(1 if bad else 0)
 EOF
 

@@ -1,5 +1,6 @@
 /* plot: the charts' data, the SVG's structure for fixed tiny datasets, the PNG's size and
  * content, and the one-mark-per-cell reduction. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -218,7 +219,40 @@ static void test_server_metrics_chart(void **state)
     assert_int_equal(plot_render_svg(&c, &svg, &len, err), 0);
     assert_int_equal(count(svg, MARKER_STROKE), 9);
     free(svg);
+    /* Lined up with a chart whose y tick labels are wider: the same room for both puts the
+     * markers at the same pixels. */
+    plot_chart wide;
+    plot_chart_init(&wide, "wide labels", 960, 400);
+    plot_panel *wp = plot_chart_add_panel(&wide, "");
+    assert_non_null(wp);
+    plot_series *ws = plot_panel_add_series(wp, "", PLOT_LINE, PLOT_COLOR_BASELINE);
+    assert_non_null(ws);
+    assert_int_equal(plot_series_push(ws, 0, 123456789), 0);
+    assert_int_equal(plot_series_push(ws, 1, 0), 0);
+    assert_int_equal(plot_panel_add_vmark(wp, 0.2), 0);
+    wp->x.fixed = true, wp->x.min = 0, wp->x.max = 1;
+    double w_wide = plot_y_label_width(&wide), w_metrics = plot_y_label_width(&c);
+    assert_true(w_wide > w_metrics);
+    double x_before[2], x_after[2];
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            wide.y_label_w = c.y_label_w = fmax(w_wide, w_metrics) + 2;
+        const plot_chart *charts[2] = {&wide, &c};
+        for (int k = 0; k < 2; k++) {
+            assert_int_equal(plot_render_svg(charts[k], &svg, &len, err), 0);
+            char *d = nth_path_d(svg, MARKER_STROKE, 0);
+            assert_non_null(d);
+            double *x_out = pass == 0 ? x_before : x_after;
+            assert_int_equal(sscanf(d, "M %lf", &x_out[k]), 1);
+            free(d);
+            free(svg);
+        }
+    }
+    assert_true(fabs(x_before[0] - x_before[1]) > 1); /* off by the labels' widths */
+    assert_float_equal(x_after[0], x_after[1], 1e-6);
+    plot_chart_free(&wide);
     plot_chart_free(&c);
+
     /* Only the queue: one panel. Nothing drawable: an error that says so. */
     m.has[SCRAPE_PROMPT_TOKENS] = m.has[SCRAPE_GENERATION_TOKENS] = false;
     assert_int_equal(plot_server_metrics(&c, &run, &m, "tiny", err), 0);
