@@ -479,8 +479,8 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
     const bool show = ph->notes && !ph->quiet;
     /* From before the warm-up, so the first row at t >= 0 has a previous scrape. */
     metrics = metrics_start(ph, &so, meta);
-    /* A shard waits for the common start: its warm-up ends on the planned instant. */
     metrics_window window = {metrics, ph->wl->duration_ns};
+    /* A shard waits for the common start: its warm-up ends on the planned instant. */
     experiment_shard_start shard_start;
     int64_t warmup_ns = cfg->client.warmup_ns;
     if (experiment_shard_wait(ph, &shard_start, &warmup_ns, err) != 0)
