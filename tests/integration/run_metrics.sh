@@ -131,21 +131,48 @@ url=$(json "$WORK/404/interference/config.json" 'repr(j["session"]["metrics_url"
 [ "$url" = "''" ] || fail "metrics_url set: $url"
 pass "a 404 metrics URL: said in one line, the run went on (exit 0), no CSV, no section"
 
-# 3. A server that answers 200 but not with the exposition format (a directory listing).
-mkdir -p "$WORK/www"
-python3 -m http.server --bind 127.0.0.1 --directory "$WORK/www" 0 >"$WORK/www.log" 2>&1 &
+# 3. A server that answers 200 but not with the exposition format (an HTML page), and
+# records the credentials the scrape carried: the run's own --api-key and --header, sent
+# from memory, never written to an artifact.
+python3 - "$WORK/www.port" "$WORK/www.headers" <<'PY' &
+import http.server, sys
+port_file, headers_file = sys.argv[1], sys.argv[2]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        with open(headers_file, "a") as f:
+            f.write(f"{self.path} {self.headers.get('Authorization')} {self.headers.get('X-Token')}\n")
+        body = b"<!DOCTYPE html>\n<html><body>not metrics</body></html>\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+s = http.server.HTTPServer(("127.0.0.1", 0), H)
+open(port_file, "w").write(str(s.server_address[1]))
+s.timeout = 1
+for _ in range(120):  # bounded: two minutes at most
+    s.handle_request()
+PY
 PIDS+=($!)
-for _ in $(seq 100); do grep -q 'port [0-9]' "$WORK/www.log" && break; sleep 0.1; done
-WWW_PORT=$(grep -o 'port [0-9]*' "$WORK/www.log" | head -1 | cut -d' ' -f2)
-[ -n "$WWW_PORT" ] || { cat "$WORK/www.log"; fail "python3 http.server did not start"; }
-timeout 60 "$BIN" run --target "$URL" "${SHORT[@]}" --scrape-metrics "http://127.0.0.1:$WWW_PORT/" \
+for _ in $(seq 100); do [ -s "$WORK/www.port" ] && break; sleep 0.1; done
+WWW_PORT=$(cat "$WORK/www.port" 2>/dev/null || true)
+[ -n "$WWW_PORT" ] || fail "the HTML server did not start"
+timeout 60 "$BIN" run --target "$URL" "${SHORT[@]}" --scrape-metrics "http://127.0.0.1:$WWW_PORT/m" \
+  --api-key sk-scrape-7d1e --header 'X-Token: xtok-9f3c' \
   --out "$WORK/html" >"$WORK/html.stdout" 2>"$WORK/html.stderr" || {
   cat "$WORK/html.stderr"; fail "a run with a non-metrics URL failed"; }
-grep -q "server metrics: not scraped, going on without: GET http://127.0.0.1:$WWW_PORT/: not the Prometheus text format (line 1, column 1: a metric name expected)" \
+grep -q "server metrics: not scraped, going on without: GET http://127.0.0.1:$WWW_PORT/m: not the Prometheus text format (line 1, column 1: a metric name expected)" \
   "$WORK/html.stderr" || { cat "$WORK/html.stderr"; fail "the wrong format was not said"; }
 [ -e "$WORK/html/interference/tokens.csv" ] || fail "the run wrote no tokens.csv"
 [ ! -e "$WORK/html/interference/server_metrics.csv" ] || fail "a server_metrics.csv from HTML"
-pass "a 200 that is not the format: said in one line, the run went on"
+grep -qx "/m Bearer sk-scrape-7d1e xtok-9f3c" "$WORK/www.headers" ||
+  { cat "$WORK/www.headers"; fail "the scrape did not carry the run's key and header"; }
+if grep -rl -e sk-scrape-7d1e -e xtok-9f3c "$WORK/html" "$WORK/html.stdout" "$WORK/html.stderr"; then
+  fail "a secret in an artifact (above)"
+fi
+pass "a 200 that is not the format: said in one line, the run went on; the scrape carried the key and header, no artifact holds them"
 
 # 4. A client killed mid-run (SIGKILL: no cleanup) leaves whole rows: each went out in one
 # write(2) as it was scraped.
