@@ -272,12 +272,41 @@ struct scraper {
     scrape_stats stats;
 };
 
+int scrape_split_url(const char *url, char *origin, size_t origin_size, char *path,
+                     size_t path_size)
+{
+    const char *host = strstr(url, "://");
+    if (!host)
+        return -1;
+    const char *slash = strchr(host + 3, '/');
+    size_t origin_len = slash ? (size_t)(slash - url) : strlen(url);
+    const char *rest = slash ? slash : "/";
+    if (origin_len >= origin_size || strlen(rest) >= path_size)
+        return -1;
+    memcpy(origin, url, origin_len);
+    origin[origin_len] = '\0';
+    strcpy(path, rest);
+    return 0;
+}
+
+/* One GET of so->base_url, a whole URL: stream_http joins a base and a path, and normalises
+ * the base (a trailing "/" or "/v1" goes), so the path is passed apart and kept as is. */
+static int get(const stream_options *so, int64_t timeout_ns, int *status, char **body, char *err)
+{
+    char origin[1024], path[1024];
+    if (scrape_split_url(so->base_url, origin, sizeof origin, path, sizeof path) != 0)
+        return err_set(err, "'%s' is not a URL this scraper can ask", so->base_url);
+    stream_options at = *so;
+    at.base_url = origin;
+    return stream_http(&at, "GET", path, NULL, timeout_ns, status, body, err);
+}
+
 /* One GET; the body parsed into f. 0, or -1 with err. */
 static int scrape_once(const stream_options *so, int64_t timeout_ns, scrape_frame *f, char *err)
 {
     int status = 0;
     char *body = NULL;
-    if (stream_http(so, "GET", "", NULL, timeout_ns, &status, &body, err) != 0)
+    if (get(so, timeout_ns, &status, &body, err) != 0)
         return -1;
     int rc = 0;
     if (status != 200)
@@ -291,11 +320,27 @@ static int scrape_once(const stream_options *so, int64_t timeout_ns, scrape_fram
     return rc;
 }
 
-int scrape_probe(const stream_options *so, int64_t timeout_ns, char *err)
+int scrape_probe(const stream_options *so, int64_t timeout_ns, char *url_out, size_t size,
+                 char *err)
 {
     scrape_frame f;
-    if (scrape_once(so, timeout_ns, &f, err) != 0)
-        return -1;
+    snprintf(url_out, size, "%s", so->base_url);
+    if (scrape_once(so, timeout_ns, &f, err) != 0) {
+        /* prometheus_client's ASGI app mounted at /metrics (vLLM before it routed the path
+         * itself) answers /metrics with a redirect to /metrics/: follow that one. */
+        size_t n = strlen(so->base_url);
+        if (!strstr(err, ": HTTP 30") || n == 0 || so->base_url[n - 1] == '/' || n + 2 > size)
+            return -1;
+        char first[ERR_LEN];
+        snprintf(first, sizeof first, "%s", err);
+        stream_options slash = *so;
+        snprintf(url_out, size, "%s/", so->base_url);
+        slash.base_url = url_out;
+        if (scrape_once(&slash, timeout_ns, &f, err) != 0) {
+            snprintf(url_out, size, "%s", so->base_url);
+            return err_set(err, "%s", first);
+        }
+    }
     for (int c = 0; c < SCRAPE_COLUMNS; c++)
         if (f.has[c])
             return 0;

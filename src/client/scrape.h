@@ -109,9 +109,17 @@ typedef struct scrape_stats {
 
 typedef struct scraper scraper;
 
-/* Ask once whether url answers 200 with an exposition this parser reads. 0, or -1 with err
- * in one line ("GET http://...: HTTP 404", "... line 3, column 1: ..."). */
-int scrape_probe(const stream_options *so, int64_t timeout_ns, char *err);
+/* Ask once whether so->base_url (a whole URL) answers 200 with an exposition this parser
+ * reads and one of the table's names; a redirect (HTTP 30x) of a path without a trailing
+ * "/" is tried once more with it (prometheus_client mounted at /metrics redirects to
+ * /metrics/). The URL that answered into url_out. 0, or -1 with err in one line
+ * ("GET http://...: HTTP 404", "... line 3, column 1: ..."). */
+int scrape_probe(const stream_options *so, int64_t timeout_ns, char *url_out, size_t size,
+                 char *err);
+/* "http://h:8000/metrics" -> "http://h:8000" and "/metrics" (a URL without a path: "/").
+ * 0, or -1 when it has no "://" or a part does not fit. */
+int scrape_split_url(const char *url, char *origin, size_t origin_size, char *path,
+                     size_t path_size);
 /* Create csv_path (header written) and start scraping at once, every period on an absolute
  * schedule. Rows wait for scrape_set_window. NULL with err. */
 scraper *scrape_start(const scrape_options *opt, char *err);

@@ -356,8 +356,11 @@ static scraper *metrics_start(const experiment_phase *ph, const stream_options *
     scrape_options opt = {.so = *so, .csv_path = path};
     opt.so.base_url = url;
     scraper *s = NULL;
-    if (scrape_probe(&opt.so, METRICS_PROBE_TIMEOUT_NS, err) == 0)
+    char answered[sizeof url];
+    if (scrape_probe(&opt.so, METRICS_PROBE_TIMEOUT_NS, answered, sizeof answered, err) == 0) {
+        opt.so.base_url = answered;
         s = scrape_start(&opt, err);
+    }
     if (!s) {
         if (ph->notes && !ph->quiet)
             fprintf(ph->notes, "[%s] server metrics: not scraped, going on without: %s; "
@@ -365,7 +368,7 @@ static scraper *metrics_start(const experiment_phase *ph, const stream_options *
                     ph->label, err);
         return NULL;
     }
-    snprintf(meta->metrics_url, sizeof meta->metrics_url, "%s", url);
+    snprintf(meta->metrics_url, sizeof meta->metrics_url, "%s", answered);
     return s;
 }
 

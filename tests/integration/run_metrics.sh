@@ -141,9 +141,18 @@ class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         with open(headers_file, "a") as f:
             f.write(f"{self.path} {self.headers.get('Authorization')} {self.headers.get('X-Token')}\n")
-        body = b"<!DOCTYPE html>\n<html><body>not metrics</body></html>\n"
+        if self.path == "/redir":  # prometheus_client's ASGI app mounted at a path does this
+            self.send_response(307)
+            self.send_header("Location", "/redir/")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if self.path == "/redir/":
+            body, kind = b"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3\n", "text/plain"
+        else:
+            body, kind = b"<!DOCTYPE html>\n<html><body>not metrics</body></html>\n", "text/html"
         self.send_response(200)
-        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -152,7 +161,7 @@ class H(http.server.BaseHTTPRequestHandler):
 s = http.server.HTTPServer(("127.0.0.1", 0), H)
 open(port_file, "w").write(str(s.server_address[1]))
 s.timeout = 1
-for _ in range(120):  # bounded: two minutes at most
+for _ in range(600):  # bounded: ten minutes at most (the cleanup ends it sooner)
     s.handle_request()
 PY
 PIDS+=($!)
@@ -173,6 +182,22 @@ if grep -rl -e sk-scrape-7d1e -e xtok-9f3c "$WORK/html" "$WORK/html.stdout" "$WO
   fail "a secret in an artifact (above)"
 fi
 pass "a 200 that is not the format: said in one line, the run went on; the scrape carried the key and header, no artifact holds them"
+
+# 3b. /metrics answered with a redirect to /metrics/ (vLLM before it routed the path itself):
+# the probe follows that one redirect and the run scrapes the URL that answered.
+timeout 60 "$BIN" run --target "$URL" "${SHORT[@]}" --scrape-metrics "http://127.0.0.1:$WWW_PORT/redir" \
+  --out "$WORK/redir" >"$WORK/redir.stdout" 2>"$WORK/redir.stderr" || {
+  cat "$WORK/redir.stderr"; fail "a run with a redirecting metrics URL failed"; }
+grep -q "server metrics: [0-9]* rows in server_metrics.csv from [0-9]* scrapes of http://127.0.0.1:$WWW_PORT/redir/, 0 failed" \
+  "$WORK/redir.stderr" || { cat "$WORK/redir.stderr"; fail "the redirect was not followed"; }
+url=$(json "$WORK/redir/interference/config.json" 'j["session"]["metrics_url"]')
+[ "$url" = "http://127.0.0.1:$WWW_PORT/redir/" ] || fail "metrics_url $url"
+python3 - "$WORK/redir/interference/server_metrics.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) >= 5 and all(r["running"] == "3" and r["waiting"] == "" for r in rows), rows[:3]
+print(f"ok: /redir -> /redir/ followed: {len(rows)} rows, running 3, waiting empty (not served)")
+PY
 
 # 4. A client killed mid-run (SIGKILL: no cleanup) leaves whole rows: each went out in one
 # write(2) as it was scraped.

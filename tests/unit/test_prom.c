@@ -436,6 +436,17 @@ static void test_rows(void **state)
     assert_string_equal(line, "251000000,250000000,4,1,,8000,20,\n");
     assert_int_equal(len, strlen(line));
     assert_int_equal(scrape_row_format(&row, line, 10), 0); /* too small: nothing */
+    char origin[64], url_path[64];
+    assert_int_equal(scrape_split_url("http://h:8000/metrics/", origin, sizeof origin, url_path,
+                                      sizeof url_path), 0);
+    assert_string_equal(origin, "http://h:8000");
+    assert_string_equal(url_path, "/metrics/");
+    assert_int_equal(scrape_split_url("https://h", origin, sizeof origin, url_path, sizeof url_path), 0);
+    assert_string_equal(origin, "https://h");
+    assert_string_equal(url_path, "/");
+    assert_int_equal(scrape_split_url("h:8000/metrics", origin, sizeof origin, url_path, sizeof url_path),
+                     -1);
+    assert_int_equal(scrape_split_url("http://h/metrics", origin, 4, url_path, sizeof url_path), -1);
     assert_string_equal(scrape_column_name(SCRAPE_GENERATION_TOKENS), "generation_tokens");
     assert_true(scrape_column_is_counter(SCRAPE_STEPS));
     assert_false(scrape_column_is_counter(SCRAPE_KV_USAGE));
