@@ -171,6 +171,40 @@ static int parse_cell(const char *cell, size_t len, double *out)
     return end == text + len && len > 0 && isfinite(*out) ? 0 : -1;
 }
 
+/* One row: 0, or -1 with why ("8 columns expected" ...). */
+static int parse_row(const char *line, scrape_row *row, char *why, size_t size)
+{
+    memset(row, 0, sizeof *row);
+    const char *cell = line;
+    for (int col = 0; col < 2 + SCRAPE_COLUMNS; col++) {
+        const char *comma = strchr(cell, ',');
+        size_t n = comma ? (size_t)(comma - cell) : strlen(cell);
+        double v = 0;
+        if ((col < 1 + SCRAPE_COLUMNS) != (comma != NULL)) {
+            snprintf(why, size, "%d columns expected", 2 + SCRAPE_COLUMNS);
+            return -1;
+        }
+        if (n > 0 && parse_cell(cell, n, &v) != 0) {
+            snprintf(why, size, "column %d is not a number", col + 1);
+            return -1;
+        }
+        if (col < 2 && n == 0) {
+            snprintf(why, size, "no time");
+            return -1;
+        }
+        if (col == 0)
+            row->t_ns = (int64_t)v;
+        else if (col == 1)
+            row->t_sent_ns = (int64_t)v;
+        else if (n > 0) {
+            row->has[col - 2] = true;
+            row->value[col - 2] = v;
+        }
+        cell = comma ? comma + 1 : cell + n;
+    }
+    return 0;
+}
+
 int scrape_csv_read(const char *path, scrape_series *out, char *err)
 {
     memset(out, 0, sizeof *out);
@@ -183,16 +217,13 @@ int scrape_csv_read(const char *path, scrape_series *out, char *err)
     while (fgets(line, sizeof line, f)) {
         line_no++;
         size_t len = strlen(line);
-        if (len == 0 || line[len - 1] != '\n') {
-            /* A run cut while writing keeps whole rows only, but a hand-edited file may end
-             * without LF: take it if it is whole. */
-            if (!feof(f)) {
-                err_set(err, "%s:%d: line too long", path, line_no);
-                goto done;
-            }
-        } else {
-            line[--len] = '\0';
+        bool unterminated = len == 0 || line[len - 1] != '\n';
+        if (unterminated && !feof(f)) {
+            err_set(err, "%s:%d: line too long", path, line_no);
+            goto done;
         }
+        if (!unterminated)
+            line[--len] = '\0';
         if (line_no == 1) {
             if (strncmp(line, scrape_csv_header(), strlen(scrape_csv_header()) - 1) != 0) {
                 err_set(err, "%s:1: not the server_metrics.csv header", path);
@@ -203,34 +234,16 @@ int scrape_csv_read(const char *path, scrape_series *out, char *err)
         if (len == 0)
             continue;
         scrape_row row;
-        memset(&row, 0, sizeof row);
-        const char *cell = line;
-        for (int col = 0; col < 2 + SCRAPE_COLUMNS; col++) {
-            const char *comma = strchr(cell, ',');
-            size_t n = comma ? (size_t)(comma - cell) : strlen(cell);
-            if ((col < 1 + SCRAPE_COLUMNS) != (comma != NULL)) {
-                err_set(err, "%s:%d: %d columns expected", path, line_no, 2 + SCRAPE_COLUMNS);
-                goto done;
+        char why[64];
+        if (parse_row(line, &row, why, sizeof why) != 0) {
+            /* The writer sends each row whole, but a disk that filled can cut the last one:
+             * without its LF it is dropped; anywhere else the file is not ours. */
+            if (unterminated) {
+                out->cut = true;
+                break;
             }
-            double v = 0;
-            if (n > 0 && parse_cell(cell, n, &v) != 0) {
-                err_set(err, "%s:%d: column %d is not a number", path, line_no, col + 1);
-                goto done;
-            }
-            if (col < 2 && n == 0) {
-                err_set(err, "%s:%d: no time", path, line_no);
-                goto done;
-            }
-            if (col == 0)
-                row.t_ns = (int64_t)v;
-            else if (col == 1)
-                row.t_sent_ns = (int64_t)v;
-            else if (n > 0) {
-                row.has[col - 2] = true;
-                row.value[col - 2] = v;
-                out->has[col - 2] = true;
-            }
-            cell = comma ? comma + 1 : cell + n;
+            err_set(err, "%s:%d: %s", path, line_no, why);
+            goto done;
         }
         if (out->n == out->cap) {
             int64_t cap = out->cap ? out->cap * 2 : 256;
@@ -243,6 +256,8 @@ int scrape_csv_read(const char *path, scrape_series *out, char *err)
             out->cap = cap;
         }
         out->rows[out->n++] = row;
+        for (int c = 0; c < SCRAPE_COLUMNS; c++)
+            out->has[c] = out->has[c] || row.has[c];
     }
     if (ferror(f)) {
         err_set(err, "%s: %s", path, strerror(errno));

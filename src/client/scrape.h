@@ -81,8 +81,10 @@ typedef struct scrape_series {
     scrape_row *rows;
     int64_t n, cap;
     bool has[SCRAPE_COLUMNS]; /* the column has at least one value */
+    bool cut;                 /* a last row without its LF that did not parse was dropped */
 } scrape_series;
-/* 0, or -1 with err ("FILE:LINE: ..."); scrape_series_free either way. */
+/* 0, or -1 with err ("FILE:LINE: ..."); scrape_series_free either way. A last line
+ * without LF is taken when it is a whole row and dropped (cut) when not. */
 int scrape_csv_read(const char *path, scrape_series *out, char *err);
 void scrape_series_free(scrape_series *s);
 

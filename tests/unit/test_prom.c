@@ -474,12 +474,34 @@ static void test_rows(void **state)
     assert_false(s.rows[0].has[SCRAPE_PROMPT_TOKENS]);
     assert_true(s.has[SCRAPE_WAITING] && !s.has[SCRAPE_KV_USAGE] && !s.has[SCRAPE_STEPS]);
     scrape_series_free(&s);
+    /* A last row cut without its LF is dropped; whole without its LF, it is taken. */
+    f = fopen(path, "a");
+    fputs("300000000,299000000,4,1,,8", f);
+    fclose(f);
+    if (scrape_csv_read(path, &s, err) != 0)
+        fail_msg("%s", err);
+    assert_true(s.n == 2 && s.cut);
+    scrape_series_free(&s);
+    f = fopen(path, "a");
+    fputs("x\n400000000,399000000,4,1,,8,20,", f);
+    fclose(f);
+    assert_int_equal(scrape_csv_read(path, &s, err), -1); /* the cut row, now inside: refused */
+    assert_non_null(strstr(err, ":4: 8 columns expected"));
+    scrape_series_free(&s);
+    f = fopen(path, "w");
+    fputs(scrape_csv_header(), f);
+    fputs("400000000,399000000,4,1,,8,20,", f);
+    fclose(f);
+    if (scrape_csv_read(path, &s, err) != 0)
+        fail_msg("%s", err);
+    assert_true(s.n == 1 && !s.cut && s.rows[0].value[SCRAPE_GENERATION_TOKENS] == 20);
+    scrape_series_free(&s);
     /* A broken row is refused with its line. */
     f = fopen(path, "a");
-    fputs("5,4,1,2\n", f);
+    fputs("\n5,4,1,2\n", f);
     fclose(f);
     assert_int_equal(scrape_csv_read(path, &s, err), -1);
-    assert_non_null(strstr(err, ":4: 8 columns expected"));
+    assert_non_null(strstr(err, ":3: 8 columns expected"));
     scrape_series_free(&s);
     f = fopen(path, "w");
     fputs("t,x\n", f);
