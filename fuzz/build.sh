@@ -51,11 +51,12 @@ build fuzz_units "$S/common/units.c" "$S/common/err.c" &
 build fuzz_http1 "$S/client/http1.c" &
 build fuzz_trace "$S/workload/trace.c" "$S/workload/dist.c" "$S/common/units.c" "$S/common/rng.c" \
   "$S/common/err.c" &
+build fuzz_prom "$S/client/prom.c" "$S/common/err.c" &
 # The framing checks every head it hands on with evhttp's own URI parser: libevent, not
 # instrumented, linked to this one target.
 # shellcheck disable=SC2046
 build fuzz_reqframe "$S/server/reqframe.c" $(pkg-config --libs libevent) &
 rc=0
-for _ in 1 2 3 4 5 6 7; do wait -n || rc=1; done
+for _ in 1 2 3 4 5 6 7 8; do wait -n || rc=1; done
 [ "$rc" = 0 ] || { echo "fuzz: a target failed to build" >&2; exit 1; }
-echo "fuzz: built fuzz_sse_split fuzz_sse_chunk fuzz_request fuzz_units fuzz_reqframe fuzz_http1 fuzz_trace in $OUT with $CC" >&2
+echo "fuzz: built fuzz_sse_split fuzz_sse_chunk fuzz_request fuzz_units fuzz_reqframe fuzz_http1 fuzz_trace fuzz_prom in $OUT with $CC" >&2

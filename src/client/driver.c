@@ -1351,6 +1351,8 @@ int driver_run_phase(const driver_transports *transports, const driver_phase *cf
     ph.t0 = ph.t_start + (cfg->warmup_ns > 0 ? cfg->warmup_ns : 0);
     ph.t_stop = ph.t0 + wl->duration_ns;
     res->t0_ns = ph.t0;
+    if (cfg->on_t0)
+        cfg->on_t0(cfg->t0_ctx, ph.t0);
     for (int i = 1; i < ph.n_loops; i++) {
         int rc = pthread_create(&ph.loops[i].thread, NULL, loop_thread, &ph.loops[i]);
         if (rc != 0) {

@@ -128,6 +128,11 @@ typedef struct driver_phase {
      * 20 ms of it. */
     bool (*should_stop)(void *ctx, char *why, size_t size);
     void *stop_ctx;
+    /* Called once with t = 0 (CLOCK_MONOTONIC) as soon as it is set, before any request is
+     * sent, in the caller's thread (may be NULL): aligns what runs beside the client (the
+     * metrics scraper) with the run's clock. */
+    void (*on_t0)(void *ctx, int64_t t0_ns);
+    void *t0_ctx;
 } driver_phase;
 
 typedef struct driver_result {

@@ -159,6 +159,7 @@ static const field CLIENT_FIELDS[] = {
     FLD("transport", F_TRANSPORT, experiment_client, transport),
     FLD("threads", F_INT, experiment_client, threads),
     FLD("extra_body", F_TEXT, experiment_client, extra_body),
+    FLD("scrape_metrics", F_TEXT, experiment_client, scrape_metrics),
 };
 
 static const field SESSION_FIELDS[] = {
@@ -174,6 +175,10 @@ static const field SESSION_FIELDS[] = {
     FLD("stamps_kernel_coalesced", F_I64, experiment_meta, stamps_kernel_coalesced),
     FLD("stamps_user", F_I64, experiment_meta, stamps_user),
     FLD("t0_monotonic_ns", F_I64, experiment_meta, t0_monotonic_ns),
+    FLD("metrics_url", F_TEXT, experiment_meta, metrics_url),
+    FLD("metrics_scrapes", F_I64, experiment_meta, metrics_scrapes),
+    FLD("metrics_scrape_failures", F_I64, experiment_meta, metrics_scrape_failures),
+    FLD("metrics_rows", F_I64, experiment_meta, metrics_rows),
 };
 
 /* "shard": the share (workload), the common start (configuration), where this shard's

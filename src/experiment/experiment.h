@@ -74,6 +74,11 @@ typedef struct experiment_client {
     char extra_body[2048];      /* --extra-body: a JSON object merged into every request */
     int threads;                /* event loops of the load generator; 0: the cores left
                                    after the server (experiment_client_threads) */
+    /* The server's Prometheus metrics into server_metrics.csv (runner_http.c,
+     * docs/client.md): "" (auto: the target's /metrics when it answers; not for the
+     * embedded server, whose step log says more), "on" (the server's /metrics, embedded
+     * included), "off", or the exposition's URL. */
+    char scrape_metrics[512];
 } experiment_client;
 
 /* Shards (docs/distributed.md): which share of the load this process runs is the
@@ -255,6 +260,10 @@ typedef struct experiment_meta {
      * a kernel stamp shared by several events of one read (a bound), or user space. */
     int64_t stamps_kernel, stamps_kernel_coalesced, stamps_user;
     int64_t t0_monotonic_ns; /* t = 0 on this machine's CLOCK_MONOTONIC */
+    /* The server's metrics: where they were scraped ("" not scraped), the scrapes made,
+     * those that gave no row, and the rows of server_metrics.csv */
+    char metrics_url[512];
+    int64_t metrics_scrapes, metrics_scrape_failures, metrics_rows;
     /* Sharded runs: t = 0 on the wall clock, how late against the plan, and that clock */
     int64_t t0_realtime_ns;  /* ns since the epoch */
     int64_t start_late_ns;   /* t0_realtime_ns - the run's planned start */

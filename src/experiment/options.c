@@ -285,6 +285,20 @@ static int cl_transport(void *c, const char *v, char *err)
     return stream_transport_parse(v, &((experiment_config *)c)->client.transport, err);
 }
 
+static int cl_scrape_metrics(void *c, const char *v, char *err)
+{
+    experiment_client *cl = &((experiment_config *)c)->client;
+    if (strcmp(v, "auto") == 0)
+        v = "";
+    else if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0 && strncmp(v, "http://", 7) != 0 &&
+             strncmp(v, "https://", 8) != 0)
+        return err_set(err, "'%s' is not auto, on, off or an http:// or https:// URL", v);
+    if (strlen(v) >= sizeof cl->scrape_metrics)
+        return err_set(err, "the URL is longer than %zu bytes", sizeof cl->scrape_metrics - 1);
+    strcpy(cl->scrape_metrics, v);
+    return 0;
+}
+
 static const opts_spec client_specs[] = {
     OPTS_FN("target", "URL",
             "an OpenAI-compatible server (vLLM, SGLang, llama.cpp ...); default: start the "
@@ -321,6 +335,10 @@ static const opts_spec client_specs[] = {
              "at least 1: all but the cpu engine's --threads, all but one with emulate, all "
              "with --target)",
              C, client.threads, 1, 256),
+    OPTS_FN("scrape-metrics", "URL|on|off",
+            "the server's Prometheus metrics every 250 ms into server_metrics.csv (default "
+            "auto: the target's /metrics when it answers; on: also the embedded server's)",
+            cl_scrape_metrics),
 };
 
 opts_group experiment_client_group(experiment_config *cfg)

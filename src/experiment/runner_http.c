@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "client/driver.h"
+#include "client/scrape.h"
 #include "client/stream.h"
 #include "common/clock.h"
 #include "common/err.h"
@@ -354,6 +355,93 @@ static int write_fidelity(const experiment_phase *ph, driver_result *res,
     return rc;
 }
 
+/* ---- the server's own metrics ------------------------------------------------------------ */
+
+#define METRICS_PROBE_TIMEOUT_NS (2 * CLOCK_NS_PER_S)
+
+/* Where to scrape (--scrape-metrics): "" when not at all. */
+static void metrics_url(const experiment_config *cfg, const char *server_url, bool remote,
+                        char *out, size_t size)
+{
+    const char *want = cfg->client.scrape_metrics;
+    out[0] = '\0';
+    if (strcmp(want, "off") == 0 || (!want[0] && !remote))
+        return;
+    if (want[0] && strcmp(want, "on") != 0) {
+        snprintf(out, size, "%s", want);
+        return;
+    }
+    char base[600];
+    stream_base_url(server_url, base, sizeof base);
+    if ((size_t)snprintf(out, size, "%.*s/metrics", (int)(size > 9 ? size - 9 : 0), base) >= size)
+        out[0] = '\0'; /* cannot be longer than the target, which fits */
+}
+
+/* Probe the exposition once and start the scraper on its own thread; NULL (and one line
+ * saying why) when the server has none this run can read: the run goes on without. */
+static scraper *metrics_start(const experiment_phase *ph, const stream_options *so,
+                              experiment_meta *meta)
+{
+    char url[512];
+    metrics_url(ph->cfg, so->base_url, ph->cfg->engine == EXPERIMENT_REMOTE, url, sizeof url);
+    char path[4200], err[ERR_LEN] = "";
+    if (fsio_join(path, sizeof path, ph->dir, "server_metrics.csv", err) != 0)
+        return NULL;
+    unlink(path);
+    if (!url[0])
+        return NULL;
+    scrape_options opt = {.so = *so, .csv_path = path};
+    opt.so.base_url = url;
+    scraper *s = NULL;
+    char answered[sizeof url];
+    if (scrape_probe(&opt.so, METRICS_PROBE_TIMEOUT_NS, answered, sizeof answered, err) == 0) {
+        opt.so.base_url = answered;
+        s = scrape_start(&opt, err);
+    }
+    if (!s) {
+        if (ph->notes && !ph->quiet)
+            fprintf(ph->notes, "[%s] server metrics: not scraped, going on without: %s; "
+                               "--scrape-metrics URL points elsewhere, off stops asking\n",
+                    ph->label, err);
+        return NULL;
+    }
+    snprintf(meta->metrics_url, sizeof meta->metrics_url, "%s", answered);
+    return s;
+}
+
+typedef struct metrics_window {
+    scraper *scraper;
+    int64_t duration_ns;
+} metrics_window;
+
+static void on_t0(void *ctx, int64_t t0_ns)
+{
+    metrics_window *w = ctx;
+    scrape_set_window(w->scraper, t0_ns, t0_ns + w->duration_ns);
+}
+
+static void metrics_stop(const experiment_phase *ph, scraper **s, experiment_meta *meta)
+{
+    if (!*s)
+        return;
+    scrape_stats st;
+    scrape_stop(*s, &st);
+    *s = NULL;
+    meta->metrics_scrapes = st.scrapes;
+    meta->metrics_scrape_failures = st.failures;
+    meta->metrics_rows = st.rows;
+    char late[96] = "";
+    if (st.late > 0)
+        snprintf(late, sizeof late, ", %lld periods skipped (a scrape outlasted its 250 ms)",
+                 (long long)st.late);
+    if (ph->notes && !ph->quiet)
+        fprintf(ph->notes, "[%s] server metrics: %lld rows in server_metrics.csv from %lld "
+                           "scrapes of %s, %lld failed%s%s%s%s\n",
+                ph->label, (long long)st.rows, (long long)st.scrapes, meta->metrics_url,
+                (long long)st.failures, st.first_error[0] ? " (first: " : "", st.first_error,
+                st.first_error[0] ? ")" : "", late);
+}
+
 /* ---- one run ----------------------------------------------------------------------------------- */
 
 static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, experiment_meta *meta,
@@ -369,6 +457,7 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
     tokenlog_writer tokens = {0}, requests = {0};
     driver_result res;
     memset(&res, 0, sizeof res);
+    scraper *metrics = NULL;
     int status = -1;
     meta->complete = false;
 
@@ -432,6 +521,9 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
         open_csv(&requests, ph->dir, "requests.csv", TOKENLOG_REQUESTS_CSV, err) != 0)
         goto done;
     const bool show = ph->notes && !ph->quiet;
+    /* From before the warm-up, so the first row at t >= 0 has a previous scrape. */
+    metrics = metrics_start(ph, &so, meta);
+    metrics_window window = {metrics, ph->wl->duration_ns};
     /* A shard waits for the common start: its warm-up ends on the planned instant. */
     experiment_shard_start shard_start;
     int64_t warmup_ns = cfg->client.warmup_ns;
@@ -458,10 +550,13 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
         .log_events_max = !ph->streaming || !ph->dir ? 0
                           : ph->streaming->log_events_max > 0 ? ph->streaming->log_events_max
                                                                : EXPERIMENT_LOG_EVENTS_MAX_DEFAULT,
+        .on_t0 = metrics ? on_t0 : NULL,
+        .t0_ctx = &window,
     };
     if (driver_run_phase(&transports, &dp, log, &res, err) != 0)
         goto done;
     progress_done(&pc);
+    metrics_stop(ph, &metrics, meta);
     /* The driver flushed them; a failure stopped the phase and is in res.error. */
     tokenlog_writer_close(&tokens, NULL);
     tokenlog_writer_close(&requests, NULL);
@@ -544,6 +639,7 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
     meta->complete = res.complete;
     status = 0;
 done:
+    metrics_stop(ph, &metrics, meta);
     tokenlog_writer_close(&tokens, NULL);
     tokenlog_writer_close(&requests, NULL);
     if (!remote)

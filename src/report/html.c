@@ -3,6 +3,7 @@
 #include "report/html.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -615,7 +616,8 @@ static void write_config(FILE *out, const report_run *x)
 static void write_files(FILE *out, const report_set *set, bool steps)
 {
     static const char *const names[] = {"tokens.csv", "requests.csv", "steps.csv", "stalls.csv",
-                                        "summary.json", "config.json", "fidelity.json"};
+                                        "summary.json", "config.json", "fidelity.json",
+                                        "server_metrics.csv"};
     fputs("<section id=\"files\">\n<h2>Files</h2>\n<ul class=\"files\">\n", out);
     for (int i = 0; i < set->n_runs; i++) {
         char rel[4200];
@@ -689,8 +691,9 @@ int html_write_run_report(const report_set *set, const html_options *opt, char *
     if (!out)
         return err_set(err, "open_memstream: %s", strerror(errno));
     int rc = -1;
-    plot_chart chart;
+    plot_chart chart, metrics_chart;
     memset(&chart, 0, sizeof chart);
+    memset(&metrics_chart, 0, sizeof metrics_chart);
     char note[512], title[256], verdict[1024];
     chart_note(x, note, sizeof note);
     plot_run runs[2];
@@ -721,18 +724,52 @@ int html_write_run_report(const report_set *set, const html_options *opt, char *
              "as the run went (gap percentiles: %s).</p>\n",
              (long long)x->summary.tokens_csv_max_events,
              !x->summary.itl_histogram ? "exact" : "log histogram, ±0.39 % relative error");
+    /* The server's own account (server_metrics.csv), drawn under the timeline with its
+     * plot area at the same pixels: both charts keep the wider one's y tick labels' room. */
+    const bool has_metrics = x->has_server_metrics && x->server_metrics.n > 0;
+    char metrics_why[ERR_LEN] = "";
+    plot_run metrics_run = {x->label, PLOT_COLOR_INTERFERENCE, &x->log, &x->summary};
+    const bool metrics_drawn =
+        has_metrics &&
+        plot_server_metrics(&metrics_chart, &metrics_run, &x->server_metrics, note, metrics_why) == 0;
+
     fputs("<section id=\"timeline\">\n<h2>Every gap over time</h2>\n", out);
     if (!per_gap) {
         fputs(no_gaps, out);
-    } else if (plot_timeline(&chart, runs, n_runs, note, err) != 0 ||
-        html_figure(out, set->root, &chart, "timeline",
-                    "Each dot is a background user's gap between two tokens (ms, log scale), "
-                    "placed where the wait began; dashed purple lines are the long "
-                    "prompts' sends. The spikes stand on the markers.",
-                    err) != 0)
-        goto done;
+    } else {
+        if (plot_timeline(&chart, runs, n_runs, note, err) != 0)
+            goto done;
+        if (metrics_drawn)
+            chart.y_label_w = metrics_chart.y_label_w =
+                fmax(plot_y_label_width(&chart), plot_y_label_width(&metrics_chart)) + 2;
+        if (html_figure(out, set->root, &chart, "timeline",
+                        "Each dot is a background user's gap between two tokens (ms, log scale), "
+                        "placed where the wait began; dashed purple lines are the long "
+                        "prompts' sends. The spikes stand on the markers.",
+                        err) != 0)
+            goto done;
+    }
     plot_chart_free(&chart);
     fputs("</section>\n", out);
+
+    if (has_metrics) {
+        /* On a --target it stands in for the step log. A file with no column to draw is
+         * said, not fatal. */
+        fputs("<section id=\"server-metrics\">\n<h2>Inside the server</h2>\n", out);
+        if (!metrics_drawn) {
+            fputs("<p class=\"note\">", out);
+            html_escape(out, metrics_why);
+            fputs("</p>\n", out);
+        } else if (html_figure(out, set->root, &metrics_chart, "server_metrics",
+                               "The server's Prometheus metrics, scraped during the run "
+                               "(server_metrics.csv), on the timeline's time axis: the queue "
+                               "grows and the generated tokens dip where a long prompt is "
+                               "prefilled.",
+                               err) != 0) {
+            goto done;
+        }
+        fputs("</section>\n", out);
+    }
 
     fputs("<section id=\"table\">\n<h2>Side by side</h2>\n<pre>", out);
     const report_run *pair[2] = {b, x};
@@ -831,5 +868,6 @@ int html_write_run_report(const report_set *set, const html_options *opt, char *
     rc = 0;
 done:
     plot_chart_free(&chart);
+    plot_chart_free(&metrics_chart);
     return html_finish_document(out, &doc, &doc_len, set->root, rc, err);
 }

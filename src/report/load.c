@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/err.h"
 #include "common/fsio.h"
@@ -168,6 +169,22 @@ static int summarize_window(const report_run *r, int64_t margin_ns, bool grow,
     return rc == 0 ? 0 : err_set(err, "%s: %s", r->dir, why);
 }
 
+/* An optional artifact: absent, the report has no such section; unreadable, a warning. */
+static void load_server_metrics(report_run *r, FILE *warn)
+{
+    char path[4200], why[ERR_LEN];
+    if (fsio_join(path, sizeof path, r->dir, "server_metrics.csv", why) != 0 ||
+        access(path, F_OK) != 0)
+        return;
+    if (scrape_csv_read(path, &r->server_metrics, why) == 0) {
+        r->has_server_metrics = true;
+        return;
+    }
+    scrape_series_free(&r->server_metrics);
+    if (warn)
+        fprintf(warn, "stallscope report: warning: %s; the report leaves it out\n", why);
+}
+
 /* A tokens.csv too large to hold: the analysis streams the run's files (analysis.h). */
 static int summarize_streamed(report_run *r, FILE *warn, char *err)
 {
@@ -304,6 +321,7 @@ int report_set_load_given(report_set *set, const char *root, double threshold_ms
                               "incomplete\n",
                         r->dir, (long long)cut, cut == 1 ? "" : "s");
         }
+        load_server_metrics(r, warn);
         if (strcmp(r->label, "baseline") == 0 && set->baseline < 0)
             set->baseline = i;
         else if (strcmp(r->label, "interference") == 0 && set->interference < 0)
@@ -345,6 +363,7 @@ void report_set_free(report_set *set)
         }
         json_decref(r->json);
         experiment_meta_free(&r->meta);
+        scrape_series_free(&r->server_metrics);
     }
     free(set->runs);
     set->runs = NULL;

@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include "analysis/analysis.h"
+#include "client/scrape.h"
 #include "common/tokenlog.h"
 #include "experiment/experiment.h"
 
@@ -44,6 +45,10 @@ typedef struct report_run {
      * request, so within one shard's clock, and carry no uncertainty. */
     bool has_bounds;
     analysis_summary bound_lo, bound_hi;
+    /* server_metrics.csv (the server's Prometheus metrics over the run), when present and
+     * readable; a file that is not is warned about and left out. */
+    bool has_server_metrics;
+    scrape_series server_metrics;
 } report_run;
 
 typedef struct report_set {

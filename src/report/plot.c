@@ -1138,6 +1138,38 @@ static void draw_panel(draw_ctx *d, const plot_chart *c, const plot_panel *p, pa
         draw_text(cr, p->title, a.x, a.y - PANEL_TITLE_PT - 5, PANEL_TITLE_PT, true, LEFT, DARK);
 }
 
+/* The widest y tick label of c's panels (px): the left margin is built on it. */
+static double widest_y_tick(cairo_t *cr, const plot_chart *c)
+{
+    double widest = 0;
+    for (int i = 0; i < c->n_panels; i++) {
+        const plot_panel *p = &c->panels[i];
+        axis_state y;
+        memset(&y, 0, sizeof y);
+        y.a = &p->y;
+        double lo, hi;
+        data_extent(p, false, p->y.log, &lo, &hi);
+        axis_range(&p->y, lo, hi, has_bars(p), &y.lo, &y.hi);
+        axis_ticks(&y);
+        for (int k = 0; k < y.n_ticks; k++) {
+            char buf[64];
+            tick_label(&y, k, buf, sizeof buf);
+            widest = fmax(widest, text_width(cr, buf, TICK_PT, false));
+        }
+    }
+    return widest;
+}
+
+double plot_y_label_width(const plot_chart *c)
+{
+    cairo_surface_t *surface = cairo_image_surface_create(CAIRO_FORMAT_ARGB32, 1, 1);
+    cairo_t *cr = cairo_create(surface);
+    double widest = widest_y_tick(cr, c);
+    cairo_destroy(cr);
+    cairo_surface_destroy(surface);
+    return widest;
+}
+
 void plot_draw(void *cairo_context, const plot_chart *c)
 {
     cairo_t *cr = cairo_context;
@@ -1212,6 +1244,7 @@ void plot_draw(void *cairo_context, const plot_chart *c)
         }
         weight_sum += p->weight > 0 ? p->weight : 1;
     }
+    max_tick_w = fmax(max_tick_w, c->y_label_w);
     double left = MARGIN + LABEL_PT + 8 + max_tick_w + 8;
     double right = MARGIN + 6;
     double x_axis_h = 6 + TICK_PT + 6 + LABEL_PT + 6; /* tick labels + axis title */

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "analysis/analysis.h"
+#include "client/scrape.h"
 #include "common/tokenlog.h"
 
 typedef struct plot_color {
@@ -111,6 +112,11 @@ typedef struct plot_chart {
     bool share_x;      /* stacked panels share one x range and one x label at the bottom */
     plot_panel *panels;
     int n_panels, cap_panels;
+    /* px kept for the y tick labels at least (0: the widest label's). Two charts of one
+     * width given the same value (plot_y_label_width of each, the larger) have their plot
+     * areas, and so their x axes, at the same pixels: the server's metrics under the
+     * timeline. */
+    double y_label_w;
 } plot_chart;
 
 typedef enum { PLOT_PNG, PLOT_SVG } plot_format;
@@ -138,6 +144,9 @@ int plot_render_svg(const plot_chart *c, char **out, size_t *len, char *err);
  * svg_out is not NULL (the HTML report inlines it). */
 int plot_render_both(const plot_chart *c, const char *dir, const char *name, char **svg_out,
                      char *err);
+
+/* The width the widest y tick label of c takes as plot_draw lays it out (px). */
+double plot_y_label_width(const plot_chart *c);
 
 /* Drop cairo's font caches (fontconfig patterns) once nothing is being drawn: without it
  * leak checkers report them at exit. Not thread-safe against concurrent drawing. */
@@ -175,6 +184,13 @@ int plot_stall_ccdf(plot_chart *c, const analysis_summary *s, const char *note, 
 /* (g) each prefill stall's length (ms, log) against its longest culprit's prompt (tokens,
  * log): who stalled whom, and how the stall grows with the prompt. */
 int plot_stalls_vs_prompt(plot_chart *c, const analysis_summary *s, const char *note, char *err);
+
+/* (h) the server's own metrics over the run (server_metrics.csv, plot_metrics.c), on the
+ * timeline's time axis: requests running and waiting, prompt tokens per scrape interval
+ * (spikes), generation tokens per interval; the injections marked. Panels for columns the
+ * server did not give are left out; -1 with err "no column to draw" when none is left. */
+int plot_server_metrics(plot_chart *c, const plot_run *run, const scrape_series *m,
+                        const char *note, char *err);
 
 typedef struct plot_sweep_point {
     const char *group;  /* series this point belongs to ("" when one series) */

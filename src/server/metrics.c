@@ -59,13 +59,18 @@ static void gauge(buf *out, const char *name, const char *help, const char *labe
     sample(out, name, "", label, value);
 }
 
-/* Counters are declared by their base name and sampled with _total, as prometheus_client
- * (and so vLLM) exposes them. */
+/* A counter's samples end in _total, and in the 0.0.4 text format # HELP and # TYPE name
+ * the metric exactly as its samples spell it (prometheus_client's 0.0.4 output, and so
+ * vLLM's: "# TYPE vllm:prompt_tokens_total counter"). Naming the family without _total is
+ * OpenMetrics' rule, and a strict 0.0.4 parser (Go's expfmt) then sees an empty counter
+ * and an untyped _total metric. */
 static void counter(buf *out, const char *base, const char *help, const char *label,
                     double value)
 {
-    header(out, base, "counter", help);
-    sample(out, base, "_total", label, value);
+    char name[128];
+    snprintf(name, sizeof name, "%s_total", base);
+    header(out, name, "counter", help);
+    sample(out, name, "", label, value);
 }
 
 static void histogram(buf *out, const char *name, const char *help, const char *label,
@@ -117,29 +122,29 @@ void metrics_format(const metrics_state *m, const char *model_name, buf *out)
               "Histogram of time to first token in seconds.", label, &m->ttft);
     histogram(out, "vllm:inter_token_latency_seconds",
               "Histogram of inter-token latency in seconds.", label, &m->itl);
-    counter(out, "stallscope:engine_steps", "Engine steps run.", label, (double)m->steps);
-    counter(out, "stallscope:engine_slips",
+    counter(out, "stallscope_engine_steps", "Engine steps run.", label, (double)m->steps);
+    counter(out, "stallscope_engine_slips",
             "Times the emulated schedule fell more than 2 ms behind and restarted from now.",
             label, (double)m->slips);
-    gauge(out, "stallscope:engine_realtime", "1 when the engine thread runs SCHED_FIFO.", label,
+    gauge(out, "stallscope_engine_realtime", "1 when the engine thread runs SCHED_FIFO.", label,
           m->realtime ? 1 : 0);
-    gauge(out, "stallscope:requests_open",
+    gauge(out, "stallscope_requests_open",
           "Generation requests the HTTP side holds (queued, running or being written).", label,
           (double)m->requests_open);
-    counter(out, "stallscope:requests_rejected_queue_full",
+    counter(out, "stallscope_requests_rejected_queue_full",
             "Requests answered 429 because --max-waiting requests were already waiting.", label,
             (double)m->rejected_queue_full);
-    gauge(out, "stallscope:http_connections", "Client connections open.", label,
+    gauge(out, "stallscope_http_connections", "Client connections open.", label,
           (double)m->http_connections);
-    counter(out, "stallscope:http_request_timeouts",
+    counter(out, "stallscope_http_request_timeouts",
             "Connections shut down because a request did not arrive whole within the read "
             "timeout (slowloris).",
             label, (double)m->read_timeouts);
-    counter(out, "stallscope:http_write_stalls",
+    counter(out, "stallscope_http_write_stalls",
             "Connections shut down because the client left its reply unread for the read "
             "timeout.",
             label, (double)m->write_stalls);
-    gauge(out, "stallscope:heap_bytes",
+    gauge(out, "stallscope_heap_bytes",
           "Bytes the server holds from its memory allocator (a leak check: back to its level "
           "after the same load).",
           label, (double)m->heap_bytes);

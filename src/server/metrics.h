@@ -13,22 +13,24 @@
  *                                            token
  *   vllm:generation_tokens_total   counter   tokens generated
  *   vllm:num_preemptions_total     counter   recompute preemptions
- *   stallscope:engine_steps_total  counter   engine steps
- *   stallscope:engine_slips_total  counter   times the emulated schedule fell > 2 ms behind
- *   stallscope:engine_realtime     gauge     1 when the engine thread got SCHED_FIFO
- *   stallscope:requests_open       gauge     generation requests the HTTP side holds
+ *   stallscope_engine_steps_total  counter   engine steps
+ *   stallscope_engine_slips_total  counter   times the emulated schedule fell > 2 ms behind
+ *   stallscope_engine_realtime     gauge     1 when the engine thread got SCHED_FIFO
+ *   stallscope_requests_open       gauge     generation requests the HTTP side holds
  *                                            (a leak check: 0 when idle)
- *   stallscope:requests_rejected_queue_full_total  counter  429s for --max-waiting
- *   stallscope:http_connections    gauge     client connections open
- *   stallscope:http_request_timeouts_total  counter  connections shut down because a
+ *   stallscope_requests_rejected_queue_full_total  counter  429s for --max-waiting
+ *   stallscope_http_connections    gauge     client connections open
+ *   stallscope_http_request_timeouts_total  counter  connections shut down because a
  *                                            request did not arrive whole in time
- *   stallscope:http_write_stalls_total  counter  connections shut down because the client
+ *   stallscope_http_write_stalls_total  counter  connections shut down because the client
  *                                            left its reply unread for the timeout
- *   stallscope:heap_bytes          gauge     bytes held from the allocator (glibc's
+ *   stallscope_heap_bytes          gauge     bytes held from the allocator (glibc's
  *                                            mallinfo2, or ASan's count in a sanitizer
  *                                            build): exact where RSS is noisy, for leak
  *                                            checks
- * Every sample carries model_name="...". Bucket bounds are vLLM's. Pure: the HTTP thread
+ * Every sample carries model_name="...". Bucket bounds are vLLM's. Our own names use '_'
+ * (a ':' is for recording rules); # HELP and # TYPE name a counter with its _total, as the
+ * 0.0.4 text format (and vLLM) has it. Pure: the HTTP thread
  * owns one metrics_state and formats it on GET /metrics. */
 #ifndef STALLSCOPE_METRICS_H
 #define STALLSCOPE_METRICS_H

@@ -11,7 +11,7 @@
 # up, every legitimate stream completed (usage == tokens streamed == max_tokens, [DONE]),
 # and the server came back to its baseline after each of HOSTILE_ROUNDS identical rounds
 # (default 3): no request open, KV usage 0, no connection left but ours, and the heap in use
-# (stallscope:heap_bytes, the allocator's own count) at most 256 KiB above its level after
+# (stallscope_heap_bytes, the allocator's own count) at most 256 KiB above its level after
 # round 1 (the first round warms caches and tables up). Measured growth after round 1, five
 # more rounds: ASan build +3.9 and +13.3 KiB (two runs), Release +119 KiB (+86 KiB by
 # round 3: glibc counts its per-thread caches as held); the bound is 3 x the Release
@@ -45,13 +45,13 @@ def quiet(timeout=10):
     deadline = time.monotonic() + timeout
     while True:
         m = H.metrics(port)
-        state = (m["stallscope:requests_open"], m["vllm:kv_cache_usage_perc"],
+        state = (m["stallscope_requests_open"], m["vllm:kv_cache_usage_perc"],
                  m["vllm:num_requests_running"], m["vllm:num_requests_waiting"])
-        if state == (0, 0, 0, 0) and m["stallscope:http_connections"] <= 1:
+        if state == (0, 0, 0, 0) and m["stallscope_http_connections"] <= 1:
             return m
         if time.monotonic() > deadline:
             raise AssertionError(f"server did not settle: {state}, "
-                                 f"{m['stallscope:http_connections']} connections")
+                                 f"{m['stallscope_http_connections']} connections")
         time.sleep(0.1)
 
 def attack_round(label):
@@ -98,12 +98,12 @@ def attack_round(label):
     return quiet()
 
 m = quiet()
-rss, heap = [H.rss_kb(pid)], [m["stallscope:heap_bytes"]]
+rss, heap = [H.rss_kb(pid)], [m["stallscope_heap_bytes"]]
 for r in range(1, ROUNDS + 1):
     m = attack_round(f"round {r}")
     rss.append(H.rss_kb(pid))
-    heap.append(m["stallscope:heap_bytes"])
-timeouts = m["stallscope:http_request_timeouts_total"]
+    heap.append(m["stallscope_heap_bytes"])
+timeouts = m["stallscope_http_request_timeouts_total"]
 print("ok: heap in use " + ", ".join(f"{b / 1024:.0f}" for b in heap) + " KiB; RSS "
       + ", ".join(f"{kb / 1024:.1f}" for kb in rss) + " MiB (at start, after each round); "
       f"{timeouts:.0f} connections timed out; KV 0, nothing open")

@@ -32,7 +32,7 @@ port, d = int(os.environ["PORT"]), os.environ["DIR"]
 bg, inject, t_send = interference_run(port)
 from serve_client import request
 metrics = request(port, "/metrics", method="GET")[2].decode()
-realtime = 'stallscope:engine_realtime{model_name="llama-3.1-8b"} 1' in metrics
+realtime = 'stallscope_engine_realtime{model_name="llama-3.1-8b"} 1' in metrics
 json.dump({"t_send": t_send, "bg": [stamps(s) for s in bg], "inject": stamps(inject),
            "realtime": realtime}, open(f"{d}/client.json", "w"))
 print("ok: 32 streams + one 8,000-token prompt finished")

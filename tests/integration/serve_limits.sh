@@ -55,7 +55,7 @@ assert err["code"] == 429 and err["type"] == "rate_limit_error", err
 assert "--max-waiting 4" in err["message"] and "retry" in err["message"], err
 assert h.get("retry-after") == "1", h
 assert h["content-type"].startswith("application/json")
-assert metric("stallscope:requests_rejected_queue_full_total") == 1
+assert metric("stallscope_requests_rejected_queue_full_total") == 1
 print(f"ok: 429 with the queue full: {err['message']}")
 assert run_all(seats + queued, 60), "streams did not finish"
 for s in seats + queued:
@@ -163,11 +163,11 @@ deadline = time.monotonic() + 5
 while time.monotonic() < deadline:
     m = metrics()
     if (m["vllm:kv_cache_usage_perc"], m["vllm:num_requests_running"],
-            m["vllm:num_requests_waiting"], m["stallscope:requests_open"]) == (0, 0, 0, 0):
+            m["vllm:num_requests_waiting"], m["stallscope_requests_open"]) == (0, 0, 0, 0):
         break
     time.sleep(0.05)
 assert m["vllm:kv_cache_usage_perc"] == 0 and m["vllm:num_requests_running"] == 0, m
-assert m["vllm:num_requests_waiting"] == 0 and m["stallscope:requests_open"] == 0, m
+assert m["vllm:num_requests_waiting"] == 0 and m["stallscope_requests_open"] == 0, m
 print(f"ok: {int(pre)} preemptions; 16 streams x 200 tokens complete, usage == tokens "
       f"streamed, all 16 the same text as without preemption; KV back to 0")
 PY

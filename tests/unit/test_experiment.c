@@ -99,6 +99,8 @@ static void distinctive(experiment_config *c, experiment_meta *m)
     snprintf(c->client.extra_body, sizeof c->client.extra_body, "{\"temperature\":0.25}");
     snprintf(c->label, sizeof c->label, "a label");
     snprintf(c->metadata, sizeof c->metadata, "team=infra\nticket=12");
+    snprintf(c->client.scrape_metrics, sizeof c->client.scrape_metrics,
+             "http://127.0.0.1:9400/metrics");
     c->no_baseline = true;
     c->stall_threshold_ns = 42000000;
     c->wl.shard.index = 2;
@@ -126,6 +128,10 @@ static void distinctive(experiment_config *c, experiment_meta *m)
     m->stamps_kernel_coalesced = 22;
     m->stamps_user = 3;
     m->t0_monotonic_ns = 987654321012345LL;
+    snprintf(m->metrics_url, sizeof m->metrics_url, "http://127.0.0.1:4242/metrics");
+    m->metrics_scrapes = 161;
+    m->metrics_scrape_failures = 3;
+    m->metrics_rows = 157;
     m->t0_realtime_ns = 1796119200250012345LL;
     m->start_late_ns = 12345;
     m->clock.maxerror_us = 16000;
@@ -381,6 +387,21 @@ static void test_option_tables(void **state)
     experiment_secrets_from_env(&sec);
     assert_string_equal(sec.api_key, "k");
     unsetenv("OPENAI_API_KEY");
+    /* --scrape-metrics: auto (stored ""), on, off or a URL; anything else refused. */
+    assert_string_equal(c.client.scrape_metrics, "");
+    static const char *const scrape_ok[][2] = {{"on", "on"},
+                                               {"off", "off"},
+                                               {"http://10.0.0.1:9400/metrics", "http://10.0.0.1:9400/metrics"},
+                                               {"https://h/m", "https://h/m"},
+                                               {"auto", ""}};
+    for (size_t i = 0; i < sizeof scrape_ok / sizeof scrape_ok[0]; i++) {
+        char *a[] = {"--scrape-metrics", (char *)scrape_ok[i][0]};
+        assert_int_equal(opts_parse(2, a, groups, OPTS_COUNT(groups), NULL, 0, NULL, err), 0);
+        assert_string_equal(c.client.scrape_metrics, scrape_ok[i][1]);
+    }
+    char *scrape_bad[] = {"--scrape-metrics", "localhost:9400/metrics"};
+    assert_int_equal(opts_parse(2, scrape_bad, groups, OPTS_COUNT(groups), NULL, 0, NULL, err), -1);
+    assert_non_null(strstr(err, "not auto, on, off or an http"));
 }
 
 /* The lesson's defaults resolve to the lesson's numbers, on each engine. */

@@ -59,7 +59,7 @@ static void test_format(void **state)
     HAS("vllm:prompt_tokens_total%s} 8000\n");
     HAS("vllm:generation_tokens_total%s} 42\n");
     HAS("vllm:num_preemptions_total%s} 2\n");
-    HAS("stallscope:heap_bytes%s} 716800\n");
+    HAS("stallscope_heap_bytes%s} 716800\n");
     HAS("vllm:inter_token_latency_seconds_bucket%s,le=\"0.01\"} 1\n");
     HAS("vllm:inter_token_latency_seconds_bucket%s,le=\"0.15\"} 2\n"); /* cumulative */
     HAS("vllm:inter_token_latency_seconds_bucket%s,le=\"+Inf\"} 2\n");
@@ -67,10 +67,14 @@ static void test_format(void **state)
     HAS("vllm:iteration_tokens_total_bucket%s,le=\"8192\"} 1\n");
     HAS("vllm:iteration_tokens_total_bucket%s,le=\"4096\"} 0\n");
     HAS("vllm:time_to_first_token_seconds_count%s} 0\n");
-    assert_non_null(strstr(t, "# TYPE vllm:prompt_tokens counter\n"));
+    assert_non_null(strstr(t, "# TYPE vllm:prompt_tokens_total counter\n"));
+    assert_non_null(strstr(t, "# HELP vllm:prompt_tokens_total "));
+    assert_null(strstr(t, "# TYPE vllm:prompt_tokens counter"));
+    assert_non_null(strstr(t, "# TYPE stallscope_engine_steps_total counter\n"));
+    assert_null(strstr(t, "stallscope:"));
     assert_non_null(strstr(t, "# TYPE vllm:time_to_first_token_seconds histogram\n"));
     assert_non_null(strstr(t, "# TYPE vllm:kv_cache_usage_perc gauge\n"));
-    assert_non_null(strstr(t, "# TYPE stallscope:heap_bytes gauge\n"));
+    assert_non_null(strstr(t, "# TYPE stallscope_heap_bytes gauge\n"));
     /* Every line is a comment or "name{labels} value". */
     for (const char *line = t; *line;) {
         const char *end = strchr(line, '\n');

@@ -1,5 +1,6 @@
 /* plot: the charts' data, the SVG's structure for fixed tiny datasets, the PNG's size and
  * content, and the one-mark-per-cell reduction. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -168,6 +169,99 @@ static void test_timeline_markers_in_svg(void **state)
     plot_chart_free(&c);
     tokenlog_free(&base_log);
     tokenlog_free(&x_log);
+    plot_release_caches();
+}
+
+/* server_metrics.csv under the timeline: one panel per kind of column the server gave, the
+ * timeline's x range, the injections marked on each, generation as a rate per interval. */
+static void test_server_metrics_chart(void **state)
+{
+    (void)state;
+    scrape_row rows[4];
+    memset(rows, 0, sizeof rows);
+    for (int i = 0; i < 4; i++) {
+        rows[i].t_ns = (int64_t)(i + 1) * 250 * MS;
+        rows[i].t_sent_ns = rows[i].t_ns - MS;
+        rows[i].has[SCRAPE_RUNNING] = rows[i].has[SCRAPE_WAITING] = true;
+        rows[i].value[SCRAPE_RUNNING] = 6 + (i == 2);
+        rows[i].has[SCRAPE_GENERATION_TOKENS] = true;
+        rows[i].value[SCRAPE_GENERATION_TOKENS] = i == 2 ? 50 : 100;
+    }
+    rows[2].has[SCRAPE_PROMPT_TOKENS] = true;
+    rows[2].value[SCRAPE_PROMPT_TOKENS] = 8000;
+    rows[3].t_ns = 1000 * MS - 50 * MS; /* a scrape that came 50 ms early: 200 ms interval */
+    scrape_series m = {.rows = rows, .n = 4, .cap = 4};
+    m.has[SCRAPE_RUNNING] = m.has[SCRAPE_WAITING] = m.has[SCRAPE_PROMPT_TOKENS] = true;
+    m.has[SCRAPE_GENERATION_TOKENS] = true;
+    analysis_summary x = tiny_summary("interference", 3);
+    plot_run run = {"interference", PLOT_COLOR_INTERFERENCE, NULL, &x};
+    plot_chart c;
+    char err[ERR_LEN];
+    assert_int_equal(plot_server_metrics(&c, &run, &m, "tiny", err), 0);
+    assert_int_equal(c.n_panels, 3);
+    for (int k = 0; k < 3; k++) {
+        assert_true(c.panels[k].x.fixed && c.panels[k].x.min == 0 && c.panels[k].x.max == 1);
+        assert_int_equal(c.panels[k].n_vmarks, 3);
+    }
+    assert_int_equal(c.panels[0].n_series, 2); /* running, waiting */
+    assert_true(c.panels[0].y.max > 7);        /* the line is not on the frame */
+    assert_int_equal(c.panels[1].series[0].n, 1);
+    assert_float_equal(c.panels[1].series[0].x[0], 0.625, 1e-9); /* the interval's middle */
+    assert_float_equal(c.panels[1].series[0].y[0], 8000, 1e-9);
+    /* Rates from the second row on: 100 / 0.25 s, 50 / 0.25 s, 100 / 0.2 s. */
+    const plot_series *g = &c.panels[2].series[0];
+    assert_int_equal(g->n, 3);
+    assert_float_equal(g->y[0], 400, 1e-6);
+    assert_float_equal(g->y[1], 200, 1e-6);
+    assert_float_equal(g->y[2], 500, 1e-6);
+    char *svg = NULL;
+    size_t len = 0;
+    assert_int_equal(plot_render_svg(&c, &svg, &len, err), 0);
+    assert_int_equal(count(svg, MARKER_STROKE), 9);
+    free(svg);
+    /* Lined up with a chart whose y tick labels are wider: the same room for both puts the
+     * markers at the same pixels. */
+    plot_chart wide;
+    plot_chart_init(&wide, "wide labels", 960, 400);
+    plot_panel *wp = plot_chart_add_panel(&wide, "");
+    assert_non_null(wp);
+    plot_series *ws = plot_panel_add_series(wp, "", PLOT_LINE, PLOT_COLOR_BASELINE);
+    assert_non_null(ws);
+    assert_int_equal(plot_series_push(ws, 0, 123456789), 0);
+    assert_int_equal(plot_series_push(ws, 1, 0), 0);
+    assert_int_equal(plot_panel_add_vmark(wp, 0.2), 0);
+    wp->x.fixed = true, wp->x.min = 0, wp->x.max = 1;
+    double w_wide = plot_y_label_width(&wide), w_metrics = plot_y_label_width(&c);
+    assert_true(w_wide > w_metrics);
+    double x_before[2], x_after[2];
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            wide.y_label_w = c.y_label_w = fmax(w_wide, w_metrics) + 2;
+        const plot_chart *charts[2] = {&wide, &c};
+        for (int k = 0; k < 2; k++) {
+            assert_int_equal(plot_render_svg(charts[k], &svg, &len, err), 0);
+            char *d = nth_path_d(svg, MARKER_STROKE, 0);
+            assert_non_null(d);
+            double *x_out = pass == 0 ? x_before : x_after;
+            assert_int_equal(sscanf(d, "M %lf", &x_out[k]), 1);
+            free(d);
+            free(svg);
+        }
+    }
+    assert_true(fabs(x_before[0] - x_before[1]) > 1); /* off by the labels' widths */
+    assert_float_equal(x_after[0], x_after[1], 1e-6);
+    plot_chart_free(&wide);
+    plot_chart_free(&c);
+
+    /* Only the queue: one panel. Nothing drawable: an error that says so. */
+    m.has[SCRAPE_PROMPT_TOKENS] = m.has[SCRAPE_GENERATION_TOKENS] = false;
+    assert_int_equal(plot_server_metrics(&c, &run, &m, "tiny", err), 0);
+    assert_int_equal(c.n_panels, 1);
+    plot_chart_free(&c);
+    m.has[SCRAPE_RUNNING] = m.has[SCRAPE_WAITING] = false;
+    assert_int_equal(plot_server_metrics(&c, &run, &m, "tiny", err), -1);
+    assert_non_null(strstr(err, "no column to draw"));
+    plot_chart_free(&c);
     plot_release_caches();
 }
 
@@ -409,6 +503,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gaps_over_time),
         cmocka_unit_test(test_timeline_markers_in_svg),
+        cmocka_unit_test(test_server_metrics_chart),
         cmocka_unit_test(test_svg_structure),
         cmocka_unit_test(test_png_size_and_data),
         cmocka_unit_test(test_dots_one_mark_per_cell),
