@@ -31,6 +31,7 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
 # ---- 1. faults mid-run ---------------------------------------------------------------------
 # Once per transport: raw (the default: kernel receive stamps) and --transport curl. Each
