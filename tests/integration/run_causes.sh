@@ -58,10 +58,13 @@ if any(r["culprits"].split(":")[0] != inject[0] for r in by["prefill"]):
     problems.append(f"prefill culprits {[r['culprits'] for r in by['prefill']]}, want {inject[0]}")
 if by["unexplained"]:
     problems.append(f"{len(by['unexplained'])} unexplained stalls")
-# the pauses in time order: prefill (~1 s), then the client's, then the server's
-t = {c: min(int(r["t_ns"]) for r in by[c]) for c in ("prefill", "client", "server") if by[c]}
-if len(t) == 3 and not t["prefill"] < t["client"] < t["server"]:
-    problems.append(f"causes out of order: {t}")
+# the pauses in time order: prefill (~1 s), then the client's, then the server's. A machine
+# pause elsewhere in the run adds stalls of its own cause (a client read late at 0.19 s was
+# seen under load): the rule is that some prefill, client and server stall come in that order.
+t = {c: sorted(int(r["t_ns"]) for r in by[c]) for c in ("prefill", "client", "server")}
+after_prefill = [x for x in t["client"] if t["prefill"] and x > t["prefill"][0]]
+if not (after_prefill and any(x > after_prefill[0] for x in t["server"])):
+    problems.append(f"no prefill, client, server stalls in that order: {t}")
 tot = s["attribution"]["by_cause"]
 if any(tot[c]["stalls"] != len(by[c]) for c in tot):
     problems.append(f"summary {({c: tot[c]['stalls'] for c in tot})} != stalls.csv")
