@@ -143,7 +143,8 @@ static void write_table(FILE *out, const report_sweep *sw)
     }
     static const char *const heads[REPORT_SWEEP_COLS] = {
         "p50 (ms)", "p99 (ms)", "p99.9 (ms)", "max (ms)", "max/p50", "stalls", "spike (ms)",
-        "inj. TTFT p50 (ms)", "inj. TTFT max (ms)", "spike step", "cost model step"};
+        "inj. TTFT p50 (ms)", "inj. TTFT max (ms)", "spike step", "cost model step",
+        "TPOT median (ms)", "goodput"};
     for (int c = 0; c < REPORT_SWEEP_COLS; c++)
         fprintf(out, "<th>%s</th>", heads[c]);
     fputs("<th>baseline p99 (ms)</th></tr>\n", out);

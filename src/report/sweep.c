@@ -13,7 +13,7 @@
 
 static const char *const COL_TITLES[REPORT_SWEEP_COLS] = {
     "p50", "p99", "p99.9", "max", "max/p50", "stalls", "spike", "TTFT p50", "TTFT max", "step",
-    "model"};
+    "model", "TPOT p50", "goodput"};
 
 void report_sweep_cells(const report_sweep_point *pt, char cells[REPORT_SWEEP_COLS][32])
 {
@@ -38,6 +38,12 @@ void report_sweep_cells(const report_sweep_point *pt, char cells[REPORT_SWEEP_CO
         snprintf(cells[9], 32, TIMES "%.2f", f->step);
     if (f->model_step > 0)
         snprintf(cells[10], 32, TIMES "%.2f", f->model_step);
+    /* The benchmark world's: every request's median TPOT, and the SLO attainment. */
+    const standard_class *all = &f->x->standard.all;
+    if (all->tpot_ms.count > 0)
+        report_format_ms(cells[11], 32, all->tpot_ms.median);
+    if (all->has_goodput)
+        snprintf(cells[12], 32, "%.2f %%", all->goodput * 100);
 }
 
 void report_sweep_table_print(FILE *out, const report_sweep *sw)
@@ -128,6 +134,7 @@ static json_t *results_json(const report_sweep *sw)
             json_object_set_new(j, "model_spike_ms", real_if(f->model_spike_ms > 0, f->model_spike_ms));
             json_object_set_new(j, "model_step", real_if(f->model_step > 0, f->model_step));
             json_object_set_new(j, "complete", json_boolean(f->x->complete));
+            json_object_set_new(j, "metrics", standard_to_json(&f->x->standard));
         }
         json_array_append_new(all, j);
     }

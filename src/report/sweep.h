@@ -8,7 +8,7 @@
 
 /* A sweep: one row per point (axis values, p50, p99, p99.9, max, spike ratio, stalls, the
  * typical spike, the injections' TTFT, the step from the previous point and the model's). */
-#define REPORT_SWEEP_COLS 11
+#define REPORT_SWEEP_COLS 13
 void report_sweep_cells(const report_sweep_point *pt, char cells[REPORT_SWEEP_COLS][32]);
 void report_sweep_table_print(FILE *out, const report_sweep *sw);
 /* Refresh DIR/sweep.json's "results" and write DIR/sweep.csv (one row per point). */
