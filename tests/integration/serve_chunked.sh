@@ -7,7 +7,7 @@
 #    modeled_ns in the log: the last chunks, whose attention reaches back over ~7,500
 #    tokens) + 0.5 ms, except at most 1 % of steps (rounded down), each only if the engine
 #    recorded the step that late itself (late_ns in the step log: the overrun minus the
-#    recorded lateness within 0.5 ms) and the overrun is at most 5 ms
+#    recorded lateness within 0.5 ms) and the overrun is at most 10 ms
 #    (serve_client.check_step_timing; docs/server.md quotes the same numbers);
 #  - that longest step is far below the one-step prefill (< 1/4 of `stallscope model`'s
 #    8,000-token prefill), and no stream's consecutive tokens are written further apart

@@ -245,7 +245,7 @@ def read_steps(path):
 # recorded lateness stays within TOLERANCE_NS — and the overrun is at most EXCUSE_CAP_NS;
 # at most 1 % of the steps (rounded down) may be excused.
 TOLERANCE_NS = 500_000
-EXCUSE_CAP_NS = 5_000_000
+EXCUSE_CAP_NS = 10_000_000
 EXCUSE_FRACTION = 0.01
 
 

@@ -6,7 +6,7 @@
 #    on the model: the median within 0.1 ms, every decode step within 0.5 ms of its modeled
 #    duration except at most 1 % of them (rounded down), and each of those only if the
 #    engine recorded the step that late itself (late_ns in the step log: the overrun minus
-#    the recorded lateness within 0.5 ms) and the overrun is at most 5 ms
+#    the recorded lateness within 0.5 ms) and the overrun is at most 10 ms
 #    (serve_client.check_step_timing; docs/server.md quotes the same numbers). Four 130 ms
 #    stalls fail it (serve_timing_rule.sh feeds it such logs);
 #  - the prefill step's modeled time agrees with `stallscope model` (8,000-token prefill
@@ -70,7 +70,7 @@ assert abs(statistics.median(errs)) <= 0.1
 assert errs[0] >= 0, "a decode step ended before its modeled time"
 # Even under SCHED_FIFO a shared VM now and then wakes the engine thread late by a
 # millisecond or two (the hypervisor, not the engine); such a step is excused only by the
-# engine's own record of it (late_ns), up to 5 ms, and on at most 1 % of steps.
+# engine's own record of it (late_ns), up to 10 ms, and on at most 1 % of steps.
 if not client["realtime"]:
     print("note: engine thread not SCHED_FIFO here")
 excused, worst = check_step_timing(decode, lambda s: s["modeled_ns"], "decode steps")
