@@ -178,12 +178,42 @@ static void itl_stat(itl_acc *a, const standard_options *opt, standard_stat *out
 
 struct standard_acc {
     standard_options opt;
-    analysis_idmap slot_of; /* request id -> slot */
+    analysis_idmap slot_of; /* request id -> slot, for ids dense[] does not cover */
+    int64_t *dense;         /* (n_dense) request id -> slot, -1: ids are usually 0, 1, 2 ... */
+    int64_t n_dense;
     int64_t *last_ns;       /* (cap) the slot's last event, -1 none */
     int64_t *max_gap_ns;    /* (cap) its longest gap so far (the itl SLO) */
     int64_t n, cap;
     itl_acc itl[3];         /* all, background, injected */
 };
+
+#define DENSE_IDS ((int64_t)1 << 24) /* ids below this are looked up in an array */
+
+/* The slot of request id; next >= 0: added as that slot when absent; -1 when absent (next
+ * -1), -2 out of memory. An array for small ids (every event looks one up), a hash past it. */
+static int64_t slot_of(standard_acc *a, int64_t id, int64_t next)
+{
+    if (id < 0 || id >= DENSE_IDS)
+        return next >= 0 ? analysis_idmap_get_or_add(&a->slot_of, id, next)
+                         : analysis_idmap_get(&a->slot_of, id);
+    if (id >= a->n_dense) {
+        if (next < 0)
+            return -1;
+        int64_t n = a->n_dense ? a->n_dense : 1024;
+        while (n <= id)
+            n *= 2;
+        int64_t *d = realloc(a->dense, (size_t)n * sizeof *d);
+        if (!d)
+            return -2;
+        for (int64_t i = a->n_dense; i < n; i++)
+            d[i] = -1;
+        a->dense = d;
+        a->n_dense = n;
+    }
+    if (a->dense[id] < 0 && next >= 0)
+        a->dense[id] = next;
+    return a->dense[id];
+}
 
 standard_acc *standard_acc_begin(const standard_options *opt, int64_t exact_max, char *err)
 {
@@ -214,6 +244,7 @@ void standard_acc_free(standard_acc *a)
     if (!a)
         return;
     analysis_idmap_free(&a->slot_of);
+    free(a->dense);
     free(a->last_ns);
     free(a->max_gap_ns);
     for (int k = 0; k < 3; k++)
@@ -223,7 +254,7 @@ void standard_acc_free(standard_acc *a)
 
 int standard_acc_event(standard_acc *a, const tokenlog_event *ev, char *err)
 {
-    int64_t slot = analysis_idmap_get_or_add(&a->slot_of, ev->request, a->n);
+    int64_t slot = slot_of(a, ev->request, a->n);
     if (slot == -2)
         return err_set(err, "out of memory for the request metrics");
     if (slot == a->n) {
@@ -262,9 +293,9 @@ int standard_acc_event(standard_acc *a, const tokenlog_event *ev, char *err)
 /* ---- per request ------------------------------------------------------------------------- */
 
 /* A request's longest gap (ms), 0 when it had fewer than two events. */
-static double max_gap_ms(const standard_acc *a, int64_t request)
+static double max_gap_ms(standard_acc *a, int64_t request)
 {
-    int64_t slot = analysis_idmap_get(&a->slot_of, request);
+    int64_t slot = slot_of(a, request, -1);
     return slot >= 0 ? analysis_ns_to_ms(a->max_gap_ns[slot]) : 0;
 }
 
