@@ -64,7 +64,8 @@ static const char HELP[] =
     "--verify, the first candidate met them live); 1: none does (the closest is named, with\n"
     "the SLO that binds), or the live check missed; 2: bad input.\n"
     "The workload is the lesson's unless you give one (the same flags as sim); the device is\n"
-    "--gpu/--model or a --hardware profile.\n"
+    "--gpu/--model or a --hardware profile. --verify runs each candidate without a baseline\n"
+    "and without a warm-up (--warmup 0 unless given), as the simulator ran it.\n"
     "Examples:\n"
     "  stallscope tune --slo 'itl.p99.9<100ms,ttft.p99<2s'\n"
     "  stallscope tune --hardware prof.json --policies chunked --budgets 512,2k,8k --all\n"
@@ -134,12 +135,16 @@ static int tune(tune_config *tc, int argc, char **argv)
                         HELP, groups, OPTS_COUNT(groups));
         return CLI_EXIT_OK;
     }
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--policy") == 0 || strncmp(argv[i], "--policy=", 9) == 0 ||
-            strncmp(argv[i], "--max-num-batched-tokens", 24) == 0 ||
-            strstr(argv[i], "-chunked-prefill"))
-            return cli_usage_error("tune", "tune searches the policy and the budget: give "
-                                           "lists with --policies and --budgets");
+    static const char *const searched[] = {"policy", "max-num-batched-tokens",
+                                           "enable-chunked-prefill", "no-enable-chunked-prefill"};
+    for (int i = 0; i < argc; i++)
+        for (size_t k = 0; k < sizeof searched / sizeof searched[0]; k++) {
+            const size_t n = strlen(searched[k]);
+            if (strncmp(argv[i], "--", 2) == 0 && strncmp(argv[i] + 2, searched[k], n) == 0 &&
+                (argv[i][2 + n] == '\0' || argv[i][2 + n] == '='))
+                return cli_usage_error("tune", "tune searches the policy and the budget: give "
+                                               "lists with --policies and --budgets");
+        }
     if (opts_parse(argc, argv, groups, OPTS_COUNT(groups), NULL, 0, NULL, err) != 0 ||
         tune_parse_slo(flags.slo, &tc->slo, err) != 0 ||
         (flags.policies[0] && tune_parse_policies(flags.policies, tc, err) != 0) ||

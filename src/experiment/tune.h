@@ -95,7 +95,8 @@ typedef struct tune_result {
 } tune_result;
 
 /* The lesson's workload and device, every policy, budgets 256, 512 ... 16384, max_num_seqs
- * 16, 32, 64, 128, 256 (105 points) and the SLOs TUNE_DEFAULT_SLO. */
+ * 16, 32, 64, 128, 256 (105 points) and the SLOs TUNE_DEFAULT_SLO; no client warm-up (the
+ * simulator starts cold, so --verify's live runs do too). */
 #define TUNE_DEFAULT_SLO "itl.p99.9<100ms,ttft.p99<2s"
 int tune_defaults(tune_config *tc, char *err);
 
