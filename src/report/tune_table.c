@@ -169,9 +169,9 @@ void tune_table_print(FILE *out, const tune_config *tc, const tune_result *res, 
         tune_table_print_failures(out, "  ", tc, res);
         const int also = res->n_feasible - (res->choice >= 0);
         if (also > 0)
-            fprintf(out, "  %d other settings meet every SLO with less output throughput or a "
+            fprintf(out, "  %d other setting%s every SLO with less output throughput or a "
                          "higher tail\n",
-                    also);
+                    also, also == 1 ? " meets" : "s meet");
     }
     const int shown = res->choice >= 0 ? res->choice : res->closest;
     if (shown >= 0) {
