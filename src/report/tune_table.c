@@ -89,7 +89,7 @@ static void print_point_row(FILE *out, const char *indent, const tune_config *tc
         snprintf(note, sizeof note, " (+%d with these figures)", same - 1);
     fprintf(out, "%s%-22s %11.1f %10s %9s %10s %10s  %s%s%s\n", indent, name,
             pt->predicted.output_throughput, ttft, p50, p999, max,
-            pt->feasible ? "meet" : why, i == res->choice ? "   <- chosen" : "", note);
+            pt->feasible ? "all met" : why, i == res->choice ? "   <- chosen" : "", note);
 }
 
 void tune_table_print_failures(FILE *out, const char *indent, const tune_config *tc,
