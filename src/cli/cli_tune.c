@@ -68,7 +68,7 @@ static const char HELP[] =
     "and without a warm-up (--warmup 0 unless given), as the simulator ran it.\n"
     "Examples:\n"
     "  stallscope tune --slo 'itl.p99.9<100ms,ttft.p99<2s'\n"
-    "  stallscope tune --hardware prof.json --policies chunked --budgets 512,2k,8k --all\n"
+    "  stallscope tune --hardware prof.json --policies chunked --budgets 512,2048,8192 --all\n"
     "  stallscope tune --users 8 --duration 6s --verify --top 2 --target http://127.0.0.1:8321 \\\n"
     "      --server-cmd 'stallscope serve --engine emulate --port {port} --policy {policy} \\\n"
     "      --max-num-batched-tokens {budget} --max-num-seqs {max_num_seqs}'";
