@@ -578,7 +578,8 @@ json_t *tune_to_json(const tune_config *tc, const tune_result *res)
     json_object_set_new(search, "feasible", json_integer(res->n_feasible));
     json_object_set_new(search, "wall_s", json_real(res->search_s));
     json_object_set_new(root, "search", search);
-    json_object_set_new(root, "config", experiment_config_to_json(&tc->base, NULL));
+    /* The base every point starts from (its scheduler is replaced per point). */
+    json_object_set_new(root, "base_config", experiment_config_to_json(&tc->base, NULL));
 
     json_t *points = json_array(), *front = json_array();
     for (int i = 0; i < res->n_points; i++) {

@@ -20,7 +20,7 @@
 #define PLOT_T 20
 #define PLOT_B 60
 
-static const char *const POLICY_COLOUR[] = {"#d9541a", "#1f77b4", "#7a7a7a"}; /* sched_policy */
+static const char *const POLICY_COLOUR[] = {"#d9541a", "#1f77b4", "#555555"}; /* sched_policy */
 
 typedef struct axes {
     double x_lo, x_hi; /* log10 of ms */
@@ -117,14 +117,33 @@ static void write_plot(FILE *out, const tune_config *tc, const tune_result *res)
         tune_point_name(pt, name, sizeof name);
         const double x = px(&a, pt->predicted.itl_p999_ms),
                      y = py(&a, pt->predicted.output_throughput);
-        fprintf(out, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"%d\" fill=\"%s\" fill-opacity=\"%s\" "
-                     "stroke=\"%s\"><title>",
-                x, y, pt->on_front ? 5 : 4, POLICY_COLOUR[pt->policy],
-                pt->feasible ? "0.9" : "0.25", pt->on_front ? "#000" : "none");
+        /* One shape per policy, so settings with one prediction stay visible: chunked a dot,
+         * mixed a larger hollow square around it, prefill-first a hollow triangle. */
+        const char *opacity = pt->feasible ? "0.9" : "0.3";
+        const char *ring = pt->on_front ? "#000" : "none";
+        if (pt->policy == SCHED_CHUNKED)
+            fprintf(out, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"%d\" fill=\"%s\" "
+                         "fill-opacity=\"%s\" stroke=\"%s\">",
+                    x, y, pt->on_front ? 5 : 4, POLICY_COLOUR[pt->policy], opacity, ring);
+        else if (pt->policy == SCHED_MIXED)
+            fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"16\" height=\"16\" fill=\"none\" "
+                         "stroke=\"%s\" stroke-opacity=\"%s\" stroke-width=\"%s\">",
+                    x - 8, y - 8, POLICY_COLOUR[pt->policy], opacity, pt->on_front ? "2.5" : "1.5");
+        else
+            fprintf(out, "<polygon points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\" fill=\"none\" "
+                         "stroke=\"%s\" stroke-opacity=\"%s\" stroke-width=\"%s\">",
+                    x, y - 12, x - 11, y + 8, x + 11, y + 8, POLICY_COLOUR[pt->policy], opacity,
+                    pt->on_front ? "2.5" : "1.5");
+        fputs("<title>", out);
         html_escape(out, name);
-        fprintf(out, ": %.0f tok/s, ITL p99.9 %.2f ms, TTFT p99 %.0f ms%s</title></circle>\n",
+        fprintf(out, ": %.0f tok/s, ITL p99.9 %.2f ms, ITL max %.1f ms, TTFT p99 %.0f ms%s%s</title>",
                 pt->predicted.output_throughput, pt->predicted.itl_p999_ms,
-                pt->predicted.ttft_p99_ms, pt->feasible ? ", meets the SLOs" : "");
+                pt->predicted.itl_max_ms, pt->predicted.ttft_p99_ms,
+                pt->feasible ? ", meets the SLOs" : "", pt->on_front ? ", on the front" : "");
+        fputs(pt->policy == SCHED_CHUNKED ? "</circle>\n"
+              : pt->policy == SCHED_MIXED ? "</rect>\n"
+                                          : "</polygon>\n",
+              out);
     }
     const int mark = res->choice >= 0 ? res->choice : res->closest;
     if (mark >= 0) {
@@ -142,16 +161,22 @@ static void write_plot(FILE *out, const tune_config *tc, const tune_result *res)
         fputs("</text>\n", out);
     }
     /* legend */
-    for (int p = 0; p < 3; p++)
-        fprintf(out, "<circle cx=\"%d\" cy=\"%d\" r=\"5\" fill=\"%s\"/><text x=\"%d\" y=\"%d\">"
-                     "%s</text>\n",
-                PLOT_L + 10 + p * 120, PLOT_H - 8, POLICY_COLOUR[p], PLOT_L + 18 + p * 120,
-                PLOT_H - 4, sched_policy_name((sched_policy)p));
-    fprintf(out, "<text x=\"%d\" y=\"%d\">faint: breaks an SLO; black ring: on the front</text>\n",
-            PLOT_L + 380, PLOT_H - 4);
+    fprintf(out, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"none\" "
+                 "stroke=\"%s\" stroke-width=\"1.5\"/><text x=\"%d\" y=\"%d\">mixed</text>\n",
+            PLOT_L + 4, PLOT_H - 15, POLICY_COLOUR[SCHED_MIXED], PLOT_L + 20, PLOT_H - 4);
+    fprintf(out, "<circle cx=\"%d\" cy=\"%d\" r=\"5\" fill=\"%s\"/><text x=\"%d\" y=\"%d\">"
+                 "chunked</text>\n",
+            PLOT_L + 130, PLOT_H - 9, POLICY_COLOUR[SCHED_CHUNKED], PLOT_L + 140, PLOT_H - 4);
+    fprintf(out, "<polygon points=\"%d,%d %d,%d %d,%d\" fill=\"none\" stroke=\"%s\" "
+                 "stroke-width=\"1.5\"/><text x=\"%d\" y=\"%d\">prefill-first</text>\n",
+            PLOT_L + 250, PLOT_H - 17, PLOT_L + 243, PLOT_H - 4, PLOT_L + 257, PLOT_H - 4,
+            POLICY_COLOUR[SCHED_PREFILL_FIRST], PLOT_L + 264, PLOT_H - 4);
+    fprintf(out, "<text x=\"%d\" y=\"%d\">faint: breaks an SLO; black or bold: on the front</text>\n",
+            PLOT_L + 390, PLOT_H - 4);
     fputs("</svg><figcaption>Every setting that can serve the workload, as the simulator "
-          "predicts it: up is more output, left is a shorter tail. Ringed in black: the Pareto "
-          "front (output throughput, TTFT p99, ITL p99.9); hover a point for its figures."
+          "predicts it: up is more output, left is a shorter tail. Ringed in black (chunked) or "
+          "drawn bold (mixed, prefill-first): the Pareto front (output throughput, TTFT p99, "
+          "ITL p99.9); hover a point for its figures."
           "</figcaption></figure>\n",
           out);
 }
@@ -304,9 +329,11 @@ int html_tune_write(const char *dir, const tune_config *tc, const tune_result *r
                  "output throughput with no more TTFT p99 and ITL p99.9):</p>\n",
             res->n_front);
     table_head(out);
-    for (int i = 0; i < res->n_points; i++)
-        if (res->points[i].on_front && res->points[i].same_as < 0)
-            point_row(out, tc, res, i, true);
+    int *rows = calloc((size_t)res->n_points + 1, sizeof *rows);
+    const int n_rows = rows ? tune_table_front_rows(res, rows) : 0;
+    for (int k = 0; k < n_rows; k++)
+        point_row(out, tc, res, rows[k], true);
+    free(rows);
     fputs("</table>\n<h2>Why the others fail</h2>\n<p class=\"meta\">Each setting by the SLO "
           "it breaks most (nearest and furthest named).</p>\n",
           out);

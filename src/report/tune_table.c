@@ -2,7 +2,31 @@
 #include "report/tune_table.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+
+int tune_table_front_rows(const tune_result *res, int *out)
+{
+    int n = 0;
+    for (int i = 0; i < res->n_points; i++) {
+        const tune_point *pt = &res->points[i];
+        if (!pt->on_front || pt->same_as >= 0)
+            continue;
+        /* insertion: a front is a few dozen rows */
+        int k = n++;
+        for (; k > 0; k--) {
+            const tune_figures *a = &res->points[out[k - 1]].predicted, *b = &pt->predicted;
+            const bool before = b->output_throughput > a->output_throughput ||
+                                (b->output_throughput == a->output_throughput &&
+                                 b->itl_p999_ms < a->itl_p999_ms);
+            if (!before)
+                break;
+            out[k] = out[k - 1];
+        }
+        out[k] = i;
+    }
+    return n;
+}
 
 int tune_table_same_count(const tune_result *res, int p)
 {
@@ -150,9 +174,11 @@ void tune_table_print(FILE *out, const tune_config *tc, const tune_result *res, 
                  "settings:\n",
             res->n_front);
     print_figures_header(out, "  ");
-    for (int i = 0; i < res->n_points; i++)
-        if (res->points[i].on_front && res->points[i].same_as < 0)
-            print_point_row(out, "  ", tc, res, i, true);
+    int *rows = calloc((size_t)res->n_points + 1, sizeof *rows);
+    const int n_rows = rows ? tune_table_front_rows(res, rows) : 0;
+    for (int k = 0; k < n_rows; k++)
+        print_point_row(out, "  ", tc, res, rows[k], true);
+    free(rows);
 
     char verdict[1024];
     tune_table_verdict(tc, res, verdict, sizeof verdict);

@@ -21,6 +21,10 @@ void tune_table_verdict(const tune_config *tc, const tune_result *res, char *buf
  * many, the least and the most broken. One line per group, into out with indent. */
 void tune_table_print_failures(FILE *out, const char *indent, const tune_config *tc,
                                const tune_result *res);
+/* The front's rows as the tables show them: one per distinct prediction (same_as < 0),
+ * most output throughput first, then the lower ITL p99.9. Indices into out (sized
+ * res->n_points); returns how many. */
+int tune_table_front_rows(const tune_result *res, int *out);
 /* How many servable points share p's figures (p's own same_as group, p included). */
 int tune_table_same_count(const tune_result *res, int p);
 /* (predicted - measured) / measured as "+4.2 %", "—" when measured is 0. */
