@@ -325,12 +325,13 @@ int html_tune_write(const char *dir, const tune_config *tc, const tune_result *r
     html_escape(out, verdict);
     fputs(".</p>\n<h2>The front</h2>\n", out);
     write_plot(out, tc, res);
-    fprintf(out, "<p>%d settings on the Pareto front (no other setting has at least their "
-                 "output throughput with no more TTFT p99 and ITL p99.9):</p>\n",
-            res->n_front);
-    table_head(out);
     int *rows = calloc((size_t)res->n_points + 1, sizeof *rows);
     const int n_rows = rows ? tune_table_front_rows(res, rows) : 0;
+    fprintf(out, "<p>%d settings on the Pareto front (no other setting has at least their "
+                 "output throughput with no more TTFT p99 and ITL p99.9), %d distinct "
+                 "predictions:</p>\n",
+            res->n_front, n_rows);
+    table_head(out);
     for (int k = 0; k < n_rows; k++)
         point_row(out, tc, res, rows[k], true);
     free(rows);

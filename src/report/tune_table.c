@@ -170,12 +170,12 @@ void tune_table_print(FILE *out, const tune_config *tc, const tune_result *res, 
     fprintf(out, "\n%d can serve the workload, %d meet every SLO.\n\n", res->n_servable,
             res->n_feasible);
 
-    fprintf(out, "Pareto front (most output throughput, least TTFT p99 and ITL p99.9), %d "
-                 "settings:\n",
-            res->n_front);
-    print_figures_header(out, "  ");
     int *rows = calloc((size_t)res->n_points + 1, sizeof *rows);
     const int n_rows = rows ? tune_table_front_rows(res, rows) : 0;
+    fprintf(out, "Pareto front (most output throughput, least TTFT p99 and ITL p99.9): %d "
+                 "settings, %d distinct predictions:\n",
+            res->n_front, n_rows);
+    print_figures_header(out, "  ");
     for (int k = 0; k < n_rows; k++)
         print_point_row(out, "  ", tc, res, rows[k], true);
     free(rows);
