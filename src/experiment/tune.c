@@ -511,16 +511,19 @@ int tune_verify(const tune_config *tc, tune_result *res, const tune_verify_optio
 
 /* ---- tune.json -------------------------------------------------------------------------- */
 
-static json_t *figures_json(const tune_figures *f)
-{
-    return json_pack("{s:f, s:f, s:f, s:f, s:f}", "output_throughput", f->output_throughput,
-                     "ttft_p99_ms", f->ttft_p99_ms, "itl_p50_ms", f->itl_p50_ms, "itl_p999_ms",
-                     f->itl_p999_ms, "itl_max_ms", f->itl_max_ms);
-}
-
 static json_t *number_or_null(double v)
 {
-    return isnan(v) ? json_null() : json_real(v);
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+/* A figure a run could not give (no gaps, no first token) is null, never a NaN. */
+static json_t *figures_json(const tune_figures *f)
+{
+    return json_pack("{s:o, s:o, s:o, s:o, s:o}", "output_throughput",
+                     number_or_null(f->output_throughput), "ttft_p99_ms",
+                     number_or_null(f->ttft_p99_ms), "itl_p50_ms", number_or_null(f->itl_p50_ms),
+                     "itl_p999_ms", number_or_null(f->itl_p999_ms), "itl_max_ms",
+                     number_or_null(f->itl_max_ms));
 }
 
 static json_t *slo_json(const gate_rules *slo, const double *values)

@@ -65,10 +65,11 @@ void tune_table_verdict(const tune_config *tc, const tune_result *res, char *buf
         fmt_ms(pt->predicted.itl_max_ms, max, sizeof max);
         snprintf(buf, size,
                  "%s: the most output throughput (%.0f tok/s; within %.0f %% counts as a tie, "
-                 "then the lower ITL p99.9) of the %d settings that meet every SLO; predicted "
+                 "then the lower ITL p99.9) of the %d setting%s that meet%s every SLO; predicted "
                  "ITL p99.9 %s, ITL max %s, TTFT p99 %s",
                  name, pt->predicted.output_throughput, TUNE_THROUGHPUT_TIE * 100,
-                 res->n_feasible, p999, max, ttft);
+                 res->n_feasible, res->n_feasible == 1 ? "" : "s", res->n_feasible == 1 ? "s" : "",
+                 p999, max, ttft);
         return;
     }
     if (res->closest < 0) {
@@ -163,12 +164,13 @@ void tune_table_print(FILE *out, const tune_config *tc, const tune_result *res, 
 {
     char engine[256];
     tune_engine_name(tc, engine, sizeof engine);
-    fprintf(out, "tune: %d settings in the simulator (%s) in %.1f s; SLOs:", res->n_points,
+    fprintf(out, "tune: %d setting%s in the simulator (%s) in %.1f s; SLOs:", res->n_points,
+            res->n_points == 1 ? "" : "s",
             engine, res->search_s);
     for (int r = 0; r < tc->slo.n; r++)
         fprintf(out, " %s", tc->slo.rule[r].text);
-    fprintf(out, "\n%d can serve the workload, %d meet every SLO.\n\n", res->n_servable,
-            res->n_feasible);
+    fprintf(out, "\n%d can serve the workload, %d %s every SLO.\n\n", res->n_servable,
+            res->n_feasible, res->n_feasible == 1 ? "meets" : "meet");
 
     int *rows = calloc((size_t)res->n_points + 1, sizeof *rows);
     const int n_rows = rows ? tune_table_front_rows(res, rows) : 0;
