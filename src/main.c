@@ -16,6 +16,7 @@ static const struct {
     {"report", cli_report, "recompute the summary and report from a run's artifacts"},
     {"calibrate", cli_calibrate, "measure this CPU: a hardware profile for --hardware"},
     {"sweep", cli_sweep, "the experiment over one or two varied parameters, one report"},
+    {"tune", cli_tune, "the scheduler setting that meets your SLOs: searched, explained, verified"},
 };
 
 static void usage(FILE *out)

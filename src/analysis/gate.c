@@ -131,6 +131,10 @@ static int parse_rule(const char *text, gate_rule *r, char *err)
         return err_set(err, "'%s' is not METRIC OP VALUE (e.g. itl.max>200ms)", text);
     memcpy(name, text, k);
     name[k] = '\0';
+    /* "itl.p99.9" is how people write the 99.9th percentile: an alias of itl.p999. */
+    size_t n = strlen(name);
+    if (n > 6 && strcmp(name + n - 6, ".p99.9") == 0)
+        memmove(name + n - 2, name + n - 1, 2);
     r->metric = -1;
     for (int i = 0; i < N_METRICS; i++)
         if (strcmp(name, METRICS[i].name) == 0)
@@ -252,4 +256,34 @@ int gate_eval(const gate_rules *rules, const json_t *summary, FILE *out)
             fprintf(out, "fail-if %s: %s  %s\n", rule, have, fail ? "FAIL" : "PASS");
     }
     return failed;
+}
+
+const char *gate_rule_metric(const gate_rule *r)
+{
+    return METRICS[r->metric].name;
+}
+
+const char *gate_rule_op(const gate_rule *r)
+{
+    return OPS[r->op];
+}
+
+bool gate_rule_is_time(const gate_rule *r)
+{
+    return METRICS[r->metric].unit == UNIT_MS;
+}
+
+bool gate_rule_value(const gate_rule *r, const json_t *summary, double *out)
+{
+    return lookup(summary, METRICS[r->metric].path, out);
+}
+
+bool gate_rule_holds(const gate_rule *r, double value)
+{
+    return holds(r->op, value, r->value);
+}
+
+void gate_rule_format(const gate_rule *r, double value, char *buf, size_t size)
+{
+    format_value(&METRICS[r->metric], value, buf, size);
 }

@@ -5,7 +5,8 @@
  * (gate_print_metrics lists them with their units); VALUE is a duration with its unit for
  * times (200ms, 1.5s, 900us), a fraction or a percentage for shares (0.99, 99%), a plain
  * number for counts and ratios. The rules are parsed before a run (bad input: exit 2) and
- * evaluated after it on the summary JSON (analysis_summary_to_json or summary.json). */
+ * evaluated after it on the summary JSON (analysis_summary_to_json or summary.json).
+ * "itl.p99.9" is accepted for itl.p999 (any METRIC.p99.9 for METRIC.p999). */
 #ifndef STALLSCOPE_GATE_H
 #define STALLSCOPE_GATE_H
 #include <stdbool.h>
@@ -38,6 +39,17 @@ int gate_parse(const char *text, gate_rules *out, char *err);
  * per rule, "fail-if itl.max > 200 ms: 130.0 ms  PASS", to out (may be NULL). Returns the
  * number of rules that failed; a metric the summary lacks fails its rule (said so). */
 int gate_eval(const gate_rules *rules, const json_t *summary, FILE *out);
+
+/* One rule on its own (tune's SLOs are rules that must hold): its metric's name
+ * ("itl.p999"), its operator ("<"), whether the metric is a time in ms, its value in a
+ * summary (false when the summary lacks it), whether it holds for a value, and a value in
+ * the metric's unit as gate_eval prints it ("2412.0 ms"). */
+const char *gate_rule_metric(const gate_rule *r);
+const char *gate_rule_op(const gate_rule *r);
+bool gate_rule_is_time(const gate_rule *r);
+bool gate_rule_value(const gate_rule *r, const json_t *summary, double *out);
+bool gate_rule_holds(const gate_rule *r, double value);
+void gate_rule_format(const gate_rule *r, double value, char *buf, size_t size);
 
 /* "  itl.max  ms  the longest gap between two tokens of one stream" per metric. */
 void gate_print_metrics(FILE *out);

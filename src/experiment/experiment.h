@@ -29,6 +29,7 @@
 #include "analysis/analysis.h"
 #include "client/driver.h"
 #include "common/opts.h"
+#include "common/proc.h"
 #include "common/tokenlog.h"
 #include "engine/cost.h"
 #include "engine/exec.h"
@@ -454,9 +455,30 @@ void experiment_pair_free(experiment_pair *pair);
  * setting (policy, token budget) for this workload: one line each, indented. */
 void experiment_print_server_flags(FILE *out, const char *indent, sched_policy policy, int budget,
                                    const workload_config *wl);
+/* The same with the running requests at most (vLLM --max-num-seqs, SGLang
+ * --max-running-requests, llama.cpp --parallel, serve --max-num-seqs); 0: left at the
+ * servers' defaults (llama.cpp: a slot per stream), as experiment_print_server_flags does. */
+void experiment_print_server_setting(FILE *out, const char *indent, sched_policy policy,
+                                     int budget, int max_num_seqs, const workload_config *wl);
 /* The run's --print-server-flags: one-step prefill (the problem) and chunked prefill (the
  * fix) side by side, then how to point stallscope at the server. */
 void experiment_print_server_guide(FILE *out, const experiment_config *cfg);
+
+/* ---- a --target's server, started per configuration (server_cmd.c) ------------------ */
+
+/* The --server-cmd template with its placeholders filled from cfg: {policy}
+ * {max_num_batched_tokens} (also {budget}) {max_num_seqs} {chunked_prefill} (vLLM's
+ * --enable-chunked-prefill or --no-enable-chunked-prefill) {port} {host} (of
+ * cfg->client.target) {point} (the caller's label). 0, or -1 with err (unknown placeholder). */
+int experiment_server_command(const char *tmpl, const experiment_config *cfg, const char *point,
+                              char *out, size_t size, char *err);
+/* Start it (output to log_path) and wait for the target's /health to answer 200, at most
+ * timeout_ns. 0, or -1 with err (the server stopped again). */
+int experiment_server_start(const char *tmpl, const experiment_config *cfg, const char *point,
+                            const char *log_path, int64_t timeout_ns,
+                            const volatile sig_atomic_t *interrupted, proc *server, char *err);
+/* TERM, 30 s, then KILL; harmless on a server never started. */
+void experiment_server_stop(proc *server);
 
 /* ---- sweeps ------------------------------------------------------------------------- */
 

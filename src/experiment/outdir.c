@@ -15,7 +15,8 @@ static bool ours(const char *name)
 {
     static const char *const names[] = {"baseline",    "interference", "plots",
                                         "comparison.json", "report.html", "sweep.json",
-                                        "sweep.csv",       "merge.json"};
+                                        "sweep.csv",       "merge.json", "tune.json",
+                                        "tune.html"};
     char base[256];
     snprintf(base, sizeof base, "%s", name);
     size_t n = strlen(base);
@@ -24,10 +25,13 @@ static bool ours(const char *name)
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strcmp(base, names[i]) == 0)
             return true;
-    /* point-1, point-2 ...: a sweep's points */
-    if (strncmp(base, "point-", 6) != 0 || !base[6])
+    /* point-1, point-2 ...: a sweep's points; verify-1 ...: tune's live candidates */
+    const size_t skip = strncmp(base, "point-", 6) == 0    ? 6
+                        : strncmp(base, "verify-", 7) == 0 ? 7
+                                                           : 0;
+    if (skip == 0 || !base[skip])
         return false;
-    for (const char *p = base + 6; *p; p++)
+    for (const char *p = base + skip; *p; p++)
         if (*p < '0' || *p > '9')
             return false;
     return true;

@@ -1,4 +1,4 @@
-/* server_flags — one scheduler setting (policy, token budget) in the flags of the servers
+/* server_flags — one scheduler setting (policy, token budget, running requests) in the flags of the servers
  * people run: vLLM, SGLang, llama.cpp, and our own `serve`. One mapping for `run
  * --print-server-flags`, `sweep --print-server-flags` and the tuner's answer. */
 #include <stdio.h>
@@ -15,32 +15,49 @@ static int context_tokens(const workload_config *wl)
     return bg > ctx ? bg : ctx;
 }
 
-void experiment_print_server_flags(FILE *out, const char *indent, sched_policy policy, int budget,
-                                   const workload_config *wl)
+void experiment_print_server_setting(FILE *out, const char *indent, sched_policy policy,
+                                     int budget, int max_num_seqs, const workload_config *wl)
 {
     const int ctx = context_tokens(wl);
-    /* llama.cpp: one slot per stream, plus the injector; open-loop requests in flight at
-     * most max_concurrency (64 assumed without a limit) */
-    const int slots = wl->users + 2 +
-                      (workload_open_loop(wl) ? (wl->max_concurrency > 0 ? wl->max_concurrency : 64)
-                                              : 0);
+    /* llama.cpp: its slots are its running requests (max_num_seqs when given); else one per
+     * stream, plus the injector; open-loop requests in flight at most max_concurrency (64
+     * assumed without a limit) */
+    const int slots = max_num_seqs > 0
+                          ? max_num_seqs
+                          : wl->users + 2 +
+                                (workload_open_loop(wl)
+                                     ? (wl->max_concurrency > 0 ? wl->max_concurrency : 64)
+                                     : 0);
+    char seqs_vllm[48] = "", seqs_sglang[48] = "", seqs_ours[48] = "";
+    if (max_num_seqs > 0) {
+        snprintf(seqs_vllm, sizeof seqs_vllm, " --max-num-seqs %d", max_num_seqs);
+        snprintf(seqs_sglang, sizeof seqs_sglang, " --max-running-requests %d", max_num_seqs);
+        snprintf(seqs_ours, sizeof seqs_ours, " --max-num-seqs %d", max_num_seqs);
+    }
     const bool chunked = policy == SCHED_CHUNKED;
-    fprintf(out, "%svLLM:       vllm serve MODEL --max-num-batched-tokens %d %s --max-model-len %d%s\n",
-            indent, budget, chunked ? "--enable-chunked-prefill" : "--no-enable-chunked-prefill",
-            ctx, policy == SCHED_PREFILL_FIRST ? "   (prefill-first is vLLM V0's scheduler)" : "");
+    fprintf(out, "%svLLM:       vllm serve MODEL --max-num-batched-tokens %d%s %s --max-model-len %d%s\n",
+            indent, budget, seqs_vllm,
+            chunked ? "--enable-chunked-prefill" : "--no-enable-chunked-prefill", ctx,
+            policy == SCHED_PREFILL_FIRST ? "   (prefill-first is vLLM V0's scheduler)" : "");
     if (chunked)
         fprintf(out, "%sSGLang:     python -m sglang.launch_server --model-path MODEL "
-                     "--chunked-prefill-size %d --enable-mixed-chunk\n",
-                indent, budget);
+                     "--chunked-prefill-size %d --enable-mixed-chunk%s\n",
+                indent, budget, seqs_sglang);
     else
         fprintf(out, "%sSGLang:     python -m sglang.launch_server --model-path MODEL "
-                     "--chunked-prefill-size -1 --max-prefill-tokens %d\n",
-                indent, budget);
+                     "--chunked-prefill-size -1 --max-prefill-tokens %d%s\n",
+                indent, budget, seqs_sglang);
     fprintf(out, "%sllama.cpp:  llama-server -m MODEL.gguf --batch-size %d --ubatch-size %d "
                  "--parallel %d --ctx-size %d\n",
             indent, budget, budget, slots, slots * ctx);
-    fprintf(out, "%sstallscope: stallscope serve --policy %s --max-num-batched-tokens %d\n", indent,
-            sched_policy_name(policy), budget);
+    fprintf(out, "%sstallscope: stallscope serve --policy %s --max-num-batched-tokens %d%s\n",
+            indent, sched_policy_name(policy), budget, seqs_ours);
+}
+
+void experiment_print_server_flags(FILE *out, const char *indent, sched_policy policy, int budget,
+                                   const workload_config *wl)
+{
+    experiment_print_server_setting(out, indent, policy, budget, 0, wl);
 }
 
 void experiment_print_server_guide(FILE *out, const experiment_config *cfg)

@@ -6,14 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client/stream.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/fsio.h"
 #include "common/proc.h"
 #include "experiment/experiment.h"
-
-#define SERVER_STOP_GRACE_NS (30 * CLOCK_NS_PER_S)
 
 /* The options that may vary, and whether the server (not the client) must apply them. */
 static const struct {
@@ -174,98 +171,15 @@ int experiment_sweep_plan(experiment_sweep *sw, char *err)
 
 /* ---- a --target's server per point -------------------------------------------------------- */
 
-/* Replace {name} placeholders; -1 with err on an unknown one. */
-static int expand_template(const char *tmpl, const char *const *keys, const char *const *vals,
-                           int n, char *out, size_t size, char *err)
-{
-    size_t len = 0;
-    for (const char *p = tmpl; *p;) {
-        if (*p == '{') {
-            const char *close = strchr(p, '}');
-            if (!close)
-                return err_set(err, "--server-cmd: unclosed '{' in '%s'", tmpl);
-            size_t klen = (size_t)(close - p - 1);
-            int k = -1;
-            for (int i = 0; i < n; i++)
-                if (strlen(keys[i]) == klen && strncmp(keys[i], p + 1, klen) == 0)
-                    k = i;
-            if (k < 0)
-                return err_set(err, "--server-cmd: unknown placeholder {%.*s} (known: {policy} "
-                                    "{max_num_batched_tokens} {chunked_prefill} {port} {host} "
-                                    "{point})",
-                               (int)klen, p + 1);
-            int w = snprintf(out + len, size - len, "%s", vals[k]);
-            if (w < 0 || (size_t)w >= size - len)
-                return err_set(err, "--server-cmd: too long once expanded");
-            len += (size_t)w;
-            p = close + 1;
-            continue;
-        }
-        if (len + 1 >= size)
-            return err_set(err, "--server-cmd: too long once expanded");
-        out[len++] = *p++;
-    }
-    out[len] = '\0';
-    return 0;
-}
-
-/* host and port of a URL ("http://127.0.0.1:8000/v1" -> "127.0.0.1", "8000"). */
-static void url_host_port(const char *url, char *host, size_t hs, char *port, size_t ps)
-{
-    const char *p = strstr(url, "://");
-    p = p ? p + 3 : url;
-    bool https = strncmp(url, "https", 5) == 0;
-    size_t n = strcspn(p, ":/");
-    snprintf(host, hs, "%.*s", (int)n, p);
-    if (p[n] == ':')
-        snprintf(port, ps, "%.*s", (int)strcspn(p + n + 1, "/"), p + n + 1);
-    else
-        snprintf(port, ps, "%s", https ? "443" : "80");
-}
-
-static bool health_200(void *ctx, char *why, size_t size)
-{
-    const stream_options *so = ctx;
-    int status = 0;
-    char err[ERR_LEN] = "";
-    if (stream_http(so, "GET", "/health", NULL, 2 * CLOCK_NS_PER_S, &status, NULL, err) != 0) {
-        snprintf(why, size, "%s", err);
-        return false;
-    }
-    if (status != 200)
-        snprintf(why, size, "HTTP %d", status);
-    return status == 200;
-}
-
 static int start_server(const experiment_sweep *sw, const experiment_config *cfg,
                         const experiment_sweep_point *pt, const char *dir,
                         const volatile sig_atomic_t *interrupted, proc *server, char *err)
 {
-    char host[256], port[32], cmd[4096], budget[32], log_path[4200];
-    url_host_port(cfg->client.target, host, sizeof host, port, sizeof port);
-    snprintf(budget, sizeof budget, "%d", cfg->sched.max_num_batched_tokens);
-    const char *keys[] = {"policy", "max_num_batched_tokens", "chunked_prefill", "port", "host",
-                          "point"};
-    const char *vals[] = {sched_policy_name(cfg->sched.policy), budget,
-                          cfg->sched.policy == SCHED_CHUNKED ? "--enable-chunked-prefill"
-                                                             : "--no-enable-chunked-prefill",
-                          port, host, pt->label};
-    if (expand_template(sw->server_cmd, keys, vals, 6, cmd, sizeof cmd, err) != 0 ||
-        fsio_join(log_path, sizeof log_path, dir, "server.log", err) != 0)
+    char log_path[4200];
+    if (fsio_join(log_path, sizeof log_path, dir, "server.log", err) != 0)
         return -1;
-    proc_spec spec = {.shell = cmd, .log_path = log_path, .die_with_parent = true};
-    if (proc_start(server, &spec, err) != 0)
-        return -1;
-    stream_options so = {.base_url = cfg->client.target, .insecure = cfg->client.insecure};
-    char why[ERR_LEN];
-    if (proc_wait_ready(server, health_200, &so, sw->server_timeout_ns, 250 * CLOCK_NS_PER_MS,
-                        interrupted, why) != 0) {
-        proc_stop(server, SERVER_STOP_GRACE_NS);
-        char base[600];
-        stream_base_url(cfg->client.target, base, sizeof base);
-        return err_set(err, "%s/health did not answer 200: %s", base, why);
-    }
-    return 0;
+    return experiment_server_start(sw->server_cmd, cfg, pt->label, log_path,
+                                   sw->server_timeout_ns, interrupted, server, err);
 }
 
 /* ---- running ------------------------------------------------------------------------------- */
@@ -306,8 +220,7 @@ static int run_point(experiment_sweep *sw, experiment_sweep_point *pt,
         fclose(log);
     }
     experiment_pair_free(&pair);
-    if (server.pid > 0)
-        proc_stop(&server, SERVER_STOP_GRACE_NS);
+    experiment_server_stop(&server);
     return rc;
 }
 
