@@ -62,6 +62,7 @@ static int sweep(experiment_sweep *sw, int argc, char **argv)
         experiment_workload_group(&sw->base),
         experiment_device_group(&sw->base),
         experiment_sched_group(&sw->base),
+        experiment_disagg_group(&sw->base),
         experiment_client_group(&sw->base),
         experiment_secrets_group(&secrets),
         experiment_analysis_group(&sw->base),
