@@ -56,10 +56,10 @@ void sim_kv_links_print(FILE *out)
 int sim_kv_link_parse(const char *text, sim_disagg *out, char *err)
 {
     if (!text || !*text)
-        return err_set(err, "--kv-link: empty (nvlink, pcie5, rdma-100g, rdma-400g or GB/s, "
+        return err_set(err, "empty (nvlink, pcie5, rdma-100g, rdma-400g or GB/s, "
                             "e.g. 25GB/s)");
     if (strlen(text) >= sizeof out->link)
-        return err_set(err, "--kv-link '%.40s...': too long", text);
+        return err_set(err, "'%.40s...': too long", text);
     for (size_t i = 0; i < N_KV_LINKS; i++) {
         if (strcmp(text, KV_LINKS[i].name) == 0) {
             snprintf(out->link, sizeof out->link, "%s", text);
@@ -73,7 +73,7 @@ int sim_kv_link_parse(const char *text, sim_disagg *out, char *err)
     double gb = strtod(text, &end);
     if (end != text && strcmp(end, "GB/s") == 0) {
         if (!(gb > 0) || !isfinite(gb) || gb > 1e6)
-            return err_set(err, "--kv-link '%s': the bandwidth must be above 0 (and at most "
+            return err_set(err, "'%s': the bandwidth must be above 0 (and at most "
                                 "1000000 GB/s)",
                            text);
         snprintf(out->link, sizeof out->link, "%s", text);
@@ -81,7 +81,7 @@ int sim_kv_link_parse(const char *text, sim_disagg *out, char *err)
         out->link_latency_ns = 0;
         return 0;
     }
-    return err_set(err, "--kv-link '%s': unknown link (known: nvlink, pcie5, rdma-100g, "
+    return err_set(err, "'%s': unknown link (known: nvlink, pcie5, rdma-100g, "
                         "rdma-400g, or a bandwidth such as 25GB/s)",
                    text);
 }
@@ -90,7 +90,7 @@ int sim_disagg_parse(const char *text, sim_disagg *out, char *err)
 {
     const char *colon = text ? strchr(text, ':') : NULL;
     if (!colon)
-        return err_set(err, "--disaggregate '%s': expected P:D, prefill and decode instances "
+        return err_set(err, "'%s': expected P:D, prefill and decode instances "
                             "(e.g. 1:1)",
                        text ? text : "");
     long v[2];
@@ -103,10 +103,10 @@ int sim_disagg_parse(const char *text, sim_disagg *out, char *err)
             v[i] = strtol(part[i], &end, 10);
         const char *stop = i == 0 ? colon : part[1] + strlen(part[1]);
         if (end != stop || end == part[i])
-            return err_set(err, "--disaggregate '%s': expected P:D, two whole numbers (e.g. 1:1)",
+            return err_set(err, "'%s': expected P:D, two whole numbers (e.g. 1:1)",
                            text);
         if (v[i] < 1 || v[i] > SIM_DISAGG_MAX_INSTANCES)
-            return err_set(err, "--disaggregate '%s': %s instances must be 1 to %d", text,
+            return err_set(err, "'%s': %s instances must be 1 to %d", text,
                            i == 0 ? "prefill" : "decode", SIM_DISAGG_MAX_INSTANCES);
     }
     out->prefill = (int)v[0];
@@ -374,6 +374,8 @@ static int dg_deliver(dg_state *st, dg_req *r, int64_t t, bool last, char *err)
     }
     if ((first || last) && dg_emit_row(st, r, err) != 0)
         return -1;
+    if (st->log && r->log_index >= 0) /* a log's row holds the tokens so far, as sim.c's */
+        st->log->requests[r->log_index].completion_tokens = r->delivered;
     if (last) {
         /* The closed user starts its next request at once; an open one frees its slot. */
         if (r->open)
