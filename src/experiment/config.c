@@ -86,6 +86,11 @@ void experiment_engine_name(const experiment_config *cfg, const char *served_mod
              setup[0] ? ", " : "", setup);
 }
 
+int experiment_gpus(const experiment_config *cfg)
+{
+    return cfg->engine == EXPERIMENT_SIM ? sim_disagg_gpus(&cfg->disagg) : 0;
+}
+
 /* ---- resolution and checks -------------------------------------------------------------- */
 
 int experiment_resolve_cost(experiment_config *cfg, char *err)

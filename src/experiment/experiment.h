@@ -160,6 +160,10 @@ void experiment_profile_name(const cost_params *cost, const sched_config *sched,
 void experiment_engine_name(const experiment_config *cfg, const char *served_model, char *buf,
                             size_t size);
 
+/* The GPUs a run uses, for summary.json's per-GPU figures: the simulator 1, or P + D
+ * disaggregated (--disaggregate); 0 for the servers (unknown to us). */
+int experiment_gpus(const experiment_config *cfg);
+
 /* The spike the cost model predicts for one injection of prompt_tokens under cfg: the
  * longest step that carries it beside one decode per background user (cost_injection_step_ns,
  * chunked under the budget when the policy chunks). ms; 0 for a remote engine. */

@@ -71,8 +71,7 @@ static int one_run(const experiment_config *cfg, const experiment_runner *runner
                             .threshold_ms = (double)cfg->stall_threshold_ns / 1e6,
                             .reference_p50_ms = reference_p50,
                             .gap_digest = runner->streams,
-                            .gpus = cfg->engine == EXPERIMENT_SIM ? sim_disagg_gpus(&cfg->disagg)
-                                                                  : 0};
+                            .gpus = experiment_gpus(cfg)};
     standard_options standard;
     experiment_standard_options(cfg, &standard);
     opt.standard = &standard;

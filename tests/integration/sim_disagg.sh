@@ -63,6 +63,9 @@ check "2P:2D with --goodput: 4 GPUs, request goodput per GPU" \
 
 # The report reads the run back and predicts it with the same setup.
 "$bin" report "$dir/nv" >"$dir/report.txt" 2>&1 || { cat "$dir/report.txt"; fail "report"; }
+grep -q "output tokens/s per GPU" "$dir/report.txt" || fail "the report's table lacks the per-GPU row"
+check "summary.json rewritten by the report keeps the GPUs" \
+  "a['gpus'] == 2 and 'per_gpu' in a" "$N"
 pass "report reads a disaggregated run"
 
 expect_usage_error() {
