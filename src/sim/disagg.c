@@ -256,14 +256,19 @@ static int dg_emit_row(dg_state *st, dg_req *r, char *err)
     return 0;
 }
 
-/* The least loaded instance of a pool (requests queued or running; ties: the lowest index). */
+/* The least loaded instance of a pool: the requests it holds, queued, running or finishing
+ * in the step under way (committed at its start, so its scheduler has let them go already:
+ * a prefill instance busy with a long prompt holds that prompt); ties: the lowest index. */
 static int dg_pick(const dg_state *st, bool prefill)
 {
     int best = -1, best_load = 0;
     for (int i = 0; i < st->n_inst; i++) {
-        if (st->inst[i].prefill != prefill)
+        const dg_instance *in = &st->inst[i];
+        if (in->prefill != prefill)
             continue;
-        int load = sched_num_waiting(st->inst[i].sched) + sched_num_running(st->inst[i].sched);
+        int load = sched_num_waiting(in->sched) + sched_num_running(in->sched);
+        for (int k = 0; in->busy && k < in->n_done; k++)
+            load += in->done[k].finished;
         if (best < 0 || load < best_load) {
             best = i;
             best_load = load;
