@@ -8,23 +8,23 @@
  * requests.csv row has t_plan (the arrival) and t_send (the slot) apart.
  * Writes the same token log as a live run, so one analysis serves both.
  *
- * Disaggregated prefill (disagg.prefill > 0, `--disaggregate P:D`): P prefill instances and
- * D decode instances of the same device and model, each with its own scheduler (the same
- * sched_config) and the same cost model. A request goes to the prefill instance that holds
- * the fewest requests (queued, running or in its step under way; ties: the lowest index),
- * which prefills it in prefill-only steps (a prefill-only request: max_tokens 1) and
- * samples its first token at the end of its prefill. Its prompt's KV (cost_kv_bytes_per_token x prompt_tokens) then crosses the
- * KV link: bytes / bandwidth + the link's per-transfer latency, one transfer at a time per
- * prefill instance (its outgoing link; a transfer waits for the one before). When the
- * transfer ends the first token reaches the client (vLLM's disaggregated prefill streams
- * from the decode instance, so the TTFT includes the transfer) and the request joins the
- * decode instance that holds the fewest requests (sched_add_prefilled), whose next step starting at
- * or after that instant feeds that token and samples the second. A request of one token
- * ends at its prefill (no transfer). Instances run their steps independently; steps.csv holds
- * every instance's steps, in start order (ties: prefill instances first, by index); the row
- * has no instance column (DESIGN.md's steps.csv format), but a prefill instance's steps carry
- * prefill tokens only and a decode instance's decode tokens only (save a preempted request's
- * recompute). Everything else (rows, events, their order) is as above. */
+ * Disaggregated prefill (disagg.prefill > 0, `--disaggregate P:D`): P prefill instances and D
+ * decode instances of the same device and model, each with its own scheduler (the same
+ * sched_config) and the same cost model. A request goes to the prefill instance that holds the
+ * fewest requests (queued, running or in its step under way; ties: the lowest index), which
+ * prefills it in prefill-only steps (a prefill-only request: max_tokens 1) and samples its
+ * first token at the end of its prefill. Its prompt's KV (cost_kv_bytes_per_token x
+ * prompt_tokens) then crosses the KV link: bytes / bandwidth + the link's per-transfer latency,
+ * one transfer at a time per prefill instance (its outgoing link; a transfer waits for the one
+ * before). When the transfer ends the first token reaches the client (vLLM's disaggregated
+ * prefill streams from the decode instance, so the TTFT includes the transfer) and the request
+ * joins the decode instance that holds the fewest requests (sched_add_prefilled), whose next
+ * step starting at or after that instant feeds that token and samples the second. A request of
+ * one token ends at its prefill (no transfer). Instances run their steps independently;
+ * steps.csv holds every instance's steps, in start order (ties: prefill instances first, by
+ * index); the row has no instance column (DESIGN.md's steps.csv format), but a prefill
+ * instance's steps carry prefill tokens only and a decode instance's decode tokens only (save a
+ * preempted request's recompute). Everything else (rows, events, their order) is as above. */
 #ifndef STALLSCOPE_SIM_H
 #define STALLSCOPE_SIM_H
 #include <stddef.h>

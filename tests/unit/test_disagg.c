@@ -369,7 +369,8 @@ static void test_lesson_stall_disappears(void **state)
     char err[ERR_LEN];
     cost_gpu gpu;
     cost_arch arch;
-    if (cost_gpu_find("h100-sxm", &gpu, err) != 0 || cost_arch_find("llama-3.1-8b", &arch, err) != 0)
+    if (cost_gpu_find("h100-sxm", &gpu, err) != 0 ||
+        cost_arch_find("llama-3.1-8b", &arch, err) != 0)
         fail_msg("%s", err);
     sim_config c;
     memset(&c, 0, sizeof c);
