@@ -61,6 +61,16 @@ check "2P:2D with --goodput: 4 GPUs, request goodput per GPU" \
   "a['gpus'] == 4 and abs(a['per_gpu']['request_goodput'] * 4 - a['metrics']['all']['request_goodput']) < 1e-9" \
   "$dir/g/interference/summary.json"
 
+# The per-GPU figures are --fail-if metrics (exit 99 when a rule holds).
+set +e
+"$bin" sim --duration 10s --no-report --disaggregate 1:1 --fail-if 'throughput.output_per_gpu>4000' \
+  --out "$dir/f1" >"$dir/f1.txt" 2>&1; rc1=$?
+"$bin" sim --duration 10s --no-report --fail-if 'throughput.output_per_gpu>4000' \
+  --out "$dir/f2" >"$dir/f2.txt" 2>&1; rc2=$?
+set -e
+[ $rc1 -eq 0 ] && [ $rc2 -eq 99 ] || fail "--fail-if throughput.output_per_gpu: exit $rc1 and $rc2, want 0 and 99"
+pass "--fail-if throughput.output_per_gpu: 1P:1D passes (half per GPU), one instance fails"
+
 # The report reads the run back and predicts it with the same setup.
 "$bin" report "$dir/nv" >"$dir/report.txt" 2>&1 || { cat "$dir/report.txt"; fail "report"; }
 grep -q "output tokens/s per GPU" "$dir/report.txt" || fail "the report's table lacks the per-GPU row"
