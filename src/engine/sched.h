@@ -32,7 +32,8 @@
 typedef enum { SCHED_MIXED, SCHED_CHUNKED, SCHED_PREFILL_FIRST } sched_policy;
 
 typedef enum {
-    SCHED_WAITING,    /* queued, nothing in KV (new or preempted) */
+    SCHED_WAITING,    /* queued, no KV blocks held (new, preempted, or prefilled elsewhere:
+                         sched_add_prefilled, whose computed tokens arrive with it) */
     SCHED_PREFILLING, /* admitted, prompt partly in KV (chunked only) */
     SCHED_DECODING,   /* admitted, producing one token per step */
     SCHED_FINISHED,

@@ -165,6 +165,51 @@ static void test_sched_prefilled(void **state)
     sched_free(s);
 }
 
+/* Preempted on its decode instance, a prefilled request recomputes there like any other:
+ * its prompt and the token it had, in chunks of the budget (the recompute is over it). */
+static void test_sched_prefilled_preempted(void **state)
+{
+    (void)state;
+    char err[ERR_LEN];
+    sched_config cfg = {.policy = SCHED_MIXED, .max_num_batched_tokens = 64, .max_num_seqs = 4,
+                        .max_model_len = 1024, .block_size = 16, .kv_blocks = 14};
+    sched *s = sched_create(&cfg, err);
+    assert_non_null(s);
+    /* 101 tokens each: 7 blocks each, the whole cache; the 113th token needs an 8th. */
+    sched_req a = {.id = 1, .prompt_tokens = 100, .max_tokens = 40};
+    sched_req b = {.id = 2, .prompt_tokens = 100, .max_tokens = 40};
+    assert_int_equal(sched_add_prefilled(s, &a, err), 0);
+    assert_int_equal(sched_add_prefilled(s, &b, err), 0);
+    sched_batch batch;
+    int preempted = 0;
+    for (int step = 0; step < 20 && !preempted; step++) {
+        assert_true(sched_next(s, &batch) > 0);
+        preempted = batch.n_preempted;
+        sched_commit(s, &batch);
+    }
+    assert_int_equal(preempted, 1);
+    assert_int_equal(b.state, SCHED_WAITING); /* the newest, the victim */
+    assert_int_equal(b.computed, 0);
+    const int known = b.prompt_tokens + b.generated;
+    /* b recomputes in chunks of at most 64 and decodes to its end, as does a. */
+    int recomputed = 0;
+    for (int step = 0; step < 200 && b.state != SCHED_FINISHED; step++) {
+        assert_true(sched_next(s, &batch) > 0);
+        for (int i = 0; i < batch.n_items; i++)
+            if (batch.items[i].req == &b && batch.items[i].new_tokens > 1) {
+                assert_true(batch.items[i].new_tokens <= 64);
+                recomputed += batch.items[i].new_tokens;
+            }
+        sched_commit(s, &batch);
+    }
+    assert_int_equal(a.state, SCHED_FINISHED);
+    assert_int_equal(b.state, SCHED_FINISHED);
+    assert_true(recomputed >= known); /* at least once whole (again if preempted again) */
+    assert_int_equal(b.generated, 40);
+    assert_int_equal(sched_blocks_used(s), 0);
+    sched_free(s);
+}
+
 /* The injection alone: its prefill step on the prefill instance (10,000 -> 10,000 + P), its
  * 32 x 16 = 512 bytes over 1 GB/s (512 ns), its first token then; the decode instance's
  * steps give the other three, one decode step (1 token over 32, 33, 34 of context) apart. */
@@ -419,6 +464,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse),
         cmocka_unit_test(test_sched_prefilled),
+        cmocka_unit_test(test_sched_prefilled_preempted),
         cmocka_unit_test(test_ttft_is_prefill_plus_transfer),
         cmocka_unit_test(test_sink_and_log_agree),
         cmocka_unit_test(test_lesson_stall_disappears),
