@@ -180,6 +180,10 @@ typedef struct analysis_summary {
     int64_t tokens_csv_max_events;
     /* A streamed run's per-gap charts (analysis_stream with opt.gap_digest), else NULL. */
     analysis_gap_digest *gap_digest;
+    /* GPUs the run used (analysis_options.gpus; 0: unknown). summary.json then has "gpus" and
+     * "per_gpu": {output_throughput (metrics.all.output_throughput / gpus, tok/s),
+     * request_goodput (metrics.all.request_goodput / gpus, req/s; null without --goodput)}. */
+    int gpus;
 } analysis_summary;
 
 typedef struct analysis_options {
@@ -207,6 +211,9 @@ typedef struct analysis_options {
     /* Passed through to the summary: tokens.csv was not kept (more events than its limit). */
     bool tokens_csv_dropped;
     int64_t tokens_csv_max_events;
+    /* GPUs the run used (the simulator: 1, or P + D disaggregated); 0: unknown (a live
+     * server). Passed through to the summary. */
+    int gpus;
 } analysis_options;
 
 #define ANALYSIS_EXACT_GAPS_DEFAULT ((int64_t)16 << 20)        /* 16 Mi gaps: 128 MiB */

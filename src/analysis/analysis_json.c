@@ -109,6 +109,18 @@ json_t *analysis_summary_to_json(const analysis_summary *s)
                      (json_int_t)s->protocol_violations, "attribution", attribution_json(s));
     if (root)
         json_object_set_new(root, "metrics", standard_to_json(&s->standard));
+    if (root && s->gpus > 0) {
+        /* Per GPU: what a disaggregated setup's extra hardware costs (the simulator: 1 GPU, or
+         * P + D). */
+        const standard_class *all = &s->standard.all;
+        json_object_set_new(root, "gpus", json_integer(s->gpus));
+        json_object_set_new(root, "per_gpu",
+                            json_pack("{s:o, s:o}", "output_throughput",
+                                      json_real(all->output_throughput / s->gpus),
+                                      "request_goodput",
+                                      all->has_goodput ? json_real(all->request_goodput / s->gpus)
+                                                       : json_null()));
+    }
     if (root && s->stamps.known)
         json_object_set_new(root, "stamps",
                             json_pack("{s:s, s:I, s:I, s:I}", "transport", s->stamps.transport,

@@ -767,6 +767,7 @@ int analysis_stream_end(analysis_stream *s, const analysis_options *opt, analysi
     out->duration_s = s->duration_s;
     out->tokens_csv_dropped = opt->tokens_csv_dropped;
     out->tokens_csv_max_events = opt->tokens_csv_max_events;
+    out->gpus = opt->gpus;
     if (opt->users > 0)
         out->users = opt->users;
     else if (count_users(s, &out->users) != 0)

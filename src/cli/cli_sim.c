@@ -31,7 +31,8 @@ int cli_sim(int argc, char **argv)
         return cli_usage_error("sim", err);
     opts_group groups[] = {
         experiment_workload_group(&cfg), experiment_device_group(&cfg),
-        experiment_sched_group(&cfg),    experiment_analysis_group(&cfg),
+        experiment_sched_group(&cfg),    experiment_disagg_group(&cfg),
+        experiment_analysis_group(&cfg),
         cli_output_group(&out, "out/sim"),
         cli_gate_group(&gate),
         {"long runs", long_specs, OPTS_COUNT(long_specs), &longrun},

@@ -62,6 +62,7 @@ static int sweep(experiment_sweep *sw, int argc, char **argv)
         experiment_workload_group(&sw->base),
         experiment_device_group(&sw->base),
         experiment_sched_group(&sw->base),
+        experiment_disagg_group(&sw->base),
         experiment_client_group(&sw->base),
         experiment_secrets_group(&secrets),
         experiment_analysis_group(&sw->base),
@@ -89,6 +90,11 @@ static int sweep(experiment_sweep *sw, int argc, char **argv)
         return cli_usage_error("sweep", "--server-cmd starts the server behind --target URL; "
                                         "give --target too");
     sw->base.engine = sw->base.client.target[0] ? EXPERIMENT_REMOTE : engine.engine;
+    if (sw->base.disagg.prefill > 0 && sw->base.engine != EXPERIMENT_SIM)
+        return cli_usage_error("sweep", "--disaggregate runs in the simulator only (drop --engine "
+                                        "and --target)");
+    if (sw->base.disagg.prefill == 0 && sw->base.disagg.link[0])
+        return cli_usage_error("sweep", "--kv-link needs --disaggregate P:D");
     snprintf(sw->server_cmd, sizeof sw->server_cmd, "%s", flags.server_cmd);
     sw->server_timeout_ns = flags.server_timeout_ns;
     sw->zip = flags.zip;

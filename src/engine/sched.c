@@ -197,7 +197,7 @@ void sched_free(sched *s)
 
 /* ---- arrivals and departures ---------------------------------------------------------- */
 
-int sched_add(sched *s, sched_req *req, char *err)
+static int add_request(sched *s, sched_req *req, bool prefilled, char *err)
 {
     const sched_config *cfg = &s->cfg;
     const char *policy = sched_policy_name(cfg->policy);
@@ -216,7 +216,11 @@ int sched_add(sched *s, sched_req *req, char *err)
                        "max_model_len=%d; lower max_tokens",
                        (long long)req->id, req->prompt_tokens, req->max_tokens,
                        (long long)req->prompt_tokens + req->max_tokens, cfg->max_model_len);
-    if (cfg->policy != SCHED_CHUNKED && req->prompt_tokens > cfg->max_num_batched_tokens)
+    if (prefilled && req->max_tokens < 2)
+        return err_set(err, "request %lld: a prefilled request needs max_tokens >= 2 (got %d)",
+                       (long long)req->id, req->max_tokens);
+    if (!prefilled && cfg->policy != SCHED_CHUNKED &&
+        req->prompt_tokens > cfg->max_num_batched_tokens)
         return err_set(err,
                        "request %lld: prompt of %d tokens exceeds the token budget "
                        "max_num_batched_tokens=%d under policy %s; use --policy chunked or "
@@ -238,13 +242,23 @@ int sched_add(sched *s, sched_req *req, char *err)
         return -1;
 
     req->state = SCHED_WAITING;
-    req->generated = 0;
-    req->computed = 0;
+    req->generated = prefilled ? 1 : 0;
+    req->computed = prefilled ? req->prompt_tokens : 0;
     req->n_blocks = 0;
     req->n_preemptions = 0;
     req->order = s->next_order++;
     list_push_back(&s->waiting, req);
     return 0;
+}
+
+int sched_add(sched *s, sched_req *req, char *err)
+{
+    return add_request(s, req, false, err);
+}
+
+int sched_add_prefilled(sched *s, sched_req *req, char *err)
+{
+    return add_request(s, req, true, err);
 }
 
 void sched_finish(sched *s, sched_req *req)
@@ -393,7 +407,7 @@ static bool head_admissible(const sched *s, int budget_left)
     if (!head || s->running.count >= s->cfg.max_num_seqs)
         return false;
     const int chunk = admission_chunk(s, head, budget_left);
-    return chunk > 0 && blocks_for_tokens(s, chunk) <= s->blocks_free;
+    return chunk > 0 && blocks_for_tokens(s, (int64_t)head->computed + chunk) <= s->blocks_free;
 }
 
 /* Waiting requests FCFS: the first one that does not fit (budget, blocks, seats) stops
@@ -404,11 +418,16 @@ static void schedule_waiting(step_builder *b)
     while (head_admissible(s, b->budget_left)) {
         sched_req *req = s->waiting.head;
         const int chunk = admission_chunk(s, req, b->budget_left);
-        const int64_t blocks = blocks_for_tokens(s, chunk);
+        const int64_t blocks = blocks_for_tokens(s, (int64_t)req->computed + chunk);
         list_remove(&s->waiting, req);
         list_push_back(&s->running, req);
-        req->state = SCHED_PREFILLING;
-        s->n_prefilling++;
+        /* Only a prefilled request (sched_add_prefilled) waits with KV: it decodes at once. */
+        if (req->computed > 0) {
+            req->state = SCHED_DECODING;
+        } else {
+            req->state = SCHED_PREFILLING;
+            s->n_prefilling++;
+        }
         s->blocks_free -= blocks;
         req->n_blocks = blocks;
         add_item(b, req, chunk);

@@ -32,7 +32,8 @@
 typedef enum { SCHED_MIXED, SCHED_CHUNKED, SCHED_PREFILL_FIRST } sched_policy;
 
 typedef enum {
-    SCHED_WAITING,    /* queued, nothing in KV (new or preempted) */
+    SCHED_WAITING,    /* queued, no KV blocks held (new, preempted, or prefilled elsewhere:
+                         sched_add_prefilled, whose computed tokens arrive with it) */
     SCHED_PREFILLING, /* admitted, prompt partly in KV (chunked only) */
     SCHED_DECODING,   /* admitted, producing one token per step */
     SCHED_FINISHED,
@@ -97,6 +98,14 @@ int sched_next(sched *s, sched_batch *batch);
 /* Apply a finished step: computed += new_tokens; sampling items get generated += 1; a
  * request whose generated reaches max_tokens becomes FINISHED and frees its blocks. */
 void sched_commit(sched *s, const sched_batch *batch);
+/* A request whose prompt was prefilled on another instance (disaggregated prefill, the
+ * simulator's --disaggregate): its prompt's KV arrived with it and its first token was
+ * sampled there, so it waits with computed = prompt_tokens and generated = 1 and, once
+ * admitted (FCFS, max_num_seqs, blocks for prompt + 1 tokens), decodes at once: its first
+ * item feeds that token over the prompt (a decode token, not a prefill). Preempted, it
+ * recomputes here like any other request. Refused as sched_add refuses, except that the
+ * token budget does not apply (it never feeds its prompt in one step). max_tokens >= 2. */
+int sched_add_prefilled(sched *s, sched_req *req, char *err);
 /* End a request now (stop string, EOS): FINISHED, blocks freed. Safe in any live state. */
 void sched_finish(sched *s, sched_req *req);
 /* Client went away: ABORTED, blocks freed, removed from queues. */

@@ -79,9 +79,16 @@ void experiment_engine_name(const experiment_config *cfg, const char *served_mod
                  sched_policy_name(cfg->sched.policy), cfg->sched.max_num_batched_tokens);
         return;
     }
-    char profile[160];
+    char profile[160], setup[96];
     experiment_profile_name(&cfg->cost, &cfg->sched, profile, sizeof profile);
-    snprintf(buf, size, "%s %s", experiment_engine_label(cfg->engine), profile);
+    sim_disagg_describe(&cfg->disagg, setup, sizeof setup);
+    snprintf(buf, size, "%s %s%s%s", experiment_engine_label(cfg->engine), profile,
+             setup[0] ? ", " : "", setup);
+}
+
+int experiment_gpus(const experiment_config *cfg)
+{
+    return cfg->engine == EXPERIMENT_SIM ? sim_disagg_gpus(&cfg->disagg) : 0;
 }
 
 /* ---- resolution and checks -------------------------------------------------------------- */
@@ -169,6 +176,9 @@ int experiment_resolve(experiment_config *cfg, char *err)
     }
     if (experiment_resolve_cost(cfg, err) != 0)
         return -1;
+    if (cfg->disagg.prefill > 0 && !cfg->disagg.link[0] &&
+        sim_kv_link_parse(SIM_KV_LINK_DEFAULT, &cfg->disagg, err) != 0)
+        return -1;
     if (cfg->sched.max_model_len <= 0)
         cfg->sched.max_model_len = cfg->cost.arch.max_position;
     if (cfg->sched.kv_blocks <= 0) {
@@ -198,6 +208,10 @@ int experiment_check(const experiment_config *cfg, char *err)
                             "through it");
     if (!sharded && cfg->shard.start_at_ns > 0)
         return err_set(err, "--start-at needs --shard I/N (a single process starts at once)");
+    if (cfg->disagg.prefill > 0 && cfg->engine != EXPERIMENT_SIM)
+        return err_set(err, "--disaggregate runs in the simulator only (sim, sweep --engine sim)");
+    if (cfg->disagg.prefill == 0 && cfg->disagg.link[0])
+        return err_set(err, "--kv-link needs --disaggregate P:D");
     if (cfg->engine == EXPERIMENT_REMOTE) {
         /* Its scheduler is the server's: only it can refuse a size. The trace and the
          * empirical files are ours: read them now, not after the server is up. */
@@ -210,7 +224,7 @@ int experiment_check(const experiment_config *cfg, char *err)
     if (sched_config_check(&cfg->sched, err) != 0)
         return -1;
     /* The simulator's admission rule is the embedded engine's: one check for both. */
-    sim_config sim = {.wl = wl, .cost = cfg->cost, .sched = cfg->sched};
+    sim_config sim = {.wl = wl, .cost = cfg->cost, .sched = cfg->sched, .disagg = cfg->disagg};
     return sim_check(&sim, err);
 }
 

@@ -54,6 +54,12 @@ static const field EXPERIMENT_FIELDS[] = {
     FLD("metadata", F_TEXT, experiment_config, metadata),
     FLD("metric_percentiles", F_TEXT, experiment_config, metric_percentiles),
     FLD("goodput", F_TEXT, experiment_config, goodput),
+    /* --disaggregate and --kv-link (0 prefill instances: off) */
+    FLD("disaggregate_prefill", F_INT, experiment_config, disagg.prefill),
+    FLD("disaggregate_decode", F_INT, experiment_config, disagg.decode),
+    FLD("kv_link", F_TEXT, experiment_config, disagg.link),
+    FLD("kv_link_bytes_per_s", F_DOUBLE, experiment_config, disagg.link_bytes_per_s),
+    FLD("kv_link_latency_ns", F_I64, experiment_config, disagg.link_latency_ns),
 };
 
 static const field WORKLOAD_FIELDS[] = {

@@ -34,6 +34,7 @@
 #include "engine/cost.h"
 #include "engine/exec.h"
 #include "engine/sched.h"
+#include "sim/sim.h"
 #include "workload/workload.h"
 
 /* ---- configuration ---------------------------------------------------------------- */
@@ -104,6 +105,7 @@ typedef struct experiment_config {
     char metadata[1024];      /* --metadata k=v ...: "k=v" lines, '\n' between them */
     char metric_percentiles[64]; /* --metric-percentiles "50,90,99,99.9"; "": the default */
     char goodput[128];        /* --goodput "ttft:2000 tpot:100" (ms); "": no SLO */
+    sim_disagg disagg;        /* --disaggregate P:D --kv-link L (simulator only; 0:0 off) */
 } experiment_config;
 
 /* The lesson, everywhere (the one place its numbers live): 32 users, an 8,000-token prompt
@@ -159,6 +161,10 @@ void experiment_profile_name(const cost_params *cost, const sched_config *sched,
 void experiment_engine_name(const experiment_config *cfg, const char *served_model, char *buf,
                             size_t size);
 
+/* The GPUs a run uses, for summary.json's per-GPU figures: the simulator 1, or P + D
+ * disaggregated (--disaggregate); 0 for the servers (unknown to us). */
+int experiment_gpus(const experiment_config *cfg);
+
 /* The spike the cost model predicts for one injection of prompt_tokens under cfg: the
  * longest step that carries it beside one decode per background user (cost_injection_step_ns,
  * chunked under the budget when the policy chunks). ms; 0 for a remote engine. */
@@ -187,6 +193,9 @@ opts_group experiment_device_group(experiment_config *cfg);
 opts_group experiment_sched_group(experiment_config *cfg);
 opts_group experiment_client_group(experiment_config *cfg);
 opts_group experiment_analysis_group(experiment_config *cfg);
+/* --disaggregate P:D --kv-link NAME|GB/s: prefill/decode disaggregation in the simulator
+ * (sim.h); for `sim` and `sweep` (experiment_check refuses it for any other engine). */
+opts_group experiment_disagg_group(experiment_config *cfg);
 /* Apply --preset NAME from argv, if any, over cfg->wl; then, when argv has --request-rate or
  * --trace but no --users, no closed users (the open loop replaces them). 0, or -1 with err. */
 int experiment_preset(experiment_config *cfg, int argc, char **argv, char *err);

@@ -228,6 +228,35 @@ opts_group experiment_sched_group(experiment_config *cfg)
     return (opts_group){"scheduler (vLLM names)", sched_specs, OPTS_COUNT(sched_specs), cfg};
 }
 
+/* ---- disaggregation (the simulator) ------------------------------------------------------- */
+
+static int dis_instances(void *c, const char *v, char *err)
+{
+    return sim_disagg_parse(v, &((experiment_config *)c)->disagg, err);
+}
+static int dis_link(void *c, const char *v, char *err)
+{
+    return sim_kv_link_parse(v, &((experiment_config *)c)->disagg, err);
+}
+
+static const opts_spec disagg_specs[] = {
+    OPTS_FN("disaggregate", "P:D",
+            "prefill on P instances, decode on D others (each the same GPU and model, its own "
+            "scheduler); a prompt's KV moves over --kv-link after its prefill, its first token "
+            "arrives then; summary.json counts P + D GPUs (default: off, one instance)",
+            dis_instances),
+    OPTS_FN("kv-link", "L",
+            "the KV link of --disaggregate: nvlink (450 GB/s one way), pcie5 (64), rdma-100g "
+            "(12.5), rdma-400g (50), or a bandwidth such as 25GB/s (default nvlink)",
+            dis_link),
+};
+
+opts_group experiment_disagg_group(experiment_config *cfg)
+{
+    return (opts_group){"disaggregated prefill (simulator)", disagg_specs,
+                        OPTS_COUNT(disagg_specs), cfg};
+}
+
 /* ---- client ------------------------------------------------------------------------------ */
 
 static int cl_target(void *c, const char *v, char *err)

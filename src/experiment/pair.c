@@ -70,7 +70,8 @@ static int one_run(const experiment_config *cfg, const experiment_runner *runner
                             .users = workload_analysis_users(&wl),
                             .threshold_ms = (double)cfg->stall_threshold_ns / 1e6,
                             .reference_p50_ms = reference_p50,
-                            .gap_digest = runner->streams};
+                            .gap_digest = runner->streams,
+                            .gpus = experiment_gpus(cfg)};
     standard_options standard;
     experiment_standard_options(cfg, &standard);
     opt.standard = &standard;

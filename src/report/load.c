@@ -131,6 +131,7 @@ static void load_config(report_run *r, FILE *warn)
                                             : workload_analysis_users(&r->cfg.wl);
     r->opt.complete = r->meta.complete;
     r->opt.protocol_violations = r->meta.protocol_violations;
+    r->opt.gpus = experiment_gpus(&r->cfg);
     experiment_meta_stamps(&r->meta, &r->opt);
     experiment_standard_options(&r->cfg, &r->standard);
 }

@@ -210,6 +210,11 @@ void report_table_print(FILE *out, const analysis_summary *baseline,
               (double)xs->completed);
     print_row(out, "output tokens/s", FMT_RATIO, hb, bs ? bs->output_throughput : 0, 1,
               xs->output_throughput);
+    /* Per GPU where the setup has several (a disaggregated simulation: P + D). */
+    if (x->gpus > 1)
+        print_row(out, "output tokens/s per GPU", FMT_RATIO, hb && b->gpus > 0,
+                  hb && b->gpus > 0 ? bs->output_throughput / b->gpus : 0, 1,
+                  xs->output_throughput / x->gpus);
     if (xs->has_goodput)
         print_row(out, "goodput (SLOs met)", FMT_PERCENT, bs && bs->has_goodput,
                   bs ? bs->goodput : 0, 1, xs->goodput);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "sim/disagg.h"
 
 /* One simulated request; sched_req is embedded so the scheduler's pointer leads back. */
 typedef struct sim_req {
@@ -193,7 +194,7 @@ static bool admits(sched *s, int prompt_tokens, int max_tokens, char *why)
 
 int sim_check_plan(const sim_config *cfg, const workload_plan *plan, char *err)
 {
-    if (workload_check(&cfg->wl, err) != 0)
+    if (workload_check(&cfg->wl, err) != 0 || sim_disagg_check(&cfg->disagg, err) != 0)
         return -1;
     sched *s = sched_create(&cfg->sched, err);
     if (!s)
@@ -343,6 +344,8 @@ static int sim_run_core(const sim_config *cfg, const workload_plan *plan_in, tok
     memset(stats, 0, sizeof *stats);
     if (sim_check_plan(cfg, plan_in, err) != 0)
         return -1;
+    if (cfg->disagg.prefill > 0)
+        return sim_disagg_run(cfg, plan_in, log, sink, stats, err);
     const workload_plan plan = *plan_in;
 
     sim_state st;
