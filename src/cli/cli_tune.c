@@ -20,6 +20,8 @@ typedef struct tune_flags {
     char policies[128];
     char budgets[512];
     char max_num_seqs[256];
+    char disaggregate[256];
+    char kv_link[64];
     bool all, verify;
     char server_cmd[2048];
     int64_t server_timeout_ns;
@@ -39,6 +41,15 @@ static const opts_spec tune_specs[] = {
     OPTS_STRING("max-num-seqs", "LIST",
                 "max-num-seqs values to search (default 16,32,64,128,256)", tune_flags,
                 max_num_seqs),
+    OPTS_STRING("disaggregate", "LIST",
+                "also search these prefill:decode splits (e.g. 1:1,2:1: P prefill and D decode "
+                "instances, each with the searched scheduler; the simulator only); the choice "
+                "is then by output tokens/s per GPU",
+                tune_flags, disaggregate),
+    OPTS_STRING("kv-link", "L",
+                "the KV link of --disaggregate's splits: nvlink (default), pcie5, rdma-100g, "
+                "rdma-400g or a bandwidth such as 25GB/s",
+                tune_flags, kv_link),
     OPTS_FLAG("all", "list every setting with its figures, not a summary of the failing ones",
               tune_flags, all),
     OPTS_FLAG("verify", "run the top candidates live against --target (needs --server-cmd)",
@@ -152,8 +163,13 @@ static int tune(tune_config *tc, int argc, char **argv)
         (flags.policies[0] && tune_parse_policies(flags.policies, tc, err) != 0) ||
         (flags.budgets[0] && tune_parse_budgets(flags.budgets, tc, err) != 0) ||
         (flags.max_num_seqs[0] && tune_parse_max_num_seqs(flags.max_num_seqs, tc, err) != 0) ||
+        (flags.disaggregate[0] &&
+         tune_parse_disaggregate(flags.disaggregate, flags.kv_link, tc, err) != 0) ||
         experiment_resolve(&tc->base, err) != 0)
         return cli_usage_error("tune", err);
+    if (flags.kv_link[0] && !flags.disaggregate[0])
+        return cli_usage_error("tune", "--kv-link is the link of --disaggregate's splits: give "
+                                       "--disaggregate P:D,... too");
     experiment_secrets_from_env(&secrets);
     if (flags.verify && (!tc->base.client.target[0] || !flags.server_cmd[0]))
         return cli_usage_error("tune", "--verify starts each candidate's server with "

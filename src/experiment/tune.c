@@ -27,6 +27,7 @@ int tune_defaults(tune_config *tc, char *err)
         tc->budgets[tc->n_budgets++] = b;
     for (int s = 16; s <= 256; s *= 2)
         tc->max_num_seqs[tc->n_max_num_seqs++] = s;
+    tc->n_setups = 1; /* one instance: setups[0] is all zero */
     return tune_parse_slo(TUNE_DEFAULT_SLO, &tc->slo, err);
 }
 
@@ -128,10 +129,50 @@ int tune_parse_max_num_seqs(const char *text, tune_config *tc, char *err)
     return each_item("max-num-seqs", text, add_count, &l, err);
 }
 
+typedef struct split_ctx {
+    tune_config *tc;
+    const char *kv_link;
+} split_ctx;
+
+static int add_split(const char *item, void *ctx, char *err)
+{
+    split_ctx *x = ctx;
+    sim_disagg d;
+    memset(&d, 0, sizeof d);
+    if (sim_disagg_parse(item, &d, err) != 0 ||
+        sim_kv_link_parse(x->kv_link && *x->kv_link ? x->kv_link : SIM_KV_LINK_DEFAULT, &d,
+                          err) != 0 ||
+        sim_disagg_check(&d, err) != 0)
+        return -1;
+    for (int i = 1; i < x->tc->n_setups; i++)
+        if (x->tc->setups[i].prefill == d.prefill && x->tc->setups[i].decode == d.decode)
+            return err_set(err, "'%s' is given twice", item);
+    if (x->tc->n_setups == TUNE_MAX_SETUPS)
+        return err_set(err, "at most %d splits", TUNE_MAX_SETUPS - 1);
+    x->tc->setups[x->tc->n_setups++] = d;
+    return 0;
+}
+
+int tune_parse_disaggregate(const char *splits, const char *kv_link, tune_config *tc, char *err)
+{
+    memset(tc->setups, 0, sizeof tc->setups);
+    tc->n_setups = 1;
+    split_ctx x = {tc, kv_link};
+    return each_item("disaggregate", splits, add_split, &x, err);
+}
+
+int tune_point_gpus(const tune_point *pt)
+{
+    return sim_disagg_gpus(&pt->disagg);
+}
+
 void tune_point_name(const tune_point *pt, char *buf, size_t size)
 {
-    snprintf(buf, size, "%s/%d/%d", sched_policy_name(pt->policy), pt->max_num_batched_tokens,
-             pt->max_num_seqs);
+    char split[32] = "";
+    if (pt->disagg.prefill > 0)
+        snprintf(split, sizeof split, "%dP:%dD ", pt->disagg.prefill, pt->disagg.decode);
+    snprintf(buf, size, "%s%s/%d/%d", split, sched_policy_name(pt->policy),
+             pt->max_num_batched_tokens, pt->max_num_seqs);
 }
 
 void tune_engine_name(const tune_config *tc, char *buf, size_t size)
@@ -145,14 +186,16 @@ void tune_point_config(const tune_config *tc, const tune_point *pt, experiment_c
     cfg->sched.policy = pt->policy;
     cfg->sched.max_num_batched_tokens = pt->max_num_batched_tokens;
     cfg->sched.max_num_seqs = pt->max_num_seqs;
+    cfg->disagg = pt->disagg;
     cfg->no_baseline = true;
 }
 
 /* ---- one point ------------------------------------------------------------------------ */
 
-static void figures_of(const analysis_summary *x, tune_figures *f)
+static void figures_of(const analysis_summary *x, int gpus, tune_figures *f)
 {
     f->output_throughput = x->standard.all.output_throughput;
+    f->output_per_gpu = f->output_throughput / (gpus > 0 ? gpus : 1);
     f->ttft_p99_ms = x->ttft_ms.p99;
     f->itl_p50_ms = x->itl_ms.p50;
     f->itl_p999_ms = x->itl_ms.p999;
@@ -180,7 +223,7 @@ static int run_one(const experiment_config *cfg, const experiment_runner *runner
     if (rc == 0 && !pair.have_interference)
         rc = err_set(err, "the run gave no summary");
     if (rc == 0) {
-        figures_of(&pair.interference, f);
+        figures_of(&pair.interference, sim_disagg_gpus(&cfg->disagg), f);
         slo_values_of(slo, &pair.interference, values);
     }
     experiment_pair_free(&pair);
@@ -192,7 +235,8 @@ int tune_search(const tune_config *tc, tune_result *res, FILE *progress,
 {
     memset(res, 0, sizeof *res);
     res->choice = res->closest = res->binding_slo = -1;
-    const int n = tc->n_policies * tc->n_budgets * tc->n_max_num_seqs;
+    const int n_setups = tc->n_setups > 0 ? tc->n_setups : 1;
+    const int n = n_setups * tc->n_policies * tc->n_budgets * tc->n_max_num_seqs;
     if (n == 0)
         return err_set(err, "nothing to search: a list is empty");
     if (!(res->points = calloc((size_t)n, sizeof *res->points)))
@@ -204,39 +248,41 @@ int tune_search(const tune_config *tc, tune_result *res, FILE *progress,
     const int64_t t0 = clock_now_ns();
     int64_t said = t0;
     int rc = 0;
-    for (int p = 0; p < tc->n_policies && rc == 0; p++)
-        for (int b = 0; b < tc->n_budgets && rc == 0; b++)
-            for (int s = 0; s < tc->n_max_num_seqs && rc == 0; s++) {
-                tune_point *pt = &res->points[res->n_points++];
-                pt->policy = tc->policies[p];
-                pt->max_num_batched_tokens = tc->budgets[b];
-                pt->max_num_seqs = tc->max_num_seqs[s];
-                pt->same_as = pt->worst_slo = -1;
-                experiment_config cfg;
-                tune_point_config(tc, pt, &cfg);
-                char why[ERR_LEN];
-                if (experiment_check(&cfg, why) != 0) {
-                    snprintf(pt->why_not, sizeof pt->why_not, "%s", why);
-                    continue;
+    for (int d = 0; d < n_setups && rc == 0; d++)
+        for (int p = 0; p < tc->n_policies && rc == 0; p++)
+            for (int b = 0; b < tc->n_budgets && rc == 0; b++)
+                for (int s = 0; s < tc->n_max_num_seqs && rc == 0; s++) {
+                    tune_point *pt = &res->points[res->n_points++];
+                    pt->disagg = tc->setups[d];
+                    pt->policy = tc->policies[p];
+                    pt->max_num_batched_tokens = tc->budgets[b];
+                    pt->max_num_seqs = tc->max_num_seqs[s];
+                    pt->same_as = pt->worst_slo = -1;
+                    experiment_config cfg;
+                    tune_point_config(tc, pt, &cfg);
+                    char why[ERR_LEN];
+                    if (experiment_check(&cfg, why) != 0) {
+                        snprintf(pt->why_not, sizeof pt->why_not, "%s", why);
+                        continue;
+                    }
+                    char name[64];
+                    tune_point_name(pt, name, sizeof name);
+                    if (run_one(&cfg, &runner, &io, &tc->slo, &pt->predicted, pt->slo_value,
+                                why) != 0) {
+                        rc = err_set(err, "%s: %s", name, why);
+                        break;
+                    }
+                    pt->servable = true;
+                    const int64_t now = clock_now_ns();
+                    if (progress && now - said >= CLOCK_NS_PER_S) {
+                        fprintf(progress, "tune: %d/%d points (%.1f s)\n", res->n_points, n,
+                                (double)(now - t0) / 1e9);
+                        fflush(progress);
+                        said = now;
+                    }
+                    if (interrupted && *interrupted)
+                        rc = err_set(err, "interrupted after %d of %d points", res->n_points, n);
                 }
-                char name[64];
-                tune_point_name(pt, name, sizeof name);
-                if (run_one(&cfg, &runner, &io, &tc->slo, &pt->predicted, pt->slo_value, why) !=
-                    0) {
-                    rc = err_set(err, "%s: %s", name, why);
-                    break;
-                }
-                pt->servable = true;
-                const int64_t now = clock_now_ns();
-                if (progress && now - said >= CLOCK_NS_PER_S) {
-                    fprintf(progress, "tune: %d/%d points (%.1f s)\n", res->n_points, n,
-                            (double)(now - t0) / 1e9);
-                    fflush(progress);
-                    said = now;
-                }
-                if (interrupted && *interrupted)
-                    rc = err_set(err, "interrupted after %d of %d points", res->n_points, n);
-            }
     experiment_runner_free(&runner);
     res->search_s = (double)(clock_now_ns() - t0) / 1e9;
     if (rc != 0)
@@ -263,7 +309,8 @@ static double violation(const gate_rule *r, double v)
 
 static bool same_figures(const tune_figures *a, const tune_figures *b)
 {
-    return a->output_throughput == b->output_throughput && a->ttft_p99_ms == b->ttft_p99_ms &&
+    return a->output_throughput == b->output_throughput &&
+           a->output_per_gpu == b->output_per_gpu && a->ttft_p99_ms == b->ttft_p99_ms &&
            a->itl_p50_ms == b->itl_p50_ms && a->itl_p999_ms == b->itl_p999_ms &&
            a->itl_max_ms == b->itl_max_ms;
 }
@@ -271,9 +318,9 @@ static bool same_figures(const tune_figures *a, const tune_figures *b)
 /* a dominates b: no worse in every objective, better in one. */
 static bool dominates(const tune_figures *a, const tune_figures *b)
 {
-    const bool no_worse = a->output_throughput >= b->output_throughput &&
+    const bool no_worse = a->output_per_gpu >= b->output_per_gpu &&
                           a->ttft_p99_ms <= b->ttft_p99_ms && a->itl_p999_ms <= b->itl_p999_ms;
-    const bool better = a->output_throughput > b->output_throughput ||
+    const bool better = a->output_per_gpu > b->output_per_gpu ||
                         a->ttft_p99_ms < b->ttft_p99_ms || a->itl_p999_ms < b->itl_p999_ms;
     return no_worse && better;
 }
@@ -282,12 +329,12 @@ static bool dominates(const tune_figures *a, const tune_figures *b)
 static bool ranks_before(const tune_point *a, const tune_point *b, double best_throughput)
 {
     const double tie = best_throughput * (1 - TUNE_THROUGHPUT_TIE);
-    const bool a_top = a->predicted.output_throughput >= tie,
-               b_top = b->predicted.output_throughput >= tie;
+    const bool a_top = a->predicted.output_per_gpu >= tie,
+               b_top = b->predicted.output_per_gpu >= tie;
     if (a_top != b_top)
         return a_top;
-    if (!a_top && a->predicted.output_throughput != b->predicted.output_throughput)
-        return a->predicted.output_throughput > b->predicted.output_throughput;
+    if (!a_top && a->predicted.output_per_gpu != b->predicted.output_per_gpu)
+        return a->predicted.output_per_gpu > b->predicted.output_per_gpu;
     if (a->predicted.itl_p999_ms != b->predicted.itl_p999_ms)
         return a->predicted.itl_p999_ms < b->predicted.itl_p999_ms;
     if (a->predicted.ttft_p99_ms != b->predicted.ttft_p99_ms)
@@ -349,8 +396,8 @@ int tune_ranked(const tune_result *res, int *out, int k)
 {
     double best = 0;
     for (int i = 0; i < res->n_points; i++)
-        if (res->points[i].feasible && res->points[i].predicted.output_throughput > best)
-            best = res->points[i].predicted.output_throughput;
+        if (res->points[i].feasible && res->points[i].predicted.output_per_gpu > best)
+            best = res->points[i].predicted.output_per_gpu;
     /* Selection, k times: k is small (--top) and the points a few hundred at most. */
     int n = 0;
     while (n < k) {
@@ -474,7 +521,11 @@ int tune_verify(const tune_config *tc, tune_result *res, const tune_verify_optio
         cfg.engine = EXPERIMENT_REMOTE;
         proc server;
         memset(&server, 0, sizeof server);
-        int rc = fsio_join(dir, sizeof dir, io->out_dir, v->dir, why);
+        int rc = 0;
+        if (pt->disagg.prefill > 0)
+            rc = err_set(why, "disaggregated prefill runs in the simulator only: no live check");
+        if (rc == 0)
+            rc = fsio_join(dir, sizeof dir, io->out_dir, v->dir, why);
         if (rc == 0)
             rc = fsio_mkdirs(dir, why);
         if (rc == 0)
@@ -519,8 +570,9 @@ static json_t *number_or_null(double v)
 /* A figure a run could not give (no gaps, no first token) is null, never a NaN. */
 static json_t *figures_json(const tune_figures *f)
 {
-    return json_pack("{s:o, s:o, s:o, s:o, s:o}", "output_throughput",
-                     number_or_null(f->output_throughput), "ttft_p99_ms",
+    return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o}", "output_throughput",
+                     number_or_null(f->output_throughput), "output_throughput_per_gpu",
+                     number_or_null(f->output_per_gpu), "ttft_p99_ms",
                      number_or_null(f->ttft_p99_ms), "itl_p50_ms", number_or_null(f->itl_p50_ms),
                      "itl_p999_ms", number_or_null(f->itl_p999_ms), "itl_max_ms",
                      number_or_null(f->itl_max_ms));
@@ -545,9 +597,17 @@ static json_t *setting_json(const tune_point *pt)
 {
     char name[64];
     tune_point_name(pt, name, sizeof name);
-    return json_pack("{s:s, s:s, s:i, s:i}", "name", name, "policy", sched_policy_name(pt->policy),
-                     "max_num_batched_tokens", pt->max_num_batched_tokens, "max_num_seqs",
-                     pt->max_num_seqs);
+    json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:i}", "name", name, "policy",
+                          sched_policy_name(pt->policy), "max_num_batched_tokens",
+                          pt->max_num_batched_tokens, "max_num_seqs", pt->max_num_seqs, "gpus",
+                          sim_disagg_gpus(&pt->disagg));
+    if (o && pt->disagg.prefill > 0) {
+        char split[32];
+        snprintf(split, sizeof split, "%d:%d", pt->disagg.prefill, pt->disagg.decode);
+        json_object_set_new(o, "disaggregate", json_string(split));
+        json_object_set_new(o, "kv_link", json_string(pt->disagg.link));
+    }
+    return o;
 }
 
 static double rel_error(double predicted, double measured)
@@ -574,6 +634,16 @@ json_t *tune_to_json(const tune_config *tc, const tune_result *res)
     json_object_set_new(search, "policies", pol);
     json_object_set_new(search, "budgets", bud);
     json_object_set_new(search, "max_num_seqs", seq);
+    json_t *splits = json_array();
+    for (int i = 1; i < tc->n_setups; i++) {
+        char split[32];
+        snprintf(split, sizeof split, "%d:%d", tc->setups[i].prefill, tc->setups[i].decode);
+        json_array_append_new(splits, json_string(split));
+    }
+    json_object_set_new(search, "disaggregate", splits);
+    json_object_set_new(search, "objective", json_string(tc->n_setups > 1
+                                                             ? "output_throughput_per_gpu"
+                                                             : "output_throughput"));
     json_object_set_new(search, "engine", json_string(engine));
     json_object_set_new(search, "throughput_tie", json_real(TUNE_THROUGHPUT_TIE));
     json_object_set_new(search, "points", json_integer(res->n_points));

@@ -6,7 +6,8 @@
  *     (gate rules that must hold)  ->  the Pareto front and the choice  ->  --verify: the top
  *     K candidates run live against a --target whose server is started per candidate
  *
- * The objectives: output throughput (every request, tok/s: more is better), TTFT p99 and
+ * The objectives: output throughput (every request, tok/s: more is better; per GPU, which is
+ * the same on one instance, so that --disaggregate's P + D GPUs pay for themselves), TTFT p99 and
  * ITL p99.9 (gate's ttft.p99 and itl.p999: less is better). The choice is the feasible point
  * (servable, every SLO holds) with the most output throughput; throughputs within
  * TUNE_THROUGHPUT_TIE of the best tie (the closed loop's throughput barely moves with the
@@ -34,11 +35,13 @@
 #define TUNE_MAX_POLICIES 3
 #define TUNE_MAX_BUDGETS 24
 #define TUNE_MAX_SEQS 16
+#define TUNE_MAX_SETUPS 8         /* one instance, and up to 7 --disaggregate splits */
 #define TUNE_THROUGHPUT_TIE 0.01 /* throughputs within 1 % of the best tie */
 
 /* The figures a point is judged on, predicted or measured. */
 typedef struct tune_figures {
     double output_throughput; /* tok/s over the run, every request */
+    double output_per_gpu;    /* output_throughput / the GPUs of the setting: the objective */
     double ttft_p99_ms;       /* background requests: gate's ttft.p99 */
     double itl_p50_ms;        /* gate's itl.p50 */
     double itl_p999_ms;       /* gate's itl.p999 */
@@ -46,6 +49,7 @@ typedef struct tune_figures {
 } tune_figures;
 
 typedef struct tune_point {
+    sim_disagg disagg;  /* prefill 0: one instance; else P prefill + D decode instances */
     sched_policy policy;
     int max_num_batched_tokens;
     int max_num_seqs;
@@ -69,6 +73,11 @@ typedef struct tune_config {
     int n_budgets;
     int max_num_seqs[TUNE_MAX_SEQS];
     int n_max_num_seqs;
+    /* The serving setups: setups[0] is one instance (prefill 0); --disaggregate adds P:D
+     * splits (sim.h), each searched over the same policy x budget x max_num_seqs (each
+     * instance gets that scheduler). The objective is then output tokens/s per GPU. */
+    sim_disagg setups[TUNE_MAX_SETUPS];
+    int n_setups;
 } tune_config;
 
 /* One candidate run live (--verify). */
@@ -94,7 +103,7 @@ typedef struct tune_result {
     int n_verified;
 } tune_result;
 
-/* The lesson's workload and device, every policy, budgets 256, 512 ... 16384, max_num_seqs
+/* One instance (no --disaggregate), the lesson's workload and device, every policy, budgets 256, 512 ... 16384, max_num_seqs
  * 16, 32, 64, 128, 256 (105 points) and the SLOs TUNE_DEFAULT_SLO; no client warm-up (the
  * simulator starts cold, so --verify's live runs do too). */
 #define TUNE_DEFAULT_SLO "itl.p99.9<100ms,ttft.p99<2s"
@@ -108,7 +117,14 @@ int tune_parse_policies(const char *text, tune_config *tc, char *err);
 int tune_parse_budgets(const char *text, tune_config *tc, char *err);
 int tune_parse_max_num_seqs(const char *text, tune_config *tc, char *err);
 
-/* "chunked/2048/64" */
+/* --disaggregate "1:1,2:1" over --kv-link L (NULL or "": sim.h's default): the splits to
+ * search beside one instance. 0, or -1 with err (bad input: a split or link sim.h refuses,
+ * a repeated split, too many). */
+int tune_parse_disaggregate(const char *splits, const char *kv_link, tune_config *tc, char *err);
+
+/* The GPUs of a point's setting: 1, or P + D disaggregated. */
+int tune_point_gpus(const tune_point *pt);
+/* "chunked/2048/64", "1P:1D chunked/2048/64" */
 void tune_point_name(const tune_point *pt, char *buf, size_t size);
 /* "sim h100-sxm llama-3.1-8b": the device and model the search priced steps with. */
 void tune_engine_name(const tune_config *tc, char *buf, size_t size);

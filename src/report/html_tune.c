@@ -58,8 +58,8 @@ static void write_plot(FILE *out, const tune_config *tc, const tune_result *res)
         const double l = log10(pt->predicted.itl_p999_ms > 1e-3 ? pt->predicted.itl_p999_ms : 1e-3);
         a.x_lo = fmin(a.x_lo, l);
         a.x_hi = fmax(a.x_hi, l);
-        a.y_lo = fmin(a.y_lo, pt->predicted.output_throughput);
-        a.y_hi = fmax(a.y_hi, pt->predicted.output_throughput);
+        a.y_lo = fmin(a.y_lo, pt->predicted.output_per_gpu);
+        a.y_hi = fmax(a.y_hi, pt->predicted.output_per_gpu);
     }
     const double limit = itl_limit(&tc->slo);
     if (limit > 0) {
@@ -100,8 +100,8 @@ static void write_plot(FILE *out, const tune_config *tc, const tune_result *res)
                  "scale)</text>\n",
             (PLOT_L + PLOT_W - PLOT_R) / 2, PLOT_H - 20);
     fprintf(out, "<text transform=\"translate(18 %d) rotate(-90)\" text-anchor=\"middle\">"
-                 "output throughput (tok/s)</text>\n",
-            (PLOT_T + PLOT_H - PLOT_B) / 2);
+                 "output throughput (tok/s%s)</text>\n",
+            (PLOT_T + PLOT_H - PLOT_B) / 2, tc->n_setups > 1 ? " per GPU" : "");
     if (limit > 0) {
         const double x = px(&a, limit);
         fprintf(out, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#c00\" "
@@ -116,7 +116,7 @@ static void write_plot(FILE *out, const tune_config *tc, const tune_result *res)
         char name[64];
         tune_point_name(pt, name, sizeof name);
         const double x = px(&a, pt->predicted.itl_p999_ms),
-                     y = py(&a, pt->predicted.output_throughput);
+                     y = py(&a, pt->predicted.output_per_gpu);
         /* One shape per policy, so settings with one prediction stay visible: chunked a dot,
          * mixed a larger hollow square around it, prefill-first a hollow triangle. */
         const char *opacity = pt->feasible ? "0.9" : "0.3";
@@ -151,7 +151,7 @@ static void write_plot(FILE *out, const tune_config *tc, const tune_result *res)
         char name[64];
         tune_point_name(pt, name, sizeof name);
         const double x = px(&a, pt->predicted.itl_p999_ms),
-                     y = py(&a, pt->predicted.output_throughput);
+                     y = py(&a, pt->predicted.output_per_gpu);
         fprintf(out, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"11\" fill=\"none\" stroke=\"#0a0\" "
                      "stroke-width=\"2.5\"/><text x=\"%.1f\" y=\"%.1f\" fill=\"#070\" "
                      "font-weight=\"bold\">",
@@ -207,7 +207,11 @@ static void point_row(FILE *out, const tune_config *tc, const tune_result *res, 
         fputs("</td></tr>\n", out);
         return;
     }
-    fprintf(out, "<td>%.1f</td>", pt->predicted.output_throughput);
+    if (pt->disagg.prefill > 0)
+        fprintf(out, "<td>%.1f <span class=\"note\">(%.1f per GPU)</span></td>",
+                pt->predicted.output_throughput, pt->predicted.output_per_gpu);
+    else
+        fprintf(out, "<td>%.1f</td>", pt->predicted.output_throughput);
     cell_ms(out, pt->predicted.ttft_p99_ms);
     cell_ms(out, pt->predicted.itl_p50_ms);
     cell_ms(out, pt->predicted.itl_p999_ms);

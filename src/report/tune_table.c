@@ -16,8 +16,8 @@ int tune_table_front_rows(const tune_result *res, int *out)
         int k = n++;
         for (; k > 0; k--) {
             const tune_figures *a = &res->points[out[k - 1]].predicted, *b = &pt->predicted;
-            const bool before = b->output_throughput > a->output_throughput ||
-                                (b->output_throughput == a->output_throughput &&
+            const bool before = b->output_per_gpu > a->output_per_gpu ||
+                                (b->output_per_gpu == a->output_per_gpu &&
                                  b->itl_p999_ms < a->itl_p999_ms);
             if (!before)
                 break;
@@ -63,11 +63,14 @@ void tune_table_verdict(const tune_config *tc, const tune_result *res, char *buf
         fmt_ms(pt->predicted.ttft_p99_ms, ttft, sizeof ttft);
         fmt_ms(pt->predicted.itl_p999_ms, p999, sizeof p999);
         fmt_ms(pt->predicted.itl_max_ms, max, sizeof max);
+        const bool per_gpu = tc->n_setups > 1;
         snprintf(buf, size,
-                 "%s: the most output throughput (%.0f tok/s; within %.0f %% counts as a tie, "
-                 "then the lower ITL p99.9) of the %d setting%s that meet%s every SLO; predicted "
-                 "ITL p99.9 %s, ITL max %s, TTFT p99 %s",
-                 name, pt->predicted.output_throughput, TUNE_THROUGHPUT_TIE * 100,
+                 "%s: the most output throughput%s (%.0f tok/s%s; within %.0f %% counts as a "
+                 "tie, then the lower ITL p99.9) of the %d setting%s that meet%s every SLO; "
+                 "predicted ITL p99.9 %s, ITL max %s, TTFT p99 %s",
+                 name, per_gpu ? " per GPU" : "",
+                 per_gpu ? pt->predicted.output_per_gpu : pt->predicted.output_throughput,
+                 per_gpu ? " per GPU" : "", TUNE_THROUGHPUT_TIE * 100,
                  res->n_feasible, res->n_feasible == 1 ? "" : "s", res->n_feasible == 1 ? "s" : "",
                  p999, max, ttft);
         return;
@@ -87,10 +90,19 @@ void tune_table_verdict(const tune_config *tc, const tune_result *res, char *buf
              res->binding_slo >= 0 ? tc->slo.rule[res->binding_slo].text : "?");
 }
 
-static void print_figures_header(FILE *out, const char *indent)
+/* With --disaggregate's splits the names are longer and a per-GPU column comes in. */
+static int name_width(const tune_config *tc)
 {
-    fprintf(out, "%s%-22s %11s %10s %9s %10s %10s  %s\n", indent, "setting", "out tok/s",
-            "TTFT p99", "ITL p50", "ITL p99.9", "ITL max", "SLOs");
+    return tc->n_setups > 1 ? 30 : 22;
+}
+
+static void print_figures_header(FILE *out, const char *indent, const tune_config *tc)
+{
+    fprintf(out, "%s%-*s %11s", indent, name_width(tc), "setting", "out tok/s");
+    if (tc->n_setups > 1)
+        fprintf(out, " %10s", "per GPU");
+    fprintf(out, " %10s %9s %10s %10s  %s\n", "TTFT p99", "ITL p50", "ITL p99.9", "ITL max",
+            "SLOs");
 }
 
 static void print_point_row(FILE *out, const char *indent, const tune_config *tc,
@@ -101,7 +113,7 @@ static void print_point_row(FILE *out, const char *indent, const tune_config *tc
     tune_point_name(pt, name, sizeof name);
     tune_point_why(&tc->slo, pt, why, sizeof why);
     if (!pt->servable) {
-        fprintf(out, "%s%-22s %s\n", indent, name, why);
+        fprintf(out, "%s%-*s %s\n", indent, name_width(tc), name, why);
         return;
     }
     fmt_ms(pt->predicted.ttft_p99_ms, ttft, sizeof ttft);
@@ -112,9 +124,51 @@ static void print_point_row(FILE *out, const char *indent, const tune_config *tc
     const int same = same_note ? tune_table_same_count(res, i) : 1;
     if (same > 1)
         snprintf(note, sizeof note, " (+%d with these figures)", same - 1);
-    fprintf(out, "%s%-22s %11.1f %10s %9s %10s %10s  %s%s%s\n", indent, name,
-            pt->predicted.output_throughput, ttft, p50, p999, max,
+    fprintf(out, "%s%-*s %11.1f", indent, name_width(tc), name, pt->predicted.output_throughput);
+    if (tc->n_setups > 1)
+        fprintf(out, " %10.1f", pt->predicted.output_per_gpu);
+    fprintf(out, " %10s %9s %10s %10s  %s%s%s\n", ttft, p50, p999, max,
             pt->feasible ? "all met" : why, i == res->choice ? "   <- chosen" : "", note);
+}
+
+/* --disaggregate: one instance against each split, by the best setting of each that meets
+ * every SLO (tune_ranked's order), per GPU first. */
+static void print_setups(FILE *out, const tune_config *tc, const tune_result *res)
+{
+    int *ranked = calloc((size_t)res->n_points + 1, sizeof *ranked);
+    const int n = ranked ? tune_ranked(res, ranked, res->n_points) : 0;
+    fprintf(out, "\nOne instance against disaggregated prefill (the best setting of each that "
+                 "meets every SLO):\n");
+    fprintf(out, "  %-12s %-30s %5s %10s %11s %10s %10s %10s\n", "setup", "setting", "GPUs",
+            "per GPU", "out tok/s", "TTFT p99", "ITL p99.9", "ITL max");
+    for (int d = 0; d < tc->n_setups; d++) {
+        const sim_disagg *sd = &tc->setups[d];
+        char setup[32];
+        if (sd->prefill > 0)
+            snprintf(setup, sizeof setup, "%dP:%dD %s", sd->prefill, sd->decode, sd->link);
+        else
+            snprintf(setup, sizeof setup, "one instance");
+        int best = -1;
+        for (int k = 0; k < n && best < 0; k++) {
+            const tune_point *pt = &res->points[ranked[k]];
+            if (pt->disagg.prefill == sd->prefill && pt->disagg.decode == sd->decode)
+                best = ranked[k];
+        }
+        if (best < 0) {
+            fprintf(out, "  %-12s no setting meets every SLO\n", setup);
+            continue;
+        }
+        const tune_point *pt = &res->points[best];
+        char name[64], ttft[32], p999[32], max[32];
+        tune_point_name(pt, name, sizeof name);
+        fmt_ms(pt->predicted.ttft_p99_ms, ttft, sizeof ttft);
+        fmt_ms(pt->predicted.itl_p999_ms, p999, sizeof p999);
+        fmt_ms(pt->predicted.itl_max_ms, max, sizeof max);
+        fprintf(out, "  %-12s %-30s %5d %10.1f %11.1f %10s %10s %10s\n", setup, name,
+                tune_point_gpus(pt), pt->predicted.output_per_gpu,
+                pt->predicted.output_throughput, ttft, p999, max);
+    }
+    free(ranked);
 }
 
 void tune_table_print_failures(FILE *out, const char *indent, const tune_config *tc,
@@ -177,7 +231,7 @@ void tune_table_print(FILE *out, const tune_config *tc, const tune_result *res, 
     fprintf(out, "Pareto front (most output throughput, least TTFT p99 and ITL p99.9): %d "
                  "settings, %d distinct predictions:\n",
             res->n_front, n_rows);
-    print_figures_header(out, "  ");
+    print_figures_header(out, "  ", tc);
     for (int k = 0; k < n_rows; k++)
         print_point_row(out, "  ", tc, res, rows[k], true);
     free(rows);
@@ -185,10 +239,12 @@ void tune_table_print(FILE *out, const tune_config *tc, const tune_result *res, 
     char verdict[1024];
     tune_table_verdict(tc, res, verdict, sizeof verdict);
     fprintf(out, "\n%s: %s.\n", res->choice >= 0 ? "Chosen" : "No feasible setting", verdict);
+    if (tc->n_setups > 1)
+        print_setups(out, tc, res);
 
     if (all) {
         fprintf(out, "\nEvery setting:\n");
-        print_figures_header(out, "  ");
+        print_figures_header(out, "  ", tc);
         for (int i = 0; i < res->n_points; i++)
             print_point_row(out, "  ", tc, res, i, false);
     } else if (res->n_points - (res->choice >= 0) > 0) {

@@ -79,3 +79,18 @@ check "tune.json: no choice, the closest and itl.max<1ms binding" \
   "not a['choice']['feasible'] and a['choice']['binding_slo'] == 'itl.max<1ms' and a['choice']['closest']['name']" \
   "$dir/none/tune.json"
 pass "infeasible: exit 1, the closest setting and the SLO that binds"
+
+# 5. --disaggregate: one instance against 1P:1D, judged per GPU; --kv-link alone is refused.
+timeout 120 "$bin" tune "${grid[@]}" --disaggregate 1:1 --kv-link pcie5 --out "$dir/disagg" \
+  >"$dir/disagg.txt" 2>/dev/null || fail "tune --disaggregate exited $?"
+cat "$dir/disagg.txt"
+grep -q "One instance against disaggregated prefill" "$dir/disagg.txt" ||
+  fail "no comparison of one instance against the split"
+grep -qE '^  1P:1D pcie5 ' "$dir/disagg.txt" || fail "the comparison has no 1P:1D row"
+check "tune.json: per-GPU objective, the split's points on 2 GPUs, per GPU = half the output" \
+  "a['search']['objective'] == 'output_throughput_per_gpu' and a['search']['disaggregate'] == ['1:1'] and len(a['points']) == 32 and all(p['gpus'] == 2 and p['kv_link'] == 'pcie5' and (not p['servable'] or abs(p['predicted']['output_throughput_per_gpu'] * 2 - p['predicted']['output_throughput']) < 1e-6) for p in a['points'] if p.get('disaggregate') == '1:1') and sum(1 for p in a['points'] if p.get('disaggregate') == '1:1') == 16" \
+  "$dir/disagg/tune.json"
+rc=0
+timeout 60 "$bin" tune --kv-link pcie5 --out "$dir/badlink" >/dev/null 2>"$dir/badlink.err" || rc=$?
+[ "$rc" = 2 ] && [ ! -e "$dir/badlink" ] || fail "--kv-link without --disaggregate exited $rc"
+pass "--disaggregate: the split searched beside one instance, per GPU; --kv-link alone refused"

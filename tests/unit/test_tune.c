@@ -20,7 +20,8 @@ static tune_point servable(int budget, double throughput, double ttft_ms, double
 {
     tune_point pt = {.policy = SCHED_CHUNKED, .max_num_batched_tokens = budget,
                      .max_num_seqs = 64, .servable = true};
-    pt.predicted = (tune_figures){.output_throughput = throughput, .ttft_p99_ms = ttft_ms,
+    pt.predicted = (tune_figures){.output_throughput = throughput, .output_per_gpu = throughput,
+                                  .ttft_p99_ms = ttft_ms,
                                   .itl_p50_ms = 5, .itl_p999_ms = itl_ms, .itl_max_ms = itl_ms};
     pt.slo_value[0] = itl_ms;
     pt.slo_value[1] = ttft_ms;
@@ -69,7 +70,7 @@ static void test_front_and_choice(void **state)
     assert_int_equal(tune_ranked(&res, ranked, 2), 2);
 
     /* Outside the tie, throughput decides: C at 1100 beats B's lower tail. */
-    pts[2].predicted.output_throughput = 1100;
+    pts[2].predicted.output_throughput = pts[2].predicted.output_per_gpu = 1100;
     tune_analyse(&slo, &res);
     assert_int_equal(res.choice, 2);
 
@@ -158,12 +159,63 @@ static void test_lists(void **state)
     free(tc);
 }
 
+/* --disaggregate: the splits parsed (and refused), named, counted in GPUs, and judged per
+ * GPU: a 2-GPU split with more output in all loses to one instance with more per GPU, and
+ * wins when its per-GPU figure is the best. */
+static void test_disaggregate(void **state)
+{
+    (void)state;
+    char err[ERR_LEN];
+    tune_config *tc = calloc(1, sizeof *tc);
+    assert_non_null(tc);
+    assert_int_equal(tune_defaults(tc, err), 0);
+    assert_int_equal(tc->n_setups, 1);
+    assert_int_equal(tc->setups[0].prefill, 0);
+    assert_int_equal(tune_parse_disaggregate("1:1, 2:1", "pcie5", tc, err), 0);
+    assert_int_equal(tc->n_setups, 3);
+    assert_int_equal(tc->setups[2].prefill, 2);
+    assert_int_equal(tc->setups[2].decode, 1);
+    assert_string_equal(tc->setups[1].link, "pcie5");
+    const struct {
+        const char *splits, *link, *want;
+    } bad[] = {{"1:1,1:1", NULL, "twice"}, {"0:1", NULL, "--disaggregate"},
+               {"1:1", "carrier-pigeon", "--disaggregate"}, {"", NULL, "empty list"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (tune_parse_disaggregate(bad[i].splits, bad[i].link, tc, err) != -1 ||
+            !strstr(err, bad[i].want))
+            fail_msg("'%s': err '%s' (wanted '%s')", bad[i].splits, err, bad[i].want);
+    assert_int_equal(tune_parse_disaggregate("1:1", NULL, tc, err), 0);
+    assert_string_equal(tc->setups[1].link, "nvlink");
+
+    gate_rules slo;
+    assert_int_equal(tune_parse_slo("itl.p99.9<100ms,ttft.p99<2s", &slo, err), 0);
+    tune_point pts[] = {servable(256, 1000, 100, 50), servable(8192, 1800, 80, 10)};
+    pts[1].disagg = tc->setups[1];
+    pts[1].predicted.output_per_gpu = 900; /* 1,800 tok/s on 2 GPUs */
+    assert_int_equal(tune_point_gpus(&pts[0]), 1);
+    assert_int_equal(tune_point_gpus(&pts[1]), 2);
+    char name[64];
+    tune_point_name(&pts[1], name, sizeof name);
+    assert_string_equal(name, "1P:1D chunked/8192/64");
+    tune_result res = {.points = pts, .n_points = 2};
+    tune_analyse(&slo, &res);
+    assert_int_equal(res.n_feasible, 2);
+    assert_int_equal(res.choice, 0); /* 1,000 per GPU beats 900 */
+    assert_true(pts[0].on_front && pts[1].on_front); /* the split's tail is lower */
+    pts[1].predicted.output_per_gpu = 1100;
+    tune_analyse(&slo, &res);
+    assert_int_equal(res.choice, 1);
+    assert_false(pts[0].on_front); /* dominated per GPU, in TTFT and in ITL */
+    free(tc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_front_and_choice),
         cmocka_unit_test(test_none_feasible),
         cmocka_unit_test(test_lists),
+        cmocka_unit_test(test_disaggregate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
