@@ -46,7 +46,7 @@ static int apply_max_rms(void *ctx, const char *value, char *err)
     else if (end == value || *end)
         x = -1;
     if (!(x > 0 && x <= 10))
-        return err_set(err, "--max-rms: '%s' is not a fraction (0.15) or a percentage (15%%)",
+        return err_set(err, "'%s' is not a fraction (0.15) or a percentage (15%%)",
                        value);
     o->max_rms = x;
     return 0;
@@ -270,9 +270,9 @@ int cli_calibrate_target(int argc, char **argv)
     if (!ok) {
         char shape[48];
         probe_shape(&probes[worst], shape, sizeof shape);
-        fprintf(stderr, "stallscope calibrate: the fit is refused: decode rms %.1f %%, prefill "
-                "rms %.1f %% (--max-rms %.1f %%); the probe that disagreed most: %s, measured "
-                "%.3f ms, fitted %.3f ms (%+.1f %%)%s\n",
+        fprintf(stderr, "stallscope calibrate: the fit is refused: decode rms %.3g %%, prefill "
+                "rms %.3g %% (--max-rms %.3g %%); the probe that disagreed most: %s, measured "
+                "%.3f ms, fitted %.3f ms (%+.3g %%)%s\n",
                 fr.decode_rms * 100, fr.prefill_rms * 100, o.max_rms * 100, shape,
                 probes[worst].ns / 1e6, fit_predict_ns(&g.fit, &probes[worst]) / 1e6,
                 residual[worst] * 100,
