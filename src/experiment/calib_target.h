@@ -100,9 +100,9 @@ typedef struct calib_target_result {
     int n_prefill;
     calib_target_stall stall[CALIB_TARGET_MAX_PROMPTS];
     int n_stall;
-    char prefill_note[256];  /* why the prefill range shrank; "" it did not */
-    char decode_note[256];   /* why the decode grid stopped early; "" it did not */
-    char stall_note[256];    /* why the interference probes stopped early */
+    char prefill_note[512];  /* why the prefill range shrank; "" it did not */
+    char decode_note[512];   /* why the decode grid stopped early; "" it did not */
+    char stall_note[512];    /* why the interference probes stopped early */
     double seconds;          /* the probing took */
 } calib_target_result;
 
