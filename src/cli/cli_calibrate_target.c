@@ -309,6 +309,14 @@ int cli_calibrate_target(int argc, char **argv)
     } else {
         printf("wrote %s (use: stallscope sim --hardware %s: runs %s with this step model)\n",
                o.out, o.out, arch.name);
+        /* the scheduler is the simulation's flags, not the profile's: say which match */
+        if (strcmp(pol.policy, "chunked") == 0)
+            printf("the target chunks prompts: simulate it with --policy chunked "
+                   "--max-num-batched-tokens %d\n", pol.budget);
+        else if (strcmp(pol.policy, "mixed") == 0)
+            printf("the target prefills in one step: sim's default (--policy mixed "
+                   "--max-num-batched-tokens 16384) matches when its budget is >= %d\n",
+                   pol.budget);
         if (o.json) {
             json_dumpf(root, stdout, JSON_INDENT(2) | JSON_SORT_KEYS);
             printf("\n");
