@@ -52,6 +52,12 @@ static int apply_max_rms(void *ctx, const char *value, char *err)
     return 0;
 }
 
+static int apply_transport(void *ctx, const char *value, char *err)
+{
+    target_opts *o = ctx;
+    return calib_target_transport_parse(&o->cfg, value, err);
+}
+
 #define O target_opts
 static const opts_spec target_specs[] = {
     OPTS_STRING("target", "URL", "the server to calibrate (OpenAI-compatible: /v1/models, "
@@ -90,9 +96,24 @@ static const opts_spec target_specs[] = {
                   "the simulated KV cache (default 80e9)", O, mem_bytes),
     OPTS_STRING("name", "NAME", "the profile's name (default target)", O, name),
     OPTS_FLAG("insecure", "https: skip TLS verification", O, cfg.insecure),
+    OPTS_FN("transport", "T", "auto (default: raw, kernel receive stamps; curl where a proxy "
+            "applies) | raw | curl (proxies, user:password@ in the URL)", apply_transport),
     OPTS_FLAG("json", "also print the profile on stdout", O, json),
 };
 #undef O
+
+/* The target as the profile records it: without user:password@ and without a query (where
+ * keys sometimes travel): nothing secret goes to disk. */
+static void url_for_disk(const char *url, char *out, size_t size)
+{
+    const char *scheme = strstr(url, "://");
+    const char *host = scheme ? scheme + 3 : url;
+    const size_t authority = strcspn(host, "/?#");
+    const char *at = memchr(host, '@', authority);
+    const size_t head = (size_t)(host - url);
+    const char *rest = at ? at + 1 : host;
+    snprintf(out, size, "%.*s%.*s", (int)head, url, (int)strcspn(rest, "?#"), rest);
+}
 
 static void probe_shape(const fit_probe *p, char *buf, size_t size)
 {
@@ -285,7 +306,7 @@ int cli_calibrate_target(int argc, char **argv)
 
     profile_info info = {.version = PROFILE_VERSION};
     snprintf(info.source, sizeof info.source, "%s", PROFILE_SOURCE_TARGET);
-    snprintf(info.target, sizeof info.target, "%s", o.target);
+    url_for_disk(o.target, info.target, sizeof info.target);
     json_t *root = profile_to_json(&g, &info, &fr, probes, residual, n);
     json_t *m = root ? calib_target_measured_json(r, &pol) : NULL;
     free(r);

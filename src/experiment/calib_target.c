@@ -37,6 +37,11 @@ void calib_target_config_init(calib_target_config *cfg)
     cfg->timeout_ns = 120 * CLOCK_NS_PER_S;
 }
 
+int calib_target_transport_parse(calib_target_config *cfg, const char *text, char *err)
+{
+    return stream_transport_parse(text, &cfg->transport, err);
+}
+
 /* ---- pure pieces ------------------------------------------------------------------------------ */
 
 int calib_target_batches(int max_streams, int *out, int cap)
@@ -688,7 +693,7 @@ calib_target *calib_target_open(const calib_target_config *cfg, char *err)
     workload_default(&ct->wl);
     /* Prompts never repeat across calibrations: a prefix cache must not shorten a probe. */
     ct->salt = (uint64_t)time(NULL) ^ ((uint64_t)clock_now_ns() << 20);
-    const stream_transport_kind kind = stream_transport_resolve(STREAM_TRANSPORT_AUTO, cfg->target);
+    const stream_transport_kind kind = stream_transport_resolve(cfg->transport, cfg->target);
     if (stream_transport_create(kind, &ct->so, &ct->t, err) != 0) {
         free(ct);
         return NULL;

@@ -50,6 +50,7 @@ typedef struct calib_target_config {
     const experiment_secrets *secrets; /* borrowed, may be NULL; never written anywhere */
     char model_name[128];              /* requests' "model"; "" : /v1/models' first */
     bool insecure;                     /* skip TLS verification */
+    stream_transport_kind transport;   /* raw (kernel stamps) unless a proxy applies: AUTO */
     int max_streams;                   /* largest decode batch (default 128) */
     int contexts[CALIB_TARGET_MAX_CONTEXTS]; /* decode prompts: short, long (64, 1024) */
     int min_prompt_tokens, max_prompt_tokens; /* prefill range (256, 16384) */
@@ -65,6 +66,8 @@ typedef struct calib_target_config {
 
 /* Defaults above (target and secrets NULL). */
 void calib_target_config_init(calib_target_config *cfg);
+/* --transport: "auto" | "raw" | "curl" into cfg->transport. 0, or -1 with err. */
+int calib_target_transport_parse(calib_target_config *cfg, const char *text, char *err);
 
 typedef struct calib_target_decode {
     int batch;           /* concurrent streams */

@@ -127,3 +127,19 @@ grep -qE "the fit is refused: .*the probe that disagreed most: (decode|prefill) 
   "$scratch/refused.err" || { cat "$scratch/refused.err"; fail "the refusal does not name the probe"; }
 [ ! -e "$scratch/refused.json" ] || fail "a refused fit was written"
 pass "long prompts refused: the range shrank and said so; a refused fit: exit 1, the probe named, nothing written"
+
+# ---- a chunked target (budget 2048): the stalls stop growing past the budget, which comes back
+start_server "$scratch/serve3.log" --policy chunked --max-num-batched-tokens 2048
+[ -n "$url" ] || { cat "$scratch/serve3.log"; fail "serve (chunked 2048) did not start"; }
+# the URL with a user:password (curl's to send) the profile must not keep
+timeout 60 "$bin" calibrate --transport curl --target "${url/http:\/\//http://someone:hunter2@}" --out "$scratch/chunked.json" \
+    --max-streams 4 --long-context 512 --seconds 200ms --min-prompt-tokens 1024 --max-prompt-tokens 8192 \
+    --repeats 1 --interference-streams 8 >"$scratch/chunked.out" 2>"$scratch/chunked.err" ||
+  { cat "$scratch/chunked.out" "$scratch/chunked.err"; fail "calibrate a chunked target exited $?"; }
+stop_server
+check "chunked target: policy chunked, budget within 10 % of 2048" \
+  '(a["measured"]["policy_inferred"] == "chunked" and abs(a["measured"]["budget_inferred"] / 2048 - 1) <= 0.10 and
+    a["measured"]["budget_is_lower_bound"] is False)' "$scratch/chunked.json"
+grep -q "simulate it with --policy chunked --max-num-batched-tokens" "$scratch/chunked.out" || fail "no sim flags for a chunked target"
+! grep -q hunter2 "$scratch/chunked.json" || fail "the URL's password reached the profile"
+check "the profile records the URL without its user:password" 'a["target"].startswith("http://127.0.0.1:")' "$scratch/chunked.json"
