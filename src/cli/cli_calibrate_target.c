@@ -58,6 +58,17 @@ static int apply_transport(void *ctx, const char *value, char *err)
     return calib_target_transport_parse(&o->cfg, value, err);
 }
 
+static int apply_weight_bound(void *ctx, const char *value, char *err)
+{
+    target_opts *o = ctx;
+    char *end = NULL;
+    const double x = strtod(value, &end);
+    if (end == value || *end || !(x >= 0 && x <= 1000))
+        return err_set(err, "'%s' is not a number in [0, 1000]", value);
+    o->cfg.weight_bound = x;
+    return 0;
+}
+
 #define O target_opts
 static const opts_spec target_specs[] = {
     OPTS_STRING("target", "URL", "the server to calibrate (OpenAI-compatible: /v1/models, "
@@ -86,6 +97,9 @@ static const opts_spec target_specs[] = {
                   cfg.window_ns, 100 * CLOCK_NS_PER_MS, 600 * CLOCK_NS_PER_S),
     OPTS_INT("repeats", "N", "prefill probes: the median TTFT of N prompts (default 3)", O,
              cfg.repeats, 1, 15),
+    OPTS_FN("weight-bound", "F", "fit a prefill only when its TTFT is >= F x the one-stream "
+            "decode step (default 4; 0: fit every prefill); shorter ones read weights more than "
+            "they compute, which a GPU overlaps and the step model adds", apply_weight_bound),
     OPTS_DURATION("timeout", "DUR", "longest wait of one probe (default 120s)", O, cfg.timeout_ns,
                   CLOCK_NS_PER_S, 3600 * CLOCK_NS_PER_S),
     OPTS_FN("max-rms", "F", "refuse a fit whose decode or prefill rms relative residual is above "
@@ -208,7 +222,8 @@ int cli_calibrate_target(int argc, char **argv)
                         "  prefill       TTFT of a lone prompt of --min-prompt-tokens ... "
                         "--max-prompt-tokens\n"
                         "                -> per-token and attention (quadratic) cost\n"
-                        "  interference  the stall 32 streams see when a prompt of each length "
+                        "  interference  the stall 32 streams (--interference-streams) see when a "
+                        "prompt of each length "
                         "arrives\n"
                         "                -> one-step or chunked prefill, and the token budget\n"
                         "Prints every probe with its fitted time and residual, and writes a "
