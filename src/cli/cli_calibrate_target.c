@@ -116,19 +116,6 @@ static const opts_spec target_specs[] = {
 };
 #undef O
 
-/* The target as the profile records it: without user:password@ and without a query (where
- * keys sometimes travel): nothing secret goes to disk. */
-static void url_for_disk(const char *url, char *out, size_t size)
-{
-    const char *scheme = strstr(url, "://");
-    const char *host = scheme ? scheme + 3 : url;
-    const size_t authority = strcspn(host, "/?#");
-    const char *at = memchr(host, '@', authority);
-    const size_t head = (size_t)(host - url);
-    const char *rest = at ? at + 1 : host;
-    snprintf(out, size, "%.*s%.*s", (int)head, url, (int)strcspn(rest, "?#"), rest);
-}
-
 static void probe_shape(const fit_probe *p, char *buf, size_t size)
 {
     if (p->prompt_tokens > 0)
@@ -321,7 +308,7 @@ int cli_calibrate_target(int argc, char **argv)
 
     profile_info info = {.version = PROFILE_VERSION};
     snprintf(info.source, sizeof info.source, "%s", PROFILE_SOURCE_TARGET);
-    url_for_disk(o.target, info.target, sizeof info.target);
+    calib_target_url_for_disk(o.target, info.target, sizeof info.target);
     json_t *root = profile_to_json(&g, &info, &fr, probes, residual, n);
     json_t *m = root ? calib_target_measured_json(r, &pol) : NULL;
     free(r);
