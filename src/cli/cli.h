@@ -21,11 +21,12 @@ int cli_serve(int argc, char **argv);
 int cli_report(int argc, char **argv);
 int cli_sweep(int argc, char **argv);
 int cli_calibrate(int argc, char **argv);
-/* calibrate --target URL (cli_calibrate_target.c): cli_calibrate hands argv over. */
-int cli_calibrate_target(int argc, char **argv);
 
 /* Print "stallscope <cmd>: <msg>" on stderr and return CLI_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *msg);
+
+/* calibrate --target URL (cli_calibrate_target.c): cli_calibrate hands argv over. */
+int cli_calibrate_target(int argc, char **argv);
 
 /* --out DIR --json --no-report --force: where the artifacts go and what is printed. */
 typedef struct cli_output {
