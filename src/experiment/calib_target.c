@@ -389,16 +389,6 @@ typedef struct ramp_ctx {
     int n, skip;
 } ramp_ctx;
 
-/* Every stream has its first skip tokens, or one has ended. */
-static bool ramped(void *ctx)
-{
-    const ramp_ctx *r = ctx;
-    for (int i = 0; i < r->n; i++)
-        if (r->s[i].ended || r->s[i].n < r->skip)
-            return r->s[i].ended;
-    return true;
-}
-
 static bool any_ended(void *ctx)
 {
     const ramp_ctx *r = ctx;
@@ -406,6 +396,19 @@ static bool any_ended(void *ctx)
         if (r->s[i].ended)
             return true;
     return false;
+}
+
+/* Every stream has its first skip tokens, or one has ended (refused, failed, done early:
+ * no use waiting for the others). */
+static bool ramped(void *ctx)
+{
+    const ramp_ctx *r = ctx;
+    if (any_ended(ctx))
+        return true;
+    for (int i = 0; i < r->n; i++)
+        if (r->s[i].n < r->skip)
+            return false;
+    return true;
 }
 
 static void series_of(const probe_stream *s, int n, calib_target_series *out)
@@ -451,7 +454,7 @@ static int probe_decode(calib_target *ct, int batch, int prompt_tokens, calib_ta
     if (pump(ct, start + c->timeout_ns, ramped, &r, err) != 0)
         goto done;
     const probe_stream *bad = failed_stream(s, batch);
-    if (bad || !ramped(&r) || any_ended(&r)) {
+    if (bad || !ramped(&r) || any_ended(&r)) { /* ramped() alone: all started, or one ended */
         if (bad)
             snprintf(note, note_size, "%d streams of %d-token prompts: the target answered: %s",
                      batch, prompt_tokens, bad->error);
