@@ -8,7 +8,8 @@
 # 5 % / 10 % of the roofline that server runs (`sim --gpu a100-80g`). Then the bad input: an
 # unreachable target (exit 2, nothing written), a target that refuses long prompts (the range
 # shrinks and says so) with a fit refused by --max-rms (exit 1, nothing written, the probe
-# named). About 40 s on the 2-core VM.
+# named), a target that wants a key (none: exit 2; OPENAI_API_KEY works; no secret in a
+# profile), a chunked target (the budget inferred). About 35 s on the 2-core VM.
 # usage: calibrate_target.sh STALLSCOPE_BINARY SCRATCH_DIR
 set -euo pipefail
 
@@ -115,10 +116,18 @@ set -e
 pass "a bad flag: exit 2"
 
 # ---- a target that refuses long prompts (budget 2048, one-step), and a fit held to 1e-9 ------
-start_server "$scratch/serve2.log" --max-num-batched-tokens 2048
+# (it wants a key: refused without one, exit 2; OPENAI_API_KEY then gets the probes through)
+start_server "$scratch/serve2.log" --max-num-batched-tokens 2048 --api-key s3cret-2048
 [ -n "$url" ] || { cat "$scratch/serve2.log"; fail "serve (budget 2048) did not start"; }
 set +e
-timeout 60 "$bin" calibrate --target "$url" --out "$scratch/refused.json" --max-streams 8 \
+env -u OPENAI_API_KEY "$bin" calibrate --target "$url" --out "$scratch/nokey.json" >/dev/null 2>"$scratch/nokey.err"
+rc=$?
+set -e
+[ "$rc" = 2 ] && grep -q "refused our credentials" "$scratch/nokey.err" && [ ! -e "$scratch/nokey.json" ] ||
+  { cat "$scratch/nokey.err"; fail "a target that wants a key: exit $rc"; }
+pass "a target that wants a key, none given: exit 2, said, nothing written"
+set +e
+OPENAI_API_KEY=s3cret-2048 timeout 60 "$bin" calibrate --target "$url" --out "$scratch/refused.json" --max-streams 8 \
     --long-context 0 --seconds 200ms --min-prompt-tokens 1024 --max-prompt-tokens 4096 --repeats 1 \
     --no-interference --max-rms 1e-9 >"$scratch/refused.out" 2>"$scratch/refused.err"
 rc=$?
@@ -135,10 +144,10 @@ grep -qE "the fit is refused: .*the probe that disagreed most: (decode|prefill) 
 pass "long prompts refused: the range shrank and said so; a refused fit: exit 1, the probe named, nothing written"
 
 # ---- a chunked target (budget 2048): the stalls stop growing past the budget, which comes back
-start_server "$scratch/serve3.log" --policy chunked --max-num-batched-tokens 2048
+start_server "$scratch/serve3.log" --policy chunked --max-num-batched-tokens 2048 --api-key k3y-chunked
 [ -n "$url" ] || { cat "$scratch/serve3.log"; fail "serve (chunked 2048) did not start"; }
 # the URL with a user:password (curl's to send) the profile must not keep
-timeout 60 "$bin" calibrate --transport curl --target "${url/http:\/\//http://someone:hunter2@}" --out "$scratch/chunked.json" \
+timeout 60 "$bin" calibrate --api-key k3y-chunked --transport curl --target "${url/http:\/\//http://someone:hunter2@}" --out "$scratch/chunked.json" \
     --max-streams 4 --long-context 512 --seconds 200ms --min-prompt-tokens 1024 --max-prompt-tokens 8192 \
     --repeats 1 --interference-streams 8 >"$scratch/chunked.out" 2>"$scratch/chunked.err" ||
   { cat "$scratch/chunked.out" "$scratch/chunked.err"; fail "calibrate a chunked target exited $?"; }
@@ -147,5 +156,5 @@ check "chunked target: policy chunked, budget within 10 % of 2048" \
   '(a["measured"]["policy_inferred"] == "chunked" and abs(a["measured"]["budget_inferred"] / 2048 - 1) <= 0.10 and
     a["measured"]["budget_is_lower_bound"] is False)' "$scratch/chunked.json"
 grep -q "simulate it with --policy chunked --max-num-batched-tokens" "$scratch/chunked.out" || fail "no sim flags for a chunked target"
-! grep -q hunter2 "$scratch/chunked.json" || fail "the URL's password reached the profile"
+! grep -q -e hunter2 -e k3y-chunked "$scratch/chunked.json" || fail "a secret reached the profile"
 check "the profile records the URL without its user:password" 'a["target"].startswith("http://127.0.0.1:")' "$scratch/chunked.json"
