@@ -248,7 +248,9 @@ int cli_calibrate_target(int argc, char **argv)
         calib_target_close(ct);
         return cli_usage_error("calibrate", err);
     }
-    printf("calibrating %s (serves %s; the step model is stated for %s) ...\n", o.target,
+    char shown[sizeof o.target];
+    calib_target_url_for_disk(o.target, shown, sizeof shown);
+    printf("calibrating %s (serves %s; the step model is stated for %s) ...\n", shown,
            served[0] ? served : "an unnamed model", arch.name);
     fflush(stdout);
     calib_target_result *r = calloc(1, sizeof *r);
@@ -308,7 +310,7 @@ int cli_calibrate_target(int argc, char **argv)
 
     profile_info info = {.version = PROFILE_VERSION};
     snprintf(info.source, sizeof info.source, "%s", PROFILE_SOURCE_TARGET);
-    calib_target_url_for_disk(o.target, info.target, sizeof info.target);
+    snprintf(info.target, sizeof info.target, "%s", shown);
     json_t *root = profile_to_json(&g, &info, &fr, probes, residual, n);
     json_t *m = root ? calib_target_measured_json(r, &pol) : NULL;
     free(r);
