@@ -285,6 +285,9 @@ struct calib_target {
     uint64_t salt;
     int64_t next_index;
     int64_t max_model_len;
+    /* The last decode probe's ramp (all streams started): bounds the next one's wait */
+    int64_t last_ramp_ns;
+    double last_ramp_tokens; /* its streams x prompt */
 };
 
 static void on_token(void *ctx, void *user, const stream_token *tok)
@@ -451,7 +454,16 @@ static int probe_decode(calib_target *ct, int batch, int prompt_tokens, calib_ta
             goto done;
     ramp_ctx r = {s, batch, c->skip};
     const int64_t start = clock_now_ns();
-    if (pump(ct, start + c->timeout_ns, ramped, &r, err) != 0)
+    /* A target that caps concurrent requests below the batch starts the rest only as others
+     * end (thousands of tokens later): wait 4 x what the last ramp's prompts predict + 10 s,
+     * not the whole timeout. */
+    int64_t limit = c->timeout_ns;
+    if (ct->last_ramp_ns > 0) {
+        const double scaled = 4.0 * (double)ct->last_ramp_ns * batch * prompt_tokens /
+                                  ct->last_ramp_tokens + 10e9;
+        limit = scaled < (double)limit ? (int64_t)scaled : limit;
+    }
+    if (pump(ct, start + limit, ramped, &r, err) != 0)
         goto done;
     const probe_stream *bad = failed_stream(s, batch);
     if (bad || !ramped(&r) || any_ended(&r)) { /* ramped() alone: all started, or one ended */
@@ -461,7 +473,7 @@ static int probe_decode(calib_target *ct, int batch, int prompt_tokens, calib_ta
         else if (!ramped(&r))
             snprintf(note, note_size, "%d streams of %d-token prompts did not all start within "
                      "%.0f s (does the target cap concurrent requests?)",
-                     batch, prompt_tokens, (double)c->timeout_ns / 1e9);
+                     batch, prompt_tokens, (double)limit / 1e9);
         else
             snprintf(note, note_size, "%d streams of %d-token prompts: a stream ended before "
                      "the window (the target ignores ignore_eos?)", batch, prompt_tokens);
@@ -469,6 +481,8 @@ static int probe_decode(calib_target *ct, int batch, int prompt_tokens, calib_ta
         goto done;
     }
     const int64_t from = clock_now_ns();
+    ct->last_ramp_ns = from - start;
+    ct->last_ramp_tokens = (double)batch * prompt_tokens;
     if (pump(ct, from + c->window_ns, any_ended, &r, err) != 0)
         goto done;
     const int64_t to = clock_now_ns();
