@@ -26,6 +26,9 @@ int cli_tune(int argc, char **argv);
 /* Print "stallscope <cmd>: <msg>" on stderr and return CLI_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *msg);
 
+/* calibrate --target URL (cli_calibrate_target.c): cli_calibrate hands argv over. */
+int cli_calibrate_target(int argc, char **argv);
+
 /* --out DIR --json --no-report --force: where the artifacts go and what is printed. */
 typedef struct cli_output {
     char out[1024];

@@ -105,8 +105,19 @@ static const opts_spec calib_specs[] = {
 };
 #undef O
 
+/* --target URL (or --target=URL) anywhere: a black-box server, not this CPU. */
+static bool wants_target(int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], "--target") == 0 || strncmp(argv[i], "--target=", 9) == 0)
+            return true;
+    return false;
+}
+
 int cli_calibrate(int argc, char **argv)
 {
+    if (wants_target(argc, argv))
+        return cli_calibrate_target(argc, argv);
     calib_opts o;
     memset(&o, 0, sizeof o);
     strcpy(o.out, "hardware.json");
@@ -127,7 +138,8 @@ int cli_calibrate(int argc, char **argv)
                         "contexts, prefill over prompt\nlengths), fit a step model to them by "
                         "least squares (residuals printed), and write a\nhardware profile "
                         "(version 2) that model, sim, run, serve and report take as\n--hardware "
-                        "FILE, so the cost model predicts cpu-engine runs.",
+                        "FILE, so the cost model predicts cpu-engine runs.\nWith --target URL: a black-box "
+                        "server instead (see stallscope calibrate --target URL --help).",
                         groups, 1);
         return CLI_EXIT_OK;
     }

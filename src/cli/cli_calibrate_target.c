@@ -1,0 +1,352 @@
+/* stallscope calibrate --target URL — fit the step model of a black-box server from probes
+ * it answers (experiment/calib_target.h) and write a hardware profile (profile.h, version 2,
+ * source "target"): model, sim and run take it with --hardware FILE, and, without --model,
+ * run the model the step model was fitted on (the target's, mapped to the catalog).
+ *
+ * Every probe is printed with its fitted time and residual; a fit whose decode or prefill
+ * rms relative residual passes --max-rms is refused (exit 1, nothing written, the probe that
+ * disagreed most named) unless --force-profile. Bad input (an unreachable target, a model
+ * the catalog does not know, bad flags): one line, exit 2, nothing written. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "cli/cli.h"
+#include "common/clock.h"
+#include "common/err.h"
+#include "common/fsio.h"
+#include "engine/fit.h"
+#include "engine/profile.h"
+#include "experiment/calib_target.h"
+
+typedef struct target_opts {
+    calib_target_config cfg;
+    char target[512];
+    char out[512];
+    char model[64];
+    char name[32];
+    double max_rms;
+    double mem_bytes;
+    bool force;
+    bool no_interference;
+    bool json;
+} target_opts;
+
+static int apply_max_rms(void *ctx, const char *value, char *err)
+{
+    target_opts *o = ctx;
+    char *end = NULL;
+    double x = strtod(value, &end);
+    if (end != value && strcmp(end, "%") == 0)
+        x /= 100;
+    else if (end == value || *end)
+        x = -1;
+    if (!(x > 0 && x <= 10))
+        return err_set(err, "'%s' is not a fraction (0.15) or a percentage (15%%)",
+                       value);
+    o->max_rms = x;
+    return 0;
+}
+
+static int apply_transport(void *ctx, const char *value, char *err)
+{
+    target_opts *o = ctx;
+    return calib_target_transport_parse(&o->cfg, value, err);
+}
+
+static int apply_weight_bound(void *ctx, const char *value, char *err)
+{
+    target_opts *o = ctx;
+    char *end = NULL;
+    const double x = strtod(value, &end);
+    if (end == value || *end || !(x >= 0 && x <= 1000))
+        return err_set(err, "'%s' is not a number in [0, 1000]", value);
+    o->cfg.weight_bound = x;
+    return 0;
+}
+
+#define O target_opts
+static const opts_spec target_specs[] = {
+    OPTS_STRING("target", "URL", "the server to calibrate (OpenAI-compatible: /v1/models, "
+                "/v1/completions, streamed)", O, target),
+    OPTS_STRING("out", "FILE", "where to write the profile (default hardware.json; written "
+                "atomically, only when the fit is accepted)", O, out),
+    OPTS_STRING("model", "M", "the catalog architecture the step model is stated for (default: "
+                "the served model's name, e.g. Qwen/Qwen2.5-7B-Instruct -> qwen2.5-7b)", O, model),
+    OPTS_STRING("model-name", "NAME", "the requests' \"model\" (default: /v1/models' first)", O,
+                cfg.model_name),
+    OPTS_INT("max-streams", "N", "largest decode probe: 1, 2, 4 ... N concurrent streams "
+             "(default 128)", O, cfg.max_streams, 1, 1024),
+    OPTS_INT("short-context", "N", "decode probes' short prompt (default 64)", O, cfg.contexts[0],
+             1, 1 << 20),
+    OPTS_INT("long-context", "N", "decode probes' long prompt (default 1024; 0: none)", O,
+             cfg.contexts[1], 0, 1 << 20),
+    OPTS_INT("min-prompt-tokens", "N", "shortest prefill probe; then x2 ... (default 256)", O,
+             cfg.min_prompt_tokens, 16, 1 << 20),
+    OPTS_INT("max-prompt-tokens", "N", "longest prefill probe (default 16k; shrinks to what the "
+             "target accepts, and says so)", O, cfg.max_prompt_tokens, 16, 1 << 20),
+    OPTS_INT("interference-streams", "N", "streams the interference probes inject into "
+             "(default 32)", O, cfg.interference_streams, 1, 1024),
+    OPTS_FLAG("no-interference", "skip the interference probes (no policy or budget inferred)",
+              O, no_interference),
+    OPTS_DURATION("seconds", "DUR", "steady window of each decode probe (default 1s)", O,
+                  cfg.window_ns, 100 * CLOCK_NS_PER_MS, 600 * CLOCK_NS_PER_S),
+    OPTS_INT("repeats", "N", "prefill probes: the median TTFT of N prompts (default 3)", O,
+             cfg.repeats, 1, 15),
+    OPTS_FN("weight-bound", "F", "fit a prefill only when its TTFT is >= F x the one-stream "
+            "decode step (default 4; 0: fit every prefill); shorter ones read weights more than "
+            "they compute, which a GPU overlaps and the step model adds", apply_weight_bound),
+    OPTS_DURATION("timeout", "DUR", "longest wait of one probe (default 120s)", O, cfg.timeout_ns,
+                  CLOCK_NS_PER_S, 3600 * CLOCK_NS_PER_S),
+    OPTS_FN("max-rms", "F", "refuse a fit whose decode or prefill rms relative residual is above "
+            "F (default 15%)", apply_max_rms),
+    OPTS_FLAG("force-profile", "write the profile even when the fit is refused (exit 0; "
+              "\"measured\".\"accepted\" false)", O, force),
+    OPTS_POSITIVE("mem-bytes", "B", "the target's memory for weights + KV cache, which sizes "
+                  "the simulated KV cache (default 80e9)", O, mem_bytes),
+    OPTS_STRING("name", "NAME", "the profile's name (default target)", O, name),
+    OPTS_FLAG("insecure", "https: skip TLS verification", O, cfg.insecure),
+    OPTS_FN("transport", "T", "auto (default: raw, kernel receive stamps; curl where a proxy "
+            "applies) | raw | curl (proxies, user:password@ in the URL)", apply_transport),
+    OPTS_FLAG("json", "also print the profile on stdout", O, json),
+};
+#undef O
+
+static void probe_shape(const fit_probe *p, char *buf, size_t size)
+{
+    if (p->prompt_tokens > 0)
+        snprintf(buf, size, "prefill %d tokens", p->prompt_tokens);
+    else
+        snprintf(buf, size, "decode %d x ctx %.0f", p->batch, p->context_sum / p->batch);
+}
+
+static void print_fit(const calib_target_result *r, const cost_step_fit *fit, const fit_probe *probes,
+                      const double *residual, int n, const fit_result *fr)
+{
+    printf("  probes (decode: median steady gap; prefill: median TTFT) and the fitted step model:\n");
+    printf("    %-26s %12s %12s %9s\n", "step", "measured ms", "fitted ms", "residual");
+    for (int i = 0; i < n; i++) {
+        char shape[48];
+        probe_shape(&probes[i], shape, sizeof shape);
+        printf("    %-26s %12.3f %12.3f %+8.1f %%\n", shape, probes[i].ns / 1e6,
+               fit_predict_ns(fit, &probes[i]) / 1e6, residual[i] * 100);
+    }
+    for (int i = 0; i < r->n_prefill; i++) {
+        if (r->prefill[i].fitted)
+            continue;
+        const fit_probe p = {.batch = 1, .prompt_tokens = r->prefill[i].prompt_tokens,
+                             .ns = r->prefill[i].ttft_ns};
+        const double f = fit_predict_ns(fit, &p);
+        char shape[48];
+        probe_shape(&p, shape, sizeof shape);
+        printf("    %-26s %12.3f %12.3f %+8.1f %%  (not fitted: weight-bound)\n", shape,
+               p.ns / 1e6, f / 1e6, (f - p.ns) / p.ns * 100);
+    }
+    printf("  fit: step %.3f ms + %.4f ms per sequence + %.3f ns per context token; prefill "
+           "%.4f ms per token + %.4f ns per attention pair\n",
+           fit->step_ns / 1e6, fit->seq_ns / 1e6, fit->ctx_ns, fit->token_ns / 1e6, fit->pair_ns);
+    printf("  residuals (relative): decode rms %.1f %%, prefill rms %.1f %%, largest %.1f %%\n",
+           fr->decode_rms * 100, fr->prefill_rms * 100, fr->max_abs * 100);
+    static const char *const terms[] = {"step", "per-sequence", "per-context-token", "per-token",
+                                        "attention"};
+    for (int t = 0; t < 5; t++)
+        if (fr->dropped[t])
+            printf("  note: the %s term came out negative and is held at 0\n", terms[t]);
+}
+
+static void print_policy(const calib_target_result *r, const cost_params *cost,
+                         const calib_target_policy *pol)
+{
+    if (r->n_stall == 0)
+        return;
+    printf("  interference (one prompt into %d streams): stall measured vs the fitted one-step stall\n",
+           r->stall[0].streams);
+    printf("    %8s %12s %14s %7s\n", "prompt", "stall ms", "one-step ms", "ratio");
+    for (int i = 0; i < r->n_stall; i++) {
+        const calib_target_stall *st = &r->stall[i];
+        const double one = (double)cost_injection_step_ns(cost, st->prompt_tokens, st->streams,
+                                                          (int)(st->mean_context + 0.5), 0);
+        printf("    %8d %12.2f %14.2f %7.2f\n", st->prompt_tokens, st->stall_ns / 1e6, one / 1e6,
+               pol->ratio[i]);
+    }
+    if (strcmp(pol->policy, "mixed") == 0)
+        printf("  policy inferred: one-step prefill (prefill shares the decodes' step: mixed or "
+               "prefill-first), budget >= %d tokens\n", pol->budget);
+    else if (strcmp(pol->policy, "chunked") == 0)
+        printf("  policy inferred: chunked prefill, budget ~%d tokens (the fitted step that long)\n",
+               pol->budget);
+    else if (strcmp(pol->policy, "none") == 0)
+        printf("  policy inferred: none: no prompt stalled the streams (prefill runs elsewhere?)\n");
+    if (r->stall_note[0])
+        printf("  note: %s\n", r->stall_note);
+}
+
+int cli_calibrate_target(int argc, char **argv)
+{
+    target_opts o;
+    memset(&o, 0, sizeof o);
+    calib_target_config_init(&o.cfg);
+    strcpy(o.out, "hardware.json");
+    strcpy(o.name, "target");
+    o.max_rms = 0.15;
+    o.mem_bytes = 80e9;
+    experiment_secrets secrets = {0};
+    const opts_group groups[] = {
+        {"calibrate --target", target_specs, OPTS_COUNT(target_specs), &o},
+        experiment_secrets_group(&secrets),
+    };
+    if (opts_wants_help(argc, argv)) {
+        opts_print_help(stdout, "stallscope calibrate --target URL [options]",
+                        "Fit the step model of a server stallscope cannot see inside, from "
+                        "probes it sends itself:\n"
+                        "  decode        ITL of 1, 2, 4 ... --max-streams concurrent streams at a "
+                        "short and a long\n"
+                        "                prompt -> per-step, per-sequence, per-context-token cost\n"
+                        "  prefill       TTFT of a lone prompt of --min-prompt-tokens ... "
+                        "--max-prompt-tokens\n"
+                        "                -> per-token and attention (quadratic) cost\n"
+                        "  interference  the stall 32 streams (--interference-streams) see when a "
+                        "prompt of each length "
+                        "arrives\n"
+                        "                -> one-step or chunked prefill, and the token budget\n"
+                        "Prints every probe with its fitted time and residual, and writes a "
+                        "hardware profile\n(version 2, source \"target\") that model, sim and run "
+                        "take as --hardware FILE; without\n--model they run the model it was "
+                        "fitted on. A fit with residuals over --max-rms is\nrefused: exit 1, "
+                        "nothing written. Takes about a minute against an emulated A100;\n"
+                        "progress on stderr.",
+                        groups, 2);
+        return CLI_EXIT_OK;
+    }
+    char err[ERR_LEN] = "";
+    if (opts_parse(argc, argv, groups, 2, NULL, 0, NULL, err) != 0)
+        return cli_usage_error("calibrate", err);
+    experiment_secrets_from_env(&secrets);
+    if (!o.target[0])
+        return cli_usage_error("calibrate", "--target URL is empty");
+    if (o.cfg.min_prompt_tokens > o.cfg.max_prompt_tokens)
+        return cli_usage_error("calibrate", "--min-prompt-tokens is above --max-prompt-tokens");
+    cost_arch arch;
+    if (o.model[0] && cost_arch_find(o.model, &arch, err) != 0)
+        return cli_usage_error("calibrate", err);
+    if (o.no_interference)
+        o.cfg.interference_streams = 0;
+    o.cfg.target = o.target;
+    o.cfg.secrets = &secrets;
+    o.cfg.progress = stderr;
+    o.cfg.interrupted = cli_catch_interrupts();
+
+    calib_target *ct = calib_target_open(&o.cfg, err);
+    if (!ct)
+        return cli_usage_error("calibrate", err);
+    const char *served = calib_target_model(ct);
+    if (!o.model[0] && calib_target_arch(served[0] ? served : "(unnamed)", &arch, err) != 0) {
+        calib_target_close(ct);
+        return cli_usage_error("calibrate", err);
+    }
+    char shown[sizeof o.target];
+    calib_target_url_for_disk(o.target, shown, sizeof shown);
+    printf("calibrating %s (serves %s; the step model is stated for %s) ...\n", shown,
+           served[0] ? served : "an unnamed model", arch.name);
+    fflush(stdout);
+    calib_target_result *r = calloc(1, sizeof *r);
+    if (!r || calib_target_run(ct, r, err) != 0) {
+        calib_target_close(ct);
+        free(r);
+        fprintf(stderr, "stallscope calibrate: %s\n", r ? err : "out of memory");
+        return CLI_EXIT_FAIL;
+    }
+    calib_target_close(ct);
+
+    fit_probe probes[CALIB_TARGET_MAX_PROBES];
+    double residual[CALIB_TARGET_MAX_PROBES];
+    const int n = calib_target_fit_probes(r, probes, CALIB_TARGET_MAX_PROBES);
+    fit_result fr;
+    memset(&fr, 0, sizeof fr);
+    if (fit_step_model(probes, n, arch.name, &fr, residual, err) != 0) {
+        fprintf(stderr, "stallscope calibrate: the step model: %s\n", err);
+        free(r);
+        return CLI_EXIT_FAIL;
+    }
+    cost_gpu g;
+    memset(&g, 0, sizeof g);
+    snprintf(g.name, sizeof g.name, "%s", o.name);
+    g.mem_bytes = o.mem_bytes;
+    g.fit = fr.fit;
+    printf("  %d decode, %d prefill and %d interference probes in %.0f s\n", r->n_decode,
+           r->n_prefill, r->n_stall, r->seconds);
+    print_fit(r, &g.fit, probes, residual, n, &fr);
+    if (r->decode_note[0])
+        printf("  note: the decode grid stopped early: %s\n", r->decode_note);
+    if (r->prefill_note[0])
+        printf("  note: the prefill range shrank: %s\n", r->prefill_note);
+    cost_params cost;
+    cost_params_init(&cost, &g, &arch);
+    calib_target_policy pol;
+    calib_target_infer_policy(&cost, r->stall, r->n_stall, &pol);
+    print_policy(r, &cost, &pol);
+
+    int worst = -1;
+    const bool ok = calib_target_fit_ok(&fr, residual, n, o.max_rms, &worst);
+    if (!ok) {
+        char shape[48];
+        probe_shape(&probes[worst], shape, sizeof shape);
+        fprintf(stderr, "stallscope calibrate: the fit is refused: decode rms %.3g %%, prefill "
+                "rms %.3g %% (--max-rms %.3g %%); the probe that disagreed most: %s, measured "
+                "%.3f ms, fitted %.3f ms (%+.3g %%)%s\n",
+                fr.decode_rms * 100, fr.prefill_rms * 100, o.max_rms * 100, shape,
+                probes[worst].ns / 1e6, fit_predict_ns(&g.fit, &probes[worst]) / 1e6,
+                residual[worst] * 100,
+                o.force ? "; written anyway (--force-profile)" : "; nothing written");
+        if (!o.force) {
+            free(r);
+            return CLI_EXIT_FAIL;
+        }
+    }
+
+    profile_info info = {.version = PROFILE_VERSION};
+    snprintf(info.source, sizeof info.source, "%s", PROFILE_SOURCE_TARGET);
+    snprintf(info.target, sizeof info.target, "%s", shown);
+    json_t *root = profile_to_json(&g, &info, &fr, probes, residual, n);
+    json_t *m = root ? calib_target_measured_json(r, &pol) : NULL;
+    free(r);
+    if (!m) {
+        json_decref(root);
+        fprintf(stderr, "stallscope calibrate: out of memory\n");
+        return CLI_EXIT_FAIL;
+    }
+    char when[32];
+    const time_t now = time(NULL);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    json_object_set_new(m, "when", json_string(when));
+    json_object_set_new(m, "fit_model", json_string(arch.name));
+    json_object_set_new(m, "max_rms", json_real(o.max_rms));
+    json_object_set_new(m, "accepted", json_boolean(ok));
+    json_object_set_new(root, "measured", m);
+    int rc = CLI_EXIT_OK;
+    if (fsio_write_json(o.out, root, JSON_INDENT(2) | JSON_SORT_KEYS, err) != 0) {
+        fprintf(stderr, "stallscope calibrate: %s\n", err);
+        rc = CLI_EXIT_FAIL;
+    } else {
+        printf("wrote %s (use: stallscope sim --hardware %s: runs %s with this step model)\n",
+               o.out, o.out, arch.name);
+        /* the scheduler is the simulation's flags, not the profile's: say which match */
+        if (strcmp(pol.policy, "chunked") == 0)
+            printf("the target chunks prompts: simulate it with --policy chunked "
+                   "--max-num-batched-tokens %d\n", pol.budget);
+        else if (strcmp(pol.policy, "mixed") == 0)
+            printf("the target prefills in one step: sim's default (--policy mixed "
+                   "--max-num-batched-tokens 16384) matches when its budget is >= %d\n",
+                   pol.budget);
+        if (o.json) {
+            json_dumpf(root, stdout, JSON_INDENT(2) | JSON_SORT_KEYS);
+            printf("\n");
+        }
+    }
+    json_decref(root);
+    return rc;
+}

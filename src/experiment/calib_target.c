@@ -1,0 +1,918 @@
+/* calib_target — probe a black-box server for its step model (calib_target.h). */
+#include "experiment/calib_target.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "client/driver.h"
+#include "common/clock.h"
+#include "common/err.h"
+#include "workload/workload.h"
+
+#define PROBE_TIMEOUT_NS (30 * CLOCK_NS_PER_S) /* driver_probe's requests */
+#define MODELS_TIMEOUT_NS (5 * CLOCK_NS_PER_S)
+#define PUMP_SLICE_NS (20 * CLOCK_NS_PER_MS)   /* run() slices: interrupts are seen this often */
+#define SETTLE_NS (300 * CLOCK_NS_PER_MS)      /* after a probe's cancel; around an injection */
+#define ANSWER_TOKENS_MAX 2048                 /* a decode stream's max_tokens at most */
+#define STALLED_FACTOR 3.0                     /* a stream "stalled": gap > this x its steady gap */
+
+void calib_target_config_init(calib_target_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->max_streams = 128;
+    cfg->contexts[0] = 64;
+    cfg->contexts[1] = 1024;
+    cfg->min_prompt_tokens = 256;
+    cfg->max_prompt_tokens = 16384;
+    cfg->interference_streams = 32;
+    cfg->window_ns = CLOCK_NS_PER_S;
+    cfg->repeats = 3;
+    cfg->skip = 4;
+    cfg->weight_bound = 4;
+    cfg->timeout_ns = 120 * CLOCK_NS_PER_S;
+}
+
+int calib_target_transport_parse(calib_target_config *cfg, const char *text, char *err)
+{
+    return stream_transport_parse(text, &cfg->transport, err);
+}
+
+/* ---- pure pieces ------------------------------------------------------------------------------ */
+
+int calib_target_batches(int max_streams, int *out, int cap)
+{
+    int n = 0;
+    for (int b = 1; b < max_streams && n < cap; b *= 2)
+        out[n++] = b;
+    if (max_streams >= 1 && n < cap)
+        out[n++] = max_streams;
+    return n;
+}
+
+int calib_target_prompts(int min_tokens, int max_tokens, int *out, int cap)
+{
+    int n = 0;
+    for (int64_t p = min_tokens; p > 0 && p < max_tokens && n < cap; p *= 2)
+        out[n++] = (int)p;
+    if (min_tokens > 0 && max_tokens >= min_tokens && n < cap)
+        out[n++] = max_tokens;
+    return n;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of v (sorted in place), n > 0: the lower middle for an even count, as the
+ * analysis' nearest-rank p50 takes it. */
+static double median(double *v, int64_t n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return v[(n - 1) / 2];
+}
+
+int calib_target_steady_gap(const calib_target_series *s, int n_streams, int skip, int prompt_tokens,
+                            int64_t from_ns, int64_t to_ns, double *gap_ns,
+                            double *mean_context, int64_t *samples)
+{
+    int64_t n = 0;
+    for (int k = 0; k < n_streams; k++)
+        for (int i = skip > 1 ? skip : 1; i < s[k].n; i++)
+            if (s[k].t_ns[i - 1] >= from_ns && s[k].t_ns[i] <= to_ns)
+                n += s[k].cum[i] - s[k].cum[i - 1] > 0 ? s[k].cum[i] - s[k].cum[i - 1] : 1;
+    if (n == 0)
+        return -1;
+    double *gaps = malloc(sizeof *gaps * (size_t)n);
+    if (!gaps)
+        return -1;
+    int64_t m = 0;
+    double context = 0;
+    for (int k = 0; k < n_streams; k++)
+        for (int i = skip > 1 ? skip : 1; i < s[k].n; i++) {
+            if (!(s[k].t_ns[i - 1] >= from_ns && s[k].t_ns[i] <= to_ns))
+                continue;
+            const int tokens = s[k].cum[i] - s[k].cum[i - 1] > 0 ? s[k].cum[i] - s[k].cum[i - 1] : 1;
+            const double gap = (double)(s[k].t_ns[i] - s[k].t_ns[i - 1]) / tokens;
+            for (int j = 0; j < tokens; j++) {
+                gaps[m++] = gap;
+                context += prompt_tokens + s[k].cum[i - 1] + j;
+            }
+        }
+    *gap_ns = median(gaps, m);
+    *mean_context = context / (double)m;
+    *samples = m;
+    free(gaps);
+    return 0;
+}
+
+int calib_target_stall_of(const calib_target_series *s, int n_streams, int64_t send_ns,
+                          int64_t first_ns, double threshold_ns, double *stall_ns, int *stalled)
+{
+    double *longest = malloc(sizeof *longest * (size_t)(n_streams > 0 ? n_streams : 1));
+    if (!longest)
+        return -1;
+    int n = 0;
+    *stalled = 0;
+    for (int k = 0; k < n_streams; k++) {
+        double worst = -1;
+        for (int i = 1; i < s[k].n; i++)
+            if (s[k].t_ns[i] > send_ns && s[k].t_ns[i - 1] < first_ns) {
+                const double gap = (double)(s[k].t_ns[i] - s[k].t_ns[i - 1]);
+                worst = gap > worst ? gap : worst;
+            }
+        if (worst < 0)
+            continue;
+        longest[n++] = worst;
+        *stalled += worst > threshold_ns;
+    }
+    if (n > 0)
+        *stall_ns = median(longest, n);
+    free(longest);
+    return n > 0 ? 0 : -1;
+}
+
+void calib_target_mark_weight_bound(calib_target_result *r, double decode_1_ns, double factor)
+{
+    for (int i = 0; i < r->n_prefill; i++)
+        r->prefill[i].fitted = r->prefill[i].ttft_ns >= factor * decode_1_ns;
+}
+
+int calib_target_fit_probes(const calib_target_result *r, fit_probe *out, int cap)
+{
+    int n = 0;
+    for (int i = 0; i < r->n_decode && n < cap; i++)
+        out[n++] = (fit_probe){.batch = r->decode[i].batch,
+                               .context_sum = r->decode[i].batch * r->decode[i].mean_context,
+                               .ns = r->decode[i].gap_ns};
+    for (int i = 0; i < r->n_prefill && n < cap; i++)
+        if (r->prefill[i].fitted)
+            out[n++] = (fit_probe){.batch = 1,
+                                   .prompt_tokens = r->prefill[i].prompt_tokens,
+                                   .ns = r->prefill[i].ttft_ns};
+    return n;
+}
+
+/* The budget whose longest chunk step is stall_ns under the fitted model (bisection: the
+ * chunk step grows with the budget). */
+static int budget_for_stall(const cost_params *cost, const calib_target_stall *st)
+{
+    const int decodes = st->streams;
+    const int context = (int)(st->mean_context + 0.5);
+    int lo = decodes + 1, hi = st->prompt_tokens + decodes;
+    for (int iter = 0; iter < 40 && lo < hi; iter++) {
+        const int mid = lo + (hi - lo) / 2;
+        if ((double)cost_injection_step_ns(cost, st->prompt_tokens, decodes, context, mid) <
+            st->stall_ns)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+void calib_target_infer_policy(const cost_params *cost, const calib_target_stall *stalls, int n,
+                               calib_target_policy *out)
+{
+    memset(out, 0, sizeof *out);
+    int budgets[CALIB_TARGET_MAX_PROMPTS], n_chunked = 0, one_step_longest = 0, n_no_stall = 0;
+    for (int i = 0; i < n && i < CALIB_TARGET_MAX_PROMPTS; i++) {
+        const calib_target_stall *st = &stalls[i];
+        const double one_step = (double)cost_injection_step_ns(
+            cost, st->prompt_tokens, st->streams, (int)(st->mean_context + 0.5), 0);
+        out->ratio[i] = one_step > 0 ? st->stall_ns / one_step : 0;
+        out->n = i + 1;
+        if (st->stall_ns < CALIB_TARGET_NO_STALL * st->gap_ns)
+            n_no_stall++;
+        else if (out->ratio[i] >= CALIB_TARGET_ONE_STEP)
+            one_step_longest = st->prompt_tokens > one_step_longest ? st->prompt_tokens
+                                                                    : one_step_longest;
+        else
+            budgets[n_chunked++] = budget_for_stall(cost, st);
+    }
+    if (out->n == 0)
+        return;
+    if (n_no_stall == out->n) {
+        snprintf(out->policy, sizeof out->policy, "none");
+    } else if (n_chunked > 0) {
+        /* A prompt can be chunked only where it is longer than the budget: the median of
+         * the chunked prompts' budgets, and never below the longest one-step prompt. */
+        double b[CALIB_TARGET_MAX_PROMPTS];
+        for (int i = 0; i < n_chunked; i++)
+            b[i] = budgets[i];
+        const int budget = (int)median(b, n_chunked);
+        snprintf(out->policy, sizeof out->policy, "chunked");
+        out->budget = budget > one_step_longest ? budget : one_step_longest;
+    } else {
+        snprintf(out->policy, sizeof out->policy, "mixed");
+        out->budget = one_step_longest;
+        out->budget_is_lower_bound = true;
+    }
+}
+
+bool calib_target_fit_ok(const fit_result *fr, const double *residual, int n, double max_rms,
+                         int *worst)
+{
+    *worst = -1;
+    for (int i = 0; i < n; i++)
+        if (*worst < 0 || fabs(residual[i]) > fabs(residual[*worst]))
+            *worst = i;
+    return fr->decode_rms <= max_rms && fr->prefill_rms <= max_rms;
+}
+
+int calib_target_arch(const char *served, cost_arch *out, char *err)
+{
+    char why[ERR_LEN];
+    if (cost_arch_find(served, out, why) == 0)
+        return 0;
+    const char *base = strrchr(served, '/');
+    base = base ? base + 1 : served;
+    char name[128];
+    size_t len = 0;
+    for (; base[len] && len + 1 < sizeof name; len++)
+        name[len] = (char)tolower((unsigned char)base[len]);
+    name[len] = '\0';
+    static const char *const suffixes[] = {"-instruct", "-chat"};
+    for (int i = 0; i < 2; i++) {
+        const size_t sl = strlen(suffixes[i]);
+        if (len > sl && strcmp(name + len - sl, suffixes[i]) == 0)
+            name[len - sl] = '\0';
+    }
+    if (cost_arch_find(name, out, why) == 0)
+        return 0;
+    return err_set(err, "the target serves '%s', which is not a model of the catalog: name its "
+                        "architecture with --model M (see 'stallscope model --list')",
+                   served);
+}
+
+/* The target as the profile records it: without user:password@ and without a query (where
+ * keys sometimes travel): nothing secret goes to disk. */
+void calib_target_url_for_disk(const char *url, char *out, size_t size)
+{
+    const char *scheme = strstr(url, "://");
+    const char *host = scheme ? scheme + 3 : url;
+    const size_t authority = strcspn(host, "/?#");
+    const char *at = memchr(host, '@', authority);
+    const size_t head = (size_t)(host - url);
+    const char *rest = at ? at + 1 : host;
+    snprintf(out, size, "%.*s%.*s", (int)head, url, (int)strcspn(rest, "?#"), rest);
+}
+
+/* ---- probing: streams on one transport --------------------------------------------------------- */
+
+typedef struct probe_stream {
+    int64_t t_post;
+    int64_t *t_ns;
+    int *cum;
+    int n, cap;
+    bool ended, failed;
+    int http_status;
+    char error[160];
+} probe_stream;
+
+struct calib_target {
+    calib_target_config cfg;
+    stream_options so;
+    stream_transport t;
+    driver_api api;
+    workload_config wl;
+    uint64_t salt;
+    int64_t next_index;
+    int64_t max_model_len;
+    /* The last decode probe's ramp (all streams started): bounds the next one's wait */
+    int64_t last_ramp_ns;
+    double last_ramp_tokens; /* its streams x prompt */
+};
+
+static void on_token(void *ctx, void *user, const stream_token *tok)
+{
+    (void)ctx;
+    probe_stream *s = user;
+    /* Events completed by one read share its stamp (the client read late, or the kernel
+     * coalesced the segments): one event of their tokens, so the next gap averages over
+     * them instead of a gap of 0 counting as a step. */
+    if (s->n > 0 && s->t_ns[s->n - 1] == tok->t_ns) {
+        s->cum[s->n - 1] += tok->n_tokens > 0 ? tok->n_tokens : 1;
+        return;
+    }
+    if (s->n == s->cap) {
+        const int cap = s->cap ? s->cap * 2 : 64;
+        int64_t *t = realloc(s->t_ns, sizeof *t * (size_t)cap);
+        if (t)
+            s->t_ns = t;
+        int *c = realloc(s->cum, sizeof *c * (size_t)cap);
+        if (c)
+            s->cum = c;
+        if (!t || !c)
+            return; /* out of memory: the token is not counted; the probe sees fewer gaps */
+        s->cap = cap;
+    }
+    s->t_ns[s->n] = tok->t_ns;
+    s->cum[s->n] = (s->n ? s->cum[s->n - 1] : 0) + (tok->n_tokens > 0 ? tok->n_tokens : 1);
+    s->n++;
+}
+
+static void on_end(void *ctx, void *user, const stream_end *end)
+{
+    (void)ctx;
+    probe_stream *s = user;
+    s->ended = true;
+    s->http_status = end->http_status;
+    if (end->error[0] && strcmp(end->finish_reason, "abort") != 0) {
+        s->failed = true;
+        snprintf(s->error, sizeof s->error, "%s", end->error);
+    }
+}
+
+static const stream_handlers handlers = {NULL, on_token, on_end};
+
+static void streams_free(probe_stream *s, int n)
+{
+    for (int i = 0; s && i < n; i++) {
+        free(s[i].t_ns);
+        free(s[i].cum);
+    }
+    free(s);
+}
+
+static bool interrupted(const calib_target *ct)
+{
+    return ct->cfg.interrupted && *ct->cfg.interrupted;
+}
+
+/* Post one stream of a prompt_tokens prompt asking max_tokens. 0, or -1 with err. */
+static int post(calib_target *ct, probe_stream *s, int prompt_tokens, int max_tokens, char *err)
+{
+    size_t len = 0;
+    char *body = driver_build_body(&ct->api, &ct->wl, ct->salt, 0, ct->next_index++, prompt_tokens,
+                                   max_tokens, &len, err);
+    if (!body)
+        return -1;
+    const stream_request req = {driver_endpoint_path(ct->api.endpoint), body, len, &handlers, s,
+                                max_tokens};
+    s->t_post = clock_now_ns();
+    const int rc = ct->t.post(ct->t.impl, &req, err);
+    free(body);
+    return rc;
+}
+
+/* Pump the transport until done(ctx) or until_ns. 0, or -1 with err (transport, interrupt). */
+static int pump(calib_target *ct, int64_t until_ns, bool (*done)(void *), void *ctx, char *err)
+{
+    for (;;) {
+        if (interrupted(ct))
+            return err_set(err, "interrupted");
+        if (done && done(ctx))
+            return 0;
+        const int64_t now = clock_now_ns();
+        if (now >= until_ns)
+            return 0;
+        const int64_t slice = now + PUMP_SLICE_NS < until_ns ? now + PUMP_SLICE_NS : until_ns;
+        if (ct->t.run(ct->t.impl, slice, err) != 0)
+            return -1;
+    }
+}
+
+/* End every stream (a planned stop) and give the server a moment to drop them. */
+static int finish(calib_target *ct, char *err)
+{
+    char scratch[ERR_LEN];
+    ct->t.cancel_all(ct->t.impl, "");
+    return pump(ct, clock_now_ns() + SETTLE_NS, NULL, NULL, err ? err : scratch);
+}
+
+typedef struct ramp_ctx {
+    probe_stream *s;
+    int n, skip;
+} ramp_ctx;
+
+static bool any_ended(void *ctx)
+{
+    const ramp_ctx *r = ctx;
+    for (int i = 0; i < r->n; i++)
+        if (r->s[i].ended)
+            return true;
+    return false;
+}
+
+/* Every stream has its first skip tokens, or one has ended (refused, failed, done early:
+ * no use waiting for the others). */
+static bool ramped(void *ctx)
+{
+    const ramp_ctx *r = ctx;
+    if (any_ended(ctx))
+        return true;
+    for (int i = 0; i < r->n; i++)
+        if (r->s[i].n < r->skip)
+            return false;
+    return true;
+}
+
+static void series_of(const probe_stream *s, int n, calib_target_series *out)
+{
+    for (int i = 0; i < n; i++)
+        out[i] = (calib_target_series){s[i].t_ns, s[i].cum, s[i].n};
+}
+
+/* The answer's length: what the window needs, within the model's length. */
+static int answer_tokens(const calib_target *ct, int prompt_tokens)
+{
+    int64_t room = ANSWER_TOKENS_MAX;
+    if (ct->max_model_len > 0 && ct->max_model_len - prompt_tokens - 1 < room)
+        room = ct->max_model_len - prompt_tokens - 1;
+    return room > 1 ? (int)room : 1;
+}
+
+/* The first failed stream's reason, or NULL. */
+static const probe_stream *failed_stream(const probe_stream *s, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (s[i].failed)
+            return &s[i];
+    return NULL;
+}
+
+/* One decode probe: B streams of prompt_tokens. 0 (*out filled), 1 (the target would not
+ * run it: note says why), -1 with err. */
+static int probe_decode(calib_target *ct, int batch, int prompt_tokens, calib_target_decode *out,
+                        char *note, size_t note_size, char *err)
+{
+    const calib_target_config *c = &ct->cfg;
+    probe_stream *s = calloc((size_t)batch, sizeof *s);
+    if (!s)
+        return err_set(err, "out of memory for %d streams", batch);
+    int rc = -1;
+    const int answer = answer_tokens(ct, prompt_tokens);
+    for (int i = 0; i < batch; i++)
+        if (post(ct, &s[i], prompt_tokens, answer, err) != 0)
+            goto done;
+    ramp_ctx r = {s, batch, c->skip};
+    const int64_t start = clock_now_ns();
+    /* A target that caps concurrent requests below the batch starts the rest only as others
+     * end (thousands of tokens later): wait 4 x what the last ramp's prompts predict + 10 s,
+     * not the whole timeout. */
+    int64_t limit = c->timeout_ns;
+    if (ct->last_ramp_ns > 0) {
+        const double scaled = 4.0 * (double)ct->last_ramp_ns * batch * prompt_tokens /
+                                  ct->last_ramp_tokens + 10e9;
+        limit = scaled < (double)limit ? (int64_t)scaled : limit;
+    }
+    if (pump(ct, start + limit, ramped, &r, err) != 0)
+        goto done;
+    const probe_stream *bad = failed_stream(s, batch);
+    if (bad || !ramped(&r) || any_ended(&r)) { /* ramped() alone: all started, or one ended */
+        if (bad)
+            snprintf(note, note_size, "%d streams of %d-token prompts: the target answered: %s",
+                     batch, prompt_tokens, bad->error);
+        else if (!ramped(&r))
+            snprintf(note, note_size, "%d streams of %d-token prompts did not all start within "
+                     "%.0f s (does the target cap concurrent requests?)",
+                     batch, prompt_tokens, (double)limit / 1e9);
+        else
+            snprintf(note, note_size, "%d streams of %d-token prompts: a stream ended before "
+                     "the window (the target ignores ignore_eos?)", batch, prompt_tokens);
+        rc = 1;
+        goto done;
+    }
+    const int64_t from = clock_now_ns();
+    ct->last_ramp_ns = from - start;
+    ct->last_ramp_tokens = (double)batch * prompt_tokens;
+    if (pump(ct, from + c->window_ns, any_ended, &r, err) != 0)
+        goto done;
+    const int64_t to = clock_now_ns();
+    calib_target_series *series = malloc(sizeof *series * (size_t)batch);
+    if (!series) {
+        err_set(err, "out of memory");
+        goto done;
+    }
+    series_of(s, batch, series);
+    out->batch = batch;
+    out->prompt_tokens = prompt_tokens;
+    const int got = calib_target_steady_gap(series, batch, c->skip, prompt_tokens, from, to,
+                                            &out->gap_ns, &out->mean_context, &out->samples);
+    free(series);
+    if (got != 0) {
+        snprintf(note, note_size, "%d streams of %d-token prompts: no token gap in the %.1f s "
+                 "window", batch, prompt_tokens, (double)c->window_ns / 1e9);
+        rc = 1;
+        goto done;
+    }
+    rc = 0;
+done:
+    if (finish(ct, rc < 0 ? NULL : err) != 0 && rc >= 0)
+        rc = -1;
+    streams_free(s, batch);
+    return rc;
+}
+
+static bool ended(void *ctx)
+{
+    return ((const probe_stream *)ctx)->ended;
+}
+
+/* One prefill probe: the median TTFT of `repeats` lone prompts. 0, 1 (refused: note), -1. */
+static int probe_prefill(calib_target *ct, int prompt_tokens, double *ttft_ns, char *note,
+                         size_t note_size, char *err)
+{
+    const calib_target_config *c = &ct->cfg;
+    double ttft[16];
+    const int repeats = c->repeats < 16 ? c->repeats : 16;
+    for (int k = 0; k < repeats; k++) {
+        probe_stream s;
+        memset(&s, 0, sizeof s);
+        /* the 1-token answer's end follows its token at once: wait for it, so the next
+         * prompt finds the server idle */
+        int rc = post(ct, &s, prompt_tokens, 1, err);
+        if (rc == 0)
+            rc = pump(ct, clock_now_ns() + c->timeout_ns, ended, &s, err);
+        if (!s.ended)
+            ct->t.cancel_all(ct->t.impl, "");
+        const bool answered = s.n > 0;
+        const double took = answered ? (double)(s.t_ns[0] - s.t_post) : 0;
+        char why[200];
+        snprintf(why, sizeof why, "%s", s.failed ? s.error : "no token within the timeout");
+        free(s.t_ns);
+        free(s.cum);
+        if (rc != 0)
+            return -1;
+        if (!answered) {
+            snprintf(note, note_size, "the target refused a %d-token prompt (%s)", prompt_tokens,
+                     why);
+            return 1;
+        }
+        ttft[k] = took;
+    }
+    *ttft_ns = median(ttft, repeats);
+    return 0;
+}
+
+typedef struct inject_wait {
+    const probe_stream *inject;
+    const probe_stream *bg;
+    int n;
+} inject_wait;
+
+static bool injected(void *ctx)
+{
+    const inject_wait *w = ctx;
+    if (w->inject->n > 0 || w->inject->ended)
+        return true;
+    for (int i = 0; i < w->n; i++)
+        if (w->bg[i].ended)
+            return true;
+    return false;
+}
+
+/* The interference probes: the streams, and one prompt of each length sent into them. */
+static int probe_interference(calib_target *ct, calib_target_result *r, char *err)
+{
+    const calib_target_config *c = &ct->cfg;
+    const int n = c->interference_streams;
+    const int prompt = c->contexts[0];
+    probe_stream *bg = calloc((size_t)n, sizeof *bg);
+    calib_target_series *series = calloc((size_t)n, sizeof *series);
+    int rc = -1;
+    if (!bg || !series) {
+        err_set(err, "out of memory for %d streams", n);
+        goto done;
+    }
+    const int answer = answer_tokens(ct, prompt);
+    for (int i = 0; i < n; i++)
+        if (post(ct, &bg[i], prompt, answer, err) != 0)
+            goto done;
+    ramp_ctx rw = {bg, n, c->skip};
+    if (pump(ct, clock_now_ns() + c->timeout_ns, ramped, &rw, err) != 0 ||
+        pump(ct, clock_now_ns() + SETTLE_NS, any_ended, &rw, err) != 0)
+        goto done;
+    for (int p = 0; p < r->n_prefill; p++) {
+        if (any_ended(&rw)) {
+            snprintf(r->stall_note, sizeof r->stall_note, "the %d streams ended (answers of %d "
+                     "tokens) before the %d-token injection", n, answer,
+                     r->prefill[p].prompt_tokens);
+            break;
+        }
+        probe_stream inj;
+        memset(&inj, 0, sizeof inj);
+        if (post(ct, &inj, r->prefill[p].prompt_tokens, 1, err) != 0)
+            goto done;
+        inject_wait w = {&inj, bg, n};
+        /* alone it took ttft: a prompt that waits far longer beside the streams is one the
+         * scheduler does not admit beside them (a budget under prompt + streams) */
+        const int64_t wait_ns = (int64_t)(4 * r->prefill[p].ttft_ns) + 2 * CLOCK_NS_PER_S;
+        int prc = pump(ct, clock_now_ns() + (wait_ns < c->timeout_ns ? wait_ns : c->timeout_ns),
+                       injected, &w, err);
+        const int64_t send = inj.t_post, first = inj.n > 0 ? inj.t_ns[0] : 0;
+        free(inj.t_ns);
+        free(inj.cum);
+        if (prc != 0 || pump(ct, clock_now_ns() + SETTLE_NS, any_ended, &rw, err) != 0)
+            goto done;
+        if (first == 0) {
+            if (any_ended(&rw))
+                snprintf(r->stall_note, sizeof r->stall_note, "the %d streams ended (answers of "
+                         "%d tokens) during the %d-token injection", n, answer,
+                         r->prefill[p].prompt_tokens);
+            else
+                snprintf(r->stall_note, sizeof r->stall_note, "a %d-token prompt got no token "
+                         "beside %d streams within %.1f s (alone: %.0f ms): the scheduler does not "
+                         "admit it beside them (a budget under %d tokens?)",
+                         r->prefill[p].prompt_tokens, n, (double)wait_ns / 1e9,
+                         r->prefill[p].ttft_ns / 1e6, r->prefill[p].prompt_tokens + n);
+            ct->t.cancel_all(ct->t.impl, ""); /* the streams too: the loop ends here */
+            break;
+        }
+        calib_target_stall *st = &r->stall[r->n_stall];
+        memset(st, 0, sizeof *st);
+        st->prompt_tokens = r->prefill[p].prompt_tokens;
+        st->ttft_ns = (double)(first - send);
+        st->streams = n;
+        series_of(bg, n, series);
+        int64_t samples = 0;
+        if (calib_target_steady_gap(series, n, c->skip, prompt, send - SETTLE_NS, send, &st->gap_ns,
+                                    &st->mean_context, &samples) != 0 ||
+            calib_target_stall_of(series, n, send, first, STALLED_FACTOR * st->gap_ns,
+                                  &st->stall_ns, &st->streams_stalled) != 0)
+            continue;
+        r->n_stall++;
+        if (c->progress)
+            fprintf(c->progress, "  interference: %d-token prompt into %d streams: stall %.2f ms "
+                    "(steady gap %.2f ms, %d of %d streams stalled), TTFT %.2f ms\n",
+                    st->prompt_tokens, n, st->stall_ns / 1e6, st->gap_ns / 1e6,
+                    st->streams_stalled, n, st->ttft_ns / 1e6);
+    }
+    rc = 0;
+done:
+    if (finish(ct, rc < 0 ? NULL : err) != 0 && rc == 0)
+        rc = -1;
+    streams_free(bg, n);
+    free(series);
+    return rc;
+}
+
+/* ---- open, run, close ----------------------------------------------------------------------- */
+
+/* "what: " in front of err. -1. */
+static int err_prefix(char *err, const char *what)
+{
+    char why[ERR_LEN];
+    snprintf(why, sizeof why, "%s", err);
+    return err_set(err, "%s: %s", what, why);
+}
+
+/* GET /v1/models: the first model's id and max_model_len; credentials refused said here. */
+static int read_models(calib_target *ct, char *err)
+{
+    int status = 0;
+    char *body = NULL, why[ERR_LEN];
+    if (stream_http(&ct->so, "GET", "/v1/models", NULL, MODELS_TIMEOUT_NS, &status, &body, why) != 0)
+        return err_set(err, "the target at %s is not reachable: %s", ct->cfg.target, why);
+    if (status == 401 || status == 403) {
+        free(body);
+        return err_set(err, "the target refused our credentials (HTTP %d on GET /v1/models): "
+                            "%s (--api-key KEY or OPENAI_API_KEY, --header 'Name: value')",
+                       status, ct->so.api_key && ct->so.api_key[0] ? "is the key right?"
+                                                                   : "it needs a key");
+    }
+    json_t *root = status == 200 ? json_loads(body ? body : "", 0, NULL) : NULL;
+    json_t *first = json_array_get(json_object_get(root, "data"), 0);
+    const char *id = json_string_value(json_object_get(first, "id"));
+    if (!ct->api.model[0] && id)
+        snprintf(ct->api.model, sizeof ct->api.model, "%s", id);
+    json_t *len = json_object_get(first, "max_model_len");
+    if (json_is_integer(len) && json_integer_value(len) > 0)
+        ct->max_model_len = json_integer_value(len);
+    json_decref(root);
+    free(body);
+    return 0;
+}
+
+calib_target *calib_target_open(const calib_target_config *cfg, char *err)
+{
+    calib_target *ct = calloc(1, sizeof *ct);
+    if (!ct) {
+        err_set(err, "out of memory");
+        return NULL;
+    }
+    ct->cfg = *cfg;
+    /* The gaps are the measurement: read them promptly (as run does; a note if not allowed). */
+    errno = 0;
+    const int nice_before = getpriority(PRIO_PROCESS, 0);
+    if (nice_before > -10 && setpriority(PRIO_PROCESS, 0, -10) != 0 && cfg->progress)
+        fprintf(cfg->progress, "stallscope: note: cannot raise priority (%s); timings may suffer "
+                               "from other load on this machine\n",
+                strerror(errno));
+    const experiment_secrets *sec = cfg->secrets;
+    ct->so = (stream_options){
+        .base_url = cfg->target,
+        .api_key = sec ? sec->api_key : NULL,
+        .headers = sec ? sec->headers : NULL,
+        .n_headers = sec ? sec->n_headers : 0,
+        .idle_timeout_ns = cfg->timeout_ns,
+        .max_streams = (cfg->max_streams > cfg->interference_streams ? cfg->max_streams
+                                                                      : cfg->interference_streams) +
+                       8,
+        .insecure = cfg->insecure,
+    };
+    driver_api_defaults(&ct->api);
+    snprintf(ct->api.model, sizeof ct->api.model, "%s", cfg->model_name);
+    workload_default(&ct->wl);
+    /* Prompts never repeat across calibrations: a prefix cache must not shorten a probe. */
+    ct->salt = (uint64_t)time(NULL) ^ ((uint64_t)clock_now_ns() << 20);
+    const stream_transport_kind kind = stream_transport_resolve(cfg->transport, cfg->target);
+    if (stream_transport_create(kind, &ct->so, &ct->t, err) != 0) {
+        free(ct);
+        return NULL;
+    }
+    if (read_models(ct, err) != 0 ||
+        driver_probe(&ct->t, &ct->api, &ct->wl, PROBE_TIMEOUT_NS, cfg->progress, err) != 0) {
+        calib_target_close(ct);
+        return NULL;
+    }
+    return ct;
+}
+
+const char *calib_target_model(const calib_target *ct)
+{
+    return ct->api.model;
+}
+
+void calib_target_close(calib_target *ct)
+{
+    if (!ct)
+        return;
+    if (ct->t.impl)
+        ct->t.destroy(ct->t.impl);
+    free(ct);
+}
+
+int calib_target_run(calib_target *ct, calib_target_result *out, char *err)
+{
+    const calib_target_config *c = &ct->cfg;
+    FILE *say = c->progress;
+    memset(out, 0, sizeof *out);
+    snprintf(out->served_model, sizeof out->served_model, "%s", ct->api.model);
+    out->max_model_len = ct->max_model_len;
+    out->token_ids = ct->api.token_ids;
+    const int64_t start = clock_now_ns();
+
+    /* decode: the batch grid at each context; a batch the target will not run ends the
+     * grid for that context, and says so */
+    int batches[CALIB_TARGET_MAX_BATCHES];
+    const int n_batches = calib_target_batches(c->max_streams, batches, CALIB_TARGET_MAX_BATCHES);
+    for (int k = 0; k < CALIB_TARGET_MAX_CONTEXTS; k++) {
+        if (c->contexts[k] <= 0)
+            continue;
+        for (int b = 0; b < n_batches; b++) {
+            calib_target_decode *d = &out->decode[out->n_decode];
+            char note[256] = "";
+            const int rc = probe_decode(ct, batches[b], c->contexts[k], d, note, sizeof note, err);
+            if (rc < 0) {
+                char what[64];
+                snprintf(what, sizeof what, "decode probe %d x %d", batches[b], c->contexts[k]);
+                return err_prefix(err, what);
+            }
+            if (rc > 0) {
+                snprintf(out->decode_note, sizeof out->decode_note, "%s", note);
+                if (say)
+                    fprintf(say, "  decode: %s: the grid stops at %d streams\n", note,
+                            b > 0 ? batches[b - 1] : 0);
+                break;
+            }
+            out->n_decode++;
+            if (say)
+                fprintf(say, "  decode: %3d streams x %5d-token prompts: step %.3f ms (median of "
+                        "%lld gaps, mean context %.0f) [%.0f s]\n",
+                        d->batch, d->prompt_tokens, d->gap_ns / 1e6, (long long)d->samples,
+                        d->mean_context, (double)(clock_now_ns() - start) / 1e9);
+        }
+    }
+    if (out->n_decode < 3)
+        return err_set(err, "only %d decode probe%s ran (the fit needs 3)%s%s", out->n_decode,
+                       out->n_decode == 1 ? "" : "s", out->decode_note[0] ? ": " : "",
+                       out->decode_note);
+
+    /* prefill: lone prompts, shortest first; a refusal ends the range */
+    int prompts[CALIB_TARGET_MAX_PROMPTS];
+    int max_prompt = c->max_prompt_tokens;
+    if (ct->max_model_len > 0 && ct->max_model_len - 1 < max_prompt) {
+        max_prompt = (int)(ct->max_model_len - 1);
+        snprintf(out->prefill_note, sizeof out->prefill_note, "the target's max_model_len is "
+                 "%lld: prefill probes stop at %d tokens", (long long)ct->max_model_len,
+                 max_prompt);
+        if (say)
+            fprintf(say, "  prefill: %s\n", out->prefill_note);
+    }
+    const int n_prompts = calib_target_prompts(c->min_prompt_tokens, max_prompt, prompts,
+                                               CALIB_TARGET_MAX_PROMPTS);
+    for (int p = 0; p < n_prompts; p++) {
+        calib_target_prefill *f = &out->prefill[out->n_prefill];
+        char note[256] = "";
+        const int rc = probe_prefill(ct, prompts[p], &f->ttft_ns, note, sizeof note, err);
+        if (rc < 0)
+            return -1;
+        if (rc > 0) {
+            snprintf(out->prefill_note, sizeof out->prefill_note, "%s: prefill probes stop at "
+                     "%d tokens", note, out->n_prefill ? out->prefill[out->n_prefill - 1].prompt_tokens
+                                                       : 0);
+            if (say)
+                fprintf(say, "  prefill: %s\n", out->prefill_note);
+            break;
+        }
+        f->prompt_tokens = prompts[p];
+        out->n_prefill++;
+        if (say)
+            fprintf(say, "  prefill: %5d-token prompt alone: TTFT %.2f ms (median of %d) [%.0f s]\n",
+                    f->prompt_tokens, f->ttft_ns / 1e6, c->repeats,
+                    (double)(clock_now_ns() - start) / 1e9);
+    }
+    /* weight-bound prefills are shown, not fitted (see the top) */
+    double decode_1 = 0;
+    for (int i = 0; i < out->n_decode; i++)
+        if (out->decode[i].batch == 1 && (decode_1 == 0 || out->decode[i].gap_ns < decode_1))
+            decode_1 = out->decode[i].gap_ns;
+    calib_target_mark_weight_bound(out, decode_1, c->weight_bound);
+    int fitted = 0;
+    for (int i = 0; i < out->n_prefill; i++)
+        fitted += out->prefill[i].fitted;
+    if (fitted < 2 && out->n_prefill >= 2) {
+        /* too few long prompts: fit the two longest rather than none */
+        for (int i = out->n_prefill - 2; i < out->n_prefill; i++)
+            out->prefill[i].fitted = true;
+        fitted = 2;
+    }
+    if (fitted < 2)
+        return err_set(err, "only %d prefill probe%s ran (the fit needs 2)%s%s", out->n_prefill,
+                       out->n_prefill == 1 ? "" : "s", out->prefill_note[0] ? ": " : "",
+                       out->prefill_note);
+
+    if (c->interference_streams > 0 && probe_interference(ct, out, err) != 0)
+        return err_prefix(err, "interference probes");
+    out->seconds = (double)(clock_now_ns() - start) / 1e9;
+    return 0;
+}
+
+json_t *calib_target_measured_json(const calib_target_result *r, const calib_target_policy *pol)
+{
+    json_t *m = json_object(), *dec = json_array(), *pre = json_array(), *st = json_array();
+    if (!m || !dec || !pre || !st) {
+        json_decref(m);
+        json_decref(dec);
+        json_decref(pre);
+        json_decref(st);
+        return NULL;
+    }
+    json_object_set_new(m, "served_model", json_string(r->served_model));
+    if (r->max_model_len > 0)
+        json_object_set_new(m, "max_model_len", json_integer(r->max_model_len));
+    json_object_set_new(m, "prompts", json_string(r->token_ids ? "token ids" : "calibrated text"));
+    json_object_set_new(m, "seconds", json_real(r->seconds));
+    for (int i = 0; i < r->n_decode; i++) {
+        json_t *o = json_object();
+        json_object_set_new(o, "streams", json_integer(r->decode[i].batch));
+        json_object_set_new(o, "prompt_tokens", json_integer(r->decode[i].prompt_tokens));
+        json_object_set_new(o, "mean_context", json_real(r->decode[i].mean_context));
+        json_object_set_new(o, "gap_ms", json_real(r->decode[i].gap_ns / 1e6));
+        json_object_set_new(o, "gaps", json_integer(r->decode[i].samples));
+        json_array_append_new(dec, o);
+    }
+    for (int i = 0; i < r->n_prefill; i++) {
+        json_t *o = json_object();
+        json_object_set_new(o, "prompt_tokens", json_integer(r->prefill[i].prompt_tokens));
+        json_object_set_new(o, "ttft_ms", json_real(r->prefill[i].ttft_ns / 1e6));
+        json_object_set_new(o, "fitted", json_boolean(r->prefill[i].fitted));
+        json_array_append_new(pre, o);
+    }
+    for (int i = 0; i < r->n_stall; i++) {
+        json_t *o = json_object();
+        json_object_set_new(o, "prompt_tokens", json_integer(r->stall[i].prompt_tokens));
+        json_object_set_new(o, "streams", json_integer(r->stall[i].streams));
+        json_object_set_new(o, "stall_ms", json_real(r->stall[i].stall_ns / 1e6));
+        json_object_set_new(o, "steady_gap_ms", json_real(r->stall[i].gap_ns / 1e6));
+        json_object_set_new(o, "streams_stalled", json_integer(r->stall[i].streams_stalled));
+        json_object_set_new(o, "ttft_ms", json_real(r->stall[i].ttft_ns / 1e6));
+        if (pol && i < pol->n)
+            json_object_set_new(o, "ratio_to_one_step", json_real(pol->ratio[i]));
+        json_array_append_new(st, o);
+    }
+    json_object_set_new(m, "decode", dec);
+    json_object_set_new(m, "prefill", pre);
+    json_object_set_new(m, "interference", st);
+    if (r->decode_note[0])
+        json_object_set_new(m, "decode_note", json_string(r->decode_note));
+    if (r->prefill_note[0])
+        json_object_set_new(m, "prefill_note", json_string(r->prefill_note));
+    if (r->stall_note[0])
+        json_object_set_new(m, "interference_note", json_string(r->stall_note));
+    if (pol && pol->policy[0]) {
+        json_object_set_new(m, "policy_inferred", json_string(pol->policy));
+        if (pol->budget > 0)
+            json_object_set_new(m, "budget_inferred", json_integer(pol->budget));
+        json_object_set_new(m, "budget_is_lower_bound", json_boolean(pol->budget_is_lower_bound));
+    }
+    return m;
+}

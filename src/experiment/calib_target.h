@@ -1,0 +1,202 @@
+/* calib_target — `stallscope calibrate --target URL`: the step model of a server stallscope
+ * cannot see inside, from probes it sends itself over HTTP (issue 13). The probes become
+ * fit_probes (engine/fit.h: one fit, two sources of probes) and the CLI writes the profile
+ * with profile_to_json (source "target").
+ *
+ * Probes, in this order, on one transport of the client layer (client/stream.h, the raw
+ * transport `run --target` uses), with token-exact prompts (client/driver.h: token ids where
+ * the server takes them, else text calibrated against usage.prompt_tokens), each prompt
+ * unique so a prefix cache cannot hide a prefill, answers made long with ignore_eos:
+ *   decode        B concurrent streams, B = 1, 2, 4 ... max_streams, at a short and a long
+ *                 prompt (contexts): once every stream has had its first `skip` tokens the
+ *                 steady window (window_ns) opens; the probe's step is the median gap of
+ *                 the window, its context the mean context of those gaps. -> step, seq, ctx
+ *   prefill       a lone prompt of min_prompt_tokens, x2 ... max_prompt_tokens (1 answer
+ *                 token), the median TTFT of `repeats`. A prompt the target refuses (HTTP
+ *                 4xx: context or budget too short) ends the range there, and says so.
+ *                 A prefill shorter than weight_bound x the one-stream decode step is kept
+ *                 but not fitted: such a step is bounded by reading the weights, which a
+ *                 GPU overlaps with the prompt's math while the step model adds them.
+ *                 -> token, pair
+ *   interference `interference_streams` streams of short prompts, and one prompt of each
+ *                 accepted prefill length sent alone into them: the stall is the median
+ *                 over streams of each stream's longest gap overlapping [send, first token].
+ *                 Compared with the fitted model (calib_target_infer_policy): did the
+ *                 prompt share one step with the decodes (mixed) or come in chunks
+ *                 (chunked, and the budget that makes the fitted step that long)?
+ * Progress goes to cfg->progress (a line per probe); every wait is bounded in time. */
+#ifndef STALLSCOPE_CALIB_TARGET_H
+#define STALLSCOPE_CALIB_TARGET_H
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "client/stream.h"
+#include "engine/cost.h"
+#include "engine/fit.h"
+#include "experiment/experiment.h"
+
+#define CALIB_TARGET_MAX_BATCHES 12
+#define CALIB_TARGET_MAX_CONTEXTS 2
+#define CALIB_TARGET_MAX_PROMPTS 12
+#define CALIB_TARGET_MAX_PROBES \
+    (CALIB_TARGET_MAX_BATCHES * CALIB_TARGET_MAX_CONTEXTS + CALIB_TARGET_MAX_PROMPTS)
+
+typedef struct calib_target_config {
+    const char *target;                /* base URL */
+    const experiment_secrets *secrets; /* borrowed, may be NULL; never written anywhere */
+    char model_name[128];              /* requests' "model"; "" : /v1/models' first */
+    bool insecure;                     /* skip TLS verification */
+    stream_transport_kind transport;   /* raw (kernel stamps) unless a proxy applies: AUTO */
+    int max_streams;                   /* largest decode batch (default 128) */
+    int contexts[CALIB_TARGET_MAX_CONTEXTS]; /* decode prompts: short, long (64, 1024) */
+    int min_prompt_tokens, max_prompt_tokens; /* prefill range (256, 16384) */
+    int interference_streams;          /* 32; 0: no interference probes */
+    int64_t window_ns;                 /* each decode probe's steady window (1 s) */
+    int repeats;                       /* prefill: median of (3) */
+    int skip;                          /* decode: tokens dropped at each stream's start (4) */
+    double weight_bound;               /* prefill fitted when TTFT >= this x decode(1) (4) */
+    int64_t timeout_ns;                /* a probe's longest wait (120 s) */
+    FILE *progress;                    /* a line per probe (stderr); NULL: quiet */
+    const volatile sig_atomic_t *interrupted; /* may be NULL */
+} calib_target_config;
+
+/* Defaults above (target and secrets NULL). */
+void calib_target_config_init(calib_target_config *cfg);
+/* --transport: "auto" | "raw" | "curl" into cfg->transport. 0, or -1 with err. */
+int calib_target_transport_parse(calib_target_config *cfg, const char *text, char *err);
+
+typedef struct calib_target_decode {
+    int batch;           /* concurrent streams */
+    int prompt_tokens;   /* each stream's prompt */
+    double mean_context; /* mean context of the window's gaps */
+    double gap_ns;       /* median steady gap: the step */
+    int64_t samples;     /* gaps in the window */
+} calib_target_decode;
+
+typedef struct calib_target_prefill {
+    int prompt_tokens;
+    double ttft_ns;      /* median over the repeats */
+    bool fitted;         /* false: weight-bound (see the top), shown but not fitted */
+} calib_target_prefill;
+
+typedef struct calib_target_stall {
+    int prompt_tokens;   /* the injected prompt */
+    double ttft_ns;      /* its TTFT among the streams */
+    double stall_ns;     /* median over streams of their longest overlapping gap */
+    double gap_ns;       /* the streams' median gap just before the injection */
+    double mean_context; /* the streams' mean context at the injection */
+    int streams_stalled; /* streams whose longest overlapping gap > 3 x gap_ns */
+    int streams;
+} calib_target_stall;
+
+typedef struct calib_target_result {
+    char served_model[128];  /* the "model" the requests carried ("" none) */
+    int64_t max_model_len;   /* /v1/models' max_model_len; 0: not said */
+    bool token_ids;          /* prompts went as token ids (else calibrated text) */
+    calib_target_decode decode[CALIB_TARGET_MAX_BATCHES * CALIB_TARGET_MAX_CONTEXTS];
+    int n_decode;
+    calib_target_prefill prefill[CALIB_TARGET_MAX_PROMPTS];
+    int n_prefill;
+    calib_target_stall stall[CALIB_TARGET_MAX_PROMPTS];
+    int n_stall;
+    char prefill_note[512];  /* why the prefill range shrank; "" it did not */
+    char decode_note[512];   /* why the decode grid stopped early; "" it did not */
+    char stall_note[512];    /* why the interference probes stopped early */
+    double seconds;          /* the probing took */
+} calib_target_result;
+
+/* ---- pure pieces (unit-tested) ----------------------------------------------------------- */
+
+/* 1, 2, 4 ... below max_streams, then max_streams itself: at most cap, the count returned. */
+int calib_target_batches(int max_streams, int *out, int cap);
+/* min, 2 min, 4 min ... below max, then max itself (min <= max): at most cap. */
+int calib_target_prompts(int min_tokens, int max_tokens, int *out, int cap);
+
+/* One stream's token events: event i at t_ns[i] brought the count to cum[i] tokens. */
+typedef struct calib_target_series {
+    const int64_t *t_ns;
+    const int *cum;
+    int n;
+} calib_target_series;
+
+/* The steady decode step of a probe: the median over streams' gaps between consecutive
+ * events i - 1, i with i >= skip and both in [from_ns, to_ns] (a gap that carried k tokens
+ * counts as k gaps of 1/k), and the mean context of those gaps (prompt + tokens so far).
+ * 0 with *gap_ns, *mean_context and *samples, or -1 when no gap qualifies. */
+int calib_target_steady_gap(const calib_target_series *s, int n_streams, int skip, int prompt_tokens,
+                            int64_t from_ns, int64_t to_ns, double *gap_ns,
+                            double *mean_context, int64_t *samples);
+
+/* The stall streams saw when a prompt was sent at send_ns and answered at first_ns: each
+ * stream's longest gap overlapping [send_ns, first_ns]; their median in *stall_ns, and how
+ * many exceed threshold_ns in *stalled. -1 when no stream has such a gap. */
+int calib_target_stall_of(const calib_target_series *s, int n_streams, int64_t send_ns,
+                          int64_t first_ns, double threshold_ns, double *stall_ns, int *stalled);
+
+/* Mark each prefill probe fitted or weight-bound (ttft >= factor x decode_1_ns). */
+void calib_target_mark_weight_bound(calib_target_result *r, double decode_1_ns, double factor);
+
+/* The probes the fit takes: every decode probe, the fitted prefill probes. The count. */
+int calib_target_fit_probes(const calib_target_result *r, fit_probe *out, int cap);
+
+/* What the interference probes say about the target's scheduler. */
+typedef struct calib_target_policy {
+    char policy[16];     /* "mixed" (one step), "chunked", "none" (no stall), "" unknown */
+    int budget;          /* chunked: the inferred token budget; mixed: its lower bound (the
+                            longest prompt that went in one step); 0 unknown */
+    bool budget_is_lower_bound;
+    double ratio[CALIB_TARGET_MAX_PROMPTS]; /* measured stall / fitted one-step stall */
+    int n;
+} calib_target_policy;
+
+/* A prompt whose stall reaches this fraction of the fitted one-step stall went in one step. */
+#define CALIB_TARGET_ONE_STEP 0.7
+/* No stall: the longest gap under this x the steady gap (prefill never in a decode's step). */
+#define CALIB_TARGET_NO_STALL 1.5
+
+/* Infer the policy and budget from the stalls with the fitted model cost (a cost_params
+ * whose step model applies: cost_fit_applies): the one-step stall of a prompt is
+ * cost_injection_step_ns(cost, n, streams, context, 0); a prompt under CALIB_TARGET_ONE_STEP
+ * of it was chunked, and the budget b whose longest chunk step (cost_injection_step_ns(...,
+ * b)) matches its stall is found by bisection; the median over those prompts is the budget. */
+void calib_target_infer_policy(const cost_params *cost, const calib_target_stall *stalls, int n,
+                               calib_target_policy *out);
+
+/* Is the fit good enough to write? Both stages' rms relative residual <= max_rms. *worst
+ * gets the probe with the largest |residual| (-1 when n is 0). */
+bool calib_target_fit_ok(const fit_result *fr, const double *residual, int n, double max_rms,
+                         int *worst);
+
+/* The map from a served model name to a catalog architecture: the name itself, or its last
+ * path component lower-cased, with a trailing "-instruct" / "-chat" dropped ("Qwen/Qwen2.5-7B-
+ * Instruct" -> "qwen2.5-7b"). 0 and *out, or -1 with err. */
+int calib_target_arch(const char *served, cost_arch *out, char *err);
+
+/* The target as a profile may record it: without user:password@ and without a query or
+ * fragment (where keys sometimes travel). */
+void calib_target_url_for_disk(const char *url, char *out, size_t size);
+
+/* ---- probing ------------------------------------------------------------------------------ */
+
+typedef struct calib_target calib_target;
+
+/* Connect: GET /v1/models (the model name, max_model_len; a 401/403 said with the flag that
+ * fixes it) and the prompt probe (driver_probe). NULL with err when the target cannot be
+ * used at all (bad input: unreachable, refused, not an OpenAI-compatible API). */
+calib_target *calib_target_open(const calib_target_config *cfg, char *err);
+/* The "model" the requests carry ("" when /v1/models named none). */
+const char *calib_target_model(const calib_target *ct);
+/* Run every probe into *out (zeroed first). 0, or -1 with err (a probe that failed outright:
+ * nothing to fit). A range that shrank is not an error: out's notes say it. */
+int calib_target_run(calib_target *ct, calib_target_result *out, char *err);
+void calib_target_close(calib_target *ct);
+
+/* The profile's "measured" object: the target, the served model, every probe as measured,
+ * the notes, the policy inference. NULL when out of memory. */
+json_t *calib_target_measured_json(const calib_target_result *r, const calib_target_policy *pol);
+
+#endif
