@@ -630,6 +630,7 @@ static void conn_read(raw_client *c, raw_conn *k)
                 }
             }
         }
+        c->stats.kernel_stamps_refused += source == STREAM_STAMP_USER;
         if (!(k->ssl ? tls_feed(c, k, (size_t)n, t, source)
                      : conn_feed(c, k, c->rd, (size_t)n, t, source)))
             return;

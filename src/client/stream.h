@@ -149,6 +149,10 @@ int stream_active(const stream_client *c);
 /* Counters since creation, for progress lines and benchmarks. */
 typedef struct stream_stats {
     int64_t stamps[STREAM_STAMP_KINDS]; /* token events by the source of their time */
+    /* Reads of the raw transport that carried no usable kernel stamp (none, or one more
+     * than 1 ms after the read: a clock step between the two, or the kernel reusing the
+     * sender's time), whose events fell back to STREAM_STAMP_USER. */
+    int64_t kernel_stamps_refused;
     int64_t events;   /* token events delivered */
     int64_t tokens;   /* tokens in them */
     int64_t bytes;    /* response bytes read */

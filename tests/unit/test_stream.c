@@ -215,6 +215,7 @@ typedef struct result {
     stream_token tok[MAX_TOK];
     bool ended;
     stream_end end;
+    stream_stats stats; /* the client's, when its run ended */
 } result;
 
 static void on_token(void *ctx, void *user, const stream_token *tok)
@@ -272,6 +273,7 @@ static void request_max(int port, const char *path, int64_t idle_ns, int64_t max
         assert_int_equal(t.run(t.impl, clock_now_ns() + 20 * CLOCK_NS_PER_MS, err), 0);
     assert_true(r->ended);
     assert_int_equal(t.active(t.impl), 0);
+    t.stats(t.impl, &r->stats);
     t.destroy(t.impl);
 }
 
@@ -306,8 +308,27 @@ static void test_ok_stream(void **state)
     /* Where the stamps came from: the kernel's receive time for the raw transport (two
      * events in one read: "coalesced", a bound), the read's time for curl. */
     if (kind_under_test == STREAM_TRANSPORT_RAW) {
-        assert_int_equal(r.tok[0].stamp, STREAM_STAMP_KERNEL);
-        assert_int_equal(r.tok[1].stamp, STREAM_STAMP_KERNEL);
+        /* The rule: an event that shares its read with another (the same stamp) is
+         * "coalesced". The server writes tok[0], tok[1] and tok[2..3] tens of ms apart, so
+         * each is read alone unless the machine held the client back that long (ASan on a
+         * loaded 2-core VM does): then the events read together must say so. */
+        /* A read with no usable kernel stamp falls back to the read's own time, and the
+         * transport counts it (kernel_stamps_refused): an event stamped in user space is
+         * excused only by such a recorded read, one at most here (seen once in 12 runs
+         * under ASan at load 2). */
+        int user = 0;
+        for (int i = 0; i < 2; i++) {
+            const bool shared = r.tok[i].t_ns == r.tok[i + 1].t_ns ||
+                                (i > 0 && r.tok[i].t_ns == r.tok[i - 1].t_ns);
+            if (r.tok[i].stamp == STREAM_STAMP_USER) {
+                user++;
+                continue;
+            }
+            assert_int_equal(r.tok[i].stamp,
+                             shared ? STREAM_STAMP_KERNEL_COALESCED : STREAM_STAMP_KERNEL);
+        }
+        assert_true(user <= 1);
+        assert_true(r.stats.kernel_stamps_refused >= user);
         assert_int_equal(r.tok[2].stamp, STREAM_STAMP_KERNEL_COALESCED);
         assert_int_equal(r.tok[3].stamp, STREAM_STAMP_KERNEL_COALESCED);
     } else {
