@@ -124,6 +124,10 @@ static int sink_event(void *ctx, const tokenlog_event *ev, char *err)
 {
     return analysis_stream_event(ctx, ev, err);
 }
+static int sink_events(void *ctx, const tokenlog_event *evs, int64_t n, char *err)
+{
+    return analysis_stream_events(ctx, evs, n, err);
+}
 static int sink_request(void *ctx, const tokenlog_request *r, char *err)
 {
     return analysis_stream_request(ctx, r, err);
@@ -141,7 +145,7 @@ static int way_stream(const sim_config *cfg, char *err)
     analysis_stream *s = analysis_stream_begin(&opt, err);
     if (!s)
         return -1;
-    tokenlog_sink sink = {sink_event, sink_request, sink_step, s};
+    tokenlog_sink sink = {sink_event, sink_request, sink_step, s, sink_events};
     if (sim_run_sink(cfg, &sink, NULL, err) != 0) {
         analysis_stream_free(s);
         return -1;

@@ -84,6 +84,36 @@ int sketch_add_slow(sketch *s, int64_t ns)
     return 0;
 }
 
+int sketch_add_n_slow(sketch *s, int64_t ns, int bucket, int64_t count)
+{
+    for (int64_t i = 0; i < count; i++) {
+        if (s->buckets && ns >= 0 && ns >= s->min && ns <= s->max && s->sum_ns < 0x1p52 &&
+            (double)ns * (double)(count - i) < 0x1p52) {
+            /* A histogram now (the first copies may have filled the exact budget). */
+            s->sum_ns += (double)ns * (double)(count - i);
+            s->buckets[bucket] += count - i;
+            s->n += count - i;
+            return 0;
+        }
+        if (!s->buckets && ns >= 0 && s->n > 0 && s->n + (count - i) <= s->exact_max &&
+            s->n + (count - i) <= s->cap && s->sum_ns < 0x1p52 &&
+            (double)ns * (double)(count - i) < 0x1p52) {
+            /* Exact, with room: the copies at once. */
+            for (int64_t k = i; k < count; k++)
+                s->values[s->n++] = ns;
+            s->sum_ns += (double)ns * (double)(count - i);
+            if (ns < s->min)
+                s->min = ns;
+            if (ns > s->max)
+                s->max = ns;
+            return 0;
+        }
+        if (sketch_add_in(s, ns, bucket) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 int sketch_make_histogram(sketch *s)
 {
     return to_histogram(s);

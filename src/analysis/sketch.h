@@ -71,6 +71,21 @@ static inline int sketch_add_in(sketch *s, int64_t ns, int bucket)
     }
     return sketch_add_slow(s, ns);
 }
+/* Add count copies of one value (bucket == sketch_bucket(ns), count >= 1): what count
+ * sketch_add calls would do, to the bit (the sum too: a product of integers below 2^53
+ * is the sum of its copies, added one by one otherwise). -1 on out-of-memory. */
+int sketch_add_n_slow(sketch *s, int64_t ns, int bucket, int64_t count);
+static inline int sketch_add_n(sketch *s, int64_t ns, int bucket, int64_t count)
+{
+    if (s->buckets && ns >= s->min && ns <= s->max && s->sum_ns < 0x1p52 &&
+        (double)ns * (double)count < 0x1p52) {
+        s->sum_ns += (double)ns * (double)count;
+        s->buckets[bucket] += count;
+        s->n += count;
+        return 0;
+    }
+    return sketch_add_n_slow(s, ns, bucket, count);
+}
 static inline bool sketch_exact(const sketch *s)
 {
     return s->buckets == NULL;

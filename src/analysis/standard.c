@@ -252,11 +252,51 @@ void standard_acc_free(standard_acc *a)
     free(a);
 }
 
-int standard_acc_event(standard_acc *a, const tokenlog_event *ev, char *err)
+/* count equal gaps of one class (kind) into all and the class, as count events one by
+ * one: the sums in ms added in that order (so the mean and std are the same to the bit). */
+static int itl_add(standard_acc *a, int kind, int64_t gap, int64_t count, char *err)
 {
-    int64_t slot = slot_of(a, ev->request, a->n);
-    if (slot == -2)
+    const double ms = analysis_ns_to_ms(gap), sq = ms * ms;
+    itl_acc *all = &a->itl[0], *cls = &a->itl[kind == TOKENLOG_INJECT ? 2 : 1];
+    double sum0 = all->sum_ms, sq0 = all->sum_sq_ms, sum1 = cls->sum_ms, sq1 = cls->sum_sq_ms;
+    for (int64_t i = 0; i < count; i++) {
+        sum0 += ms;
+        sq0 += sq;
+        sum1 += ms;
+        sq1 += sq;
+    }
+    all->sum_ms = sum0;
+    all->sum_sq_ms = sq0;
+    cls->sum_ms = sum1;
+    cls->sum_sq_ms = sq1;
+    const int bucket = sketch_bucket(gap);
+    if (sketch_add_n(&all->gaps, gap, bucket, count) != 0 ||
+        sketch_add_n(&cls->gaps, gap, bucket, count) != 0)
         return err_set(err, "out of memory for the request metrics");
+    return 0;
+}
+
+/* The gap an event closes (-1: none, the request's first or an event out of order; -2 with
+ * err: out of memory). */
+static inline int64_t event_gap(standard_acc *a, const tokenlog_event *ev, char *err)
+{
+    const uint64_t id = (uint64_t)ev->request;
+    if (id < (uint64_t)a->n_dense && (uint64_t)a->dense[id] < (uint64_t)a->n) {
+        /* The usual case: a request seen before. */
+        const int64_t slot = a->dense[id], prev = a->last_ns[slot];
+        a->last_ns[slot] = ev->t_ns;
+        if (prev < 0 || ev->t_ns < prev)
+            return -1;
+        const int64_t gap = ev->t_ns - prev;
+        if (gap > a->max_gap_ns[slot])
+            a->max_gap_ns[slot] = gap;
+        return gap;
+    }
+    int64_t slot = slot_of(a, ev->request, a->n);
+    if (slot == -2) {
+        err_set(err, "out of memory for the request metrics");
+        return -2;
+    }
     if (slot == a->n) {
         if (a->n == a->cap) {
             int64_t cap = a->cap ? a->cap * 2 : 1024;
@@ -264,8 +304,10 @@ int standard_acc_event(standard_acc *a, const tokenlog_event *ev, char *err)
             if (l)
                 a->last_ns = l;
             int64_t *g = l ? realloc(a->max_gap_ns, (size_t)cap * sizeof *g) : NULL;
-            if (!g)
-                return err_set(err, "out of memory for the request metrics");
+            if (!g) {
+                err_set(err, "out of memory for the request metrics");
+                return -2;
+            }
             a->max_gap_ns = g;
             a->cap = cap;
         }
@@ -275,18 +317,41 @@ int standard_acc_event(standard_acc *a, const tokenlog_event *ev, char *err)
     const int64_t prev = a->last_ns[slot];
     a->last_ns[slot] = ev->t_ns;
     if (prev < 0 || ev->t_ns < prev)
-        return 0;
+        return -1;
     const int64_t gap = ev->t_ns - prev;
     if (gap > a->max_gap_ns[slot])
         a->max_gap_ns[slot] = gap;
-    const double ms = analysis_ns_to_ms(gap);
-    itl_acc *both[2] = {&a->itl[0], &a->itl[ev->kind == TOKENLOG_INJECT ? 2 : 1]};
-    for (int k = 0; k < 2; k++) {
-        both[k]->sum_ms += ms;
-        both[k]->sum_sq_ms += ms * ms;
-        if (sketch_add(&both[k]->gaps, gap) != 0)
-            return err_set(err, "out of memory for the request metrics");
+    return gap;
+}
+
+int standard_acc_event(standard_acc *a, const tokenlog_event *ev, char *err)
+{
+    return standard_acc_events(a, ev, 1, err);
+}
+
+int standard_acc_events(standard_acc *a, const tokenlog_event *evs, int64_t n, char *err)
+{
+    /* Runs of equal gaps of one class go in at once. */
+    int64_t run_gap = -1, run_n = 0;
+    int run_kind = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t gap = event_gap(a, &evs[i], err);
+        if (gap == -2)
+            return -1;
+        if (gap < 0)
+            continue;
+        const int kind = evs[i].kind == TOKENLOG_INJECT ? TOKENLOG_INJECT : TOKENLOG_BG;
+        if (run_n > 0 && (gap != run_gap || kind != run_kind)) {
+            if (itl_add(a, run_kind, run_gap, run_n, err) != 0)
+                return -1;
+            run_n = 0;
+        }
+        run_gap = gap;
+        run_kind = kind;
+        run_n++;
     }
+    if (run_n > 0 && itl_add(a, run_kind, run_gap, run_n, err) != 0)
+        return -1;
     return 0;
 }
 

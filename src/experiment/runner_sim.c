@@ -38,6 +38,26 @@ static int sink_event(void *ctx, const tokenlog_event *ev, char *err)
     return analysis_stream_event(k->io->stream, ev, err);
 }
 
+/* A step's events at once: held while the run stays under the limit (as sink_event). */
+static int sink_events(void *ctx, const tokenlog_event *evs, int64_t n, char *err)
+{
+    sim_sink *k = ctx;
+    if (k->holding) {
+        if (k->io->events + n <= k->max_events) {
+            for (int64_t i = 0; i < n; i++)
+                if (tokenlog_add_event(&k->held, &evs[i]) != 0)
+                    return err_set(err, "out of memory for tokens.csv's rows");
+        } else {
+            tokenlog_free(&k->held);
+            tokenlog_init(&k->held);
+            k->holding = false;
+            k->io->tokens_csv_dropped = true;
+        }
+    }
+    k->io->events += n;
+    return analysis_stream_events(k->io->stream, evs, n, err);
+}
+
 static int sink_request(void *ctx, const tokenlog_request *r, char *err)
 {
     return analysis_stream_request(((sim_sink *)ctx)->io->stream, r, err);
@@ -59,7 +79,8 @@ static int sim_streamed(const sim_config *sim, const workload_plan *plan,
     tokenlog_init(&k.held);
     io->events = 0;
     io->tokens_csv_dropped = false;
-    tokenlog_sink sink = {.event = sink_event, .request = sink_request, .step = sink_step, .ctx = &k};
+    tokenlog_sink sink = {.event = sink_event, .request = sink_request, .step = sink_step, .ctx = &k,
+                          .events = sink_events};
     int rc = -1;
     if (sim_run_plan_sink(sim, plan, &sink, stats, err) != 0)
         goto done;
