@@ -94,12 +94,6 @@ static int push(dvec *d, double x)
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* numpy.percentile's default: linear between the order statistics around p/100 (n - 1). */
 static double interpolate(const double *sorted, int64_t n, double p)
 {
@@ -119,7 +113,7 @@ static void stat_of(dvec *d, const standard_options *opt, standard_stat *out)
     out->count = d->n;
     if (d->n == 0)
         return;
-    qsort(d->v, (size_t)d->n, sizeof *d->v, cmp_double);
+    analysis_sort_doubles(d->v, d->n);
     double sum = 0;
     for (int64_t i = 0; i < d->n; i++)
         sum += d->v[i];

@@ -88,6 +88,11 @@ typedef struct tokenlog_sink {
     int (*events)(void *ctx, const tokenlog_event *evs, int64_t n, char *err);
 } tokenlog_sink;
 
+/* The decimal digits of v at out, as printf's "%lld" (at most 20 bytes, no terminator);
+ * returns the end. For writers of long CSVs: printf's format parsing costs more than the
+ * digits. */
+char *tokenlog_put_i64(char *out, int64_t v);
+
 /* CSV rows (with header helpers) so a live client can write incrementally. */
 void tokenlog_write_events_header(FILE *f);
 void tokenlog_write_event(FILE *f, const tokenlog_event *ev);
