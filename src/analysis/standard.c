@@ -170,13 +170,18 @@ static void itl_stat(itl_acc *a, const standard_options *opt, standard_stat *out
 
 /* ---- the accumulator ------------------------------------------------------------------------ */
 
+/* One request's running state: together, one cache line for both per event. */
+typedef struct slot_state {
+    int64_t last_ns;    /* its last event, -1 none */
+    int64_t max_gap_ns; /* its longest gap so far (the itl SLO) */
+} slot_state;
+
 struct standard_acc {
     standard_options opt;
     analysis_idmap slot_of; /* request id -> slot, for ids dense[] does not cover */
     int64_t *dense;         /* (n_dense) request id -> slot, -1: ids are usually 0, 1, 2 ... */
     int64_t n_dense;
-    int64_t *last_ns;       /* (cap) the slot's last event, -1 none */
-    int64_t *max_gap_ns;    /* (cap) its longest gap so far (the itl SLO) */
+    slot_state *slots;      /* (cap) */
     int64_t n, cap;
     itl_acc itl[3];         /* all, background, injected */
 };
@@ -239,8 +244,7 @@ void standard_acc_free(standard_acc *a)
         return;
     analysis_idmap_free(&a->slot_of);
     free(a->dense);
-    free(a->last_ns);
-    free(a->max_gap_ns);
+    free(a->slots);
     for (int k = 0; k < 3; k++)
         sketch_free(&a->itl[k].gaps);
     free(a);
@@ -277,13 +281,13 @@ static inline int64_t event_gap(standard_acc *a, const tokenlog_event *ev, char 
     const uint64_t id = (uint64_t)ev->request;
     if (id < (uint64_t)a->n_dense && (uint64_t)a->dense[id] < (uint64_t)a->n) {
         /* The usual case: a request seen before. */
-        const int64_t slot = a->dense[id], prev = a->last_ns[slot];
-        a->last_ns[slot] = ev->t_ns;
+        const int64_t slot = a->dense[id], prev = a->slots[slot].last_ns;
+        a->slots[slot].last_ns = ev->t_ns;
         if (prev < 0 || ev->t_ns < prev)
             return -1;
         const int64_t gap = ev->t_ns - prev;
-        if (gap > a->max_gap_ns[slot])
-            a->max_gap_ns[slot] = gap;
+        if (gap > a->slots[slot].max_gap_ns)
+            a->slots[slot].max_gap_ns = gap;
         return gap;
     }
     int64_t slot = slot_of(a, ev->request, a->n);
@@ -294,27 +298,23 @@ static inline int64_t event_gap(standard_acc *a, const tokenlog_event *ev, char 
     if (slot == a->n) {
         if (a->n == a->cap) {
             int64_t cap = a->cap ? a->cap * 2 : 1024;
-            int64_t *l = realloc(a->last_ns, (size_t)cap * sizeof *l);
-            if (l)
-                a->last_ns = l;
-            int64_t *g = l ? realloc(a->max_gap_ns, (size_t)cap * sizeof *g) : NULL;
-            if (!g) {
+            slot_state *p = realloc(a->slots, (size_t)cap * sizeof *p);
+            if (!p) {
                 err_set(err, "out of memory for the request metrics");
                 return -2;
             }
-            a->max_gap_ns = g;
+            a->slots = p;
             a->cap = cap;
         }
-        a->max_gap_ns[a->n] = 0;
-        a->last_ns[a->n++] = -1;
+        a->slots[a->n++] = (slot_state){.last_ns = -1, .max_gap_ns = 0};
     }
-    const int64_t prev = a->last_ns[slot];
-    a->last_ns[slot] = ev->t_ns;
+    const int64_t prev = a->slots[slot].last_ns;
+    a->slots[slot].last_ns = ev->t_ns;
     if (prev < 0 || ev->t_ns < prev)
         return -1;
     const int64_t gap = ev->t_ns - prev;
-    if (gap > a->max_gap_ns[slot])
-        a->max_gap_ns[slot] = gap;
+    if (gap > a->slots[slot].max_gap_ns)
+        a->slots[slot].max_gap_ns = gap;
     return gap;
 }
 
@@ -355,7 +355,7 @@ int standard_acc_events(standard_acc *a, const tokenlog_event *evs, int64_t n, c
 static double max_gap_ms(standard_acc *a, int64_t request)
 {
     int64_t slot = slot_of(a, request, -1);
-    return slot >= 0 ? analysis_ns_to_ms(a->max_gap_ns[slot]) : 0;
+    return slot >= 0 ? analysis_ns_to_ms(a->slots[slot].max_gap_ns) : 0;
 }
 
 typedef struct class_acc {
