@@ -136,14 +136,15 @@ typedef struct itl_acc {
     double sum_ms, sum_sq_ms;
 } itl_acc;
 
-static void itl_stat(itl_acc *a, const standard_options *opt, standard_stat *out, bool *histogram)
+static int itl_stat(itl_acc *a, const standard_options *opt, standard_stat *out, bool *histogram)
 {
     memset(out, 0, sizeof *out);
     sketch *g = &a->gaps;
-    sketch_finish(g);
+    if (sketch_finish(g) != 0)
+        return -1;
     out->count = g->n;
     if (g->n == 0)
-        return;
+        return 0;
     out->mean = a->sum_ms / (double)g->n;
     double var = a->sum_sq_ms / (double)g->n - out->mean * out->mean;
     out->std = var > 0 ? sqrt(var) : 0;
@@ -158,7 +159,7 @@ static void itl_stat(itl_acc *a, const standard_options *opt, standard_stat *out
             for (int k = 0; k < opt->n_percentiles; k++)
                 out->p[k] = interpolate(d.v, d.n, opt->percentiles[k]);
             free(d.v);
-            return;
+            return 0;
         }
         free(d.v);
     }
@@ -166,6 +167,7 @@ static void itl_stat(itl_acc *a, const standard_options *opt, standard_stat *out
     out->median = sketch_quantile_ns(g, 0.5) / 1e6;
     for (int k = 0; k < opt->n_percentiles; k++)
         out->p[k] = sketch_quantile_ns(g, opt->percentiles[k] / 100) / 1e6;
+    return 0;
 }
 
 /* ---- the accumulator ------------------------------------------------------------------------ */
@@ -416,7 +418,8 @@ int standard_acc_end(standard_acc *a, const tokenlog *rows, double duration_s,
         stat_of(&acc[k].ttft, o, &sc->ttft_ms);
         stat_of(&acc[k].tpot, o, &sc->tpot_ms);
         stat_of(&acc[k].e2el, o, &sc->e2el_ms);
-        itl_stat(&a->itl[k], o, &sc->itl_ms, &out->itl_histogram);
+        if (itl_stat(&a->itl[k], o, &sc->itl_ms, &out->itl_histogram) != 0)
+            goto oom;
         if (duration_s > 0) {
             sc->request_throughput = (double)sc->completed / duration_s;
             sc->output_throughput = (double)sc->output_tokens / duration_s;

@@ -593,11 +593,11 @@ static void half_dist(const sketch *h, analysis_dist *d)
 
 /* The run's gaps: the whole distribution, and how far its figures differ between the run's
  * halves. Each half is sorted once and the whole is read off the two sorted halves. */
-static void gap_distributions(analysis_stream *s, analysis_summary *out)
+static int gap_distributions(analysis_stream *s, analysis_summary *out)
 {
     sketch *h0 = &s->half[0], *h1 = &s->half[1];
-    sketch_finish(h0);
-    sketch_finish(h1);
+    if (sketch_finish(h0) != 0 || sketch_finish(h1) != 0)
+        return -1;
     analysis_dist d0, d1;
     half_dist(h0, &d0);
     half_dist(h1, &d1);
@@ -625,6 +625,7 @@ static void gap_distributions(analysis_stream *s, analysis_summary *out)
         noise->p999 = spread(d0.p999, d1.p999);
         noise->max = spread(d0.max, d1.max);
     }
+    return 0;
 }
 
 static int cmp_i64(const void *x, const void *y)
@@ -746,7 +747,10 @@ static int injections(analysis_stream *s, analysis_summary *out, int64_t **plan_
             continue; /* never sent: it cannot have stalled anyone */
         (*plan_of_window)[w] = j;
         sketch *g = &s->win[w].gaps;
-        sketch_finish(g);
+        if (sketch_finish(g) != 0) {
+            free(rows);
+            return -1;
+        }
         inj->max_gap_ms = g->n > 0 ? analysis_ns_to_ms(g->max) : 0;
         inj->median_gap_ms = sketch_quantile_ns(g, 0.50) / 1e6;
     }
@@ -866,7 +870,8 @@ int analysis_stream_end(analysis_stream *s, const analysis_options *opt, analysi
         if (log->requests[i].error[0] != '\0')
             out->errors++;
 
-    gap_distributions(s, out);
+    if (gap_distributions(s, out) != 0)
+        goto oom;
     out->spike_ratio = out->itl_ms.p50 > 0 ? out->itl_ms.max / out->itl_ms.p50 : 0;
     /* The benchmark world's figures, from the requests' final rows and every gap. */
     int std_rc = standard_acc_end(s->std, log, s->duration_s, &out->standard, err);
