@@ -516,14 +516,6 @@ int analysis_stream_events(analysis_stream *s, const tokenlog_event *evs, int64_
     int64_t run_a = 0, run_gap = -1, run_n = 0;
     for (int64_t i = 0; i < n; i++) {
         const tokenlog_event *ev = &evs[i];
-        if (i + 8 < n) {
-            const uint64_t ahead = (uint64_t)evs[i + 8].request;
-            if (ahead < (uint64_t)s->cap_dense) {
-                const uint64_t k = (uint64_t)s->dense[ahead];
-                if (k < (uint64_t)s->n_states)
-                    __builtin_prefetch(&s->states[k], 1);
-            }
-        }
         s->tokens += ev->n_tokens;
         if (ev->kind != TOKENLOG_BG)
             continue;
