@@ -1062,11 +1062,10 @@ static int summarize_pass(const tokenlog *log, const analysis_timeline *tl,
     for (int64_t i = 0; i < log->n_steps; i++)
         if (analysis_stream_step(s, &log->steps[i], err) != 0)
             goto fail;
-    for (int64_t i = 0; i < log->n_events; i++) {
+    for (int64_t i = 0; i < log->n_events; i++)
         s->tokens += log->events[i].n_tokens;
-        if (standard_acc_event(s->std, &log->events[i], err) != 0)
-            goto fail;
-    }
+    if (standard_acc_events(s->std, log->events, log->n_events, err) != 0)
+        goto fail;
     /* Background events per request, in time order (the timeline sorted them). */
     for (int64_t k = 0; k < tl->n_segs; k++) {
         const analysis_segment *seg = &tl->segs[k];
