@@ -46,7 +46,9 @@ struct analysis_stream {
     int64_t exact_gaps_max, candidates_max;
 
     tokenlog log;              /* requests and steps; no events */
-    analysis_idmap row_of;     /* request id -> newest row */
+    analysis_idmap row_of;     /* request id -> newest row (ids outside row_dense[]) */
+    int64_t *row_dense;        /* (cap_row_dense) request id -> row, -1: the usual ids */
+    int64_t cap_row_dense;
     int64_t *window_of;        /* (log.cap_requests) row -> window, -1 */
     int64_t cap_window_of;
 
@@ -157,6 +159,7 @@ void analysis_stream_free(analysis_stream *s)
     standard_acc_free(s->std);
     tokenlog_free(&s->log);
     analysis_idmap_free(&s->row_of);
+    free(s->row_dense);
     analysis_idmap_free(&s->state_of);
     free(s->window_of);
     free(s->dense);
@@ -279,14 +282,47 @@ static int append_request(analysis_stream *s, const tokenlog_request *r, int64_t
     return 0;
 }
 
+/* The row of request id, -1 when none: a direct table while ids stay dense (at most 4 x the
+ * rows, plus a margin; a hash lookup per row change was a cache miss each), the map beyond
+ * (ids placed there stay there). */
+static int64_t row_get(const analysis_stream *s, int64_t id)
+{
+    if (id >= 0 && id < s->cap_row_dense && s->row_dense[id] >= 0)
+        return s->row_dense[id];
+    return s->row_of.n > 0 ? analysis_idmap_get(&s->row_of, id) : -1;
+}
+
+/* id's row: the one it has, else row (added). -2 on out-of-memory. */
+static int64_t row_get_or_add(analysis_stream *s, int64_t id, int64_t row)
+{
+    int64_t have = row_get(s, id);
+    if (have >= 0)
+        return have;
+    if (id >= 0 && id < 4 * (s->log.n_requests + 4096)) {
+        if (id >= s->cap_row_dense) {
+            int64_t cap = s->cap_row_dense ? s->cap_row_dense : 4096;
+            while (cap <= id)
+                cap *= 2;
+            int64_t *p = realloc(s->row_dense, (size_t)cap * sizeof *p);
+            if (!p)
+                return -2;
+            memset(p + s->cap_row_dense, 0xff, (size_t)(cap - s->cap_row_dense) * sizeof *p);
+            s->row_dense = p;
+            s->cap_row_dense = cap;
+        }
+        s->row_dense[id] = row;
+        return row;
+    }
+    return analysis_idmap_get_or_add(&s->row_of, id, row);
+}
+
 int analysis_stream_request(analysis_stream *s, const tokenlog_request *r, char *err)
 {
-    int64_t row = analysis_idmap_get(&s->row_of, r->request);
+    int64_t row = row_get(s, r->request);
     if (row >= 0) {
         s->log.requests[row] = *r;
     } else {
-        if (append_request(s, r, &row) != 0 ||
-            analysis_idmap_get_or_add(&s->row_of, r->request, row) == -2)
+        if (append_request(s, r, &row) != 0 || row_get_or_add(s, r->request, row) == -2)
             return err_set(err, "analysis: out of memory for the requests");
     }
     if (update_window(s, row) != 0)
@@ -1053,7 +1089,7 @@ static int summarize_pass(const tokenlog *log, const analysis_timeline *tl,
     for (int64_t i = 0; i < log->n_requests; i++) {
         int64_t row;
         if (append_request(s, &log->requests[i], &row) != 0 ||
-            analysis_idmap_get_or_add(&s->row_of, log->requests[i].request, row) == -2 ||
+            row_get_or_add(s, log->requests[i].request, row) == -2 ||
             update_window(s, row) != 0) {
             err_set(err, "analysis: out of memory for the requests");
             goto fail;
