@@ -1,18 +1,19 @@
 /* bench_sim — how fast virtual time runs, and what a long run costs in time and memory.
  * Prints figures; never fails on time.
  *
- *   bench_sim [--no-old] [--out DIR]
+ *   bench_sim [--no-old] [--lesson-only] [--out DIR]
  *
  * 1. The lesson: baseline + interference, simulated and analysed in memory (best of 5).
  * 2. One simulated hour, 256 users, Poisson 8k-token arrivals (mean gap 10 s), each way in a
- *    child process of its own, so each peak RSS (getrusage ru_maxrss of the child) is its own:
+ *    child process of its own, so each peak RSS and page-fault count (getrusage of the child)
+ *    is its own:
  *      bare      the simulator alone, no token log
  *      old       the whole token log in memory, then analysis_summarize (before issue 11)
- *      stream    the simulator handing every event to the streaming analysis
+ *      stream    the simulator handing its events to the streaming analysis, a step's at once
  *      full      what `stallscope sim --users 256 --duration 1h --inject-poisson
  *                --inject-every 10s --no-baseline --out DIR` does: the run pair (streamed),
  *                its CSVs, summary.json, stalls.csv, then the report (report.html, plots)
- *    --no-old skips the old path (30 s and 5 GB on the 2-core VM). */
+ *    --no-old skips the old path (30 s and 5 GB on the 2-core VM); --lesson-only stops after 1. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,10 @@ static int sink_event(void *ctx, const tokenlog_event *ev, char *err)
 {
     return analysis_stream_event(ctx, ev, err);
 }
+static int sink_events(void *ctx, const tokenlog_event *evs, int64_t n, char *err)
+{
+    return analysis_stream_events(ctx, evs, n, err);
+}
 static int sink_request(void *ctx, const tokenlog_request *r, char *err)
 {
     return analysis_stream_request(ctx, r, err);
@@ -141,7 +146,7 @@ static int way_stream(const sim_config *cfg, char *err)
     analysis_stream *s = analysis_stream_begin(&opt, err);
     if (!s)
         return -1;
-    tokenlog_sink sink = {sink_event, sink_request, sink_step, s};
+    tokenlog_sink sink = {sink_event, sink_request, sink_step, s, sink_events};
     if (sim_run_sink(cfg, &sink, NULL, err) != 0) {
         analysis_stream_free(s);
         return -1;
@@ -221,20 +226,24 @@ static void measure(const char *name, int (*way)(const sim_config *, char *), co
     double wall = (double)(clock_now_ns() - t0) / 1e9;
     double cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
                  (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
-    printf("%-7s %6.2f s wall %6.2f s CPU %8.1f MiB peak RSS%s\n", name, wall, cpu,
-           (double)ru.ru_maxrss / 1024, WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "" : "  FAILED");
+    const double sys = (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+    printf("%-7s %6.2f s wall %6.2f s CPU (%.2f s system) %8.1f MiB peak RSS %7ld page faults%s\n",
+           name, wall, cpu, sys, (double)ru.ru_maxrss / 1024, ru.ru_minflt,
+           WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "" : "  FAILED");
 }
 
 int main(int argc, char **argv)
 {
-    bool old = true;
+    bool old = true, lesson_only = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--no-old") == 0)
             old = false;
+        else if (strcmp(argv[i], "--lesson-only") == 0)
+            lesson_only = true;
         else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
             full_out = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_sim [--no-old] [--out DIR]\n");
+            fprintf(stderr, "usage: bench_sim [--no-old] [--lesson-only] [--out DIR]\n");
             return 2;
         }
     }
@@ -262,6 +271,8 @@ int main(int argc, char **argv)
     printf("lesson sim (baseline + interference, simulate + analyse, best of 5): %.1f ms wall "
            "(goal < 100 ms), %lld token events per run\n",
            (double)best / 1e6, (long long)events);
+    if (lesson_only)
+        return 0;
 
     /* 2. One simulated hour, each way in its own process. */
     sim_config hour;

@@ -261,6 +261,9 @@ int analysis_stream_step(analysis_stream *s, const tokenlog_step *st, char *err)
 /* One token event (inject events only count their tokens). -1 with err: out of memory, or
  * an event earlier than its request's previous one. */
 int analysis_stream_event(analysis_stream *s, const tokenlog_event *ev, char *err);
+/* The same for evs[0..n) in order, at once (a simulator's step: one instant, its requests'
+ * gaps mostly equal, so most of the work is done once per run of equal gaps). */
+int analysis_stream_events(analysis_stream *s, const tokenlog_event *evs, int64_t n, char *err);
 /* The requests and steps held so far (what requests.csv and steps.csv hold). */
 const tokenlog *analysis_stream_log(const analysis_stream *s);
 /* The summary (opt: label, engine, target, users, complete, protocol_violations, stamps;

@@ -15,6 +15,7 @@ void sketch_init(sketch *s, int64_t exact_max)
 void sketch_free(sketch *s)
 {
     free(s->values);
+    free(s->counts);
     free(s->buckets);
     sketch_init(s, s->exact_max);
 }
@@ -41,12 +42,47 @@ static int to_histogram(sketch *s)
     s->buckets = calloc(SKETCH_BUCKETS, sizeof *s->buckets);
     if (!s->buckets)
         return -1;
-    for (int64_t i = 0; i < s->n; i++)
-        s->buckets[sketch_bucket(s->values[i])]++;
+    for (int64_t i = 0; i < s->n_entries; i++)
+        s->buckets[sketch_bucket(s->values[i])] += s->counts ? s->counts[i] : 1;
     free(s->values);
-    s->values = NULL;
-    s->cap = 0;
+    free(s->counts);
+    s->values = s->counts = NULL;
+    s->n_entries = s->cap = 0;
     return 0;
+}
+
+/* Room for one more entry while exact (values, and counts when there are). */
+static int grow_entries(sketch *s)
+{
+    if (s->n_entries < s->cap)
+        return 0;
+    int64_t cap = s->cap ? s->cap * 2 : 256;
+    if (cap > s->exact_max)
+        cap = s->exact_max;
+    int64_t *p = realloc(s->values, (size_t)cap * sizeof *p);
+    if (!p)
+        return -1;
+    s->values = p;
+    if (s->counts) {
+        int64_t *c = realloc(s->counts, (size_t)cap * sizeof *c);
+        if (!c)
+            return -1;
+        s->counts = c;
+    }
+    s->cap = cap;
+    return 0;
+}
+
+/* sum_ns after count more copies of ns, each added in turn as sketch_add does: one product
+ * while every partial sum is an integer below 2^53 (exact either way), else one by one. */
+static void add_to_sum(sketch *s, int64_t ns, int64_t count)
+{
+    if (s->sum_ns < 0x1p52 && (double)ns * (double)count < 0x1p52) {
+        s->sum_ns += (double)ns * (double)count;
+        return;
+    }
+    for (int64_t i = 0; i < count; i++)
+        s->sum_ns += (double)ns;
 }
 
 int sketch_add_slow(sketch *s, int64_t ns)
@@ -70,17 +106,53 @@ int sketch_add_slow(sketch *s, int64_t ns)
         s->n++;
         return 0;
     }
-    if (s->n == s->cap) {
-        int64_t cap = s->cap ? s->cap * 2 : 256;
-        if (cap > s->exact_max)
-            cap = s->exact_max;
-        int64_t *p = realloc(s->values, (size_t)cap * sizeof *p);
-        if (!p)
-            return -1;
-        s->values = p;
-        s->cap = cap;
+    if (grow_entries(s) != 0)
+        return -1;
+    if (s->counts)
+        s->counts[s->n_entries] = 1;
+    s->values[s->n_entries++] = ns;
+    s->n++;
+    return 0;
+}
+
+int sketch_add_n_slow(sketch *s, int64_t ns, int bucket, int64_t count)
+{
+    if (count == 1 || ns < 0) {
+        for (int64_t i = 0; i < count; i++)
+            if (sketch_add_slow(s, ns) != 0)
+                return -1;
+        return 0;
     }
-    s->values[s->n++] = ns;
+    if (s->n == 0 || ns < s->min)
+        s->min = ns;
+    if (s->n == 0 || ns > s->max)
+        s->max = ns;
+    add_to_sum(s, ns, count);
+    /* Copies past the exact budget make it a histogram, as they would one by one (the
+     * values held are the same multiset either way). */
+    if (!s->buckets && s->n + count > s->exact_max && to_histogram(s) != 0)
+        return -1;
+    if (s->buckets) {
+        s->buckets[bucket] += count;
+        s->n += count;
+        return 0;
+    }
+    if (!s->counts) { /* the first run of several: every entry so far held once */
+        s->counts = malloc((size_t)(s->cap ? s->cap : 1) * sizeof *s->counts);
+        if (!s->counts)
+            return -1;
+        for (int64_t i = 0; i < s->n_entries; i++)
+            s->counts[i] = 1;
+    }
+    if (s->n_entries > 0 && s->values[s->n_entries - 1] == ns) {
+        s->counts[s->n_entries - 1] += count;
+    } else {
+        if (grow_entries(s) != 0)
+            return -1;
+        s->values[s->n_entries] = ns;
+        s->counts[s->n_entries++] = count;
+    }
+    s->n += count;
     return 0;
 }
 
@@ -89,10 +161,29 @@ int sketch_make_histogram(sketch *s)
     return to_histogram(s);
 }
 
-void sketch_finish(sketch *s)
+int sketch_finish(sketch *s)
 {
-    if (!s->buckets)
-        analysis_sort_i64(s->values, s->n);
+    if (s->buckets)
+        return 0;
+    if (s->counts) {
+        /* Each value as often as counted, written from the back so the entries are read
+         * before they are overwritten. */
+        int64_t *p = s->n > s->cap ? realloc(s->values, (size_t)s->n * sizeof *p) : s->values;
+        if (!p)
+            return -1;
+        s->values = p;
+        int64_t at = s->n;
+        for (int64_t i = s->n_entries - 1; i >= 0; i--)
+            for (int64_t k = 0; k < s->counts[i]; k++)
+                p[--at] = p[i];
+        free(s->counts);
+        s->counts = NULL;
+        s->n_entries = s->n;
+        if (s->cap < s->n)
+            s->cap = s->n;
+    }
+    analysis_sort_i64(s->values, s->n);
+    return 0;
 }
 
 int64_t sketch_rank(int64_t n, double p)

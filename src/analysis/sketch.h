@@ -24,8 +24,14 @@
 
 typedef struct sketch {
     int64_t exact_max; /* values held before switching to the histogram */
-    int64_t *values;   /* (n) while exact */
-    int64_t cap;
+    /* While exact: values[0..n_entries), each held counts[i] times (1 while counts is NULL:
+     * counts appear with the first sketch_add_n of several copies, so a simulator's batch of
+     * equal gaps is one entry, and a live run's distinct gaps cost no more than before).
+     * After sketch_finish: values[0..n), sorted, each value as often as it was added. */
+    int64_t *values;
+    int64_t *counts;
+    int64_t n_entries;
+    int64_t cap;       /* of values and counts */
     int64_t *buckets;  /* (SKETCH_BUCKETS) once a histogram, else NULL */
     int64_t n;
     int64_t min, max;  /* ns, valid when n > 0 */
@@ -71,14 +77,30 @@ static inline int sketch_add_in(sketch *s, int64_t ns, int bucket)
     }
     return sketch_add_slow(s, ns);
 }
+/* Add count copies of one value (bucket == sketch_bucket(ns), count >= 1): what count
+ * sketch_add calls would do, to the bit (the sum too: a product of integers below 2^53
+ * is the sum of its copies, added one by one otherwise). -1 on out-of-memory. */
+int sketch_add_n_slow(sketch *s, int64_t ns, int bucket, int64_t count);
+static inline int sketch_add_n(sketch *s, int64_t ns, int bucket, int64_t count)
+{
+    if (s->buckets && ns >= s->min && ns <= s->max && s->sum_ns < 0x1p52 &&
+        (double)ns * (double)count < 0x1p52) {
+        s->sum_ns += (double)ns * (double)count;
+        s->buckets[bucket] += count;
+        s->n += count;
+        return 0;
+    }
+    return sketch_add_n_slow(s, ns, bucket, count);
+}
 static inline bool sketch_exact(const sketch *s)
 {
     return s->buckets == NULL;
 }
 /* Switch to the histogram now (no-op when one already). -1 on out-of-memory. */
 int sketch_make_histogram(sketch *s);
-/* Sort the exact values in place (no-op for a histogram); call before reading ranks. */
-void sketch_finish(sketch *s);
+/* Sort the exact values in place, each as often as added (no-op for a histogram); call
+ * before reading ranks or values. -1 on out-of-memory (the sketch unchanged). */
+int sketch_finish(sketch *s);
 /* Nearest-rank p-quantile in ns (analysis_quantile's rule): the observed value when exact,
  * the bucket's midpoint (clamped to [min, max]; the first and last rank are min and max
  * exactly) otherwise; 0 when empty. After finish. */

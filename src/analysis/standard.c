@@ -94,12 +94,6 @@ static int push(dvec *d, double x)
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* numpy.percentile's default: linear between the order statistics around p/100 (n - 1). */
 static double interpolate(const double *sorted, int64_t n, double p)
 {
@@ -119,7 +113,7 @@ static void stat_of(dvec *d, const standard_options *opt, standard_stat *out)
     out->count = d->n;
     if (d->n == 0)
         return;
-    qsort(d->v, (size_t)d->n, sizeof *d->v, cmp_double);
+    analysis_sort_doubles(d->v, d->n);
     double sum = 0;
     for (int64_t i = 0; i < d->n; i++)
         sum += d->v[i];
@@ -142,14 +136,15 @@ typedef struct itl_acc {
     double sum_ms, sum_sq_ms;
 } itl_acc;
 
-static void itl_stat(itl_acc *a, const standard_options *opt, standard_stat *out, bool *histogram)
+static int itl_stat(itl_acc *a, const standard_options *opt, standard_stat *out, bool *histogram)
 {
     memset(out, 0, sizeof *out);
     sketch *g = &a->gaps;
-    sketch_finish(g);
+    if (sketch_finish(g) != 0)
+        return -1;
     out->count = g->n;
     if (g->n == 0)
-        return;
+        return 0;
     out->mean = a->sum_ms / (double)g->n;
     double var = a->sum_sq_ms / (double)g->n - out->mean * out->mean;
     out->std = var > 0 ? sqrt(var) : 0;
@@ -164,7 +159,7 @@ static void itl_stat(itl_acc *a, const standard_options *opt, standard_stat *out
             for (int k = 0; k < opt->n_percentiles; k++)
                 out->p[k] = interpolate(d.v, d.n, opt->percentiles[k]);
             free(d.v);
-            return;
+            return 0;
         }
         free(d.v);
     }
@@ -172,17 +167,23 @@ static void itl_stat(itl_acc *a, const standard_options *opt, standard_stat *out
     out->median = sketch_quantile_ns(g, 0.5) / 1e6;
     for (int k = 0; k < opt->n_percentiles; k++)
         out->p[k] = sketch_quantile_ns(g, opt->percentiles[k] / 100) / 1e6;
+    return 0;
 }
 
 /* ---- the accumulator ------------------------------------------------------------------------ */
+
+/* One request's running state: together, one cache line for both per event. */
+typedef struct slot_state {
+    int64_t last_ns;    /* its last event, -1 none */
+    int64_t max_gap_ns; /* its longest gap so far (the itl SLO) */
+} slot_state;
 
 struct standard_acc {
     standard_options opt;
     analysis_idmap slot_of; /* request id -> slot, for ids dense[] does not cover */
     int64_t *dense;         /* (n_dense) request id -> slot, -1: ids are usually 0, 1, 2 ... */
     int64_t n_dense;
-    int64_t *last_ns;       /* (cap) the slot's last event, -1 none */
-    int64_t *max_gap_ns;    /* (cap) its longest gap so far (the itl SLO) */
+    slot_state *slots;      /* (cap) */
     int64_t n, cap;
     itl_acc itl[3];         /* all, background, injected */
 };
@@ -245,48 +246,108 @@ void standard_acc_free(standard_acc *a)
         return;
     analysis_idmap_free(&a->slot_of);
     free(a->dense);
-    free(a->last_ns);
-    free(a->max_gap_ns);
+    free(a->slots);
     for (int k = 0; k < 3; k++)
         sketch_free(&a->itl[k].gaps);
     free(a);
 }
 
-int standard_acc_event(standard_acc *a, const tokenlog_event *ev, char *err)
+/* count equal gaps of one class (kind) into all and the class, as count events one by
+ * one: the sums in ms added in that order (so the mean and std are the same to the bit). */
+static int itl_add(standard_acc *a, int kind, int64_t gap, int64_t count, char *err)
 {
-    int64_t slot = slot_of(a, ev->request, a->n);
-    if (slot == -2)
+    const double ms = analysis_ns_to_ms(gap), sq = ms * ms;
+    itl_acc *all = &a->itl[0], *cls = &a->itl[kind == TOKENLOG_INJECT ? 2 : 1];
+    double sum0 = all->sum_ms, sq0 = all->sum_sq_ms, sum1 = cls->sum_ms, sq1 = cls->sum_sq_ms;
+    for (int64_t i = 0; i < count; i++) {
+        sum0 += ms;
+        sq0 += sq;
+        sum1 += ms;
+        sq1 += sq;
+    }
+    all->sum_ms = sum0;
+    all->sum_sq_ms = sq0;
+    cls->sum_ms = sum1;
+    cls->sum_sq_ms = sq1;
+    const int bucket = sketch_bucket(gap);
+    if (sketch_add_n(&all->gaps, gap, bucket, count) != 0 ||
+        sketch_add_n(&cls->gaps, gap, bucket, count) != 0)
         return err_set(err, "out of memory for the request metrics");
+    return 0;
+}
+
+/* The gap an event closes (-1: none, the request's first or an event out of order; -2 with
+ * err: out of memory). */
+static inline int64_t event_gap(standard_acc *a, const tokenlog_event *ev, char *err)
+{
+    const uint64_t id = (uint64_t)ev->request;
+    if (id < (uint64_t)a->n_dense && (uint64_t)a->dense[id] < (uint64_t)a->n) {
+        /* The usual case: a request seen before. */
+        const int64_t slot = a->dense[id], prev = a->slots[slot].last_ns;
+        a->slots[slot].last_ns = ev->t_ns;
+        if (prev < 0 || ev->t_ns < prev)
+            return -1;
+        const int64_t gap = ev->t_ns - prev;
+        if (gap > a->slots[slot].max_gap_ns)
+            a->slots[slot].max_gap_ns = gap;
+        return gap;
+    }
+    int64_t slot = slot_of(a, ev->request, a->n);
+    if (slot == -2) {
+        err_set(err, "out of memory for the request metrics");
+        return -2;
+    }
     if (slot == a->n) {
         if (a->n == a->cap) {
             int64_t cap = a->cap ? a->cap * 2 : 1024;
-            int64_t *l = realloc(a->last_ns, (size_t)cap * sizeof *l);
-            if (l)
-                a->last_ns = l;
-            int64_t *g = l ? realloc(a->max_gap_ns, (size_t)cap * sizeof *g) : NULL;
-            if (!g)
-                return err_set(err, "out of memory for the request metrics");
-            a->max_gap_ns = g;
+            slot_state *p = realloc(a->slots, (size_t)cap * sizeof *p);
+            if (!p) {
+                err_set(err, "out of memory for the request metrics");
+                return -2;
+            }
+            a->slots = p;
             a->cap = cap;
         }
-        a->max_gap_ns[a->n] = 0;
-        a->last_ns[a->n++] = -1;
+        a->slots[a->n++] = (slot_state){.last_ns = -1, .max_gap_ns = 0};
     }
-    const int64_t prev = a->last_ns[slot];
-    a->last_ns[slot] = ev->t_ns;
+    const int64_t prev = a->slots[slot].last_ns;
+    a->slots[slot].last_ns = ev->t_ns;
     if (prev < 0 || ev->t_ns < prev)
-        return 0;
+        return -1;
     const int64_t gap = ev->t_ns - prev;
-    if (gap > a->max_gap_ns[slot])
-        a->max_gap_ns[slot] = gap;
-    const double ms = analysis_ns_to_ms(gap);
-    itl_acc *both[2] = {&a->itl[0], &a->itl[ev->kind == TOKENLOG_INJECT ? 2 : 1]};
-    for (int k = 0; k < 2; k++) {
-        both[k]->sum_ms += ms;
-        both[k]->sum_sq_ms += ms * ms;
-        if (sketch_add(&both[k]->gaps, gap) != 0)
-            return err_set(err, "out of memory for the request metrics");
+    if (gap > a->slots[slot].max_gap_ns)
+        a->slots[slot].max_gap_ns = gap;
+    return gap;
+}
+
+int standard_acc_event(standard_acc *a, const tokenlog_event *ev, char *err)
+{
+    return standard_acc_events(a, ev, 1, err);
+}
+
+int standard_acc_events(standard_acc *a, const tokenlog_event *evs, int64_t n, char *err)
+{
+    /* Runs of equal gaps of one class go in at once. */
+    int64_t run_gap = -1, run_n = 0;
+    int run_kind = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t gap = event_gap(a, &evs[i], err);
+        if (gap == -2)
+            return -1;
+        if (gap < 0)
+            continue;
+        const int kind = evs[i].kind == TOKENLOG_INJECT ? TOKENLOG_INJECT : TOKENLOG_BG;
+        if (run_n > 0 && (gap != run_gap || kind != run_kind)) {
+            if (itl_add(a, run_kind, run_gap, run_n, err) != 0)
+                return -1;
+            run_n = 0;
+        }
+        run_gap = gap;
+        run_kind = kind;
+        run_n++;
     }
+    if (run_n > 0 && itl_add(a, run_kind, run_gap, run_n, err) != 0)
+        return -1;
     return 0;
 }
 
@@ -296,7 +357,7 @@ int standard_acc_event(standard_acc *a, const tokenlog_event *ev, char *err)
 static double max_gap_ms(standard_acc *a, int64_t request)
 {
     int64_t slot = slot_of(a, request, -1);
-    return slot >= 0 ? analysis_ns_to_ms(a->max_gap_ns[slot]) : 0;
+    return slot >= 0 ? analysis_ns_to_ms(a->slots[slot].max_gap_ns) : 0;
 }
 
 typedef struct class_acc {
@@ -357,7 +418,8 @@ int standard_acc_end(standard_acc *a, const tokenlog *rows, double duration_s,
         stat_of(&acc[k].ttft, o, &sc->ttft_ms);
         stat_of(&acc[k].tpot, o, &sc->tpot_ms);
         stat_of(&acc[k].e2el, o, &sc->e2el_ms);
-        itl_stat(&a->itl[k], o, &sc->itl_ms, &out->itl_histogram);
+        if (itl_stat(&a->itl[k], o, &sc->itl_ms, &out->itl_histogram) != 0)
+            goto oom;
         if (duration_s > 0) {
             sc->request_throughput = (double)sc->completed / duration_s;
             sc->output_throughput = (double)sc->output_tokens / duration_s;

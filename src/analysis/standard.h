@@ -69,6 +69,8 @@ int standard_parse_goodput(const char *text, standard_options *opt, char *err);
 typedef struct standard_acc standard_acc;
 standard_acc *standard_acc_begin(const standard_options *opt, int64_t exact_max, char *err);
 int standard_acc_event(standard_acc *a, const tokenlog_event *ev, char *err);
+/* The same for evs[0..n) in order (runs of equal gaps are added at once, to the same sums). */
+int standard_acc_events(standard_acc *a, const tokenlog_event *evs, int64_t n, char *err);
 int standard_acc_end(standard_acc *a, const tokenlog *rows, double duration_s,
                      standard_metrics *out, char *err);
 void standard_acc_free(standard_acc *a);

@@ -46,7 +46,9 @@ struct analysis_stream {
     int64_t exact_gaps_max, candidates_max;
 
     tokenlog log;              /* requests and steps; no events */
-    analysis_idmap row_of;     /* request id -> newest row */
+    analysis_idmap row_of;     /* request id -> newest row (ids outside row_dense[]) */
+    int64_t *row_dense;        /* (cap_row_dense) request id -> row, -1: the usual ids */
+    int64_t cap_row_dense;
     int64_t *window_of;        /* (log.cap_requests) row -> window, -1 */
     int64_t cap_window_of;
 
@@ -78,6 +80,9 @@ struct analysis_stream {
     int64_t cap_max_end;
     int64_t max_end_dirty;     /* max_end[j] is stale for j >= this */
     int64_t lower_hint;        /* the last windows_lower_bound: events come in time order */
+
+    struct gap_owner *who;     /* (cap_who) a batch's run of equal gaps: whose each one is */
+    int64_t cap_who;
 };
 
 static int64_t floor_to_ns(double floor_ms);
@@ -154,6 +159,7 @@ void analysis_stream_free(analysis_stream *s)
     standard_acc_free(s->std);
     tokenlog_free(&s->log);
     analysis_idmap_free(&s->row_of);
+    free(s->row_dense);
     analysis_idmap_free(&s->state_of);
     free(s->window_of);
     free(s->dense);
@@ -166,6 +172,7 @@ void analysis_stream_free(analysis_stream *s)
     free(s->win);
     free(s->max_end);
     free(s->cells);
+    free(s->who);
     free(s);
 }
 
@@ -275,14 +282,47 @@ static int append_request(analysis_stream *s, const tokenlog_request *r, int64_t
     return 0;
 }
 
+/* The row of request id, -1 when none: a direct table while ids stay dense (at most 4 x the
+ * rows, plus a margin; a hash lookup per row change was a cache miss each), the map beyond
+ * (ids placed there stay there). */
+static int64_t row_get(const analysis_stream *s, int64_t id)
+{
+    if (id >= 0 && id < s->cap_row_dense && s->row_dense[id] >= 0)
+        return s->row_dense[id];
+    return s->row_of.n > 0 ? analysis_idmap_get(&s->row_of, id) : -1;
+}
+
+/* id's row: the one it has, else row (added). -2 on out-of-memory. */
+static int64_t row_get_or_add(analysis_stream *s, int64_t id, int64_t row)
+{
+    int64_t have = row_get(s, id);
+    if (have >= 0)
+        return have;
+    if (id >= 0 && id < 4 * (s->log.n_requests + 4096)) {
+        if (id >= s->cap_row_dense) {
+            int64_t cap = s->cap_row_dense ? s->cap_row_dense : 4096;
+            while (cap <= id)
+                cap *= 2;
+            int64_t *p = realloc(s->row_dense, (size_t)cap * sizeof *p);
+            if (!p)
+                return -2;
+            memset(p + s->cap_row_dense, 0xff, (size_t)(cap - s->cap_row_dense) * sizeof *p);
+            s->row_dense = p;
+            s->cap_row_dense = cap;
+        }
+        s->row_dense[id] = row;
+        return row;
+    }
+    return analysis_idmap_get_or_add(&s->row_of, id, row);
+}
+
 int analysis_stream_request(analysis_stream *s, const tokenlog_request *r, char *err)
 {
-    int64_t row = analysis_idmap_get(&s->row_of, r->request);
+    int64_t row = row_get(s, r->request);
     if (row >= 0) {
         s->log.requests[row] = *r;
     } else {
-        if (append_request(s, r, &row) != 0 ||
-            analysis_idmap_get_or_add(&s->row_of, r->request, row) == -2)
+        if (append_request(s, r, &row) != 0 || row_get_or_add(s, r->request, row) == -2)
             return err_set(err, "analysis: out of memory for the requests");
     }
     if (update_window(s, row) != 0)
@@ -368,7 +408,6 @@ static int prune_candidates(analysis_stream *s)
     return 0;
 }
 
-/* A background event of request at t (its tokens counted by the caller). */
 /* The state of request (inserting index n_states when new): a direct table while ids stay
  * dense (at most 4 x the requests seen, plus a margin), a hash map beyond. -2 on
  * out-of-memory. */
@@ -398,7 +437,11 @@ static int64_t state_index(analysis_stream *s, int64_t request)
     return analysis_idmap_get_or_add(&s->state_of, request, s->n_states);
 }
 
-static int stream_bg(analysis_stream *s, int64_t request, int32_t user, int64_t t, char *err)
+/* Background request's state for an event at t: 1 with the gap since its previous event
+ * (*a: that event's time; *user: the user of the request's first event), 0 for its first
+ * event, -1 with err. */
+static int bg_state(analysis_stream *s, int64_t request, int32_t user, int64_t t, int64_t *a,
+                    int64_t *gap, int32_t *first_user, char *err)
 {
     int64_t k = state_index(s, request);
     if (k == -2)
@@ -410,22 +453,39 @@ static int stream_bg(analysis_stream *s, int64_t request, int32_t user, int64_t 
         return 0;
     }
     req_state *rs = &s->states[k];
-    const int64_t a = rs->last_t, gap = t - a;
-    if (gap < 0)
+    *a = rs->last_t;
+    *gap = t - *a;
+    if (*gap < 0)
         return err_set(err, "analysis: request %lld's events are not in time order (%lld ns "
                             "after %lld ns)",
-                       (long long)request, (long long)t, (long long)a);
+                       (long long)request, (long long)t, (long long)*a);
     rs->last_t = t;
-    if (gap > rs->longest)
-        rs->longest = gap;
+    if (*gap > rs->longest)
+        rs->longest = *gap;
+    *first_user = rs->user;
+    return 1;
+}
 
+/* Whose gap: a candidate's request and user (of the request's first event). */
+typedef struct gap_owner {
+    int64_t request;
+    int32_t user;
+} gap_owner;
+
+/* count equal gaps (a, a + gap), one for each of who[0..count), in event order: what count
+ * events would have done one by one (a simulator's step stamps its batch at one instant, and
+ * most of its requests had their previous token at the previous step's end). */
+static int add_gaps(analysis_stream *s, int64_t a, int64_t gap, const gap_owner *who,
+                    int64_t count, char *err)
+{
+    const int64_t t = a + gap;
     /* The distribution: exact while both halves together fit the budget. */
     sketch *h = &s->half[a < s->half_ns ? 0 : 1];
-    if (sketch_exact(h) && s->half[0].n + s->half[1].n == s->exact_gaps_max &&
+    if (sketch_exact(h) && s->half[0].n + s->half[1].n + count > s->exact_gaps_max &&
         (sketch_make_histogram(&s->half[0]) != 0 || sketch_make_histogram(&s->half[1]) != 0))
         return err_set(err, "analysis: out of memory for the gap histogram");
     const int bucket = sketch_bucket(gap);
-    if (sketch_add_in(h, gap, bucket) != 0)
+    if (sketch_add_n(h, gap, bucket, count) != 0)
         return err_set(err, "analysis: out of memory for %lld gaps",
                        (long long)(s->half[0].n + s->half[1].n));
     if (s->cells) {
@@ -436,13 +496,13 @@ static int stream_bg(analysis_stream *s, int64_t request, int32_t user, int64_t 
             s->max_gap_ns = gap, s->max_gap_t = a;
     }
 
-    if (gap > s->floor_ns) {
+    for (int64_t i = 0; i < count && gap > s->floor_ns; i++) {
         if (!s->threshold_known && s->n_cand == s->candidates_max && prune_candidates(s) != 0)
             return err_set(err, "analysis: out of memory for the long gaps");
         if (gap > s->floor_ns) {
             if (grow((void **)&s->cand, s->n_cand, &s->cap_cand, sizeof *s->cand) != 0)
                 return err_set(err, "analysis: out of memory for the long gaps");
-            s->cand[s->n_cand++] = (candidate){a, gap, request, rs->user};
+            s->cand[s->n_cand++] = (candidate){a, gap, who[i].request, who[i].user};
         }
     }
 
@@ -455,20 +515,78 @@ static int stream_bg(analysis_stream *s, int64_t request, int32_t user, int64_t 
             return 0; /* every wait ended before this gap began */
         s->lower_hint = windows_lower_bound(s, t);
         for (int64_t j = s->lower_hint - 1; j >= 0 && s->max_end[j] > a; j--)
-            if (s->win[j].end > a && sketch_add(&s->win[j].gaps, gap) != 0)
+            if (s->win[j].end > a && sketch_add_n(&s->win[j].gaps, gap, bucket, count) != 0)
                 return err_set(err, "analysis: out of memory for an injection's gaps");
     }
     return 0;
 }
 
+/* A background event of request at t (its tokens counted by the caller). */
+static int stream_bg(analysis_stream *s, int64_t request, int32_t user, int64_t t, char *err)
+{
+    int64_t a = 0, gap = 0;
+    gap_owner who = {request, user};
+    int rc = bg_state(s, request, user, t, &a, &gap, &who.user, err);
+    if (rc <= 0)
+        return rc;
+    return add_gaps(s, a, gap, &who, 1, err);
+}
+
 int analysis_stream_event(analysis_stream *s, const tokenlog_event *ev, char *err)
 {
-    s->tokens += ev->n_tokens;
-    if (standard_acc_event(s->std, ev, err) != 0)
+    return analysis_stream_events(s, ev, 1, err);
+}
+
+int analysis_stream_events(analysis_stream *s, const tokenlog_event *evs, int64_t n, char *err)
+{
+    if (standard_acc_events(s->std, evs, n, err) != 0)
         return -1;
-    if (ev->kind != TOKENLOG_BG)
-        return 0;
-    return stream_bg(s, ev->request, ev->user, ev->t_ns, err);
+    if (s->cap_who < n) {
+        gap_owner *p = realloc(s->who, (size_t)n * sizeof *p);
+        if (!p)
+            return err_set(err, "analysis: out of memory for the events");
+        s->who = p;
+        s->cap_who = n;
+    }
+    /* Runs of events whose gaps are equal and equally placed go in at once. */
+    int64_t run_a = 0, run_gap = -1, run_n = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const tokenlog_event *ev = &evs[i];
+        s->tokens += ev->n_tokens;
+        if (ev->kind != TOKENLOG_BG)
+            continue;
+        int64_t a = 0, gap = 0;
+        int32_t user = ev->user;
+        const uint64_t id = (uint64_t)ev->request;
+        req_state *rs;
+        if (id < (uint64_t)s->cap_dense && (uint64_t)s->dense[id] < (uint64_t)s->n_states &&
+            (rs = &s->states[s->dense[id]], ev->t_ns >= rs->last_t)) {
+            /* The usual case inline: a request seen before, its event in order. */
+            a = rs->last_t;
+            gap = ev->t_ns - a;
+            rs->last_t = ev->t_ns;
+            if (gap > rs->longest)
+                rs->longest = gap;
+            user = rs->user;
+        } else {
+            int rc = bg_state(s, ev->request, ev->user, ev->t_ns, &a, &gap, &user, err);
+            if (rc < 0)
+                return -1;
+            if (rc == 0)
+                continue;
+        }
+        if (run_n > 0 && (a != run_a || gap != run_gap)) {
+            if (add_gaps(s, run_a, run_gap, s->who, run_n, err) != 0)
+                return -1;
+            run_n = 0;
+        }
+        run_a = a;
+        run_gap = gap;
+        s->who[run_n++] = (gap_owner){ev->request, user};
+    }
+    if (run_n > 0 && add_gaps(s, run_a, run_gap, s->who, run_n, err) != 0)
+        return -1;
+    return 0;
 }
 
 /* ---- the summary ----------------------------------------------------------------------- */
@@ -503,11 +621,11 @@ static void half_dist(const sketch *h, analysis_dist *d)
 
 /* The run's gaps: the whole distribution, and how far its figures differ between the run's
  * halves. Each half is sorted once and the whole is read off the two sorted halves. */
-static void gap_distributions(analysis_stream *s, analysis_summary *out)
+static int gap_distributions(analysis_stream *s, analysis_summary *out)
 {
     sketch *h0 = &s->half[0], *h1 = &s->half[1];
-    sketch_finish(h0);
-    sketch_finish(h1);
+    if (sketch_finish(h0) != 0 || sketch_finish(h1) != 0)
+        return -1;
     analysis_dist d0, d1;
     half_dist(h0, &d0);
     half_dist(h1, &d1);
@@ -535,6 +653,7 @@ static void gap_distributions(analysis_stream *s, analysis_summary *out)
         noise->p999 = spread(d0.p999, d1.p999);
         noise->max = spread(d0.max, d1.max);
     }
+    return 0;
 }
 
 static int cmp_i64(const void *x, const void *y)
@@ -656,7 +775,10 @@ static int injections(analysis_stream *s, analysis_summary *out, int64_t **plan_
             continue; /* never sent: it cannot have stalled anyone */
         (*plan_of_window)[w] = j;
         sketch *g = &s->win[w].gaps;
-        sketch_finish(g);
+        if (sketch_finish(g) != 0) {
+            free(rows);
+            return -1;
+        }
         inj->max_gap_ms = g->n > 0 ? analysis_ns_to_ms(g->max) : 0;
         inj->median_gap_ms = sketch_quantile_ns(g, 0.50) / 1e6;
     }
@@ -777,7 +899,8 @@ int analysis_stream_end(analysis_stream *s, const analysis_options *opt, analysi
         if (log->requests[i].error[0] != '\0')
             out->errors++;
 
-    gap_distributions(s, out);
+    if (gap_distributions(s, out) != 0)
+        goto oom;
     out->spike_ratio = out->itl_ms.p50 > 0 ? out->itl_ms.max / out->itl_ms.p50 : 0;
     /* The benchmark world's figures, from the requests' final rows and every gap. */
     int std_rc = standard_acc_end(s->std, log, s->duration_s, &out->standard, err);
@@ -967,7 +1090,7 @@ static int summarize_pass(const tokenlog *log, const analysis_timeline *tl,
     for (int64_t i = 0; i < log->n_requests; i++) {
         int64_t row;
         if (append_request(s, &log->requests[i], &row) != 0 ||
-            analysis_idmap_get_or_add(&s->row_of, log->requests[i].request, row) == -2 ||
+            row_get_or_add(s, log->requests[i].request, row) == -2 ||
             update_window(s, row) != 0) {
             err_set(err, "analysis: out of memory for the requests");
             goto fail;
@@ -976,11 +1099,10 @@ static int summarize_pass(const tokenlog *log, const analysis_timeline *tl,
     for (int64_t i = 0; i < log->n_steps; i++)
         if (analysis_stream_step(s, &log->steps[i], err) != 0)
             goto fail;
-    for (int64_t i = 0; i < log->n_events; i++) {
+    for (int64_t i = 0; i < log->n_events; i++)
         s->tokens += log->events[i].n_tokens;
-        if (standard_acc_event(s->std, &log->events[i], err) != 0)
-            goto fail;
-    }
+    if (standard_acc_events(s->std, log->events, log->n_events, err) != 0)
+        goto fail;
     /* Background events per request, in time order (the timeline sorted them). */
     for (int64_t k = 0; k < tl->n_segs; k++) {
         const analysis_segment *seg = &tl->segs[k];

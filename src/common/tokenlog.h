@@ -77,13 +77,21 @@ const char *tokenlog_kind_name(int kind);
 /* Where a producer hands its rows as they come, instead of into a tokenlog (a run too long to
  * hold: the analysis streams them). request() is called when a request is sent and again
  * whenever its row changes (first token, end), always with the whole row; each returns 0, or
- * -1 with err to stop the producer. */
+ * -1 with err to stop the producer. events(), when not NULL, takes several events at once
+ * (evs[0..n), in order: the same as event() on each; the simulator hands a step's events,
+ * all at one instant, in one call), else the producer calls event() on each. */
 typedef struct tokenlog_sink {
     int (*event)(void *ctx, const tokenlog_event *ev, char *err);
     int (*request)(void *ctx, const tokenlog_request *r, char *err);
     int (*step)(void *ctx, const tokenlog_step *st, char *err);
     void *ctx;
+    int (*events)(void *ctx, const tokenlog_event *evs, int64_t n, char *err);
 } tokenlog_sink;
+
+/* The decimal digits of v at out, as printf's "%lld" (at most 20 bytes, no terminator);
+ * returns the end. For writers of long CSVs: printf's format parsing costs more than the
+ * digits. */
+char *tokenlog_put_i64(char *out, int64_t v);
 
 /* CSV rows (with header helpers) so a live client can write incrementally. */
 void tokenlog_write_events_header(FILE *f);

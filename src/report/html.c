@@ -127,11 +127,19 @@ static void inline_svg(FILE *out, const char *svg, const char *prefix)
             p++;
     }
     static const char *const refs[] = {"id=\"", "href=\"#", "url(#"};
+    enum { N_REFS = sizeof refs / sizeof refs[0] };
+    /* Each ref's next hit, searched again only once passed (a ref absent from a large SVG
+     * would otherwise be searched for to its end at every hit of the others). */
+    const char *next[N_REFS];
+    for (size_t i = 0; i < N_REFS; i++)
+        next[i] = strstr(p, refs[i]);
     while (*p) {
         const char *best = NULL;
         size_t best_len = 0;
-        for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++) {
-            const char *hit = strstr(p, refs[i]);
+        for (size_t i = 0; i < N_REFS; i++) {
+            if (next[i] && next[i] < p)
+                next[i] = strstr(p, refs[i]);
+            const char *hit = next[i];
             if (hit && (!best || hit < best)) {
                 best = hit;
                 best_len = strlen(refs[i]);

@@ -240,6 +240,12 @@ int sim_check(const sim_config *cfg, char *err)
 /* The last step's token events, once this step's arrivals are sent. */
 static int sim_flush_events(sim_state *st, char *err)
 {
+    if (st->sink->events && st->n_pending > 0) {
+        if (st->sink->events(st->sink->ctx, st->pending, st->n_pending, err) != 0)
+            return -1;
+        st->n_pending = 0;
+        return 0;
+    }
     for (int i = 0; i < st->n_pending; i++)
         if (st->sink->event(st->sink->ctx, &st->pending[i], err) != 0)
             return -1;

@@ -3,7 +3,8 @@
  * when it is sent and again at its first token and its end. Exact budgets: the same
  * summary.json, byte for byte, and the same stalls. A tiny budget: the histogram's
  * percentiles within the stated relative error of the exact ones, everything else the same.
- * The sketch alone: every value's bucket midpoint within the bound. */
+ * The sketch alone: every value's bucket midpoint within the bound. A step's events in one
+ * call (analysis_stream_events, sketch_add_n): the same as one by one, to the bit. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -196,6 +198,43 @@ static int stream(const run *r, const analysis_options *opt, analysis_summary *o
     return rc;
 }
 
+/* The same, the events between two request rows handed over in one analysis_stream_events
+ * call (a simulator's step, and often several). */
+static int stream_batched(const run *r, const analysis_options *opt, analysis_summary *out,
+                          double *thr)
+{
+    char err[ERR_LEN] = "";
+    analysis_stream *s = analysis_stream_begin(opt, err);
+    assert_non_null(s);
+    tokenlog_event *batch = malloc((size_t)(r->n_acts + 1) * sizeof *batch);
+    assert_non_null(batch);
+    int64_t n = 0;
+    for (int64_t i = 0; i <= r->n_acts; i++) {
+        const act *a = i < r->n_acts ? &r->acts[i] : NULL;
+        if (a && a->kind == ACT_EVENT) {
+            batch[n++] = a->ev;
+            continue;
+        }
+        if (a && a->kind == ACT_STEP) { /* steps count only at the end: batches span steps */
+            if (analysis_stream_step(s, &a->step, err) != 0)
+                fail_msg("stream: %s", err);
+            continue;
+        }
+        if (n > 0 && analysis_stream_events(s, batch, n, err) != 0)
+            fail_msg("stream: %s", err);
+        n = 0;
+        if (!a)
+            break;
+        if (analysis_stream_request(s, &a->req, err) != 0)
+            fail_msg("stream: %s", err);
+    }
+    free(batch);
+    int rc = analysis_stream_end(s, opt, out, thr, err);
+    if (rc == -1)
+        fail_msg("analysis_stream_end: %s", err);
+    return rc;
+}
+
 static char *json_text(const analysis_summary *s)
 {
     json_t *j = analysis_summary_to_json(s);
@@ -304,6 +343,138 @@ static void test_stream_histogram_within_bound(void **state)
         free_run(&r);
     }
     assert_true(sketched_runs > 20);
+}
+
+/* A step's events in one call give the summary of the events one by one, byte for byte:
+ * exact, with a budget crossed inside a batch (the histogram), and with the candidates
+ * pruned while the threshold is unknown. */
+static void test_stream_batches_equal_events(void **state)
+{
+    (void)state;
+    int64_t id = 1;
+    for (int trial = 0; trial < 20; trial++) {
+        run r;
+        if (trial == 10)
+            id = (int64_t)1 << 40; /* sparse ids: the maps, not the tables */
+        make_run(&r, 1 + (int)rnd(12), 100 + (int)rnd(400), &id);
+        for (int rule = 0; rule < 4; rule++) {
+            double thr = rule == 2 ? 4.5 : 0, ref = rule == 1 ? 2.0 : 0;
+            analysis_options opt = options(&r, thr, ref);
+            if (rule == 3) { /* small budgets: a histogram, candidates pruned */
+                opt.exact_gaps_max = 1 + (int64_t)rnd(200);
+                opt.stall_candidates_max = 64;
+            }
+            analysis_summary one, batched;
+            double thr_one = 0, thr_batched = 0;
+            int rc_one = stream(&r, &opt, &one, &thr_one);
+            int rc_batched = stream_batched(&r, &opt, &batched, &thr_batched);
+            assert_int_equal(rc_one, rc_batched);
+            if (rc_one == -2) {
+                assert_true(thr_one == thr_batched);
+                continue;
+            }
+            assert_same_summary(&one, &batched);
+            assert_true(one.itl_histogram == (rule == 3));
+            analysis_summary_free(&one);
+            analysis_summary_free(&batched);
+        }
+        free_run(&r);
+    }
+}
+
+/* sketch_add_n is n sketch_adds: the same count, extremes and sum (to the bit), and after
+ * finish the same values (exact) or buckets (a budget crossed in the middle of a run). */
+static void test_sketch_add_n(void **state)
+{
+    (void)state;
+    const int64_t budgets[] = {INT64_MAX, 37, 1000, 5000};
+    for (size_t b = 0; b < sizeof budgets / sizeof budgets[0]; b++)
+        for (int trial = 0; trial < 20; trial++) {
+            sketch one, many;
+            sketch_init(&one, budgets[b]);
+            sketch_init(&many, budgets[b]);
+            int runs = 1 + (int)rnd(300);
+            int64_t v = (int64_t)rnd(20 * MS);
+            for (int k = 0; k < runs; k++) {
+                if (rnd(3) != 0) /* often the same gap again, as a simulator's steps give */
+                    v = (int64_t)rnd(4) == 0 ? (int64_t)rnd(300) : (int64_t)rnd(60 * MS);
+                int64_t count = 1 + (int64_t)(rnd(4) == 0 ? rnd(300) : rnd(3));
+                for (int64_t i = 0; i < count; i++)
+                    assert_int_equal(sketch_add(&one, v), 0);
+                assert_int_equal(sketch_add_n(&many, v, sketch_bucket(v), count), 0);
+            }
+            assert_int_equal(one.n, many.n);
+            assert_int_equal(one.min, many.min);
+            assert_int_equal(one.max, many.max);
+            assert_memory_equal(&one.sum_ns, &many.sum_ns, sizeof one.sum_ns);
+            assert_int_equal(sketch_exact(&one), sketch_exact(&many));
+            assert_int_equal(sketch_finish(&one), 0);
+            assert_int_equal(sketch_finish(&many), 0);
+            if (sketch_exact(&one))
+                assert_memory_equal(one.values, many.values, (size_t)one.n * sizeof *one.values);
+            else
+                assert_memory_equal(one.buckets, many.buckets,
+                                    SKETCH_BUCKETS * sizeof *one.buckets);
+            assert_true(sketch_quantile_ns(&one, 0.5) == sketch_quantile_ns(&many, 0.5));
+            sketch_free(&one);
+            sketch_free(&many);
+        }
+}
+
+/* stalls.csv written by hand is printf's "%lld,%d,%lld,%.6f,%s," and culprits, byte for
+ * byte, at every length of gap (a whole number of ms, sub-ms, days). */
+static void test_stalls_csv_bytes(void **state)
+{
+    (void)state;
+    analysis_summary sum;
+    memset(&sum, 0, sizeof sum);
+    sum.n_stall_list = 3000;
+    sum.stall_list = calloc((size_t)sum.n_stall_list, sizeof *sum.stall_list);
+    assert_non_null(sum.stall_list);
+    char *want = NULL;
+    size_t want_len = 0;
+    FILE *w = open_memstream(&want, &want_len);
+    fputs("t_ns,user,request,gap_ms,cause,culprits\n", w);
+    for (int64_t i = 0; i < sum.n_stall_list; i++) {
+        analysis_stall *st = &sum.stall_list[i];
+        const int64_t scale[] = {1, 1000, MS, 1000 * MS, 86400000 * MS};
+        st->t_ns = (int64_t)rnd(1ULL << 50);
+        st->gap_ns = (int64_t)rnd(1000) * scale[rnd(5)] + (int64_t)rnd(3) * (int64_t)rnd(MS);
+        st->request = (int64_t)rnd(1000000);
+        st->user = (int32_t)rnd(300) - 1;
+        st->cause = (int32_t)rnd(ANALYSIS_N_CAUSES);
+        st->n_culprits = (int32_t)rnd(6);
+        for (int c = 0; c < ANALYSIS_MAX_CULPRITS; c++) {
+            st->culprit[c] = (int64_t)rnd(1000000);
+            st->culprit_prompt[c] = (int32_t)rnd(20000);
+        }
+        fprintf(w, "%lld,%d,%lld,%.6f,%s,", (long long)st->t_ns, st->user, (long long)st->request,
+                (double)st->gap_ns / 1e6, analysis_cause_name((analysis_cause)st->cause));
+        int named = st->n_culprits < ANALYSIS_MAX_CULPRITS ? st->n_culprits : ANALYSIS_MAX_CULPRITS;
+        for (int c = 0; c < named; c++)
+            fprintf(w, "%s%lld:%d", c ? ";" : "", (long long)st->culprit[c], st->culprit_prompt[c]);
+        if (st->n_culprits > named)
+            fprintf(w, ";+%d", st->n_culprits - named);
+        fputc('\n', w);
+    }
+    fclose(w);
+    char path[] = "/tmp/test_stalls_csv_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char err[ERR_LEN] = "";
+    assert_int_equal(analysis_write_stalls_csv(&sum, path, err), 0);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char *got = calloc(want_len + 2, 1);
+    assert_non_null(got);
+    assert_int_equal(fread(got, 1, want_len + 1, f), want_len);
+    fclose(f);
+    unlink(path);
+    assert_string_equal(got, want);
+    free(got);
+    free(want);
+    free(sum.stall_list);
 }
 
 /* The threshold unknown until the end (no baseline): a tiny candidate budget either still
@@ -462,6 +633,9 @@ int main(void)
         cmocka_unit_test(test_stream_zero_threshold_second_pass),
         cmocka_unit_test(test_stream_refuses_time_travel),
         cmocka_unit_test(test_sketch_buckets),
+        cmocka_unit_test(test_stream_batches_equal_events),
+        cmocka_unit_test(test_sketch_add_n),
+        cmocka_unit_test(test_stalls_csv_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

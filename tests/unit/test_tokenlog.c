@@ -324,6 +324,107 @@ static void test_cut_last_row_dropped(void **state)
 
 /* The row reader hands out exactly the rows tokenlog_read_dir reads, one at a time, drops
  * a cut last row and counts it, and names the file and line of a bad one. */
+static uint64_t rng = 0x9E3779B97F4A7C15ULL;
+static int64_t random_i64(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    static const int64_t edges[] = {0, -1, 1, 9, 10, -10, 99, 100, INT64_MAX, INT64_MIN,
+                                    999999999999999999LL, 1000000000000000000LL,
+                                    -999999999999999999LL, INT32_MAX, INT32_MIN};
+    switch (rng % 4) {
+    case 0:
+        return edges[(rng >> 8) % (sizeof edges / sizeof edges[0])];
+    case 1:
+        return (int64_t)(rng >> 1) >> (rng % 63); /* every length of digits */
+    default:
+        return (int64_t)(rng >> 40) - (int64_t)(1 << 23);
+    }
+}
+
+/* The rows written by hand are printf's bytes (the format the files always had), at every
+ * length of digits, negative numbers and the extremes included; and the integer fields read
+ * back are strtoll's values. */
+static void test_writers_match_printf(void **state)
+{
+    (void)state;
+    char dir[64], err[ERR_LEN] = "";
+    make_tmpdir(dir, sizeof dir);
+    tokenlog log;
+    tokenlog_init(&log);
+    char *text = NULL, *want = NULL;
+    size_t len = 0, want_len = 0;
+    FILE *f = open_memstream(&text, &len), *w = open_memstream(&want, &want_len);
+    for (int i = 0; i < 2000; i++) {
+        tokenlog_request r;
+        memset(&r, 0, sizeof r);
+        r.request = random_i64();
+        r.user = (int32_t)random_i64();
+        r.kind = i % 3 == 0 ? TOKENLOG_INJECT : TOKENLOG_BG;
+        r.t_plan_ns = random_i64();
+        r.t_send_ns = random_i64();
+        r.t_first_ns = random_i64();
+        r.t_end_ns = random_i64();
+        r.prompt_tokens_requested = (int32_t)random_i64();
+        r.prompt_tokens = (int32_t)random_i64();
+        r.completion_tokens = (int32_t)random_i64();
+        strcpy(r.finish_reason, i % 2 ? "length" : "");
+        tokenlog_write_request(f, &r);
+        fprintf(w, "%lld,%d,%s,%lld,%lld,%lld,%lld,%d,%d,%d,%s,\n", (long long)r.request, r.user,
+                r.kind == TOKENLOG_INJECT ? "inject" : "bg", (long long)r.t_plan_ns,
+                (long long)r.t_send_ns, (long long)r.t_first_ns, (long long)r.t_end_ns,
+                r.prompt_tokens_requested, r.prompt_tokens, r.completion_tokens, r.finish_reason);
+        assert_int_equal(tokenlog_add_request(&log, &r, NULL), 0);
+        tokenlog_step st = {.step = random_i64(), .t_start_ns = random_i64(),
+                            .t_end_ns = random_i64(), .decode_tokens = (int32_t)random_i64(),
+                            .prefill_tokens = (int32_t)random_i64(),
+                            .n_requests = (int32_t)random_i64(), .modeled_ns = random_i64(),
+                            .late_ns = random_i64()};
+        tokenlog_write_step(f, &st);
+        fprintf(w, "%lld,%lld,%lld,%d,%d,%d,%lld,%lld\n", (long long)st.step,
+                (long long)st.t_start_ns, (long long)st.t_end_ns, st.decode_tokens,
+                st.prefill_tokens, st.n_requests, (long long)st.modeled_ns, (long long)st.late_ns);
+        assert_int_equal(tokenlog_add_step(&log, &st), 0);
+    }
+    fclose(f);
+    fclose(w);
+    assert_string_equal(text, want);
+    free(text);
+    free(want);
+    /* Read back: the same rows (strtoll's values, by hand or not). */
+    assert_int_equal(tokenlog_write_dir_rows(&log, dir, err), 0);
+    tokenlog back;
+    assert_int_equal(tokenlog_read_dir_rows(&back, dir, NULL, err), 0);
+    assert_int_equal(back.n_requests, log.n_requests);
+    assert_int_equal(back.n_steps, log.n_steps);
+    assert_memory_equal(back.requests, log.requests, (size_t)log.n_requests * sizeof *log.requests);
+    for (int64_t i = 0; i < log.n_steps; i++) { /* field by field: the padding is not */
+        const tokenlog_step *a = &back.steps[i], *b = &log.steps[i];
+        assert_true(a->step == b->step && a->t_start_ns == b->t_start_ns &&
+                    a->t_end_ns == b->t_end_ns && a->decode_tokens == b->decode_tokens &&
+                    a->prefill_tokens == b->prefill_tokens && a->n_requests == b->n_requests &&
+                    a->modeled_ns == b->modeled_ns && a->late_ns == b->late_ns);
+    }
+    tokenlog_free(&back);
+    tokenlog_free(&log);
+    remove_tree(dir);
+    /* What strtoll took or refused, still: a '+', a value past int64, a sign alone. */
+    make_tmpdir(dir, sizeof dir);
+    write_text(dir, "tokens.csv", TOKENS_HDR "1,0,1,bg,+7\n");
+    write_text(dir, "requests.csv", REQUESTS_HDR);
+    assert_int_equal(tokenlog_read_dir(&back, dir, NULL, err), 0);
+    assert_int_equal(back.n_events, 1);
+    assert_int_equal(back.events[0].n_tokens, 7);
+    tokenlog_free(&back);
+    remove_tree(dir);
+    expect_read_error(TOKENS_HDR "9223372036854775808,0,1,bg,1\n", REQUESTS_HDR,
+                      "tokens.csv:2: t_ns is '9223372036854775808', not an integer");
+    expect_read_error(TOKENS_HDR "-,0,1,bg,1\n", REQUESTS_HDR, "tokens.csv:2: t_ns is '-'");
+    expect_read_error(TOKENS_HDR "--5,0,1,bg,1\n", REQUESTS_HDR, "tokens.csv:2: t_ns is '--5'");
+    expect_read_error(TOKENS_HDR "5 ,0,1,bg,1\n", REQUESTS_HDR, "tokens.csv:2: t_ns is '5 '");
+}
+
 static void test_row_reader(void **state)
 {
     (void)state;
@@ -607,6 +708,7 @@ int main(void)
         cmocka_unit_test(test_writer_full_disk),
         cmocka_unit_test(test_writer_file_too_large),
         cmocka_unit_test(test_row_reader),
+        cmocka_unit_test(test_writers_match_printf),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
