@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "analysis/attribution.h"
+#include "common/buf.h"
 #include "common/err.h"
 #include "common/fsio.h"
 
@@ -71,19 +72,6 @@ static int cmp_culprit(const void *x, const void *y)
     if (a->frozen_user_s != b->frozen_user_s)
         return (a->frozen_user_s < b->frozen_user_s) - (a->frozen_user_s > b->frozen_user_s);
     return (a->request > b->request) - (a->request < b->request);
-}
-
-static int grow(void **items, int64_t n, int64_t *cap, size_t size)
-{
-    if (n < *cap)
-        return 0;
-    int64_t c = *cap ? *cap * 2 : 64;
-    void *p = realloc(*items, (size_t)c * size);
-    if (!p)
-        return -1;
-    *items = p;
-    *cap = c;
-    return 0;
 }
 
 /* The steps overlapping (a, b): from the first whose end is past a, while they start
@@ -222,7 +210,7 @@ int analysis_attribute(const tokenlog *log, const analysis_request_counts *count
                 acc[j].stalls++;
                 acc[j].frozen_s += (double)(b - a) / 1e9;
                 window_user p = {j, st->user};
-                if (grow((void **)&wu, n_wu, &cap_wu, sizeof *wu) != 0)
+                if (buf_grow_items((void **)&wu, &cap_wu, n_wu + 1, sizeof *wu) != 0)
                     goto oom;
                 wu[n_wu++] = p;
             }

@@ -14,6 +14,7 @@
 #include "analysis/attribution.h"
 #include "analysis/sketch.h"
 #include "analysis/timeline.h"
+#include "common/buf.h"
 #include "common/err.h"
 
 /* One background request's running state. */
@@ -89,19 +90,6 @@ static int64_t floor_to_ns(double floor_ms);
 
 #define DIGEST_SHIFT 4 /* rows: the histogram's buckets by 16, 8 per doubling */
 #define DIGEST_ROWS ((SKETCH_BUCKETS >> DIGEST_SHIFT) + 1)
-
-static int grow(void **items, int64_t n, int64_t *cap, size_t size)
-{
-    if (n < *cap)
-        return 0;
-    int64_t c = *cap ? *cap * 2 : 64;
-    void *p = realloc(*items, (size_t)c * size);
-    if (!p)
-        return -1;
-    *items = p;
-    *cap = c;
-    return 0;
-}
 
 analysis_stream *analysis_stream_begin(const analysis_options *opt, char *err)
 {
@@ -225,9 +213,10 @@ static int update_window(analysis_stream *s, int64_t row)
     }
     if (r->kind != TOKENLOG_INJECT || r->t_send_ns < 0)
         return 0;
-    if (grow((void **)&s->win, s->n_win, &s->cap_win, sizeof *s->win) != 0)
+    if (buf_grow_items((void **)&s->win, &s->cap_win, s->n_win + 1, sizeof *s->win) != 0)
         return -1;
-    if (grow((void **)&s->max_end, s->n_win, &s->cap_max_end, sizeof *s->max_end) != 0)
+    if (buf_grow_items((void **)&s->max_end, &s->cap_max_end, s->n_win + 1,
+                       sizeof *s->max_end) != 0)
         return -1;
     /* Sends come in order from a producer in time order: the insertion point is the end. */
     j = s->n_win;
@@ -447,7 +436,8 @@ static int bg_state(analysis_stream *s, int64_t request, int32_t user, int64_t t
     if (k == -2)
         return err_set(err, "analysis: out of memory for the requests' state");
     if (k == s->n_states) {
-        if (grow((void **)&s->states, s->n_states, &s->cap_states, sizeof *s->states) != 0)
+        if (buf_grow_items((void **)&s->states, &s->cap_states, s->n_states + 1,
+                           sizeof *s->states) != 0)
             return err_set(err, "analysis: out of memory for the requests' state");
         s->states[s->n_states++] = (req_state){request, t, -1, user};
         return 0;
@@ -500,7 +490,8 @@ static int add_gaps(analysis_stream *s, int64_t a, int64_t gap, const gap_owner 
         if (!s->threshold_known && s->n_cand == s->candidates_max && prune_candidates(s) != 0)
             return err_set(err, "analysis: out of memory for the long gaps");
         if (gap > s->floor_ns) {
-            if (grow((void **)&s->cand, s->n_cand, &s->cap_cand, sizeof *s->cand) != 0)
+            if (buf_grow_items((void **)&s->cand, &s->cap_cand, s->n_cand + 1,
+                               sizeof *s->cand) != 0)
                 return err_set(err, "analysis: out of memory for the long gaps");
             s->cand[s->n_cand++] = (candidate){a, gap, who[i].request, who[i].user};
         }
@@ -963,7 +954,8 @@ int analysis_stream_end(analysis_stream *s, const analysis_options *opt, analysi
                 continue;
             aligned = true;
             pair_i64 p = {plan_of_window[j], c->user};
-            if (grow((void **)&aligned_users, n_aligned_users, &cap_aligned_users, sizeof p) != 0)
+            if (buf_grow_items((void **)&aligned_users, &cap_aligned_users, n_aligned_users + 1,
+                               sizeof p) != 0)
                 goto oom;
             aligned_users[n_aligned_users++] = p;
         }

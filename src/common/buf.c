@@ -117,3 +117,23 @@ char *buf_detach(buf *b)
     memset(b, 0, sizeof *b);
     return out;
 }
+
+int buf_grow_items(void **items, int64_t *cap, int64_t need, size_t item_size)
+{
+    if (need <= *cap)
+        return 0;
+    int64_t new_cap = *cap > 0 ? *cap : 64;
+    while (new_cap < need) {
+        if (new_cap > INT64_MAX / 2)
+            return -1;
+        new_cap *= 2;
+    }
+    if (item_size == 0 || (uint64_t)new_cap > SIZE_MAX / item_size)
+        return -1;
+    void *p = realloc(*items, (size_t)new_cap * item_size);
+    if (!p)
+        return -1;
+    *items = p;
+    *cap = new_cap;
+    return 0;
+}

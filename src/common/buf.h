@@ -20,6 +20,7 @@
 #define STALLSCOPE_BUF_H
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct buf {
     char *data;  /* NUL-terminated once anything was appended; NULL before */
@@ -44,5 +45,10 @@ void buf_free(buf *b);
 /* Hand the content over as a malloc'd NUL-terminated string ("" when empty) and leave b
  * empty. NULL when b failed or memory ran out; b is emptied either way. */
 char *buf_detach(buf *b);
+
+/* An array of items growing by doubling (from 64): room for `need` items of item_size in
+ * *items, whose capacity is *cap (both updated). Amortised O(1) appends. 0, or -1 when out
+ * of memory or past SIZE_MAX bytes (*items and *cap unchanged). */
+int buf_grow_items(void **items, int64_t *cap, int64_t need, size_t item_size);
 
 #endif

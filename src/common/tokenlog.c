@@ -37,31 +37,10 @@ void tokenlog_free(tokenlog *log)
     tokenlog_init(log);
 }
 
-/* Doubling keeps appends amortised O(1): a live client appends every token. */
-static int grow(void **items, int64_t *cap, int64_t need, size_t item_size)
-{
-    if (need <= *cap)
-        return 0;
-    int64_t new_cap = *cap > 0 ? *cap : 1024;
-    while (new_cap < need) {
-        if (new_cap > INT64_MAX / 2)
-            return -1;
-        new_cap *= 2;
-    }
-    if ((uint64_t)new_cap > SIZE_MAX / item_size)
-        return -1;
-    void *p = realloc(*items, (size_t)new_cap * item_size);
-    if (!p)
-        return -1;
-    *items = p;
-    *cap = new_cap;
-    return 0;
-}
-
 int tokenlog_add_event(tokenlog *log, const tokenlog_event *ev)
 {
     if (log->n_events == log->cap_events &&
-        grow((void **)&log->events, &log->cap_events, log->n_events + 1, sizeof *ev) != 0)
+        buf_grow_items((void **)&log->events, &log->cap_events, log->n_events + 1, sizeof *ev) != 0)
         return -1;
     log->events[log->n_events++] = *ev;
     return 0;
@@ -70,7 +49,8 @@ int tokenlog_add_event(tokenlog *log, const tokenlog_event *ev)
 int tokenlog_add_request(tokenlog *log, const tokenlog_request *req, int64_t *index)
 {
     if (log->n_requests == log->cap_requests &&
-        grow((void **)&log->requests, &log->cap_requests, log->n_requests + 1, sizeof *req) != 0)
+        buf_grow_items((void **)&log->requests, &log->cap_requests, log->n_requests + 1,
+                       sizeof *req) != 0)
         return -1;
     if (index)
         *index = log->n_requests;
@@ -81,7 +61,7 @@ int tokenlog_add_request(tokenlog *log, const tokenlog_request *req, int64_t *in
 int tokenlog_add_step(tokenlog *log, const tokenlog_step *st)
 {
     if (log->n_steps == log->cap_steps &&
-        grow((void **)&log->steps, &log->cap_steps, log->n_steps + 1, sizeof *st) != 0)
+        buf_grow_items((void **)&log->steps, &log->cap_steps, log->n_steps + 1, sizeof *st) != 0)
         return -1;
     log->steps[log->n_steps++] = *st;
     return 0;

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "common/err.h"
 
 /* ---- the KV-link catalog ------------------------------------------------------------- */
@@ -195,9 +196,11 @@ typedef struct dg_state {
     dg_req **reqs; /* every request ever created, for freeing */
     int64_t n_reqs, cap_reqs;
     dg_req **transfers; /* in flight, in start order */
-    int n_transfers, cap_transfers;
+    int n_transfers;
+    int64_t cap_transfers;
     tokenlog_event *pending; /* the events of the current instant */
-    int n_pending, cap_pending;
+    int n_pending;
+    int64_t cap_pending;
     cost_seq *seqs;
     int cap_seqs;
     int64_t *next_k;
@@ -205,19 +208,6 @@ typedef struct dg_state {
     int open_in_flight;
     bool draining; /* past the duration: steps end, nothing starts */
 } dg_state;
-
-static int grow(void **items, int n, int *cap, size_t size)
-{
-    if (n < *cap)
-        return 0;
-    int c = *cap ? *cap * 2 : 64;
-    void *p = realloc(*items, (size_t)c * size);
-    if (!p)
-        return -1;
-    *items = p;
-    *cap = c;
-    return 0;
-}
 
 static void dg_row(const dg_req *r, tokenlog_request *row)
 {
@@ -364,7 +354,8 @@ static int dg_admit_open(dg_state *st, int64_t t, char *err)
 /* The client receives a token of r at t. */
 static int dg_deliver(dg_state *st, dg_req *r, int64_t t, bool last, char *err)
 {
-    if (grow((void **)&st->pending, st->n_pending, &st->cap_pending, sizeof *st->pending) != 0)
+    if (buf_grow_items((void **)&st->pending, &st->cap_pending, st->n_pending + 1,
+                       sizeof *st->pending) != 0)
         return err_set(err, "out of memory");
     st->pending[st->n_pending++] = (tokenlog_event){.t_ns = t, .request = r->id, .user = r->user,
                                                     .n_tokens = 1, .kind = r->kind};
@@ -430,8 +421,8 @@ static int dg_end_step(dg_state *st, int i, int64_t t, char *err)
                                                    r->prompt_tokens);
         in->link_free_ns = r->t_ready_ns;
         r->phase = DG_TRANSFER;
-        if (grow((void **)&st->transfers, st->n_transfers, &st->cap_transfers,
-                 sizeof *st->transfers) != 0)
+        if (buf_grow_items((void **)&st->transfers, &st->cap_transfers, st->n_transfers + 1,
+                           sizeof *st->transfers) != 0)
             return err_set(err, "out of memory");
         st->transfers[st->n_transfers++] = r;
     }

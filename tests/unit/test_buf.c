@@ -233,6 +233,30 @@ static void test_detach(void **state)
     buf_free(&b);
 }
 
+/* buf_grow_items: doubling from 64 up to what is needed, the items kept, nothing done when
+ * there is room, and a size past SIZE_MAX refused with the array untouched. */
+static void test_grow_items(void **state)
+{
+    (void)state;
+    int64_t *items = NULL, cap = 0;
+    assert_int_equal(buf_grow_items((void **)&items, &cap, 1, sizeof *items), 0);
+    assert_int_equal(cap, 64);
+    for (int64_t i = 0; i < 1000; i++) {
+        assert_int_equal(buf_grow_items((void **)&items, &cap, i + 1, sizeof *items), 0);
+        items[i] = i * 7;
+    }
+    assert_int_equal(cap, 1024);
+    for (int64_t i = 0; i < 1000; i++)
+        assert_int_equal(items[i], i * 7);
+    int64_t *before = items;
+    assert_int_equal(buf_grow_items((void **)&items, &cap, 1024, sizeof *items), 0);
+    assert_ptr_equal(items, before);
+    assert_int_equal(buf_grow_items((void **)&items, &cap, INT64_MAX / 4, sizeof *items), -1);
+    assert_ptr_equal(items, before);
+    assert_int_equal(cap, 1024);
+    free(items);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -241,6 +265,7 @@ int main(void)
         cmocka_unit_test(test_reset_keeps_memory), cmocka_unit_test(test_large_append),
         cmocka_unit_test(test_reserve),            cmocka_unit_test(test_failure_is_sticky),
         cmocka_unit_test(test_consume),            cmocka_unit_test(test_detach),
+        cmocka_unit_test(test_grow_items),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
