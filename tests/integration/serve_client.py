@@ -5,8 +5,10 @@ server's clock) right after the bytes carrying it were read.
 Used by tests/integration/serve_*.sh; not a test itself (ctest registers only *.sh)."""
 import http.client
 import json
+import os
 import socket
 import struct
+import sys
 import threading
 import time
 
@@ -244,9 +246,28 @@ def read_steps(path):
 # late_ns: the executor's own wake-up delay, in the step log) — the overrun minus the
 # recorded lateness stays within TOLERANCE_NS — and the overrun is at most EXCUSE_CAP_NS;
 # at most 1 % of the steps (rounded down) may be excused.
+# When every violation is lateness the engine recorded (over the cap, or on more steps than
+# the 1 %) and none is unexplained, the machine held the engine back, not the engine itself:
+# check_step_timing raises RecordedLateOnly, the script exits RETRY_EXIT, and the test
+# measures once more (once only); the second measurement must pass the same rule.
 TOLERANCE_NS = 500_000
 EXCUSE_CAP_NS = 10_000_000
 EXCUSE_FRACTION = 0.01
+RETRY_EXIT = 3
+
+
+class RecordedLateOnly(AssertionError):
+    """The timing rule failed only on lateness the engine recorded itself (see above)."""
+
+
+def _exit_for_retry(kind, value, tb):
+    sys.__excepthook__(kind, value, tb)
+    if issubclass(kind, RecordedLateOnly):
+        sys.stderr.flush()
+        os._exit(RETRY_EXIT)
+
+
+sys.excepthook = _exit_for_retry
 
 
 def check_step_timing(steps, bound_ns, what):
@@ -255,15 +276,18 @@ def check_step_timing(steps, bound_ns, what):
     (number excused, largest overrun in ns) for the test to print."""
     assert steps, f"{what}: no steps to check"
     excused, bad = [], []
+    unexplained = False  # a violation the engine's record does not account for
     for st in steps:
         over = st["t_end_ns"] - st["t_start_ns"] - bound_ns(st)
         if over <= TOLERANCE_NS:
             continue
         late = st.get("late_ns")
         if late is None:
+            unexplained = True
             bad.append(f"step {st['step']}: {over / 1e6:.3f} ms over, and the log records no "
                        "lateness (no late_ns column)")
         elif over - late > TOLERANCE_NS:
+            unexplained = True
             bad.append(f"step {st['step']}: {over / 1e6:.3f} ms over, the engine recorded "
                        f"{late / 1e6:.3f} ms late: {(over - late) / 1e6:.3f} ms unexplained")
         elif over > EXCUSE_CAP_NS:
@@ -276,7 +300,9 @@ def check_step_timing(steps, bound_ns, what):
     if len(excused) > allowed:
         bad.append(f"{len(excused)} steps over by > {TOLERANCE_NS / 1e6} ms with the engine's "
                    f"record, more than 1 % of {len(steps)} ({allowed})")
-    assert not bad, f"{what}: " + "; ".join(bad[:6])
+    if bad:
+        kind = AssertionError if unexplained else RecordedLateOnly
+        raise kind(f"{what}: " + "; ".join(bad[:6]))
     worst = max(st["t_end_ns"] - st["t_start_ns"] - bound_ns(st) for st in steps)
     return len(excused), worst
 

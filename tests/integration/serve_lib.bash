@@ -108,3 +108,22 @@ wait_server() {
 py() {
   PORT="$PORT" DIR="$DIR" SERVER_PID="$SERVER_PID" PYTHONPATH="$CLIENT_PY" timeout 240 python3 -c "$1"
 }
+
+# The caller's measure (start a server, drive it, stop it), then its check. When check exits
+# 3 (serve_client.RETRY_EXIT: the step-timing rule failed only on lateness the engine
+# recorded itself, over the 10 ms cap or on more than 1 % of the steps; docs/server.md),
+# measure and check once more; any other failure, or a second one, fails the test.
+run_measured() {
+  local attempt rc
+  for attempt in 1 2; do
+    measure
+    rc=0
+    check || rc=$?
+    [ "$rc" = 0 ] && return 0
+    if [ "$rc" = 3 ] && [ "$attempt" = 1 ]; then
+      echo "note: the step timing failed only on lateness the engine recorded; measuring once more"
+      continue
+    fi
+    fail "the checks failed (exit $rc, attempt $attempt)"
+  done
+}
