@@ -264,6 +264,12 @@ void tune_table_print(FILE *out, const tune_config *tc, const tune_result *res, 
         tune_point_name(pt, name, sizeof name);
         fprintf(out, "\nServer flags for %s%s:\n", name,
                 res->choice >= 0 ? "" : " (the closest, which does NOT meet the SLOs)");
+        if (pt->disagg.prefill > 0)
+            fprintf(out, "  (disaggregated %dP:%dD over %s: %d prefill and %d decode servers, each "
+                         "with the flags below; vLLM joins them with --kv-transfer-config behind "
+                         "a proxy, docs/tune.md)\n",
+                    pt->disagg.prefill, pt->disagg.decode, pt->disagg.link, pt->disagg.prefill,
+                    pt->disagg.decode);
         experiment_print_server_setting(out, "  ", pt->policy, pt->max_num_batched_tokens,
                                         pt->max_num_seqs, &tc->base.wl);
     }
