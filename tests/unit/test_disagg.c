@@ -23,17 +23,7 @@
 #include "sim/sim.h"
 #include "workload/workload.h"
 
-static cost_params toy_cost(void)
-{
-    const cost_gpu gpu = {.name = "toy-gpu", .peak_flops = 2e9, .mem_bandwidth = 1e9,
-                          .mem_bytes = 1e6, .source = "made up for test_disagg"};
-    const cost_arch arch = {.name = "toy", .n_layers = 2, .hidden = 4, .n_heads = 2,
-                            .n_kv_heads = 1, .head_dim = 2, .ffn = 8, .vocab = 16,
-                            .max_position = 4096, .source = "made up for test_disagg"};
-    cost_params p;
-    cost_params_init(&p, &gpu, &arch);
-    return p;
-}
+#include "toy_cost.h"
 
 /* No background user; one injection of 32 tokens at 10,000 ns with a 4-token answer;
  * 1P:1D over a 1 GB/s link (no latency); mixed, budget 64. */
