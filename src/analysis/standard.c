@@ -8,6 +8,7 @@
 
 #include "analysis/sketch.h"
 #include "analysis/timeline.h"
+#include "common/buf.h"
 #include "common/err.h"
 
 void standard_defaults(standard_options *opt)
@@ -82,14 +83,8 @@ typedef struct dvec {
 
 static int push(dvec *d, double x)
 {
-    if (d->n == d->cap) {
-        int64_t cap = d->cap ? d->cap * 2 : 64;
-        double *v = realloc(d->v, (size_t)cap * sizeof *v);
-        if (!v)
-            return -1;
-        d->v = v;
-        d->cap = cap;
-    }
+    if (d->n == d->cap && buf_grow_items((void **)&d->v, &d->cap, d->n + 1, sizeof *d->v) != 0)
+        return -1;
     d->v[d->n++] = x;
     return 0;
 }
@@ -281,34 +276,20 @@ static int itl_add(standard_acc *a, int kind, int64_t gap, int64_t count, char *
 static inline int64_t event_gap(standard_acc *a, const tokenlog_event *ev, char *err)
 {
     const uint64_t id = (uint64_t)ev->request;
+    int64_t slot;
     if (id < (uint64_t)a->n_dense && (uint64_t)a->dense[id] < (uint64_t)a->n) {
-        /* The usual case: a request seen before. */
-        const int64_t slot = a->dense[id], prev = a->slots[slot].last_ns;
-        a->slots[slot].last_ns = ev->t_ns;
-        if (prev < 0 || ev->t_ns < prev)
-            return -1;
-        const int64_t gap = ev->t_ns - prev;
-        if (gap > a->slots[slot].max_gap_ns)
-            a->slots[slot].max_gap_ns = gap;
-        return gap;
-    }
-    int64_t slot = slot_of(a, ev->request, a->n);
-    if (slot == -2) {
-        err_set(err, "out of memory for the request metrics");
-        return -2;
-    }
-    if (slot == a->n) {
-        if (a->n == a->cap) {
-            int64_t cap = a->cap ? a->cap * 2 : 1024;
-            slot_state *p = realloc(a->slots, (size_t)cap * sizeof *p);
-            if (!p) {
-                err_set(err, "out of memory for the request metrics");
-                return -2;
-            }
-            a->slots = p;
-            a->cap = cap;
+        slot = a->dense[id]; /* the usual case: a request seen before */
+    } else {
+        slot = slot_of(a, ev->request, a->n);
+        if (slot == a->n &&
+            buf_grow_items((void **)&a->slots, &a->cap, a->n + 1, sizeof *a->slots) != 0)
+            slot = -2;
+        if (slot == -2) {
+            err_set(err, "out of memory for the request metrics");
+            return -2;
         }
-        a->slots[a->n++] = (slot_state){.last_ns = -1, .max_gap_ns = 0};
+        if (slot == a->n)
+            a->slots[a->n++] = (slot_state){.last_ns = -1, .max_gap_ns = 0};
     }
     const int64_t prev = a->slots[slot].last_ns;
     a->slots[slot].last_ns = ev->t_ns;
