@@ -21,6 +21,7 @@
 #define PLOT_B 60
 
 static const char *const POLICY_COLOUR[] = {"#d9541a", "#1f77b4", "#555555"}; /* sched_policy */
+static const char *const DISAGG_COLOUR = "#7b3294"; /* a --disaggregate split's ring */
 
 typedef struct axes {
     double x_lo, x_hi; /* log10 of ms */
@@ -107,7 +108,7 @@ static void write_plot(FILE *out, const tune_config *tc, const tune_result *res)
         fprintf(out, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#c00\" "
                      "stroke-dasharray=\"5 4\"/><text x=\"%.1f\" y=\"%d\" fill=\"#c00\" "
                      "text-anchor=\"end\">ITL p99.9 SLO %g ms</text>\n",
-                x, PLOT_T, x, PLOT_H - PLOT_B, x - 4, PLOT_T + 14, limit);
+                x, PLOT_T, x, PLOT_H - PLOT_B, x - 4, PLOT_H - PLOT_B - 6, limit);
     }
     for (int i = 0; i < res->n_points; i++) {
         const tune_point *pt = &res->points[i];
@@ -136,6 +137,9 @@ static void write_plot(FILE *out, const tune_config *tc, const tune_result *res)
                     pt->on_front ? "2.5" : "1.5");
         fputs("<title>", out);
         html_escape(out, name);
+        if (pt->disagg.prefill > 0)
+            fprintf(out, " (%d GPUs: %.0f tok/s per GPU)", tune_point_gpus(pt),
+                    pt->predicted.output_per_gpu);
         fprintf(out, ": %.0f tok/s, ITL p99.9 %.2f ms, ITL max %.1f ms, TTFT p99 %.0f ms%s%s</title>",
                 pt->predicted.output_throughput, pt->predicted.itl_p999_ms,
                 pt->predicted.itl_max_ms, pt->predicted.ttft_p99_ms,
@@ -144,6 +148,10 @@ static void write_plot(FILE *out, const tune_config *tc, const tune_result *res)
               : pt->policy == SCHED_MIXED ? "</rect>\n"
                                           : "</polygon>\n",
               out);
+        if (pt->disagg.prefill > 0) /* a split: a dashed ring around its policy's shape */
+            fprintf(out, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"14\" fill=\"none\" "
+                         "stroke=\"%s\" stroke-opacity=\"%s\" stroke-dasharray=\"3 2\"/>\n",
+                    x, y, DISAGG_COLOUR, opacity);
     }
     const int mark = res->choice >= 0 ? res->choice : res->closest;
     if (mark >= 0) {
@@ -171,8 +179,9 @@ static void write_plot(FILE *out, const tune_config *tc, const tune_result *res)
                  "stroke-width=\"1.5\"/><text x=\"%d\" y=\"%d\">prefill-first</text>\n",
             PLOT_L + 250, PLOT_H - 17, PLOT_L + 243, PLOT_H - 4, PLOT_L + 257, PLOT_H - 4,
             POLICY_COLOUR[SCHED_PREFILL_FIRST], PLOT_L + 264, PLOT_H - 4);
-    fprintf(out, "<text x=\"%d\" y=\"%d\">faint: breaks an SLO; black or bold: on the front</text>\n",
-            PLOT_L + 390, PLOT_H - 4);
+    fprintf(out, "<text x=\"%d\" y=\"%d\">faint: breaks an SLO; bold: on the front%s</text>\n",
+            PLOT_L + 390, PLOT_H - 4,
+            tc->n_setups > 1 ? "; dashed: P:D split" : "");
     fputs("</svg><figcaption>Every setting that can serve the workload, as the simulator "
           "predicts it: up is more output, left is a shorter tail. Ringed in black (chunked) or "
           "drawn bold (mixed, prefill-first): the Pareto front (output throughput, TTFT p99, "
@@ -249,6 +258,11 @@ static void pre_of(FILE *out, void (*print)(FILE *, const void *, const void *),
 static void print_failures(FILE *f, const void *a, const void *b)
 {
     tune_table_print_failures(f, "", a, b);
+}
+
+static void print_setups(FILE *f, const void *a, const void *b)
+{
+    tune_table_print_setups(f, a, b);
 }
 
 static void print_flags(FILE *f, const void *a, const void *b)
@@ -339,7 +353,14 @@ int html_tune_write(const char *dir, const tune_config *tc, const tune_result *r
     for (int k = 0; k < n_rows; k++)
         point_row(out, tc, res, rows[k], true);
     free(rows);
-    fputs("</table>\n<h2>Why the others fail</h2>\n<p class=\"meta\">Each setting by the SLO "
+    fputs("</table>\n", out);
+    if (tc->n_setups > 1) {
+        fputs("<h2>One instance against disaggregated prefill</h2>\n<p class=\"meta\">Judged by "
+              "output tokens/s per GPU: a P:D split runs on P + D GPUs.</p>\n",
+              out);
+        pre_of(out, print_setups, tc, res);
+    }
+    fputs("<h2>Why the others fail</h2>\n<p class=\"meta\">Each setting by the SLO "
           "it breaks most (nearest and furthest named).</p>\n",
           out);
     pre_of(out, print_failures, tc, res);

@@ -133,11 +133,11 @@ static void print_point_row(FILE *out, const char *indent, const tune_config *tc
 
 /* --disaggregate: one instance against each split, by the best setting of each that meets
  * every SLO (tune_ranked's order), per GPU first. */
-static void print_setups(FILE *out, const tune_config *tc, const tune_result *res)
+void tune_table_print_setups(FILE *out, const tune_config *tc, const tune_result *res)
 {
     int *ranked = calloc((size_t)res->n_points + 1, sizeof *ranked);
     const int n = ranked ? tune_ranked(res, ranked, res->n_points) : 0;
-    fprintf(out, "\nOne instance against disaggregated prefill (the best setting of each that "
+    fprintf(out, "One instance against disaggregated prefill (the best setting of each that "
                  "meets every SLO):\n");
     fprintf(out, "  %-12s %-30s %5s %10s %11s %10s %10s %10s\n", "setup", "setting", "GPUs",
             "per GPU", "out tok/s", "TTFT p99", "ITL p99.9", "ITL max");
@@ -239,8 +239,10 @@ void tune_table_print(FILE *out, const tune_config *tc, const tune_result *res, 
     char verdict[1024];
     tune_table_verdict(tc, res, verdict, sizeof verdict);
     fprintf(out, "\n%s: %s.\n", res->choice >= 0 ? "Chosen" : "No feasible setting", verdict);
-    if (tc->n_setups > 1)
-        print_setups(out, tc, res);
+    if (tc->n_setups > 1) {
+        fputc('\n', out);
+        tune_table_print_setups(out, tc, res);
+    }
 
     if (all) {
         fprintf(out, "\nEvery setting:\n");

@@ -19,6 +19,9 @@ void tune_table_print_verify(FILE *out, const tune_config *tc, const tune_result
 void tune_table_verdict(const tune_config *tc, const tune_result *res, char *buf, size_t size);
 /* For each point that is not the choice, grouped by its worst SLO (or "cannot serve"): how
  * many, the least and the most broken. One line per group, into out with indent. */
+/* --disaggregate: one line per setup (one instance, each P:D split), the best setting of each
+ * that meets every SLO, per GPU first; a header line first. */
+void tune_table_print_setups(FILE *out, const tune_config *tc, const tune_result *res);
 void tune_table_print_failures(FILE *out, const char *indent, const tune_config *tc,
                                const tune_result *res);
 /* The front's rows as the tables show them: one per distinct prediction (same_as < 0),

@@ -87,6 +87,9 @@ cat "$dir/disagg.txt"
 grep -q "One instance against disaggregated prefill" "$dir/disagg.txt" ||
   fail "no comparison of one instance against the split"
 grep -qE '^  1P:1D pcie5 ' "$dir/disagg.txt" || fail "the comparison has no 1P:1D row"
+grep -q "One instance against disaggregated prefill" "$dir/disagg/tune.html" ||
+  fail "tune.html has no comparison of one instance against the split"
+grep -q 'stroke-dasharray="3 2"' "$dir/disagg/tune.html" || fail "the plot does not mark the split"
 check "tune.json: per-GPU objective, the split's points on 2 GPUs, per GPU = half the output" \
   "a['search']['objective'] == 'output_throughput_per_gpu' and a['search']['disaggregate'] == ['1:1'] and len(a['points']) == 32 and all(p['gpus'] == 2 and p['kv_link'] == 'pcie5' and (not p['servable'] or abs(p['predicted']['output_throughput_per_gpu'] * 2 - p['predicted']['output_throughput']) < 1e-6) for p in a['points'] if p.get('disaggregate') == '1:1') and sum(1 for p in a['points'] if p.get('disaggregate') == '1:1') == 16" \
   "$dir/disagg/tune.json"
