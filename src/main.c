@@ -14,7 +14,7 @@ static const struct {
     {"sim", cli_sim, "the same engine in virtual time: instant what-ifs"},
     {"model", cli_model, "the arithmetic: prefill and decode step times from the cost model"},
     {"report", cli_report, "recompute the summary and report from a run's artifacts"},
-    {"calibrate", cli_calibrate, "measure this CPU or a server (--target) into a --hardware profile"},
+    {"calibrate", cli_calibrate, "measure this CPU or a server (--target): a --hardware profile"},
     {"sweep", cli_sweep, "the experiment over one or two varied parameters, one report"},
     {"tune", cli_tune, "the scheduler setting that meets your SLOs: searched, explained, verified"},
 };
