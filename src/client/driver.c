@@ -9,8 +9,10 @@
 
 #include <jansson.h>
 
+#include "common/buf.h"
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/rng.h"
 
 #define PROBE_PROMPT_TOKENS 8
 #define CALIB_WORDS_SMALL 32
@@ -339,10 +341,10 @@ struct loop {
     driver_result res; /* this loop's totals and fidelity samples */
     const char *first_violation; /* in words, NULL none; and when */
     int64_t first_violation_ns;
-    int64_t tokens, worst_gap_ns, stalls; /* since t = 0, for progress lines */
+    int64_t worst_gap_ns, stalls; /* since t = 0, for progress lines (tokens: res.tokens) */
     int64_t handed_events;        /* seg events given to tokens_csv */
     int64_t fidelity_seen;        /* fidelity samples offered (the reservoir's count) */
-    uint64_t rng;                 /* the reservoir's draws (xorshift, seeded by the loop) */
+    uint64_t rng;                 /* the reservoir's draws (rng_next, seeded by the loop) */
     int64_t *ended;               /* seg rows ended, not yet given to requests_csv */
     int64_t n_ended, cap_ended;
     int64_t t_end_ns;
@@ -543,7 +545,6 @@ static void start_recording(loop *l)
     l->recording = true;
     l->worst_gap_ns = 0;
     l->stalls = 0;
-    l->tokens = 0;
     for (int s = 0; s < l->n_users; s++) {
         drv_req *r = l->current[s];
         if (!r)
@@ -565,7 +566,6 @@ static void on_token(void *ctx, void *user, const stream_token *tok)
     r->t_last_ns = tok->t_ns;
     if (r->row < 0)
         return; /* warm-up */
-    l->tokens += tok->n_tokens;
     if (r->kind == TOKENLOG_BG && prev >= 0) {
         const int64_t gap = tok->t_ns - prev;
         if (gap > l->worst_gap_ns)
@@ -594,22 +594,15 @@ static void on_token(void *ctx, void *user, const stream_token *tok)
         int64_t keep = ph->cfg->log_events_max;
         if (keep > 0 && res->n_fidelity >= keep) {
             l->fidelity_seen++;
-            l->rng ^= l->rng << 13;
-            l->rng ^= l->rng >> 7;
-            l->rng ^= l->rng << 17;
-            uint64_t j = l->rng % (uint64_t)l->fidelity_seen;
+            const uint64_t j = rng_next(&l->rng) % (uint64_t)l->fidelity_seen;
             if (j < (uint64_t)keep)
                 res->fidelity_ms[j] = sample;
             return;
         }
-        if (res->n_fidelity == res->cap_fidelity) {
-            int64_t cap = res->cap_fidelity ? res->cap_fidelity * 2 : 4096;
-            double *f = realloc(res->fidelity_ms, (size_t)cap * sizeof *f);
-            if (!f)
-                return; /* the self-check is optional; the token is logged */
-            res->fidelity_ms = f;
-            res->cap_fidelity = cap;
-        }
+        if (res->n_fidelity == res->cap_fidelity &&
+            buf_grow_items((void **)&res->fidelity_ms, &res->cap_fidelity, res->n_fidelity + 1,
+                           sizeof *res->fidelity_ms) != 0)
+            return; /* the self-check is optional; the token is logged */
         res->fidelity_ms[res->n_fidelity++] = sample;
         l->fidelity_seen = res->n_fidelity;
     }
@@ -798,7 +791,7 @@ static bool hand_rows(loop *l, bool wait, bool flush)
 
 static void publish(loop *l)
 {
-    atomic_store_explicit(&l->fig.tokens, l->tokens, memory_order_relaxed);
+    atomic_store_explicit(&l->fig.tokens, l->res.tokens, memory_order_relaxed);
     atomic_store_explicit(&l->fig.errors, l->res.errors, memory_order_relaxed);
     atomic_store_explicit(&l->fig.worst_gap_ns, l->worst_gap_ns, memory_order_relaxed);
     atomic_store_explicit(&l->fig.stalls, l->stalls, memory_order_relaxed);
@@ -1190,14 +1183,9 @@ static void sum_results(phase *ph, driver_result *res, const char **first_violat
         }
         if (l->res.n_fidelity == 0)
             continue;
-        if (res->n_fidelity + l->res.n_fidelity > res->cap_fidelity) {
-            int64_t cap = res->n_fidelity + l->res.n_fidelity;
-            double *grown = realloc(res->fidelity_ms, (size_t)cap * sizeof *grown);
-            if (!grown)
-                continue; /* the self-check is optional */
-            res->fidelity_ms = grown;
-            res->cap_fidelity = cap;
-        }
+        if (buf_grow_items((void **)&res->fidelity_ms, &res->cap_fidelity,
+                           res->n_fidelity + l->res.n_fidelity, sizeof *res->fidelity_ms) != 0)
+            continue; /* the self-check is optional */
         memcpy(res->fidelity_ms + res->n_fidelity, l->res.fidelity_ms,
                (size_t)l->res.n_fidelity * sizeof *res->fidelity_ms);
         res->n_fidelity += l->res.n_fidelity;

@@ -7,15 +7,19 @@
  * chunk that starts at context c therefore sees the earlier chunks through the table, and a
  * decode row is a tile of kv_mul rows at one position.
  *
- * Three implementations, tested against each other:
+ * Five implementations, tested against each other (test_cpu_kernels):
  *   cpu_attn_naive        one query over contiguous keys: scores, softmax, weighted sum
  *                         (llama2.c; the reference forward uses it)
- *   cpu_attn_tile_generic the paged tile, one row at a time with an online softmax
+ *   cpu_attn_tile_generic the paged tile, one key at a time with an online softmax: the
+ *                         paged layout's reference, run by the tests only
+ *   cpu_attn_tile_blocked the paged tile 16 keys at a time, plain C
+ *   cpu_attn_tile_avx2    the same with AVX2 + FMA, up to 4 rows per load of a key block
  *   cpu_attn_tile_avx512  the paged tile as a flash-attention kernel: up to 8 rows at once
  *                         against 16 keys (one vector), exp2 with the scale folded into Q,
  *                         and the running max only rescaled when a score overtakes it by
  *                         2^8 (a compare, not a reduction, per row and block)
- * cpu_attn_run runs the fast one when it applies (AVX-512, head_dim 16, 32, 64 or 128). */
+ * cpu_attn_run runs AVX-512 when it applies (head_dim 16, 32, 64 or 128), else AVX2, else the
+ * blocked one. */
 #ifndef STALLSCOPE_CPU_ATTN_H
 #define STALLSCOPE_CPU_ATTN_H
 #include <stdbool.h>
