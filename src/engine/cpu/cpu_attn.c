@@ -167,10 +167,13 @@ __attribute__((target("avx2,fma"))) static inline float avx2_hsum(__m256 v)
 
 /* Keys [16 b0, 16 b1) against rows r0 .. r0 + rows - 1 of the tile (at most AVX2_ROWS), whose
  * running maxima and sums are max_score[0 .. rows - 1] and sum[0 .. rows - 1] and whose
- * unnormalised outputs are in t->out. */
+ * unnormalised outputs are in t->out. With each block b it prefetches block b +
+ * CPU_ATTN_CHUNK_BLOCKS when that is below prefetch_to (the first row group of a chunk does,
+ * so the next chunk is in L2 when it starts): a sequence's blocks lie anywhere in the arena,
+ * where the hardware's prefetchers, which follow addresses within a page, do not find them. */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
-avx2_rows_blocks(const cpu_attn_tile *t, int r0, const int rows, int b0, int b1, float *max_score,
-                 float *sum)
+avx2_rows_blocks(const cpu_attn_tile *t, int r0, const int rows, int b0, int b1, int prefetch_to,
+                 float *max_score, float *sum)
 {
     const int hd = t->head_dim;
     const float *q[AVX2_ROWS];
@@ -190,6 +193,13 @@ avx2_rows_blocks(const cpu_attn_tile *t, int r0, const int rows, int b0, int b1,
         const size_t block = (size_t)t->block_table[b] * hd * 16;
         const float *kt = t->k + block;
         const float *vb = t->v + block;
+        if (b + CPU_ATTN_CHUNK_BLOCKS < prefetch_to) { /* the next chunk's block, into L2 */
+            const size_t ahead = (size_t)t->block_table[b + CPU_ATTN_CHUNK_BLOCKS] * hd * 16;
+            for (int line = 0; line < hd * 16; line += 16) {
+                _mm_prefetch((const char *)(t->k + ahead + line), _MM_HINT_T1);
+                _mm_prefetch((const char *)(t->v + ahead + line), _MM_HINT_T1);
+            }
+        }
         __m256 s0[AVX2_ROWS], s1[AVX2_ROWS];
         for (int i = 0; i < AVX2_ROWS; i++)
             s0[i] = s1[i] = _mm256_setzero_ps();
@@ -253,13 +263,14 @@ avx2_rows_blocks(const cpu_attn_tile *t, int r0, const int rows, int b0, int b1,
  * and accumulators in registers instead of arrays on the stack. */
 __attribute__((target("avx2,fma"))) static void avx2_rows_dispatch(const cpu_attn_tile *t, int r0,
                                                                    int rows, int b0, int b1,
+                                                                   int prefetch_to,
                                                                    float *max_score, float *sum)
 {
     switch (rows) {
-    case 4: avx2_rows_blocks(t, r0, 4, b0, b1, max_score, sum); break;
-    case 3: avx2_rows_blocks(t, r0, 3, b0, b1, max_score, sum); break;
-    case 2: avx2_rows_blocks(t, r0, 2, b0, b1, max_score, sum); break;
-    default: avx2_rows_blocks(t, r0, 1, b0, b1, max_score, sum); break;
+    case 4: avx2_rows_blocks(t, r0, 4, b0, b1, prefetch_to, max_score, sum); break;
+    case 3: avx2_rows_blocks(t, r0, 3, b0, b1, prefetch_to, max_score, sum); break;
+    case 2: avx2_rows_blocks(t, r0, 2, b0, b1, prefetch_to, max_score, sum); break;
+    default: avx2_rows_blocks(t, r0, 1, b0, b1, prefetch_to, max_score, sum); break;
     }
 }
 
@@ -284,7 +295,7 @@ __attribute__((target("avx2,fma"))) void cpu_attn_tile_avx2(const cpu_attn_tile 
                                                                  : n_blocks;
             for (int r0 = 0; r0 < n; r0 += AVX2_ROWS)
                 avx2_rows_dispatch(t, base + r0, n - r0 < AVX2_ROWS ? n - r0 : AVX2_ROWS, b0, b1,
-                                   max_score + r0, sum + r0);
+                                   r0 == 0 ? n_blocks : 0, max_score + r0, sum + r0);
         }
         for (int i = 0; i < n; i++) {
             const __m256 inv = _mm256_set1_ps(1.0f / sum[i]);
