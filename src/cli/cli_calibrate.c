@@ -87,7 +87,7 @@ static const opts_spec calib_specs[] = {
     OPTS_STRING("out", "FILE", "where to write the profile (default hardware.json)", O, out),
     OPTS_INT("threads", "N", "threads to measure with, as serve will run (default: cores - 1, at "
              "least 1)", O, threads, 1, 1024),
-    OPTS_DURATION("seconds", "DUR", "minimum time of each probe (default 1s; 0: 3 repetitions)", O,
+    OPTS_DURATION("seconds", "DUR", "minimum time of each probe (default 1s; 0: a few repetitions only)", O,
                   probe_ns, 0, 600 * CLOCK_NS_PER_S),
     OPTS_STRING("model", "M", "model whose decode and prefill steps the step model is "
                 "fitted to (default " EXPERIMENT_CPU_MODEL ")", O, model),
@@ -176,7 +176,7 @@ int cli_calibrate(int argc, char **argv)
     if (cpu_calib_run(pool, seconds, &cal, err) != 0 ||
         (fit && cpu_calib_steps(pool, &arch, calib_batches, CALIB_N_BATCHES, calib_contexts,
                                 CALIB_N_CONTEXTS, prompts, CALIB_N_PROMPTS, o.temperature,
-                                seconds / 3, probes, err) != 0)) {
+                                seconds, probes, err) != 0)) {
         cpu_pool_free(pool);
         fprintf(stderr, "stallscope calibrate: %s\n", err);
         return CLI_EXIT_FAIL;

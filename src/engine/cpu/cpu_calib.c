@@ -217,7 +217,8 @@ static double median_ns(int64_t *v, int n)
     return n % 2 ? (double)v[n / 2] : 0.5 * ((double)v[n / 2 - 1] + (double)v[n / 2]);
 }
 
-#define CALIB_MAX_REPS 64
+#define CALIB_MAX_REPS 96 /* per probe, over all passes */
+#define CALIB_PASSES 3
 
 /* One decode probe: `batch` sequences with contexts spread evenly over [context / 4,
  * 7 context / 4] (mean `context`), blocks handed out round-robin as sequences that grow
@@ -237,9 +238,12 @@ static int decode_step(const cpu_model *m, cpu_runstate *rs, cpu_kv *kv, cpu_poo
     return 0;
 }
 
+/* One pass of a decode probe: at least 2 steps and min_seconds, their times appended to
+ * reps (at most CALIB_MAX_REPS in all); *shape gets the probe's batch and context sum. */
 static int decode_probe(const cpu_model *m, cpu_runstate *rs, cpu_kv *kv, cpu_pool *pool,
                         const int32_t *ids, int batch, int context, double temperature,
-                        double min_seconds, fit_probe *out, char *err)
+                        double min_seconds, int64_t *reps, int *n_reps, fit_probe *shape,
+                        char *err)
 {
     cpu_kv_seq *seqs = calloc((size_t)batch, sizeof *seqs);
     cpu_batch_seq *steps = calloc((size_t)batch, sizeof *steps);
@@ -265,16 +269,14 @@ static int decode_probe(const cpu_model *m, cpu_runstate *rs, cpu_kv *kv, cpu_po
         }
     if (decode_step(m, rs, kv, pool, steps, batch, temperature, err) != 0) /* caches, not pages */
         goto done;
-    int64_t reps[CALIB_MAX_REPS];
-    int n = 0;
     const int64_t until = clock_now_ns() + (int64_t)(min_seconds * 1e9);
-    while (n < CALIB_MAX_REPS && (n < 5 || clock_now_ns() < until)) {
+    for (int k = 0; *n_reps < CALIB_MAX_REPS && (k < 2 || clock_now_ns() < until); k++) {
         const int64_t t0 = clock_now_ns();
         if (decode_step(m, rs, kv, pool, steps, batch, temperature, err) != 0)
             goto done;
-        reps[n++] = clock_now_ns() - t0;
+        reps[(*n_reps)++] = clock_now_ns() - t0;
     }
-    *out = (fit_probe){batch, context_sum, 0, median_ns(reps, n)};
+    *shape = (fit_probe){batch, context_sum, 0, 0};
     rc = 0;
 done:
     if (seqs)
@@ -287,24 +289,21 @@ done:
     return rc;
 }
 
-/* One prefill probe: a fresh prompt, the median of 3. */
+/* One pass of a prefill probe: a fresh prompt, its time appended to reps. */
 static int prefill_probe(const cpu_model *m, cpu_runstate *rs, cpu_kv *kv, cpu_pool *pool,
-                         const int32_t *ids, int tokens, fit_probe *out, char *err)
+                         const int32_t *ids, int tokens, int64_t *reps, int *n_reps,
+                         fit_probe *shape, char *err)
 {
     cpu_kv_seq seq = {0};
-    int64_t reps[3];
     int rc = -1;
-    for (int r = 0; r < 3; r++) {
-        if (cpu_kv_reserve(kv, &seq, tokens, err) != 0)
-            goto done;
-        const cpu_batch_seq prompt = {ids, 0, tokens, &seq, true};
-        const int64_t t0 = clock_now_ns();
-        if (cpu_forward(m, rs, kv, pool, &prompt, 1, err) != 0)
-            goto done;
-        reps[r] = clock_now_ns() - t0;
-        cpu_kv_release(kv, &seq);
-    }
-    *out = (fit_probe){1, 0, tokens, median_ns(reps, 3)};
+    if (cpu_kv_reserve(kv, &seq, tokens, err) != 0)
+        goto done;
+    const cpu_batch_seq prompt = {ids, 0, tokens, &seq, true};
+    const int64_t t0 = clock_now_ns();
+    if (cpu_forward(m, rs, kv, pool, &prompt, 1, err) != 0)
+        goto done;
+    reps[(*n_reps)++] = clock_now_ns() - t0;
+    *shape = (fit_probe){1, 0, tokens, 0};
     rc = 0;
 done:
     cpu_kv_release(kv, &seq);
@@ -336,6 +335,8 @@ int cpu_calib_steps(cpu_pool *pool, const cost_arch *arch, const int *batches, i
     const int64_t prompt_blocks = max_prompt / 16 + 2;
     const int n_ids = max_prompt > max_batch ? max_prompt : max_batch;
     int32_t *ids = calloc((size_t)n_ids, sizeof *ids);
+    int64_t(*reps)[CALIB_MAX_REPS] = NULL; /* each probe's step times */
+    int *n_reps = NULL;
     int rc = -1;
     if (!ids) {
         err_set(err, "out of memory for the step probes");
@@ -354,17 +355,35 @@ int cpu_calib_steps(cpu_pool *pool, const cost_arch *arch, const int *batches, i
     cpu_kv_touch(&kv);
     for (int i = 0; i < n_ids; i++)
         ids[i] = (int32_t)((i * 7919) % c.vocab_size);
-    int k = 0;
-    for (int b = 0; b < n_batches; b++)
-        for (int x = 0; x < n_contexts; x++, k++)
-            if (decode_probe(&m, &rs, &kv, pool, ids, batches[b], contexts[x], temperature,
-                             min_seconds, &out[k], err) != 0)
+    /* CALIB_PASSES passes over every probe, each taking its share of the probe's steps: a
+     * slow spell of a shared machine then lands on every probe a little instead of on a few
+     * probes wholly, which would bend the fit. */
+    const int n_probes = n_batches * n_contexts + n_prompts;
+    reps = calloc((size_t)n_probes, sizeof *reps);
+    n_reps = calloc((size_t)n_probes, sizeof *n_reps);
+    if (!reps || !n_reps) {
+        err_set(err, "out of memory for the step probes");
+        goto done;
+    }
+    for (int pass = 0; pass < CALIB_PASSES; pass++) {
+        int k = 0;
+        for (int b = 0; b < n_batches; b++)
+            for (int x = 0; x < n_contexts; x++, k++)
+                if (decode_probe(&m, &rs, &kv, pool, ids, batches[b], contexts[x], temperature,
+                                 min_seconds / CALIB_PASSES, reps[k], &n_reps[k], &out[k],
+                                 err) != 0)
+                    goto done;
+        for (int p = 0; p < n_prompts; p++, k++)
+            if (prefill_probe(&m, &rs, &kv, pool, ids, prompts[p], reps[k], &n_reps[k], &out[k],
+                              err) != 0)
                 goto done;
-    for (int p = 0; p < n_prompts; p++, k++)
-        if (prefill_probe(&m, &rs, &kv, pool, ids, prompts[p], &out[k], err) != 0)
-            goto done;
+    }
+    for (int k = 0; k < n_probes; k++)
+        out[k].ns = median_ns(reps[k], n_reps[k]);
     rc = 0;
 done:
+    free(reps);
+    free(n_reps);
     free(ids);
     cpu_kv_free(&kv);
     cpu_free_runstate(&rs);
