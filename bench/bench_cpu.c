@@ -1,7 +1,8 @@
 /* bench_cpu — the cpu engine's speed against this machine's measured roofline.
  *
  * Prints, for each thread count: the sustained SGEMM rate, attention-kernel rate and read
- * bandwidth (cpu_calib.h), then one-shot prefill of 512, 2,048 and 8,192 tokens and decode
+ * bandwidth (cpu_calib.h), then one-shot prefill of 512, 2,048 and 8,192 tokens (the longest
+ * again with its KV blocks scattered over the arena, as a server hands them out) and decode
  * steps of 1, 32 and 256 sequences at context 512, each with the cost model's FLOPs and
  * bytes (F32) and its roofline: max(FLOPs / SGEMM rate, bytes / bandwidth). Never fails on
  * time.
@@ -17,6 +18,7 @@
 
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/rng.h"
 #include "engine/cost.h"
 #include "engine/cpu/cpu_calib.h"
 #include "engine/cpu/cpu_forward.h"
@@ -59,8 +61,20 @@ static int64_t time_forward(bench *b, const cpu_batch_seq *seqs, int n)
     return clock_now_ns() - t0;
 }
 
-static void bench_prefill(bench *b, int tokens, int reps)
+/* One-shot prefill of `tokens`, the best of reps. scattered: the prompt's blocks drawn from
+ * anywhere in the arena (the free list shuffled first), as a server that has run a while hands
+ * them out; else consecutive blocks of a fresh arena. */
+static void bench_prefill(bench *b, int tokens, int reps, bool scattered)
 {
+    if (scattered) {
+        uint64_t state = 7;
+        for (int64_t i = b->kv.n_free - 1; i > 0; i--) {
+            const int64_t j = (int64_t)(rng_next(&state) % (uint64_t)(i + 1));
+            const int32_t t = b->kv.free_blocks[i];
+            b->kv.free_blocks[i] = b->kv.free_blocks[j];
+            b->kv.free_blocks[j] = t;
+        }
+    }
     int32_t *ids = malloc(sizeof *ids * (size_t)tokens);
     for (int i = 0; i < tokens; i++)
         ids[i] = (i * 7919) % b->model.config.vocab_size;
@@ -79,10 +93,11 @@ static void bench_prefill(bench *b, int tokens, int reps)
     cost_breakdown cb;
     const int64_t roof = cost_prefill_ns(&b->cost, tokens, &cb);
     const double flops = cb.linear_flops + cb.lm_head_flops + cb.attention_flops;
-    printf("  %6d %9.1f %9.0f %8.1f %8.1f %7.1f%% %11.1f %8.2fx   (attention %.0f%% of FLOPs)\n",
+    printf("  %6d %9.1f %9.0f %8.1f %8.1f %7.1f%% %11.1f %8.2fx   (attention %.0f%% of FLOPs%s)\n",
            tokens, best / 1e6, tokens / (best / 1e9), flops / 1e9, flops / best,
            100.0 * flops / best * 1e9 / b->cost.gpu.peak_flops, roof / 1e6,
-           (double)best / roof, 100 * cb.attention_flops / flops);
+           (double)best / roof, 100 * cb.attention_flops / flops,
+           scattered ? "; blocks scattered" : "");
     free(ids);
 }
 
@@ -159,7 +174,8 @@ static void run(const char *model_name, int threads, bool quick)
     static const int prompts[] = {512, 2048, 8192};
     for (int i = 0; i < 3; i++)
         if (prompts[i] <= max_prefill)
-            bench_prefill(&b, prompts[i], prompts[i] >= 8192 ? 2 : 3);
+            bench_prefill(&b, prompts[i], prompts[i] >= 8192 ? 2 : 3, false);
+    bench_prefill(&b, max_prefill, max_prefill >= 8192 ? 2 : 3, true);
     printf("decode step, every sequence at context 512 (roofline = max(FLOPs / SGEMM, bytes / "
            "bandwidth)):\n");
     printf("  %6s %9s %9s %8s %8s %11s %-7s %9s\n", "batch", "best ms", "mean ms", "GFLOP",
