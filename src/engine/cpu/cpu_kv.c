@@ -2,7 +2,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "common/err.h"
 
@@ -32,19 +31,10 @@ int cpu_kv_init(cpu_kv *kv, const cpu_config *c, int64_t n_blocks, char *err)
     const size_t layer_bytes = (size_t)c->n_kv_heads * kv->head_floats * sizeof(float);
     for (int l = 0; l < c->n_layers; l++) {
         /* 64-byte aligned for the attention kernel's aligned loads; untouched pages cost
-         * nothing until a block is first written. Large layers ask for huge pages: a
-         * sequence's blocks lie anywhere in the arena, and with 4 KB pages every block of a
-         * long prompt's attention is a TLB miss of its own. */
-        const size_t align = layer_bytes >= (2u << 20) ? (2u << 20) : 64;
-        if (posix_memalign((void **)&kv->k[l], align, layer_bytes) != 0 ||
-            posix_memalign((void **)&kv->v[l], align, layer_bytes) != 0)
+         * nothing until a block is first written. */
+        if (posix_memalign((void **)&kv->k[l], 64, layer_bytes) != 0 ||
+            posix_memalign((void **)&kv->v[l], 64, layer_bytes) != 0)
             goto oom;
-#ifdef MADV_HUGEPAGE
-        if (align > 64) {
-            madvise(kv->k[l], layer_bytes, MADV_HUGEPAGE);
-            madvise(kv->v[l], layer_bytes, MADV_HUGEPAGE);
-        }
-#endif
     }
     for (int64_t i = 0; i < n_blocks; i++)
         kv->free_blocks[i] = (int32_t)(n_blocks - 1 - i); /* block 0 on top */
