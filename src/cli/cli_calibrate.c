@@ -16,7 +16,8 @@
  *   step_overhead_ns  the roofline's per-step overhead: decode 32 x 512 beyond the roofline
  *   mem_bytes    memory granted to weights + KV cache (--mem-bytes)
  *   bytes_per_param, kv_bytes_per_elem = 4 (F32); threads (as serve will run)
- * The probes run as a warm-started server runs (arena and buffers touched first) and keep
+ * The probes run as a warm-started server runs (arena and buffers touched first), in three
+ * interleaved passes (a slow spell of the machine lands on every probe a little), and keep
  * the median of their repeats, the typical step rather than the luckiest.
  * Exits 1 when a probe or the fit fails. */
 #include <stdio.h>
@@ -87,7 +88,8 @@ static const opts_spec calib_specs[] = {
     OPTS_STRING("out", "FILE", "where to write the profile (default hardware.json)", O, out),
     OPTS_INT("threads", "N", "threads to measure with, as serve will run (default: cores - 1, at "
              "least 1)", O, threads, 1, 1024),
-    OPTS_DURATION("seconds", "DUR", "minimum time of each probe (default 1s; 0: a few repetitions only)", O,
+    OPTS_DURATION("seconds", "DUR", "minimum time of each probe (default 1s; 0: a few "
+                  "repetitions only)", O,
                   probe_ns, 0, 600 * CLOCK_NS_PER_S),
     OPTS_STRING("model", "M", "model whose decode and prefill steps the step model is "
                 "fitted to (default " EXPERIMENT_CPU_MODEL ")", O, model),

@@ -13,7 +13,9 @@
  *   cpu_attn_tile_generic the paged tile, one key at a time with an online softmax: the
  *                         paged layout's reference, run by the tests only
  *   cpu_attn_tile_blocked the paged tile 16 keys at a time, plain C
- *   cpu_attn_tile_avx2    the same with AVX2 + FMA, up to 4 rows per load of a key block
+ *   cpu_attn_tile_avx2    the same with AVX2 + FMA: up to 4 rows per load of a key block,
+ *                         a vector exp, keys in chunks of CPU_ATTN_CHUNK_BLOCKS that every
+ *                         row group passes over in cache, the next chunk prefetched
  *   cpu_attn_tile_avx512  the paged tile as a flash-attention kernel: up to 8 rows at once
  *                         against 16 keys (one vector), exp2 with the scale folded into Q,
  *                         and the running max only rescaled when a score overtakes it by
@@ -56,8 +58,8 @@ void cpu_attn_tile_avx512(const cpu_attn_tile *t, float *scratch);
 /* The fast kernel when it applies, else the generic one. */
 void cpu_attn_run(const cpu_attn_tile *t, float *scratch);
 
-/* Key blocks per chunk of the AVX-512 kernel: a chunk of K and V stays in L1/L2 while every
- * row group of the tile passes over it. */
+/* Key blocks per chunk of the AVX-512 and AVX2 kernels: a chunk of K and V stays in L1/L2
+ * while every row group of the tile passes over it. */
 #define CPU_ATTN_CHUNK_BLOCKS 8
 
 #endif

@@ -238,8 +238,9 @@ static int decode_step(const cpu_model *m, cpu_runstate *rs, cpu_kv *kv, cpu_poo
     return 0;
 }
 
-/* One pass of a decode probe: at least 2 steps and min_seconds, their times appended to
- * reps (at most CALIB_MAX_REPS in all); *shape gets the probe's batch and context sum. */
+/* One pass of a decode probe: at least 2 steps and min_seconds (at most CALIB_MAX_REPS /
+ * CALIB_PASSES steps), their times appended to reps; *shape gets the probe's batch and
+ * context sum. */
 static int decode_probe(const cpu_model *m, cpu_runstate *rs, cpu_kv *kv, cpu_pool *pool,
                         const int32_t *ids, int batch, int context, double temperature,
                         double min_seconds, int64_t *reps, int *n_reps, fit_probe *shape,
@@ -270,7 +271,7 @@ static int decode_probe(const cpu_model *m, cpu_runstate *rs, cpu_kv *kv, cpu_po
     if (decode_step(m, rs, kv, pool, steps, batch, temperature, err) != 0) /* caches, not pages */
         goto done;
     const int64_t until = clock_now_ns() + (int64_t)(min_seconds * 1e9);
-    for (int k = 0; *n_reps < CALIB_MAX_REPS && (k < 2 || clock_now_ns() < until); k++) {
+    for (int k = 0; k < CALIB_MAX_REPS / CALIB_PASSES && (k < 2 || clock_now_ns() < until); k++) {
         const int64_t t0 = clock_now_ns();
         if (decode_step(m, rs, kv, pool, steps, batch, temperature, err) != 0)
             goto done;
