@@ -342,7 +342,7 @@ static const opts_spec client_specs[] = {
                   client.request_timeout_ns, 1, 24 * 3600 * CLOCK_NS_PER_S),
     OPTS_DURATION("warmup", "DUR",
                   "background load before t = 0, not recorded: users are mid-answer when the "
-                  "run starts (default 2s)",
+                  "run starts (default 2s; tune --verify: 0, as its simulator ran)",
                   C, client.warmup_ns, 0, 3600 * CLOCK_NS_PER_S),
     OPTS_FLAG("fidelity",
               "ask --target for stallscope's per-chunk emit times (on for the embedded server)", C,
