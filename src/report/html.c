@@ -506,6 +506,11 @@ static int write_prediction(FILE *out, const report_run *b, const report_run *x,
     char verdict[1024];
     if (same.ok)
         write_injection_prediction(out, &x->summary, &same.pair.interference, same.profile);
+    if (same.ok && same.caveat[0]) {
+        fputs("<p class=\"note\"><b>The same-profile model is ", out);
+        html_escape(out, same.caveat);
+        fputs(".</b></p>\n", out);
+    }
     if (same.ok) {
         report_verdict(verdict, sizeof verdict, &same.pair.baseline, &same.pair.interference);
         fputs("<p class=\"verdict model\"><b>Model, same profile:</b> ", out);

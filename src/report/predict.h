@@ -20,13 +20,16 @@ typedef struct report_prediction {
     bool ok;
     char profile[192]; /* "h100-sxm llama-3.1-8b mixed/16384" */
     char why[512];     /* when !ok: why there is no prediction */
+    char caveat[512];  /* when ok: what the profile is not ("" nothing to say) */
     experiment_pair pair;
 } report_prediction;
 
 /* The simulator, in process, for the run's workload on its own profile (reference false)
  * or on the reference profile (true). Fills out->why and returns 0 when the run cannot be
  * predicted (a remote target without --hardware, a simulation, no readable config.json);
- * -1 only on a hard failure. */
+ * -1 only on a hard failure. A cpu-engine run without --hardware is predicted by the
+ * catalog's nominal cpu, measured on another machine: out->caveat says so and how to
+ * calibrate this one. */
 int report_predict(const report_run *run, bool reference, report_prediction *out, char *err);
 void report_prediction_free(report_prediction *p);
 

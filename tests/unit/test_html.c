@@ -382,6 +382,7 @@ static void test_predict(void **state)
     assert_true(p.ok);
     assert_non_null(strstr(p.profile, "gpu-box llama-3.1-8b"));
     assert_int_equal(p.pair.interference.n_injections, 3);
+    assert_string_equal(p.caveat, ""); /* the run's own profile: nothing to excuse */
     /* its spike: the fitted 4,000-token step beside 4 decodes (contexts from the workload) */
     cost_gpu gpu;
     cost_arch arch;
@@ -394,6 +395,19 @@ static void test_predict(void **state)
                        1.0, 0.03);
     report_prediction_free(&p);
     unlink(profile);
+
+    /* The cpu engine without --hardware: the catalog's nominal cpu predicts it, and the
+     * prediction says that profile is another machine's and how to calibrate this one. */
+    experiment_config cpu;
+    experiment_defaults(&cpu, EXPERIMENT_CPU);
+    cpu.wl = cfg.wl;
+    assert_int_equal(experiment_resolve(&cpu, err), 0);
+    run = loaded(&cpu);
+    assert_int_equal(report_predict(&run, false, &p, err), 0);
+    assert_true(p.ok);
+    assert_non_null(strstr(p.caveat, "nominal cpu profile"));
+    assert_non_null(strstr(p.caveat, "stallscope calibrate --out hw.json"));
+    report_prediction_free(&p);
 
     /* No configuration: says why, predicts nothing. */
     memset(&run, 0, sizeof run);
