@@ -95,16 +95,17 @@ int report_predict(const report_run *run, bool reference, report_prediction *out
                    0;
         /* The cpu engine: its profile (--hardware, or the catalog's nominal cpu) predicts
          * the steps the run measured. */
-        cost_gpu nominal;
-        char none[ERR_LEN];
-        if (engine == EXPERIMENT_CPU && !cfg.device.hardware[0])
+        if (engine == EXPERIMENT_CPU && !cfg.device.hardware[0]) {
+            cost_gpu nominal;
+            char none[ERR_LEN];
+            const bool known = cost_gpu_find(EXPERIMENT_CPU_DEVICE, &nominal, none) == 0 &&
+                               nominal.source;
             snprintf(out->caveat, sizeof out->caveat,
                      "the catalog's nominal cpu profile (%.250s), not this machine: for a "
                      "prediction of this machine run stallscope calibrate --out hw.json and "
                      "give the run --hardware hw.json",
-                     cost_gpu_find(EXPERIMENT_CPU_DEVICE, &nominal, none) == 0 && nominal.source
-                         ? nominal.source
-                         : "figures of another machine");
+                     known ? nominal.source : "figures of another machine");
+        }
     } else {
         /* Someone else's server: never an H100 stand-in for it. */
         if (engine == EXPERIMENT_REMOTE)
