@@ -308,7 +308,9 @@ __attribute__((target("avx2,fma"))) void cpu_attn_tile_avx2(const cpu_attn_tile 
 
 bool cpu_avx2_available(void)
 {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    __builtin_cpu_init();
+    return cpu_isa_cap() >= CPU_ISA_AVX2 && __builtin_cpu_supports("avx2") &&
+           __builtin_cpu_supports("fma");
 }
 
 static bool avx512_applies(int head_dim)

@@ -3,6 +3,8 @@
 #include <cblas.h>
 #include <math.h>
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* ---- references ------------------------------------------------------------------ */
 
@@ -87,11 +89,28 @@ void cpu_gemm_naive(float *y, int ldy, const float *x, int ldx, const float *w, 
 static atomic_int simd_state = -1; /* -1 unknown, 0 off, 1 on */
 static atomic_bool simd_refused;    /* cpu_simd_enable(false): no vector path at all */
 
+cpu_isa cpu_isa_cap(void)
+{
+    static atomic_int cap = -1;
+    int c = atomic_load(&cap);
+    if (c < 0) {
+        const char *env = getenv("STALLSCOPE_CPU_ISA");
+        c = CPU_ISA_AVX512;
+        if (env && strcmp(env, "portable") == 0)
+            c = CPU_ISA_PORTABLE;
+        else if (env && strcmp(env, "avx2") == 0)
+            c = CPU_ISA_AVX2;
+        atomic_store(&cap, c);
+    }
+    return (cpu_isa)c;
+}
+
 bool cpu_simd_available(void)
 {
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+    return cpu_isa_cap() >= CPU_ISA_AVX512 && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512dq");
 #else
     return false;
 #endif

@@ -39,8 +39,15 @@ void cpu_gemm_naive(float *y, int ldy, const float *x, int ldx, const float *w, 
 /* Rows below this use the small-batch kernel; from it on, OpenBLAS. */
 #define CPU_GEMM_SMALL_M 128
 
-/* Fast-path control for tests and benchmarks: whether this CPU has AVX-512 (F, DQ), and
- * whether the kernels use it (default: when available). */
+/* The widest instruction set the dispatch may use. The environment variable
+ * STALLSCOPE_CPU_ISA caps it ("portable": plain C only; "avx2": AVX2 + FMA, no AVX-512;
+ * unset or "native": what the CPU has), so the slower paths can be tested and measured on a
+ * CPU that has the faster ones. Read once. */
+typedef enum cpu_isa { CPU_ISA_PORTABLE, CPU_ISA_AVX2, CPU_ISA_AVX512 } cpu_isa;
+cpu_isa cpu_isa_cap(void);
+
+/* Fast-path control for tests and benchmarks: whether this CPU has AVX-512 (F, DQ) and the
+ * cap allows it, and whether the kernels use it (default: when available). */
 bool cpu_simd_available(void);
 void cpu_simd_enable(bool on);
 bool cpu_simd_enabled(void);
