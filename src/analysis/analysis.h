@@ -49,14 +49,16 @@ typedef struct analysis_stalls {
 /* Every stall gets one cause, in this order of evidence (DESIGN.md):
  *   PREFILL      the server was prefilling: a step during the gap carried prompt tokens and
  *                lasted longer than the threshold (its model says so too, where there is
- *                one); without a step log (a --target), a request whose own wait for its
+ *                one, at this machine's speed: the model times the median measured/modeled
+ *                ratio of the run's steps); without a step log (a --target), a request whose own wait for its
  *                first token was at least the threshold overlapped the gap. The culprits
  *                are those requests: their prefill window [send, first token] overlapped
  *                the gap and lasted at least the threshold, and their prompt is at least a
  *                quarter of the longest such prompt (a short request that only queued
  *                behind the prefill waited long too, but did not cause the wait).
  *   SERVER       a step during the gap lasted longer than the threshold while its modeled
- *                work was shorter: the server's machine, not its scheduler.
+ *                work (at this machine's speed, as above) was shorter: the server's machine,
+ *                not its scheduler.
  *   CLIENT       the server kept stepping, every step short, all through the gap: it
  *                emitted on time and the client read late.
  *   UNEXPLAINED  none of the above (no step log and no long prefill, or no step at all). */

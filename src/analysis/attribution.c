@@ -89,7 +89,39 @@ static int64_t first_step_ending_after(const tokenlog_step *s, int64_t n, int64_
     return lo;
 }
 
-static analysis_cause step_cause(const tokenlog *log, int64_t a, int64_t b, int64_t thr)
+static int cmp_double(const void *x, const void *y)
+{
+    const double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* How much slower than its model this machine ran the run's steps: the median of measured /
+ * modeled over the steps that carry a model (1 with fewer than 8 of them). A cpu engine
+ * priced by another machine's profile, or a sanitizer build, runs every step k times its
+ * model; a step's work is then "short" only if k x its model is. The median is the typical
+ * step's: a few paused steps do not move it. -1 when out of memory. */
+static double machine_factor(const tokenlog *log)
+{
+    double *ratio = malloc((size_t)(log->n_steps ? log->n_steps : 1) * sizeof *ratio);
+    if (!ratio)
+        return -1;
+    int64_t n = 0;
+    for (int64_t k = 0; k < log->n_steps; k++) {
+        const tokenlog_step *s = &log->steps[k];
+        if (s->modeled_ns > 0 && s->t_end_ns > s->t_start_ns)
+            ratio[n++] = (double)(s->t_end_ns - s->t_start_ns) / (double)s->modeled_ns;
+    }
+    double factor = 1;
+    if (n >= 8) {
+        qsort(ratio, (size_t)n, sizeof *ratio, cmp_double);
+        factor = ratio[n / 2];
+    }
+    free(ratio);
+    return factor;
+}
+
+static analysis_cause step_cause(const tokenlog *log, int64_t a, int64_t b, int64_t thr,
+                                 double factor)
 {
     bool prefill = false, overran = false, any = false;
     for (int64_t k = first_step_ending_after(log->steps, log->n_steps, a);
@@ -98,10 +130,10 @@ static analysis_cause step_cause(const tokenlog *log, int64_t a, int64_t b, int6
         any = true;
         if (s->t_end_ns - s->t_start_ns <= thr)
             continue;
-        /* A long step carrying prompt tokens is a prefill, unless its model says the work
-         * was short (then the machine stretched it); a long step without prompt tokens is
-         * the server's own. */
-        if (s->prefill_tokens > 0 && !(s->modeled_ns > 0 && s->modeled_ns <= thr))
+        /* A long step carrying prompt tokens is a prefill, unless its model, at this
+         * machine's speed, says the work was short (then the machine stretched it); a long
+         * step without prompt tokens is the server's own. */
+        if (s->prefill_tokens > 0 && !(s->modeled_ns > 0 && (double)s->modeled_ns * factor <= (double)thr))
             prefill = true;
         else
             overran = true;
@@ -138,6 +170,9 @@ int analysis_attribute(const tokenlog *log, const analysis_request_counts *count
     int rc = -1;
     if (at->step_log && !steps_sorted(log))
         return err_set(err, "analysis: the step log is not in time order");
+    const double factor = at->step_log ? machine_factor(log) : 1;
+    if (factor < 0)
+        return err_set(err, "analysis: out of memory attributing stalls");
 
     /* The long prefill windows, by send time, with the running maximum of their ends. */
     win = malloc((size_t)(log->n_requests ? log->n_requests : 1) * sizeof *win);
@@ -214,7 +249,7 @@ int analysis_attribute(const tokenlog *log, const analysis_request_counts *count
                     goto oom;
                 wu[n_wu++] = p;
             }
-            st->cause = at->step_log       ? (int32_t)step_cause(log, a, b, thr)
+            st->cause = at->step_log       ? (int32_t)step_cause(log, a, b, thr, factor)
                         : st->n_culprits > 0 ? ANALYSIS_CAUSE_PREFILL
                                              : ANALYSIS_CAUSE_UNEXPLAINED;
             analysis_cause_total *c = &at->by_cause[st->cause];

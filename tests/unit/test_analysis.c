@@ -710,6 +710,40 @@ static void test_causes_without_steps(void **state)
     tokenlog_free(&log);
 }
 
+/* A machine slower than its model: every step takes 4x its modeled time (a cpu engine priced
+ * by another machine's profile, or a sanitizer build). Decode steps measured 40 ms, modeled
+ * 10; a step carrying 1,000 prompt tokens measured 600 ms, modeled 150 (threshold 200): at
+ * face value its work was short and the machine stretched it, but at this machine's pace
+ * (4 x 150 = 600 ms) the prefill is the whole wait: a prefill stall. A decode step measured
+ * 600 ms (modeled 10, so 40 at this pace) in the same run stays the machine's. */
+static void test_causes_at_the_machines_pace(void **state)
+{
+    (void)state;
+    tokenlog log;
+    tokenlog_init(&log);
+    for (double t = 0; t <= 2400; t += 40)
+        if (!(t > 400 && t < 1000) && !(t > 1400 && t < 2000))
+            ev(&log, t, 0, 1, TOKENLOG_BG, 1);
+    req(&log, 1, 0, TOKENLOG_BG, 0, 0, 0, 2400, 50, NULL);
+    req(&log, 9, -1, TOKENLOG_INJECT, 390, 390, 1000, 1005, 1000, NULL);
+    int64_t k = 0;
+    for (double t = 0; t < 400; t += 40)
+        step(&log, k++, t, t + 40, 0, 10);
+    step(&log, k++, 400, 1000, 1000, 150);
+    for (double t = 1000; t < 1400; t += 40)
+        step(&log, k++, t, t + 40, 0, 10);
+    step(&log, k++, 1400, 2000, 0, 10);
+    for (double t = 2000; t < 2400; t += 40)
+        step(&log, k++, t, t + 40, 0, 10);
+    analysis_summary s = summarize(&log, 200, 0, 2.4);
+    assert_int_equal(s.n_stall_list, 2);
+    assert_int_equal(s.stall_list[0].cause, ANALYSIS_CAUSE_PREFILL);
+    assert_int_equal(s.stall_list[0].culprit[0], 9);
+    assert_int_equal(s.stall_list[1].cause, ANALYSIS_CAUSE_SERVER);
+    analysis_summary_free(&s);
+    tokenlog_free(&log);
+}
+
 /* The whole run's percentiles are read off its two sorted halves (no second sort): they
  * must equal the percentiles of all the gaps sorted together, on random runs. */
 static void test_percentiles_from_halves(void **state)
@@ -765,6 +799,7 @@ int main(void)
         cmocka_unit_test(test_causes_from_the_step_log),
         cmocka_unit_test(test_percentiles_from_halves),
         cmocka_unit_test(test_causes_without_steps),
+        cmocka_unit_test(test_causes_at_the_machines_pace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
