@@ -6,8 +6,9 @@
  * Checked: the decoder returns 0 or -1 and nothing else; its strings stay terminated inside
  * their arrays; a token count is never negative, the running completion count never goes
  * down (the client's per-request token total must be monotone whatever a server sends),
- * and with a max_tokens (bits 3-7 of byte 0; 0: unbounded) neither the tokens delivered
- * nor the completion count ever pass it. And the client's in-place scanner
+ * the completion count is never more than SSE_STOP_TOKEN_SLACK above the tokens delivered
+ * (a usage above what streamed is refused), and with a max_tokens (bits 3-7 of byte 0; 0:
+ * unbounded) neither the tokens delivered nor the completion count ever pass it. And the client's in-place scanner
  * (sse_decode_chunk) decodes every event as the jansson reference does
  * (sse_decode_chunk_jansson): the same return, the same fields. */
 #include <stdbool.h>
@@ -30,6 +31,7 @@ static void check_chunk(const sse_chunk *c, sse_counter *n)
     const int k = sse_counter_add(n, c);
     const int64_t completion = sse_counter_completion(n);
     if (k < 0 || n->delivered != before + k || completion < n->delivered ||
+        completion > n->delivered + SSE_STOP_TOKEN_SLACK ||
         (n->max_tokens > 0 && (n->delivered > n->max_tokens || completion > n->max_tokens))) {
         fprintf(stderr,
                 "fuzz_sse_chunk: count %d, delivered %lld -> %lld, completion %lld, max %lld\n", k,

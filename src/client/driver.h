@@ -148,9 +148,10 @@ typedef struct driver_result {
     char open_plan[1024];  /* workload_plan_describe of the phase's plan ("" closed loop) */
     int prompt_mismatches; /* requests whose server-counted prompt differed by > 2 % */
     /* Server events ignored because they cannot be true (after [DONE], impossible or
-     * backward counts, tokens past max_tokens; stream_end.protocol_violations), over the
-     * recorded requests. */
+     * backward counts, tokens past max_tokens, a usage above the tokens streamed;
+     * stream_end.protocol_violations), over the recorded requests; and the same by kind. */
     int64_t protocol_violations;
+    int64_t violations_by_kind[SSE_VIOLATION_KINDS];
     /* Recorded token events by the source of their time (stream_stamp). */
     int64_t stamps[STREAM_STAMP_KINDS];
     /* The events were dropped from memory as they were written (driver_phase.log_events_max):

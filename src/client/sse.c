@@ -1033,6 +1033,7 @@ static void violation(sse_counter *c, sse_violation v)
 {
     if (c->violations++ == 0)
         c->first = v;
+    c->by_kind[v]++;
 }
 
 bool sse_counter_ended(sse_counter *c)
@@ -1041,6 +1042,17 @@ bool sse_counter_ended(sse_counter *c)
         return false;
     violation(c, SSE_VIOLATION_AFTER_DONE);
     return true;
+}
+
+/* The most completion tokens the stream can have shown once this chunk is counted
+ * (INT64_MAX: no bound), the rule of sse_counter_add. */
+static int64_t stream_bound(const sse_counter *c, const sse_chunk *chunk)
+{
+    const bool text = chunk->has_choices && chunk->has_text;
+    const bool usage_kept_up = c->delivered == 0 || c->usage_completion >= c->delivered;
+    if (text && usage_kept_up)
+        return INT64_MAX;
+    return c->delivered + (text ? 1 : 0) + SSE_STOP_TOKEN_SLACK;
 }
 
 /* The chunk's usage.completion_tokens if it can be true of this stream, else -1 with what
@@ -1054,6 +1066,8 @@ static int64_t believable_completion(const sse_counter *c, const sse_chunk *chun
         *why = SSE_VIOLATION_COUNT_BACKWARDS;
     else if (c->max_tokens > 0 && chunk->completion_tokens > c->max_tokens)
         *why = SSE_VIOLATION_PAST_MAX;
+    else if (chunk->completion_tokens > stream_bound(c, chunk))
+        *why = SSE_VIOLATION_ABOVE_STREAM;
     else
         return chunk->completion_tokens;
     return -1;
@@ -1108,7 +1122,22 @@ const char *sse_violation_text(sse_violation v)
         return "usage.completion_tokens going backwards";
     case SSE_VIOLATION_PAST_MAX:
         return "more completion tokens than max_tokens";
+    case SSE_VIOLATION_ABOVE_STREAM:
+        return "usage.completion_tokens above the tokens streamed";
     default:
         return "none";
     }
+}
+
+const char *sse_violation_name(sse_violation v)
+{
+    static const char *const names[SSE_VIOLATION_KINDS] = {
+        [SSE_VIOLATION_NONE] = "none",
+        [SSE_VIOLATION_AFTER_DONE] = "after_done",
+        [SSE_VIOLATION_BAD_COUNT] = "bad_count",
+        [SSE_VIOLATION_COUNT_BACKWARDS] = "count_backwards",
+        [SSE_VIOLATION_PAST_MAX] = "past_max",
+        [SSE_VIOLATION_ABOVE_STREAM] = "above_stream",
+    };
+    return v > SSE_VIOLATION_NONE && v < SSE_VIOLATION_KINDS ? names[v] : names[0];
 }

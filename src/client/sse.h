@@ -106,6 +106,8 @@ typedef enum sse_violation {
     SSE_VIOLATION_COUNT_BACKWARDS, /* usage.completion_tokens below an earlier one */
     SSE_VIOLATION_PAST_MAX,        /* usage.completion_tokens above the request's max_tokens,
                                       or a token once the request has all max_tokens */
+    SSE_VIOLATION_ABOVE_STREAM,    /* usage.completion_tokens above the tokens streamed (see
+                                      sse_counter_add) */
     SSE_VIOLATION_KINDS
 } sse_violation;
 
@@ -117,6 +119,7 @@ typedef struct sse_counter {
     int64_t usage_prompt;      /* the last believable usage.prompt_tokens, -1 none */
     bool done;                 /* "[DONE]" seen */
     int64_t violations;        /* events ignored or corrected, all kinds */
+    int64_t by_kind[SSE_VIOLATION_KINDS]; /* the same by kind ([NONE] stays 0) */
     sse_violation first;       /* the first violation's kind, NONE without */
 } sse_counter;
 
@@ -127,12 +130,25 @@ bool sse_counter_ended(sse_counter *c);
 /* Tokens one decoded chunk delivered. With usage in a generation chunk
  * (continuous_usage_stats) it is the increase of usage.completion_tokens, so an event
  * carrying k tokens counts k; without usage (or with a count the counter refuses), one per
- * chunk with text. A usage-only chunk delivers none. Never more than max_tokens in all. */
+ * chunk with text. A usage-only chunk delivers none. Never more than max_tokens in all.
+ * A usage is believed only as far as the stream shows it: a chunk with text may carry
+ * several tokens only in a stream whose usage counted every event before it (vLLM's
+ * continuous usage, where a held-back token comes with the next); any other chunk's usage
+ * (a usage-only or text-less chunk, or a first count after events counted one each) may
+ * pass the tokens delivered by at most this chunk's text and SSE_STOP_TOKEN_SLACK. More
+ * is SSE_VIOLATION_ABOVE_STREAM: the count is refused, the chunk counts as without usage. */
 int sse_counter_add(sse_counter *c, const sse_chunk *chunk);
+/* A usage may count this many tokens the stream never showed: the stop token (EOS), which
+ * streams no text. */
+#define SSE_STOP_TOKEN_SLACK 1
 /* The request's completion tokens: its last believable usage, or what was delivered when
- * that is more (a refused count leaves the usage behind the tokens taken). */
+ * that is more (a refused count leaves the usage behind the tokens taken). At most the
+ * tokens delivered + SSE_STOP_TOKEN_SLACK. */
 int64_t sse_counter_completion(const sse_counter *c);
 /* "an event after [DONE]", ... for messages. */
 const char *sse_violation_text(sse_violation v);
+/* "after_done", "bad_count", "count_backwards", "past_max", "above_stream": the keys of
+ * fidelity.json's "violations_by_kind" ("none" for NONE). */
+const char *sse_violation_name(sse_violation v);
 
 #endif

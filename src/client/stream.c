@@ -300,6 +300,7 @@ void stream_reply_end(stream_reply *r, bool connect_failed, bool timed_out)
                              ? stream_retry_after_ns(r->retry_after, (int64_t)time(NULL))
                              : -1;
     end.protocol_violations = r->count.violations;
+    memcpy(end.violations_by_kind, r->count.by_kind, sizeof end.violations_by_kind);
     end.violation = r->count.violations > 0 ? sse_violation_text(r->count.first) : NULL;
     r->stats->protocol_violations += r->count.violations;
     snprintf(end.finish_reason, sizeof end.finish_reason, "%s", r->finish_reason);

@@ -59,8 +59,10 @@ typedef struct stream_end {
      * from the end of this request); -1 without one (or another status). Not capped. */
     int64_t retry_after_ns;
     /* What the server sent that cannot be true, ignored and counted (sse_violation): events
-     * after [DONE], impossible or backward counts, tokens past max_tokens. */
+     * after [DONE], impossible or backward counts, tokens past max_tokens, a usage above the
+     * tokens streamed. */
     int64_t protocol_violations;
+    int64_t violations_by_kind[SSE_VIOLATION_KINDS]; /* the same by kind */
     const char *violation;     /* the first one in words, NULL without */
 } stream_end;
 

@@ -320,6 +320,14 @@ static int write_fidelity(const experiment_phase *ph, driver_result *res,
     json_t *root = json_object();
     json_object_set_new(root, "label", json_string(ph->label));
     json_object_set_new(root, "stamps", experiment_stamps_json(meta));
+    /* What the server sent that the client did not believe (docs/client.md): the total of
+     * summary.json, and by kind. */
+    json_t *kinds = json_object();
+    for (int k = SSE_VIOLATION_NONE + 1; k < SSE_VIOLATION_KINDS; k++)
+        json_object_set_new(kinds, sse_violation_name((sse_violation)k),
+                            json_integer(res->violations_by_kind[k]));
+    json_object_set_new(root, "protocol_violations", json_integer(res->protocol_violations));
+    json_object_set_new(root, "violations_by_kind", kinds);
     if (res->n_fidelity > 0) {
         analysis_dist d;
         analysis_dist_from(res->fidelity_ms, res->n_fidelity, &d);

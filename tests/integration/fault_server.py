@@ -9,7 +9,9 @@ well. From BURST_AT_S after start, for BURST_S seconds, every request gets 503 (
 burst). 429s carry "Retry-After: 1" (delta-seconds), the burst's 503s an HTTP-date 2 s
 ahead. A "liar" stream sends 3 tokens, then a token claiming completion_tokens 2^31 - 1,
 then a usage-only chunk with the true count (4) and [DONE], then a token and another [DONE]
-after it: 3 protocol violations. Every request and what was done to it is appended to LOG
+after it: 3 protocol violations. An "overclaim" stream sends half its max_tokens as chunks
+without usage, then a usage-only chunk claiming all max_tokens (issue 22, defect 5): 1
+protocol violation, and the request has the half that streamed. Every request and what was done to it is appended to LOG
 as one JSON line: {"n", "fault", "max_tokens", "tokens_sent"} so the test can match the
 client's records. Stops by itself after 90 s."""
 import email.utils
@@ -22,7 +24,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 FAULTS = ["ok", "http500", "http429", "malformed", "reset", "error_event", "no_done", "stall",
-          "ok", "liar"]
+          "ok", "liar", "overclaim"]
 START = time.monotonic()
 lock = threading.Lock()
 count = 0
@@ -92,6 +94,25 @@ class H(BaseHTTPRequestHandler):
             self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
             self.wfile.flush()
 
+        if fault == "overclaim":
+            try:
+                while sent < max_tokens // 2:
+                    finish = "length" if sent + 1 >= max_tokens // 2 else None
+                    send({"object": "text_completion", "choices": [
+                        {"index": 0, "text": " w", "finish_reason": finish}]})
+                    sent += 1
+                    time.sleep(0.005)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            record(n, fault, max_tokens, sent)
+            try:
+                send({"object": "text_completion", "choices": [],
+                      "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens}})
+                self.wfile.write(b"data: [DONE]\n\n")
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            self.close_connection = True
+            return
         try:
             while sent < max_tokens:
                 finish = "length" if sent + 1 >= max_tokens else None

@@ -4,13 +4,15 @@
 # servers):
 #  1. a server (fault_server.py) that, request by request, answers 500 or 429, sends a
 #     malformed SSE chunk, resets the connection, sends an error event, ends a stream
-#     without [DONE], stalls, or lies about its token count and sends events after [DONE];
-#     and answers 503 to everything for a second (an overload burst). Each affected request
-#     ends with its error recorded, its tokens up to the fault kept (tokens.csv ==
-#     requests.csv == what the server sent), the lies ignored and counted as protocol
-#     violations, a 429's or 503's Retry-After honoured, and the run goes on to the end:
-#     complete, exit 0. Tokens lost: only what a reset discards (counted exactly) and at
-#     most 2 per stream cut at the end of the run (see IN_FLIGHT_LOSS below);
+#     without [DONE], stalls, lies about its token count and sends events after [DONE], or
+#     claims in its usage twice the tokens it streamed (counted as what streamed, the claim
+#     a violation in the table, fidelity.json and stderr); and answers 503 to everything
+#     for a second (an overload burst). Each affected request ends with its error
+#     recorded, its tokens up to the fault kept (tokens.csv == requests.csv == what the
+#     server sent), the lies ignored and counted as protocol violations, a 429's or 503's
+#     Retry-After honoured, and the run goes on to the end: complete, exit 0. Tokens
+#     lost: only what a reset discards (counted exactly) and at most 2 per stream cut at
+#     the end of the run (see IN_FLIGHT_LOSS below);
 #  2. SIGINT during the interference run and during the baseline: the artifacts are
 #     written, summary.json and config.json say "complete": false, exit 1, no server left;
 #  3. kill -9 of the client mid-run: tokens.csv (written incrementally) holds at least
@@ -54,9 +56,9 @@ RC=$?
 set -e
 [ "$RC" = 0 ] || { tail -5 "$WORK/$name.err"; fail "$name: exit $RC, want 0 (the run must go on)"; }
 python3 - "$WORK/$name/interference" "$WORK/fault_server_$name.jsonl" "$WORK/$name.err" \
-  "$transport" <<'EOF'
+  "$transport" "$WORK/$name.out" <<'EOF'
 import collections, csv, json, re, sys
-d, server_log, stderr, transport = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+d, server_log, stderr, transport, stdout = sys.argv[1:6]
 s = json.load(open(f"{d}/summary.json"))
 reqs = list(csv.DictReader(open(f"{d}/requests.csv")))
 toks = list(csv.DictReader(open(f"{d}/tokens.csv")))
@@ -129,8 +131,24 @@ if biggest > 40:
     problems.append(f"a request has {biggest} completion tokens; none asked for more than 40")
 m = re.search(r"(\d+) protocol violations", open(stderr).read())
 violations = int(m.group(1)) if m else 0
-if not liars or not 3 * max(liars - aborted, 1) <= violations <= 3 * liars:
-    problems.append(f"{violations} protocol violations reported for {liars} liar streams")
+# An overclaim stream's usage (all max_tokens, after half of them streamed) is refused: one
+# violation each ("above_stream" in fidelity.json), and the request has what streamed (the
+# token rows == completion_tokens check above). A stream cut at the end may miss its usage.
+overclaims = sum(1 for x in served if x["fault"] == "overclaim")
+f = json.load(open(f"{d}/fidelity.json"))
+kinds = f.get("violations_by_kind", {})
+above = kinds.get("above_stream", -1)
+if not overclaims or not max(overclaims - aborted, 1) <= above <= overclaims:
+    problems.append(f"{above} usage counts above the stream for {overclaims} overclaim streams")
+if f.get("protocol_violations") != violations or sum(kinds.values()) != violations:
+    problems.append(f"fidelity.json: {f.get('protocol_violations')} violations ({kinds}), "
+                    f"stderr {violations}")
+if above > 0 and "usage counts claimed more completion tokens than were streamed" not in open(stderr).read():
+    problems.append("stderr does not say that usage claimed more than streamed")
+if not liars or not 3 * max(liars - aborted, 1) <= violations - above <= 3 * liars:
+    problems.append(f"{violations - above} protocol violations reported for {liars} liar streams")
+if not re.search(rf"^protocol violations .* {violations}$", open(stdout).read(), re.M):
+    problems.append(f"the table does not show {violations} protocol violations")
 # ... and the same count in the run's record and its summary (what `report` reads back).
 c = json.load(open(f"{d}/config.json"))
 if s.get("protocol_violations") != violations or c["session"].get("protocol_violations") != violations:
@@ -156,14 +174,14 @@ if not 0 <= in_flight_loss <= IN_FLIGHT_LOSS * aborted:
 print(f"     {len(reqs)} requests, {sum(seen.values())} faults recorded "
       f"({', '.join(f'{k}: {v}' for k, v in seen.items())}), {len(ok_after)} normal answers "
       f"after the 503 burst; retries after 429/503 waited {min(waits or [0]):.2f}-"
-      f"{max(waits or [0]):.2f} s; {violations} protocol violations from {liars} liar streams")
+      f"{max(waits or [0]):.2f} s; {violations} protocol violations from {liars} liar and "
+      f"{overclaims} overclaim streams")
 print(f"     {client_total} tokens kept of {server_total} sent: {reset_loss} discarded by "
       f"resets, {in_flight_loss} in flight at the end ({aborted} streams cut, allowed "
       f"{IN_FLIGHT_LOSS * aborted})")
 # Where the stamps came from: the transport used, every event counted once; the raw
 # transport's from the kernel (loopback always stamps), curl's from user space.
 st = s.get("stamps", {})
-f = json.load(open(f"{d}/fidelity.json"))
 counts = [st.get(k, -1) for k in ("kernel", "kernel_coalesced", "user")]
 if st.get("transport") != transport or f.get("stamps") != st:
     problems.append(f"stamps {st} (fidelity.json: {f.get('stamps')}), want transport {transport}")
@@ -181,7 +199,7 @@ for p in problems:
 sys.exit(1 if problems else 0)
 EOF
 echo "ok   ($transport) 500, 429, 503 burst, malformed SSE, reset, error event, no [DONE]," \
-  "stall, lies: each recorded, the run went on"
+  "stall, lies, a usage above the stream: each recorded, the run went on"
 }
 faults_case faults raw
 faults_case faults_curl curl --transport curl

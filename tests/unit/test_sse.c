@@ -361,6 +361,94 @@ static void test_counter_trusts_nothing(void **state)
     assert_int_equal(sse_counter_completion(&n), 40);
 }
 
+/* Issue 22, defect 5: a usage that claims more tokens than the stream showed. Before, the
+ * request took the usage's count (requests.csv said twice what tokens.csv held); now the
+ * count is refused, counted as a violation, and the request has what streamed. */
+static void test_counter_usage_above_stream(void **state)
+{
+    (void)state;
+    sse_counter n;
+    /* 20 text events without usage, then a usage-only chunk claiming 40 (max_tokens 40). */
+    sse_counter_init(&n, 40);
+    sse_chunk c;
+    for (int i = 0; i < 20; i++) {
+        c = decode("", "{\"choices\":[{\"index\":0,\"text\":\" w\"}]}");
+        assert_int_equal(sse_counter_add(&n, &c), 1);
+    }
+    c = decode("", "{\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}]}");
+    assert_int_equal(sse_counter_add(&n, &c), 0);
+    c = decode("", "{\"choices\":[],\"usage\":{\"prompt_tokens\":8,\"completion_tokens\":40}}");
+    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_int_equal(n.violations, 1);
+    assert_int_equal(n.first, SSE_VIOLATION_ABOVE_STREAM);
+    assert_int_equal(n.by_kind[SSE_VIOLATION_ABOVE_STREAM], 1);
+    assert_int_equal(sse_counter_completion(&n), 20);
+    assert_int_equal(n.usage_prompt, 8); /* the prompt's count is another matter */
+    assert_string_equal(sse_violation_name(SSE_VIOLATION_ABOVE_STREAM), "above_stream");
+    assert_non_null(strstr(sse_violation_text(SSE_VIOLATION_ABOVE_STREAM), "streamed"));
+
+    /* The same after continuous usage that kept up (1, 2, 3), and a text-less finishing
+     * chunk that claims the rest in one go: no token, refused. */
+    sse_counter_init(&n, 0);
+    for (int i = 1; i <= 3; i++) {
+        char json[128];
+        snprintf(json, sizeof json,
+                 "{\"choices\":[{\"text\":\"a\"}],\"usage\":{\"completion_tokens\":%d}}", i);
+        c = decode("", json);
+        assert_int_equal(sse_counter_add(&n, &c), 1);
+    }
+    c = decode("", "{\"choices\":[{\"text\":\"\",\"finish_reason\":\"length\"}],"
+                   "\"usage\":{\"completion_tokens\":30}}");
+    assert_int_equal(sse_counter_add(&n, &c), 0);
+    c = decode("", "{\"choices\":[],\"usage\":{\"completion_tokens\":30}}");
+    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_int_equal(n.by_kind[SSE_VIOLATION_ABOVE_STREAM], 2);
+    assert_int_equal(sse_counter_completion(&n), 3);
+
+    /* A count that arrives only at the end (TGI's generated_tokens) on the last token: 2
+     * tokens streamed one each, the third claims 9. Its text is one token. */
+    sse_counter_init(&n, 0);
+    for (int i = 0; i < 2; i++) {
+        c = decode("", "{\"token\":{\"text\":\"a\",\"special\":false},\"generated_text\":null}");
+        assert_int_equal(sse_counter_add(&n, &c), 1);
+    }
+    c = decode("", "{\"token\":{\"text\":\"b\",\"special\":false},\"generated_text\":\"aab\","
+                   "\"details\":{\"finish_reason\":\"length\",\"generated_tokens\":9}}");
+    assert_int_equal(sse_counter_add(&n, &c), 1);
+    assert_int_equal(n.first, SSE_VIOLATION_ABOVE_STREAM);
+    assert_int_equal(sse_counter_completion(&n), 3);
+    /* ... and nothing may be claimed before the first token either. */
+    sse_counter_init(&n, 0);
+    c = decode("", "{\"choices\":[],\"usage\":{\"completion_tokens\":5}}");
+    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_int_equal(n.first, SSE_VIOLATION_ABOVE_STREAM);
+
+    /* What stays true: the stop token streams no text, so usage may be one above the events
+     * (OpenAI's final usage after a "stop"), and a continuous usage may carry 2 tokens in one
+     * event (vLLM's held-back token): no violation. */
+    sse_counter_init(&n, 0);
+    for (int i = 0; i < 5; i++) {
+        c = decode("", "{\"choices\":[{\"delta\":{\"content\":\"x\"}}]}");
+        assert_int_equal(sse_counter_add(&n, &c), 1);
+    }
+    c = decode("", "{\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}");
+    assert_int_equal(sse_counter_add(&n, &c), 0);
+    c = decode("", "{\"choices\":[],\"usage\":{\"completion_tokens\":6}}");
+    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_int_equal(n.violations, 0);
+    assert_int_equal(sse_counter_completion(&n), 6);
+    sse_counter_init(&n, 0);
+    c = decode("", "{\"choices\":[{\"text\":\"a\"}],\"usage\":{\"completion_tokens\":1}}");
+    assert_int_equal(sse_counter_add(&n, &c), 1);
+    c = decode("", "{\"choices\":[{\"text\":\"bc\"}],\"usage\":{\"completion_tokens\":3}}");
+    assert_int_equal(sse_counter_add(&n, &c), 2);
+    c = decode("", "{\"choices\":[{\"text\":\"\",\"finish_reason\":\"stop\"}],"
+                   "\"usage\":{\"completion_tokens\":4}}");
+    assert_int_equal(sse_counter_add(&n, &c), 1); /* the stop token, as an event */
+    assert_int_equal(n.violations, 0);
+    assert_int_equal(sse_counter_completion(&n), 4);
+}
+
 static void test_openai_chat_chunks(void **state)
 {
     (void)state;
@@ -821,6 +909,7 @@ int main(void)
         cmocka_unit_test(test_vllm_completion_continuous_usage),
         cmocka_unit_test(test_absurd_usage),
         cmocka_unit_test(test_counter_trusts_nothing),
+        cmocka_unit_test(test_counter_usage_above_stream),
         cmocka_unit_test(test_openai_chat_chunks),
         cmocka_unit_test(test_llamacpp_shapes),
         cmocka_unit_test(test_tgi_and_errors_and_stallscope),
