@@ -149,6 +149,11 @@ typedef struct analysis_summary {
     double duration_s;
     int users;
     int64_t tokens_received; /* sum of n_tokens over all events */
+    /* tokens_received / duration_s (0 without a duration): every token streamed, whatever
+     * became of its request — the server's output rate, where standard.all.output_throughput
+     * (vLLM's) counts the completed requests' tokens only. summary.json
+     * "streamed_throughput". */
+    double streamed_throughput;
     analysis_dist itl_ms;
     /* The run's own noise: for each figure of itl_ms, |first half − second half| / their
      * mean, the halves split at half the duration by where each gap began (a fraction;
@@ -325,7 +330,8 @@ void analysis_sweep(analysis_sweep_point *pts, int n);
 json_t *analysis_dist_to_json(const analysis_dist *d);
 
 /* DESIGN.md's summary.json shape (plus "complete", "errors", "injections_with_stalls",
- * "protocol_violations", "attribution", "itl_noise", and "stamps" for HTTP runs). */
+ * "protocol_violations", "attribution", "itl_noise", "streamed_throughput", and "stamps"
+ * for HTTP runs). */
 json_t *analysis_summary_to_json(const analysis_summary *s);
 /* comparison.json: {"baseline": {...}, "interference": {...}, "ratios": {p50, p90, p99,
  * p999, max, stall_count}} ; baseline may be NULL. */

@@ -107,8 +107,10 @@ json_t *analysis_summary_to_json(const analysis_summary *s)
                      "errors", (json_int_t)s->errors, "injections_with_stalls",
                      s->injections_with_stalls, "protocol_violations",
                      (json_int_t)s->protocol_violations, "attribution", attribution_json(s));
-    if (root)
+    if (root) {
+        json_object_set_new(root, "streamed_throughput", json_real(s->streamed_throughput));
         json_object_set_new(root, "metrics", standard_to_json(&s->standard));
+    }
     if (root && s->gpus > 0) {
         /* Per GPU: what a disaggregated setup's extra hardware costs (the simulator: 1 GPU, or
          * P + D). */

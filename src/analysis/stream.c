@@ -886,6 +886,7 @@ int analysis_stream_end(analysis_stream *s, const analysis_options *opt, analysi
     else if (count_users(s, &out->users) != 0)
         goto oom;
     out->tokens_received = s->tokens;
+    out->streamed_throughput = s->duration_s > 0 ? (double)s->tokens / s->duration_s : 0;
     for (int64_t i = 0; i < log->n_requests; i++)
         if (log->requests[i].error[0] != '\0')
             out->errors++;

@@ -295,7 +295,13 @@ static void write_standard(FILE *out, const report_run *x)
           "two token events, E2E from send to the last byte; percentiles interpolated (numpy's "
           "rule), unlike the nearest-rank figures above. Requests the run's end cut are left "
           "out (&ldquo;unfinished&rdquo;). <code>--save-result FILE</code> writes them under "
-          "vLLM's keys.</p>\n<table>\n<tr><th>requests</th><th>completed</th><th>failed</th>"
+          "vLLM's keys.</p>\n",
+          out);
+    /* A short run completes few requests: output tok/s is theirs, not the server's rate. */
+    fprintf(out, "<p>Streamed: <b>%.1f tokens/s</b> over every request, finished or not; "
+                 "<i>output tok/s</i> below counts the completed requests' tokens only.</p>\n",
+            x->summary.streamed_throughput);
+    fputs("<table>\n<tr><th>requests</th><th>completed</th><th>failed</th>"
           "<th>unfinished</th><th>req/s</th><th>output tok/s</th><th>goodput</th>"
           "<th>TTFT median / p99 (ms)</th><th>TPOT median / p99 (ms)</th>"
           "<th>ITL median / max (ms)</th><th>E2E median / p99 (ms)</th></tr>\n",

@@ -206,9 +206,15 @@ void report_table_print(FILE *out, const analysis_summary *baseline,
               bs ? bs->tpot_ms.median : 0, xs->tpot_ms.count > 0, xs->tpot_ms.median);
     print_row(out, "E2E latency median (ms)", FMT_MS, bs && bs->e2el_ms.count > 0,
               bs ? bs->e2el_ms.median : 0, xs->e2el_ms.count > 0, xs->e2el_ms.median);
+    /* What streamed beside what completed: a short run completes few requests (vLLM's
+     * output throughput counts only theirs), while every stream delivered tokens. */
     print_row(out, "requests completed", FMT_COUNT, hb, bs ? (double)bs->completed : 0, 1,
               (double)xs->completed);
-    print_row(out, "output tokens/s", FMT_RATIO, hb, bs ? bs->output_throughput : 0, 1,
+    print_row(out, "requests cut at the end", FMT_COUNT, hb, bs ? (double)bs->unfinished : 0, 1,
+              (double)xs->unfinished);
+    print_row(out, "streamed tokens/s", FMT_RATIO, hb, hb ? b->streamed_throughput : 0, 1,
+              x->streamed_throughput);
+    print_row(out, "output tok/s (completed)", FMT_RATIO, hb, bs ? bs->output_throughput : 0, 1,
               xs->output_throughput);
     /* Per GPU where the setup has several (a disaggregated simulation: P + D). */
     if (x->gpus > 1)

@@ -174,6 +174,7 @@ static void test_gaps_out_of_order_per_request(void **state)
     analysis_summary s = summarize(&log, 0, 0, 1);
     assert_int_equal(s.itl_ms.count, 5);
     assert_int_equal(s.tokens_received, 11); /* every event's n_tokens, injector included */
+    assert_float_equal(s.streamed_throughput, 11.0, 1e-12); /* over the 1 s run */
     assert_int_equal(s.users, 2);            /* from the data: config said nothing */
     analysis_summary_free(&s);
     tokenlog_free(&log);
@@ -527,7 +528,7 @@ static void test_summary_json_keys(void **state)
     static const char *const top[] = {"label", "engine", "target", "duration_s", "users",
                                       "tokens_received", "itl_ms", "ttft_ms", "stalls",
                                       "injections", "spike_ratio", "complete", "errors",
-                                      "injections_with_stalls"};
+                                      "injections_with_stalls", "streamed_throughput"};
     static const char *const itl[] = {"count", "mean", "p50", "p90", "p99", "p999", "max"};
     static const char *const ttft[] = {"count", "p50", "p99", "max"};
     static const char *const stalls[] = {"threshold_ms", "count", "fraction_of_gaps",

@@ -316,6 +316,12 @@ static void test_run_report(void **state)
     assert_int_equal(x->summary.attribution.by_cause[ANALYSIS_CAUSE_PREFILL].stalls,
                      x->summary.stalls.count);
     assert_int_equal(x->summary.attribution.n_culprits, 3);
+    /* The standard metrics: what streamed, beside the completed requests' output rate. */
+    char streamed[128];
+    assert_true(x->summary.streamed_throughput > 0);
+    snprintf(streamed, sizeof streamed, "Streamed: <b>%.1f tokens/s</b> over every request",
+             x->summary.streamed_throughput);
+    assert_non_null(strstr(doc, streamed));
     /* The configuration. */
     assert_non_null(strstr(doc, "--policy mixed --max-num-batched-tokens 16384"));
     free(doc);
