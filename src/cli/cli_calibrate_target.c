@@ -5,8 +5,10 @@
  *
  * Every probe is printed with its fitted time and residual; a fit whose decode or prefill
  * rms relative residual passes --max-rms is refused (exit 1, nothing written, the probe that
- * disagreed most named) unless --force-profile. Bad input (an unreachable target, a model
- * the catalog does not know, bad flags): one line, exit 2, nothing written. */
+ * disagreed most named) unless --force-profile; so is one whose gaps the target's usage
+ * counts differently from the stream (exit 1, nothing written) unless --count-tokens says
+ * which to trust. Bad input (an unreachable target, a model the catalog does not know, bad
+ * flags): one line, exit 2, nothing written. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +60,12 @@ static int apply_transport(void *ctx, const char *value, char *err)
     return calib_target_transport_parse(&o->cfg, value, err);
 }
 
+static int apply_count_tokens(void *ctx, const char *value, char *err)
+{
+    target_opts *o = ctx;
+    return calib_target_count_parse(&o->cfg, value, err);
+}
+
 static int apply_weight_bound(void *ctx, const char *value, char *err)
 {
     target_opts *o = ctx;
@@ -104,6 +112,11 @@ static const opts_spec target_specs[] = {
                   CLOCK_NS_PER_S, 3600 * CLOCK_NS_PER_S),
     OPTS_FN("max-rms", "F", "refuse a fit whose decode or prefill rms relative residual is above "
             "F (default 15%)", apply_max_rms),
+    OPTS_FN("count-tokens", "C", "what a gap is divided by: auto (default: the tokens streamed, "
+            "one per event; exit 1, nothing written, when usage.completion_tokens disagrees by "
+            "more than 2 % or breaks the protocol) | stream (the events, whatever usage says) | "
+            "usage (usage's count: a server that sends several tokens per event)",
+            apply_count_tokens),
     OPTS_FLAG("force-profile", "write the profile even when the fit is refused (exit 0; "
               "\"measured\".\"accepted\" false)", O, force),
     OPTS_POSITIVE("mem-bytes", "B", "the target's memory for weights + KV cache, which sizes "
@@ -156,6 +169,20 @@ static void print_fit(const calib_target_result *r, const cost_step_fit *fit, co
     for (int t = 0; t < 5; t++)
         if (fr->dropped[t])
             printf("  note: the %s term came out negative and is held at 0\n", terms[t]);
+}
+
+/* What the gaps were divided by, and whether usage agreed (it must, unless told). */
+static void print_tokens(const calib_target_tokens *t, calib_target_count asked)
+{
+    char why[ERR_LEN];
+    const bool agree = calib_target_tokens_agree(t, why, sizeof why);
+    printf("  tokens: %lld streamed, usage.completion_tokens %lld; the gaps are divided by %s\n",
+           (long long)t->streamed, (long long)t->usage,
+           t->counted == CALIB_TARGET_COUNT_USAGE ? "usage's count" : "the events streamed");
+    if (!agree)
+        printf("  note: usage and the stream disagree (%s); --count-tokens %s trusts %s\n", why,
+               calib_target_count_name(asked), t->counted == CALIB_TARGET_COUNT_USAGE
+                                                   ? "usage" : "the stream");
 }
 
 static void print_policy(const calib_target_result *r, const cost_params *cost,
@@ -217,8 +244,10 @@ int cli_calibrate_target(int argc, char **argv)
                         "hardware profile\n(version 2, source \"target\") that model, sim and run "
                         "take as --hardware FILE; without\n--model they run the model it was "
                         "fitted on. A fit with residuals over --max-rms is\nrefused: exit 1, "
-                        "nothing written. Takes about a minute against an emulated A100;\n"
-                        "progress on stderr.",
+                        "nothing written. Gaps are divided by the tokens streamed, one per "
+                        "event;\nwhen the target's usage says otherwise the fit is refused "
+                        "too, unless --count-tokens\nsays which to trust. Takes about a minute "
+                        "against an emulated A100; progress on stderr.",
                         groups, 2);
         return CLI_EXIT_OK;
     }
@@ -257,7 +286,7 @@ int cli_calibrate_target(int argc, char **argv)
     if (!r || calib_target_run(ct, r, err) != 0) {
         calib_target_close(ct);
         free(r);
-        fprintf(stderr, "stallscope calibrate: %s\n", r ? err : "out of memory");
+        fprintf(stderr, "stallscope calibrate: %s; nothing written\n", r ? err : "out of memory");
         return CLI_EXIT_FAIL;
     }
     calib_target_close(ct);
@@ -280,6 +309,7 @@ int cli_calibrate_target(int argc, char **argv)
     printf("  %d decode, %d prefill and %d interference probes in %.0f s\n", r->n_decode,
            r->n_prefill, r->n_stall, r->seconds);
     print_fit(r, &g.fit, probes, residual, n, &fr);
+    print_tokens(&r->tokens, o.cfg.count_tokens);
     if (r->decode_note[0])
         printf("  note: the decode grid stopped early: %s\n", r->decode_note);
     if (r->prefill_note[0])

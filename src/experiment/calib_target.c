@@ -42,6 +42,25 @@ int calib_target_transport_parse(calib_target_config *cfg, const char *text, cha
     return stream_transport_parse(text, &cfg->transport, err);
 }
 
+static const char *const COUNT_NAMES[] = {"auto", "stream", "usage"};
+
+int calib_target_count_parse(calib_target_config *cfg, const char *text, char *err)
+{
+    for (int i = 0; i < 3; i++)
+        if (strcmp(text, COUNT_NAMES[i]) == 0) {
+            cfg->count_tokens = (calib_target_count)i;
+            return 0;
+        }
+    return err_set(err, "'%s' is not auto, stream or usage", text);
+}
+
+const char *calib_target_count_name(calib_target_count count)
+{
+    return count >= CALIB_TARGET_COUNT_AUTO && count <= CALIB_TARGET_COUNT_USAGE
+               ? COUNT_NAMES[count]
+               : "?";
+}
+
 /* ---- pure pieces ------------------------------------------------------------------------------ */
 
 int calib_target_batches(int max_streams, int *out, int cap)
@@ -136,6 +155,24 @@ int calib_target_stall_of(const calib_target_series *s, int n_streams, int64_t s
         *stall_ns = median(longest, n);
     free(longest);
     return n > 0 ? 0 : -1;
+}
+
+bool calib_target_tokens_agree(const calib_target_tokens *t, char *why, size_t size)
+{
+    const int64_t diff = t->usage > t->streamed ? t->usage - t->streamed : t->streamed - t->usage;
+    const bool counts = (double)diff <= CALIB_TARGET_COUNT_TOLERANCE * (double)t->streamed;
+    if (counts && t->violations == 0)
+        return true;
+    int len = 0;
+    if (!counts)
+        len = snprintf(why, size, "usage counted %lld tokens where %lld streamed, %.2f per event",
+                       (long long)t->usage, (long long)t->streamed,
+                       t->streamed > 0 ? (double)t->usage / (double)t->streamed : 0.0);
+    if (t->violations > 0 && len >= 0 && (size_t)len < size)
+        snprintf(why + len, size - (size_t)len, "%s%lld protocol violation%s, the first: %s",
+                 counts ? "" : "; ", (long long)t->violations, t->violations == 1 ? "" : "s",
+                 t->first_violation);
+    return false;
 }
 
 void calib_target_mark_weight_bound(calib_target_result *r, double decode_1_ns, double factor)
@@ -280,6 +317,8 @@ struct calib_target {
     calib_target_config cfg;
     stream_options so;
     stream_transport t;
+    stream_handlers handlers; /* ctx: this */
+    calib_target_tokens tokens; /* every probe stream's, as they come */
     driver_api api;
     workload_config wl;
     uint64_t salt;
@@ -292,13 +331,19 @@ struct calib_target {
 
 static void on_token(void *ctx, void *user, const stream_token *tok)
 {
-    (void)ctx;
+    calib_target *ct = ctx;
     probe_stream *s = user;
+    /* One token per event, as streamed, unless told to believe usage; usage counted beside
+     * it either way (calib_target_tokens_agree). */
+    const int usage = tok->n_tokens > 0 ? tok->n_tokens : 1;
+    const int tokens = ct->cfg.count_tokens == CALIB_TARGET_COUNT_USAGE ? usage : 1;
+    ct->tokens.streamed++;
+    ct->tokens.usage += usage;
     /* Events completed by one read share its stamp (the client read late, or the kernel
      * coalesced the segments): one event of their tokens, so the next gap averages over
      * them instead of a gap of 0 counting as a step. */
     if (s->n > 0 && s->t_ns[s->n - 1] == tok->t_ns) {
-        s->cum[s->n - 1] += tok->n_tokens > 0 ? tok->n_tokens : 1;
+        s->cum[s->n - 1] += tokens;
         return;
     }
     if (s->n == s->cap) {
@@ -314,14 +359,20 @@ static void on_token(void *ctx, void *user, const stream_token *tok)
         s->cap = cap;
     }
     s->t_ns[s->n] = tok->t_ns;
-    s->cum[s->n] = (s->n ? s->cum[s->n - 1] : 0) + (tok->n_tokens > 0 ? tok->n_tokens : 1);
+    s->cum[s->n] = (s->n ? s->cum[s->n - 1] : 0) + tokens;
     s->n++;
 }
 
 static void on_end(void *ctx, void *user, const stream_end *end)
 {
-    (void)ctx;
+    calib_target *ct = ctx;
     probe_stream *s = user;
+    if (end->protocol_violations > 0) {
+        if (ct->tokens.violations == 0)
+            snprintf(ct->tokens.first_violation, sizeof ct->tokens.first_violation, "%s",
+                     end->violation ? end->violation : "?");
+        ct->tokens.violations += end->protocol_violations;
+    }
     s->ended = true;
     s->http_status = end->http_status;
     if (end->error[0] && strcmp(end->finish_reason, "abort") != 0) {
@@ -329,8 +380,6 @@ static void on_end(void *ctx, void *user, const stream_end *end)
         snprintf(s->error, sizeof s->error, "%s", end->error);
     }
 }
-
-static const stream_handlers handlers = {NULL, on_token, on_end};
 
 static void streams_free(probe_stream *s, int n)
 {
@@ -354,8 +403,8 @@ static int post(calib_target *ct, probe_stream *s, int prompt_tokens, int max_to
                                    max_tokens, &len, err);
     if (!body)
         return -1;
-    const stream_request req = {driver_endpoint_path(ct->api.endpoint), body, len, &handlers, s,
-                                max_tokens};
+    const stream_request req = {driver_endpoint_path(ct->api.endpoint), body, len, &ct->handlers,
+                                s, max_tokens};
     s->t_post = clock_now_ns();
     const int rc = ct->t.post(ct->t.impl, &req, err);
     free(body);
@@ -699,6 +748,7 @@ calib_target *calib_target_open(const calib_target_config *cfg, char *err)
         return NULL;
     }
     ct->cfg = *cfg;
+    ct->handlers = (stream_handlers){ct, on_token, on_end};
     /* The gaps are the measurement: read them promptly (as run does; a note if not allowed). */
     errno = 0;
     const int nice_before = getpriority(PRIO_PROCESS, 0);
@@ -750,6 +800,23 @@ void calib_target_close(calib_target *ct)
     free(ct);
 }
 
+/* With --count-tokens auto, stop once usage and the stream disagree: every step would be
+ * divided by a count nobody can vouch for. 0, or -1 with err. */
+static int tokens_checked(const calib_target *ct, calib_target_result *out, char *err)
+{
+    out->tokens = ct->tokens;
+    out->tokens.counted = ct->cfg.count_tokens == CALIB_TARGET_COUNT_USAGE
+                              ? CALIB_TARGET_COUNT_USAGE
+                              : CALIB_TARGET_COUNT_STREAM;
+    char why[ERR_LEN];
+    if (ct->cfg.count_tokens != CALIB_TARGET_COUNT_AUTO ||
+        calib_target_tokens_agree(&ct->tokens, why, sizeof why))
+        return 0;
+    return err_set(err, "usage and the stream disagree (%s): the fit is refused; --count-tokens "
+                        "stream or usage says which to trust",
+                   why);
+}
+
 int calib_target_run(calib_target *ct, calib_target_result *out, char *err)
 {
     const calib_target_config *c = &ct->cfg;
@@ -789,8 +856,12 @@ int calib_target_run(calib_target *ct, calib_target_result *out, char *err)
                         "%lld gaps, mean context %.0f) [%.0f s]\n",
                         d->batch, d->prompt_tokens, d->gap_ns / 1e6, (long long)d->samples,
                         d->mean_context, (double)(clock_now_ns() - start) / 1e9);
+            if (tokens_checked(ct, out, err) != 0)
+                return -1;
         }
     }
+    if (tokens_checked(ct, out, err) != 0)
+        return -1;
     if (out->n_decode < 3)
         return err_set(err, "only %d decode probe%s ran (the fit needs 3)%s%s", out->n_decode,
                        out->n_decode == 1 ? "" : "s", out->decode_note[0] ? ": " : "",
@@ -852,6 +923,8 @@ int calib_target_run(calib_target *ct, calib_target_result *out, char *err)
 
     if (c->interference_streams > 0 && probe_interference(ct, out, err) != 0)
         return err_prefix(err, "interference probes");
+    if (tokens_checked(ct, out, err) != 0)
+        return -1;
     out->seconds = (double)(clock_now_ns() - start) / 1e9;
     return 0;
 }
@@ -908,6 +981,12 @@ json_t *calib_target_measured_json(const calib_target_result *r, const calib_tar
         json_object_set_new(m, "prefill_note", json_string(r->prefill_note));
     if (r->stall_note[0])
         json_object_set_new(m, "interference_note", json_string(r->stall_note));
+    json_object_set_new(m, "tokens",
+                        json_pack("{s:s, s:I, s:I, s:I}", "counted_from",
+                                  calib_target_count_name(r->tokens.counted), "streamed",
+                                  (json_int_t)r->tokens.streamed, "usage",
+                                  (json_int_t)r->tokens.usage, "protocol_violations",
+                                  (json_int_t)r->tokens.violations));
     if (pol && pol->policy[0]) {
         json_object_set_new(m, "policy_inferred", json_string(pol->policy));
         if (pol->budget > 0)

@@ -24,6 +24,10 @@
  *                 Compared with the fitted model (calib_target_infer_policy): did the
  *                 prompt share one step with the decodes (mixed) or come in chunks
  *                 (chunked, and the budget that makes the fitted step that long)?
+ * A gap is divided by the tokens its event carried, counted from the stream: one per event
+ * (--count-tokens, calib_target_count). Every probe stream's usage.completion_tokens is
+ * counted beside it; when the two disagree (calib_target_tokens_agree) the run stops and
+ * says so unless told which to trust: a proxy that doubles usage would halve every step.
  * Progress goes to cfg->progress (a line per probe); every wait is bounded in time. */
 #ifndef STALLSCOPE_CALIB_TARGET_H
 #define STALLSCOPE_CALIB_TARGET_H
@@ -45,12 +49,21 @@
 #define CALIB_TARGET_MAX_PROBES \
     (CALIB_TARGET_MAX_BATCHES * CALIB_TARGET_MAX_CONTEXTS + CALIB_TARGET_MAX_PROMPTS)
 
+/* What a gap is divided by (--count-tokens). */
+typedef enum calib_target_count {
+    CALIB_TARGET_COUNT_AUTO = 0, /* the stream's events, one token each; usage must agree */
+    CALIB_TARGET_COUNT_STREAM,   /* the stream's events, whatever usage says */
+    CALIB_TARGET_COUNT_USAGE     /* usage.completion_tokens' increases (a server that sends
+                                    several tokens in one event, and says so in its usage) */
+} calib_target_count;
+
 typedef struct calib_target_config {
     const char *target;                /* base URL */
     const experiment_secrets *secrets; /* borrowed, may be NULL; never written anywhere */
     char model_name[128];              /* requests' "model"; "" : /v1/models' first */
     bool insecure;                     /* skip TLS verification */
     stream_transport_kind transport;   /* raw (kernel stamps) unless a proxy applies: AUTO */
+    calib_target_count count_tokens;   /* AUTO */
     int max_streams;                   /* largest decode batch (default 128) */
     int contexts[CALIB_TARGET_MAX_CONTEXTS]; /* decode prompts: short, long (64, 1024) */
     int min_prompt_tokens, max_prompt_tokens; /* prefill range (256, 16384) */
@@ -68,6 +81,10 @@ typedef struct calib_target_config {
 void calib_target_config_init(calib_target_config *cfg);
 /* --transport: "auto" | "raw" | "curl" into cfg->transport. 0, or -1 with err. */
 int calib_target_transport_parse(calib_target_config *cfg, const char *text, char *err);
+/* --count-tokens: "auto" | "stream" | "usage" into cfg->count_tokens. 0, or -1 with err. */
+int calib_target_count_parse(calib_target_config *cfg, const char *text, char *err);
+/* "auto", "stream", "usage". */
+const char *calib_target_count_name(calib_target_count count);
 
 typedef struct calib_target_decode {
     int batch;           /* concurrent streams */
@@ -93,6 +110,23 @@ typedef struct calib_target_stall {
     int streams;
 } calib_target_stall;
 
+/* The probes' tokens, counted two ways over every token event of every probe stream. */
+typedef struct calib_target_tokens {
+    int64_t streamed;           /* token events: one token each */
+    int64_t usage;              /* the same events by usage.completion_tokens' increases */
+    int64_t violations;         /* protocol violations in the probe streams (stream_end) */
+    char first_violation[96];   /* the first in words, "" none */
+    calib_target_count counted; /* what the gaps were divided by: STREAM or USAGE */
+} calib_target_tokens;
+
+/* Usage may differ from the events by this fraction of them and still agree: a few merged
+ * events (vLLM sends a held-back token with the next) leave a median gap where it was. */
+#define CALIB_TARGET_COUNT_TOLERANCE 0.02
+
+/* Do usage and the stream agree: |usage - streamed| <= CALIB_TARGET_COUNT_TOLERANCE x
+ * streamed and no protocol violation? When not, why (what each counted, the violations). */
+bool calib_target_tokens_agree(const calib_target_tokens *t, char *why, size_t size);
+
 typedef struct calib_target_result {
     char served_model[128];  /* the "model" the requests carried ("" none) */
     int64_t max_model_len;   /* /v1/models' max_model_len; 0: not said */
@@ -106,6 +140,7 @@ typedef struct calib_target_result {
     char prefill_note[512];  /* why the prefill range shrank; "" it did not */
     char decode_note[512];   /* why the decode grid stopped early; "" it did not */
     char stall_note[512];    /* why the interference probes stopped early */
+    calib_target_tokens tokens; /* the tokens streamed and what usage said of them */
     double seconds;          /* the probing took */
 } calib_target_result;
 
@@ -191,12 +226,15 @@ calib_target *calib_target_open(const calib_target_config *cfg, char *err);
 /* The "model" the requests carry ("" when /v1/models named none). */
 const char *calib_target_model(const calib_target *ct);
 /* Run every probe into *out (zeroed first). 0, or -1 with err (a probe that failed outright:
- * nothing to fit). A range that shrank is not an error: out's notes say it. */
+ * nothing to fit; or, with count_tokens AUTO, usage and the stream disagree: checked after
+ * each decode probe and at the end). A range that shrank is not an error: out's notes say
+ * it. */
 int calib_target_run(calib_target *ct, calib_target_result *out, char *err);
 void calib_target_close(calib_target *ct);
 
 /* The profile's "measured" object: the target, the served model, every probe as measured,
- * the notes, the policy inference. NULL when out of memory. */
+ * the notes, the policy inference, the tokens ("tokens": {"counted_from", "streamed",
+ * "usage", "protocol_violations"}). NULL when out of memory. */
 json_t *calib_target_measured_json(const calib_target_result *r, const calib_target_policy *pol);
 
 #endif

@@ -9,7 +9,8 @@
 # unreachable target (exit 2, nothing written), a target that refuses long prompts (the range
 # shrinks and says so) with a fit refused by --max-rms (exit 1, nothing written, the probe
 # named), a target that wants a key (none: exit 2; OPENAI_API_KEY works; no secret in a
-# profile), a chunked target (the budget inferred). About 35 s on the 2-core VM.
+# profile), a chunked target (the budget inferred), and a proxy that doubles usage (refused
+# unless --count-tokens says which count to trust). About 40 s on the 2-core VM.
 # usage: calibrate_target.sh STALLSCOPE_BINARY SCRATCH_DIR
 set -euo pipefail
 
@@ -22,7 +23,11 @@ source "$(dirname "$0")/lib.bash"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=0"
 
 server_pid=
-cleanup() { [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; wait 2>/dev/null || true; }
+proxy_pid=
+cleanup() {
+  for p in $server_pid $proxy_pid; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
 trap cleanup EXIT
 
 # start_server LOG ARGS...: serve on a free port; its URL in $url ("" if it did not start).
@@ -59,6 +64,37 @@ check "profile: version 2, source target, the served model's step model, every p
 check "interference: 4 prompts into 8 streams, one-step prefill inferred (budget >= 8192)" \
   '(len(a["measured"]["interference"]) == 4 and a["measured"]["policy_inferred"] == "mixed" and
     a["measured"]["budget_inferred"] == 8192 and a["measured"]["budget_is_lower_bound"] is True)' "$profile"
+
+# ---- a proxy that doubles usage.completion_tokens (the stream untouched), issue 22 defect 1:
+# refused by default (exit 1, nothing written, both counts said); --count-tokens stream fits
+# the server's own step (within 10 % of the direct probe above), not half of it
+proxy_port=$(free_port)
+timeout 120 python3 "$(dirname "$0")/usage_proxy.py" "$proxy_port" "$url" >"$scratch/proxy.out" 2>&1 &
+proxy_pid=$!
+for _ in $(seq 100); do grep -qs ready "$scratch/proxy.out" && break; sleep 0.1; done
+small=(--max-streams 2 --long-context 512 --seconds 300ms --min-prompt-tokens 1024
+       --max-prompt-tokens 2048 --repeats 1 --no-interference)
+set +e
+timeout 60 "$bin" calibrate --target "http://127.0.0.1:$proxy_port" --out "$scratch/doubled.json" \
+    "${small[@]}" >"$scratch/doubled.out" 2>"$scratch/doubled.err"
+rc=$?
+set -e
+[ "$rc" = 1 ] || { cat "$scratch/doubled.out" "$scratch/doubled.err"; fail "doubled usage: exit $rc, not 1"; }
+grep -qE "usage and the stream disagree \(usage counted [0-9]+ tokens where [0-9]+ streamed, (1\.9[5-9]|2\.0[0-5]) per event\): the fit is refused; --count-tokens stream or usage says which to trust; nothing written" \
+  "$scratch/doubled.err" || { cat "$scratch/doubled.err"; fail "doubled usage: the disagreement is not said"; }
+[ ! -e "$scratch/doubled.json" ] || fail "doubled usage: a profile was written"
+timeout 60 "$bin" calibrate --target "http://127.0.0.1:$proxy_port" --out "$scratch/doubled.json" \
+    "${small[@]}" --count-tokens stream >"$scratch/stream.out" 2>"$scratch/stream.err" ||
+  { cat "$scratch/stream.out" "$scratch/stream.err"; fail "--count-tokens stream exited $?"; }
+kill "$proxy_pid" 2>/dev/null || true; wait "$proxy_pid" 2>/dev/null || true; proxy_pid=
+grep -qE "note: usage and the stream disagree \(usage counted .* (1\.9[5-9]|2\.0[0-5]) per event" "$scratch/stream.out" ||
+  { cat "$scratch/stream.out"; fail "--count-tokens stream: the disagreement is not noted"; }
+check "--count-tokens stream: the one-stream step within 10 % of the direct probe's, counted from the stream" \
+  '(abs([d["gap_ms"] for d in a["measured"]["decode"] if d["streams"] == 1 and d["prompt_tokens"] == 64][0] /
+        [d["gap_ms"] for d in b["measured"]["decode"] if d["streams"] == 1 and d["prompt_tokens"] == 64][0] - 1) <= 0.10 and
+    a["measured"]["tokens"]["counted_from"] == "stream" and
+    a["measured"]["tokens"]["usage"] > 1.9 * a["measured"]["tokens"]["streamed"] and
+    b["measured"]["tokens"]["usage"] == b["measured"]["tokens"]["streamed"])' "$scratch/doubled.json" "$profile"
 
 # ---- the emulate server's own run, then sim on the fitted profile and on the true roofline
 workload=(--users 8 --duration 6s --inject-at 2s --inject-every 3s --prompt-tokens 4000 --no-baseline)

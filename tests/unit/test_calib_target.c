@@ -1,6 +1,7 @@
 /* test_calib_target — the pure pieces of calibrate --target (experiment/calib_target.h): the
  * probe grids, the steady gap and the stall of synthetic token series, the policy and budget
- * inferred from synthetic stalls, the refusal of a bad fit, the served-model mapping. */
+ * inferred from synthetic stalls, the refusal of a bad fit, the served-model mapping, and
+ * the check of the tokens streamed against usage. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -255,6 +256,59 @@ static void test_arch(void **state)
     assert_non_null(strstr(err, "acme/secret-model"));
 }
 
+/* Issue 22, defect 1: a proxy that doubles usage.completion_tokens halved every step the
+ * fit saw. Usage is now counted beside the events streamed, and must agree within 2 % (a
+ * few merged events) and break no rule of the protocol. */
+static void test_tokens_agree(void **state)
+{
+    (void)state;
+    char why[ERR_LEN] = "";
+    calib_target_tokens t = {0};
+    assert_true(calib_target_tokens_agree(&t, why, sizeof why)); /* nothing streamed yet */
+    t.streamed = 1000;
+    t.usage = 1000;
+    assert_true(calib_target_tokens_agree(&t, why, sizeof why));
+    t.usage = 1020; /* 20 events of 2 tokens (vLLM's held-back tokens) */
+    assert_true(calib_target_tokens_agree(&t, why, sizeof why));
+    t.usage = 980;
+    assert_true(calib_target_tokens_agree(&t, why, sizeof why));
+    t.usage = 1021;
+    assert_false(calib_target_tokens_agree(&t, why, sizeof why));
+    t.usage = 2000;
+    assert_false(calib_target_tokens_agree(&t, why, sizeof why));
+    assert_string_equal(why, "usage counted 2000 tokens where 1000 streamed, 2.00 per event");
+    t.usage = 1000;
+    t.violations = 3;
+    snprintf(t.first_violation, sizeof t.first_violation, "%s",
+             sse_violation_text(SSE_VIOLATION_ABOVE_STREAM));
+    assert_false(calib_target_tokens_agree(&t, why, sizeof why));
+    assert_string_equal(why, "3 protocol violations, the first: usage.completion_tokens above "
+                             "the tokens streamed");
+    t.usage = 0;
+    t.violations = 1;
+    assert_false(calib_target_tokens_agree(&t, why, sizeof why));
+    assert_non_null(strstr(why, "usage counted 0 tokens where 1000 streamed, 0.00 per event; "
+                                "1 protocol violation, the first: "));
+}
+
+static void test_count_parse(void **state)
+{
+    (void)state;
+    calib_target_config cfg;
+    calib_target_config_init(&cfg);
+    char err[ERR_LEN] = "";
+    assert_int_equal(cfg.count_tokens, CALIB_TARGET_COUNT_AUTO);
+    assert_int_equal(calib_target_count_parse(&cfg, "usage", err), 0);
+    assert_int_equal(cfg.count_tokens, CALIB_TARGET_COUNT_USAGE);
+    assert_int_equal(calib_target_count_parse(&cfg, "stream", err), 0);
+    assert_int_equal(cfg.count_tokens, CALIB_TARGET_COUNT_STREAM);
+    assert_string_equal(calib_target_count_name(cfg.count_tokens), "stream");
+    assert_int_equal(calib_target_count_parse(&cfg, "auto", err), 0);
+    assert_int_equal(cfg.count_tokens, CALIB_TARGET_COUNT_AUTO);
+    assert_int_equal(calib_target_count_parse(&cfg, "events", err), -1);
+    assert_string_equal(err, "'events' is not auto, stream or usage");
+}
+
 static void test_url_for_disk(void **state)
 {
     (void)state;
@@ -281,6 +335,8 @@ int main(void)
         cmocka_unit_test(test_fit_probes),
         cmocka_unit_test(test_arch),
         cmocka_unit_test(test_url_for_disk),
+        cmocka_unit_test(test_tokens_agree),
+        cmocka_unit_test(test_count_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
