@@ -8,9 +8,9 @@
  * down (the client's per-request token total must be monotone whatever a server sends),
  * the completion count is never more than SSE_STOP_TOKEN_SLACK above the tokens delivered
  * (a usage above what streamed is refused), and with a max_tokens (bits 3-7 of byte 0; 0:
- * unbounded) neither the tokens delivered nor the completion count ever pass it. And the client's in-place scanner
- * (sse_decode_chunk) decodes every event as the jansson reference does
- * (sse_decode_chunk_jansson): the same return, the same fields. */
+ * unbounded) neither the tokens delivered nor the completion count ever pass it. And the
+ * client's in-place scanner (sse_decode_chunk) decodes every event as the jansson reference
+ * does (sse_decode_chunk_jansson): the same return, the same fields. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -94,33 +94,18 @@ class H(BaseHTTPRequestHandler):
             self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
             self.wfile.flush()
 
-        if fault == "overclaim":
-            try:
-                while sent < max_tokens // 2:
-                    finish = "length" if sent + 1 >= max_tokens // 2 else None
-                    send({"object": "text_completion", "choices": [
-                        {"index": 0, "text": " w", "finish_reason": finish}]})
-                    sent += 1
-                    time.sleep(0.005)
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-            record(n, fault, max_tokens, sent)
-            try:
-                send({"object": "text_completion", "choices": [],
-                      "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens}})
-                self.wfile.write(b"data: [DONE]\n\n")
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-            self.close_connection = True
-            return
+        # overclaim: half the answer, without usage (its usage chunk claims all, below)
+        answer = max_tokens // 2 if fault == "overclaim" else max_tokens
         try:
-            while sent < max_tokens:
-                finish = "length" if sent + 1 >= max_tokens else None
-                send({"object": "text_completion", "choices": [
-                    {"index": 0, "text": " w", "finish_reason": finish}],
-                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": sent + 1}})
+            while sent < answer:
+                finish = "length" if sent + 1 >= answer else None
+                chunk = {"object": "text_completion", "choices": [
+                    {"index": 0, "text": " w", "finish_reason": finish}]}
+                if fault != "overclaim":
+                    chunk["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": sent + 1}
+                send(chunk)
                 sent += 1
-                if sent == 3 and fault != "ok":
+                if sent == 3 and fault not in ("ok", "overclaim"):
                     break
                 time.sleep(0.005)
         except (BrokenPipeError, ConnectionResetError):
@@ -150,9 +135,10 @@ class H(BaseHTTPRequestHandler):
                 self.wfile.write(b"data: [DONE]\n\n")
             elif fault == "stall":
                 time.sleep(3)
-            elif fault in ("ok", "liar"):
+            elif fault in ("ok", "liar", "overclaim"):
+                claimed = max_tokens if fault == "overclaim" else sent
                 send({"object": "text_completion", "choices": [],
-                      "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": sent}})
+                      "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": claimed}})
                 self.wfile.write(b"data: [DONE]\n\n")
                 if fault == "liar":
                     send({"object": "text_completion", "choices": [{"index": 0, "text": " x"}],

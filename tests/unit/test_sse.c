@@ -361,6 +361,15 @@ static void test_counter_trusts_nothing(void **state)
     assert_int_equal(sse_counter_completion(&n), 40);
 }
 
+/* count events of one text chunk (no usage in it), each one token. */
+static void add_text_events(sse_counter *n, const char *json, int count)
+{
+    for (int i = 0; i < count; i++) {
+        sse_chunk c = decode("", json);
+        assert_int_equal(sse_counter_add(n, &c), 1);
+    }
+}
+
 /* Issue 22, defect 5: a usage that claims more tokens than the stream showed. Before, the
  * request took the usage's count (requests.csv said twice what tokens.csv held); now the
  * count is refused, counted as a violation, and the request has what streamed. */
@@ -370,12 +379,9 @@ static void test_counter_usage_above_stream(void **state)
     sse_counter n;
     /* 20 text events without usage, then a usage-only chunk claiming 40 (max_tokens 40). */
     sse_counter_init(&n, 40);
-    sse_chunk c;
-    for (int i = 0; i < 20; i++) {
-        c = decode("", "{\"choices\":[{\"index\":0,\"text\":\" w\"}]}");
-        assert_int_equal(sse_counter_add(&n, &c), 1);
-    }
-    c = decode("", "{\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}]}");
+    add_text_events(&n, "{\"choices\":[{\"index\":0,\"text\":\" w\"}]}", 20);
+    sse_chunk c =
+        decode("", "{\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}]}");
     assert_int_equal(sse_counter_add(&n, &c), 0);
     c = decode("", "{\"choices\":[],\"usage\":{\"prompt_tokens\":8,\"completion_tokens\":40}}");
     assert_int_equal(sse_counter_add(&n, &c), 0);
@@ -408,10 +414,7 @@ static void test_counter_usage_above_stream(void **state)
     /* A count that arrives only at the end (TGI's generated_tokens) on the last token: 2
      * tokens streamed one each, the third claims 9. Its text is one token. */
     sse_counter_init(&n, 0);
-    for (int i = 0; i < 2; i++) {
-        c = decode("", "{\"token\":{\"text\":\"a\",\"special\":false},\"generated_text\":null}");
-        assert_int_equal(sse_counter_add(&n, &c), 1);
-    }
+    add_text_events(&n, "{\"token\":{\"text\":\"a\",\"special\":false},\"generated_text\":null}", 2);
     c = decode("", "{\"token\":{\"text\":\"b\",\"special\":false},\"generated_text\":\"aab\","
                    "\"details\":{\"finish_reason\":\"length\",\"generated_tokens\":9}}");
     assert_int_equal(sse_counter_add(&n, &c), 1);
@@ -427,10 +430,7 @@ static void test_counter_usage_above_stream(void **state)
      * (OpenAI's final usage after a "stop"), and a continuous usage may carry 2 tokens in one
      * event (vLLM's held-back token): no violation. */
     sse_counter_init(&n, 0);
-    for (int i = 0; i < 5; i++) {
-        c = decode("", "{\"choices\":[{\"delta\":{\"content\":\"x\"}}]}");
-        assert_int_equal(sse_counter_add(&n, &c), 1);
-    }
+    add_text_events(&n, "{\"choices\":[{\"delta\":{\"content\":\"x\"}}]}", 5);
     c = decode("", "{\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}");
     assert_int_equal(sse_counter_add(&n, &c), 0);
     c = decode("", "{\"choices\":[],\"usage\":{\"completion_tokens\":6}}");
