@@ -553,44 +553,10 @@ static int write_merge_json(const merge_state *st, json_t *labels, bool complete
 
 /* --out inside a shard's directory (or holding one) would let --force delete the input
  * before it is read. */
-/* The absolute form of a path that may not exist yet: its longest existing prefix
- * resolved, the rest appended. false when nothing of it resolves or it is too long. */
-static bool absolute_path(const char *path, char *out)
-{
-    char head[PATH_MAX];
-    size_t cut = strlen(path);
-    if (cut >= sizeof head)
-        return false;
-    memcpy(head, path, cut + 1);
-    /* Bounded: each pass drops one trailing component. */
-    for (;;) {
-        const char *try = cut > 0 ? head : path[0] == '/' ? "/" : ".";
-        if (realpath(try, out))
-            break;
-        if (cut == 0)
-            return false;
-        char *slash = memrchr(head, '/', cut);
-        cut = slash ? (size_t)(slash - head) : 0;
-        head[cut] = '\0';
-    }
-    const char *rest = path + cut;
-    while (*rest == '/')
-        rest++;
-    size_t n = strlen(out), len = strlen(rest);
-    if (!len)
-        return true;
-    if (n + 1 + len >= PATH_MAX)
-        return false;
-    if (out[n - 1] != '/')
-        out[n++] = '/';
-    memcpy(out + n, rest, len + 1);
-    return true;
-}
-
 static bool out_is_input(const report_merge_options *opt, char *err)
 {
     char out[PATH_MAX];
-    if (!absolute_path(opt->out, out))
+    if (fsio_absolute_path(opt->out, out) != 0)
         return false;
     size_t n_out = strlen(out);
     for (int d = 0; d < opt->n_dirs; d++) {
