@@ -96,8 +96,8 @@ int cli_report(int argc, char **argv)
         bool complete = false;
         rc = report_merge_dirs(&opt, threshold_ms, flags.json, !flags.no_report, &complete, err);
         if (rc == 0 && !complete)
-            fprintf(stderr, "stallscope report: the merged run in %s is incomplete (shards left "
-                            "out: see merge.json)\n",
+            fprintf(stderr, "stallscope report: the merged run in %s is incomplete (its "
+                            "\"problems\" in merge.json say why)\n",
                     flags.out);
     } else {
         if (flags.allow_partial || flags.force || flags.out[0] || n_positional != 1) {
