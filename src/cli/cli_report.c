@@ -63,7 +63,11 @@ int cli_report(int argc, char **argv)
                         "With --merge: each DIR is one shard's --out (run --shard I/N); they are\n"
                         "merged into one run in --out (tokens in time order, request ids kept\n"
                         "apart, each shard placed on the common axis by its t = 0), then reported\n"
-                        "with the clock uncertainty beside every figure that compares shards.",
+                        "with the clock uncertainty beside every figure that compares shards. A\n"
+                        "shard file cut short or disagreeing with its requests.csv is merged and\n"
+                        "the merged run marked incomplete (exit 0, the reason on stderr); a\n"
+                        "malformed row is bad input (exit 2), and a merge that fails leaves --out\n"
+                        "as it was.",
                         groups, OPTS_COUNT(groups));
         return CLI_EXIT_OK;
     }
@@ -96,8 +100,8 @@ int cli_report(int argc, char **argv)
         bool complete = false;
         rc = report_merge_dirs(&opt, threshold_ms, flags.json, !flags.no_report, &complete, err);
         if (rc == 0 && !complete)
-            fprintf(stderr, "stallscope report: the merged run in %s is incomplete (shards left "
-                            "out: see merge.json)\n",
+            fprintf(stderr, "stallscope report: the merged run in %s is incomplete (its "
+                            "\"problems\" in merge.json say why)\n",
                     flags.out);
     } else {
         if (flags.allow_partial || flags.force || flags.out[0] || n_positional != 1) {

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <ftw.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,38 @@ int fsio_join(char *out, size_t size, const char *dir, const char *name, char *e
 {
     if (snprintf(out, size, "%s/%s", dir, name) >= (int)size)
         return err_set(err, "path too long: %.80s/%s", dir, name);
+    return 0;
+}
+
+int fsio_absolute_path(const char *path, char *out)
+{
+    char head[PATH_MAX];
+    size_t cut = strlen(path);
+    if (cut >= sizeof head)
+        return -1;
+    memcpy(head, path, cut + 1);
+    /* Bounded: each pass drops one trailing component. */
+    for (;;) {
+        const char *try = cut > 0 ? head : path[0] == '/' ? "/" : ".";
+        if (realpath(try, out))
+            break;
+        if (cut == 0)
+            return -1;
+        char *slash = memrchr(head, '/', cut);
+        cut = slash ? (size_t)(slash - head) : 0;
+        head[cut] = '\0';
+    }
+    const char *rest = path + cut;
+    while (*rest == '/')
+        rest++;
+    size_t n = strlen(out), len = strlen(rest);
+    if (!len)
+        return 0;
+    if (n + 1 + len >= PATH_MAX)
+        return -1;
+    if (out[n - 1] != '/')
+        out[n++] = '/';
+    memcpy(out + n, rest, len + 1);
     return 0;
 }
 

@@ -37,6 +37,11 @@ void fsio_abandon(fsio_file *file);
  * followed). 0, or -1 with err naming what could not be removed. */
 int fsio_remove_tree(const char *path, char *err);
 
+/* The absolute form of a path that may not exist yet, into out (PATH_MAX bytes): its
+ * longest existing prefix resolved (realpath: symbolic links followed), the rest appended.
+ * 0, or -1 when nothing of it resolves or it is too long. */
+int fsio_absolute_path(const char *path, char *out);
+
 /* "DIR/NAME" into out; -1 with err when it does not fit. */
 int fsio_join(char *out, size_t size, const char *dir, const char *name, char *err);
 

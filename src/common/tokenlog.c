@@ -672,7 +672,8 @@ static int keep_step(const tokenlog_step *st, const read_opts *o)
  * A row cut at the end of the file (a writer killed mid-row) is dropped and counted when
  * cut_tail_ok; any other malformed row is an error. */
 struct tokenlog_reader {
-    csv_reader csv;
+    csv_reader csv;   /* csv.path is path below */
+    char *path;       /* the reader's own copy: the caller's buffer may be gone by any read */
     file_kind kind;
     int n_fields;
     int cut_tail_ok;
@@ -689,6 +690,7 @@ static void reader_close(tokenlog_reader *r)
 {
     if (r->csv.f)
         fclose(r->csv.f);
+    free(r->path);
     free(r->csv.line);
     buf_free(&r->csv.rec);
     memset(r, 0, sizeof *r);
@@ -704,13 +706,17 @@ static int reader_open(tokenlog_reader *r, const char *path, file_kind kind, int
     r->kind = kind;
     r->n_fields = n_fields_of[kind];
     r->cut_tail_ok = cut_tail_ok;
-    r->csv.path = path;
+    if (!(r->path = strdup(path)))
+        return err_set(err, "%s: out of memory", path);
+    r->csv.path = r->path;
     r->csv.next_line = 1;
     r->csv.f = fopen(path, "r");
     if (!r->csv.f) {
-        if (optional && errno == ENOENT)
-            return 0;
-        return err_set(err, "%s: %s", path, strerror(errno));
+        int e = errno;
+        if (!(optional && e == ENOENT))
+            err_set(err, "%s: %s", path, strerror(e));
+        reader_close(r);
+        return optional && e == ENOENT ? 0 : -1;
     }
     setvbuf(r->csv.f, NULL, _IOFBF, 1 << 20);
     int got = csv_next(&r->csv, err);

@@ -158,7 +158,8 @@ int tokenlog_read_dir_rows(tokenlog *log, const char *dir, int64_t *cut_rows, ch
 /* Row by row, for a file too large to hold (a merge of shards reads several at once): the
  * header is checked at open, each call hands out the next row (1), 0 at the end, -1 with
  * "file:line: why". A last row cut short (no newline) is dropped and counted; close returns
- * that count. Open returns NULL with err. */
+ * that count. Open returns NULL with err; the reader keeps its own copy of path (the
+ * caller's buffer need not outlive the open). */
 typedef struct tokenlog_reader tokenlog_reader;
 tokenlog_reader *tokenlog_reader_open(const char *path, tokenlog_file kind, char *err);
 int tokenlog_reader_event(tokenlog_reader *r, tokenlog_event *ev, char *err);

@@ -427,6 +427,28 @@ void experiment_runner_free(experiment_runner *r);
  * refused. 0, or -1 with err (bad input: the command's exit 2). */
 int experiment_claim_dir(const char *dir, bool force, char *err);
 
+/* A run directory written in one go (report --merge), so that a failure leaves nothing: it
+ * is built in a staging directory beside OUT (OUT.<what>-PID, on OUT's file system) and its
+ * entries move into OUT only when it is whole. */
+typedef struct experiment_staging {
+    char out[4096];  /* OUT as given */
+    char dir[4200];  /* the staging directory ("": none) */
+    char made[4096]; /* the shallowest parent of OUT this created ("": none) */
+} experiment_staging;
+/* Check that OUT could be claimed (experiment_claim_dir's rule; OUT itself is not touched),
+ * then create the staging directory (and OUT's missing parents). 0, or -1 with err (bad
+ * input: the command's exit 2). */
+int experiment_stage_dir(experiment_staging *s, const char *out, bool force, const char *what,
+                         char *err);
+/* Claim OUT (with force its earlier run is removed now, not before) and move the staging
+ * directory's entries into it, then remove the staging directory. 0; -2 with err when OUT is
+ * refused (it changed since the check); -1 with err when a move failed (OUT then holds part
+ * of the entries, the staging directory the rest). */
+int experiment_stage_commit(experiment_staging *s, bool force, char *err);
+/* Remove the staging directory and the parents experiment_stage_dir created (those still
+ * empty). Nothing after a commit. */
+void experiment_stage_abandon(experiment_staging *s);
+
 typedef struct experiment_io {
     const char *out_dir;  /* artifacts root (created); NULL: in memory, summaries only */
     int argc;             /* the command line, for config.json */

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/buf.h"
 #include "common/err.h"
 #include "common/fsio.h"
 #include "common/units.h"
@@ -18,6 +19,17 @@
 static const char *const LABELS[N_LABELS] = {"baseline", "interference"};
 #define MAX_INJECTION_LINES 20
 
+/* A request of a shard's requests.csv, against its rows in tokens.csv (the cross-check). */
+typedef struct request_count {
+    int64_t request;   /* the shard's own id */
+    int32_t user;
+    int32_t counted;   /* completion_tokens: the tokens requests.csv says it streamed */
+    bool open;         /* never ended (t_end_ns -1): no final count */
+    bool before_t0;    /* sent before t = 0 (t_send_ns -1, the warm-up's): its first tokens
+                          are counted but not in tokens.csv */
+    int64_t carried;   /* the tokens its rows in tokens.csv carry */
+} request_count;
+
 /* One run (baseline or interference) of one shard's directory. */
 typedef struct shard_run {
     bool present;          /* DIR/<label>/config.json was read */
@@ -26,11 +38,18 @@ typedef struct shard_run {
     experiment_meta meta;
     int64_t offset_ns;     /* its t = 0 on the merged axis */
     int64_t id_from;       /* its first request id in the merged run */
-    int64_t requests, events, cut_rows, out_of_order;
+    int64_t requests, events, out_of_order;
+    int64_t tokens_cut, requests_cut; /* last rows cut short (no newline), dropped */
+    request_count *counts; /* requests.csv's rows by id */
+    int64_t n_counts, cap_counts;
+    int64_t unlisted_rows;            /* token rows of requests requests.csv does not list */
+    int64_t unlisted_request;         /* the first of them */
+    int32_t unlisted_user;
 } shard_run;
 
 typedef struct merge_state {
     const report_merge_options *opt;
+    const char *dir;            /* where the merged run is built (beside opt->out) */
     int count;                  /* N: shards in the experiment */
     shard_run *runs[N_LABELS];  /* [label][dir] */
     int *by_index;              /* shard index -> dir, -1 when not given */
@@ -103,15 +122,23 @@ static const shard_run *first_run(const merge_state *st, int d)
     return NULL;
 }
 
-static void add_problem(merge_state *st, int label, const char *fmt, ...)
+/* A problem's words: a shard's directory and what is wrong with it. */
+#define PROBLEM_LEN 5000
+
+/* A problem in merge.json's "problems": label incomplete. With damage (a merged shard's
+ * files, found while merging) it is said on opt->warn at once. */
+static void add_problem(merge_state *st, int label, bool damage, const char *fmt, ...)
 {
-    char text[ERR_LEN + 200];
+    char text[PROBLEM_LEN];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     json_array_append_new(st->problems, json_string(text));
     st->label_complete[label] = false;
+    if (damage && st->opt->warn)
+        fprintf(st->opt->warn, "stallscope report: warning: %s; the merged run is incomplete\n",
+                text);
 }
 
 /* One experiment, each index once, every run complete (else the problems). */
@@ -149,14 +176,15 @@ static int check_shards(merge_state *st, char *err)
         for (int i = 0; i < st->count; i++) {
             int d = st->by_index[i];
             if (d < 0)
-                add_problem(st, l, "shard %d/%d: not given (its %s run is missing)", i, st->count,
-                            LABELS[l]);
+                add_problem(st, l, false, "shard %d/%d: not given (its %s run is missing)", i,
+                            st->count, LABELS[l]);
             else if (!st->runs[l][d].present)
-                add_problem(st, l, "shard %d/%d (%s): no %s run (it stopped before it)", i,
+                add_problem(st, l, false, "shard %d/%d (%s): no %s run (it stopped before it)", i,
                             st->count, opt->dirs[d], LABELS[l]);
             else if (!st->runs[l][d].meta.complete)
-                add_problem(st, l, "shard %d/%d (%s): incomplete (it stopped early or was killed)",
-                            i, st->count, st->runs[l][d].dir);
+                add_problem(st, l, false,
+                            "shard %d/%d (%s): incomplete (it stopped early or was killed)", i,
+                            st->count, st->runs[l][d].dir);
         }
     }
     size_t n = json_array_size(st->problems);
@@ -190,6 +218,31 @@ static int usable_runs(const merge_state *st, int l, shard_run **out)
     return k;
 }
 
+static int cmp_request_count(const void *a, const void *b)
+{
+    const request_count *x = a, *y = b;
+    return (x->request > y->request) - (x->request < y->request);
+}
+
+/* The count of request id in r's requests.csv, or NULL. The ids a run writes are dense
+ * (0, 1, 2 ...): the row at id - first is it, else a binary search. */
+static request_count *find_count(shard_run *r, int64_t id)
+{
+    if (r->n_counts == 0 || id < r->counts[0].request)
+        return NULL;
+    if (id - r->counts[0].request < r->n_counts &&
+        r->counts[id - r->counts[0].request].request == id)
+        return &r->counts[id - r->counts[0].request];
+    request_count key = {.request = id};
+    return bsearch(&key, r->counts, (size_t)r->n_counts, sizeof key, cmp_request_count);
+}
+
+/* The merged ids stay below this: a run's ids count its requests, and a shard's shifted past
+ * the previous shards' may not overflow. */
+#define MAX_REQUEST_ID (INT64_MAX / 4)
+
+/* 0; -2 with err when a shard's requests.csv cannot be read (bad input); -1 with err when
+ * writing failed. */
 static int merge_requests(shard_run **runs, int k, const char *dir, char *err)
 {
     char path[4300];
@@ -199,6 +252,7 @@ static int merge_requests(shard_run **runs, int k, const char *dir, char *err)
     setvbuf(out.f, NULL, _IOFBF, 1 << 20);
     tokenlog_write_requests_header(out.f);
     int64_t id_from = 0;
+    int rc = -2;
     for (int s = 0; s < k; s++) {
         shard_run *r = runs[s];
         char src[4300];
@@ -211,11 +265,22 @@ static int merge_requests(shard_run **runs, int k, const char *dir, char *err)
         tokenlog_request q;
         int got;
         while ((got = tokenlog_reader_request(in, &q, err)) == 1) {
-            if (q.request < 0) {
-                err_set(err, "%s: request id %lld is negative", src, (long long)q.request);
+            if (q.request < 0 || q.request > MAX_REQUEST_ID - id_from) {
+                err_set(err, "%s: request id %lld is negative or too large", src,
+                        (long long)q.request);
                 got = -1;
                 break;
             }
+            if (r->n_counts == r->cap_counts &&
+                buf_grow_items((void **)&r->counts, &r->cap_counts, r->n_counts + 1,
+                               sizeof *r->counts) != 0) {
+                err_set(err, "out of memory");
+                rc = -1;
+                got = -1;
+                break;
+            }
+            r->counts[r->n_counts++] = (request_count){q.request, q.user, q.completion_tokens,
+                                                       q.t_end_ns < 0, q.t_send_ns < 0, 0};
             if (q.request > max_id)
                 max_id = q.request;
             q.request += id_from;
@@ -226,15 +291,21 @@ static int merge_requests(shard_run **runs, int k, const char *dir, char *err)
             tokenlog_write_request(out.f, &q);
             r->requests++;
         }
-        r->cut_rows += tokenlog_reader_close(in);
+        r->requests_cut += tokenlog_reader_close(in);
         if (got < 0)
             goto fail;
         id_from += max_id + 1; /* the next shard's ids start past this one's */
+        /* A run writes its rows in id order: sorted already, but nothing relies on it. */
+        bool sorted = true;
+        for (int64_t i = 1; i < r->n_counts && sorted; i++)
+            sorted = r->counts[i - 1].request <= r->counts[i].request;
+        if (!sorted)
+            qsort(r->counts, (size_t)r->n_counts, sizeof *r->counts, cmp_request_count);
     }
     return fsio_commit(&out, err);
 fail:
     fsio_abandon(&out);
-    return -1;
+    return rc;
 }
 
 /* A min-heap of the next row of each shard, by (time, shard). */
@@ -278,23 +349,37 @@ static head heap_pop(head *heap, int *n)
     return top;
 }
 
-/* The next row of shard s onto the heap (moved onto the common axis): 0, or -1 with err. */
+/* The next row of shard s onto the heap (moved onto the common axis), its tokens counted to
+ * its request: 0, or -1 with err. A row of a request requests.csv does not list has no place
+ * among the merged ids (it could land on another shard's): left out, and counted. */
 static int pull(shard_run *r, tokenlog_reader *in, int s, int64_t *last_t, head *heap, int *n,
                 char *err)
 {
     tokenlog_event ev;
-    int got = tokenlog_reader_event(in, &ev, err);
-    if (got <= 0)
-        return got;
-    if (ev.t_ns < *last_t)
-        r->out_of_order++;
-    *last_t = ev.t_ns;
-    ev.t_ns = moved(ev.t_ns, r->offset_ns);
-    ev.request += r->id_from;
-    heap_push(heap, n, (head){ev, s});
-    return 0;
+    int got;
+    /* Bounded by the rows of the file. */
+    while ((got = tokenlog_reader_event(in, &ev, err)) == 1) {
+        if (ev.t_ns < *last_t)
+            r->out_of_order++;
+        *last_t = ev.t_ns;
+        request_count *c = find_count(r, ev.request);
+        if (c) {
+            c->carried += ev.n_tokens;
+            ev.t_ns = moved(ev.t_ns, r->offset_ns);
+            ev.request += r->id_from;
+            heap_push(heap, n, (head){ev, s});
+            return 0;
+        }
+        if (r->unlisted_rows++ == 0) {
+            r->unlisted_request = ev.request;
+            r->unlisted_user = ev.user;
+        }
+    }
+    return got;
 }
 
+/* 0; -2 with err when a shard's tokens.csv cannot be read (bad input); -1 with err when
+ * writing failed. */
 static int merge_tokens(shard_run **runs, int k, const char *dir, char *err)
 {
     char path[4300];
@@ -318,16 +403,20 @@ static int merge_tokens(shard_run **runs, int k, const char *dir, char *err)
         snprintf(src, sizeof src, "%s/tokens.csv", runs[s]->dir);
         last_t[s] = INT64_MIN;
         if (!(in[s] = tokenlog_reader_open(src, TOKENLOG_TOKENS_CSV, err)) ||
-            pull(runs[s], in[s], s, &last_t[s], heap, &n, err) != 0)
+            pull(runs[s], in[s], s, &last_t[s], heap, &n, err) != 0) {
+            rc = -2;
             goto done;
+        }
     }
     /* Each pass writes one row and reads at most one: bounded by the rows of the files. */
     while (n > 0) {
         head h = heap_pop(heap, &n);
         tokenlog_write_event(out.f, &h.ev);
         runs[h.src]->events++;
-        if (pull(runs[h.src], in[h.src], h.src, &last_t[h.src], heap, &n, err) != 0)
+        if (pull(runs[h.src], in[h.src], h.src, &last_t[h.src], heap, &n, err) != 0) {
+            rc = -2;
             goto done;
+        }
     }
     rc = fsio_commit(&out, err);
     created = false;
@@ -335,7 +424,7 @@ done:
     if (created)
         fsio_abandon(&out);
     for (int s = 0; s < k; s++)
-        runs[s]->cut_rows += tokenlog_reader_close(in[s]);
+        runs[s]->tokens_cut += tokenlog_reader_close(in[s]);
     free(in);
     free(last_t);
     free(heap);
@@ -365,6 +454,59 @@ static void join_missing(const merge_state *st, shard_run **runs, int k, char *b
     }
 }
 
+/* What a merged shard's files say of themselves and of each other. A last row cut short was
+ * dropped; every token row must belong to a request requests.csv lists; a request's rows
+ * must carry the tokens requests.csv counts for it (completion_tokens: the tokens its
+ * stream carried), at most that many for a request sent before t = 0 (the warm-up's tokens
+ * are counted, not logged), and any number for one the run never saw end (t_end_ns -1: no
+ * final count). Each disagreement makes the merged label incomplete. */
+static void check_files(merge_state *st, int l, const shard_run *r)
+{
+    char who[4400];
+    snprintf(who, sizeof who, "shard %d/%d (%s)", r->cfg.wl.shard.index, st->count, r->dir);
+    const int64_t cut[2] = {r->tokens_cut, r->requests_cut};
+    static const char *const files[2] = {"tokens.csv", "requests.csv"};
+    for (int f = 0; f < 2; f++)
+        if (cut[f] > 0)
+            add_problem(st, l, true, "%s: %s ends inside a row (a file cut short): %lld row%s "
+                                     "dropped",
+                        who, files[f], (long long)cut[f], cut[f] == 1 ? "" : "s");
+    if (r->unlisted_rows > 0)
+        add_problem(st, l, true, "%s: tokens.csv has tokens of request %lld (user %d), which "
+                                 "requests.csv does not list (%lld row%s of unlisted requests, "
+                                 "left out)",
+                who, (long long)r->unlisted_request, r->unlisted_user, (long long)r->unlisted_rows,
+                r->unlisted_rows == 1 ? "" : "s");
+    const request_count *first = NULL;
+    int64_t disagree = 0, twice = -1;
+    for (int64_t i = 0; i < r->n_counts; i++) {
+        const request_count *c = &r->counts[i];
+        if (twice < 0 && i > 0 && c->request == r->counts[i - 1].request)
+            twice = c->request;
+        if (c->open || c->carried == c->counted || (c->before_t0 && c->carried < c->counted))
+            continue;
+        if (disagree++ == 0)
+            first = c;
+    }
+    if (twice >= 0)
+        add_problem(st, l, true, "%s: requests.csv lists request %lld twice", who,
+                    (long long)twice);
+    if (!first)
+        return;
+    char more[64] = "", violations[160] = "";
+    if (disagree > 1)
+        snprintf(more, sizeof more, " (and %lld more request%s)", (long long)(disagree - 1),
+                 disagree == 2 ? "" : "s");
+    if (r->meta.protocol_violations > 0)
+        snprintf(violations, sizeof violations, "; the shard recorded %lld protocol violations "
+                 "(a server's usage count past its stream would read the same)",
+                 (long long)r->meta.protocol_violations);
+    add_problem(st, l, true, "%s: request %lld (user %d): requests.csv counts %d tokens, its "
+                             "rows in tokens.csv carry %lld%s%s",
+            who, (long long)first->request, first->user, first->counted,
+            (long long)first->carried, more, violations);
+}
+
 static json_t *shard_json(const shard_run *r)
 {
     json_t *cfg = experiment_config_to_json(&r->cfg, &r->meta);
@@ -375,14 +517,15 @@ static json_t *shard_json(const shard_run *r)
                           "start_late_ns", (json_int_t)r->meta.start_late_ns, "request_ids_from",
                           (json_int_t)r->id_from, "requests", (json_int_t)r->requests,
                           "token_events", (json_int_t)r->events, "rows_cut",
-                          (json_int_t)r->cut_rows, "rows_out_of_order",
+                          (json_int_t)(r->tokens_cut + r->requests_cut), "rows_out_of_order",
                           (json_int_t)r->out_of_order, "clock", clock ? clock : json_null());
     json_decref(cfg);
     return j;
 }
 
-/* Merge label l into OUT/<label>/; its part of merge.json into *out. 1 merged, 0 nothing to
- * merge (no shard ran it), -1 with err. */
+/* Merge label l into <staging>/<label>/; its part of merge.json into *out. 1 merged, 0
+ * nothing to merge (no shard ran it), -2 with err when a shard's file cannot be read (bad
+ * input), -1 with err. */
 static int merge_label(merge_state *st, int l, json_t **out, char *err)
 {
     const report_merge_options *opt = st->opt;
@@ -434,11 +577,19 @@ static int merge_label(merge_state *st, int l, json_t **out, char *err)
     join_missing(st, runs, k, m.missing, sizeof m.missing);
 
     char dir[4300], config_path[4400];
-    snprintf(dir, sizeof dir, "%s/%s", opt->out, LABELS[l]);
+    snprintf(dir, sizeof dir, "%s/%s", st->dir, LABELS[l]);
     snprintf(config_path, sizeof config_path, "%s/config.json", dir);
-    if (fsio_mkdirs(dir, err) != 0 || merge_requests(runs, k, dir, err) != 0 ||
-        merge_tokens(runs, k, dir, err) != 0)
+    if (fsio_mkdirs(dir, err) != 0)
         goto done;
+    int merged = merge_requests(runs, k, dir, err);
+    if (merged == 0)
+        merged = merge_tokens(runs, k, dir, err);
+    if (merged != 0) {
+        rc = merged;
+        goto done;
+    }
+    for (int s = 0; s < k; s++)
+        check_files(st, l, runs[s]);
 
     /* One unsharded run of the same experiment, with the merge's record. */
     experiment_config cfg = runs[0]->cfg;
@@ -477,11 +628,10 @@ static int merge_label(merge_state *st, int l, json_t **out, char *err)
                      (json_int_t)m.clock_uncertainty_ns, "clock_estimated_ns",
                      (json_int_t)m.clock_estimated_ns, "one_host", m.one_host, "shards", shards);
     if (opt->notes) {
-        int64_t requests = 0, events = 0, cut = 0, disorder = 0;
+        int64_t requests = 0, events = 0, disorder = 0;
         for (int s = 0; s < k; s++) {
             requests += runs[s]->requests;
             events += runs[s]->events;
-            cut += runs[s]->cut_rows;
             disorder += runs[s]->out_of_order;
         }
         char spread[32];
@@ -492,10 +642,6 @@ static int merge_label(merge_state *st, int l, json_t **out, char *err)
         if (m.missing[0])
             fprintf(opt->notes, "  %-13s left out: shard%s %s\n", "", strchr(m.missing, ',') ? "s" : "",
                     m.missing);
-        if (cut > 0)
-            fprintf(opt->notes, "  %-13s %lld row%s cut short at the end of a shard's CSVs were "
-                                "dropped\n",
-                    "", (long long)cut, cut == 1 ? "" : "s");
         if (disorder > 0)
             fprintf(opt->notes, "  %-13s warning: %lld token rows were earlier than the row "
                                 "before them in their shard's file: merged in file order\n",
@@ -544,7 +690,7 @@ static int write_merge_json(const merge_state *st, json_t *labels, bool complete
     json_t *root = json_pack("{s:i, s:b, s:o, s:O, s:O}", "shards", st->count, "complete",
                              complete, "dirs", dirs, "problems", st->problems, "runs", labels);
     char path[4300];
-    int rc = fsio_join(path, sizeof path, st->opt->out, "merge.json", err);
+    int rc = fsio_join(path, sizeof path, st->dir, "merge.json", err);
     if (rc == 0)
         rc = fsio_write_json(path, root, 0, err);
     json_decref(root);
@@ -553,44 +699,10 @@ static int write_merge_json(const merge_state *st, json_t *labels, bool complete
 
 /* --out inside a shard's directory (or holding one) would let --force delete the input
  * before it is read. */
-/* The absolute form of a path that may not exist yet: its longest existing prefix
- * resolved, the rest appended. false when nothing of it resolves or it is too long. */
-static bool absolute_path(const char *path, char *out)
-{
-    char head[PATH_MAX];
-    size_t cut = strlen(path);
-    if (cut >= sizeof head)
-        return false;
-    memcpy(head, path, cut + 1);
-    /* Bounded: each pass drops one trailing component. */
-    for (;;) {
-        const char *try = cut > 0 ? head : path[0] == '/' ? "/" : ".";
-        if (realpath(try, out))
-            break;
-        if (cut == 0)
-            return false;
-        char *slash = memrchr(head, '/', cut);
-        cut = slash ? (size_t)(slash - head) : 0;
-        head[cut] = '\0';
-    }
-    const char *rest = path + cut;
-    while (*rest == '/')
-        rest++;
-    size_t n = strlen(out), len = strlen(rest);
-    if (!len)
-        return true;
-    if (n + 1 + len >= PATH_MAX)
-        return false;
-    if (out[n - 1] != '/')
-        out[n++] = '/';
-    memcpy(out + n, rest, len + 1);
-    return true;
-}
-
 static bool out_is_input(const report_merge_options *opt, char *err)
 {
     char out[PATH_MAX];
-    if (!absolute_path(opt->out, out))
+    if (fsio_absolute_path(opt->out, out) != 0)
         return false;
     size_t n_out = strlen(out);
     for (int d = 0; d < opt->n_dirs; d++) {
@@ -620,6 +732,9 @@ int report_merge(const report_merge_options *opt, bool *complete, char *err)
     st.opt = opt;
     st.problems = json_array();
     json_t *labels = json_object();
+    /* Built beside --out and moved in whole: a merge that fails leaves --out as it was. */
+    experiment_staging stage;
+    memset(&stage, 0, sizeof stage);
     int rc = -1;
     for (int l = 0; l < N_LABELS; l++)
         if (!(st.runs[l] = calloc((size_t)opt->n_dirs, sizeof *st.runs[l]))) {
@@ -632,8 +747,9 @@ int report_merge(const report_merge_options *opt, bool *complete, char *err)
     if ((rc = load_dirs(&st, err)) != 0 || (rc = check_shards(&st, err)) != 0)
         goto done;
     rc = -2;
-    if (experiment_claim_dir(opt->out, opt->force, err) != 0)
+    if (experiment_stage_dir(&stage, opt->out, opt->force, "merging", err) != 0)
         goto done;
+    st.dir = stage.dir;
     rc = -1;
     size_t n_problems = json_array_size(st.problems);
     for (size_t i = 0; opt->warn && i < n_problems; i++)
@@ -649,19 +765,27 @@ int report_merge(const report_merge_options *opt, bool *complete, char *err)
     for (int l = 0; l < N_LABELS; l++) {
         json_t *part;
         int got = merge_label(&st, l, &part, err);
-        if (got < 0)
+        if (got < 0) {
+            rc = got;
             goto done;
+        }
         if (got > 0)
             json_object_set_new(labels, LABELS[l], part);
     }
-    *complete = n_problems == 0;
-    if (write_merge_json(&st, labels, *complete, err) != 0)
-        goto done;
+    /* the shards left out, and what the merged shards' files said of themselves */
+    const bool whole = json_array_size(st.problems) == 0;
+    if (write_merge_json(&st, labels, whole, err) != 0 ||
+        (rc = experiment_stage_commit(&stage, opt->force, err)) != 0)
+        goto done; /* -1, or the commit's -2 (--out refused) or -1 */
+    *complete = whole;
     rc = 0;
 done:
+    experiment_stage_abandon(&stage);
     for (int l = 0; l < N_LABELS; l++) {
-        for (int d = 0; st.runs[l] && d < opt->n_dirs; d++)
+        for (int d = 0; st.runs[l] && d < opt->n_dirs; d++) {
             experiment_meta_free(&st.runs[l][d].meta);
+            free(st.runs[l][d].counts);
+        }
         free(st.runs[l]);
     }
     free(st.by_index);

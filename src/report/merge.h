@@ -6,6 +6,13 @@
  * experiment (experiment_config_differ: everything but the shard index), each index
  * 0..N-1 given once, every run complete; else the merge names the first problem and stops,
  * or with allow_partial merges the complete shards and marks the merged run incomplete.
+ * A merged shard's files are checked as they are read: a last row cut short (dropped), a
+ * token row of a request requests.csv does not list (left out), a request whose rows carry
+ * other than the tokens requests.csv counts for it (completion_tokens; at most that many for
+ * one sent before t = 0, any number for one never ended) each make the merged run
+ * incomplete, named by shard and request in merge.json's "problems" and on opt->warn. The
+ * merge is built in OUT.merging-PID beside OUT and moved into OUT only when whole
+ * (experiment_stage_dir): a merge that fails leaves OUT as it was.
  * Baseline and interference are merged separately into a normal run directory:
  *   - the merged t = 0 is the earliest shard's t0_realtime_ns; each shard's times move by
  *     its own t0_realtime_ns minus that (its offset on the common axis);
@@ -37,10 +44,10 @@ typedef struct report_merge_options {
     FILE *warn;        /* shards left out, unsynchronized clocks; NULL: nothing */
 } report_merge_options;
 
-/* Merge. 0 when merged (complete, or with allow_partial not: *complete says which);
- * -2 with err when the input cannot be merged (not shards, not one experiment, a shard
- * missing or incomplete without allow_partial): the command's exit 2; -1 with err when
- * writing failed. */
+/* Merge. 0 when merged (*complete: every shard merged, and whole); -2 with err when the
+ * input cannot be merged (not shards, not one experiment, a shard missing or incomplete
+ * without allow_partial, a shard's file that cannot be read or holds a malformed row):
+ * the command's exit 2; -1 with err when writing failed. */
 int report_merge(const report_merge_options *opt, bool *complete, char *err);
 
 /* For a merged run: the clock line and every cross-shard figure with its range under the

@@ -35,8 +35,8 @@ int report_finish_sweep(const char *out_dir, double threshold_ms, bool json, boo
  * is bad input: -2 with err; a failure to write is -1 with err. */
 int report_rebuild_dir(const char *dir, double threshold_ms, bool json, bool html, char *err);
 /* `stallscope report --merge DIR...`: merge the shards into opt->out (merge.h), then rebuild
- * its report as report_rebuild_dir does. *complete: whether every shard was merged. -2 with
- * err on input that cannot be merged, -1 with err on a failure. */
+ * its report as report_rebuild_dir does. *complete: whether every shard was merged, whole.
+ * -2 with err on input that cannot be merged, -1 with err on a failure. */
 int report_merge_dirs(const report_merge_options *opt, double threshold_ms, bool json, bool html,
                       bool *complete, char *err);
 

@@ -10,7 +10,8 @@
 # merge prints plus SPIKE_SPREAD_MS, the run-to-run spread measured on this machine
 # (docs/distributed.md: "The test"). Then a shard killed
 # with -9: its directory says incomplete, the merge names it (exit 2) and merges the rest
-# with --allow-partial; and bad input (exit 2, one line).
+# with --allow-partial; bad input (exit 2, one line); and damaged copies of the shards: a bad
+# row (exit 2, nothing written), a file cut inside a row or at a row boundary (incomplete).
 set -euo pipefail
 BIN=$1
 WORK=$2
@@ -256,4 +257,34 @@ bad "differ in workload.users (12 vs 4)" report --merge "$WORK/shard0" "$WORK/p1
 bad "shard 1/4 is given twice" report --merge "$WORK/shard1" "$WORK/shard1" --out "$WORK/x"
 bad "shard 3/4: not given" report --merge "$WORK"/shard{0,1,2} --out "$WORK/x"
 bad "not a shard" report --merge "$WORK/single" --out "$WORK/x"
+
+# ---- 5. damaged shards (issue 22, 3 and 6) -------------------------------------------------
+# Copies of the 4 shards, shard 1's interference tokens.csv damaged in each. A bad row is bad
+# input: exit 2 naming the file and line, nothing left of the merge. A file cut inside a row
+# or at a row boundary merges (its whole rows), exit 0, and the merged run says incomplete.
+copy_shards() {
+  rm -rf "$WORK/$1" && mkdir -p "$WORK/$1" && cp -r "$WORK"/shard{0,1,2,3} "$WORK/$1/"
+  echo "$WORK/$1/shard1/interference/tokens.csv"
+}
+F=$(copy_shards badrow)
+sed -i '5s/.*/x,1,0,bg,1/' "$F"
+bad "$F:5: t_ns is 'x', not an integer" report --merge "$WORK"/badrow/shard{0,1,2,3} \
+  --out "$WORK/badrow/out/merged"
+[ ! -e "$WORK/badrow/out" ] || fail "a merge that failed left $(find "$WORK/badrow/out")"
+merge_incomplete() { # NAME WANT: the merge of NAME's shards exits 0, says WANT and incomplete
+  "$BIN" report --merge "$WORK/$1"/shard{0,1,2,3} --out "$WORK/$1/merged" --no-report \
+    >"$WORK/$1.out" 2>"$WORK/$1.err" || { cat "$WORK/$1.err"; fail "merge of $1: exit $?"; }
+  grep -q -- "$2" "$WORK/$1.err" || fail "merge of $1: '$2' not said: $(cat "$WORK/$1.err")"
+  grep -q "the merged run in $WORK/$1/merged is incomplete" "$WORK/$1.err" ||
+    fail "merge of $1: not said incomplete"
+  python3 -c "import json,sys; sys.exit(json.load(open('$WORK/$1/merged/interference/summary.json'))['complete'])" ||
+    fail "merge of $1: summary.json says complete"
+  echo "ok   $1: $(grep -o "shard 1/4.*" "$WORK/$1.err" | head -1)"
+}
+F=$(copy_shards cutrow)
+truncate -s -3 "$F"
+merge_incomplete cutrow "shard 1/4 ($WORK/cutrow/shard1/interference): tokens.csv ends inside a row"
+F=$(copy_shards cutrows)
+head -n -20 "$F" >"$F.cut" && mv "$F.cut" "$F"
+merge_incomplete cutrows "shard 1/4 ($WORK/cutrows/shard1/interference): request [0-9]* (user [0-9]*): requests.csv counts [0-9]* tokens, its rows in tokens.csv carry [0-9]*"
 echo "ok   all"

@@ -2,7 +2,8 @@
  * the same analysis to the number, tokens in time order, request ids apart; the checks that
  * refuse what is not one experiment, a shard given twice or missing, an incomplete one
  * (and --allow-partial); one shard is a copy; the cross-shard figures' range under the
- * clock uncertainty. */
+ * clock uncertainty; damaged shards: a bad row (exit 2, the file named, nothing written), a
+ * file cut inside a row or at a row boundary (merged, and said incomplete). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -57,7 +59,7 @@ static void single_run(tokenlog *log)
         q.t_end_ns = 3000 * MS;
         q.prompt_tokens_requested = q.prompt_tokens = 50;
         snprintf(q.finish_reason, sizeof q.finish_reason, "abort");
-        int64_t index;
+        int64_t index, first_event = log->n_events;
         assert_int_equal(tokenlog_add_request(log, &q, &index), 0);
         for (int64_t t = 20 * MS + u * MS; t < 3000 * MS; t += 10 * MS) {
             bool frozen = u != 3 && t > INJECT_SEND && t < INJECT_FIRST + 5 * MS;
@@ -74,6 +76,8 @@ static void single_run(tokenlog *log)
             if (u == 5 && t == 895 * MS)
                 add_event(log, 900 * MS, u, u, TOKENLOG_BG), add_event(log, 998 * MS, u, u, TOKENLOG_BG);
         }
+        /* the tokens it streamed: one per event */
+        log->requests[index].completion_tokens = (int32_t)(log->n_events - first_event);
     }
     tokenlog_request inj;
     memset(&inj, 0, sizeof inj);
@@ -566,6 +570,296 @@ static void test_one_shard_is_a_copy(void **state)
     remove_root(root);
 }
 
+/* ---- damaged shards --------------------------------------------------------------------- */
+
+static void read_whole(const char *path, char **text, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    assert_true(n >= 0);
+    rewind(f);
+    *text = malloc((size_t)n + 1);
+    assert_non_null(*text);
+    assert_int_equal(fread(*text, 1, (size_t)n, f), (size_t)n);
+    (*text)[n] = '\0';
+    *len = (size_t)n;
+    fclose(f);
+}
+
+/* Replace line line_no (1: the header) of path with text. */
+static void replace_line(const char *path, int line_no, const char *text)
+{
+    char *old;
+    size_t len;
+    read_whole(path, &old, &len);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    const char *p = old;
+    for (int line = 1; *p; line++) {
+        const char *end = strchr(p, '\n');
+        size_t n = end ? (size_t)(end - p) + 1 : strlen(p);
+        if (line == line_no)
+            fprintf(f, "%s\n", text);
+        else
+            fwrite(p, 1, n, f);
+        p += n;
+    }
+    fclose(f);
+    free(old);
+}
+
+/* Drop path's last `rows` rows (a cut at a row boundary), or with mid_row only the last
+ * three bytes of its last row (a cut inside it). */
+static void cut_file(const char *path, int rows, bool mid_row)
+{
+    char *text;
+    size_t len;
+    read_whole(path, &text, &len);
+    size_t keep = len;
+    if (mid_row) {
+        keep = len - 3;
+    } else {
+        for (int k = 0; k <= rows; k++) /* back over `rows` + 1 newlines */
+            while (keep > 0 && text[--keep] != '\n')
+                ;
+        keep++;
+    }
+    free(text);
+    assert_int_equal(truncate(path, (off_t)keep), 0);
+}
+
+/* Entries of root whose name holds needle (a staging directory left behind). */
+static int entries_with(const char *root, const char *needle)
+{
+    DIR *d = opendir(root);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += strstr(e->d_name, needle) != NULL;
+    closedir(d);
+    return n;
+}
+
+/* A bad row in shard 1's tokens.csv: bad input (-2, exit 2) naming the file and line, and
+ * nothing of the merge is left: no --out, no staging directory beside it; an earlier run in
+ * --out (--force) is still there as it was. */
+static void test_bad_row_in_a_shard(void **state)
+{
+    (void)state;
+    char root[64], err[ERR_LEN] = "", path[700], want[800], saved[800];
+    make_root(root, sizeof root);
+    const char *names[SHARDS] = {"s0", "s1", "s2"};
+    for (int i = 0; i < SHARDS; i++)
+        write_shard(root, names[i], &ONE_HOST[i]);
+    merge_call mc;
+    bool complete = false;
+    assert_int_equal(run_merge(&mc, root, names, SHARDS, false, &complete, err), 0);
+    char cmd[2000];
+    snprintf(saved, sizeof saved, "%s/saved-tokens.csv", root);
+    snprintf(cmd, sizeof cmd, "cp '%s/interference/tokens.csv' '%s'", mc.out, saved);
+    assert_int_equal(system(cmd), 0);
+
+    /* The baseline merges first: the failure comes with half the merge written. */
+    snprintf(path, sizeof path, "%s/s1/interference/tokens.csv", root);
+    replace_line(path, 5, "x,1,0,bg,1");
+    snprintf(want, sizeof want, "%s:5: t_ns is 'x', not an integer", path);
+    complete = true;
+    int rc = run_merge(&mc, root, names, SHARDS, false, &complete, err);
+    if (rc != -2 || !strstr(err, want))
+        fail_msg("merge returned %d with '%s', expected -2 with '%s'", rc, err, want);
+    assert_false(complete);
+    snprintf(path, sizeof path, "%s/interference/tokens.csv", mc.out);
+    if (!same_file(path, saved))
+        fail_msg("the earlier run in %s was changed by a merge that failed", mc.out);
+    snprintf(path, sizeof path, "%s/merge.json", mc.out);
+    assert_int_equal(access(path, F_OK), 0);
+    assert_int_equal(entries_with(root, "merging"), 0);
+
+    /* No earlier run: none after the failure either. */
+    remove_root(mc.out);
+    assert_int_equal(run_merge(&mc, root, names, SHARDS, false, &complete, err), -2);
+    assert_non_null(strstr(err, want));
+    assert_int_equal(access(mc.out, F_OK), -1);
+    assert_int_equal(entries_with(root, "merged"), 0);
+    /* --out's parents made for the merge go with it */
+    snprintf(path, sizeof path, "%s/new/deeper/merged", root);
+    report_merge_options deep = {.dirs = mc.ptrs, .n_dirs = SHARDS, .out = path};
+    assert_int_equal(report_merge(&deep, &complete, err), -2);
+    assert_non_null(strstr(err, want));
+    assert_int_equal(entries_with(root, "new"), 0);
+    /* requests.csv: the same */
+    snprintf(path, sizeof path, "%s/s1/interference/tokens.csv", root);
+    write_shard(root, "s1", &ONE_HOST[1]);
+    snprintf(path, sizeof path, "%s/s2/baseline/requests.csv", root);
+    replace_line(path, 2, "0,2,bg,-1,-1,-1,3000000000,50,50,300,abort");
+    assert_int_equal(run_merge(&mc, root, names, SHARDS, false, &complete, err), -2);
+    snprintf(want, sizeof want, "%s:2: 11 fields, expected 12", path);
+    if (!strstr(err, want))
+        fail_msg("error '%s' lacks '%s'", err, want);
+    assert_int_equal(access(mc.out, F_OK), -1);
+    remove_root(root);
+}
+
+/* The problems of a merge (merge.json), joined; the caller frees it. */
+static char *merge_problems(const char *out)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/merge.json", out);
+    json_t *mj = json_load_file(path, 0, NULL);
+    assert_non_null(mj);
+    assert_true(json_is_false(json_object_get(mj, "complete")));
+    json_t *problems = json_object_get(mj, "problems");
+    char *text = calloc(1, 8192);
+    assert_non_null(text);
+    for (size_t i = 0; i < json_array_size(problems); i++) {
+        strncat(text, json_string_value(json_array_get(problems, i)), 8192 - strlen(text) - 2);
+        strcat(text, "\n");
+    }
+    json_decref(mj);
+    return text;
+}
+
+static bool run_complete(const char *out, const char *label)
+{
+    char path[700], err[ERR_LEN] = "";
+    experiment_config c;
+    experiment_meta m;
+    snprintf(path, sizeof path, "%s/%s/config.json", out, label);
+    if (experiment_config_read(path, &c, &m, err) != 0)
+        fail_msg("%s", err);
+    bool complete = m.complete;
+    experiment_meta_free(&m);
+    return complete;
+}
+
+/* Shard 1's tokens.csv cut inside its last row (a shard's file copied while written): its
+ * whole rows are merged, the cut row dropped, and the merged run is incomplete, as `report`
+ * says of the shard alone. */
+static void test_cut_shard_mid_row(void **state)
+{
+    (void)state;
+    char root[64], err[ERR_LEN] = "", path[700];
+    make_root(root, sizeof root);
+    const char *names[SHARDS] = {"s0", "s1", "s2"};
+    for (int i = 0; i < SHARDS; i++)
+        write_shard(root, names[i], &ONE_HOST[i]);
+    snprintf(path, sizeof path, "%s/s1/interference/tokens.csv", root);
+    cut_file(path, 0, true);
+    merge_call mc;
+    bool complete = true;
+    if (run_merge(&mc, root, names, SHARDS, false, &complete, err) != 0)
+        fail_msg("%s", err);
+    assert_false(complete);
+    assert_false(run_complete(mc.out, "interference"));
+    assert_true(run_complete(mc.out, "baseline"));
+    char *problems = merge_problems(mc.out);
+    char want[800];
+    snprintf(want, sizeof want, "shard 1/3 (%s/s1/interference): tokens.csv ends inside a row",
+             root);
+    if (!strstr(problems, want))
+        fail_msg("problems '%s' lack '%s'", problems, want);
+    free(problems);
+    report_set set;
+    assert_int_equal(report_set_load(&set, mc.out, 50, true, NULL, err), 0);
+    assert_false(report_set_main(&set)->summary.complete);
+    report_set_free(&set);
+    remove_root(root);
+}
+
+/* Rewrite dir's rows: user 0's request still open at the end (t_end_ns -1, no count yet),
+ * or every request sent at t = 0 (not carried over from a warm-up). */
+static void edit_requests(const char *dir, bool open_user0, bool sent_at_0)
+{
+    char err[ERR_LEN] = "";
+    tokenlog log;
+    if (tokenlog_read_dir(&log, dir, NULL, err) != 0)
+        fail_msg("%s", err);
+    for (int64_t i = 0; i < log.n_requests; i++) {
+        tokenlog_request *q = &log.requests[i];
+        if (open_user0 && q->user == 0) {
+            q->t_end_ns = -1;
+            q->completion_tokens = 0;
+        }
+        if (sent_at_0 && q->t_send_ns < 0)
+            q->t_plan_ns = q->t_send_ns = 0;
+    }
+    if (tokenlog_write_dir(&log, dir, err) != 0)
+        fail_msg("%s", err);
+    tokenlog_free(&log);
+}
+
+/* Cuts at a row boundary, found by the cross-check of requests.csv against tokens.csv:
+ * shard 1's tokens.csv without its last 9 rows (its requests, sent at t = 0, count more
+ * tokens than their rows carry), shard 2's baseline requests.csv without its last row (tokens
+ * of a request it does not list). Not checked: the count of a request the run never saw end
+ * (t_end_ns -1), and a shortfall in one carried over from the warm-up (shard 2's
+ * interference run cut too: its requests were sent before t = 0, their first tokens counted
+ * but not logged). */
+static void test_cut_shard_at_row_boundary(void **state)
+{
+    (void)state;
+    char root[64], err[ERR_LEN] = "", path[700], want[800];
+    make_root(root, sizeof root);
+    const char *names[SHARDS] = {"s0", "s1", "s2"};
+    for (int i = 0; i < SHARDS; i++)
+        write_shard(root, names[i], &ONE_HOST[i]);
+    snprintf(path, sizeof path, "%s/s0/interference", root);
+    edit_requests(path, true, false);
+    snprintf(path, sizeof path, "%s/s1/interference", root);
+    edit_requests(path, false, true);
+    merge_call mc;
+    bool complete = false;
+    if (run_merge(&mc, root, names, SHARDS, false, &complete, err) != 0)
+        fail_msg("%s", err);
+    assert_true(complete);
+
+    snprintf(path, sizeof path, "%s/s1/interference/tokens.csv", root);
+    cut_file(path, 9, false);
+    snprintf(path, sizeof path, "%s/s2/baseline/requests.csv", root);
+    cut_file(path, 1, false);
+    snprintf(path, sizeof path, "%s/s2/interference/tokens.csv", root);
+    cut_file(path, 9, false);
+    complete = true;
+    if (run_merge(&mc, root, names, SHARDS, false, &complete, err) != 0)
+        fail_msg("%s", err);
+    assert_false(complete);
+    assert_false(run_complete(mc.out, "interference"));
+    assert_false(run_complete(mc.out, "baseline"));
+    /* What the cut shard's files say of its first request (user 1). */
+    tokenlog log;
+    snprintf(path, sizeof path, "%s/s1/interference", root);
+    assert_int_equal(tokenlog_read_dir(&log, path, NULL, err), 0);
+    int64_t carried = 0;
+    for (int64_t i = 0; i < log.n_events; i++)
+        carried += log.events[i].request == 0 ? log.events[i].n_tokens : 0;
+    char *problems = merge_problems(mc.out);
+    snprintf(want, sizeof want,
+             "shard 1/3 (%s/s1/interference): request 0 (user 1): requests.csv counts %d "
+             "tokens, its rows in tokens.csv carry %lld",
+             root, log.requests[0].completion_tokens, (long long)carried);
+    assert_true(carried < log.requests[0].completion_tokens);
+    if (!strstr(problems, want))
+        fail_msg("problems '%s' lack '%s'", problems, want);
+    tokenlog_free(&log);
+    snprintf(want, sizeof want, "shard 2/3 (%s/s2/baseline): tokens.csv has tokens of request 1 "
+             "(user 5), which requests.csv does not list", root);
+    if (!strstr(problems, want))
+        fail_msg("problems '%s' lack '%s'", problems, want);
+    /* user 5's rows have no merged id: left out, not put on another shard's */
+    snprintf(path, sizeof path, "%s/baseline", mc.out);
+    assert_int_equal(tokenlog_read_dir(&log, path, NULL, err), 0);
+    for (int64_t i = 0; i < log.n_events; i++)
+        assert_int_not_equal(log.events[i].user, 5);
+    tokenlog_free(&log);
+    assert_null(strstr(problems, "shard 0/3"));
+    assert_null(strstr(problems, "s2/interference"));
+    free(problems);
+    remove_root(root);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -573,6 +867,9 @@ int main(void)
         cmocka_unit_test(test_cross_host_bounds),
         cmocka_unit_test(test_refusals_and_partial),
         cmocka_unit_test(test_one_shard_is_a_copy),
+        cmocka_unit_test(test_bad_row_in_a_shard),
+        cmocka_unit_test(test_cut_shard_mid_row),
+        cmocka_unit_test(test_cut_shard_at_row_boundary),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

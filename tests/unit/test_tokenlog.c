@@ -476,6 +476,29 @@ static void test_row_reader(void **state)
     assert_non_null(strstr(err, "No such file"));
 }
 
+/* The reader names its file in every error, whatever became of the caller's path buffer
+ * since open (a merge opens one reader per shard in a loop, then reads them all). */
+static void test_reader_keeps_its_path(void **state)
+{
+    (void)state;
+    char dir[64], path[128], err[ERR_LEN] = "";
+    make_tmpdir(dir, sizeof dir);
+    write_text(dir, "tokens.csv", TOKENS_HDR "10,0,1,bg,1\n11,0,1,bg,one\n");
+    snprintf(path, sizeof path, "%s/tokens.csv", dir);
+    tokenlog_reader *r = tokenlog_reader_open(path, TOKENLOG_TOKENS_CSV, err);
+    assert_non_null(r);
+    char want[160];
+    snprintf(want, sizeof want, "%s:3: n_tokens is 'one'", path);
+    memset(path, 'X', sizeof path - 1); /* the caller's buffer, reused */
+    tokenlog_event ev;
+    assert_int_equal(tokenlog_reader_event(r, &ev, err), 1);
+    assert_int_equal(tokenlog_reader_event(r, &ev, err), -1);
+    if (!strstr(err, want))
+        fail_msg("error '%s' lacks '%s'", err, want);
+    tokenlog_reader_close(r);
+    remove_tree(dir);
+}
+
 /* ---- the incremental writer -------------------------------------------------------- */
 
 static int64_t file_size(const char *path)
@@ -708,6 +731,7 @@ int main(void)
         cmocka_unit_test(test_writer_full_disk),
         cmocka_unit_test(test_writer_file_too_large),
         cmocka_unit_test(test_row_reader),
+        cmocka_unit_test(test_reader_keeps_its_path),
         cmocka_unit_test(test_writers_match_printf),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
