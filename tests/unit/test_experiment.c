@@ -293,6 +293,23 @@ static void test_secrets_never_written(void **state)
     experiment_meta_free(&m);
 }
 
+/* A --server-cmd template takes {host} and {port} from the target past its user:password
+ * and before its query: neither the password nor a query key reaches the command. */
+static void test_server_command(void **state)
+{
+    (void)state;
+    experiment_config c;
+    experiment_defaults(&c, EXPERIMENT_REMOTE);
+    snprintf(c.client.target, sizeof c.client.target, "http://user:PASS@127.0.0.1:8123?key=QKEY");
+    char cmd[512], err[ERR_LEN];
+    const char *tmpl = "serve --host {host} --port {port} --policy {policy}";
+    assert_int_equal(experiment_server_command(tmpl, &c, "p", cmd, sizeof cmd, err), 0);
+    assert_string_equal(cmd, "serve --host 127.0.0.1 --port 8123 --policy mixed");
+    snprintf(c.client.target, sizeof c.client.target, "https://u:p@ss@example.test/v1");
+    assert_int_equal(experiment_server_command("{host}:{port}", &c, "p", cmd, sizeof cmd, err), 0);
+    assert_string_equal(cmd, "example.test:443");
+}
+
 static void test_option_tables(void **state)
 {
     (void)state;
@@ -928,7 +945,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_round_trip), cmocka_unit_test(test_config_reader_refuses),
-        cmocka_unit_test(test_secrets_never_written), cmocka_unit_test(test_option_tables),
+        cmocka_unit_test(test_secrets_never_written), cmocka_unit_test(test_server_command),
+        cmocka_unit_test(test_option_tables),
         cmocka_unit_test(test_defaults_and_names),  cmocka_unit_test(test_run_pair),
         cmocka_unit_test(test_pair_incomplete),     cmocka_unit_test(test_sweep_plan),
         cmocka_unit_test(test_server_flags),        cmocka_unit_test(test_config_differ),
