@@ -255,20 +255,6 @@ static void test_arch(void **state)
     assert_non_null(strstr(err, "acme/secret-model"));
 }
 
-static void test_url_for_disk(void **state)
-{
-    (void)state;
-    char out[128];
-    calib_target_url_for_disk("http://someone:hunter2@127.0.0.1:8000/v1?key=abc", out, sizeof out);
-    assert_string_equal(out, "http://127.0.0.1:8000/v1");
-    calib_target_url_for_disk("https://api.example.com", out, sizeof out);
-    assert_string_equal(out, "https://api.example.com");
-    calib_target_url_for_disk("http://h:1/path/x@y#frag", out, sizeof out); /* '@' past the host */
-    assert_string_equal(out, "http://h:1/path/x@y");
-    calib_target_url_for_disk("u:p@host:80?token=1", out, sizeof out);    /* no scheme */
-    assert_string_equal(out, "host:80");
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -280,7 +266,6 @@ int main(void)
         cmocka_unit_test(test_fit_ok),
         cmocka_unit_test(test_fit_probes),
         cmocka_unit_test(test_arch),
-        cmocka_unit_test(test_url_for_disk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
