@@ -21,6 +21,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/fsio.h"
+#include "common/redact.h"
 #include "engine/fit.h"
 #include "engine/profile.h"
 #include "experiment/calib_target.h"
@@ -278,7 +279,7 @@ int cli_calibrate_target(int argc, char **argv)
         return cli_usage_error("calibrate", err);
     }
     char shown[sizeof o.target];
-    calib_target_url_for_disk(o.target, shown, sizeof shown);
+    redact_url(o.target, shown, sizeof shown); /* the profile's, and what is printed */
     printf("calibrating %s (serves %s; the step model is stated for %s) ...\n", shown,
            served[0] ? served : "an unnamed model", arch.name);
     fflush(stdout);

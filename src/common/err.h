@@ -5,7 +5,9 @@
 
 #define ERR_LEN 256
 
-/* Format into err (may be NULL); always returns -1 so callers can `return err_set(...)`. */
+/* Format into err (may be NULL); always returns -1 so callers can `return err_set(...)`.
+ * Every URL in the message loses its credentials first (redact_text, common/redact.h): an
+ * error printed or written anywhere never carries a URL's user:password or query values. */
 int err_set(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

@@ -288,19 +288,6 @@ int calib_target_arch(const char *served, cost_arch *out, char *err)
                    served);
 }
 
-/* The target as the profile records it: without user:password@ and without a query (where
- * keys sometimes travel): nothing secret goes to disk. */
-void calib_target_url_for_disk(const char *url, char *out, size_t size)
-{
-    const char *scheme = strstr(url, "://");
-    const char *host = scheme ? scheme + 3 : url;
-    const size_t authority = strcspn(host, "/?#");
-    const char *at = memchr(host, '@', authority);
-    const size_t head = (size_t)(host - url);
-    const char *rest = at ? at + 1 : host;
-    snprintf(out, size, "%.*s%.*s", (int)head, url, (int)strcspn(rest, "?#"), rest);
-}
-
 /* ---- probing: streams on one transport --------------------------------------------------------- */
 
 typedef struct probe_stream {

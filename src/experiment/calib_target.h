@@ -211,10 +211,6 @@ bool calib_target_fit_ok(const fit_result *fr, const double *residual, int n, do
  * Instruct" -> "qwen2.5-7b"). 0 and *out, or -1 with err. */
 int calib_target_arch(const char *served, cost_arch *out, char *err);
 
-/* The target as a profile may record it: without user:password@ and without a query or
- * fragment (where keys sometimes travel). */
-void calib_target_url_for_disk(const char *url, char *out, size_t size);
-
 /* ---- probing ------------------------------------------------------------------------------ */
 
 typedef struct calib_target calib_target;

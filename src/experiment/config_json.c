@@ -19,6 +19,7 @@
 
 #include "common/err.h"
 #include "common/fsio.h"
+#include "common/redact.h"
 #include "experiment/experiment.h"
 
 #define CONFIG_FORMAT 2
@@ -30,6 +31,7 @@ typedef enum {
     F_DOUBLE,   /* double */
     F_BOOL,     /* bool */
     F_TEXT,     /* char[size] */
+    F_URL,      /* char[size], a URL: written and read back redacted (common/redact.h) */
     F_SOURCE,   /* const char *: written; read back as "config.json" (provenance) */
     F_POLICY,   /* sched_policy, by name */
     F_ENDPOINT, /* driver_endpoint, by name */
@@ -155,7 +157,7 @@ static const field COST_FIELDS[] = {
 };
 
 static const field CLIENT_FIELDS[] = {
-    FLD("target", F_TEXT, experiment_client, target),
+    FLD("target", F_URL, experiment_client, target),
     FLD("endpoint", F_ENDPOINT, experiment_client, endpoint),
     FLD("model_name", F_TEXT, experiment_client, model_name),
     FLD("request_timeout_ns", F_I64, experiment_client, request_timeout_ns),
@@ -165,7 +167,7 @@ static const field CLIENT_FIELDS[] = {
     FLD("transport", F_TRANSPORT, experiment_client, transport),
     FLD("threads", F_INT, experiment_client, threads),
     FLD("extra_body", F_TEXT, experiment_client, extra_body),
-    FLD("scrape_metrics", F_TEXT, experiment_client, scrape_metrics),
+    FLD("scrape_metrics", F_URL, experiment_client, scrape_metrics),
 };
 
 static const field SESSION_FIELDS[] = {
@@ -181,7 +183,7 @@ static const field SESSION_FIELDS[] = {
     FLD("stamps_kernel_coalesced", F_I64, experiment_meta, stamps_kernel_coalesced),
     FLD("stamps_user", F_I64, experiment_meta, stamps_user),
     FLD("t0_monotonic_ns", F_I64, experiment_meta, t0_monotonic_ns),
-    FLD("metrics_url", F_TEXT, experiment_meta, metrics_url),
+    FLD("metrics_url", F_URL, experiment_meta, metrics_url),
     FLD("metrics_scrapes", F_I64, experiment_meta, metrics_scrapes),
     FLD("metrics_scrape_failures", F_I64, experiment_meta, metrics_scrape_failures),
     FLD("metrics_rows", F_I64, experiment_meta, metrics_rows),
@@ -230,7 +232,7 @@ static const field MERGE_FIELDS[] = {
 static const field RUN_FIELDS[] = {
     FLD("label", F_TEXT, experiment_meta, label),
     FLD("engine", F_TEXT, experiment_meta, engine_name),
-    FLD("target", F_TEXT, experiment_meta, target),
+    FLD("target", F_URL, experiment_meta, target),
     FLD("complete", F_BOOL, experiment_meta, complete),
 };
 
@@ -273,6 +275,11 @@ static json_t *field_json(const field *f, const void *base)
         return json_boolean(*(const bool *)p);
     case F_TEXT:
         return json_string(p);
+    case F_URL: {
+        char shown[1024];
+        redact_url(p, shown, sizeof shown);
+        return json_string(shown);
+    }
     case F_SOURCE:
         return json_string(*(const char *const *)p ? *(const char *const *)p : "");
     case F_POLICY:
@@ -390,6 +397,12 @@ static int read_field(const json_t *v, const field *f, void *base, const char *w
         if (json_string_length(v) >= f->size)
             return bad(err, where, f, "too long");
         memcpy(p, json_string_value(v), json_string_length(v) + 1);
+        return 0;
+    case F_URL: /* redacted again: a file an earlier version wrote may hold credentials (a
+                 * record for reading, so a URL longer than the field is cut, not refused) */
+        if (!json_is_string(v))
+            return bad(err, where, f, "not a string");
+        redact_url(json_string_value(v), p, f->size);
         return 0;
     case F_SOURCE:
         if (!json_is_string(v))
@@ -670,51 +683,12 @@ bool experiment_config_differ(const experiment_config *a, const experiment_confi
 
 /* ---- the run's record ----------------------------------------------------------------------- */
 
-/* Options whose value must never reach a file. */
-static bool secret_option(const char *arg, size_t *name_len)
-{
-    static const char *const secret[] = {"--api-key", "--header"};
-    for (size_t i = 0; i < sizeof secret / sizeof secret[0]; i++) {
-        size_t n = strlen(secret[i]);
-        if (strncmp(arg, secret[i], n) == 0 && (arg[n] == '\0' || arg[n] == '=')) {
-            *name_len = n;
-            return true;
-        }
-    }
-    return false;
-}
-
 int experiment_meta_set_argv(experiment_meta *meta, int argc, char **argv)
 {
-    char **copy = calloc((size_t)argc + 1, sizeof *copy);
+    char **copy = redact_argv(argc, argv);
     if (!copy)
         return -1;
-    bool mask_next = false;
-    for (int i = 0; i < argc; i++) {
-        size_t name_len = 0;
-        char masked[64];
-        const char *text = argv[i];
-        if (mask_next) {
-            text = "***";
-            mask_next = false;
-        } else if (secret_option(argv[i], &name_len)) {
-            if (argv[i][name_len] == '=') {
-                snprintf(masked, sizeof masked, "%.*s=***", (int)name_len, argv[i]);
-                text = masked;
-            } else {
-                mask_next = true;
-            }
-        }
-        if (!(copy[i] = strdup(text))) {
-            for (int k = 0; k < i; k++)
-                free(copy[k]);
-            free(copy);
-            return -1;
-        }
-    }
-    for (int i = 0; i < meta->argc; i++)
-        free(meta->argv[i]);
-    free(meta->argv);
+    redact_argv_free(meta->argc, meta->argv);
     meta->argv = copy;
     meta->argc = argc;
     return 0;
@@ -722,9 +696,7 @@ int experiment_meta_set_argv(experiment_meta *meta, int argc, char **argv)
 
 void experiment_meta_free(experiment_meta *meta)
 {
-    for (int i = 0; i < meta->argc; i++)
-        free(meta->argv[i]);
-    free(meta->argv);
+    redact_argv_free(meta->argc, meta->argv);
     meta->argv = NULL;
     meta->argc = 0;
 }

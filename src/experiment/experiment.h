@@ -65,7 +65,8 @@ typedef struct experiment_device {
 /* The HTTP client's settings (no secrets: the API key and headers travel separately, in
  * experiment_secrets, and are never written anywhere). */
 typedef struct experiment_client {
-    char target[512];           /* EXPERIMENT_REMOTE: the server's base URL */
+    char target[512];           /* EXPERIMENT_REMOTE: the server's base URL, credentials and
+                                   all (the connection's); every writer redacts it */
     driver_endpoint endpoint;   /* completions | chat */
     char model_name[128];       /* "model" of each request; "": the first of /v1/models */
     int64_t request_timeout_ns; /* a request with no bytes for this long fails */
@@ -253,9 +254,10 @@ typedef struct experiment_merge {
 typedef struct experiment_meta {
     char label[64];          /* "baseline", "interference" */
     char engine_name[192];   /* experiment_engine_name at run time */
-    char target[512];        /* the URL the client used ("" in the simulator) */
+    char target[512];        /* the URL the client used, redacted (redact_url: no user:password,
+                                no query values); "" in the simulator */
     bool complete;           /* false until the run ends well, and when it is cut short */
-    char **argv;             /* the command line (owned), secrets' values masked */
+    char **argv;             /* the command line (owned), redacted (experiment_meta_set_argv) */
     int argc;
     /* HTTP runs: what the client found out and when t = 0 was */
     bool has_client;
@@ -270,8 +272,8 @@ typedef struct experiment_meta {
      * a kernel stamp shared by several events of one read (a bound), or user space. */
     int64_t stamps_kernel, stamps_kernel_coalesced, stamps_user;
     int64_t t0_monotonic_ns; /* t = 0 on this machine's CLOCK_MONOTONIC */
-    /* The server's metrics: where they were scraped ("" not scraped), the scrapes made,
-     * those that gave no row, and the rows of server_metrics.csv */
+    /* The server's metrics: where they were scraped (redacted as target; "" not scraped), the
+     * scrapes made, those that gave no row, and the rows of server_metrics.csv */
     char metrics_url[512];
     int64_t metrics_scrapes, metrics_scrape_failures, metrics_rows;
     /* Sharded runs: t = 0 on the wall clock, how late against the plan, and that clock */
@@ -288,7 +290,9 @@ json_t *experiment_stamps_json(const experiment_meta *meta);
  * (by the run or by `report`). */
 void experiment_meta_stamps(const experiment_meta *meta, analysis_options *opt);
 
-/* Copy argv into meta, masking the values of --api-key and --header. 0, or -1 (memory). */
+/* Copy argv into meta through redact_argv (common/redact.h): the values of key flags
+ * (--api-key, --header ...), URLs' credentials, and the same inside a --server-cmd template
+ * masked. 0, or -1 (memory). */
 int experiment_meta_set_argv(experiment_meta *meta, int argc, char **argv);
 void experiment_meta_free(experiment_meta *meta);
 

@@ -331,7 +331,7 @@ static int cl_scrape_metrics(void *c, const char *v, char *err)
 static const opts_spec client_specs[] = {
     OPTS_FN("target", "URL",
             "an OpenAI-compatible server (vLLM, SGLang, llama.cpp ...); default: start the "
-            "embedded server",
+            "embedded server (user:password@ and query values are written as ***)",
             cl_target),
     OPTS_FN("endpoint", "E", "completions (default) | chat", cl_endpoint),
     OPTS_STRING("model-name", "NAME",
@@ -477,8 +477,8 @@ static int sec_header(void *c, const char *v, char *err)
 {
     experiment_secrets *s = c;
     const char *colon = strchr(v, ':');
-    if (!colon || colon == v)
-        return err_set(err, "'%s' is not 'Name: value'", v);
+    if (!colon || colon == v) /* not echoed: the value may be a credential */
+        return err_set(err, "not 'Name: value' (a name, a colon, the value)");
     if (s->n_headers >= EXPERIMENT_MAX_HEADERS)
         return err_set(err, "at most %d headers", EXPERIMENT_MAX_HEADERS);
     s->headers[s->n_headers++] = v;

@@ -6,6 +6,7 @@
 
 #include "common/err.h"
 #include "common/fsio.h"
+#include "common/redact.h"
 #include "experiment/experiment.h"
 
 /* summary.json and stalls.csv (every stall with its cause and culprits). */
@@ -46,7 +47,7 @@ static int one_run(const experiment_config *cfg, const experiment_runner *runner
     snprintf(meta.label, sizeof meta.label, "%s", label);
     experiment_engine_name(cfg, cfg->client.model_name, meta.engine_name, sizeof meta.engine_name);
     if (cfg->engine == EXPERIMENT_REMOTE)
-        snprintf(meta.target, sizeof meta.target, "%s", cfg->client.target);
+        redact_url(cfg->client.target, meta.target, sizeof meta.target);
     tokenlog log;
     tokenlog_init(&log);
     int rc = -1;

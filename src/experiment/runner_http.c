@@ -20,6 +20,7 @@
 #include "common/err.h"
 #include "common/fsio.h"
 #include "common/proc.h"
+#include "common/redact.h"
 #include "common/units.h"
 #include "experiment/experiment.h"
 
@@ -413,7 +414,7 @@ static scraper *metrics_start(const experiment_phase *ph, const stream_options *
                     ph->label, err);
         return NULL;
     }
-    snprintf(meta->metrics_url, sizeof meta->metrics_url, "%s", answered);
+    redact_url(answered, meta->metrics_url, sizeof meta->metrics_url);
     return s;
 }
 
@@ -470,7 +471,7 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
     meta->complete = false;
 
     if (remote) {
-        snprintf(meta->target, sizeof meta->target, "%s", cfg->client.target);
+        redact_url(cfg->client.target, meta->target, sizeof meta->target); /* the record's */
     } else {
         if (embedded_start(ph, &server, err) != 0)
             goto done;
@@ -479,8 +480,9 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
             fprintf(ph->notes, "[%s] embedded server pid %d at %s\n", ph->label,
                     (int)server.child.pid, server.url);
     }
+    /* The connection takes the URL as given, credentials and all; meta->target is the record's. */
     stream_options so = {
-        .base_url = meta->target,
+        .base_url = remote ? cfg->client.target : server.url,
         .api_key = hr->secrets ? hr->secrets->api_key : NULL,
         .headers = hr->secrets ? hr->secrets->headers : NULL,
         .n_headers = hr->secrets ? hr->secrets->n_headers : 0,

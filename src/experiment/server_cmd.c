@@ -46,16 +46,21 @@ static int expand_template(const char *tmpl, const char *const *keys, const char
     return 0;
 }
 
-/* host and port of a URL ("http://127.0.0.1:8000/v1" -> "127.0.0.1", "8000"). */
+/* host and port of a URL ("http://127.0.0.1:8000/v1" -> "127.0.0.1", "8000"), past any
+ * user:password@ (which would otherwise fill {host} and {port}, and the password the command). */
 static void url_host_port(const char *url, char *host, size_t hs, char *port, size_t ps)
 {
     const char *p = strstr(url, "://");
     p = p ? p + 3 : url;
+    const char *authority_end = p + strcspn(p, "/?#");
+    for (const char *c = p; c < authority_end; c++)
+        if (*c == '@')
+            p = c + 1; /* the last '@' ends the userinfo */
     bool https = strncmp(url, "https", 5) == 0;
-    size_t n = strcspn(p, ":/");
+    size_t n = strcspn(p, ":/?#");
     snprintf(host, hs, "%.*s", (int)n, p);
     if (p[n] == ':')
-        snprintf(port, ps, "%.*s", (int)strcspn(p + n + 1, "/"), p + n + 1);
+        snprintf(port, ps, "%.*s", (int)strcspn(p + n + 1, "/?#"), p + n + 1);
     else
         snprintf(port, ps, "%s", https ? "443" : "80");
 }

@@ -10,6 +10,7 @@
 #include "common/err.h"
 #include "common/fsio.h"
 #include "common/proc.h"
+#include "common/redact.h"
 #include "experiment/experiment.h"
 
 /* The options that may vary, and whether the server (not the client) must apply them. */
@@ -230,7 +231,9 @@ static int write_plan(const experiment_sweep *sw, const experiment_runner *runne
     json_t *root = json_object();
     json_object_set_new(root, "mode", json_string(strcmp(runner->name, "sim") == 0 ? "sim" : "run"));
     json_object_set_new(root, "engine", json_string(experiment_engine_label(sw->base.engine)));
-    json_object_set_new(root, "target", json_string(sw->base.client.target));
+    char target[1024];
+    redact_url(sw->base.client.target, target, sizeof target);
+    json_object_set_new(root, "target", json_string(target));
     json_t *axes = json_array(), *args = json_array(), *points = json_array();
     for (int a = 0; a < sw->n_axes; a++)
         json_array_append_new(axes, json_string(sw->axes[a].name));

@@ -8,6 +8,7 @@
 
 #include "common/err.h"
 #include "common/fsio.h"
+#include "common/redact.h"
 #include "report/html_internal.h"
 #include "report/tune_table.h"
 
@@ -284,7 +285,9 @@ static void verify_row(FILE *out, const char *figure, double p, double m)
 static void write_verify(FILE *out, const tune_config *tc, const tune_result *res)
 {
     fputs("<h2>Predicted vs measured (--verify)</h2>\n<p class=\"meta\">Live against ", out);
-    html_escape(out, tc->base.client.target);
+    char target[1024];
+    redact_url(tc->base.client.target, target, sizeof target);
+    html_escape(out, target);
     fputs("; error = (predicted &minus; measured) / measured.</p>\n", out);
     for (int c = 0; c < res->n_verified; c++) {
         const tune_verified *v = &res->verified[c];

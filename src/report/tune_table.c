@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/redact.h"
+
 int tune_table_front_rows(const tune_result *res, int *out)
 {
     int n = 0;
@@ -298,8 +300,9 @@ static void verify_row(FILE *out, const char *figure, double predicted, double m
 
 void tune_table_print_verify(FILE *out, const tune_config *tc, const tune_result *res)
 {
-    fprintf(out, "Verified live against %s (error = (predicted - measured) / measured):\n",
-            tc->base.client.target);
+    char target[1024];
+    redact_url(tc->base.client.target, target, sizeof target);
+    fprintf(out, "Verified live against %s (error = (predicted - measured) / measured):\n", target);
     for (int c = 0; c < res->n_verified; c++) {
         const tune_verified *v = &res->verified[c];
         const tune_point *pt = &res->points[v->point];

@@ -193,4 +193,4 @@ check "chunked target: policy chunked, budget within 10 % of 2048" \
     a["measured"]["budget_is_lower_bound"] is False)' "$scratch/chunked.json"
 grep -q "simulate it with --policy chunked --max-num-batched-tokens" "$scratch/chunked.out" || fail "no sim flags for a chunked target"
 ! grep -q -e hunter2 -e k3y-chunked "$scratch/chunked.json" || fail "a secret reached the profile"
-check "the profile records the URL without its user:password" 'a["target"].startswith("http://127.0.0.1:")' "$scratch/chunked.json"
+check "the profile records the URL with its user:password masked" 'a["target"].startswith("http://***@127.0.0.1:")' "$scratch/chunked.json"

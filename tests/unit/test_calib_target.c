@@ -309,20 +309,6 @@ static void test_count_parse(void **state)
     assert_string_equal(err, "'events' is not auto, stream or usage");
 }
 
-static void test_url_for_disk(void **state)
-{
-    (void)state;
-    char out[128];
-    calib_target_url_for_disk("http://someone:hunter2@127.0.0.1:8000/v1?key=abc", out, sizeof out);
-    assert_string_equal(out, "http://127.0.0.1:8000/v1");
-    calib_target_url_for_disk("https://api.example.com", out, sizeof out);
-    assert_string_equal(out, "https://api.example.com");
-    calib_target_url_for_disk("http://h:1/path/x@y#frag", out, sizeof out); /* '@' past the host */
-    assert_string_equal(out, "http://h:1/path/x@y");
-    calib_target_url_for_disk("u:p@host:80?token=1", out, sizeof out);    /* no scheme */
-    assert_string_equal(out, "host:80");
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -334,7 +320,6 @@ int main(void)
         cmocka_unit_test(test_fit_ok),
         cmocka_unit_test(test_fit_probes),
         cmocka_unit_test(test_arch),
-        cmocka_unit_test(test_url_for_disk),
         cmocka_unit_test(test_tokens_agree),
         cmocka_unit_test(test_count_parse),
     };

@@ -272,25 +272,82 @@ static void test_config_reader_refuses(void **state)
     experiment_meta_free(&m);
 }
 
-/* The API key and extra headers never reach config.json, in either spelling. */
+/* The API key and extra headers never reach config.json, in either spelling; nor a URL's
+ * user:password or query values (the target, the metrics URL, argv), nor a key inside a
+ * --server-cmd template; and a file an earlier version wrote is redacted when read. */
 static void test_secrets_never_written(void **state)
 {
     (void)state;
     experiment_config c;
     experiment_meta m;
     distinctive(&c, &m);
+    const char *url = "http://user:PASS-1@127.0.0.1:8000/v1?key=QKEY-1&x=y";
+    snprintf(c.client.target, sizeof c.client.target, "%s", url);
+    snprintf(c.client.scrape_metrics, sizeof c.client.scrape_metrics,
+             "http://user:PASS-2@127.0.0.1:9400/metrics?token=QKEY-2");
+    snprintf(m.target, sizeof m.target, "%s", url);
+    snprintf(m.metrics_url, sizeof m.metrics_url, "http://u:PASS-3@127.0.0.1:8000/metrics");
     char *argv[] = {"--api-key", "sk-SECRET-1", "--header=Authorization: Bearer SECRET-2",
-                    "--api-key=SECRET-3", "--header", "X-Token: SECRET-4", "--users", "7"};
-    assert_int_equal(experiment_meta_set_argv(&m, 8, argv), 0);
+                    "--api-key=SECRET-3", "--header", "X-Token: SECRET-4", "--users", "7",
+                    "--target", "user:PASS-4@127.0.0.1:8000/?key=QKEY-3", "--server-cmd",
+                    "OPENAI_API_KEY=SECRET-5 vllm serve m --port {port} --api-key SECRET-6"};
+    assert_int_equal(experiment_meta_set_argv(&m, 12, argv), 0);
     json_t *json = experiment_config_to_json(&c, &m);
     char *text = json_dumps(json, 0);
     assert_null(strstr(text, "SECRET"));
+    assert_null(strstr(text, "PASS"));
+    assert_null(strstr(text, "QKEY"));
     assert_non_null(strstr(text, "\"--api-key\", \"***\""));
     assert_non_null(strstr(text, "\"--header=***\""));
     assert_non_null(strstr(text, "\"--users\", \"7\""));
+    assert_non_null(strstr(text, "\"--target\", \"***@127.0.0.1:8000/?key=***\""));
+    assert_non_null(
+        strstr(text, "\"OPENAI_API_KEY=*** vllm serve m --port {port} --api-key ***\""));
+    const json_t *client = json_object_get(json, "client");
+    assert_string_equal(json_string_value(json_object_get(client, "target")),
+                        "http://***@127.0.0.1:8000/v1?key=***&x=***");
     free(text);
+
+    /* config.json as an earlier version wrote it: the reader redacts what it takes. */
+    json_object_set_new(json, "target", json_string(url));
+    json_object_set_new(json_object_get(json, "client"), "target", json_string(url));
+    json_array_set_new(json_object_get(json, "argv"), 1, json_string("sk-SECRET-1"));
+    experiment_config back;
+    experiment_meta mback;
+    memset(&mback, 0, sizeof mback);
+    char err[ERR_LEN];
+    assert_int_equal(experiment_config_from_json(json, &back, &mback, err), 0);
+    assert_string_equal(back.client.target, "http://***@127.0.0.1:8000/v1?key=***&x=***");
+    assert_string_equal(mback.target, "http://***@127.0.0.1:8000/v1?key=***&x=***");
+    assert_string_equal(mback.argv[1], "***");
     json_decref(json);
     experiment_meta_free(&m);
+    experiment_meta_free(&mback);
+
+    /* A header without its colon is refused without being echoed. */
+    experiment_secrets sec = {0};
+    const opts_group groups[] = {experiment_secrets_group(&sec)};
+    char *bad[] = {"--header", "Authorization Bearer SECRET-7"};
+    assert_int_equal(opts_parse(2, bad, groups, 1, NULL, 0, NULL, err), -1);
+    assert_non_null(strstr(err, "--header"));
+    assert_null(strstr(err, "SECRET"));
+}
+
+/* A --server-cmd template takes {host} and {port} from the target past its user:password
+ * and before its query: neither the password nor a query key reaches the command. */
+static void test_server_command(void **state)
+{
+    (void)state;
+    experiment_config c;
+    experiment_defaults(&c, EXPERIMENT_REMOTE);
+    snprintf(c.client.target, sizeof c.client.target, "http://user:PASS@127.0.0.1:8123?key=QKEY");
+    char cmd[512], err[ERR_LEN];
+    const char *tmpl = "serve --host {host} --port {port} --policy {policy}";
+    assert_int_equal(experiment_server_command(tmpl, &c, "p", cmd, sizeof cmd, err), 0);
+    assert_string_equal(cmd, "serve --host 127.0.0.1 --port 8123 --policy mixed");
+    snprintf(c.client.target, sizeof c.client.target, "https://u:p@ss@example.test/v1");
+    assert_int_equal(experiment_server_command("{host}:{port}", &c, "p", cmd, sizeof cmd, err), 0);
+    assert_string_equal(cmd, "example.test:443");
 }
 
 static void test_option_tables(void **state)
@@ -928,7 +985,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_round_trip), cmocka_unit_test(test_config_reader_refuses),
-        cmocka_unit_test(test_secrets_never_written), cmocka_unit_test(test_option_tables),
+        cmocka_unit_test(test_secrets_never_written), cmocka_unit_test(test_server_command),
+        cmocka_unit_test(test_option_tables),
         cmocka_unit_test(test_defaults_and_names),  cmocka_unit_test(test_run_pair),
         cmocka_unit_test(test_pair_incomplete),     cmocka_unit_test(test_sweep_plan),
         cmocka_unit_test(test_server_flags),        cmocka_unit_test(test_config_differ),
