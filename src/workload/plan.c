@@ -104,6 +104,7 @@ static int plan_trace(const workload_config *cfg, workload_plan *p, char *err)
     if (n > 1)
         qsort(rows, (size_t)n, sizeof *rows, cmp_row);
     int64_t kept = 0;
+    const int64_t first_t = rows[0].t_ns, last_t = rows[n - 1].t_ns; /* n >= 1: trace.h */
     for (int64_t i = 0; i < n; i++) {
         if (rows[i].t_ns < cfg->trace_from_ns ||
             (cfg->trace_to_ns > 0 && rows[i].t_ns >= cfg->trace_to_ns)) {
@@ -114,6 +115,12 @@ static int plan_trace(const workload_config *cfg, workload_plan *p, char *err)
         rows[kept].t_ns = (int64_t)llround((double)(rows[i].t_ns - cfg->trace_from_ns) /
                                            cfg->speedup);
         kept++;
+    }
+    if (kept == 0) {
+        free(rows);
+        return err_set(err, "%s: all %lld rows are outside --from/--to (they span %.3f to %.3f s "
+                            "of trace time)",
+                       cfg->trace, (long long)n, (double)first_t / 1e9, (double)last_t / 1e9);
     }
     /* One pass of the trace lasts the window (--to given), else up to the last row plus the
      * mean gap, so looped passes neither overlap nor bunch up at the seam. */
@@ -157,6 +164,11 @@ static int plan_trace(const workload_config *cfg, workload_plan *p, char *err)
         if (cfg->max_requests > 0 && p->n_arrivals >= cfg->max_requests)
             break;
     }
+    /* An empty experiment is never what was meant: say why instead of running one. */
+    if (rc == 0 && p->n_arrivals == 0)
+        rc = err_set(err, "%s: every row is at or after --duration (%.3f s; the first at %.3f s "
+                          "of the run)",
+                     cfg->trace, (double)cfg->duration_ns / 1e9, (double)rows[0].t_ns / 1e9);
     free(rows);
     return rc;
 }

@@ -7,12 +7,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <jansson.h>
 
 #include "common/err.h"
 
 #define MAX_FIELDS 64
+/* Non-blank lines looked at, from the first, to tell a trace's format. */
+#define TRACE_SNIFF_LINES 16
 /* A trace time at most this far from its origin (seconds): 10 years. Azure's times are
  * dates: checked as such. */
 #define MAX_TRACE_S (10.0 * 365 * 86400)
@@ -412,29 +415,47 @@ done:
 
 trace_format trace_sniff(const char *line, size_t len)
 {
+    return trace_sniff_why(line, len, NULL);
+}
+
+trace_format trace_sniff_why(const char *line, size_t len, char *why)
+{
     len = trim_cr(line, len);
     size_t i = 0;
     while (i < len && (line[i] == ' ' || line[i] == '\t'))
         i++;
     if (i < len && line[i] == '{') {
-        json_t *obj = json_loadb(line, len, 0, NULL);
+        json_error_t jerr;
+        json_t *obj = json_loadb(line, len, 0, &jerr);
         trace_format f = TRACE_AUTO;
-        if (json_is_object(obj)) {
-            if (json_object_get(obj, "input_length") || json_object_get(obj, "output_length"))
-                f = TRACE_MOONCAKE;
-            else if (json_object_get(obj, "t") || json_object_get(obj, "prompt_tokens") ||
-                     json_object_get(obj, "prompt"))
-                f = TRACE_JSONL;
-        }
+        if (!obj)
+            err_set(why, "not JSON: %s (column %d)", jerr.text, jerr.column);
+        else if (!json_is_object(obj))
+            err_set(why, "not a JSON object");
+        else if (json_object_get(obj, "input_length") || json_object_get(obj, "output_length"))
+            f = TRACE_MOONCAKE;
+        else if (json_object_get(obj, "t") || json_object_get(obj, "prompt_tokens") ||
+                 json_object_get(obj, "prompt"))
+            f = TRACE_JSONL;
+        else
+            err_set(why, "a JSON object without the keys of Mooncake or plain JSONL");
         json_decref(obj);
         return f;
     }
-    trace_csv csv;
-    char err[ERR_LEN];
-    if (trace_csv_header(TRACE_AZURE, line, len, &csv, err) == 0)
-        return TRACE_AZURE;
-    if (trace_csv_header(TRACE_BURSTGPT, line, len, &csv, err) == 0)
-        return TRACE_BURSTGPT;
+    /* A CSV header: the format whose columns it names, or why it is neither. */
+    char missing[2][ERR_LEN];
+    int named[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        trace_csv csv = {-1, -1, -1};
+        const trace_format f = i == 0 ? TRACE_AZURE : TRACE_BURSTGPT;
+        if (trace_csv_header(f, line, len, &csv, missing[i]) == 0)
+            return f;
+        named[i] = (csv.t >= 0) + (csv.prompt >= 0) + (csv.answer >= 0);
+    }
+    if (named[0] > 0 || named[1] > 0)
+        err_set(why, "%s", missing[named[1] > named[0] ? 1 : 0]); /* the nearer header's gap */
+    else
+        err_set(why, "neither a JSON object nor an Azure or BurstGPT CSV header");
     return TRACE_AUTO;
 }
 
@@ -487,6 +508,44 @@ static int grow_rows(trace_row **rows, int64_t n, int64_t *cap)
     return 0;
 }
 
+/* A NUL byte: the file is not text (a binary file, /dev/zero). One wording for the reader
+ * and the loader. */
+static int nul_error(const char *name, int64_t lineno, size_t column, char *err)
+{
+    return err_set(err, "%s:%lld: a NUL byte (column %zu): not a text file", name,
+                   (long long)lineno, column);
+}
+
+/* The format of a trace from its first non-blank lines (data from `at`, that line numbered
+ * lineno): the first of TRACE_SNIFF_LINES that tells one. *told: the line that told.
+ * TRACE_AUTO when none does. */
+static trace_format guess_format(const char *data, size_t len, size_t at, int64_t lineno,
+                                 int64_t *told)
+{
+    const char *line;
+    size_t llen;
+    int looked = 0;
+    for (lineno--; looked < TRACE_SNIFF_LINES && next_line(data, len, &at, &line, &llen);) {
+        lineno++;
+        if (blank(line, trim_cr(line, llen)))
+            continue;
+        looked++;
+        trace_format f = trace_sniff(line, llen);
+        if (f != TRACE_AUTO) {
+            *told = lineno;
+            return f;
+        }
+    }
+    return TRACE_AUTO;
+}
+
+static void drop_rows(trace_row **rows, int64_t *n)
+{
+    free(*rows);
+    *rows = NULL;
+    *n = 0;
+}
+
 int trace_load_buffer(const char *name, const char *data, size_t len, trace_format format,
                       bool skip_bad, trace_row **rows, int64_t *n, trace_counts *counts,
                       char *err)
@@ -494,48 +553,62 @@ int trace_load_buffer(const char *name, const char *data, size_t len, trace_form
     *rows = NULL;
     *n = 0;
     memset(counts, 0, sizeof *counts);
-    int64_t cap = 0, lineno = 0;
-    size_t at = 0;
+    int64_t cap = 0, lineno = 0, first_line = 0;
+    size_t at = 0, first_at = 0;
     const char *line;
     size_t llen;
     trace_csv csv;
     bool have_header = false;
     char why[ERR_LEN];
+    /* When the format was guessed, every error says so: " (read as F, guessed from line L)". */
+    char guessed[64] = "";
     if (len >= 3 && memcmp(data, "\xef\xbb\xbf", 3) == 0)
         at = 3; /* a UTF-8 byte order mark (spreadsheet exports) */
-    /* The first non-blank line tells the format (auto) and is a CSV format's header. */
+    /* The first non-blank line: a CSV format's header, a JSON format's first row. */
     while (next_line(data, len, &at, &line, &llen)) {
         lineno++;
-        if (blank(line, trim_cr(line, llen)))
-            continue;
+        const char *nul = memchr(line, '\0', llen);
+        if (nul)
+            return nul_error(name, lineno, (size_t)(nul - line) + 1, err);
+        if (!blank(line, trim_cr(line, llen))) {
+            first_line = lineno;
+            first_at = (size_t)(line - data);
+            break;
+        }
+    }
+    if (!first_line)
+        return err_set(err, "%s: the trace is empty", name);
+    /* line, llen: that first line */
+    if (format == TRACE_AUTO) {
+        int64_t told = 0;
+        format = guess_format(data, len, first_at, first_line, &told);
         if (format == TRACE_AUTO) {
-            format = trace_sniff(line, llen);
-            if (format == TRACE_AUTO)
-                return err_set(err,
-                               "%s:%lld: cannot tell the trace's format from this line (an Azure "
-                               "or BurstGPT CSV header, or a Mooncake or plain JSONL object); "
-                               "give --trace-format",
-                               name, (long long)lineno);
+            trace_sniff_why(line, llen, why);
+            return err_set(err, "%s:%lld: %s; the first lines tell no format: give --trace-format",
+                           name, (long long)first_line, why);
         }
-        if (format == TRACE_AZURE || format == TRACE_BURSTGPT) {
-            if (trace_csv_header(format, line, llen, &csv, why) != 0)
-                return err_set(err, "%s:%lld: %s", name, (long long)lineno, why);
-            have_header = true;
-        } else {
-            at = (size_t)(line - data); /* a JSON format: this line is a row */
-            lineno--;
-        }
-        break;
+        snprintf(guessed, sizeof guessed, " (read as %s, guessed from line %lld)",
+                 trace_format_name(format), (long long)told);
     }
     counts->format = format;
-    if (format == TRACE_AUTO)
-        return err_set(err, "%s: the trace is empty", name);
+    if (format == TRACE_AZURE || format == TRACE_BURSTGPT) {
+        if (trace_csv_header(format, line, llen, &csv, why) != 0)
+            return err_set(err, "%s:%lld: %s%s", name, (long long)first_line, why, guessed);
+        have_header = true;
+    } else {
+        at = first_at; /* a JSON format: this line is a row */
+        lineno = first_line - 1;
+    }
     while (next_line(data, len, &at, &line, &llen)) {
         lineno++;
         if (lineno > INT32_MAX) {
-            free(*rows);
-            *rows = NULL;
+            drop_rows(rows, n);
             return err_set(err, "%s: more than %d lines", name, INT32_MAX);
+        }
+        const char *nul = memchr(line, '\0', llen);
+        if (nul) {
+            drop_rows(rows, n);
+            return nul_error(name, lineno, (size_t)(nul - line) + 1, err);
         }
         trace_row row;
         int rc = trace_parse_line(format, have_header ? &csv : NULL, line, llen, &row, why);
@@ -548,10 +621,8 @@ int trace_load_buffer(const char *name, const char *data, size_t len, trace_form
         }
         if (rc == TRACE_BAD) {
             if (!skip_bad) {
-                free(*rows);
-                *rows = NULL;
-                *n = 0;
-                return err_set(err, "%s:%lld: %s", name, (long long)lineno, why);
+                drop_rows(rows, n);
+                return err_set(err, "%s:%lld: %s%s", name, (long long)lineno, why, guessed);
             }
             if (counts->bad++ == 0)
                 snprintf(counts->first_bad, sizeof counts->first_bad, "%.100s:%lld: %.120s", name,
@@ -559,15 +630,23 @@ int trace_load_buffer(const char *name, const char *data, size_t len, trace_form
             continue;
         }
         if (grow_rows(rows, *n, &cap) != 0) {
-            free(*rows);
-            *rows = NULL;
-            *n = 0;
+            drop_rows(rows, n);
             return err_set(err, "out of memory reading %s", name);
         }
         row.line = (int32_t)lineno;
         (*rows)[(*n)++] = row;
     }
-    if (format == TRACE_AZURE && *n > 0) {
+    /* Nothing to replay is bad input, like an empty file: never an empty experiment. */
+    if (*n == 0 && counts->lines == 0)
+        return err_set(err, "%s: no rows after its header (line %lld)", name,
+                       (long long)first_line);
+    if (*n == 0)
+        return err_set(err, "%s: none of its %lld rows can be replayed (%lld bad, %lld failed "
+                            "requests)%s%.120s",
+                       name, (long long)counts->lines, (long long)counts->bad,
+                       (long long)counts->failed, counts->bad ? "; the first bad: " : "",
+                       counts->bad ? counts->first_bad : "");
+    if (format == TRACE_AZURE) {
         int64_t first = (*rows)[0].t_ns;
         for (int64_t i = 1; i < *n; i++)
             if ((*rows)[i].t_ns < first)
@@ -578,36 +657,76 @@ int trace_load_buffer(const char *name, const char *data, size_t len, trace_form
     return 0;
 }
 
+/* What the reader has seen of a file so far: its lines, for the messages. */
+typedef struct read_scan {
+    int64_t lineno;    /* the line being read, 1-based */
+    size_t line_start; /* its first byte */
+} read_scan;
+
+/* The bytes buf[from, to) just read: a NUL byte or a line over TRACE_MAX_LINE_BYTES stops the
+ * read at once (/dev/zero is refused after its first megabyte, not after a gigabyte). */
+static int scan_chunk(const char *path, const char *buf, size_t from, size_t to, read_scan *sc,
+                      char *err)
+{
+    const char *nul = memchr(buf + from, '\0', to - from);
+    const size_t end = nul ? (size_t)(nul - buf) : to;
+    for (const char *p = buf + from; (p = memchr(p, '\n', (size_t)(buf + end - p))); p++) {
+        if ((size_t)(p - buf) - sc->line_start > TRACE_MAX_LINE_BYTES)
+            break;
+        sc->lineno++;
+        sc->line_start = (size_t)(p - buf) + 1;
+    }
+    const size_t line_len = (nul ? end : to) - sc->line_start;
+    if (line_len > TRACE_MAX_LINE_BYTES)
+        return err_set(err, "%s:%lld: a line of more than %d bytes: not a trace (no line of one "
+                            "is that long)",
+                       path, (long long)sc->lineno, TRACE_MAX_LINE_BYTES);
+    if (nul)
+        return nul_error(path, sc->lineno, end - sc->line_start + 1, err);
+    return 0;
+}
+
 int trace_read_file(const char *path, char **data, size_t *len, char *err)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
         return err_set(err, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fclose(f);
+        return err_set(err, "%s is a directory, not a trace file", path);
+    }
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap + 1);
-    while (buf) {
+    read_scan sc = {1, 0};
+    int rc = buf ? 0 : err_set(err, "out of memory reading %s", path);
+    while (rc == 0) {
         if (n == cap) {
             char *grown = realloc(buf, cap * 2 + 1);
             if (!grown) {
-                free(buf);
-                buf = NULL;
+                rc = err_set(err, "out of memory reading %s", path);
                 break;
             }
             buf = grown;
             cap *= 2;
         }
         size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0)
+        if (got == 0) {
+            if (ferror(f))
+                rc = err_set(err, "cannot read %s: %s", path, strerror(errno));
             break;
+        }
+        rc = scan_chunk(path, buf, n, n + got, &sc, err);
+        n += got;
+        if (rc == 0 && n > TRACE_MAX_FILE_BYTES)
+            rc = err_set(err, "%s: more than %lld bytes, the most a trace may hold in memory: "
+                              "cut it first (head -n)",
+                         path, (long long)TRACE_MAX_FILE_BYTES);
     }
-    int failed = ferror(f);
     fclose(f);
-    if (!buf)
-        return err_set(err, "out of memory reading %s", path);
-    if (failed) {
+    if (rc != 0) {
         free(buf);
-        return err_set(err, "cannot read %s", path);
+        return -1;
     }
     buf[n] = '\0';
     *data = buf;

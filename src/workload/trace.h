@@ -30,6 +30,11 @@ typedef enum {
 } trace_format;
 
 #define TRACE_MAX_TOKENS (1 << 24)
+/* The reader's limits (trace_read_file): a longer line or a larger file is refused with its
+ * line or size, at once, and so is a NUL byte (no text trace has one): a device that never
+ * ends (/dev/zero) or a binary file is never read whole. */
+#define TRACE_MAX_LINE_BYTES (1 << 20)
+#define TRACE_MAX_FILE_BYTES ((int64_t)1 << 30)
 
 /* One request of a trace. */
 typedef struct trace_row {
@@ -55,8 +60,12 @@ enum {
 /* "auto" | "azure" | "burstgpt" | "mooncake" | "jsonl". 0, or -1 with err. */
 int trace_format_parse(const char *text, trace_format *out, char *err);
 const char *trace_format_name(trace_format f);
-/* The format of a file from its first non-blank line (TRACE_AUTO: cannot tell). */
+/* The format a trace's line tells (a CSV header, or a JSON object's keys), TRACE_AUTO when it
+ * tells none. */
 trace_format trace_sniff(const char *line, size_t len);
+/* The same, with why it tells none in why (may be NULL): "not JSON: ... (column N)", a JSON
+ * object without a format's keys, or neither JSON nor a CSV header. */
+trace_format trace_sniff_why(const char *line, size_t len, char *why);
 /* The columns of a CSV format's header line. TRACE_BAD with err naming a missing column. */
 int trace_csv_header(trace_format f, const char *line, size_t len, trace_csv *out, char *err);
 /* One data line of format f (csv: its header's columns, CSV formats only). Returns
@@ -77,8 +86,12 @@ typedef struct trace_counts {
 
 /* Every row of a whole file in memory (data, len; name for messages), in file order, each
  * with its line, into *rows (malloc'ed, *n rows; free it). Azure times are made relative to
- * the earliest row. A bad row is -1 with err "NAME:LINE: why", or skipped and counted when
- * skip_bad. 0, or -1 with err. */
+ * the earliest row. TRACE_AUTO guesses the format from the first of the first 16 non-blank
+ * lines that tells one; every error then ends with the guess, " (read as F, guessed from
+ * line L)"; when none tells, err names the first line and why. A bad row is -1 with err
+ * "NAME:LINE: why", or skipped and counted when skip_bad. A NUL byte is -1 ("not a text
+ * file"), skip_bad or not; so is a trace without a row to replay (empty, a header alone, or
+ * every row bad or failed), like an empty file. 0, or -1 with err. */
 int trace_load_buffer(const char *name, const char *data, size_t len, trace_format format,
                       bool skip_bad, trace_row **rows, int64_t *n, trace_counts *counts,
                       char *err);
@@ -93,7 +106,9 @@ int trace_load_file(const char *path, trace_format format, bool skip_bad, trace_
  * "NAME:LINE: why". */
 int trace_load_values(const char *name, const char *data, size_t len, const char *col,
                       int32_t **values, int64_t *n, char *err);
-/* Read a whole file into memory (malloc'ed, NUL-terminated). 0, or -1 with err. */
+/* Read a whole file into memory (malloc'ed, NUL-terminated). -1 with err for a file that
+ * cannot be opened or read, a directory, a NUL byte or a line over TRACE_MAX_LINE_BYTES
+ * ("NAME:LINE: ..."), or more than TRACE_MAX_FILE_BYTES: the read stops there. 0, or -1. */
 int trace_read_file(const char *path, char **data, size_t *len, char *err);
 
 #endif

@@ -207,7 +207,8 @@ typedef struct workload_plan {
 /* Build cfg's plan: load the empirical files and the trace, draw the rate's arrivals. The
  * trace's rows are windowed (--from/--to, re-based to 0), scaled (--speedup), repeated
  * (--loop), cut at the duration and capped (--max-requests); a bad row is an error
- * ("FILE:LINE: why") unless skip_bad_rows. 0, or -1 with err. */
+ * ("FILE:LINE: why") unless skip_bad_rows, and so is a trace that plans no request at all
+ * (every row outside --from/--to, or at or after the duration). 0, or -1 with err. */
 int workload_plan_build(const workload_config *cfg, workload_plan *plan, char *err);
 void workload_plan_free(workload_plan *plan);
 /* workload_bg with the plan's empirical tables. */

@@ -16,6 +16,8 @@
 #include "common/rng.h"
 #include "workload/workload.h"
 
+#include "scratch_file.h"
+
 static void test_lesson_preset(void **state)
 {
     (void)state;
@@ -295,12 +297,20 @@ static void test_lognormal_recovers_median_and_p90(void **state)
 
 static const char *write_file(char *path, size_t size, const char *name, const char *text)
 {
-    snprintf(path, size, "/tmp/test_workload_%d_%s", (int)getpid(), name);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-    return path;
+    return scratch_file(path, size, "test_workload", name, text);
+}
+
+/* n plain JSONL rows: row i at i x every_s seconds, 100 + i x prompt_step prompt tokens, a
+ * 4-token answer. */
+static void plain_rows(char *text, size_t size, int n, int every_s, int prompt_step)
+{
+    text[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        size_t used = strlen(text);
+        snprintf(text + used, size - used,
+                 "{\"t\": %d, \"prompt_tokens\": %d, \"max_tokens\": 4}\n", i * every_s,
+                 100 + i * prompt_step);
+    }
 }
 
 static void test_empirical(void **state)
@@ -648,12 +658,8 @@ static void test_trace_bad_rows(void **state)
 static void test_trace_window_speedup_loop_cap(void **state)
 {
     (void)state;
-    char err[ERR_LEN] = "", path[256], text[1024] = "";
-    for (int i = 0; i < 10; i++) {
-        size_t used = strlen(text);
-        snprintf(text + used, sizeof text - used,
-                 "{\"t\": %d, \"prompt_tokens\": %d, \"max_tokens\": 4}\n", i, 100 + i);
-    }
+    char err[ERR_LEN] = "", path[256], text[1024];
+    plain_rows(text, sizeof text, 10, 1, 1);
     write_file(path, sizeof path, "win.jsonl", text);
     workload_config cfg;
     trace_config(&cfg, path, TRACE_JSONL);
@@ -694,6 +700,134 @@ static void test_trace_window_speedup_loop_cap(void **state)
     unlink(path);
 }
 
+/* Issue 22, defect 8: a trace with nothing to replay is an error like an empty file (it
+ * ran an empty experiment); a malformed first JSON line says what is wrong with it and the
+ * format guessed from the next (it said "cannot tell the trace's format"); a NUL byte is not
+ * text. Each error names the file (and the line). */
+static void test_trace_nothing_to_replay(void **state)
+{
+    (void)state;
+    struct {
+        const char *name, *text, *want;
+        bool skip;
+    } cases[] = {
+        {"h.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n",
+         ": no rows after its header (line 1)", false},
+        {"h2.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\r\n\r\n\n", "no rows after its header",
+         false},
+        {"f.csv", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                  "5,ChatGPT,472,0,472,x\n",
+         "none of its 1 rows can be replayed (0 bad, 1 failed", false},
+        {"b.jsonl", "{\"t\": -1, \"prompt_tokens\": 5, \"max_tokens\": 1}\n",
+         "none of its 1 rows can be replayed (1 bad, 0 failed requests); the first bad: ", true},
+        {"m.jsonl", "{\"t\": 0.1, \"prompt_tokens\": 5, \"max_tokens\": 1\n"
+                    "{\"t\": 0.2, \"prompt_tokens\": 5, \"max_tokens\": 1}\n",
+         ":1: not JSON: '}' expected near end of file (column 46) (read as jsonl, guessed from "
+         "line 2)", false},
+        {"k.jsonl", "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1}\n"
+                    "{\"t\": 1, \"prompt_tokens\": 5, \"max_tokens\": 1}\n",
+         ":2: no \"timestamp\" (read as mooncake, guessed from line 1)", false},
+        {"w.jsonl", "{\"when\": 1}\n", ":1: a JSON object without the keys of Mooncake or plain "
+                                      "JSONL; the first lines tell no format: give --trace-format",
+         false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[ERR_LEN] = "", path[256];
+        write_file(path, sizeof path, cases[i].name, cases[i].text);
+        workload_config cfg;
+        trace_config(&cfg, path, TRACE_AUTO);
+        cfg.skip_bad_rows = cases[i].skip;
+        workload_plan p;
+        assert_int_equal(workload_plan_build(&cfg, &p, err), -1);
+        if (strncmp(err, path, strlen(path)) != 0 || !strstr(err, cases[i].want))
+            fail_msg("%s: '%s' lacks '%s'", cases[i].name, err, cases[i].want);
+        unlink(path);
+    }
+    /* A NUL byte: not a text file, skipping bad rows or not (a CSV number would end there). */
+    static const char nul[] = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                              "2023-11-16 18:15:46,10\0,2\n";
+    char err[ERR_LEN] = "", path[256];
+    snprintf(path, sizeof path, "/tmp/test_workload_%d_nul.csv", (int)getpid());
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fwrite(nul, 1, sizeof nul - 1, f);
+    fclose(f);
+    trace_row *rows;
+    int64_t n;
+    trace_counts counts;
+    for (int skip = 0; skip < 2; skip++) {
+        assert_int_equal(trace_load_file(path, TRACE_AUTO, skip, &rows, &n, &counts, err), -1);
+        assert_non_null(strstr(err, ":2: a NUL byte (column 23): not a text file"));
+        assert_int_equal(trace_load_buffer("buf", nul, sizeof nul - 1, TRACE_AUTO, skip, &rows,
+                                           &n, &counts, err),
+                         -1);
+        assert_string_equal(err, "buf:2: a NUL byte (column 23): not a text file");
+        assert_null(rows);
+    }
+    unlink(path);
+}
+
+/* The reader stops at once: a line over TRACE_MAX_LINE_BYTES, a NUL byte (/dev/zero: it read
+ * a gigabyte before), a directory. */
+static void test_trace_read_limits(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "", path[256];
+    char *data = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "/tmp/test_workload_%d_long.jsonl", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"t\": 0, \"prompt_tokens\": 5, \"max_tokens\": 1}\n{\"t\": 1, \"prompt\": \"", f);
+    for (int i = 0; i < TRACE_MAX_LINE_BYTES / 64 + 1; i++)
+        fputs("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", f);
+    fputs("\", \"max_tokens\": 1}\n", f);
+    fclose(f);
+    assert_int_equal(trace_read_file(path, &data, &len, err), -1);
+    assert_non_null(strstr(err, ":2: a line of more than 1048576 bytes"));
+    unlink(path);
+    if (access("/dev/zero", R_OK) == 0) {
+        assert_int_equal(trace_read_file("/dev/zero", &data, &len, err), -1);
+        assert_string_equal(err, "/dev/zero:1: a NUL byte (column 1): not a text file");
+    }
+    assert_int_equal(trace_read_file("/tmp", &data, &len, err), -1);
+    assert_string_equal(err, "/tmp is a directory, not a trace file");
+    /* just under the line limit, no newline at the end: read whole */
+    f = fopen(path, "w");
+    assert_non_null(f);
+    for (int i = 0; i < TRACE_MAX_LINE_BYTES; i++)
+        fputc('x', f);
+    fclose(f);
+    assert_int_equal(trace_read_file(path, &data, &len, err), 0);
+    assert_int_equal(len, TRACE_MAX_LINE_BYTES);
+    free(data);
+    unlink(path);
+}
+
+/* A window or a duration that keeps no row: an error saying so, not an empty experiment. */
+static void test_trace_window_keeps_nothing(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "", path[256];
+    write_file(path, sizeof path, "w.jsonl",
+               "{\"t\": 10, \"prompt_tokens\": 5, \"max_tokens\": 1}\n"
+               "{\"t\": 12, \"prompt_tokens\": 5, \"max_tokens\": 1}\n");
+    workload_config cfg;
+    trace_config(&cfg, path, TRACE_AUTO);
+    cfg.trace_to_ns = 5 * CLOCK_NS_PER_S;
+    workload_plan p;
+    assert_int_equal(workload_plan_build(&cfg, &p, err), -1);
+    assert_non_null(strstr(err, ": all 2 rows are outside --from/--to (they span 10.000 to "
+                                "12.000 s of trace time)"));
+    trace_config(&cfg, path, TRACE_AUTO);
+    cfg.duration_ns = 8 * CLOCK_NS_PER_S;
+    assert_int_equal(workload_plan_build(&cfg, &p, err), -1);
+    assert_non_null(strstr(err, ": every row is at or after --duration (8.000 s; the first at "
+                                "10.000 s of the run)"));
+    unlink(path);
+}
+
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -716,6 +850,9 @@ int main(void)
         cmocka_unit_test(test_trace_formats),
         cmocka_unit_test(test_trace_bad_rows),
         cmocka_unit_test(test_trace_window_speedup_loop_cap),
+        cmocka_unit_test(test_trace_nothing_to_replay),
+        cmocka_unit_test(test_trace_read_limits),
+        cmocka_unit_test(test_trace_window_keeps_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
