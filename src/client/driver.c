@@ -379,6 +379,10 @@ struct phase {
     _Atomic int64_t next_request;       /* the incremental files' request ids */
     _Atomic int64_t held_events;        /* over the loops, while log_events_max > 0 */
     atomic_bool dropping;               /* past log_events_max: events leave once written */
+    /* A trace replayed to its end (wl.until_trace_end): this process's open-loop requests
+     * not yet ended; at 0 `drained` ends every loop, as the duration would. */
+    _Atomic int64_t open_left;
+    atomic_bool drained;
     int64_t first_request;              /* log->n_requests when the phase began */
 };
 
@@ -693,6 +697,8 @@ static void on_end(void *ctx, void *user, const stream_end *end)
     if (open) {
         /* Its slot is free: the earliest arrival waiting for one goes now. */
         l->open_in_flight--;
+        if (atomic_fetch_sub(&ph->open_left, 1) == 1 && ph->wl->until_trace_end)
+            atomic_store(&ph->drained, true);
         if (!l->stopping)
             send_open(l, l->t.now(l->t.impl));
         return;
@@ -859,7 +865,8 @@ static void run_loop(loop *l)
     pc.next = ph->t0 + pc.every;
     while (!l->stopping) {
         int64_t now = t->now(t->impl);
-        if (atomic_load_explicit(&ph->stop, memory_order_relaxed))
+        if (atomic_load_explicit(&ph->stop, memory_order_relaxed) ||
+            atomic_load_explicit(&ph->drained, memory_order_relaxed))
             break;
         if (cfg->record && !l->recording && now >= ph->t0)
             start_recording(l);
@@ -1298,6 +1305,8 @@ int driver_run_phase(const driver_transports *transports, const driver_phase *cf
     atomic_init(&ph.next_request, 0);
     atomic_init(&ph.held_events, 0);
     atomic_init(&ph.dropping, false);
+    atomic_init(&ph.open_left, 0);
+    atomic_init(&ph.drained, false);
     const int users = shard_users(wl) > 0 ? shard_users(wl) : 1;
     ph.n_bg = cfg->threads > 0 ? cfg->threads : 1;
     if (ph.n_bg > users)
@@ -1312,6 +1321,7 @@ int driver_run_phase(const driver_transports *transports, const driver_phase *cf
     for (int64_t i = 0; i < ph.wplan.n_arrivals; i++)
         mine += workload_shard_has_arrival(wl, i);
     res->open_planned = mine;
+    atomic_store(&ph.open_left, mine);
     if (mine > 0) /* one loop keeps the arrivals first come, first served under a limit */
         ph.n_open = wl->max_concurrency > 0 ? 1 : (cfg->threads > 0 ? cfg->threads : 1);
     ph.n_loops = ph.n_bg + ph.n_open + (workload_injects(wl) ? 1 : 0);
@@ -1370,6 +1380,7 @@ int driver_run_phase(const driver_transports *transports, const driver_phase *cf
     const char *first_violation;
     sum_results(&ph, res, &first_violation);
     res->complete = !ph.failed;
+    res->drained = atomic_load(&ph.drained);
     res->events_dropped = atomic_load(&ph.dropping);
     snprintf(res->error, sizeof res->error, "%s", ph.error);
     if (cfg->record && merge_segments(&ph, log, err) != 0)

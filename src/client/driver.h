@@ -18,6 +18,8 @@
  * workload_arrival_user), from loops of their own: `threads` of them, arrival i of this
  * shard on open loop i mod threads, or one loop when max_concurrency is set (a free slot goes
  * to the earliest arrival waiting; t_plan is the arrival, t_send when it got its slot).
+ * With wl->until_trace_end the phase ends as soon as every open-loop request of this process
+ * has ended (driver_result.drained), at the duration otherwise.
  *
  * A phase runs on several event loops, one thread each (driver_phase.threads): the
  * background users are spread over them (user u on loop u mod threads), the injector has a
@@ -139,6 +141,9 @@ typedef struct driver_result {
     int64_t t0_ns;     /* CLOCK_MONOTONIC of t = 0 */
     int64_t t_end_ns;  /* when the phase stopped */
     bool complete;     /* false: cut short (error says why) */
+    /* wl.until_trace_end: the phase ended when its last open-loop request did, before the
+     * duration (every loop stops within 20 ms of it; what else runs is cut as at the end) */
+    bool drained;
     char error[256];
     int64_t requests, errors, tokens;
     int injections_sent;

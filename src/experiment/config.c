@@ -160,6 +160,11 @@ int experiment_client_threads(const experiment_config *cfg)
 
 int experiment_resolve(experiment_config *cfg, char *err)
 {
+    if (cfg->duration_from_trace) {
+        if (workload_until_trace_end(&cfg->wl, err) != 0)
+            return -1;
+        cfg->duration_from_trace = false; /* resolved: idempotent */
+    }
     cfg->client.threads = experiment_client_threads(cfg);
     if (cfg->engine == EXPERIMENT_REMOTE) {
         if (!cfg->client.target[0])

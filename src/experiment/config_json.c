@@ -87,6 +87,7 @@ static const field WORKLOAD_FIELDS[] = {
     FLD("trace_from_ns", F_I64, workload_config, trace_from_ns),
     FLD("trace_to_ns", F_I64, workload_config, trace_to_ns),
     FLD("trace_loop", F_BOOL, workload_config, trace_loop),
+    FLD("until_trace_end", F_BOOL, workload_config, until_trace_end),
     FLD("skip_bad_rows", F_BOOL, workload_config, skip_bad_rows),
     FLD("max_requests", F_I64, workload_config, max_requests),
 };

@@ -107,6 +107,10 @@ typedef struct experiment_config {
     char metric_percentiles[64]; /* --metric-percentiles "50,90,99,99.9"; "": the default */
     char goodput[128];        /* --goodput "ttft:2000 tpot:100" (ms); "": no SLO */
     sim_disagg disagg;        /* --disaggregate P:D --kv-link L (simulator only; 0:0 off) */
+    /* --trace without --duration (experiment_preset): experiment_resolve replays the whole
+     * trace (workload_until_trace_end) and clears it. Not in config.json: the resolved
+     * wl.until_trace_end and wl.duration_ns are. */
+    bool duration_from_trace;
 } experiment_config;
 
 /* The lesson, everywhere (the one place its numbers live): 32 users, an 8,000-token prompt
@@ -133,9 +137,11 @@ const char *experiment_engine_label(experiment_engine engine); /* "sim", "emulat
 int experiment_engine_parse(const char *text, experiment_engine *out, char *err);
 
 /* Resolve the device into cfg->cost and complete cfg->sched (max_model_len from the model,
- * KV blocks from the device's memory unless given). Idempotent; a configuration read back
- * from config.json is resolved already (its device files may be gone: do not call this on
- * it). 0, or -1 with err (bad input: an unknown GPU, a model that does not fit). */
+ * KV blocks from the device's memory unless given); with duration_from_trace, read the trace
+ * for the duration (workload_until_trace_end: a bad trace is bad input here); record the
+ * client's threads. Idempotent; a configuration read back from config.json is resolved
+ * already (its device files may be gone: do not call this on it). 0, or -1 with err (bad
+ * input: an unknown GPU, a model that does not fit, a trace). */
 int experiment_resolve(experiment_config *cfg, char *err);
 /* The device part alone: cfg->device into cfg->cost (for `model`, which prices steps and
  * needs no KV cache). 0, or -1 with err. */
@@ -198,7 +204,8 @@ opts_group experiment_analysis_group(experiment_config *cfg);
  * (sim.h); for `sim` and `sweep` (experiment_check refuses it for any other engine). */
 opts_group experiment_disagg_group(experiment_config *cfg);
 /* Apply --preset NAME from argv, if any, over cfg->wl; then, when argv has --request-rate or
- * --trace but no --users, no closed users (the open loop replaces them). 0, or -1 with err. */
+ * --trace but no --users, no closed users (the open loop replaces them); --trace without
+ * --duration sets duration_from_trace. 0, or -1 with err. */
 int experiment_preset(experiment_config *cfg, int argc, char **argv, char *err);
 
 /* What a --target must not write to disk. Owned by the caller. */
@@ -281,6 +288,10 @@ typedef struct experiment_meta {
     int64_t start_late_ns;   /* t0_realtime_ns - the run's planned start */
     experiment_clock clock;
     experiment_merge merge;  /* merged runs (report --merge) */
+    /* A trace replayed to its end (wl.until_trace_end): when its last request finished, ns
+     * from t = 0, if that was before wl.duration_ns (the cap); 0 otherwise. The run pair
+     * makes it the run's duration (config.json, the analysis). */
+    int64_t ended_ns;
 } experiment_meta;
 
 /* {"transport", "kernel", "kernel_coalesced", "user"}: where an HTTP run's token events got

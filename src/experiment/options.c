@@ -25,6 +25,8 @@ int experiment_preset(experiment_config *cfg, int argc, char **argv, char *err)
     if ((opts_find(argc, argv, "request-rate") || opts_find(argc, argv, "trace")) &&
         !opts_find(argc, argv, "users"))
         cfg->wl.users = 0;
+    /* A trace without --duration is replayed whole (experiment_resolve), not for 40 s. */
+    cfg->duration_from_trace = opts_find(argc, argv, "trace") && !opts_find(argc, argv, "duration");
     return 0;
 }
 
@@ -81,8 +83,10 @@ static const opts_spec workload_specs[] = {
              "closed-loop streaming chats (default 32; 0 with --request-rate or --trace, which "
              "replace them unless --users is given: then both run)",
              C, wl.users, 0, 1000000),
-    OPTS_DURATION("duration", "DUR", "length of each run (default 40s)", C, wl.duration_ns, 1,
-                  MAX_DURATION_NS),
+    OPTS_DURATION("duration", "DUR",
+                  "length of each run (default 40s; with --trace: until the trace's last request "
+                  "has finished, at most 10 min after its send)",
+                  C, wl.duration_ns, 1, MAX_DURATION_NS),
     OPTS_DURATION("inject-every", "DUR", "period of the long-prompt injector (default 10s)", C,
                   wl.inject_every_ns, 1, MAX_DURATION_NS),
     OPTS_DURATION("inject-at", "DUR", "first injection (default 5s)", C, wl.inject_at_ns, 0,
@@ -134,7 +138,8 @@ static const opts_spec workload_specs[] = {
                   C, wl.trace_from_ns, 0, MAX_DURATION_NS * 120),
     OPTS_DURATION("to", "DUR", "the trace's window ends before this trace time (default: its end)",
                   C, wl.trace_to_ns, 1, MAX_DURATION_NS * 120),
-    OPTS_FLAG("loop", "repeat the (windowed) trace until --duration", C, wl.trace_loop),
+    OPTS_FLAG("loop", "repeat the (windowed) trace until --duration (which it needs)", C,
+              wl.trace_loop),
     OPTS_INT64("max-requests", "N", "open-loop requests at most (a trace's or a rate's)", C,
                wl.max_requests, 1, WORKLOAD_MAX_ARRIVALS),
     OPTS_FLAG("skip-bad-rows",

@@ -80,17 +80,43 @@ static int one_run(const experiment_config *cfg, const experiment_runner *runner
      * token log (an hour of 256 users is 10^8 events). */
     experiment_streaming streaming = {.tokens_csv_max_events = io->tokens_csv_max_events,
                                       .log_events_max = io->log_events_max};
+    bool ended_pass = false; /* the one pass again a trace's own end may take */
+    bool said = false;       /* that pass says nothing the first did not */
     for (int pass = 0; pass < 2; pass++) {
         if (runner->streams && !(streaming.stream = analysis_stream_begin(&opt, err)))
             goto done;
         phase.streaming = &streaming;
         why[0] = '\0';
-        if (runner->run(runner->impl, &phase, &log, &meta, why) != 0) {
+        experiment_phase this_pass = phase;
+        if (said)
+            this_pass.notes = NULL, this_pass.quiet = false;
+        said = false;
+        if (runner->run(runner->impl, &this_pass, &log, &meta, why) != 0) {
             analysis_stream_free(streaming.stream);
             err_set(err, "the %s run: %s", label, why);
             goto done;
         }
         *complete = meta.complete;
+        if (meta.ended_ns > 0 && meta.ended_ns < wl.duration_ns) {
+            /* A trace replayed to its end: the run lasted until its last request finished,
+             * and that is its duration, in config.json and in the analysis. A stream was
+             * begun for the cap: the simulator again, to that end (deterministic: the same
+             * events up to it). */
+            wl.duration_ns = meta.ended_ns;
+            run_cfg.wl.duration_ns = meta.ended_ns;
+            opt.duration_s = (double)meta.ended_ns / 1e9;
+            if (io->notes && !io->quiet)
+                fprintf(io->notes, "%s: the trace's last request finished at %.3f s: the run "
+                                   "ends there\n",
+                        label, opt.duration_s);
+            if (runner->streams && !ended_pass) {
+                analysis_stream_free(streaming.stream);
+                streaming.stream = NULL;
+                ended_pass = said = true;
+                pass--;
+                continue;
+            }
+        }
         if (pass == 0 && d && experiment_config_write(config_path, &run_cfg, &meta, err) != 0) {
             analysis_stream_free(streaming.stream);
             goto done;

@@ -469,6 +469,7 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
     scraper *metrics = NULL;
     int status = -1;
     meta->complete = false;
+    meta->ended_ns = 0;
 
     if (remote) {
         redact_url(cfg->client.target, meta->target, sizeof meta->target); /* the record's */
@@ -604,6 +605,7 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
     meta->t0_monotonic_ns = res.t0_ns;
     experiment_shard_record(&shard_start, res.t0_ns, meta); /* and on the wall clock */
     meta->protocol_violations = res.protocol_violations;
+    meta->ended_ns = res.drained ? res.t_end_ns - res.t0_ns : 0;
     meta->stamps_kernel = res.stamps[STREAM_STAMP_KERNEL];
     meta->stamps_kernel_coalesced = res.stamps[STREAM_STAMP_KERNEL_COALESCED];
     meta->stamps_user = res.stamps[STREAM_STAMP_USER];

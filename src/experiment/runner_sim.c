@@ -127,6 +127,7 @@ static int sim_phase(void *impl, const experiment_phase *ph, tokenlog *log, expe
         return -1;
     int rc;
     meta->target[0] = '\0';
+    meta->ended_ns = 0;
     if (ph->streaming) {
         rc = sim_streamed(&sim, &plan, ph, &stats, err);
     } else {
@@ -157,6 +158,8 @@ static int sim_phase(void *impl, const experiment_phase *ph, tokenlog *log, expe
     if (rc != 0)
         return -1;
     meta->complete = true;
+    if (ph->wl->until_trace_end && stats.virtual_ns < ph->wl->duration_ns)
+        meta->ended_ns = stats.virtual_ns;
     if (ph->notes && !ph->quiet)
         fprintf(ph->notes,
                 "sim %-12s %lld steps, %lld token events, %lld requests, %lld preemptions\n",

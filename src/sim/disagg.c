@@ -561,6 +561,9 @@ int sim_disagg_run(const sim_config *cfg, const workload_plan *plan, tokenlog *l
 
     int64_t t = 0;
     for (;;) {
+        /* The trace's last request has finished: the run ends with it, as at the duration. */
+        if (cfg->wl.until_trace_end && st.next_open >= plan->n_arrivals && st.open_in_flight == 0)
+            st.draining = true;
         /* The instant's arrivals (the steps and transfers of t were handled below). */
         if (!st.draining) {
             while (next_inject < n_inject && inject_times[next_inject] <= t) {

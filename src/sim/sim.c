@@ -382,6 +382,8 @@ static int sim_run_core(const sim_config *cfg, const workload_plan *plan_in, tok
     int next_inject = 0;
     sched_batch batch;
     while (t < cfg->wl.duration_ns) {
+        if (cfg->wl.until_trace_end && st.next_open >= plan.n_arrivals && st.open_in_flight == 0)
+            break; /* the trace's last request has finished: the run ends with it */
         while (next_inject < n_inject && inject_times[next_inject] <= t) {
             if (sim_start_inject(&st, next_inject, inject_times[next_inject], err) != 0)
                 goto done;

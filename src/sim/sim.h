@@ -6,6 +6,8 @@
  * that starts after it. With max_concurrency, an open-loop arrival that finds every slot
  * taken waits (first come, first served) until a request ends and is sent then: its
  * requests.csv row has t_plan (the arrival) and t_send (the slot) apart.
+ * The run ends at wl.duration_ns (a step under way then ends first), or, with
+ * wl.until_trace_end, once the last open-loop request has finished (virtual_ns: that end).
  * Writes the same token log as a live run, so one analysis serves both.
  *
  * Disaggregated prefill (disagg.prefill > 0, `--disaggregate P:D`): P prefill instances and D

@@ -173,6 +173,26 @@ static int plan_trace(const workload_config *cfg, workload_plan *p, char *err)
     return rc;
 }
 
+int workload_until_trace_end(workload_config *cfg, char *err)
+{
+    workload_config probe = *cfg;
+    probe.until_trace_end = true;
+    probe.inject = false; /* the options alone: the duration is what is decided here */
+    probe.duration_ns = 1;
+    if (workload_check(&probe, err) != 0)
+        return -1;
+    /* Every windowed row is planned: a duration of 73 years, past any replay's last row. */
+    probe.duration_ns = INT64_MAX / 4;
+    workload_plan plan;
+    if (workload_plan_build(&probe, &plan, err) != 0)
+        return -1;
+    const int64_t last = plan.arrivals[plan.n_arrivals - 1].t_ns; /* >= 1 arrival: no error */
+    workload_plan_free(&plan);
+    cfg->until_trace_end = true;
+    cfg->duration_ns = last + WORKLOAD_TRACE_TAIL_NS;
+    return 0;
+}
+
 int workload_plan_build(const workload_config *cfg, workload_plan *p, char *err)
 {
     memset(p, 0, sizeof *p);

@@ -147,6 +147,15 @@ int workload_check(const workload_config *cfg, char *err)
             return err_set(err, "--to must be after --from");
         if (cfg->trace_format < TRACE_AUTO || cfg->trace_format > TRACE_JSONL)
             return err_set(err, "unknown trace format %d", cfg->trace_format);
+        if (cfg->until_trace_end && cfg->trace_loop)
+            return err_set(err, "--loop repeats the trace until --duration: give --duration");
+    }
+    if (cfg->until_trace_end) {
+        if (!cfg->trace[0])
+            return err_set(err, "until_trace_end needs --trace");
+        if (cfg->shard.count > 0)
+            return err_set(err, "a sharded trace replay needs --duration (every shard stops at "
+                                "the same time)");
     }
     if (cfg->shard.count < 0 || cfg->shard.count > WORKLOAD_MAX_SHARDS)
         return err_set(err, "shard count must be between 1 and %d (got %d)", WORKLOAD_MAX_SHARDS,

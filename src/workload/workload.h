@@ -28,6 +28,9 @@
 /* Open-loop requests of one run at most (24 bytes each in the plan). */
 #define WORKLOAD_MAX_ARRIVALS 10000000
 #define WORKLOAD_MAX_SHARDS 4096
+/* A trace replayed to its end (until_trace_end) lasts at most this long after its last
+ * request's planned send: a server that never finishes it cannot hold the run forever. */
+#define WORKLOAD_TRACE_TAIL_NS (600LL * 1000000000LL)
 
 /* Shards (docs/distributed.md): one experiment's load split over N processes, each on its
  * own machine if need be. The rule is round-robin: background user u runs in shard
@@ -111,6 +114,10 @@ typedef struct workload_config {
     double speedup;           /* trace time / run time (2: twice as fast) */
     int64_t trace_from_ns, trace_to_ns; /* the window of trace time, re-based to 0 (to 0: end) */
     bool trace_loop;          /* repeat the (windowed) trace until duration */
+    /* The run ends once every open-loop request of the trace has been sent and has
+     * finished (the runners stop there; duration_ns is then only its cap): --trace without
+     * --duration (experiment_resolve sets both). */
+    bool until_trace_end;
     bool skip_bad_rows;       /* skip and count bad rows instead of failing on the first */
     int64_t max_requests;     /* open-loop requests at most (0: no cap) */
     workload_shard shard;     /* which users and injections this process runs */
@@ -211,6 +218,11 @@ typedef struct workload_plan {
  * (every row outside --from/--to, or at or after the duration). 0, or -1 with err. */
 int workload_plan_build(const workload_config *cfg, workload_plan *plan, char *err);
 void workload_plan_free(workload_plan *plan);
+/* --trace without --duration: replay the whole (windowed) trace. Checks cfg (--loop and
+ * --shard need a duration), plans every windowed row, and sets until_trace_end and
+ * duration_ns = the last request's planned send + WORKLOAD_TRACE_TAIL_NS (the cap; the
+ * runners stop when the trace's last request has finished). 0, or -1 with err. */
+int workload_until_trace_end(workload_config *cfg, char *err);
 /* workload_bg with the plan's empirical tables. */
 workload_bg_request workload_plan_bg(const workload_plan *plan, const workload_config *cfg,
                                      int user, int64_t k);

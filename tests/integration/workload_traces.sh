@@ -102,6 +102,39 @@ for f in azure burstgpt mooncake plain; do
 done
 pass "run --trace (embedded emulate) in each format; the long prompt's stalls name it"
 
+# Without --duration the whole trace is replayed (issue 22, defect 10: it stopped at 40 s
+# and skipped the rest "at or after --duration"): in sim, 13 rows over 60 s of virtual time,
+# the run ending when the last request has finished; in a live run, the 2 s trace ends the
+# run about then, not after 40 s.
+for i in $(seq 0 12); do echo "{\"t\": $((i * 5)), \"prompt_tokens\": 200, \"max_tokens\": 50}"; done >"$dir/long.jsonl"
+"$bin" sim --trace "$dir/long.jsonl" --no-inject --out "$dir/sim-long" >"$dir/sim-long.out" 2>&1 ||
+  { cat "$dir/sim-long.out"; fail "sim --trace without --duration"; }
+grep -q "0 at or after --duration, 0 over --max-requests; 13 requests planned" "$dir/sim-long.out" ||
+  { cat "$dir/sim-long.out"; fail "sim: the whole trace is not planned"; }
+python3 - "$dir/sim-long/interference" <<'PY' || fail "sim: the run does not end with the trace's last request"
+import csv, json, sys
+d = sys.argv[1]
+reqs = [r for r in csv.DictReader(open(f"{d}/requests.csv")) if r["kind"] == "bg"]
+last = max(int(r["t_end_ns"]) for r in reqs)
+dur = json.load(open(f"{d}/config.json"))["workload"]["duration_ns"]
+ok = len(reqs) == 13 and all(int(r["t_end_ns"]) > 0 for r in reqs) and dur == last
+print(f"{len(reqs)} requests, the last ended at {last / 1e9:.3f} s, duration {dur / 1e9:.3f} s")
+sys.exit(0 if ok else 1)
+PY
+pass "sim --trace without --duration: $(grep -o "the trace's last request finished at [0-9.]* s" "$dir/sim-long.out")"
+start=$(date +%s)
+"$bin" run --engine emulate --trace "$dir/plain.jsonl" --no-inject --warmup 0 --out "$dir/run-whole" \
+    >"$dir/run-whole.out" 2>&1 || { tail -20 "$dir/run-whole.out"; fail "run --trace without --duration"; }
+took=$(($(date +%s) - start))
+check_run "$dir/run-whole/interference" 0 || fail "run --trace without --duration"
+python3 - "$dir/run-whole/interference" <<'PY' || fail "run: a trace request was cut"
+import csv, sys
+reqs = [r for r in csv.DictReader(open(f"{sys.argv[1]}/requests.csv")) if r["kind"] == "bg"]
+sys.exit(0 if all(r["finish_reason"] == "length" for r in reqs) else 1)
+PY
+[ "$took" -lt 20 ] || fail "run --trace without --duration took $took s (the trace lasts 2 s)"
+pass "run --trace without --duration: every request whole, $took s in all; $(grep -o "the trace's last request finished at [0-9.]* s" "$dir/run-whole.out")"
+
 # Bad rows: FILE:LINE, exit 2; skipped and counted with --skip-bad-rows.
 { head -3 "$dir/plain.jsonl"; echo '{"t": 1.0, "prompt_tokens": -4, "max_tokens": 5}'; tail -2 "$dir/plain.jsonl"; } >"$dir/bad.jsonl"
 set +e

@@ -24,6 +24,8 @@
 #include "common/clock.h"
 #include "common/err.h"
 
+#include "scratch_file.h"
+
 /* ---- a transport that answers from a script, in virtual time -------------------------- */
 
 #define FAKE_MAX 4096
@@ -1128,6 +1130,60 @@ static void test_stop_reaches_every_loop(void **state)
     free_phase(&s, &res);
 }
 
+/* Issue 22, defect 10: a trace replayed to its end (until_trace_end) stops when its last
+ * request has finished, whatever the cap and the closed users still running (their answers
+ * are cut as at the end of a run, not "stopped early"); every trace request ends whole. */
+static void test_trace_ends_the_phase(void **state)
+{
+    (void)state;
+    phase_setup s;
+    setup_phase(&s);
+    char path[128], err[ERR_LEN];
+    scratch_file(path, sizeof path, "test_driver", "end.jsonl",
+                 "{\"t\": 0.1, \"prompt_tokens\": 30, \"max_tokens\": 10}\n"
+                 "{\"t\": 0.2, \"prompt_tokens\": 30, \"max_tokens\": 10}\n"
+                 "{\"t\": 0.5, \"prompt_tokens\": 30, \"max_tokens\": 20}\n");
+    s.wl.inject = false;
+    snprintf(s.wl.trace, sizeof s.wl.trace, "%s", path);
+    s.wl.duration_ns = 600 * CLOCK_NS_PER_S; /* the cap: far away */
+    s.wl.until_trace_end = true;
+    driver_phase ph = {.wl = &s.wl, .api = &s.api, .salt = 1, .record = true, .threads = 2};
+    driver_result res;
+    assert_int_equal(driver_run_phase(&s.t, &ph, &s.log, &res, err), 0);
+    assert_true(res.complete);
+    assert_true(res.drained);
+    int64_t last_end = 0;
+    int open = 0, cut = 0;
+    for (int64_t i = 0; i < s.log.n_requests; i++) {
+        const tokenlog_request *r = &s.log.requests[i];
+        if (r->user >= s.wl.users) {
+            open++;
+            assert_string_equal(r->finish_reason, "length");
+            if (r->t_end_ns > last_end)
+                last_end = r->t_end_ns;
+        } else if (strcmp(r->finish_reason, "abort") == 0) {
+            assert_string_equal(r->error, "");
+            cut++;
+        }
+    }
+    assert_int_equal(open, 3);
+    assert_true(cut >= 1); /* the closed users were mid-answer */
+    /* ended within a stop check (20 ms) of the last trace request's end */
+    const int64_t ended = res.t_end_ns - res.t0_ns;
+    assert_true(ended >= last_end && ended <= last_end + 20 * CLOCK_NS_PER_MS);
+    /* without until_trace_end the same phase runs to its duration */
+    free_phase(&s, &res);
+    setup_phase(&s);
+    s.wl.inject = false;
+    snprintf(s.wl.trace, sizeof s.wl.trace, "%s", path);
+    s.wl.duration_ns = 2 * CLOCK_NS_PER_S;
+    assert_int_equal(driver_run_phase(&s.t, &ph, &s.log, &res, err), 0);
+    assert_false(res.drained);
+    assert_true(res.t_end_ns - res.t0_ns >= 2 * CLOCK_NS_PER_S);
+    free_phase(&s, &res);
+    unlink(path);
+}
+
 static void test_probe(void **state)
 {
     (void)state;
@@ -1160,6 +1216,7 @@ int main(void)
         cmocka_unit_test(test_body),
         cmocka_unit_test(test_open_and_closed_loop),
         cmocka_unit_test(test_open_loop_rate),
+        cmocka_unit_test(test_trace_ends_the_phase),
         cmocka_unit_test(test_overload_burst),
         cmocka_unit_test(test_retry_after),
         cmocka_unit_test(test_protocol_violations),

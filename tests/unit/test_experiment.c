@@ -19,6 +19,8 @@
 #include "common/err.h"
 #include "experiment/experiment.h"
 
+#include "scratch_file.h"
+
 /* Every field of the configuration and the record set to a value that is not its default,
  * so a field the writer or the reader forgets cannot compare equal by luck. */
 static void distinctive(experiment_config *c, experiment_meta *m)
@@ -54,6 +56,7 @@ static void distinctive(experiment_config *c, experiment_meta *m)
     c->wl.trace_from_ns = 1000000000LL;
     c->wl.trace_to_ns = 9000000000LL;
     c->wl.trace_loop = true;
+    c->wl.until_trace_end = true;
     c->wl.skip_bad_rows = true;
     c->wl.max_requests = 99;
     c->sched.policy = SCHED_PREFILL_FIRST;
@@ -926,6 +929,34 @@ static void test_client_threads_rule(void **state)
     assert_int_equal(experiment_client_threads(&c), 0);
 }
 
+/* Issue 22, defect 10: --trace without --duration replays the whole trace (the run stopped
+ * at 40 s); with --duration, that duration. */
+static void test_trace_without_duration(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "", path[128];
+    scratch_file(path, sizeof path, "test_experiment", "t.jsonl",
+                 "{\"t\": 1, \"prompt_tokens\": 100, \"max_tokens\": 4}\n"
+                 "{\"t\": 75, \"prompt_tokens\": 100, \"max_tokens\": 4}\n");
+    for (int given = 0; given < 2; given++) {
+        experiment_config c;
+        experiment_defaults(&c, EXPERIMENT_SIM);
+        char *argv[] = {"--trace", path, "--duration", "50s"};
+        const int argc = given ? 4 : 2;
+        assert_int_equal(experiment_preset(&c, argc, argv, err), 0);
+        opts_group groups[] = {experiment_workload_group(&c)};
+        assert_int_equal(opts_parse(argc, argv, groups, 1, NULL, 0, NULL, err), 0);
+        assert_int_equal(c.duration_from_trace, !given);
+        assert_int_equal(experiment_resolve(&c, err), 0);
+        assert_false(c.duration_from_trace);
+        assert_int_equal(c.wl.until_trace_end, !given);
+        assert_int_equal(c.wl.duration_ns, given ? 50 * CLOCK_NS_PER_S
+                                                 : 75 * CLOCK_NS_PER_S + WORKLOAD_TRACE_TAIL_NS);
+        assert_int_equal(experiment_check(&c, err), 0);
+    }
+    unlink(path);
+}
+
 static bool present(const char *dir, const char *name)
 {
     char path[256];
@@ -991,6 +1022,7 @@ int main(void)
         cmocka_unit_test(test_pair_incomplete),     cmocka_unit_test(test_sweep_plan),
         cmocka_unit_test(test_server_flags),        cmocka_unit_test(test_config_differ),
         cmocka_unit_test(test_client_threads_rule),
+        cmocka_unit_test(test_trace_without_duration),
         cmocka_unit_test(test_claim_dir),           cmocka_unit_test(test_start_at),
         cmocka_unit_test(test_shard_options),       cmocka_unit_test(test_shard_schedule_and_clocks),
         cmocka_unit_test(test_shard_wait),

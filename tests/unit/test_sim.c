@@ -23,6 +23,7 @@
 
 #include <cmocka.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/tokenlog.h"
 #include "engine/cost.h"
@@ -30,6 +31,7 @@
 #include "sim/sim.h"
 #include "workload/workload.h"
 
+#include "scratch_file.h"
 #include "toy_cost.h"
 
 /* One user, prompts of 8 tokens, answers of 20, no injection (it is switched on where a
@@ -680,6 +682,49 @@ static void test_open_loop_composes(void **state)
     tokenlog_free(&log);
 }
 
+/* Issue 22, defect 10: with until_trace_end the run ends when the trace's last request has
+ * finished, whatever the cap and the closed user still running; disaggregated too. */
+static void test_trace_ends_the_run(void **state)
+{
+    (void)state;
+    char path[128];
+    scratch_file(path, sizeof path, "test_sim", "end.jsonl",
+                 "{\"t\": 0.000005, \"prompt_tokens\": 8, \"max_tokens\": 5}\n"
+                 "{\"t\": 0.00001, \"prompt_tokens\": 8, \"max_tokens\": 5}\n");
+    for (int disagg = 0; disagg < 2; disagg++) {
+        sim_config c = small_config();
+        snprintf(c.wl.trace, sizeof c.wl.trace, "%s", path);
+        c.wl.duration_ns = CLOCK_NS_PER_S; /* the cap: 20,000 x the trace */
+        c.wl.until_trace_end = true;
+        char err[ERR_LEN] = "";
+        if (disagg) {
+            c.disagg.prefill = c.disagg.decode = 1;
+            assert_int_equal(sim_kv_link_parse("nvlink", &c.disagg, err), 0);
+        }
+        tokenlog log;
+        sim_stats st;
+        run_or_fail(&c, &log, &st);
+        int64_t last_end = 0;
+        int open = 0;
+        for (int64_t i = 0; i < log.n_requests; i++) {
+            const tokenlog_request *r = &log.requests[i];
+            if (r->user < c.wl.users)
+                continue;
+            open++;
+            assert_true(r->t_end_ns > 0); /* finished */
+            if (r->t_end_ns > last_end)
+                last_end = r->t_end_ns;
+        }
+        assert_int_equal(open, 2);
+        print_message("disagg %d: the last trace request ended at %lld ns, the run at %lld\n",
+                      disagg, (long long)last_end, (long long)st.virtual_ns);
+        assert_true(st.virtual_ns >= last_end);
+        assert_true(st.virtual_ns < last_end + 50000); /* a step under way, no more */
+        tokenlog_free(&log);
+    }
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -694,6 +739,7 @@ int main(void)
         cmocka_unit_test(test_statistics_without_a_log),
         cmocka_unit_test(test_open_loop_max_concurrency),
         cmocka_unit_test(test_open_loop_composes),
+        cmocka_unit_test(test_trace_ends_the_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -827,6 +827,42 @@ static void test_trace_window_keeps_nothing(void **state)
     unlink(path);
 }
 
+/* Issue 22, defect 10: --trace without --duration replays the whole (windowed) trace (it
+ * stopped at 40 s): every row planned, the duration its last send + the cap, which the
+ * runners end at once the last request has finished. */
+static void test_trace_until_end(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "", path[256], text[2048];
+    plain_rows(text, sizeof text, 13, 5, 0);
+    write_file(path, sizeof path, "end.jsonl", text);
+    workload_config cfg;
+    trace_config(&cfg, path, TRACE_AUTO);
+    assert_int_equal(workload_until_trace_end(&cfg, err), 0);
+    assert_true(cfg.until_trace_end);
+    assert_int_equal(cfg.duration_ns, 60 * CLOCK_NS_PER_S + WORKLOAD_TRACE_TAIL_NS);
+    workload_plan p;
+    assert_int_equal(workload_plan_build(&cfg, &p, err), 0);
+    assert_int_equal(p.n_arrivals, 13);
+    assert_int_equal(p.trace.after_end, 0);
+    workload_plan_free(&p);
+    /* windowed and faster: the window's last row, at its speed */
+    trace_config(&cfg, path, TRACE_AUTO);
+    cfg.trace_from_ns = 10 * CLOCK_NS_PER_S;
+    cfg.trace_to_ns = 31 * CLOCK_NS_PER_S;
+    cfg.speedup = 2;
+    assert_int_equal(workload_until_trace_end(&cfg, err), 0);
+    assert_int_equal(cfg.duration_ns, 10 * CLOCK_NS_PER_S + WORKLOAD_TRACE_TAIL_NS);
+    /* --loop has no end of its own; a shard must stop with the others */
+    cfg.trace_loop = true;
+    assert_int_equal(workload_until_trace_end(&cfg, err), -1);
+    assert_non_null(strstr(err, "--loop repeats the trace until --duration"));
+    cfg.trace_loop = false;
+    cfg.shard = (workload_shard){0, 2};
+    assert_int_equal(workload_until_trace_end(&cfg, err), -1);
+    assert_non_null(strstr(err, "a sharded trace replay needs --duration"));
+    unlink(path);
+}
 
 int main(void)
 {
@@ -853,6 +889,7 @@ int main(void)
         cmocka_unit_test(test_trace_nothing_to_replay),
         cmocka_unit_test(test_trace_read_limits),
         cmocka_unit_test(test_trace_window_keeps_nothing),
+        cmocka_unit_test(test_trace_until_end),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
