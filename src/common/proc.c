@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -159,4 +160,14 @@ int proc_wait_ready(proc *p, proc_ready_fn ready, void *ctx, int64_t timeout_ns,
         int64_t nap = deadline - now < poll_ns ? deadline - now : poll_ns;
         clock_sleep_until_ns(now + nap);
     }
+}
+
+int proc_cpus(void)
+{
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    if (sched_getaffinity(0, sizeof mask, &mask) == 0 && CPU_COUNT(&mask) > 0)
+        return CPU_COUNT(&mask);
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    return online > 1 ? (int)online : 1;
 }

@@ -54,6 +54,10 @@ bool proc_stop(proc *p, int64_t grace_ns);
 /* "exited with status 3", "killed by signal 9 (Killed)", "still running". */
 void proc_describe(const proc *p, char *buf, size_t size);
 
+/* The CPUs this process may run on (its affinity mask, which taskset and cgroup cpusets set,
+ * and which its children inherit); the online CPUs when the mask cannot be read. At least 1. */
+int proc_cpus(void);
+
 /* The last non-empty line of a text file ("" when none): a child's own words on why it
  * stopped. */
 void proc_log_last_line(const char *path, char *out, size_t size);

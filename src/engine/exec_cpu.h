@@ -22,8 +22,9 @@
  * coming back with context > 0 fails the step with a clear error rather than computing
  * on lost keys.
  *
- * Threads: cfg->threads (default: online cores - 1, at least 1) run the step; OpenBLAS is
- * set to one thread for the whole process (the pool splits the work instead). */
+ * Threads: cfg->threads (default: the CPUs this process may run on - 1, at least 1:
+ * cpu_pool_default_threads) run the step; OpenBLAS is set to one thread for the whole
+ * process (the pool splits the work instead). */
 #ifndef STALLSCOPE_EXEC_CPU_H
 #define STALLSCOPE_EXEC_CPU_H
 #include <stdint.h>
@@ -37,7 +38,7 @@
 typedef struct exec_cpu_config {
     cost_arch arch;          /* the model's shape: a catalog entry or a config.json */
     uint64_t weight_seed;    /* 0: CPU_DEFAULT_WEIGHT_SEED */
-    int threads;             /* 0: online cores - 1, at least 1 */
+    int threads;             /* 0: the CPUs it may run on - 1, at least 1 */
     int64_t kv_blocks;       /* 16-token blocks of KV cache: the scheduler's kv_blocks */
     const cost_params *cost; /* optional (copied): its step time goes to modeled_ns */
     double max_weight_bytes; /* 0: half of physical memory */

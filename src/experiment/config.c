@@ -7,6 +7,8 @@
 
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/proc.h"
+#include "engine/cpu/cpu_pool.h"
 #include "engine/exec_cpu.h"
 #include "engine/exec_emulate.h"
 #include "experiment/experiment.h"
@@ -135,27 +137,49 @@ int experiment_resolve_cost(experiment_config *cfg, char *err)
     return 0;
 }
 
+void experiment_client_cpus_of(const experiment_config *cfg, experiment_client_cpus *out)
+{
+    memset(out, 0, sizeof *out);
+    out->cpus = proc_cpus();
+    if (cfg->engine == EXPERIMENT_SIM)
+        return; /* no client */
+    if (cfg->engine == EXPERIMENT_EMULATE)
+        out->server = 1;
+    else if (cfg->engine == EXPERIMENT_CPU)
+        out->server = cfg->device.threads > 0 ? cfg->device.threads : cpu_pool_default_threads();
+    out->given = cfg->client.threads_given && cfg->client.threads > 0;
+    const int left = out->cpus - out->server;
+    out->threads = out->given ? cfg->client.threads : left > 1 ? left : 1;
+}
+
+bool experiment_client_cpus_describe(const experiment_client_cpus *c, const experiment_config *cfg,
+                                     char *line, size_t size)
+{
+    const bool over = c->given && c->server > 0 && c->threads + c->server > c->cpus;
+    const char *engine = experiment_engine_label(cfg->engine);
+    char beside[96] = "the server runs elsewhere";
+    if (c->server > 0)
+        snprintf(beside, sizeof beside, "%d busy in the embedded %s server", c->server, engine);
+    if (over)
+        snprintf(line, size,
+                 "warning: --client-threads %d beside the embedded %s server's %d busy thread%s: "
+                 "%d threads on %d CPU%s, token stamps suffer from the wait for a CPU (the "
+                 "default here: %d)",
+                 c->threads, engine, c->server, c->server == 1 ? "" : "s", c->threads + c->server,
+                 c->cpus, c->cpus == 1 ? "" : "s",
+                 c->cpus - c->server > 1 ? c->cpus - c->server : 1);
+    else
+        snprintf(line, size, "client: %d event loop%s (%s; %d CPU%s available, %s)", c->threads,
+                 c->threads == 1 ? "" : "s", c->given ? "--client-threads" : "the default",
+                 c->cpus, c->cpus == 1 ? "" : "s", beside);
+    return over;
+}
+
 int experiment_client_threads(const experiment_config *cfg)
 {
-    if (cfg->client.threads > 0)
-        return cfg->client.threads;
-    const long online = sysconf(_SC_NPROCESSORS_ONLN);
-    const int cores = online > 1 ? (int)online : 1;
-    int left;
-    switch (cfg->engine) {
-    case EXPERIMENT_SIM:
-        return 0;
-    case EXPERIMENT_REMOTE:
-        left = cores;
-        break;
-    case EXPERIMENT_CPU:
-        left = cores - (cfg->device.threads > 0 ? cfg->device.threads : cores - 1);
-        break;
-    default:
-        left = cores - 1;
-        break;
-    }
-    return left > 1 ? left : 1;
+    experiment_client_cpus c;
+    experiment_client_cpus_of(cfg, &c);
+    return c.threads;
 }
 
 int experiment_resolve(experiment_config *cfg, char *err)
@@ -165,7 +189,7 @@ int experiment_resolve(experiment_config *cfg, char *err)
             return -1;
         cfg->duration_from_trace = false; /* resolved: idempotent */
     }
-    cfg->client.threads = experiment_client_threads(cfg);
+    cfg->client.threads = experiment_client_threads(cfg); /* recorded: config.json */
     if (cfg->engine == EXPERIMENT_REMOTE) {
         if (!cfg->client.target[0])
             return err_set(err, "a remote engine needs --target URL");

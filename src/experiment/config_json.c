@@ -167,6 +167,7 @@ static const field CLIENT_FIELDS[] = {
     FLD("insecure", F_BOOL, experiment_client, insecure),
     FLD("transport", F_TRANSPORT, experiment_client, transport),
     FLD("threads", F_INT, experiment_client, threads),
+    FLD("threads_given", F_BOOL, experiment_client, threads_given),
     FLD("extra_body", F_TEXT, experiment_client, extra_body),
     FLD("scrape_metrics", F_URL, experiment_client, scrape_metrics),
 };

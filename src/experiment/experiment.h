@@ -59,7 +59,7 @@ typedef struct experiment_device {
     double compute_efficiency;   /* (0, 1] */
     double bandwidth_efficiency; /* (0, 1] */
     double gpu_memory_utilization; /* (0, 1]: the KV cache's share, vLLM's 0.9 */
-    int threads;                 /* cpu engine; 0: online cores - 1, at least 1 */
+    int threads;                 /* cpu engine; 0: the CPUs available - 1, at least 1 */
 } experiment_device;
 
 /* The HTTP client's settings (no secrets: the API key and headers travel separately, in
@@ -75,8 +75,10 @@ typedef struct experiment_client {
     bool insecure;              /* https without certificate checks */
     stream_transport_kind transport; /* auto (raw unless a proxy applies) | raw | curl */
     char extra_body[2048];      /* --extra-body: a JSON object merged into every request */
-    int threads;                /* event loops of the load generator; 0: the cores left
-                                   after the server (experiment_client_threads) */
+    int threads;                /* event loops of the load generator: --client-threads, else
+                                   the CPUs the server leaves (experiment_client_threads,
+                                   recorded by experiment_resolve) */
+    bool threads_given;         /* threads came from --client-threads */
     /* The server's Prometheus metrics into server_metrics.csv (runner_http.c,
      * docs/client.md): "" (auto: the target's /metrics when it answers; not for the
      * embedded server, whose step log says more), "on" (the server's /metrics, embedded
@@ -146,12 +148,27 @@ int experiment_resolve(experiment_config *cfg, char *err);
 /* The device part alone: cfg->device into cfg->cost (for `model`, which prices steps and
  * needs no KV cache). 0, or -1 with err. */
 int experiment_resolve_cost(experiment_config *cfg, char *err);
-/* The load generator's event loops (client.threads, else the cores the server leaves):
- * the cpu engine's server uses --threads (default online cores - 1), so the client gets
- * the rest; the emulated engine's server is an event loop and a sleeping engine thread,
- * about one core, so the client gets online cores - 1; a --target runs elsewhere, so the
- * client gets every online core. At least 1. experiment_resolve records it in
- * client.threads (config.json); the simulator has no client (0). */
+/* The load generator's threads beside the server, on the CPUs this process may run on (its
+ * affinity mask: proc_cpus; taskset and cpusets count). */
+typedef struct experiment_client_cpus {
+    int cpus;    /* CPUs available */
+    int server;  /* threads the embedded server keeps busy: 1 with emulate (its engine thread;
+                    its HTTP loop mostly waits), the cpu engine's --threads (default: the CPUs
+                    - 1, at least 1); 0 with --target (elsewhere) and in the simulator */
+    int threads; /* the client's event loops: --client-threads, else cpus - server, at least 1
+                    (the simulator: 0) */
+    bool given;  /* threads came from --client-threads */
+} experiment_client_cpus;
+void experiment_client_cpus_of(const experiment_config *cfg, experiment_client_cpus *out);
+/* The decision in one line for the run's setup: "client: 1 event loop (the default; 2 CPUs
+ * available, 1 busy in the embedded emulate server)". A --client-threads that, with the
+ * embedded server's threads, wants more CPUs than there are is a warning instead (true
+ * returned): "warning: --client-threads 2 beside the embedded emulate server's 1 busy
+ * thread: 3 threads on 2 CPUs, ..." (the stamps then measure the wait for a CPU). */
+bool experiment_client_cpus_describe(const experiment_client_cpus *c, const experiment_config *cfg,
+                                     char *line, size_t size);
+/* experiment_client_cpus_of(cfg).threads; experiment_resolve records it in client.threads
+ * (config.json, with client.threads_given). */
 int experiment_client_threads(const experiment_config *cfg);
 /* Refuse what the engine could never serve: a bad workload, or (our own engines) an
  * injection longer than the context or, under mixed/prefill-first, the token budget.

@@ -185,7 +185,9 @@ static const opts_spec device_specs[] = {
                   device.gpu_memory_utilization),
     OPTS_STRING("hardware", "FILE", "a hardware profile from 'stallscope calibrate' instead of --gpu",
                 C, device.hardware),
-    OPTS_INT("threads", "N", "cpu engine: threads of the forward pass (default: cores - 1, at least 1)",
+    OPTS_INT("threads", "N",
+             "cpu engine: threads of the forward pass (default: the CPUs it may run on - 1, at "
+             "least 1)",
              C, device.threads, 1, 1024),
 };
 
@@ -319,6 +321,19 @@ static int cl_transport(void *c, const char *v, char *err)
     return stream_transport_parse(v, &((experiment_config *)c)->client.transport, err);
 }
 
+static int cl_threads(void *c, const char *v, char *err)
+{
+    experiment_client *cl = &((experiment_config *)c)->client;
+    int64_t n;
+    if (units_parse_count(v, &n, err) != 0)
+        return -1;
+    if (n < 1 || n > 256)
+        return err_set(err, "'%s' is out of range [1, 256]", v);
+    cl->threads = (int)n;
+    cl->threads_given = true;
+    return 0;
+}
+
 static int cl_scrape_metrics(void *c, const char *v, char *err)
 {
     experiment_client *cl = &((experiment_config *)c)->client;
@@ -363,12 +378,13 @@ static const opts_spec client_specs[] = {
             "a JSON object merged into every request (temperature, chat_template_kwargs, ...; "
             "not the members the experiment sets: prompt, messages, stream, max_tokens)",
             cl_extra_body),
-    OPTS_INT("client-threads", "N",
-             "event loops (threads) of the load generator, the users spread over them; the "
-             "injector has one more of its own (default: the online cores the server leaves, "
-             "at least 1: all but the cpu engine's --threads, all but one with emulate, all "
-             "with --target)",
-             C, client.threads, 1, 256),
+    OPTS_FN("client-threads", "N",
+            "event loops (threads) of the load generator, the users spread over them; the "
+            "injector has one more of its own (default: the CPUs this process may run on "
+            "(taskset counts) that the embedded server leaves, at least 1: all but the cpu "
+            "engine's --threads, all but one with emulate, all with --target; more than that "
+            "is warned about)",
+            cl_threads),
     OPTS_FN("scrape-metrics", "URL|on|off",
             "the server's Prometheus metrics every 250 ms into server_metrics.csv (default "
             "auto: the target's /metrics when it answers; on: also the embedded server's)",

@@ -39,6 +39,7 @@ typedef struct http_runner {
     driver_api api;
     bool probed;
     int nice_errno; /* why the priority could not be raised (0: it was, or needed not be) */
+    bool warned_cpus; /* the client threads' warning is said once per runner */
 } http_runner;
 
 /* ---- the embedded server ---------------------------------------------------------------- */
@@ -481,6 +482,17 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
             fprintf(ph->notes, "[%s] embedded server pid %d at %s\n", ph->label,
                     (int)server.child.pid, server.url);
     }
+    /* The client's threads beside the server: said with the setup; too many, warned once. */
+    experiment_client_cpus cpus;
+    experiment_client_cpus_of(cfg, &cpus);
+    char cpus_line[320];
+    const bool over = experiment_client_cpus_describe(&cpus, cfg, cpus_line, sizeof cpus_line);
+    FILE *warn_to = ph->quiet ? stderr : ph->notes;
+    if (over && !hr->warned_cpus && warn_to)
+        fprintf(warn_to, "stallscope: %s\n", cpus_line);
+    else if (!over && ph->notes && !ph->quiet)
+        fprintf(ph->notes, "[%s] %s\n", ph->label, cpus_line);
+    hr->warned_cpus = hr->warned_cpus || over;
     /* The connection takes the URL as given, credentials and all; meta->target is the record's. */
     stream_options so = {
         .base_url = remote ? cfg->client.target : server.url,
@@ -546,7 +558,7 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
         .salt = ph->wl->inject ? 1 : 0,
         .record = true,
         .warmup_ns = warmup_ns,
-        .threads = experiment_client_threads(cfg),
+        .threads = cpus.threads,
         .stall_ns = ph->stall_threshold_ns,
         .tokens_csv = &tokens,
         .requests_csv = &requests,

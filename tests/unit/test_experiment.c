@@ -1,6 +1,7 @@
 /* experiment: the typed configuration and its config.json (write -> read -> equal, every
  * field), secrets kept out of it, the option tables, the run pair through the simulator
  * runner, and the sweep's plan. */
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -99,6 +100,7 @@ static void distinctive(experiment_config *c, experiment_meta *m)
     c->client.insecure = true;
     c->client.transport = STREAM_TRANSPORT_CURL;
     c->client.threads = 7;
+    c->client.threads_given = true;
     snprintf(c->client.extra_body, sizeof c->client.extra_body, "{\"temperature\":0.25}");
     snprintf(c->label, sizeof c->label, "a label");
     snprintf(c->metadata, sizeof c->metadata, "team=infra\nticket=12");
@@ -900,33 +902,77 @@ static void test_shard_wait(void **state)
     assert_false(st.sharded);
 }
 
-/* The load generator's threads: what --client-threads says, else the cores the server
- * leaves (at least 1), recorded by experiment_resolve. */
-static void test_client_threads_rule(void **state)
+/* The load generator's threads: what --client-threads says, else the CPUs the server
+ * leaves (at least 1), recorded by experiment_resolve; the CPUs are this process's affinity
+ * mask (issue 22, defect 9: taskset -c 0 on 2 cores counted 2). */
+static void check_client_threads_rule(int cpus)
 {
-    (void)state;
-    char err[ERR_LEN] = "";
-    const long online = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
-    const int rest = online > 1 ? (int)online - 1 : 1;
+    char err[ERR_LEN] = "", line[320];
+    const int rest = cpus > 1 ? cpus - 1 : 1;
     experiment_config c;
+    experiment_client_cpus cc;
     experiment_defaults(&c, EXPERIMENT_EMULATE);
     assert_int_equal(experiment_resolve(&c, err), 0);
-    assert_int_equal(c.client.threads, rest); /* the emulated server: about one core */
+    assert_int_equal(c.client.threads, rest); /* the emulated server: its engine thread */
+    assert_false(c.client.threads_given);
+    experiment_client_cpus_of(&c, &cc);
+    assert_int_equal(cc.cpus, cpus);
+    assert_int_equal(cc.server, 1);
+    assert_false(experiment_client_cpus_describe(&cc, &c, line, sizeof line));
+    snprintf(err, sizeof err, "client: %d event loop%s (the default; %d CPU%s available, 1 busy "
+                              "in the embedded emulate server)",
+             rest, rest == 1 ? "" : "s", cpus, cpus == 1 ? "" : "s");
+    assert_string_equal(line, err);
     experiment_defaults(&c, EXPERIMENT_CPU);
-    assert_int_equal(experiment_client_threads(&c), 1); /* --threads: cores - 1 by default */
+    assert_int_equal(experiment_client_threads(&c), 1); /* --threads: the CPUs - 1 by default */
     c.device.threads = 1;
     assert_int_equal(experiment_client_threads(&c), rest);
-    c.device.threads = (int)online + 4; /* more than the machine has: still one */
+    c.device.threads = cpus + 4; /* more than the machine has: still one */
     assert_int_equal(experiment_client_threads(&c), 1);
     experiment_defaults(&c, EXPERIMENT_REMOTE);
     snprintf(c.client.target, sizeof c.client.target, "http://127.0.0.1:9");
     assert_int_equal(experiment_resolve(&c, err), 0);
-    assert_int_equal(c.client.threads, (int)online); /* the server is elsewhere */
-    c.client.threads = 3; /* --client-threads 3 */
+    assert_int_equal(c.client.threads, cpus); /* the server is elsewhere */
+    opts_group client = experiment_client_group(&c);
+    assert_int_equal(opts_apply(&client, 1, "client-threads", "3", err), 0);
+    assert_true(c.client.threads_given);
     assert_int_equal(experiment_resolve(&c, err), 0);
     assert_int_equal(c.client.threads, 3);
+    experiment_client_cpus_of(&c, &cc);
+    assert_false(experiment_client_cpus_describe(&cc, &c, line, sizeof line)); /* elsewhere */
+    /* Given, beside the embedded server, more than the CPUs: the warning, once per runner. */
+    experiment_defaults(&c, EXPERIMENT_EMULATE);
+    client = experiment_client_group(&c);
+    snprintf(err, sizeof err, "%d", cpus);
+    assert_int_equal(opts_apply(&client, 1, "client-threads", err, err), 0);
+    assert_int_equal(experiment_resolve(&c, err), 0);
+    assert_int_equal(c.client.threads, cpus);
+    experiment_client_cpus_of(&c, &cc);
+    assert_true(experiment_client_cpus_describe(&cc, &c, line, sizeof line));
+    snprintf(err, sizeof err, "warning: --client-threads %d beside the embedded emulate "
+                              "server's 1 busy thread: %d threads on %d CPU%s",
+             cpus, cpus + 1, cpus, cpus == 1 ? "" : "s");
+    if (strncmp(line, err, strlen(err)) != 0)
+        fail_msg("'%s' does not start with '%s'", line, err);
     experiment_defaults(&c, EXPERIMENT_SIM);
     assert_int_equal(experiment_client_threads(&c), 0);
+}
+
+static void test_client_threads_rule(void **state)
+{
+    (void)state;
+    cpu_set_t all, one;
+    assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
+    check_client_threads_rule(CPU_COUNT(&all));
+    /* one CPU of the mask, as taskset -c would */
+    int first = 0;
+    while (!CPU_ISSET(first, &all))
+        first++;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+    check_client_threads_rule(1);
+    assert_int_equal(sched_setaffinity(0, sizeof all, &all), 0);
 }
 
 /* Issue 22, defect 10: --trace without --duration replays the whole trace (the run stopped

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/err.h"
+#include "common/proc.h"
 
 /* Spin iterations before a worker sleeps: about 100 us with a pause per iteration. */
 #define CPU_POOL_SPIN 4096
@@ -189,6 +190,6 @@ void cpu_pool_run(cpu_pool *p, int n_tasks, cpu_pool_fn fn, void *arg)
 
 int cpu_pool_default_threads(void)
 {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    return cores > 1 ? (int)cores - 1 : 1;
+    const int cores = proc_cpus();
+    return cores > 1 ? cores - 1 : 1;
 }

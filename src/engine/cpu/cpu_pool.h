@@ -24,7 +24,8 @@ int cpu_pool_threads(const cpu_pool *p);
  * one caller thread, no nested runs. */
 void cpu_pool_run(cpu_pool *p, int n_tasks, cpu_pool_fn fn, void *arg);
 
-/* Threads the engine uses by default: online cores - 1, at least 1. */
+/* Threads the engine uses by default: the CPUs this process may run on (proc_cpus) - 1, at
+ * least 1. */
 int cpu_pool_default_threads(void);
 
 #endif
