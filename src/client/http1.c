@@ -99,6 +99,14 @@ static int parse_length(const char *value, size_t len, int64_t *out)
     return 0;
 }
 
+/* A field's value into a fixed buffer, cut to its size. */
+static void keep_value(char *dst, size_t size, const char *value, size_t len)
+{
+    size_t n = len < size - 1 ? len : size - 1;
+    memcpy(dst, value, n);
+    dst[n] = '\0';
+}
+
 ssize_t http1_parse_head(const char *in, size_t len, http1_response *out)
 {
     memset(out, 0, sizeof *out);
@@ -180,10 +188,13 @@ ssize_t http1_parse_head(const char *in, size_t len, http1_response *out)
             conn_close |= list_has(value, value_len, "close");
             conn_keep |= list_has(value, value_len, "keep-alive");
         } else if (NAME_IS("retry-after")) {
-            size_t n = value_len < sizeof out->retry_after - 1 ? value_len
-                                                                : sizeof out->retry_after - 1;
-            memcpy(out->retry_after, value, n); /* too long to be valid: fails to parse later */
-            out->retry_after[n] = '\0';
+            keep_value(out->retry_after, sizeof out->retry_after, value, value_len);
+        } else if (NAME_IS("location")) {
+            keep_value(out->location, sizeof out->location, value, value_len);
+        } else if (NAME_IS("content-encoding")) {
+            keep_value(out->content_encoding, sizeof out->content_encoding, value, value_len);
+        } else if (NAME_IS("content-type")) {
+            keep_value(out->content_type, sizeof out->content_type, value, value_len);
         }
 #undef NAME_IS
     }

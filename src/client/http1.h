@@ -6,7 +6,8 @@
  *    in the buffer, HTTP1_NEED_MORE before, HTTP1_ERROR for a head that is not HTTP/1.x or
  *    is larger than HTTP1_MAX_HEAD. It keeps what the client needs: the status, the body's
  *    framing (Content-Length, Transfer-Encoding: chunked, or until close — RFC 9112 6.3),
- *    whether the connection can be reused, and Retry-After.
+ *    whether the connection can be reused, and the fields that say what the answer is
+ *    (Retry-After, Location, Content-Encoding, Content-Type).
  *
  * 2. http1_body_feed: the body, fed whatever a read returned; it hands back spans of body
  *    bytes inside the caller's input (no copy), one at a time, and says when the body ended.
@@ -40,7 +41,12 @@ typedef struct http1_response {
     http1_framing framing;
     int64_t content_length; /* HTTP1_BODY_LENGTH: the length; -1 otherwise */
     bool keep_alive;        /* the connection may carry the next request once this body ends */
-    char retry_after[64];   /* the Retry-After value, trimmed; "" without one */
+    /* Field values, trimmed, "" without the field; a longer value is cut to the size (the
+     * caller says so: a cut Retry-After fails to parse, a cut Location is shown cut). */
+    char retry_after[64];
+    char location[256];
+    char content_encoding[64];
+    char content_type[64];
     char error[96];         /* why HTTP1_ERROR (static text and numbers only) */
 } http1_response;
 

@@ -153,8 +153,9 @@ static int parse_url(raw_client *c, const char *base_url, char *port, size_t por
 
 static int build_headers(raw_client *c, const stream_options *opt, char *err)
 {
+    /* identity: a compressed stream cannot be read (and stamped) as it comes. */
     buf_append_str(&c->headers, "User-Agent: stallscope\r\nContent-Type: application/json\r\n"
-                                "Accept: text/event-stream\r\n");
+                                "Accept: text/event-stream\r\nAccept-Encoding: identity\r\n");
     if (opt->api_key && opt->api_key[0])
         buf_printf(&c->headers, "Authorization: Bearer %s\r\n", opt->api_key);
     for (int i = 0; i < opt->n_headers; i++) {
@@ -436,6 +437,17 @@ static void response_done(raw_client *c, raw_conn *k, size_t leftover)
 
 /* ---- reading ---------------------------------------------------------------------------- */
 
+/* A refused answer whose words are known (stream_reply_said) ends now, its body unread (a
+ * 202 may stream a whole answer, an error page may never end); k is closed. */
+static bool refused_now(raw_client *c, raw_conn *k, raw_req *r)
+{
+    if (!stream_reply_said(&r->reply))
+        return false;
+    req_finish(c, r, OUT_DONE);
+    conn_close(c, k);
+    return true;
+}
+
 /* Response bytes of one read (plaintext), all stamped t_ns by source. Returns false when k
  * was closed or handed back (the caller stops reading it). */
 static bool conn_feed(raw_client *c, raw_conn *k, const char *in, size_t len, int64_t t_ns,
@@ -482,9 +494,16 @@ static bool conn_feed(raw_client *c, raw_conn *k, const char *in, size_t len, in
             buf_reset(&k->head);
             if (k->resp.status < 200)
                 continue; /* 100 Continue and friends: the real head follows */
-            r->reply.http_status = k->resp.status;
-            snprintf(r->reply.retry_after, sizeof r->reply.retry_after, "%s",
-                     k->resp.retry_after);
+            stream_reply *reply = &r->reply;
+            reply->http_status = k->resp.status;
+            snprintf(reply->retry_after, sizeof reply->retry_after, "%s", k->resp.retry_after);
+            snprintf(reply->location, sizeof reply->location, "%s", k->resp.location);
+            snprintf(reply->content_encoding, sizeof reply->content_encoding, "%s",
+                     k->resp.content_encoding);
+            snprintf(reply->content_type, sizeof reply->content_type, "%s",
+                     k->resp.content_type);
+            if (refused_now(c, k, r))
+                return false;
             http1_body_init(&k->body, &k->resp);
             k->phase = RESP_BODY;
         }
@@ -505,6 +524,8 @@ static bool conn_feed(raw_client *c, raw_conn *k, const char *in, size_t len, in
                 conn_close(c, k);
                 return false;
             }
+            if (refused_now(c, k, r))
+                return false;
             stream_book_mark_dirty(&c->book, &r->reply);
         }
         if (k->body.done) {
@@ -748,7 +769,9 @@ static void process_dirty(raw_client *c)
             r->out = r->out == OUT_RUNNING ? OUT_LOST : r->out;
             req_end(c, r, false);
         } else if (r->out != OUT_RUNNING) {
-            if (r->out == OUT_DONE)
+            /* A refused answer (a redirect, an error status) says so even when its body
+             * was cut. */
+            if (r->out == OUT_DONE || stream_reply_refused(&r->reply))
                 stream_reply_judge(&r->reply);
             req_end(c, r, false);
         }

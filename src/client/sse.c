@@ -575,10 +575,7 @@ static int32_t hex4(const char *p, const char *end)
     return value;
 }
 
-/* The length of the UTF-8 sequence at p (end - p > 0, *p >= 0x80) when jansson takes it
- * (utf8_check_first/utf8_check_full: no stray continuation byte, no overlong form, no
- * surrogate, nothing past U+10FFFF), else 0. */
-static size_t utf8_length(const unsigned char *p, const unsigned char *end)
+size_t sse_utf8_length(const unsigned char *p, const unsigned char *end)
 {
     const unsigned u = p[0];
     size_t count;
@@ -635,7 +632,7 @@ static const char *scan_string(const char *p, const char *end, bool *escaped)
         if (c < 0x20)
             return NULL;
         if (c >= 0x80) {
-            const size_t n = utf8_length((const unsigned char *)p, (const unsigned char *)end);
+            const size_t n = sse_utf8_length((const unsigned char *)p, (const unsigned char *)end);
             if (n == 0)
                 return NULL;
             p += n;

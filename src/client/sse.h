@@ -151,4 +151,10 @@ const char *sse_violation_text(sse_violation v);
  * fidelity.json's "violations_by_kind" ("none" for NONE). */
 const char *sse_violation_name(sse_violation v);
 
+/* The length of the UTF-8 sequence at p (end - p > 0, *p >= 0x80) when jansson takes it
+ * (utf8_check_first/utf8_check_full: no stray continuation byte, no overlong form, no
+ * surrogate, nothing past U+10FFFF), else 0. The scanner's rule, and the one error texts
+ * are cleaned by (stream_reply_fail). */
+size_t sse_utf8_length(const unsigned char *p, const unsigned char *end);
+
 #endif

@@ -128,14 +128,64 @@ void stream_reply_free(stream_reply *r)
     r->segs = NULL;
 }
 
+/* text as one line of UTF-8 into out[size]: control characters become spaces, bytes that
+ * are not UTF-8 "\xNN"; cut before a character or an escape that does not fit. */
+static void one_line(char *out, size_t size, const char *text)
+{
+    const unsigned char *p = (const unsigned char *)text, *end = p + strlen(text);
+    size_t at = 0;
+    while (p < end) {
+        char escape[8];
+        const char *piece = (const char *)p;
+        size_t piece_len = 1, used = 1;
+        if (*p < 0x20 || *p == 0x7f) {
+            piece = " ";
+        } else if (*p >= 0x80) {
+            used = sse_utf8_length(p, end);
+            piece_len = used;
+            if (used == 0) {
+                snprintf(escape, sizeof escape, "\\x%02x", *p);
+                piece = escape;
+                piece_len = strlen(escape);
+                used = 1;
+            }
+        }
+        if (at + piece_len >= size)
+            break;
+        memcpy(out + at, piece, piece_len);
+        at += piece_len;
+        p += used;
+    }
+    out[at] = '\0';
+}
+
 void stream_reply_fail(stream_reply *r, const char *fmt, ...)
 {
-    if (!r->error[0]) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(r->error, sizeof r->error, fmt, ap);
-        va_end(ap);
-    }
+    if (r->error[0])
+        return;
+    char text[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    one_line(r->error, sizeof r->error, text);
+}
+
+/* A Content-Encoding other than identity: the body is not the stream's bytes. */
+static bool compressed(const stream_reply *r)
+{
+    return r->content_encoding[0] && strcasecmp(r->content_encoding, "identity") != 0;
+}
+
+bool stream_reply_refused(const stream_reply *r)
+{
+    return (r->http_status != 0 && r->http_status != 200) || compressed(r);
+}
+
+bool stream_reply_said(const stream_reply *r)
+{
+    return stream_reply_refused(r) &&
+           (r->http_status < 400 || r->head_len >= sizeof r->head - 1);
 }
 
 int stream_reply_body(stream_reply *r, const char *bytes, size_t n, int64_t t_ns,
@@ -149,8 +199,8 @@ int stream_reply_body(stream_reply *r, const char *bytes, size_t n, int64_t t_ns
         r->head_len += k;
         r->head[r->head_len] = '\0';
     }
-    if (r->http_status >= 400 || n == 0)
-        return 0; /* an error body, not a stream: kept in head */
+    if (stream_reply_refused(r) || n == 0)
+        return 0; /* not a stream: kept in head */
     /* One segment per read; two reads with the same stamp (and source) are one segment:
      * the curl transport's reads of one wake-up, or one kernel skb read in two pieces. */
     stream_stamp_seg *last = r->n_segs > 0 ? &r->segs[r->n_segs - 1] : NULL;
@@ -176,11 +226,13 @@ int stream_reply_body(stream_reply *r, const char *bytes, size_t n, int64_t t_ns
     return 0;
 }
 
-/* The message inside an OpenAI-style error body, else the body's first line. */
+/* The message inside an OpenAI-style error body, an HTML page's title (a proxy's error
+ * page), else the body's first line; "(no message)" for an empty body. */
 static void error_from_body(const char *body, char *out, size_t size)
 {
     json_t *root = json_loads(body, 0, NULL);
     const char *msg = NULL;
+    int len = -1;
     if (root) {
         json_t *e = json_object_get(root, "error");
         msg = json_is_object(e) ? json_string_value(json_object_get(e, "message"))
@@ -190,8 +242,49 @@ static void error_from_body(const char *body, char *out, size_t size)
         if (!msg)
             msg = json_string_value(json_object_get(root, "detail"));
     }
-    snprintf(out, size, "%.*s", (int)strcspn(msg ? msg : body, "\r\n"), msg ? msg : body);
+    const char *title = msg ? NULL : strcasestr(body, "<title>");
+    if (title) {
+        msg = title + strlen("<title>");
+        const char *close = strcasestr(msg, "</title>");
+        len = close ? (int)(close - msg) : -1;
+    }
+    if (!msg)
+        msg = body + strspn(body, " \t\r\n");
+    if (len < 0)
+        len = (int)strcspn(msg, "\r\n");
+    if (len > 0)
+        snprintf(out, size, "%.*s", len, msg);
+    else
+        snprintf(out, size, "(no message)");
     json_decref(root);
+}
+
+/* Why a refused answer (stream_reply_refused) is no stream, in words. */
+static void refusal(const stream_reply *r, char *out, size_t size)
+{
+    const int status = r->http_status;
+    if (status == 200 || status == 0) {
+        snprintf(out, size, "the server compressed the stream (Content-Encoding: %.24s) although "
+                            "we ask for identity; turn its compression off",
+                 r->content_encoding);
+    } else if (status >= 300 && status < 400 && r->location[0]) {
+        /* The whole error is 128 bytes: a long URL keeps its start and its end. */
+        const size_t room = 79, len = strlen(r->location);
+        if (len <= room)
+            snprintf(out, size, "HTTP %d: the target redirects to %.79s; use that URL", status,
+                     r->location);
+        else
+            snprintf(out, size, "HTTP %d: the target redirects to %.56s...%s; use that URL",
+                     status, r->location, r->location + len - (room - 59));
+    } else if (status >= 300 && status < 400) {
+        snprintf(out, size, "HTTP %d: a redirect without a Location", status);
+    } else if (status < 300) {
+        snprintf(out, size, "HTTP %d: not 200, so no stream was read", status);
+    } else {
+        char body[100];
+        error_from_body(r->head, body, sizeof body);
+        snprintf(out, size, "HTTP %d: %s", status, body);
+    }
 }
 
 static void deliver(stream_reply *r, const stream_token *tok)
@@ -275,12 +368,17 @@ bool stream_reply_parse(stream_reply *r)
 
 void stream_reply_judge(stream_reply *r)
 {
-    if (r->http_status >= 400) {
-        char body[100];
-        error_from_body(r->head, body, sizeof body);
-        stream_reply_fail(r, "HTTP %d: %s", r->http_status, body);
+    if (stream_reply_refused(r)) {
+        char why[256];
+        refusal(r, why, sizeof why);
+        r->error[0] = '\0'; /* what the head said comes first: the transport's loss after it */
+        stream_reply_fail(r, "%s", why);
     } else if (!r->count.done && !r->stopped) {
-        if (!r->any_event)
+        if (!r->any_event && r->content_type[0] &&
+            strncasecmp(r->content_type, "text/event-stream", 17) != 0)
+            stream_reply_fail(r, "not an SSE stream (Content-Type: %.40s): %.60s",
+                              r->content_type, r->head);
+        else if (!r->any_event)
             stream_reply_fail(r, "not an SSE stream: %.80s", r->head);
         else
             stream_reply_fail(r, "%s", sse_parser_pending(&r->sse)
@@ -439,6 +537,8 @@ static struct curl_slist *build_headers(const stream_options *opt, char *err)
 {
     struct curl_slist *list = NULL, *tmp;
     const char *fixed[] = {"Content-Type: application/json", "Accept: text/event-stream",
+                           /* a compressed stream cannot be read as it comes */
+                           "Accept-Encoding: identity",
                            /* curl would wait for "100 Continue" before a large body */
                            "Expect:"};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
@@ -519,32 +619,56 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata)
         curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &code);
         r->reply.http_status = (int)code;
     }
-    if (stream_reply_body(&r->reply, ptr, n, t, STREAM_STAMP_USER) != 0)
-        return 0; /* curl treats a short write as an error */
+    if (stream_reply_body(&r->reply, ptr, n, t, STREAM_STAMP_USER) != 0 ||
+        stream_reply_said(&r->reply))
+        return 0; /* curl treats a short write as an error: the transfer ends here */
     stream_book_mark_dirty(&r->c->book, &r->reply);
     return n;
 }
 
-/* Response headers: only Retry-After is kept (a 429 or 503 may say when to come back). A
- * new status line (a redirect, a 100 Continue) starts over. */
+/* Response headers: those a stream_reply keeps (Retry-After, Location, Content-Encoding,
+ * Content-Type). A new status line (a redirect, a 100 Continue) starts over. */
 static size_t on_header(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
     stream_req *r = userdata;
+    stream_reply *reply = &r->reply;
     size_t n = size * nmemb;
-    static const char name[] = "retry-after:";
-    const size_t name_len = sizeof name - 1;
-    char *retry_after = r->reply.retry_after;
-    const size_t room = sizeof r->reply.retry_after;
+    const struct {
+        const char *name; /* with its colon */
+        char *value;
+        size_t room;
+    } kept[] = {
+        {"retry-after:", reply->retry_after, sizeof reply->retry_after},
+        {"location:", reply->location, sizeof reply->location},
+        {"content-encoding:", reply->content_encoding, sizeof reply->content_encoding},
+        {"content-type:", reply->content_type, sizeof reply->content_type},
+    };
+    const size_t n_kept = sizeof kept / sizeof kept[0];
     if (n >= 5 && memcmp(ptr, "HTTP/", 5) == 0) {
-        retry_after[0] = '\0';
-    } else if (n > name_len && strncasecmp(ptr, name, name_len) == 0) {
+        for (size_t i = 0; i < n_kept; i++)
+            kept[i].value[0] = '\0';
+        const char *code = memchr(ptr, ' ', n);
+        reply->http_status = code ? atoi(code + 1) : 0;
+        return n;
+    }
+    /* The head's end: a final answer that is refused and says all in its head ends here
+     * (curl returns CURLE_WRITE_ERROR for the short count), before any of its body. */
+    if ((n == 2 && ptr[0] == '\r') || (n == 1 && ptr[0] == '\n'))
+        return reply->http_status >= 200 && stream_reply_said(reply) ? 0 : n;
+    for (size_t i = 0; i < n_kept; i++) {
+        const size_t name_len = strlen(kept[i].name);
+        if (n <= name_len || strncasecmp(ptr, kept[i].name, name_len) != 0)
+            continue;
+        const char *value = ptr + name_len;
         size_t len = n - name_len;
-        while (len > 0 && (ptr[name_len + len - 1] == '\r' || ptr[name_len + len - 1] == '\n'))
+        while (len > 0 && (*value == ' ' || *value == '\t'))
+            value++, len--;
+        while (len > 0 && strchr("\r\n \t", value[len - 1]))
             len--;
-        if (len >= room)
-            len = room - 1; /* too long to be valid: fails to parse */
-        memcpy(retry_after, ptr + name_len, len);
-        retry_after[len] = '\0';
+        if (len >= kept[i].room)
+            len = kept[i].room - 1; /* cut: a Retry-After too long to be valid fails to parse */
+        memcpy(kept[i].value, value, len);
+        kept[i].value[len] = '\0';
     }
     return n;
 }
@@ -607,7 +731,11 @@ static void collect_done(stream_client *c)
             else
                 stream_reply_fail(reply, "cannot connect: %.100s",
                                   r->curl_err[0] ? r->curl_err : curl_easy_strerror(rc));
-        } else if (rc != CURLE_OK && reply->http_status < 400) {
+        } else if (rc == CURLE_OUT_OF_MEMORY && !r->curl_err[0] && reply->head_len == 0) {
+            /* What libcurl says when a header line outgrows its buffer (100 KiB). */
+            stream_reply_fail(reply, "connection lost: libcurl refused the response head (a "
+                                     "header line past 100 KiB, or out of memory)");
+        } else if (rc != CURLE_OK && !stream_reply_refused(reply)) {
             stream_reply_fail(reply, "connection lost: %.100s",
                               r->curl_err[0] ? r->curl_err : curl_easy_strerror(rc));
         } else {

@@ -182,7 +182,10 @@ int64_t stream_retry_after_ns(const char *value, int64_t now_unix_s);
  * Both transports hand each request's response to a stream_reply: the status, headers they
  * parsed, and body bytes with the stamp of the read that carried them; it splits events,
  * decodes chunks, counts tokens (sse_counter), delivers on_token, and at the end judges
- * the response (HTTP error, not SSE, cut mid-event, no [DONE]) and delivers on_end. */
+ * the response (a status other than 200, a compressed body, not SSE, cut mid-event, no
+ * [DONE]) and delivers on_end. Only a 200 whose body is not compressed is read as a stream
+ * (we send Accept-Encoding: identity): any other status is an error naming it (a redirect
+ * also names its Location), a Content-Encoding other than identity one naming that. */
 
 typedef struct stream_stamp_seg {
     size_t end;         /* raw[0, end) was read at or before t_ns */
@@ -195,7 +198,11 @@ typedef struct stream_reply {
     void *user;
     stream_stats *stats;       /* the transport's counters */
     int http_status;           /* 0 until the status line came */
-    char retry_after[64];      /* the response's Retry-After value, "" none */
+    /* The final response's fields, "" without them (cut to the size) */
+    char retry_after[64];
+    char location[256];
+    char content_encoding[64];
+    char content_type[64];
     char head[512];            /* the body's first bytes, for error messages */
     size_t head_len;
     int64_t t_start_ns, last_byte_ns;
@@ -217,18 +224,31 @@ typedef struct stream_reply {
 
 void stream_reply_init(stream_reply *r, const stream_request *req, stream_stats *stats);
 void stream_reply_free(stream_reply *r);
-/* Body bytes read at t_ns (stamped by source). An error status's body is only kept in head
- * (for the message). 0, or -1 when memory ran out (the request is then failed). */
+/* Body bytes read at t_ns (stamped by source). The body of a refused answer
+ * (stream_reply_refused) is only kept in head, for the message. 0, or -1 when memory ran
+ * out (the request is then failed). */
 int stream_reply_body(stream_reply *r, const char *bytes, size_t n, int64_t t_ns,
                       stream_stamp source);
 /* Split and decode what was appended; on_token for each token event. Returns false when the
  * response failed (malformed SSE, an error event): the transport then ends it. */
 bool stream_reply_parse(stream_reply *r);
-/* The first failure is the one reported. */
+/* The first failure is the one reported. The text is kept as one line of UTF-8: control
+ * characters become spaces and bytes that are not UTF-8 "\xNN" (a hostile body quoted in
+ * a message must not put raw bytes into requests.csv). */
 void stream_reply_fail(stream_reply *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* The response ended without a transport error: say what was wrong with it, if anything
- * (an HTTP error status with the server's message, not an SSE stream, a stream cut in the
- * middle of an event or without [DONE]). */
+/* The answer is not a stream to read: its status (known) is not 200, or its body is
+ * compressed (a Content-Encoding other than identity). */
+bool stream_reply_refused(const stream_reply *r);
+/* A refused answer whose words are known: its head says all (a status other than 200 below
+ * 400, a compressed body) or its body has filled head (an error status's message). The
+ * transport ends it now, its body unread: a 202 may stream a whole answer, an error page
+ * may never end. */
+bool stream_reply_said(const stream_reply *r);
+/* Say what was wrong with the response, if anything: a refused answer's status (with the
+ * server's message, or the redirect's Location) or its encoding, which replace any failure
+ * the transport met after the head; else not an SSE stream, a stream cut in the middle of
+ * an event or without [DONE]. Transports call it when the response ended without a
+ * transport error, and whenever it was refused. */
 void stream_reply_judge(stream_reply *r);
 /* Fill stream_end, count it, call on_end. The transport frees r after. */
 void stream_reply_end(stream_reply *r, bool connect_failed, bool timed_out);

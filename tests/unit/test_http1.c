@@ -137,7 +137,10 @@ static void assert_same(const parsed *a, const parsed *b, const char *how)
         memcmp(a->body, b->body, a->body_len) != 0 || a->leftover != b->leftover ||
         a->head.status != b->head.status || a->head.framing != b->head.framing ||
         a->head.keep_alive != b->head.keep_alive ||
-        strcmp(a->head.retry_after, b->head.retry_after) != 0)
+        strcmp(a->head.retry_after, b->head.retry_after) != 0 ||
+        strcmp(a->head.location, b->head.location) != 0 ||
+        strcmp(a->head.content_encoding, b->head.content_encoding) != 0 ||
+        strcmp(a->head.content_type, b->head.content_type) != 0)
         fail_msg("%s: end %d/%d, body %zu/%zu bytes, leftover %zu/%zu, status %d/%d", how,
                  a->end, b->end, a->body_len, b->body_len, a->leftover, b->leftover,
                  a->head.status, b->head.status);
@@ -202,6 +205,34 @@ static void test_content_length_and_next_response(void **state)
     p = check("HTTP/1.1 200 OK\r\nContent-Length: 3, 3\r\nContent-Length: 3\r\n\r\nabc");
     assert_int_equal(p.end, END_BODY);
     assert_int_equal(p.body_len, 3);
+}
+
+/* The fields that say what an answer is: where a redirect points, how the body is
+ * encoded, its type; trimmed, a longer value cut to the field's size, "" without. */
+static void test_fields_kept(void **state)
+{
+    (void)state;
+    parsed p = check("HTTP/1.1 302 Found\r\nlocation:  http://h:8000/v2/completions \r\n"
+                     "Content-Encoding: gzip\r\nContent-Type: text/event-stream; charset=utf-8"
+                     "\r\nContent-Length: 0\r\n\r\n");
+    assert_int_equal(p.end, END_BODY);
+    assert_int_equal(p.head.status, 302);
+    assert_string_equal(p.head.location, "http://h:8000/v2/completions");
+    assert_string_equal(p.head.content_encoding, "gzip");
+    assert_string_equal(p.head.content_type, "text/event-stream; charset=utf-8");
+    p = check("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+    assert_string_equal(p.head.location, "");
+    assert_string_equal(p.head.content_encoding, "");
+    assert_string_equal(p.head.content_type, "");
+    char text[1024];
+    char long_location[400];
+    memset(long_location, 'x', sizeof long_location - 1);
+    long_location[sizeof long_location - 1] = '\0';
+    snprintf(text, sizeof text, "HTTP/1.1 301 Moved\r\nLocation: /%s\r\nContent-Length: 0\r\n\r\n",
+             long_location);
+    p = check(text);
+    assert_int_equal(strlen(p.head.location), sizeof p.head.location - 1);
+    assert_int_equal(p.head.location[0], '/');
 }
 
 static void test_until_close_and_connection(void **state)
@@ -284,6 +315,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chunked_sse),
         cmocka_unit_test(test_content_length_and_next_response),
+        cmocka_unit_test(test_fields_kept),
         cmocka_unit_test(test_until_close_and_connection),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_head_limit),

@@ -48,6 +48,84 @@ static void pause_ms(int ms) { clock_sleep_until_ns(clock_now_ns() + ms * CLOCK_
 static const char *sse_head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                               "Connection: close\r\n\r\n";
 
+/* A response: its status line and fields (each ending in CRLF), Content-Length, body. */
+static void send_sized(int fd, const char *head, const char *body)
+{
+    char length[64];
+    snprintf(length, sizeof length, "Content-Length: %zu\r\n\r\n", strlen(body));
+    send_all(fd, head);
+    send_all(fd, length);
+    send_all(fd, body);
+}
+
+/* The head of the last request a path under /refuse/ got (for its Accept-Encoding). */
+static pthread_mutex_t last_mu = PTHREAD_MUTEX_INITIALIZER;
+static char last_request[4096];
+
+/* Answers that are no stream to read: each status class, a redirect with and without a
+ * Location (one too long for the error line), compressed bodies. */
+static void serve_refused(int fd, const char *req)
+{
+    pthread_mutex_lock(&last_mu);
+    snprintf(last_request, sizeof last_request, "%.4000s", req);
+    pthread_mutex_unlock(&last_mu);
+    const char *sse = "data: {\"choices\":[{\"index\":0,\"text\":\"a\"}]}\n\ndata: [DONE]\n\n";
+    if (strncmp(req, "POST /refuse/301 ", 17) == 0) {
+        send_all(fd, "HTTP/1.1 301 Moved Permanently\r\nLocation: http://127.0.0.1:9/v2/completions"
+                     "\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    } else if (strncmp(req, "POST /refuse/302sse ", 20) == 0) {
+        send_sized(fd, "HTTP/1.1 302 Found\r\nLocation: /elsewhere\r\nContent-Type: "
+                       "text/event-stream\r\n", sse);
+    } else if (strncmp(req, "POST /refuse/307long ", 21) == 0) {
+        send_all(fd, "HTTP/1.1 307 Temporary Redirect\r\nLocation: https://a-very-long-host-name."
+                     "example.com/some/deep/path/that/goes/on/and/on/v1/completions?x=1\r\n"
+                     "Content-Length: 0\r\n\r\n");
+    } else if (strncmp(req, "POST /refuse/308 ", 17) == 0) {
+        send_all(fd, "HTTP/1.1 308 Permanent Redirect\r\nContent-Length: 0\r\n\r\n");
+    } else if (strncmp(req, "POST /refuse/202sse ", 20) == 0) {
+        send_all(fd, "HTTP/1.1 202 Accepted\r\nContent-Type: text/event-stream\r\n"
+                     "Connection: close\r\n\r\n");
+        send_all(fd, sse);
+    } else if (strncmp(req, "POST /refuse/204 ", 17) == 0) {
+        send_all(fd, "HTTP/1.1 204 No Content\r\n\r\n");
+    } else if (strncmp(req, "POST /refuse/html502 ", 21) == 0) {
+        send_sized(fd, "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/html\r\n",
+                   "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body></body>"
+                   "</html>\r\n");
+    } else if (strncmp(req, "POST /refuse/empty503 ", 22) == 0) {
+        send_all(fd, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n");
+    } else if (strncmp(req, "POST /refuse/gzip ", 18) == 0) {
+        /* A gzip member's first bytes, then a stream the client must not read. */
+        send_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                     "Content-Encoding: gzip\r\nConnection: close\r\n\r\n\x1f\x8b\x08\x00");
+        send_all(fd, sse);
+    } else if (strncmp(req, "POST /refuse/json ", 18) == 0) {
+        send_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11"
+                     "\r\n\r\n{\"id\":\"x\"}\n");
+    } else if (strncmp(req, "POST /refuse/202slow ", 21) == 0) {
+        /* A whole answer behind a 202, 2 s of it: the client must not wait for it. */
+        send_all(fd, "HTTP/1.1 202 Accepted\r\nContent-Type: text/event-stream\r\n\r\n");
+        for (int i = 0; i < 20; i++) {
+            send_all(fd, "data: {\"choices\":[{\"index\":0,\"text\":\"a\"}]}\n\n");
+            pause_ms(100);
+        }
+    } else if (strncmp(req, "POST /refuse/500endless ", 24) == 0) {
+        /* An error page that goes on for 2 s: its first bytes say all. */
+        send_all(fd, "HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/html\r\n\r\n"
+                     "<html><head><title>500 endless</title></head><body>");
+        for (int i = 0; i < 20; i++) {
+            char filler[256];
+            memset(filler, 'z', sizeof filler - 1);
+            filler[sizeof filler - 1] = '\0';
+            send_all(fd, filler);
+            pause_ms(100);
+        }
+    } else if (strncmp(req, "POST /refuse/badutf8 ", 21) == 0) {
+        send_all(fd, sse_head);
+        send_all(fd, "data: {\"choices\":[{\"text\":\"\xff\xfe\tz\"}]}\n\n");
+    }
+}
+
 static void *serve_conn(void *arg)
 {
     int fd = (int)(intptr_t)arg;
@@ -100,14 +178,10 @@ static void *serve_conn(void *arg)
         }
         send_all(fd, "data: [DONE]\n\n");
     } else if (strncmp(req, "POST /error500 ", 15) == 0) {
-        const char *body = "{\"error\":{\"message\":\"engine exploded\",\"type\":\"server_error\","
-                           "\"code\":500}}";
-        char head[256];
-        snprintf(head, sizeof head, "HTTP/1.1 500 Internal Server Error\r\nContent-Type: "
-                                    "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
-                 strlen(body));
-        send_all(fd, head);
-        send_all(fd, body);
+        send_sized(fd, "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+                       "Connection: close\r\n",
+                   "{\"error\":{\"message\":\"engine exploded\",\"type\":\"server_error\","
+                   "\"code\":500}}");
     } else if (strncmp(req, "POST /reset ", 12) == 0) {
         send_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                      "Transfer-Encoding: chunked\r\n\r\n");
@@ -160,6 +234,8 @@ static void *serve_conn(void *arg)
     } else if (strncmp(req, "POST /busy500 ", 14) == 0) {
         send_all(fd, "HTTP/1.1 500 Internal Server Error\r\nRetry-After: 2\r\nContent-Length: 0\r\n"
                      "Connection: close\r\n\r\n");
+    } else if (strncmp(req, "POST /refuse/", 13) == 0) {
+        serve_refused(fd, req);
     } else if (strncmp(req, "GET /health ", 12) == 0) {
         send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
     } else {
@@ -437,6 +513,59 @@ static void test_retry_after(void **state)
     assert_int_equal(stream_retry_after_ns("12 parsecs", 0), -1);
 }
 
+/* Only a 200 whose body is not compressed is a stream: any other status is an error naming
+ * it (a redirect names where to, cut to the error line and still ending "use that URL"),
+ * no token of its body counted; a compressed body is refused by its encoding (the request
+ * asks for identity); a hostile body quoted in an error never puts raw bytes into it. */
+static void test_refused_answers(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *path;
+        int status;
+        const char *error;
+    } cases[] = {
+        {"/refuse/301", 301,
+         "HTTP 301: the target redirects to http://127.0.0.1:9/v2/completions; use that URL"},
+        {"/refuse/302sse", 302, "HTTP 302: the target redirects to /elsewhere; use that URL"},
+        {"/refuse/307long", 307,
+         "HTTP 307: the target redirects to https://a-very-long-host-name.example.com/some/deep/"
+         "path...n/v1/completions?x=1; use that URL"},
+        {"/refuse/308", 308, "HTTP 308: a redirect without a Location"},
+        {"/refuse/202sse", 202, "HTTP 202: not 200, so no stream was read"},
+        {"/refuse/204", 204, "HTTP 204: not 200, so no stream was read"},
+        {"/refuse/html502", 502, "HTTP 502: 502 Bad Gateway"},
+        {"/refuse/empty503", 503, "HTTP 503: (no message)"},
+        {"/refuse/gzip", 200,
+         "the server compressed the stream (Content-Encoding: gzip) although we ask for "
+         "identity; turn its compression off"},
+        {"/refuse/json", 200, "not an SSE stream (Content-Type: application/json): {\"id\":\"x\"} "},
+        {"/refuse/202slow", 202, "HTTP 202: not 200, so no stream was read"},
+        {"/refuse/500endless", 500, "HTTP 500: 500 endless"},
+        {"/refuse/badutf8", 200,
+         "malformed SSE chunk (not JSON): {\"choices\":[{\"text\":\"\\xff\\xfe z\"}]}"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        result r;
+        const int64_t t0 = clock_now_ns();
+        one_request(server_port, cases[i].path, 0, &r);
+        /* Ended once its words were known, its body unread (the slow ones send for 2 s). */
+        if (clock_now_ns() - t0 > CLOCK_NS_PER_S)
+            fail_msg("%s: %.1f s to end", cases[i].path, (double)(clock_now_ns() - t0) / 1e9);
+        if (strcmp(r.end.error, cases[i].error) != 0)
+            fail_msg("%s: error '%s', want '%s'", cases[i].path, r.end.error, cases[i].error);
+        assert_int_equal(r.end.http_status, cases[i].status);
+        assert_int_equal(r.n_tok, 0);
+        assert_int_equal(r.end.completion_tokens, 0);
+        pthread_mutex_lock(&last_mu);
+        const bool identity = strcasestr(last_request, "\r\nAccept-Encoding: identity\r\n");
+        pthread_mutex_unlock(&last_mu);
+        if (!identity)
+            fail_msg("%s: the request did not ask for identity:\n%s", cases[i].path,
+                     last_request);
+    }
+}
+
 static void test_refused(void **state)
 {
     (void)state;
@@ -544,6 +673,7 @@ int main(void)
             cmocka_unit_test(test_errors),
             cmocka_unit_test(test_counts_bounded),
             cmocka_unit_test(test_retry_after),
+            cmocka_unit_test(test_refused_answers),
             cmocka_unit_test(test_refused),
             cmocka_unit_test(test_many_streams),
         };
