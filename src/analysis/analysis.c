@@ -1,6 +1,7 @@
 #include "analysis/analysis.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -180,3 +181,13 @@ bool analysis_injection_ttft(const analysis_summary *s, analysis_dist *out)
     return n > 0;
 }
 
+void analysis_failure_text(const analysis_summary *s, char *out, size_t size)
+{
+    if (!s->failed) {
+        snprintf(out, size, "%s", "");
+        return;
+    }
+    snprintf(out, size, "%lld of %lld requests failed; the most common error (%lld): %s",
+             (long long)s->errors, (long long)s->requests, (long long)s->error_common_count,
+             s->error_common);
+}

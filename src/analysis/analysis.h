@@ -13,6 +13,7 @@
 #ifndef STALLSCOPE_ANALYSIS_H
 #define STALLSCOPE_ANALYSIS_H
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <jansson.h>
@@ -142,6 +143,9 @@ typedef struct analysis_gap_digest {
     double *ccdf_ms, *ccdf_frac; /* (n_ccdf) fraction of gaps at least ccdf_ms, ascending */
 } analysis_gap_digest;
 
+/* A run whose requests failed this often (or more) failed (analysis_summary.failed). */
+#define ANALYSIS_FAILED_SHARE 0.5
+
 typedef struct analysis_summary {
     char label[64];
     char engine[128];
@@ -166,10 +170,18 @@ typedef struct analysis_summary {
     int n_injections;
     int injections_with_stalls; /* injections with users_stalled > 0 */
     double spike_ratio;         /* max gap / p50 gap */
+    int64_t requests;           /* requests recorded (sent, or carried over from the warm-up) */
     int64_t errors;             /* requests that ended with an error */
+    /* The error most requests ended with (its exact text; of equal counts the first in
+     * byte order), "" without errors, and how many. */
+    char error_common[128];
+    int64_t error_common_count;
+    /* The run mostly failed: errors >= ANALYSIS_FAILED_SHARE of its requests (at least
+     * one). Its figures describe the few answers that came: the run is not complete. */
+    bool failed;
     int64_t protocol_violations; /* server events the client ignored (from the run's record) */
     analysis_stamps stamps;      /* from the run's record */
-    bool complete;              /* false when the run was cut short */
+    bool complete;              /* false when the run was cut short or failed */
     analysis_attribution attribution;
     analysis_stall *stall_list; /* (n_stall_list) every stall, by request then time */
     int64_t n_stall_list;
@@ -291,6 +303,9 @@ void analysis_stream_free(analysis_stream *s);
 int analysis_summarize_files(const char *dir, const analysis_options *opt, analysis_summary *out,
                              int64_t *cut_rows, char *err);
 void analysis_summary_free(analysis_summary *s);
+/* Why a failed run (s->failed) failed, in one line: "30 of 30 requests failed; the most
+ * common error (30): HTTP 301: ...". "" when it did not. */
+void analysis_failure_text(const analysis_summary *s, char *out, size_t size);
 /* A deep copy (its own injections, culprits and stalls). 0, or -1 on out-of-memory (dst
  * then empty). */
 int analysis_summary_copy(analysis_summary *dst, const analysis_summary *src);
@@ -329,7 +344,8 @@ void analysis_sweep(analysis_sweep_point *pts, int n);
 /* {count, mean, p50, p90, p99, p999, max}; a non-finite value is null. New reference. */
 json_t *analysis_dist_to_json(const analysis_dist *d);
 
-/* DESIGN.md's summary.json shape (plus "complete", "errors", "injections_with_stalls",
+/* DESIGN.md's summary.json shape (plus "complete", "requests", "errors", "failed",
+ * "error_common" ({"error", "count"}, null without errors), "injections_with_stalls",
  * "protocol_violations", "attribution", "itl_noise", "streamed_throughput", and "stamps"
  * for HTTP runs). */
 json_t *analysis_summary_to_json(const analysis_summary *s);

@@ -110,6 +110,12 @@ json_t *analysis_summary_to_json(const analysis_summary *s)
     if (root) {
         json_object_set_new(root, "streamed_throughput", json_real(s->streamed_throughput));
         json_object_set_new(root, "metrics", standard_to_json(&s->standard));
+        json_object_set_new(root, "requests", json_integer((json_int_t)s->requests));
+        json_object_set_new(root, "failed", json_boolean(s->failed));
+        json_object_set_new(root, "error_common",
+                            s->errors > 0 ? json_pack("{s:s, s:I}", "error", s->error_common,
+                                                      "count", (json_int_t)s->error_common_count)
+                                          : json_null());
     }
     if (root && s->gpus > 0) {
         /* Per GPU: what a disaggregated setup's extra hardware costs (the simulator: 1 GPU, or

@@ -730,6 +730,43 @@ static void copy_name(char *dst, size_t size, const char *src)
     snprintf(dst, size, "%s", src ? src : "");
 }
 
+static int cmp_text(const void *x, const void *y)
+{
+    return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
+/* The requests, their errors, the most common error, and whether the run failed (and so
+ * is not complete). -1 when out of memory. */
+static int failures(const tokenlog *log, analysis_summary *out)
+{
+    out->requests = log->n_requests;
+    const char **errors = malloc((size_t)(log->n_requests ? log->n_requests : 1) * sizeof *errors);
+    if (!errors)
+        return -1;
+    int64_t n = 0;
+    for (int64_t i = 0; i < log->n_requests; i++)
+        if (log->requests[i].error[0] != '\0')
+            errors[n++] = log->requests[i].error;
+    out->errors = n;
+    /* Equal texts side by side: the longest run is the most common (the first such run in
+     * byte order on a tie). */
+    qsort(errors, (size_t)n, sizeof *errors, cmp_text);
+    for (int64_t i = 0, run = 1; i < n; i++, run++) {
+        if (i + 1 < n && strcmp(errors[i], errors[i + 1]) == 0)
+            continue;
+        if (run > out->error_common_count) {
+            out->error_common_count = run;
+            copy_name(out->error_common, sizeof out->error_common, errors[i]);
+        }
+        run = 0;
+    }
+    free(errors);
+    out->failed = out->requests > 0 &&
+                  (double)out->errors >= ANALYSIS_FAILED_SHARE * (double)out->requests;
+    out->complete = out->complete && !out->failed;
+    return 0;
+}
+
 /* Injections in plan order, each with the gaps across its wait. */
 static int injections(analysis_stream *s, analysis_summary *out, int64_t **plan_of_window)
 {
@@ -887,9 +924,8 @@ int analysis_stream_end(analysis_stream *s, const analysis_options *opt, analysi
         goto oom;
     out->tokens_received = s->tokens;
     out->streamed_throughput = s->duration_s > 0 ? (double)s->tokens / s->duration_s : 0;
-    for (int64_t i = 0; i < log->n_requests; i++)
-        if (log->requests[i].error[0] != '\0')
-            out->errors++;
+    if (failures(log, out) != 0)
+        goto oom;
 
     if (gap_distributions(s, out) != 0)
         goto oom;

@@ -498,7 +498,7 @@ typedef struct experiment_pair {
     analysis_summary baseline, interference;
     bool have_baseline, have_interference;
     bool complete; /* every run that ran went to its end */
-    char why[320]; /* when !complete: which run stopped early and why */
+    char why[320]; /* when !complete: which run stopped early or failed, and why */
 } experiment_pair;
 
 /* Run cfg: the baseline (unless cfg->no_baseline), whose p50 sets the interference run's

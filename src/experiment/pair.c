@@ -23,11 +23,14 @@ static int write_summary(const char *dir, const analysis_summary *s, char *err)
 }
 
 /* One run: config.json first (incomplete), the runner, config.json again with how it went,
- * the summary. *complete false with why filled when the run was cut short. */
+ * the summary. *complete false with why filled when the run was cut short, or when it ran
+ * to its end but mostly failed (analysis_summary.failed: *failed true, config.json then
+ * written once more, incomplete). */
 static int one_run(const experiment_config *cfg, const experiment_runner *runner,
                    const experiment_io *io, const char *label, bool inject, double reference_p50,
-                   analysis_summary *summary, bool *complete, char *why, char *err)
+                   analysis_summary *summary, bool *complete, bool *failed, char *why, char *err)
 {
+    *failed = false;
     char dir[4096], config_path[4200];
     const char *d = NULL;
     if (io->out_dir) {
@@ -157,6 +160,17 @@ static int one_run(const experiment_config *cfg, const experiment_runner *runner
             fprintf(io->notes, "%s: the stall threshold (%.3f ms) was known only at the end: "
                                "a second pass with it\n", label, threshold_ms);
     }
+    if (*complete && summary->failed) {
+        /* It ran to its end, but most of its requests failed: not a run to compare. */
+        *complete = false;
+        *failed = true;
+        analysis_failure_text(summary, why, ERR_LEN);
+        meta.complete = false;
+        if (d && experiment_config_write(config_path, &run_cfg, &meta, err) != 0) {
+            analysis_summary_free(summary);
+            goto done;
+        }
+    }
     if (d && write_summary(d, summary, err) != 0) {
         analysis_summary_free(summary);
         goto done;
@@ -176,29 +190,31 @@ int experiment_run_pair(const experiment_config *cfg, const experiment_runner *r
     if (io->out_dir && fsio_mkdirs(io->out_dir, err) != 0)
         return -1;
     char why[ERR_LEN];
-    bool complete = true;
+    bool complete = true, failed = false;
     double reference_p50 = 0;
     /* --no-inject: both runs would be one workload; the one run is the interference's. */
     if (!cfg->no_baseline && !cfg->wl.no_inject) {
-        if (one_run(cfg, runner, io, "baseline", false, 0, &pair->baseline, &complete, why,
-                    err) != 0)
+        if (one_run(cfg, runner, io, "baseline", false, 0, &pair->baseline, &complete, &failed,
+                    why, err) != 0)
             return -1;
         pair->have_baseline = true;
         if (!complete) {
-            /* No comparison against half a baseline. */
+            /* No comparison against half a baseline, nor against a failed one. */
             pair->complete = false;
-            snprintf(pair->why, sizeof pair->why, "the baseline run stopped early: %.255s", why);
+            snprintf(pair->why, sizeof pair->why, "the baseline run %s: %.255s",
+                     failed ? "failed" : "stopped early", why);
             return 0;
         }
         reference_p50 = pair->baseline.itl_ms.p50;
     }
     if (one_run(cfg, runner, io, "interference", true, reference_p50, &pair->interference,
-                &complete, why, err) != 0)
+                &complete, &failed, why, err) != 0)
         return -1;
     pair->have_interference = true;
     if (!complete) {
         pair->complete = false;
-        snprintf(pair->why, sizeof pair->why, "the interference run stopped early: %.255s", why);
+        snprintf(pair->why, sizeof pair->why, "the interference run %s: %.255s",
+                 failed ? "failed" : "stopped early", why);
     }
     if (io->out_dir) {
         char path[4200];

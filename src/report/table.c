@@ -137,7 +137,18 @@ static void print_run_line(FILE *out, const char *role, const analysis_summary *
 {
     fprintf(out, "%s: %s%s%s, %d users, %.1f s, %lld tokens%s\n", role,
             s->label[0] ? s->label : role, s->engine[0] ? " on " : "", s->engine, s->users,
-            s->duration_s, (long long)s->tokens_received, s->complete ? "" : " (cut short)");
+            s->duration_s, (long long)s->tokens_received,
+            s->failed ? " (FAILED)" : s->complete ? "" : " (cut short)");
+}
+
+/* A failed run says why before anything else: its figures describe the few answers that
+ * came. */
+static void print_failure(FILE *out, const char *role, const analysis_summary *s)
+{
+    char why[256];
+    analysis_failure_text(s, why, sizeof why);
+    if (why[0])
+        fprintf(out, "%s FAILED: %s\n", role, why);
 }
 
 void report_table_print(FILE *out, const analysis_summary *baseline,
@@ -151,6 +162,9 @@ void report_table_print(FILE *out, const analysis_summary *baseline,
     clip(title_b, sizeof title_b, hb && b->label[0] ? b->label : "baseline");
     clip(title_x, sizeof title_x, x->label[0] ? x->label : "interference");
 
+    if (hb)
+        print_failure(out, "baseline", b);
+    print_failure(out, "interference", x);
     if (hb)
         print_run_line(out, "baseline", b);
     print_run_line(out, "interference", x);
@@ -300,6 +314,17 @@ void report_verdict(char *out, size_t size, const analysis_summary *baseline,
     char thr[32], ms[32], ch[64];
     format_threshold(thr, sizeof thr, x->stalls.threshold_ms);
 
+    /* A failed run: why, first; what follows describes the few answers that came. */
+    if (x->failed) {
+        char why[256];
+        analysis_failure_text(x, why, sizeof why);
+        buf_printf(&text, "the run FAILED: %s", why);
+        if (x->tokens_received == 0 && x->itl_ms.count == 0) {
+            buf_printf(&text, ". No token arrived");
+            goto said;
+        }
+        buf_printf(&text, ". The answers that came: ");
+    }
     /* Who was hurt: the injections and the users each one froze. */
     if (x->n_injections == 0) {
         buf_printf(&text, "no injections");
@@ -340,7 +365,9 @@ void report_verdict(char *out, size_t size, const analysis_summary *baseline,
 
     /* Against the baseline: the median, then the tail. */
     if (x->itl_ms.count == 0) {
-        buf_printf(&text, "; no gaps to measure (every answer arrived in one event)");
+        buf_printf(&text, "%s", x->tokens_received == 0
+                                    ? "; no token arrived"
+                                    : "; no gaps to measure (every answer arrived in one event)");
     } else if (baseline && baseline->itl_ms.count > 0) {
         const analysis_dist *b = &baseline->itl_ms, *d = &x->itl_ms;
         const analysis_dist *nz = &baseline->itl_noise;
@@ -364,7 +391,7 @@ void report_verdict(char *out, size_t size, const analysis_summary *baseline,
         format_ms_short(ms, sizeof ms, x->itl_ms.max);
         buf_printf(&text, "; median %s, p99.9 %s, max %s (no baseline to compare)", p50, p999, ms);
     }
-    if (x->errors > 0)
+    if (x->errors > 0 && !x->failed)
         buf_printf(&text, "; %lld request%s failed", (long long)x->errors,
                    x->errors == 1 ? "" : "s");
     /* What caused them, in one clause: the causes that have stalls, the largest first. */
@@ -395,8 +422,9 @@ void report_verdict(char *out, size_t size, const analysis_summary *baseline,
         buf_printf(&text, "; %lld server event%s broke the protocol and %s ignored",
                    (long long)x->protocol_violations, x->protocol_violations == 1 ? "" : "s",
                    x->protocol_violations == 1 ? "was" : "were");
-    if (!x->complete)
+    if (!x->complete && !x->failed)
         buf_printf(&text, "; the run was cut short");
+said:
     buf_printf(&text, ".");
     snprintf(out, size, "%s", text.data ? text.data : "");
     buf_free(&text);

@@ -394,6 +394,83 @@ static void test_empty_log(void **state)
     analysis_summary_free(&s);
 }
 
+/* Failed requests: counted, the most common error named (of equal counts, the first in
+ * byte order), and a run with at least half of its requests failed is failed and not
+ * complete; fewer, and it stands. summary.json says so. */
+static void test_failed_run(void **state)
+{
+    (void)state;
+    tokenlog log;
+    tokenlog_init(&log);
+    const char *redirect = "HTTP 301: the target redirects to http://h/v2; use that URL";
+    req(&log, 0, 0, TOKENLOG_BG, 0, 0, -1, 5, 8, redirect);
+    req(&log, 1, 1, TOKENLOG_BG, 0, 0, -1, 6, 8, "timeout: no bytes for 1.0 s");
+    req(&log, 2, 0, TOKENLOG_BG, 5, 5, -1, 9, 8, redirect);
+    req(&log, 3, 1, TOKENLOG_BG, 6, 6, 7, 20, 8, NULL);
+    ev(&log, 7, 1, 3, TOKENLOG_BG, 1);
+    ev(&log, 12, 1, 3, TOKENLOG_BG, 1);
+    analysis_summary s = summarize(&log, 0, 0, 0.02);
+    assert_int_equal(s.requests, 4);
+    assert_int_equal(s.errors, 3);
+    assert_string_equal(s.error_common, redirect);
+    assert_int_equal(s.error_common_count, 2);
+    assert_true(s.failed);
+    assert_false(s.complete);
+    char why[256];
+    analysis_failure_text(&s, why, sizeof why);
+    assert_string_equal(why, "3 of 4 requests failed; the most common error (2): HTTP 301: the "
+                             "target redirects to http://h/v2; use that URL");
+    json_t *j = analysis_summary_to_json(&s);
+    assert_true(json_is_true(json_object_get(j, "failed")));
+    assert_true(json_is_false(json_object_get(j, "complete")));
+    assert_int_equal(json_integer_value(json_object_get(j, "requests")), 4);
+    json_t *common = json_object_get(j, "error_common");
+    assert_string_equal(json_string_value(json_object_get(common, "error")), redirect);
+    assert_int_equal(json_integer_value(json_object_get(common, "count")), 2);
+    json_decref(j);
+    analysis_summary_free(&s);
+
+    /* Exactly half: failed. A tie between two errors: the first in byte order. */
+    tokenlog_free(&log);
+    tokenlog_init(&log);
+    req(&log, 0, 0, TOKENLOG_BG, 0, 0, -1, 5, 8, "timeout: no bytes for 1.0 s");
+    req(&log, 1, 1, TOKENLOG_BG, 0, 0, -1, 6, 8, "HTTP 500: boom");
+    req(&log, 2, 0, TOKENLOG_BG, 5, 5, 6, 9, 8, NULL);
+    req(&log, 3, 1, TOKENLOG_BG, 6, 6, 7, 20, 8, NULL);
+    s = summarize(&log, 0, 0, 0.02);
+    assert_true(s.failed);
+    assert_string_equal(s.error_common, "HTTP 500: boom");
+    assert_int_equal(s.error_common_count, 1);
+    analysis_summary_free(&s);
+
+    /* One of three: the run stands (complete), its error still named. */
+    tokenlog_free(&log);
+    tokenlog_init(&log);
+    req(&log, 0, 0, TOKENLOG_BG, 0, 0, -1, 5, 8, "HTTP 500: boom");
+    req(&log, 1, 1, TOKENLOG_BG, 0, 0, 1, 6, 8, NULL);
+    req(&log, 2, 0, TOKENLOG_BG, 5, 5, 6, 9, 8, NULL);
+    s = summarize(&log, 0, 0, 0.02);
+    assert_false(s.failed);
+    assert_true(s.complete);
+    assert_int_equal(s.errors, 1);
+    assert_string_equal(s.error_common, "HTTP 500: boom");
+    analysis_failure_text(&s, why, sizeof why);
+    assert_string_equal(why, "");
+    analysis_summary_free(&s);
+    tokenlog_free(&log);
+
+    /* No request at all is no failure. */
+    tokenlog_init(&log);
+    s = summarize(&log, 0, 0, 0);
+    assert_false(s.failed);
+    assert_true(s.complete);
+    j = analysis_summary_to_json(&s);
+    assert_true(json_is_null(json_object_get(j, "error_common")));
+    json_decref(j);
+    analysis_summary_free(&s);
+    tokenlog_free(&log);
+}
+
 /* ---- the fast sweep against a naive reference ------------------------------------ */
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
@@ -795,6 +872,7 @@ int main(void)
         cmocka_unit_test(test_users_stalled_counts_distinct_users),
         cmocka_unit_test(test_injections_in_plan_order),
         cmocka_unit_test(test_empty_log),
+        cmocka_unit_test(test_failed_run),
         cmocka_unit_test(test_matches_naive_reference),
         cmocka_unit_test(test_summary_json_keys),
         cmocka_unit_test(test_causes_from_the_step_log),

@@ -587,15 +587,22 @@ static int cut_run(void *impl, const experiment_phase *ph, tokenlog *log, experi
     return err_set(err, "the %s server went away", ph->label), 0;
 }
 
+/* The simulator's defaults with `users` users for 1 s, resolved. */
+static void one_second_config(experiment_config *c, int users)
+{
+    char err[ERR_LEN] = "";
+    experiment_defaults(c, EXPERIMENT_SIM);
+    c->wl.users = users;
+    c->wl.duration_ns = 1000000000LL;
+    assert_int_equal(experiment_resolve(c, err), 0);
+}
+
 static void test_pair_incomplete(void **state)
 {
     (void)state;
     char err[ERR_LEN] = "";
     experiment_config c;
-    experiment_defaults(&c, EXPERIMENT_SIM);
-    c.wl.users = 2;
-    c.wl.duration_ns = 1000000000LL;
-    assert_int_equal(experiment_resolve(&c, err), 0);
+    one_second_config(&c, 2);
     experiment_runner cut = {.impl = NULL, .name = "cut", .run = cut_run, .destroy = NULL};
     experiment_io io = {0};
     experiment_pair p;
@@ -605,6 +612,90 @@ static void test_pair_incomplete(void **state)
     assert_false(p.have_interference);
     assert_non_null(strstr(p.why, "the baseline run stopped early: the baseline server went away"));
     experiment_pair_free(&p);
+}
+
+/* A runner whose runs go to their end with *(int *)impl of their 4 requests failed: two
+ * with a redirect, the rest timed out. */
+static int failing_run(void *impl, const experiment_phase *ph, tokenlog *log,
+                       experiment_meta *meta, char *err)
+{
+    (void)ph, (void)err;
+    const int failed = *(const int *)impl;
+    for (int i = 0; i < 4; i++) {
+        tokenlog_request r = {.request = i, .user = i, .kind = TOKENLOG_BG, .t_plan_ns = 0,
+                              .t_send_ns = 0, .t_first_ns = -1, .t_end_ns = 1000000};
+        if (i < 2 && i < failed)
+            snprintf(r.error, sizeof r.error, "HTTP 301: the target redirects to http://h/v2; "
+                                              "use that URL");
+        else if (i < failed)
+            snprintf(r.error, sizeof r.error, "timeout: no bytes for 1.0 s");
+        else
+            r.completion_tokens = 1;
+        if (tokenlog_add_request(log, &r, NULL) != 0)
+            return -1;
+    }
+    meta->complete = true;
+    return 0;
+}
+
+/* A run that went to its end with most of its requests failed is no run to compare: the
+ * pair stops at a failed baseline, says why (the most common error), and config.json and
+ * summary.json say "complete": false, "failed": true. Fewer failures: complete. */
+static void test_pair_failed(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "";
+    experiment_config c;
+    one_second_config(&c, 4);
+    int failed = 3;
+    experiment_runner runner = {.impl = &failed, .name = "failing", .run = failing_run};
+    char dir[] = "/tmp/test_pair_failed_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    experiment_io io = {.out_dir = dir};
+    experiment_pair p;
+    assert_int_equal(experiment_run_pair(&c, &runner, &io, &p, err), 0);
+    assert_false(p.complete);
+    assert_true(p.have_baseline);
+    assert_false(p.have_interference);
+    assert_string_equal(p.why, "the baseline run failed: 3 of 4 requests failed; the most "
+                               "common error (2): HTTP 301: the target redirects to "
+                               "http://h/v2; use that URL");
+    assert_true(p.baseline.failed);
+    assert_false(p.baseline.complete);
+    experiment_config back;
+    experiment_meta meta;
+    char path[256];
+    snprintf(path, sizeof path, "%s/baseline/config.json", dir);
+    assert_int_equal(experiment_config_read(path, &back, &meta, err), 0);
+    assert_false(meta.complete);
+    experiment_meta_free(&meta);
+    snprintf(path, sizeof path, "%s/baseline/summary.json", dir);
+    json_t *summary = json_load_file(path, 0, NULL);
+    assert_non_null(summary);
+    assert_true(json_is_true(json_object_get(summary, "failed")));
+    assert_true(json_is_false(json_object_get(summary, "complete")));
+    json_decref(summary);
+    experiment_pair_free(&p);
+
+    /* The interference run alone, half failed: failed too (at least half). */
+    c.no_baseline = true;
+    failed = 2;
+    io.out_dir = NULL;
+    assert_int_equal(experiment_run_pair(&c, &runner, &io, &p, err), 0);
+    assert_false(p.complete);
+    assert_true(p.have_interference);
+    assert_non_null(strstr(p.why, "the interference run failed: 2 of 4 requests failed"));
+    experiment_pair_free(&p);
+    /* One of four: the run stands, its error counted. */
+    failed = 1;
+    assert_int_equal(experiment_run_pair(&c, &runner, &io, &p, err), 0);
+    assert_true(p.complete);
+    assert_false(p.interference.failed);
+    assert_int_equal(p.interference.errors, 1);
+    experiment_pair_free(&p);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
 }
 
 static void test_sweep_plan(void **state)
@@ -1065,7 +1156,8 @@ int main(void)
         cmocka_unit_test(test_secrets_never_written), cmocka_unit_test(test_server_command),
         cmocka_unit_test(test_option_tables),
         cmocka_unit_test(test_defaults_and_names),  cmocka_unit_test(test_run_pair),
-        cmocka_unit_test(test_pair_incomplete),     cmocka_unit_test(test_sweep_plan),
+        cmocka_unit_test(test_pair_incomplete),
+        cmocka_unit_test(test_pair_failed),     cmocka_unit_test(test_sweep_plan),
         cmocka_unit_test(test_server_flags),        cmocka_unit_test(test_config_differ),
         cmocka_unit_test(test_client_threads_rule),
         cmocka_unit_test(test_trace_without_duration),

@@ -207,6 +207,53 @@ static void test_protocol_violations_shown(void **state)
     free(table);
 }
 
+/* A run whose requests mostly failed says so first: the table's first line and the
+ * verdict's first sentence name the failure and its most common error; with no token at
+ * all the verdict stops there. */
+static void test_failed_run_said_first(void **state)
+{
+    (void)state;
+    analysis_summary b, x;
+    lesson_pair(&b, &x);
+    x.failed = true;
+    x.complete = false;
+    x.requests = 30;
+    x.errors = 29;
+    x.error_common_count = 28;
+    snprintf(x.error_common, sizeof x.error_common,
+             "HTTP 301: the target redirects to http://h:8000/v2/completions; use that URL");
+    const char *why = "29 of 30 requests failed; the most common error (28): HTTP 301: the "
+                      "target redirects to http://h:8000/v2/completions; use that URL";
+    char v[1024], want[512];
+    report_verdict(v, sizeof v, &b, &x);
+    snprintf(want, sizeof want, "The run FAILED: %s. The answers that came: 4/4 injections", why);
+    if (strncmp(v, want, strlen(want)) != 0)
+        fail_msg("verdict: %s", v);
+    assert_null(strstr(v, "cut short"));
+    char *table = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&table, &len);
+    report_table_print(f, &b, &x);
+    fclose(f);
+    snprintf(want, sizeof want, "interference FAILED: %s\n", why);
+    if (strncmp(table, want, strlen(want)) != 0)
+        fail_msg("table:\n%s", table);
+    expect_contains(table, "tokens (FAILED)\n");
+    free(table);
+    /* Nothing arrived: the failure is the whole verdict. */
+    memset(&x.itl_ms, 0, sizeof x.itl_ms);
+    x.tokens_received = 0;
+    report_verdict(v, sizeof v, &b, &x);
+    snprintf(want, sizeof want, "The run FAILED: %s. No token arrived.", why);
+    assert_string_equal(v, want);
+    /* A run that stands names its errors by count, and says nothing of failing. */
+    lesson_pair(&b, &x);
+    x.errors = 2;
+    report_verdict(v, sizeof v, &b, &x);
+    expect_contains(v, "; 2 requests failed");
+    assert_null(strstr(v, "FAILED"));
+}
+
 /* A noisy baseline widens "unchanged": its own halves differ by 14 %, so a +10 % median is
  * no change anyone can claim, and a +38 % one carries the noise beside it. */
 static void test_verdict_noise(void **state)
@@ -233,6 +280,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_verdict_noise),
+        cmocka_unit_test(test_failed_run_said_first),
         cmocka_unit_test(test_protocol_violations_shown),
         cmocka_unit_test(test_table_streamed_beside_completed),
         cmocka_unit_test(test_verdict_stalled_run),
