@@ -371,9 +371,11 @@ struct phase {
     int n_open;        /* open loops, after the background ones */
     int *user_table;   /* the users, grouped by loop */
     atomic_bool stop;  /* set with the first failure: every loop stops */
-    pthread_mutex_t mu; /* failed, error; the incremental files (cfg->tokens_csv, requests_csv) */
+    pthread_mutex_t mu; /* failed, error, last_error; the incremental files (cfg->tokens_csv,
+                           requests_csv) */
     bool failed;
     char error[256];
+    char last_error[128]; /* the last request's error, recorded or not */
     _Atomic int64_t consecutive_errors; /* requests ended in error, in a row, over all loops */
     int64_t error_limit;
     _Atomic int64_t next_request;       /* the incremental files' request ids */
@@ -682,6 +684,9 @@ static void on_end(void *ctx, void *user, const stream_end *end)
         }
     }
     if (is_error) {
+        pthread_mutex_lock(&ph->mu);
+        snprintf(ph->last_error, sizeof ph->last_error, "%s", end->error);
+        pthread_mutex_unlock(&ph->mu);
         const int64_t in_a_row = atomic_fetch_add(&ph->consecutive_errors, 1) + 1;
         if (end->connect_failed && !l->stopping)
             phase_fail(l, "lost the server: %s", end->error);
@@ -1379,6 +1384,15 @@ int driver_run_phase(const driver_transports *transports, const driver_phase *cf
         }
     const char *first_violation;
     sum_results(&ph, res, &first_violation);
+    /* Nothing recorded, and every request since the last token failed (the warm-up's, its
+     * users still backing off when a short run ended): no run to report, and the reason. */
+    const int64_t in_a_row = atomic_load(&ph.consecutive_errors);
+    if (cfg->record && !ph.failed && res->requests == 0 && in_a_row > 0) {
+        ph.failed = true;
+        snprintf(ph.error, sizeof ph.error,
+                 "no request was recorded: the %lld before t = 0 failed, the last with: %s",
+                 (long long)in_a_row, ph.last_error);
+    }
     res->complete = !ph.failed;
     res->drained = atomic_load(&ph.drained);
     res->events_dropped = atomic_load(&ph.dropping);

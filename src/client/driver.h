@@ -140,7 +140,8 @@ typedef struct driver_phase {
 typedef struct driver_result {
     int64_t t0_ns;     /* CLOCK_MONOTONIC of t = 0 */
     int64_t t_end_ns;  /* when the phase stopped */
-    bool complete;     /* false: cut short (error says why) */
+    bool complete;     /* false: cut short, or nothing recorded while every request before
+                          t = 0 failed (error says why) */
     /* wl.until_trace_end: the phase ended when its last open-loop request did, before the
      * duration (every loop stops within 20 ms of it; what else runs is cut as at the end) */
     bool drained;

@@ -645,6 +645,33 @@ static void test_overload_burst(void **state)
     free_phase(&s, &res);
 }
 
+/* A server that refuses everything, and a run shorter than the users' wait after the
+ * warm-up's refusals: nothing is recorded, and the phase says so with the refusal, not as a
+ * complete run of nothing. */
+static void test_nothing_recorded(void **state)
+{
+    (void)state;
+    phase_setup s;
+    setup_phase(&s);
+    s.f->busy_from = 0;
+    s.f->busy_until = INT64_MAX;
+    s.f->retry_after_ns = 5 * CLOCK_NS_PER_S;
+    s.wl.inject = false;
+    s.wl.duration_ns = 500 * CLOCK_NS_PER_MS;
+    driver_phase ph = {.wl = &s.wl, .api = &s.api, .salt = 1, .record = true, .threads = 2,
+                       .warmup_ns = CLOCK_NS_PER_S};
+    driver_result res;
+    char err[ERR_LEN];
+    assert_int_equal(driver_run_phase(&s.t, &ph, &s.log, &res, err), 0);
+    assert_int_equal(res.requests, 0);
+    assert_false(res.complete);
+    char want[128];
+    snprintf(want, sizeof want, "no request was recorded: the %d before t = 0 failed, the last "
+                                "with: HTTP 503: overloaded", s.wl.users);
+    assert_string_equal(res.error, want);
+    free_phase(&s, &res);
+}
+
 /* A 400 ms burst of 503s carrying retry_after_ns: after each, the same user's next request
  * leaves when the rule says: its own back-off (50 ms doubling per failure in a row) or the
  * server's Retry-After capped at 60 s, whichever is longer; none when that is past the
@@ -1219,6 +1246,7 @@ int main(void)
         cmocka_unit_test(test_trace_ends_the_phase),
         cmocka_unit_test(test_overload_burst),
         cmocka_unit_test(test_retry_after),
+        cmocka_unit_test(test_nothing_recorded),
         cmocka_unit_test(test_protocol_violations),
         cmocka_unit_test(test_write_failure_stops_phase),
         cmocka_unit_test(test_loops_same_log),
