@@ -769,9 +769,7 @@ static void process_dirty(raw_client *c)
             r->out = r->out == OUT_RUNNING ? OUT_LOST : r->out;
             req_end(c, r, false);
         } else if (r->out != OUT_RUNNING) {
-            /* A refused answer (a redirect, an error status) says so even when its body
-             * was cut. */
-            if (r->out == OUT_DONE || stream_reply_refused(&r->reply))
+            if (r->out == OUT_DONE)
                 stream_reply_judge(&r->reply);
             req_end(c, r, false);
         }

@@ -389,6 +389,8 @@ void stream_reply_judge(stream_reply *r)
 
 void stream_reply_end(stream_reply *r, bool connect_failed, bool timed_out)
 {
+    if (stream_reply_refused(r))
+        stream_reply_judge(r); /* its status, whatever ended it after the head */
     stream_end end = {0};
     end.http_status = r->http_status;
     end.t_end_ns = clock_now_ns();
@@ -735,7 +737,7 @@ static void collect_done(stream_client *c)
             /* What libcurl says when a header line outgrows its buffer (100 KiB). */
             stream_reply_fail(reply, "connection lost: libcurl refused the response head (a "
                                      "header line past 100 KiB, or out of memory)");
-        } else if (rc != CURLE_OK && !stream_reply_refused(reply)) {
+        } else if (rc != CURLE_OK) {
             stream_reply_fail(reply, "connection lost: %.100s",
                               r->curl_err[0] ? r->curl_err : curl_easy_strerror(rc));
         } else {

@@ -248,7 +248,7 @@ bool stream_reply_said(const stream_reply *r);
  * server's message, or the redirect's Location) or its encoding, which replace any failure
  * the transport met after the head; else not an SSE stream, a stream cut in the middle of
  * an event or without [DONE]. Transports call it when the response ended without a
- * transport error, and whenever it was refused. */
+ * transport error (stream_reply_end calls it for a refused answer however it ended). */
 void stream_reply_judge(stream_reply *r);
 /* Fill stream_end, count it, call on_end. The transport frees r after. */
 void stream_reply_end(stream_reply *r, bool connect_failed, bool timed_out);
