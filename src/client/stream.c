@@ -179,7 +179,8 @@ static bool compressed(const stream_reply *r)
 
 bool stream_reply_refused(const stream_reply *r)
 {
-    return (r->http_status != 0 && r->http_status != 200) || compressed(r);
+    /* 0: no status yet; 1xx: an interim answer, the final one still to come. */
+    return r->http_status > 200 || compressed(r);
 }
 
 bool stream_reply_said(const stream_reply *r)
@@ -263,7 +264,7 @@ static void error_from_body(const char *body, char *out, size_t size)
 static void refusal(const stream_reply *r, char *out, size_t size)
 {
     const int status = r->http_status;
-    if (status == 200 || status == 0) {
+    if (status <= 200) { /* a compressed body */
         snprintf(out, size, "the server compressed the stream (Content-Encoding: %.24s) although "
                             "we ask for identity; turn its compression off",
                  r->content_encoding);
@@ -656,7 +657,7 @@ static size_t on_header(char *ptr, size_t size, size_t nmemb, void *userdata)
     /* The head's end: a final answer that is refused and says all in its head ends here
      * (curl returns CURLE_WRITE_ERROR for the short count), before any of its body. */
     if ((n == 2 && ptr[0] == '\r') || (n == 1 && ptr[0] == '\n'))
-        return reply->http_status >= 200 && stream_reply_said(reply) ? 0 : n;
+        return stream_reply_said(reply) ? 0 : n;
     for (size_t i = 0; i < n_kept; i++) {
         const size_t name_len = strlen(kept[i].name);
         if (n <= name_len || strncasecmp(ptr, kept[i].name, name_len) != 0)

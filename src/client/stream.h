@@ -236,8 +236,8 @@ bool stream_reply_parse(stream_reply *r);
  * characters become spaces and bytes that are not UTF-8 "\xNN" (a hostile body quoted in
  * a message must not put raw bytes into requests.csv). */
 void stream_reply_fail(stream_reply *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* The answer is not a stream to read: its status (known) is not 200, or its body is
- * compressed (a Content-Encoding other than identity). */
+/* The answer is not a stream to read: its final status (known: not 1xx) is not 200, or its
+ * body is compressed (a Content-Encoding other than identity). */
 bool stream_reply_refused(const stream_reply *r);
 /* A refused answer whose words are known: its head says all (a status other than 200 below
  * 400, a compressed body) or its body has filled head (an error status's message). The

@@ -120,6 +120,10 @@ static void serve_refused(int fd, const char *req)
             send_all(fd, filler);
             pause_ms(100);
         }
+    } else if (strncmp(req, "POST /refuse/interim ", 21) == 0) {
+        /* An interim answer, and the final one late: cut in between, nothing was refused. */
+        send_all(fd, "HTTP/1.1 100 Continue\r\n\r\n");
+        pause_ms(1500);
     } else if (strncmp(req, "POST /refuse/badutf8 ", 21) == 0) {
         send_all(fd, sse_head);
         send_all(fd, "data: {\"choices\":[{\"text\":\"\xff\xfe\tz\"}]}\n\n");
@@ -566,6 +570,27 @@ static void test_refused_answers(void **state)
     }
 }
 
+/* A request cut at the run's end after a 100 Continue, before its final answer: cancelled
+ * like any other (no error), not refused for a status it never had. */
+static void test_cut_after_interim(void **state)
+{
+    (void)state;
+    result r;
+    memset(&r, 0, sizeof r);
+    stream_transport t = make_client(server_port, 0, 4);
+    static const stream_handlers h = {NULL, on_token, on_end};
+    stream_request req = {"/refuse/interim", "{}", 2, &h, &r, 0};
+    char err[ERR_LEN];
+    assert_int_equal(t.post(t.impl, &req, err), 0);
+    assert_int_equal(t.run(t.impl, clock_now_ns() + 300 * CLOCK_NS_PER_MS, err), 0);
+    assert_false(r.ended);
+    t.cancel_all(t.impl, "");
+    assert_true(r.ended);
+    assert_string_equal(r.end.finish_reason, "abort");
+    assert_string_equal(r.end.error, "");
+    t.destroy(t.impl);
+}
+
 static void test_refused(void **state)
 {
     (void)state;
@@ -674,6 +699,7 @@ int main(void)
             cmocka_unit_test(test_counts_bounded),
             cmocka_unit_test(test_retry_after),
             cmocka_unit_test(test_refused_answers),
+            cmocka_unit_test(test_cut_after_interim),
             cmocka_unit_test(test_refused),
             cmocka_unit_test(test_many_streams),
         };
