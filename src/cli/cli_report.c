@@ -67,7 +67,10 @@ int cli_report(int argc, char **argv)
                         "shard file cut short or disagreeing with its requests.csv is merged and\n"
                         "the merged run marked incomplete (exit 0, the reason on stderr); a\n"
                         "malformed row is bad input (exit 2), and a merge that fails leaves --out\n"
-                        "as it was.",
+                        "as it was.\n"
+                        "Exit status: 0 reported; 1 a run failed (most of its requests failed:\n"
+                        "reported whole, the reason on stderr) or a file could not be written;\n"
+                        "2 bad input.",
                         groups, OPTS_COUNT(groups));
         return CLI_EXIT_OK;
     }
@@ -99,7 +102,7 @@ int cli_report(int argc, char **argv)
                                     .notes = flags.json ? stderr : stdout, .warn = stderr};
         bool complete = false;
         rc = report_merge_dirs(&opt, threshold_ms, flags.json, !flags.no_report, &complete, err);
-        if (rc == 0 && !complete)
+        if ((rc == 0 || rc == 1) && !complete)
             fprintf(stderr, "stallscope report: the merged run in %s is incomplete (its "
                             "\"problems\" in merge.json say why)\n",
                     flags.out);
@@ -115,6 +118,8 @@ int cli_report(int argc, char **argv)
     }
     if (rc == -2) {
         status = cli_usage_error("report", err);
+    } else if (rc == 1) {
+        fprintf(stderr, "stallscope report: %s\n", err); /* reported whole; the run failed */
     } else if (rc != 0) {
         fprintf(stderr, "stallscope report: %s\n", err);
     } else {

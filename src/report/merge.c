@@ -184,8 +184,9 @@ static int check_shards(merge_state *st, char *err)
                             st->count, opt->dirs[d], LABELS[l]);
             else if (!st->runs[l][d].meta.complete)
                 add_problem(st, l, false,
-                            "shard %d/%d (%s): incomplete (it stopped early or was killed)", i,
-                            st->count, st->runs[l][d].dir);
+                            "shard %d/%d (%s): incomplete (it stopped early, most of its "
+                            "requests failed, or it was killed: its summary.json says which)",
+                            i, st->count, st->runs[l][d].dir);
         }
     }
     size_t n = json_array_size(st->problems);

@@ -209,6 +209,16 @@ static int runs_dir(const char *dir, double threshold_ms, bool json, bool html, 
         printf("\nwrote %s/comparison.json and summary.json in each run directory\n", dir);
     if (html)
         printf("report: %s/report.html\n", dir);
+    /* A run that failed is reported whole, and the command says so by its status, as `run`
+     * did: 1 with the reason (the first failed run's). */
+    for (int i = 0; i < set.n_runs; i++)
+        if (set.runs[i].summary.failed) {
+            char why[512];
+            analysis_failure_text(&set.runs[i].summary, why, sizeof why);
+            err_set(err, "the %s run failed: %s", set.runs[i].label, why);
+            rc = 1;
+            break;
+        }
 done:
     fflush(stdout);
     json_decref(comparison);
@@ -236,6 +246,8 @@ int report_merge_dirs(const report_merge_options *opt, double threshold_ms, bool
     int rc = report_merge(opt, complete, err);
     if (rc != 0)
         return rc;
-    /* What was just written is ours: a directory that cannot be read back is a failure. */
-    return report_rebuild_dir(opt->out, threshold_ms, json, html, err) == 0 ? 0 : -1;
+    /* What was just written is ours: a directory that cannot be read back is a failure. A
+     * merged run that failed (1) is reported, and said. */
+    rc = report_rebuild_dir(opt->out, threshold_ms, json, html, err);
+    return rc == 0 || rc == 1 ? rc : -1;
 }

@@ -32,7 +32,8 @@ int report_finish_pair(const char *out_dir, const experiment_pair *pair, bool js
 int report_finish_sweep(const char *out_dir, double threshold_ms, bool json, bool html, char *err);
 /* `stallscope report DIR`: recompute every summary.json (and comparison.json) from the token
  * logs, rebuild the report, print the tables (or JSON). A directory without a readable log
- * is bad input: -2 with err; a failure to write is -1 with err. */
+ * is bad input: -2 with err; a failure to write is -1 with err; 1 with err when all was
+ * reported but a run failed (analysis_summary.failed: most of its requests failed). */
 int report_rebuild_dir(const char *dir, double threshold_ms, bool json, bool html, char *err);
 /* `stallscope report --merge DIR...`: merge the shards into opt->out (merge.h), then rebuild
  * its report as report_rebuild_dir does. *complete: whether every shard was merged, whole.

@@ -252,3 +252,17 @@ print(f"     {len(rows)} modes x 2 transports and 6 more runs checked, {len(prob
 sys.exit(1 if problems else 0)
 PY
 pass "hostile server: every mode on raw and curl gives its exit status, error, table and verdict"
+
+# `report` on a failed run reports it whole and exits 1 with the reason, as `run` did (it
+# exited 0 after printing FAILED); on a run that stood, 0.
+rc=0
+"$BIN" report "$WORK/r301-location-empty-raw" >"$WORK/report-failed.stdout" \
+  2>"$WORK/report-failed.stderr" || rc=$?
+[ "$rc" = 1 ] || { cat "$WORK/report-failed.stderr"; fail "report on a failed run exited $rc, not 1"; }
+grep -q "^stallscope report: the interference run failed: .* requests failed; the most common error" \
+  "$WORK/report-failed.stderr" || { cat "$WORK/report-failed.stderr"; fail "report did not say why the run failed"; }
+[ -s "$WORK/r301-location-empty-raw/report.html" ] || fail "report on a failed run wrote no report.html"
+rc=0
+"$BIN" report "$WORK/ok-raw" --no-report >/dev/null 2>&1 || rc=$?
+[ "$rc" = 0 ] || fail "report on a run that stood exited $rc"
+pass "report on a failed run: reported, the reason on stderr, exit 1 (0 for a run that stood)"

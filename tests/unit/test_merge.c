@@ -462,7 +462,8 @@ static void test_refusals_and_partial(void **state)
     const char *missing[] = {"s0", "s2"};
     expect_refused(root, missing, 2, "cannot merge: shard 1/3: not given");
     const char *incomplete[] = {"s0", "dead", "s2"};
-    expect_refused(root, incomplete, 3, "/dead/baseline): incomplete (it stopped early or was killed)");
+    expect_refused(root, incomplete, 3, "/dead/baseline): incomplete (it stopped early, most of "
+                                        "its requests failed, or it was killed");
     expect_refused(root, incomplete, 3, "--allow-partial merges the complete shards");
     const char *empty[] = {"empty"};
     expect_refused(root, empty, 1, "no baseline/config.json or interference/config.json");
