@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
@@ -72,7 +73,9 @@ struct raw_client {
     socklen_t addr_len;
     char host[MAX_HOST];  /* for SNI and certificate checks */
     char prefix[MAX_PATH]; /* the base URL's path, before each request's */
+    char query[MAX_PATH];  /* the target's query, after each request's path ("" none) */
     buf headers;          /* "Host: ...\r\n" and the rest, each line with CRLF */
+    char basic[MAX_PATH]; /* "Basic <base64 of user:password>" from the URL, "" none */
     bool tls;
     SSL_CTX *ssl_ctx;
     int64_t idle_timeout_ns, connect_timeout_ns;
@@ -93,6 +96,43 @@ static bool conn_flush(raw_client *c, raw_conn *k);
 
 /* ---- the base URL ------------------------------------------------------------------- */
 
+static int hex_digit(char x)
+{
+    return x >= '0' && x <= '9' ? x - '0'
+           : x >= 'a' && x <= 'f' ? x - 'a' + 10
+           : x >= 'A' && x <= 'F' ? x - 'A' + 10
+                                  : -1;
+}
+
+/* The URL's user:password (percent-decoded, as curl reads them) as c->basic, for an
+ * Authorization: Basic header (RFC 7617). */
+static int basic_auth(raw_client *c, const char *userinfo, size_t len, char *err)
+{
+    unsigned char plain[384];
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (n + 1 >= sizeof plain)
+            return err_set(err, "the URL's credentials are too long");
+        int hi, lo;
+        if (userinfo[i] == '%' && i + 2 < len && (hi = hex_digit(userinfo[i + 1])) >= 0 &&
+            (lo = hex_digit(userinfo[i + 2])) >= 0) {
+            plain[n++] = (unsigned char)(hi * 16 + lo);
+            i += 2;
+        } else {
+            plain[n++] = (unsigned char)userinfo[i];
+        }
+    }
+    if (!memchr(plain, ':', n))
+        plain[n++] = ':'; /* a user without a password: curl sends "user:" */
+    static const char prefix[] = "Basic ";
+    if (sizeof prefix - 1 + 4 * ((n + 2) / 3) + 1 > sizeof c->basic)
+        return err_set(err, "the URL's credentials are too long");
+    memcpy(c->basic, prefix, sizeof prefix - 1);
+    EVP_EncodeBlock((unsigned char *)c->basic + sizeof prefix - 1, plain, (int)n);
+    OPENSSL_cleanse(plain, sizeof plain);
+    return 0;
+}
+
 static int parse_url(raw_client *c, const char *base_url, char *port, size_t port_size, char *err)
 {
     const char *p = base_url;
@@ -108,8 +148,16 @@ static int parse_url(raw_client *c, const char *base_url, char *port, size_t por
                             "(--transport curl)", base_url);
     }
     size_t auth_len = strcspn(p, "/?#");
-    if (memchr(p, '@', auth_len))
-        return err_set(err, "credentials in the URL are the curl transport's (--transport curl)");
+    const char *at = NULL;
+    for (const char *q = p; q < p + auth_len; q++)
+        if (*q == '@')
+            at = q; /* the last '@': a raw one may sit in the password, as curl reads it */
+    if (at) {
+        if (basic_auth(c, p, (size_t)(at - p), err) != 0)
+            return -1;
+        auth_len -= (size_t)(at + 1 - p);
+        p = at + 1;
+    }
     const char *path = p + auth_len;
     const char *host = p;
     size_t host_len;
@@ -158,6 +206,8 @@ static int build_headers(raw_client *c, const stream_options *opt, char *err)
                                 "Accept: text/event-stream\r\nAccept-Encoding: identity\r\n");
     if (opt->api_key && opt->api_key[0])
         buf_printf(&c->headers, "Authorization: Bearer %s\r\n", opt->api_key);
+    else if (c->basic[0]) /* the URL's user:password; an API key wins, as with curl */
+        buf_printf(&c->headers, "Authorization: %s\r\n", c->basic);
     for (int i = 0; i < opt->n_headers; i++) {
         const char *h = opt->headers[i];
         if (!strchr(h, ':') || strpbrk(h, "\r\n"))
@@ -864,6 +914,14 @@ raw_client *raw_create(const stream_options *opt, char *err)
     c->max_idle = (opt->max_streams > 0 ? opt->max_streams : 64) + 16;
     char base[1024], port[16];
     stream_base_url(opt->base_url, base, sizeof base);
+    size_t query_len;
+    const char *query = stream_url_query(opt->base_url, &query_len);
+    if (query && query_len + 2 > sizeof c->query) {
+        err_set(err, "the target's query is too long");
+        goto error;
+    }
+    if (query)
+        snprintf(c->query, sizeof c->query, "?%.*s", (int)query_len, query);
     if (parse_url(c, base, port, sizeof port, err) != 0 || build_headers(c, opt, err) != 0)
         goto error;
     struct addrinfo hints = {0}, *res = NULL;
@@ -919,7 +977,7 @@ int raw_post(raw_client *c, const stream_request *req, char *err)
     stream_reply_init(&r->reply, req, &c->stats);
     r->reply.owner = r;
     buf wire = {0};
-    buf_printf(&wire, "POST %s%s HTTP/1.1\r\n", c->prefix, req->path);
+    buf_printf(&wire, "POST %s%s%s HTTP/1.1\r\n", c->prefix, req->path, c->query);
     buf_append(&wire, c->headers.data, c->headers.len);
     buf_printf(&wire, "Content-Length: %zu\r\n\r\n", req->body_len);
     buf_append(&wire, req->body, req->body_len);

@@ -13,7 +13,9 @@
  * skipped; connections kept alive and reused (a pool per client: one target), one request
  * at a time each; a reused connection that the server closed before answering is retried
  * once on a new one. https:// goes through OpenSSL with memory BIOs: the socket reads, and
- * so their stamps, stay ours. Proxies, HTTP/2 and other auth are the curl transport's. */
+ * so their stamps, stay ours. The target's user:password@ goes as Authorization: Basic
+ * (an API key, a bearer token, wins), its query after each request's path. Proxies, HTTP/2
+ * and other auth are the curl transport's. */
 #ifndef STALLSCOPE_RAW_H
 #define STALLSCOPE_RAW_H
 #include <stdint.h>

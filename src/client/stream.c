@@ -38,7 +38,7 @@ struct stream_client {
     CURLM *multi;
     int ep;
     struct curl_slist *headers;
-    char base_url[MAX_URL];
+    char target[MAX_URL]; /* as given: each request's URL is stream_url_join's */
     int64_t idle_timeout_ns, connect_timeout_ns;
     bool insecure;
     int64_t timer_ns; /* curl's next timeout, -1 none */
@@ -87,12 +87,34 @@ int64_t stream_retry_after_ns(const char *value, int64_t now_unix_s)
 
 void stream_base_url(const char *target, char *out, size_t size)
 {
-    snprintf(out, size, "%s", target);
+    snprintf(out, size, "%.*s", (int)strcspn(target, "?#"), target);
     size_t n = strlen(out);
     while (n > 0 && out[n - 1] == '/')
         out[--n] = '\0';
     if (n >= 3 && strcmp(out + n - 3, "/v1") == 0)
         out[n - 3] = '\0';
+}
+
+const char *stream_url_query(const char *target, size_t *len)
+{
+    const char *q = target + strcspn(target, "?#");
+    if (*q != '?') {
+        *len = 0;
+        return NULL;
+    }
+    q++;
+    *len = strcspn(q, "#");
+    return q;
+}
+
+int stream_url_join(const char *target, const char *path, char *out, size_t size)
+{
+    stream_base_url(target, out, size);
+    size_t query_len, n = strlen(out);
+    const char *query = stream_url_query(target, &query_len);
+    int w = query ? snprintf(out + n, size - n, "%s?%.*s", path, (int)query_len, query)
+                  : snprintf(out + n, size - n, "%s", path);
+    return w < 0 || (size_t)w >= size - n ? -1 : 0;
 }
 
 /* ---- one response's accounting (both transports) ------------------------------------ */
@@ -777,7 +799,7 @@ stream_client *stream_create(const stream_options *opt, char *err)
         return NULL;
     }
     c->ep = -1;
-    stream_base_url(opt->base_url, c->base_url, sizeof c->base_url);
+    snprintf(c->target, sizeof c->target, "%s", opt->base_url);
     c->idle_timeout_ns = opt->idle_timeout_ns > 0 ? opt->idle_timeout_ns : 30 * CLOCK_NS_PER_S;
     c->connect_timeout_ns = opt->connect_timeout_ns > 0 ? opt->connect_timeout_ns : 5 * CLOCK_NS_PER_S;
     c->insecure = opt->insecure;
@@ -833,7 +855,7 @@ int stream_post(stream_client *c, const stream_request *req, char *err)
     r->c = c;
     stream_reply_init(&r->reply, req, &c->stats);
     r->reply.owner = r;
-    if (snprintf(r->url, sizeof r->url, "%s%s", c->base_url, req->path) >= (int)sizeof r->url) {
+    if (stream_url_join(c->target, req->path, r->url, sizeof r->url) != 0) {
         req_free(r);
         return err_set(err, "URL too long");
     }
@@ -981,9 +1003,9 @@ int stream_http(const stream_options *opt, const char *method, const char *path,
                 int64_t timeout_ns, int *status, char **body_out, char *err)
 {
     global_init();
-    char base[MAX_URL], url[MAX_URL + 256];
-    stream_base_url(opt->base_url, base, sizeof base);
-    snprintf(url, sizeof url, "%s%s", base, path);
+    char url[MAX_URL + 256];
+    if (stream_url_join(opt->base_url, path, url, sizeof url) != 0)
+        return err_set(err, "URL too long");
     struct curl_slist *headers = build_headers(opt, err);
     if (!headers)
         return -1;

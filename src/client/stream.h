@@ -285,7 +285,14 @@ int stream_epoll_wait(int ep, struct epoll_event *evs, int max_events, int64_t w
 /* Raise the soft limit of open files for this many connections (thousands of streams). */
 void stream_raise_fd_limit(int connections);
 
-/* Normalise a user's --target: strip a trailing "/" and "/v1" so paths can be appended. */
+/* Normalise a user's --target: drop its query and fragment, strip a trailing "/" and "/v1"
+ * so paths can be appended. */
 void stream_base_url(const char *target, char *out, size_t size);
+/* The target's query (after '?', before '#'; *len its length), or NULL. Every request
+ * carries it (an API version, a key a gateway wants in the URL). */
+const char *stream_url_query(const char *target, size_t *len);
+/* The URL of path (e.g. "/v1/completions") on the target: its base URL, path, and its query.
+ * 0, or -1 when it does not fit in size. */
+int stream_url_join(const char *target, const char *path, char *out, size_t size);
 
 #endif

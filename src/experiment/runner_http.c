@@ -381,9 +381,7 @@ static void metrics_url(const experiment_config *cfg, const char *server_url, bo
         snprintf(out, size, "%s", want);
         return;
     }
-    char base[600];
-    stream_base_url(server_url, base, sizeof base);
-    if ((size_t)snprintf(out, size, "%.*s/metrics", (int)(size > 9 ? size - 9 : 0), base) >= size)
+    if (stream_url_join(server_url, "/metrics", out, size) != 0) /* the target's query too */
         out[0] = '\0'; /* cannot be longer than the target, which fits */
 }
 

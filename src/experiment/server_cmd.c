@@ -57,8 +57,16 @@ static void url_host_port(const char *url, char *host, size_t hs, char *port, si
         if (*c == '@')
             p = c + 1; /* the last '@' ends the userinfo */
     bool https = strncmp(url, "https", 5) == 0;
-    size_t n = strcspn(p, ":/?#");
-    snprintf(host, hs, "%.*s", (int)n, p);
+    size_t n;
+    if (p[0] == '[' && memchr(p, ']', (size_t)(authority_end - p))) {
+        /* An IPv6 literal: {host} is the address a server's --host takes, without brackets. */
+        n = (size_t)((const char *)memchr(p, ']', (size_t)(authority_end - p)) - p);
+        snprintf(host, hs, "%.*s", (int)(n - 1), p + 1);
+        n++; /* past the ']' */
+    } else {
+        n = strcspn(p, ":/?#");
+        snprintf(host, hs, "%.*s", (int)n, p);
+    }
     if (p[n] == ':')
         snprintf(port, ps, "%.*s", (int)strcspn(p + n + 1, "/?#"), p + n + 1);
     else

@@ -353,6 +353,14 @@ static void test_server_command(void **state)
     snprintf(c.client.target, sizeof c.client.target, "https://u:p@ss@example.test/v1");
     assert_int_equal(experiment_server_command("{host}:{port}", &c, "p", cmd, sizeof cmd, err), 0);
     assert_string_equal(cmd, "example.test:443");
+    /* An IPv6 literal: the address without its brackets ({host} was "[") */
+    snprintf(c.client.target, sizeof c.client.target, "http://[::1]:8124/v1");
+    assert_int_equal(experiment_server_command("--host {host} --port {port}", &c, "p", cmd,
+                                               sizeof cmd, err), 0);
+    assert_string_equal(cmd, "--host ::1 --port 8124");
+    snprintf(c.client.target, sizeof c.client.target, "http://[fe80::2]");
+    assert_int_equal(experiment_server_command("{host} {port}", &c, "p", cmd, sizeof cmd, err), 0);
+    assert_string_equal(cmd, "fe80::2 80");
 }
 
 static void test_option_tables(void **state)

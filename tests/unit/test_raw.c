@@ -113,7 +113,7 @@ static void serve_requests(peer *p)
         const char *path = strchr(req, ' ') + 1;
         if (strncmp(path, "/prefix/v1", 10) == 0) /* a base URL with a path */
             path += 10;
-        if (strncmp(path, "/paced ", 7) == 0) {
+        if (strncmp(path, "/paced ", 7) == 0 || strncmp(path, "/paced?", 7) == 0) {
             /* An event every 20 ms, each stamped at its send. */
             put(p, chunked_head);
             for (int i = 1; i <= 5; i++) {
@@ -464,6 +464,38 @@ static void test_keep_alive_and_host(void **state)
     raw_free(c);
 }
 
+/* A target with user:password and a query: the raw transport sends the credentials as
+ * Authorization: Basic (percent-decoded, as curl does; without an API key, which wins), the
+ * Host without them, and the query after each request's path (before, it refused the URL,
+ * and a query made the request line "//v1/..." without it). */
+static void test_userinfo_and_query(void **state)
+{
+    (void)state;
+    char url[160];
+    snprintf(url, sizeof url, "http://al%%69ce:p%%40ss:w@127.0.0.1:%d/prefix/v1/?api-version=7&k=v#frag",
+             server_port);
+    stream_options o = {0};
+    o.base_url = url;
+    char err[ERR_LEN];
+    raw_client *c = raw_create(&o, err);
+    if (!c)
+        fail_msg("%s", err);
+    result r;
+    request(c, "/v1/paced", 0, &r);
+    assert_string_equal(r.end.error, "");
+    pthread_mutex_lock(&seen_lock);
+    const char *head = seen_heads[(n_seen - 1) % 8];
+    char host[64];
+    snprintf(host, sizeof host, "\r\nHost: 127.0.0.1:%d\r\n", server_port);
+    assert_non_null(strstr(head, host));
+    const char want_line[] = "POST /prefix/v1/paced?api-version=7&k=v HTTP/1.1\r\n";
+    assert_true(strncmp(head, want_line, sizeof want_line - 1) == 0);
+    /* base64("alice:p@ss:w") */
+    assert_non_null(strstr(head, "\r\nAuthorization: Basic YWxpY2U6cEBzczp3\r\n"));
+    pthread_mutex_unlock(&seen_lock);
+    raw_free(c);
+}
+
 static void test_tls(void **state)
 {
     (void)state;
@@ -530,6 +562,7 @@ int main(void)
         cmocka_unit_test(test_kernel_stamps_under_a_busy_loop),
         cmocka_unit_test(test_coalesced),
         cmocka_unit_test(test_keep_alive_and_host),
+        cmocka_unit_test(test_userinfo_and_query),
         cmocka_unit_test(test_tls),
         cmocka_unit_test(test_auto_transport),
     };
