@@ -25,7 +25,9 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/fsio.h"
-#include "experiment/experiment.h"
+#include "experiment/config.h"
+#include "experiment/pair.h"
+#include "experiment/runner.h"
 #include "report/report.h"
 #include "sim/sim.h"
 

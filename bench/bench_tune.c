@@ -17,6 +17,7 @@
 
 #include "common/clock.h"
 #include "common/err.h"
+#include "experiment/config.h"
 #include "experiment/tune.h"
 
 static double cpu_s(void)

@@ -6,9 +6,10 @@
 #include <signal.h>
 #include <stdbool.h>
 
+#include "analysis/analysis.h"
 #include "analysis/gate.h"
 #include "common/opts.h"
-#include "experiment/experiment.h"
+#include "experiment/config.h"
 
 #define CLI_EXIT_OK 0
 #define CLI_EXIT_FAIL 1

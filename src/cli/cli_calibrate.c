@@ -39,6 +39,7 @@
 #include "engine/cpu/cpu_pool.h"
 #include "engine/fit.h"
 #include "engine/profile.h"
+#include "experiment/config.h"
 
 /* The decode grid and the prefill lengths of the step model's probes. */
 #define CALIB_BATCH 32 /* the lesson's steady state: the roofline's overhead is fitted here */

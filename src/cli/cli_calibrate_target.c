@@ -25,6 +25,8 @@
 #include "engine/fit.h"
 #include "engine/profile.h"
 #include "experiment/calib_target.h"
+#include "experiment/config.h"
+#include "experiment/options.h"
 
 typedef struct target_opts {
     calib_target_config cfg;

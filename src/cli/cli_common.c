@@ -9,6 +9,8 @@
 #include "cli/cli.h"
 #include "common/err.h"
 #include "common/fsio.h"
+#include "experiment/config.h"
+#include "experiment/result.h"
 
 int cli_usage_error(const char *cmd, const char *msg)
 {

@@ -10,6 +10,8 @@
 #include "cli/cli.h"
 #include "common/err.h"
 #include "common/units.h"
+#include "experiment/config.h"
+#include "experiment/options.h"
 
 #define MODEL_MAX_PROMPTS 32
 /* A prompt or context past this cannot be an int token count anywhere downstream. */

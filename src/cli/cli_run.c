@@ -6,6 +6,13 @@
 
 #include "cli/cli.h"
 #include "common/err.h"
+#include "experiment/config.h"
+#include "experiment/options.h"
+#include "experiment/outdir.h"
+#include "experiment/pair.h"
+#include "experiment/runner.h"
+#include "experiment/server_flags.h"
+#include "experiment/shard.h"
 #include "report/report.h"
 
 typedef struct run_flags {

@@ -14,6 +14,9 @@
 #include "cli/cli.h"
 #include "common/clock.h"
 #include "common/err.h"
+#include "experiment/config.h"
+#include "experiment/config_json.h"
+#include "experiment/options.h"
 #include "server/server.h"
 
 typedef struct serve_flags {

@@ -4,6 +4,11 @@
 
 #include "cli/cli.h"
 #include "common/err.h"
+#include "experiment/config.h"
+#include "experiment/options.h"
+#include "experiment/outdir.h"
+#include "experiment/pair.h"
+#include "experiment/runner.h"
 #include "report/report.h"
 
 typedef struct sim_long {

@@ -10,6 +10,12 @@
 #include "cli/cli.h"
 #include "common/clock.h"
 #include "common/err.h"
+#include "experiment/config.h"
+#include "experiment/options.h"
+#include "experiment/outdir.h"
+#include "experiment/pair.h"
+#include "experiment/runner.h"
+#include "experiment/sweep.h"
 #include "report/report.h"
 
 typedef struct sweep_flags {

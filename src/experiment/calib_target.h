@@ -41,7 +41,7 @@
 #include "client/stream.h"
 #include "engine/cost.h"
 #include "engine/fit.h"
-#include "experiment/experiment.h"
+#include "experiment/config.h"
 
 #define CALIB_TARGET_MAX_BATCHES 12
 #define CALIB_TARGET_MAX_CONTEXTS 2

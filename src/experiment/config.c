@@ -11,7 +11,7 @@
 #include "engine/cpu/cpu_pool.h"
 #include "engine/exec_cpu.h"
 #include "engine/exec_emulate.h"
-#include "experiment/experiment.h"
+#include "experiment/config.h"
 #include "sim/sim.h"
 
 /* ---- defaults and names --------------------------------------------------------------- */

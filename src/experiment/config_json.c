@@ -20,7 +20,8 @@
 #include "common/err.h"
 #include "common/fsio.h"
 #include "common/redact.h"
-#include "experiment/experiment.h"
+#include "experiment/config.h"
+#include "experiment/config_json.h"
 
 #define CONFIG_FORMAT 2
 

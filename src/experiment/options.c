@@ -9,7 +9,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/units.h"
-#include "experiment/experiment.h"
+#include "experiment/options.h"
 
 #define MAX_TOKENS (1 << 24)
 #define MAX_DURATION_NS (30LL * 24 * 3600 * CLOCK_NS_PER_S) /* 30 days */

@@ -12,7 +12,7 @@
 
 #include "common/err.h"
 #include "common/fsio.h"
-#include "experiment/experiment.h"
+#include "experiment/outdir.h"
 
 /* Names tried for a staging directory before giving up. */
 #define STAGE_ATTEMPTS 100

@@ -7,7 +7,11 @@
 #include "common/err.h"
 #include "common/fsio.h"
 #include "common/redact.h"
-#include "experiment/experiment.h"
+#include "experiment/config.h"
+#include "experiment/config_json.h"
+#include "experiment/options.h"
+#include "experiment/runner.h"
+#include "experiment/pair.h"
 
 /* summary.json and stalls.csv (every stall with its cause and culprits). */
 static int write_summary(const char *dir, const analysis_summary *s, char *err)

@@ -8,7 +8,8 @@
 
 #include "common/err.h"
 #include "common/fsio.h"
-#include "experiment/experiment.h"
+#include "experiment/config.h"
+#include "experiment/result.h"
 
 int experiment_save_result(const char *path, const experiment_config *cfg,
                            const analysis_summary *run, char *err)

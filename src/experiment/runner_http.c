@@ -22,7 +22,10 @@
 #include "common/proc.h"
 #include "common/redact.h"
 #include "common/units.h"
-#include "experiment/experiment.h"
+#include "experiment/config.h"
+#include "experiment/config_json.h"
+#include "experiment/runner.h"
+#include "experiment/shard.h"
 
 /* The cpu engine's warm start (KV arena touched, one budget-sized step) comes before the
  * ready line: seconds on a quiet machine, several times that on a loaded one or in the

@@ -5,7 +5,9 @@
 
 #include "common/err.h"
 #include "common/fsio.h"
-#include "experiment/experiment.h"
+#include "experiment/config.h"
+#include "experiment/config_json.h"
+#include "experiment/runner.h"
 #include "sim/sim.h"
 
 /* A streamed run's rows: to the analysis as they come, and its events held for tokens.csv

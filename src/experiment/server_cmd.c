@@ -7,7 +7,8 @@
 #include "client/stream.h"
 #include "common/clock.h"
 #include "common/err.h"
-#include "experiment/experiment.h"
+#include "experiment/config.h"
+#include "experiment/server_cmd.h"
 
 #define SERVER_STOP_GRACE_NS (30 * CLOCK_NS_PER_S)
 

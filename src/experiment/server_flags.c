@@ -3,7 +3,8 @@
  * --print-server-flags`, `sweep --print-server-flags` and the tuner's answer. */
 #include <stdio.h>
 
-#include "experiment/experiment.h"
+#include "experiment/config.h"
+#include "experiment/server_flags.h"
 
 /* Context per sequence: the long prompt, its answer, and room for the background's. */
 static int context_tokens(const workload_config *wl)

@@ -23,7 +23,10 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/units.h"
-#include "experiment/experiment.h"
+#include "experiment/config.h"
+#include "experiment/config_json.h"
+#include "experiment/runner.h"
+#include "experiment/shard.h"
 
 #define MAX_AHEAD_NS (7LL * 24 * 3600 * CLOCK_NS_PER_S) /* a start a week ahead is a typo */
 #define WAIT_SLICE_NS (100 * CLOCK_NS_PER_MS)           /* how often a wait checks for ^C */

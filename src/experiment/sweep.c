@@ -11,7 +11,14 @@
 #include "common/fsio.h"
 #include "common/proc.h"
 #include "common/redact.h"
-#include "experiment/experiment.h"
+#include "experiment/config.h"
+#include "experiment/config_json.h"
+#include "experiment/options.h"
+#include "experiment/pair.h"
+#include "experiment/runner.h"
+#include "experiment/server_cmd.h"
+#include "experiment/server_flags.h"
+#include "experiment/sweep.h"
 
 /* The options that may vary, and whether the server (not the client) must apply them. */
 static const struct {

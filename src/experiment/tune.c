@@ -10,6 +10,7 @@
 #include "common/err.h"
 #include "common/fsio.h"
 #include "common/units.h"
+#include "experiment/server_cmd.h"
 
 int tune_defaults(tune_config *tc, char *err)
 {

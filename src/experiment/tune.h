@@ -30,7 +30,9 @@
 #include <jansson.h>
 
 #include "analysis/gate.h"
-#include "experiment/experiment.h"
+#include "experiment/config.h"
+#include "experiment/pair.h"
+#include "experiment/runner.h"
 
 #define TUNE_MAX_POLICIES 3
 #define TUNE_MAX_BUDGETS 24

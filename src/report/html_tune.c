@@ -9,6 +9,7 @@
 #include "common/err.h"
 #include "common/fsio.h"
 #include "common/redact.h"
+#include "experiment/server_flags.h"
 #include "report/html_internal.h"
 #include "report/tune_table.h"
 

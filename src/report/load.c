@@ -9,6 +9,7 @@
 #include "common/err.h"
 #include "common/fsio.h"
 #include "common/units.h"
+#include "experiment/options.h"
 #include "report/load.h"
 
 static bool has_file(const char *dir, const char *name)

@@ -13,7 +13,9 @@
 #include "analysis/analysis.h"
 #include "client/scrape.h"
 #include "common/tokenlog.h"
-#include "experiment/experiment.h"
+#include "experiment/config.h"
+#include "experiment/config_json.h"
+#include "experiment/sweep.h"
 
 #define REPORT_MAX_RUNS 256
 #define REPORT_MAX_AXES EXPERIMENT_SWEEP_MAX_AXES

@@ -14,6 +14,8 @@
 #include "common/fsio.h"
 #include "client/sse.h"
 #include "common/units.h"
+#include "experiment/outdir.h"
+#include "experiment/shard.h"
 #include "report/table.h"
 
 #define N_LABELS 2

@@ -10,7 +10,8 @@
 #define STALLSCOPE_REPORT_PREDICT_H
 #include <stdbool.h>
 
-#include "experiment/experiment.h"
+#include "experiment/config.h"
+#include "experiment/pair.h"
 #include "report/load.h"
 
 #define REPORT_REFERENCE_GPU EXPERIMENT_DEFAULT_GPU

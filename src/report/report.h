@@ -17,7 +17,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "experiment/experiment.h"
+#include "experiment/pair.h"
 #include "report/merge.h"
 
 /* ---- entry points ---------------------------------------------------------------------- */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/redact.h"
+#include "experiment/server_flags.h"
 
 int tune_table_front_rows(const tune_result *res, int *out)
 {
