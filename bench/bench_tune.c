@@ -18,7 +18,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "experiment/config.h"
-#include "experiment/tune.h"
+#include "tune/tune.h"
 
 static double cpu_s(void)
 {

@@ -16,7 +16,7 @@
 #include "experiment/outdir.h"
 #include "experiment/pair.h"
 #include "experiment/runner.h"
-#include "experiment/tune.h"
+#include "tune/tune.h"
 #include "report/html_tune.h"
 #include "report/tune_table.h"
 

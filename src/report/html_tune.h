@@ -5,7 +5,7 @@
  * network. */
 #ifndef STALLSCOPE_REPORT_HTML_TUNE_H
 #define STALLSCOPE_REPORT_HTML_TUNE_H
-#include "experiment/tune.h"
+#include "tune/tune.h"
 
 /* DIR/tune.html, written atomically. 0, or -1 with err. */
 int html_tune_write(const char *dir, const tune_config *tc, const tune_result *res, char *err);

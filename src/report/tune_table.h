@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "experiment/tune.h"
+#include "tune/tune.h"
 
 /* The whole answer to out; all: every point, not the summary of the failing ones. */
 void tune_table_print(FILE *out, const tune_config *tc, const tune_result *res, bool all);

@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "common/err.h"
-#include "experiment/tune.h"
+#include "tune/tune.h"
 
 /* A servable point with these figures; its SLO values are itl.p999 then ttft.p99. */
 static tune_point servable(int budget, double throughput, double ttft_ms, double itl_ms)

@@ -1,6 +1,6 @@
 /* tune — the search over scheduler settings, its front and its choice, and the live check
  * of the top candidates (tune.h). */
-#include "experiment/tune.h"
+#include "tune/tune.h"
 
 #include <math.h>
 #include <stdlib.h>
