@@ -348,15 +348,24 @@ static int cl_scrape_metrics(void *c, const char *v, char *err)
     return 0;
 }
 
+/* The first N_CONNECTION_SPECS are the connection (experiment_connection_group). */
 static const opts_spec client_specs[] = {
     OPTS_FN("target", "URL",
-            "an OpenAI-compatible server (vLLM, SGLang, llama.cpp ...); default: start the "
-            "embedded server (user:password@ and query values are written as ***)",
+            "an OpenAI-compatible server (vLLM, SGLang, llama.cpp ...); default: our own (run: "
+            "the embedded server; calibrate: this CPU); user:password@ and query values are "
+            "written as ***",
             cl_target),
-    OPTS_FN("endpoint", "E", "completions (default) | chat", cl_endpoint),
     OPTS_STRING("model-name", "NAME",
                 "the \"model\" of each request (default: the first of /v1/models)", C,
                 client.model_name),
+    OPTS_FLAG("insecure", "https without certificate checks (self-signed test servers)", C,
+              client.insecure),
+    OPTS_FN("transport", "T",
+            "raw | curl | auto (default: raw, our HTTP/1.1 client stamping each token with the "
+            "kernel's receive time, for http:// and https://; curl when http_proxy, "
+            "https_proxy or all_proxy applies to the target, for proxies, HTTP/2, other auth)",
+            cl_transport),
+    OPTS_FN("endpoint", "E", "completions (default) | chat", cl_endpoint),
     OPTS_DURATION("request-timeout", "DUR",
                   "a request with no bytes for this long fails (default 30s)", C,
                   client.request_timeout_ns, 1, 24 * 3600 * CLOCK_NS_PER_S),
@@ -367,13 +376,6 @@ static const opts_spec client_specs[] = {
     OPTS_FLAG("fidelity",
               "ask --target for stallscope's per-chunk emit times (on for the embedded server)", C,
               client.fidelity),
-    OPTS_FLAG("insecure", "https without certificate checks (self-signed test servers)", C,
-              client.insecure),
-    OPTS_FN("transport", "T",
-            "raw | curl | auto (default: raw, our HTTP/1.1 client stamping each token with the "
-            "kernel's receive time, for http:// and https://; curl when http_proxy, "
-            "https_proxy or all_proxy applies to the target, for proxies, HTTP/2, other auth)",
-            cl_transport),
     OPTS_FN("extra-body", "JSON",
             "a JSON object merged into every request (temperature, chat_template_kwargs, ...; "
             "not the members the experiment sets: prompt, messages, stream, max_tokens)",
@@ -390,10 +392,16 @@ static const opts_spec client_specs[] = {
             "auto: the target's /metrics when it answers; on: also the embedded server's)",
             cl_scrape_metrics),
 };
+#define N_CONNECTION_SPECS 4
 
 opts_group experiment_client_group(experiment_config *cfg)
 {
     return (opts_group){"client", client_specs, OPTS_COUNT(client_specs), cfg};
+}
+
+opts_group experiment_connection_group(experiment_config *cfg)
+{
+    return (opts_group){"client", client_specs, N_CONNECTION_SPECS, cfg};
 }
 
 /* ---- analysis ----------------------------------------------------------------------------- */

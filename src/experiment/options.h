@@ -18,8 +18,9 @@
  *             --hardware --threads
  *   sched     --policy --max-num-batched-tokens --max-num-seqs --max-model-len --kv-blocks
  *             --enable-chunked-prefill --no-enable-chunked-prefill
- *   client    --target --endpoint --model-name --request-timeout --warmup --fidelity --insecure
- *             --transport --extra-body --client-threads --scrape-metrics
+ *   client    --target --model-name --insecure --transport (experiment_connection_group:
+ *             the server and how to reach it) --endpoint --request-timeout --warmup
+ *             --fidelity --extra-body --client-threads --scrape-metrics
  *   analysis  --no-baseline --stall-threshold --metric-percentiles --goodput --label
  *             --metadata
  *   shards    --shard --start-at (run only: experiment_shard_group, shard.h)
@@ -28,6 +29,10 @@ opts_group experiment_workload_group(experiment_config *cfg);
 opts_group experiment_device_group(experiment_config *cfg);
 opts_group experiment_sched_group(experiment_config *cfg);
 opts_group experiment_client_group(experiment_config *cfg);
+/* The client group's first flags alone: --target --model-name --insecure --transport, for a
+ * command that talks to a server without running the experiment's load (calibrate
+ * --target): the same names, help and parsing, into cfg->client. */
+opts_group experiment_connection_group(experiment_config *cfg);
 opts_group experiment_analysis_group(experiment_config *cfg);
 /* --disaggregate P:D --kv-link NAME|GB/s: prefill/decode disaggregation in the simulator
  * (sim.h); for `sim` and `sweep` (experiment_check refuses it for any other engine). */

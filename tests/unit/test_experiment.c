@@ -338,6 +338,36 @@ static void test_secrets_never_written(void **state)
     assert_null(strstr(err, "SECRET"));
 }
 
+/* calibrate --target's connection flags are run's: the client group's first specs, the same
+ * tables (so the same names, help and parsing), into cfg->client. */
+static void test_connection_group(void **state)
+{
+    (void)state;
+    experiment_config c;
+    experiment_defaults(&c, EXPERIMENT_REMOTE);
+    const opts_group conn = experiment_connection_group(&c);
+    const opts_group client = experiment_client_group(&c);
+    static const char *const names[] = {"target", "model-name", "insecure", "transport"};
+    assert_int_equal(conn.n_specs, 4);
+    assert_true(conn.specs == client.specs); /* a prefix of the one table, not a copy */
+    assert_string_equal(conn.title, client.title);
+    for (int i = 0; i < 4; i++)
+        assert_string_equal(conn.specs[i].name, names[i]);
+    char err[ERR_LEN] = "";
+    char *argv[] = {"--target", "127.0.0.1:8000", "--model-name", "m", "--insecure",
+                    "--transport", "curl"};
+    assert_int_equal(opts_parse(7, argv, &conn, 1, NULL, 0, NULL, err), 0);
+    assert_string_equal(c.client.target, "http://127.0.0.1:8000");
+    assert_string_equal(c.client.model_name, "m");
+    assert_true(c.client.insecure);
+    assert_int_equal(c.client.transport, STREAM_TRANSPORT_CURL);
+    /* the load's flags are not the connection's */
+    char *load[] = {"--client-threads", "2"};
+    assert_int_equal(opts_parse(2, load, &conn, 1, NULL, 0, NULL, err), -1);
+    char *bad[] = {"--target", "ftp://host"};
+    assert_int_equal(opts_parse(2, bad, &conn, 1, NULL, 0, NULL, err), -1);
+}
+
 /* A --server-cmd template takes {host} and {port} from the target past its user:password
  * and before its query: neither the password nor a query key reaches the command. */
 static void test_server_command(void **state)
@@ -1162,7 +1192,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_round_trip), cmocka_unit_test(test_config_reader_refuses),
         cmocka_unit_test(test_secrets_never_written), cmocka_unit_test(test_server_command),
-        cmocka_unit_test(test_option_tables),
+        cmocka_unit_test(test_option_tables),       cmocka_unit_test(test_connection_group),
         cmocka_unit_test(test_defaults_and_names),  cmocka_unit_test(test_run_pair),
         cmocka_unit_test(test_pair_incomplete),
         cmocka_unit_test(test_pair_failed),     cmocka_unit_test(test_sweep_plan),
