@@ -5,10 +5,12 @@
 #define STALLSCOPE_CLI_H
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "analysis/analysis.h"
 #include "analysis/gate.h"
 #include "common/opts.h"
+#include "engine/fit.h"
 #include "experiment/config.h"
 
 #define CLI_EXIT_OK 0
@@ -29,6 +31,10 @@ int cli_usage_error(const char *cmd, const char *msg);
 
 /* calibrate --target URL (cli_calibrate_target.c): cli_calibrate hands argv over. */
 int cli_calibrate_target(int argc, char **argv);
+/* What both calibrations print the same way (cli_calibrate.c): a probe's shape ("decode 32 x
+ * ctx 512", "prefill 8000 tokens"), and the fit's residuals with the terms held at 0. */
+void cli_calibrate_probe_shape(const fit_probe *p, char *buf, size_t size);
+void cli_calibrate_print_residuals(const fit_result *fr);
 
 /* --out DIR --json --no-report --force: where the artifacts go and what is printed. */
 typedef struct cli_output {

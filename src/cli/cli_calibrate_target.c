@@ -1,5 +1,5 @@
 /* stallscope calibrate --target URL — fit the step model of a black-box server from probes
- * it answers (experiment/calib_target.h) and write a hardware profile (profile.h, version 2,
+ * it answers (calibrate/calib_target.h) and write a hardware profile (profile.h, version 2,
  * source "target"): model, sim and run take it with --hardware FILE, and, without --model,
  * run the model the step model was fitted on (the target's, mapped to the catalog).
  *
@@ -9,28 +9,24 @@
  * counts differently from the stream (exit 1, nothing written) unless --count-tokens says
  * which to trust. Bad input (an unreachable target, a model the catalog does not know, bad
  * flags): one line, exit 2, nothing written. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <jansson.h>
 
+#include "calibrate/calib_target.h"
 #include "cli/cli.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/fsio.h"
 #include "common/redact.h"
 #include "engine/fit.h"
-#include "engine/profile.h"
-#include "experiment/calib_target.h"
 #include "experiment/config.h"
 #include "experiment/options.h"
 
 typedef struct target_opts {
     calib_target_config cfg;
-    char target[512];
     char out[512];
     char model[64];
     char name[32];
@@ -57,12 +53,6 @@ static int apply_max_rms(void *ctx, const char *value, char *err)
     return 0;
 }
 
-static int apply_transport(void *ctx, const char *value, char *err)
-{
-    target_opts *o = ctx;
-    return calib_target_transport_parse(&o->cfg, value, err);
-}
-
 static int apply_count_tokens(void *ctx, const char *value, char *err)
 {
     target_opts *o = ctx;
@@ -82,14 +72,10 @@ static int apply_weight_bound(void *ctx, const char *value, char *err)
 
 #define O target_opts
 static const opts_spec target_specs[] = {
-    OPTS_STRING("target", "URL", "the server to calibrate (OpenAI-compatible: /v1/models, "
-                "/v1/completions, streamed)", O, target),
     OPTS_STRING("out", "FILE", "where to write the profile (default hardware.json; written "
                 "atomically, only when the fit is accepted)", O, out),
     OPTS_STRING("model", "M", "the catalog architecture the step model is stated for (default: "
                 "the served model's name, e.g. Qwen/Qwen2.5-7B-Instruct -> qwen2.5-7b)", O, model),
-    OPTS_STRING("model-name", "NAME", "the requests' \"model\" (default: /v1/models' first)", O,
-                cfg.model_name),
     OPTS_INT("max-streams", "N", "largest decode probe: 1, 2, 4 ... N concurrent streams "
              "(default 128)", O, cfg.max_streams, 1, 1024),
     OPTS_INT("short-context", "N", "decode probes' short prompt (default 64)", O, cfg.contexts[0],
@@ -125,31 +111,20 @@ static const opts_spec target_specs[] = {
     OPTS_POSITIVE("mem-bytes", "B", "the target's memory for weights + KV cache, which sizes "
                   "the simulated KV cache (default 80e9)", O, mem_bytes),
     OPTS_STRING("name", "NAME", "the profile's name (default target)", O, name),
-    OPTS_FLAG("insecure", "https: skip TLS verification", O, cfg.insecure),
-    OPTS_FN("transport", "T", "auto (default: raw, kernel receive stamps; curl where a proxy "
-            "applies) | raw | curl (proxies, user:password@ in the URL)", apply_transport),
     OPTS_FLAG("json", "also print the profile on stdout", O, json),
 };
 #undef O
 
-static void probe_shape(const fit_probe *p, char *buf, size_t size)
+static void print_fit(const calib_target_result *r, const calib_target_fitted *m)
 {
-    if (p->prompt_tokens > 0)
-        snprintf(buf, size, "prefill %d tokens", p->prompt_tokens);
-    else
-        snprintf(buf, size, "decode %d x ctx %.0f", p->batch, p->context_sum / p->batch);
-}
-
-static void print_fit(const calib_target_result *r, const cost_step_fit *fit, const fit_probe *probes,
-                      const double *residual, int n, const fit_result *fr)
-{
+    const cost_step_fit *fit = &m->gpu.fit;
     printf("  probes (decode: median steady gap; prefill: median TTFT) and the fitted step model:\n");
     printf("    %-26s %12s %12s %9s\n", "step", "measured ms", "fitted ms", "residual");
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < m->n; i++) {
         char shape[48];
-        probe_shape(&probes[i], shape, sizeof shape);
-        printf("    %-26s %12.3f %12.3f %+8.1f %%\n", shape, probes[i].ns / 1e6,
-               fit_predict_ns(fit, &probes[i]) / 1e6, residual[i] * 100);
+        cli_calibrate_probe_shape(&m->probes[i], shape, sizeof shape);
+        printf("    %-26s %12.3f %12.3f %+8.1f %%\n", shape, m->probes[i].ns / 1e6,
+               fit_predict_ns(fit, &m->probes[i]) / 1e6, m->residual[i] * 100);
     }
     for (int i = 0; i < r->n_prefill; i++) {
         if (r->prefill[i].fitted)
@@ -158,20 +133,14 @@ static void print_fit(const calib_target_result *r, const cost_step_fit *fit, co
                              .ns = r->prefill[i].ttft_ns};
         const double f = fit_predict_ns(fit, &p);
         char shape[48];
-        probe_shape(&p, shape, sizeof shape);
+        cli_calibrate_probe_shape(&p, shape, sizeof shape);
         printf("    %-26s %12.3f %12.3f %+8.1f %%  (not fitted: weight-bound)\n", shape,
                p.ns / 1e6, f / 1e6, (f - p.ns) / p.ns * 100);
     }
     printf("  fit: step %.3f ms + %.4f ms per sequence + %.3f ns per context token; prefill "
            "%.4f ms per token + %.4f ns per attention pair\n",
            fit->step_ns / 1e6, fit->seq_ns / 1e6, fit->ctx_ns, fit->token_ns / 1e6, fit->pair_ns);
-    printf("  residuals (relative): decode rms %.1f %%, prefill rms %.1f %%, largest %.1f %%\n",
-           fr->decode_rms * 100, fr->prefill_rms * 100, fr->max_abs * 100);
-    static const char *const terms[] = {"step", "per-sequence", "per-context-token", "per-token",
-                                        "attention"};
-    for (int t = 0; t < 5; t++)
-        if (fr->dropped[t])
-            printf("  note: the %s term came out negative and is held at 0\n", terms[t]);
+    cli_calibrate_print_residuals(&m->fit);
 }
 
 /* What the gaps were divided by, and whether usage agreed (it must, unless told). */
@@ -188,9 +157,9 @@ static void print_tokens(const calib_target_tokens *t, calib_target_count asked)
                                                    ? "usage" : "the stream");
 }
 
-static void print_policy(const calib_target_result *r, const cost_params *cost,
-                         const calib_target_policy *pol)
+static void print_policy(const calib_target_result *r, const calib_target_fitted *m)
 {
+    const calib_target_policy *pol = &m->policy;
     if (r->n_stall == 0)
         return;
     printf("  interference (one prompt into %d streams): stall measured vs the fitted one-step stall\n",
@@ -198,7 +167,7 @@ static void print_policy(const calib_target_result *r, const cost_params *cost,
     printf("    %8s %12s %14s %7s\n", "prompt", "stall ms", "one-step ms", "ratio");
     for (int i = 0; i < r->n_stall; i++) {
         const calib_target_stall *st = &r->stall[i];
-        const double one = (double)cost_injection_step_ns(cost, st->prompt_tokens, st->streams,
+        const double one = (double)cost_injection_step_ns(&m->cost, st->prompt_tokens, st->streams,
                                                           (int)(st->mean_context + 0.5), 0);
         printf("    %8d %12.2f %14.2f %7.2f\n", st->prompt_tokens, st->stall_ns / 1e6, one / 1e6,
                pol->ratio[i]);
@@ -215,6 +184,107 @@ static void print_policy(const calib_target_result *r, const cost_params *cost,
         printf("  note: %s\n", r->stall_note);
 }
 
+static void print_help(const opts_group *groups, int n_groups)
+{
+    opts_print_help(stdout, "stallscope calibrate --target URL [options]",
+                    "Fit the step model of a server stallscope cannot see inside, from "
+                    "probes it sends itself:\n"
+                    "  decode        ITL of 1, 2, 4 ... --max-streams concurrent streams at a "
+                    "short and a long\n"
+                    "                prompt -> per-step, per-sequence, per-context-token cost\n"
+                    "  prefill       TTFT of a lone prompt of --min-prompt-tokens ... "
+                    "--max-prompt-tokens\n"
+                    "                -> per-token and attention (quadratic) cost\n"
+                    "  interference  the stall 32 streams (--interference-streams) see when a "
+                    "prompt of each length "
+                    "arrives\n"
+                    "                -> one-step or chunked prefill, and the token budget\n"
+                    "Prints every probe with its fitted time and residual, and writes a "
+                    "hardware profile\n(version 2, source \"target\") that model, sim and run "
+                    "take as --hardware FILE; without\n--model they run the model it was "
+                    "fitted on. A fit with residuals over --max-rms is\nrefused: exit 1, "
+                    "nothing written. Gaps are divided by the tokens streamed, one per "
+                    "event;\nwhen the target's usage says otherwise the fit is refused "
+                    "too, unless --count-tokens\nsays which to trust. Takes about a minute "
+                    "against an emulated A100; progress on stderr.",
+                    groups, n_groups);
+}
+
+/* A fit over --max-rms: said with the probe that disagreed most. */
+static void say_refused(const calib_target_fitted *m, bool force)
+{
+    const fit_probe *worst = &m->probes[m->worst];
+    char shape[48];
+    cli_calibrate_probe_shape(worst, shape, sizeof shape);
+    fprintf(stderr, "stallscope calibrate: the fit is refused: decode rms %.3g %%, prefill "
+            "rms %.3g %% (--max-rms %.3g %%); the probe that disagreed most: %s, measured "
+            "%.3f ms, fitted %.3f ms (%+.3g %%)%s\n",
+            m->fit.decode_rms * 100, m->fit.prefill_rms * 100, m->max_rms * 100, shape,
+            worst->ns / 1e6, fit_predict_ns(&m->gpu.fit, worst) / 1e6,
+            m->residual[m->worst] * 100,
+            force ? "; written anyway (--force-profile)" : "; nothing written");
+}
+
+/* Write the profile and say how to use it. The exit status. */
+static int write_profile(const target_opts *o, json_t *root, const calib_target_policy *pol,
+                         const cost_arch *arch)
+{
+    char err[ERR_LEN];
+    if (fsio_write_json(o->out, root, JSON_INDENT(2) | JSON_SORT_KEYS, err) != 0) {
+        fprintf(stderr, "stallscope calibrate: %s\n", err);
+        return CLI_EXIT_FAIL;
+    }
+    printf("wrote %s (use: stallscope sim --hardware %s: runs %s with this step model)\n",
+           o->out, o->out, arch->name);
+    /* the scheduler is the simulation's flags, not the profile's: say which match */
+    if (strcmp(pol->policy, "chunked") == 0)
+        printf("the target chunks prompts: simulate it with --policy chunked "
+               "--max-num-batched-tokens %d\n", pol->budget);
+    else if (strcmp(pol->policy, "mixed") == 0)
+        printf("the target prefills in one step: sim's default (--policy mixed "
+               "--max-num-batched-tokens 16384) matches when its budget is >= %d\n",
+               pol->budget);
+    if (o->json) {
+        json_dumpf(root, stdout, JSON_INDENT(2) | JSON_SORT_KEYS);
+        printf("\n");
+    }
+    return CLI_EXIT_OK;
+}
+
+/* Everything after the probes: the fit, what it says, the profile. The exit status. */
+static int fit_and_write(const target_opts *o, const calib_target_result *r, const cost_arch *arch,
+                         const char *shown)
+{
+    char err[ERR_LEN];
+    calib_target_fitted m;
+    if (calib_target_fit_model(r, arch, o->name, o->mem_bytes, o->max_rms, &m, err) != 0) {
+        fprintf(stderr, "stallscope calibrate: the step model: %s\n", err);
+        return CLI_EXIT_FAIL;
+    }
+    printf("  %d decode, %d prefill and %d interference probes in %.0f s\n", r->n_decode,
+           r->n_prefill, r->n_stall, r->seconds);
+    print_fit(r, &m);
+    print_tokens(&r->tokens, o->cfg.count_tokens);
+    if (r->decode_note[0])
+        printf("  note: the decode grid stopped early: %s\n", r->decode_note);
+    if (r->prefill_note[0])
+        printf("  note: the prefill range shrank: %s\n", r->prefill_note);
+    print_policy(r, &m);
+    if (!m.accepted) {
+        say_refused(&m, o->force);
+        if (!o->force)
+            return CLI_EXIT_FAIL;
+    }
+    json_t *root = calib_target_profile_json(r, &m, arch, shown);
+    if (!root) {
+        fprintf(stderr, "stallscope calibrate: out of memory\n");
+        return CLI_EXIT_FAIL;
+    }
+    const int rc = write_profile(o, root, &m.policy, arch);
+    json_decref(root);
+    return rc;
+}
+
 int cli_calibrate_target(int argc, char **argv)
 {
     target_opts o;
@@ -224,42 +294,23 @@ int cli_calibrate_target(int argc, char **argv)
     strcpy(o.name, "target");
     o.max_rms = 0.15;
     o.mem_bytes = 80e9;
+    experiment_config conn; /* --target --model-name --insecure --transport, as run has them */
+    experiment_defaults(&conn, EXPERIMENT_REMOTE);
     experiment_secrets secrets = {0};
     const opts_group groups[] = {
         {"calibrate --target", target_specs, OPTS_COUNT(target_specs), &o},
+        experiment_connection_group(&conn),
         experiment_secrets_group(&secrets),
     };
+    const int n_groups = (int)(sizeof groups / sizeof groups[0]);
     if (opts_wants_help(argc, argv)) {
-        opts_print_help(stdout, "stallscope calibrate --target URL [options]",
-                        "Fit the step model of a server stallscope cannot see inside, from "
-                        "probes it sends itself:\n"
-                        "  decode        ITL of 1, 2, 4 ... --max-streams concurrent streams at a "
-                        "short and a long\n"
-                        "                prompt -> per-step, per-sequence, per-context-token cost\n"
-                        "  prefill       TTFT of a lone prompt of --min-prompt-tokens ... "
-                        "--max-prompt-tokens\n"
-                        "                -> per-token and attention (quadratic) cost\n"
-                        "  interference  the stall 32 streams (--interference-streams) see when a "
-                        "prompt of each length "
-                        "arrives\n"
-                        "                -> one-step or chunked prefill, and the token budget\n"
-                        "Prints every probe with its fitted time and residual, and writes a "
-                        "hardware profile\n(version 2, source \"target\") that model, sim and run "
-                        "take as --hardware FILE; without\n--model they run the model it was "
-                        "fitted on. A fit with residuals over --max-rms is\nrefused: exit 1, "
-                        "nothing written. Gaps are divided by the tokens streamed, one per "
-                        "event;\nwhen the target's usage says otherwise the fit is refused "
-                        "too, unless --count-tokens\nsays which to trust. Takes about a minute "
-                        "against an emulated A100; progress on stderr.",
-                        groups, 2);
+        print_help(groups, n_groups);
         return CLI_EXIT_OK;
     }
     char err[ERR_LEN] = "";
-    if (opts_parse(argc, argv, groups, 2, NULL, 0, NULL, err) != 0)
+    if (opts_parse(argc, argv, groups, n_groups, NULL, 0, NULL, err) != 0)
         return cli_usage_error("calibrate", err);
     experiment_secrets_from_env(&secrets);
-    if (!o.target[0])
-        return cli_usage_error("calibrate", "--target URL is empty");
     if (o.cfg.min_prompt_tokens > o.cfg.max_prompt_tokens)
         return cli_usage_error("calibrate", "--min-prompt-tokens is above --max-prompt-tokens");
     cost_arch arch;
@@ -267,7 +318,7 @@ int cli_calibrate_target(int argc, char **argv)
         return cli_usage_error("calibrate", err);
     if (o.no_interference)
         o.cfg.interference_streams = 0;
-    o.cfg.target = o.target;
+    o.cfg.client = &conn.client;
     o.cfg.secrets = &secrets;
     o.cfg.progress = stderr;
     o.cfg.interrupted = cli_catch_interrupts();
@@ -280,106 +331,20 @@ int cli_calibrate_target(int argc, char **argv)
         calib_target_close(ct);
         return cli_usage_error("calibrate", err);
     }
-    char shown[sizeof o.target];
-    redact_url(o.target, shown, sizeof shown); /* the profile's, and what is printed */
+    char shown[sizeof conn.client.target];
+    redact_url(conn.client.target, shown, sizeof shown); /* the profile's, and what is printed */
     printf("calibrating %s (serves %s; the step model is stated for %s) ...\n", shown,
            served[0] ? served : "an unnamed model", arch.name);
     fflush(stdout);
     calib_target_result *r = calloc(1, sizeof *r);
     if (!r || calib_target_run(ct, r, err) != 0) {
         calib_target_close(ct);
-        free(r);
         fprintf(stderr, "stallscope calibrate: %s; nothing written\n", r ? err : "out of memory");
+        free(r);
         return CLI_EXIT_FAIL;
     }
     calib_target_close(ct);
-
-    fit_probe probes[CALIB_TARGET_MAX_PROBES];
-    double residual[CALIB_TARGET_MAX_PROBES];
-    const int n = calib_target_fit_probes(r, probes, CALIB_TARGET_MAX_PROBES);
-    fit_result fr;
-    memset(&fr, 0, sizeof fr);
-    if (fit_step_model(probes, n, arch.name, &fr, residual, err) != 0) {
-        fprintf(stderr, "stallscope calibrate: the step model: %s\n", err);
-        free(r);
-        return CLI_EXIT_FAIL;
-    }
-    cost_gpu g;
-    memset(&g, 0, sizeof g);
-    snprintf(g.name, sizeof g.name, "%s", o.name);
-    g.mem_bytes = o.mem_bytes;
-    g.fit = fr.fit;
-    printf("  %d decode, %d prefill and %d interference probes in %.0f s\n", r->n_decode,
-           r->n_prefill, r->n_stall, r->seconds);
-    print_fit(r, &g.fit, probes, residual, n, &fr);
-    print_tokens(&r->tokens, o.cfg.count_tokens);
-    if (r->decode_note[0])
-        printf("  note: the decode grid stopped early: %s\n", r->decode_note);
-    if (r->prefill_note[0])
-        printf("  note: the prefill range shrank: %s\n", r->prefill_note);
-    cost_params cost;
-    cost_params_init(&cost, &g, &arch);
-    calib_target_policy pol;
-    calib_target_infer_policy(&cost, r->stall, r->n_stall, &pol);
-    print_policy(r, &cost, &pol);
-
-    int worst = -1;
-    const bool ok = calib_target_fit_ok(&fr, residual, n, o.max_rms, &worst);
-    if (!ok) {
-        char shape[48];
-        probe_shape(&probes[worst], shape, sizeof shape);
-        fprintf(stderr, "stallscope calibrate: the fit is refused: decode rms %.3g %%, prefill "
-                "rms %.3g %% (--max-rms %.3g %%); the probe that disagreed most: %s, measured "
-                "%.3f ms, fitted %.3f ms (%+.3g %%)%s\n",
-                fr.decode_rms * 100, fr.prefill_rms * 100, o.max_rms * 100, shape,
-                probes[worst].ns / 1e6, fit_predict_ns(&g.fit, &probes[worst]) / 1e6,
-                residual[worst] * 100,
-                o.force ? "; written anyway (--force-profile)" : "; nothing written");
-        if (!o.force) {
-            free(r);
-            return CLI_EXIT_FAIL;
-        }
-    }
-
-    profile_info info = {.version = PROFILE_VERSION};
-    snprintf(info.source, sizeof info.source, "%s", PROFILE_SOURCE_TARGET);
-    snprintf(info.target, sizeof info.target, "%s", shown);
-    json_t *root = profile_to_json(&g, &info, &fr, probes, residual, n);
-    json_t *m = root ? calib_target_measured_json(r, &pol) : NULL;
+    const int rc = fit_and_write(&o, r, &arch, shown);
     free(r);
-    if (!m) {
-        json_decref(root);
-        fprintf(stderr, "stallscope calibrate: out of memory\n");
-        return CLI_EXIT_FAIL;
-    }
-    char when[32];
-    const time_t now = time(NULL);
-    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    json_object_set_new(m, "when", json_string(when));
-    json_object_set_new(m, "fit_model", json_string(arch.name));
-    json_object_set_new(m, "max_rms", json_real(o.max_rms));
-    json_object_set_new(m, "accepted", json_boolean(ok));
-    json_object_set_new(root, "measured", m);
-    int rc = CLI_EXIT_OK;
-    if (fsio_write_json(o.out, root, JSON_INDENT(2) | JSON_SORT_KEYS, err) != 0) {
-        fprintf(stderr, "stallscope calibrate: %s\n", err);
-        rc = CLI_EXIT_FAIL;
-    } else {
-        printf("wrote %s (use: stallscope sim --hardware %s: runs %s with this step model)\n",
-               o.out, o.out, arch.name);
-        /* the scheduler is the simulation's flags, not the profile's: say which match */
-        if (strcmp(pol.policy, "chunked") == 0)
-            printf("the target chunks prompts: simulate it with --policy chunked "
-                   "--max-num-batched-tokens %d\n", pol.budget);
-        else if (strcmp(pol.policy, "mixed") == 0)
-            printf("the target prefills in one step: sim's default (--policy mixed "
-                   "--max-num-batched-tokens 16384) matches when its budget is >= %d\n",
-                   pol.budget);
-        if (o.json) {
-            json_dumpf(root, stdout, JSON_INDENT(2) | JSON_SORT_KEYS);
-            printf("\n");
-        }
-    }
-    json_decref(root);
     return rc;
 }

@@ -151,6 +151,14 @@ set -e
 [ "$rc" = 2 ] && grep -q -- "--max-rms" "$scratch/flag.err" || fail "a bad --max-rms: exit $rc"
 pass "a bad flag: exit 2"
 
+# the connection's flags are run's (one table), each listed once
+"$bin" calibrate --target "$url" --help >"$scratch/help.out"
+conn='^  --(target|model-name|insecure|transport) '
+[ "$(grep -cE -- "$conn" "$scratch/help.out")" = 4 ] || { cat "$scratch/help.out"; fail "calibrate --target --help: the connection's flags not listed once each"; }
+"$bin" run --help | grep -E -- "$conn" | diff - <(grep -E -- "$conn" "$scratch/help.out") >/dev/null ||
+  fail "calibrate --target's connection flags differ from run's"
+pass "calibrate --target --help lists run's --target --model-name --insecure --transport once"
+
 # ---- a target that refuses long prompts (budget 2048, one-step), and a fit held to 1e-9 ------
 # (it wants a key: refused without one, exit 2; OPENAI_API_KEY then gets the probes through)
 start_server "$scratch/serve2.log" --max-num-batched-tokens 2048 --api-key s3cret-2048

@@ -1,4 +1,4 @@
-/* test_calib_target — the pure pieces of calibrate --target (experiment/calib_target.h): the
+/* test_calib_target — the pure pieces of calibrate --target (calibrate/calib_target.h): the
  * probe grids, the steady gap and the stall of synthetic token series, the policy and budget
  * inferred from synthetic stalls, the refusal of a bad fit, the served-model mapping, and
  * the check of the tokens streamed against usage. */
@@ -11,12 +11,13 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "calibrate/calib_target.h"
 #include "common/err.h"
 #include "engine/cost.h"
 #include "engine/fit.h"
-#include "experiment/calib_target.h"
 
 #define MS 1000000LL
 
@@ -309,6 +310,83 @@ static void test_count_parse(void **state)
     assert_string_equal(err, "'events' is not auto, stream or usage");
 }
 
+/* A result whose probes a known step model made exactly (fitted_cost's), with chunked stalls
+ * under a 2048-token budget: the fit gives the terms back, accepts itself, infers the budget,
+ * and the profile says all of it. One decode probe made 30 % slow: refused at 1 %, and named. */
+static void test_fit_model_profile(void **state)
+{
+    (void)state;
+    cost_params truth;
+    fitted_cost(&truth);
+    calib_target_result *r = calloc(1, sizeof *r);
+    assert_non_null(r);
+    static const int batches[] = {1, 2, 4, 8, 16};
+    static const int contexts[] = {64, 1024};
+    for (int c = 0; c < 2; c++)
+        for (int b = 0; b < 5; b++) {
+            calib_target_decode *d = &r->decode[r->n_decode++];
+            d->batch = batches[b];
+            d->prompt_tokens = contexts[c];
+            d->mean_context = contexts[c] + 20;
+            const fit_probe p = {.batch = d->batch, .context_sum = d->batch * d->mean_context};
+            d->gap_ns = fit_predict_ns(&truth.gpu.fit, &p);
+        }
+    for (int i = 0; i < N_LENGTHS; i++) {
+        calib_target_prefill *f = &r->prefill[r->n_prefill++];
+        f->prompt_tokens = LENGTHS[i];
+        f->fitted = true;
+        const fit_probe p = {.batch = 1, .prompt_tokens = f->prompt_tokens};
+        f->ttft_ns = fit_predict_ns(&truth.gpu.fit, &p);
+    }
+    synth_stalls(&truth, 2048, r->stall);
+    r->n_stall = N_LENGTHS;
+    snprintf(r->served_model, sizeof r->served_model, "tiny");
+
+    cost_arch arch;
+    char err[ERR_LEN] = "";
+    assert_int_equal(cost_arch_find("tiny", &arch, err), 0);
+    calib_target_fitted m;
+    assert_int_equal(calib_target_fit_model(r, &arch, "target", 80e9, 0.15, &m, err), 0);
+    assert_int_equal(m.n, 10 + N_LENGTHS);
+    assert_true(m.accepted);
+    assert_string_equal(m.gpu.name, "target");
+    assert_true(m.gpu.mem_bytes == 80e9);
+    const double terms[][2] = {{m.gpu.fit.step_ns, truth.gpu.fit.step_ns},
+                               {m.gpu.fit.seq_ns, truth.gpu.fit.seq_ns},
+                               {m.gpu.fit.ctx_ns, truth.gpu.fit.ctx_ns},
+                               {m.gpu.fit.token_ns, truth.gpu.fit.token_ns},
+                               {m.gpu.fit.pair_ns, truth.gpu.fit.pair_ns}};
+    for (int t = 0; t < 5; t++)
+        if (!(fabs(terms[t][0] / terms[t][1] - 1) < 1e-6)) {
+            print_error("term %d: fitted %g, made with %g\n", t, terms[t][0], terms[t][1]);
+            fail();
+        }
+    assert_string_equal(m.policy.policy, "chunked");
+    assert_true(fabs((double)(m.policy.budget - 2048)) <= 0.02 * 2048);
+
+    json_t *root = calib_target_profile_json(r, &m, &arch, "http://***@host:8000");
+    assert_non_null(root);
+    assert_string_equal(json_string_value(json_object_get(root, "source")), "target");
+    assert_string_equal(json_string_value(json_object_get(root, "target")), "http://***@host:8000");
+    json_t *measured = json_object_get(root, "measured");
+    assert_true(json_is_true(json_object_get(measured, "accepted")));
+    assert_string_equal(json_string_value(json_object_get(measured, "fit_model")), "tiny");
+    assert_true(json_real_value(json_object_get(measured, "max_rms")) == 0.15);
+    assert_string_equal(json_string_value(json_object_get(measured, "policy_inferred")), "chunked");
+    const char *when = json_string_value(json_object_get(measured, "when"));
+    assert_non_null(when);
+    assert_int_equal(strlen(when), 20); /* 2026-12-01T10:00:00Z */
+    assert_true(when[10] == 'T' && when[19] == 'Z');
+    json_decref(root);
+
+    /* one probe off by 30 %: refused under 1 %, and it is the one named */
+    r->decode[7].gap_ns *= 1.3;
+    assert_int_equal(calib_target_fit_model(r, &arch, "target", 80e9, 0.01, &m, err), 0);
+    assert_false(m.accepted);
+    assert_int_equal(m.worst, 7);
+    free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -322,6 +400,7 @@ int main(void)
         cmocka_unit_test(test_arch),
         cmocka_unit_test(test_tokens_agree),
         cmocka_unit_test(test_count_parse),
+        cmocka_unit_test(test_fit_model_profile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

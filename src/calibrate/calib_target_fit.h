@@ -1,47 +1,19 @@
-/* calib_target — `stallscope calibrate --target URL`: the step model of a server stallscope
- * cannot see inside, from probes it sends itself over HTTP (issue 13). The probes become
- * fit_probes (engine/fit.h: one fit, two sources of probes) and the CLI writes the profile
- * with profile_to_json (source "target").
- *
- * Probes, in this order, on one transport of the client layer (client/stream.h, the raw
- * transport `run --target` uses), with token-exact prompts (client/driver.h: token ids where
- * the server takes them, else text calibrated against usage.prompt_tokens), each prompt
- * unique so a prefix cache cannot hide a prefill, answers made long with ignore_eos:
- *   decode        B concurrent streams, B = 1, 2, 4 ... max_streams, at a short and a long
- *                 prompt (contexts): once every stream has had its first `skip` tokens the
- *                 steady window (window_ns) opens; the probe's step is the median gap of
- *                 the window, its context the mean context of those gaps. -> step, seq, ctx
- *   prefill       a lone prompt of min_prompt_tokens, x2 ... max_prompt_tokens (1 answer
- *                 token), the median TTFT of `repeats`. A prompt the target refuses (HTTP
- *                 4xx: context or budget too short) ends the range there, and says so.
- *                 A prefill shorter than weight_bound x the one-stream decode step is kept
- *                 but not fitted: such a step is bounded by reading the weights, which a
- *                 GPU overlaps with the prompt's math while the step model adds them.
- *                 -> token, pair
- *   interference `interference_streams` streams of short prompts, and one prompt of each
- *                 accepted prefill length sent alone into them: the stall is the median
- *                 over streams of each stream's longest gap overlapping [send, first token].
- *                 Compared with the fitted model (calib_target_infer_policy): did the
- *                 prompt share one step with the decodes (mixed) or come in chunks
- *                 (chunked, and the budget that makes the fitted step that long)?
- * A gap is divided by the tokens its event carried, counted from the stream: one per event
- * (--count-tokens, calib_target_count). Every probe stream's usage.completion_tokens is
- * counted beside it; when the two disagree (calib_target_tokens_agree) the run stops and
- * says so unless told which to trust: a proxy that doubles usage would halve every step.
- * Progress goes to cfg->progress (a line per probe); every wait is bounded in time. */
-#ifndef STALLSCOPE_CALIB_TARGET_H
-#define STALLSCOPE_CALIB_TARGET_H
-#include <signal.h>
+/* calib_target_fit — what the probes of `calibrate --target` (calib_target.h) become: each
+ * probe's figure from its streams' token times (the steady decode gap, the stall an injection
+ * caused), the probes the fit takes, the step model fitted to them (engine/fit.h: one fit,
+ * two sources of probes), the scheduler the stalls imply under that model, and the hardware
+ * profile (profile_to_json, source "target") with its "measured" object. Pure: nothing here
+ * sends a request or prints. */
+#ifndef STALLSCOPE_CALIB_TARGET_FIT_H
+#define STALLSCOPE_CALIB_TARGET_FIT_H
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 
 #include <jansson.h>
 
-#include "client/stream.h"
 #include "engine/cost.h"
 #include "engine/fit.h"
-#include "experiment/config.h"
 
 #define CALIB_TARGET_MAX_BATCHES 12
 #define CALIB_TARGET_MAX_CONTEXTS 2
@@ -56,33 +28,6 @@ typedef enum calib_target_count {
     CALIB_TARGET_COUNT_USAGE     /* usage.completion_tokens' increases (a server that sends
                                     several tokens in one event, and says so in its usage) */
 } calib_target_count;
-
-typedef struct calib_target_config {
-    const char *target;                /* base URL */
-    const experiment_secrets *secrets; /* borrowed, may be NULL; never written anywhere */
-    char model_name[128];              /* requests' "model"; "" : /v1/models' first */
-    bool insecure;                     /* skip TLS verification */
-    stream_transport_kind transport;   /* raw (kernel stamps) unless a proxy applies: AUTO */
-    calib_target_count count_tokens;   /* AUTO */
-    int max_streams;                   /* largest decode batch (default 128) */
-    int contexts[CALIB_TARGET_MAX_CONTEXTS]; /* decode prompts: short, long (64, 1024) */
-    int min_prompt_tokens, max_prompt_tokens; /* prefill range (256, 16384) */
-    int interference_streams;          /* 32; 0: no interference probes */
-    int64_t window_ns;                 /* each decode probe's steady window (1 s) */
-    int repeats;                       /* prefill: median of (3) */
-    int skip;                          /* decode: tokens dropped at each stream's start (4) */
-    double weight_bound;               /* prefill fitted when TTFT >= this x decode(1) (4) */
-    int64_t timeout_ns;                /* a probe's longest wait (120 s) */
-    FILE *progress;                    /* a line per probe (stderr); NULL: quiet */
-    const volatile sig_atomic_t *interrupted; /* may be NULL */
-} calib_target_config;
-
-/* Defaults above (target and secrets NULL). */
-void calib_target_config_init(calib_target_config *cfg);
-/* --transport: "auto" | "raw" | "curl" into cfg->transport. 0, or -1 with err. */
-int calib_target_transport_parse(calib_target_config *cfg, const char *text, char *err);
-/* --count-tokens: "auto" | "stream" | "usage" into cfg->count_tokens. 0, or -1 with err. */
-int calib_target_count_parse(calib_target_config *cfg, const char *text, char *err);
 /* "auto", "stream", "usage". */
 const char *calib_target_count_name(calib_target_count count);
 
@@ -211,26 +156,41 @@ bool calib_target_fit_ok(const fit_result *fr, const double *residual, int n, do
  * Instruct" -> "qwen2.5-7b"). 0 and *out, or -1 with err. */
 int calib_target_arch(const char *served, cost_arch *out, char *err);
 
-/* ---- probing ------------------------------------------------------------------------------ */
+/* The median of v (sorted in place), n > 0: the lower middle for an even count, as the
+ * analysis' nearest-rank p50 takes it. */
+double calib_target_median(double *v, int64_t n);
 
-typedef struct calib_target calib_target;
+/* ---- the fit and the profile -------------------------------------------------------------- */
 
-/* Connect: GET /v1/models (the model name, max_model_len; a 401/403 said with the flag that
- * fixes it) and the prompt probe (driver_probe). NULL with err when the target cannot be
- * used at all (bad input: unreachable, refused, not an OpenAI-compatible API). */
-calib_target *calib_target_open(const calib_target_config *cfg, char *err);
-/* The "model" the requests carry ("" when /v1/models named none). */
-const char *calib_target_model(const calib_target *ct);
-/* Run every probe into *out (zeroed first). 0, or -1 with err (a probe that failed outright:
- * nothing to fit; or, with count_tokens AUTO, usage and the stream disagree: checked after
- * each decode probe and at the end). A range that shrank is not an error: out's notes say
- * it. */
-int calib_target_run(calib_target *ct, calib_target_result *out, char *err);
-void calib_target_close(calib_target *ct);
+/* A calibration's step model: the probes fitted (calib_target_fit_probes), the fit on arch,
+ * the policy the stalls imply under it, and whether max_rms accepts it. */
+typedef struct calib_target_fitted {
+    fit_probe probes[CALIB_TARGET_MAX_PROBES];
+    double residual[CALIB_TARGET_MAX_PROBES]; /* relative, per probe */
+    int n;
+    fit_result fit;
+    cost_gpu gpu;        /* the profile's device: its name, memory and the step model */
+    cost_params cost;    /* gpu on arch: the fitted model, for the policy and the table */
+    calib_target_policy policy;
+    bool accepted;       /* calib_target_fit_ok under max_rms */
+    int worst;           /* the probe with the largest |residual| */
+    double max_rms;
+} calib_target_fitted;
+
+/* Fit r's probes for arch (the profile named name, mem_bytes for the KV cache), infer the
+ * policy, judge the fit against max_rms. 0, or -1 with err (the fit failed: too few probes,
+ * a singular system). */
+int calib_target_fit_model(const calib_target_result *r, const cost_arch *arch, const char *name,
+                           double mem_bytes, double max_rms, calib_target_fitted *out, char *err);
 
 /* The profile's "measured" object: the target, the served model, every probe as measured,
  * the notes, the policy inference, the tokens ("tokens": {"counted_from", "streamed",
  * "usage", "protocol_violations"}). NULL when out of memory. */
 json_t *calib_target_measured_json(const calib_target_result *r, const calib_target_policy *pol);
+/* The whole profile: profile_to_json of the model (source "target", target: the URL as
+ * redact_url shows it) with the "measured" object, its time, the model fitted, max_rms and
+ * whether the fit was accepted. NULL when out of memory. */
+json_t *calib_target_profile_json(const calib_target_result *r, const calib_target_fitted *m,
+                                  const cost_arch *arch, const char *target_shown);
 
 #endif

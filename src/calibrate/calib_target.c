@@ -1,9 +1,9 @@
-/* calib_target — probe a black-box server for its step model (calib_target.h). */
-#include "experiment/calib_target.h"
+/* calib_target — probe a black-box server for its step model (calib_target.h): the probe
+ * streams on one transport, each probe, and their order. What the probes become is
+ * calib_target_fit.c's. */
+#include "calibrate/calib_target.h"
 
-#include <ctype.h>
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -37,255 +37,14 @@ void calib_target_config_init(calib_target_config *cfg)
     cfg->timeout_ns = 120 * CLOCK_NS_PER_S;
 }
 
-int calib_target_transport_parse(calib_target_config *cfg, const char *text, char *err)
-{
-    return stream_transport_parse(text, &cfg->transport, err);
-}
-
-static const char *const COUNT_NAMES[] = {"auto", "stream", "usage"};
-
 int calib_target_count_parse(calib_target_config *cfg, const char *text, char *err)
 {
-    for (int i = 0; i < 3; i++)
-        if (strcmp(text, COUNT_NAMES[i]) == 0) {
+    for (int i = CALIB_TARGET_COUNT_AUTO; i <= CALIB_TARGET_COUNT_USAGE; i++)
+        if (strcmp(text, calib_target_count_name((calib_target_count)i)) == 0) {
             cfg->count_tokens = (calib_target_count)i;
             return 0;
         }
     return err_set(err, "'%s' is not auto, stream or usage", text);
-}
-
-const char *calib_target_count_name(calib_target_count count)
-{
-    return count >= CALIB_TARGET_COUNT_AUTO && count <= CALIB_TARGET_COUNT_USAGE
-               ? COUNT_NAMES[count]
-               : "?";
-}
-
-/* ---- pure pieces ------------------------------------------------------------------------------ */
-
-int calib_target_batches(int max_streams, int *out, int cap)
-{
-    int n = 0;
-    for (int b = 1; b < max_streams && n < cap; b *= 2)
-        out[n++] = b;
-    if (max_streams >= 1 && n < cap)
-        out[n++] = max_streams;
-    return n;
-}
-
-int calib_target_prompts(int min_tokens, int max_tokens, int *out, int cap)
-{
-    int n = 0;
-    for (int64_t p = min_tokens; p > 0 && p < max_tokens && n < cap; p *= 2)
-        out[n++] = (int)p;
-    if (min_tokens > 0 && max_tokens >= min_tokens && n < cap)
-        out[n++] = max_tokens;
-    return n;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The median of v (sorted in place), n > 0: the lower middle for an even count, as the
- * analysis' nearest-rank p50 takes it. */
-static double median(double *v, int64_t n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return v[(n - 1) / 2];
-}
-
-int calib_target_steady_gap(const calib_target_series *s, int n_streams, int skip, int prompt_tokens,
-                            int64_t from_ns, int64_t to_ns, double *gap_ns,
-                            double *mean_context, int64_t *samples)
-{
-    int64_t n = 0;
-    for (int k = 0; k < n_streams; k++)
-        for (int i = skip > 1 ? skip : 1; i < s[k].n; i++)
-            if (s[k].t_ns[i - 1] >= from_ns && s[k].t_ns[i] <= to_ns)
-                n += s[k].cum[i] - s[k].cum[i - 1] > 0 ? s[k].cum[i] - s[k].cum[i - 1] : 1;
-    if (n == 0)
-        return -1;
-    double *gaps = malloc(sizeof *gaps * (size_t)n);
-    if (!gaps)
-        return -1;
-    int64_t m = 0;
-    double context = 0;
-    for (int k = 0; k < n_streams; k++)
-        for (int i = skip > 1 ? skip : 1; i < s[k].n; i++) {
-            if (!(s[k].t_ns[i - 1] >= from_ns && s[k].t_ns[i] <= to_ns))
-                continue;
-            const int tokens = s[k].cum[i] - s[k].cum[i - 1] > 0 ? s[k].cum[i] - s[k].cum[i - 1] : 1;
-            const double gap = (double)(s[k].t_ns[i] - s[k].t_ns[i - 1]) / tokens;
-            for (int j = 0; j < tokens; j++) {
-                gaps[m++] = gap;
-                context += prompt_tokens + s[k].cum[i - 1] + j;
-            }
-        }
-    *gap_ns = median(gaps, m);
-    *mean_context = context / (double)m;
-    *samples = m;
-    free(gaps);
-    return 0;
-}
-
-int calib_target_stall_of(const calib_target_series *s, int n_streams, int64_t send_ns,
-                          int64_t first_ns, double threshold_ns, double *stall_ns, int *stalled)
-{
-    double *longest = malloc(sizeof *longest * (size_t)(n_streams > 0 ? n_streams : 1));
-    if (!longest)
-        return -1;
-    int n = 0;
-    *stalled = 0;
-    for (int k = 0; k < n_streams; k++) {
-        double worst = -1;
-        for (int i = 1; i < s[k].n; i++)
-            if (s[k].t_ns[i] > send_ns && s[k].t_ns[i - 1] < first_ns) {
-                const double gap = (double)(s[k].t_ns[i] - s[k].t_ns[i - 1]);
-                worst = gap > worst ? gap : worst;
-            }
-        if (worst < 0)
-            continue;
-        longest[n++] = worst;
-        *stalled += worst > threshold_ns;
-    }
-    if (n > 0)
-        *stall_ns = median(longest, n);
-    free(longest);
-    return n > 0 ? 0 : -1;
-}
-
-bool calib_target_tokens_agree(const calib_target_tokens *t, char *why, size_t size)
-{
-    const int64_t diff = t->usage > t->streamed ? t->usage - t->streamed : t->streamed - t->usage;
-    const bool counts = (double)diff <= CALIB_TARGET_COUNT_TOLERANCE * (double)t->streamed;
-    if (counts && t->violations == 0)
-        return true;
-    int len = 0;
-    if (!counts)
-        len = snprintf(why, size, "usage counted %lld tokens where %lld streamed, %.2f per event",
-                       (long long)t->usage, (long long)t->streamed,
-                       t->streamed > 0 ? (double)t->usage / (double)t->streamed : 0.0);
-    if (t->violations > 0 && len >= 0 && (size_t)len < size)
-        snprintf(why + len, size - (size_t)len, "%s%lld protocol violation%s, the first: %s",
-                 counts ? "" : "; ", (long long)t->violations, t->violations == 1 ? "" : "s",
-                 t->first_violation);
-    return false;
-}
-
-void calib_target_mark_weight_bound(calib_target_result *r, double decode_1_ns, double factor)
-{
-    for (int i = 0; i < r->n_prefill; i++)
-        r->prefill[i].fitted = r->prefill[i].ttft_ns >= factor * decode_1_ns;
-}
-
-int calib_target_fit_probes(const calib_target_result *r, fit_probe *out, int cap)
-{
-    int n = 0;
-    for (int i = 0; i < r->n_decode && n < cap; i++)
-        out[n++] = (fit_probe){.batch = r->decode[i].batch,
-                               .context_sum = r->decode[i].batch * r->decode[i].mean_context,
-                               .ns = r->decode[i].gap_ns};
-    for (int i = 0; i < r->n_prefill && n < cap; i++)
-        if (r->prefill[i].fitted)
-            out[n++] = (fit_probe){.batch = 1,
-                                   .prompt_tokens = r->prefill[i].prompt_tokens,
-                                   .ns = r->prefill[i].ttft_ns};
-    return n;
-}
-
-/* The budget whose longest chunk step is stall_ns under the fitted model (bisection: the
- * chunk step grows with the budget). */
-static int budget_for_stall(const cost_params *cost, const calib_target_stall *st)
-{
-    const int decodes = st->streams;
-    const int context = (int)(st->mean_context + 0.5);
-    int lo = decodes + 1, hi = st->prompt_tokens + decodes;
-    for (int iter = 0; iter < 40 && lo < hi; iter++) {
-        const int mid = lo + (hi - lo) / 2;
-        if ((double)cost_injection_step_ns(cost, st->prompt_tokens, decodes, context, mid) <
-            st->stall_ns)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-void calib_target_infer_policy(const cost_params *cost, const calib_target_stall *stalls, int n,
-                               calib_target_policy *out)
-{
-    memset(out, 0, sizeof *out);
-    int budgets[CALIB_TARGET_MAX_PROMPTS], n_chunked = 0, one_step_longest = 0, n_no_stall = 0;
-    for (int i = 0; i < n && i < CALIB_TARGET_MAX_PROMPTS; i++) {
-        const calib_target_stall *st = &stalls[i];
-        const double one_step = (double)cost_injection_step_ns(
-            cost, st->prompt_tokens, st->streams, (int)(st->mean_context + 0.5), 0);
-        out->ratio[i] = one_step > 0 ? st->stall_ns / one_step : 0;
-        out->n = i + 1;
-        if (st->stall_ns < CALIB_TARGET_NO_STALL * st->gap_ns)
-            n_no_stall++;
-        else if (out->ratio[i] >= CALIB_TARGET_ONE_STEP)
-            one_step_longest = st->prompt_tokens > one_step_longest ? st->prompt_tokens
-                                                                    : one_step_longest;
-        else
-            budgets[n_chunked++] = budget_for_stall(cost, st);
-    }
-    if (out->n == 0)
-        return;
-    if (n_no_stall == out->n) {
-        snprintf(out->policy, sizeof out->policy, "none");
-    } else if (n_chunked > 0) {
-        /* A prompt can be chunked only where it is longer than the budget: the median of
-         * the chunked prompts' budgets, and never below the longest one-step prompt. */
-        double b[CALIB_TARGET_MAX_PROMPTS];
-        for (int i = 0; i < n_chunked; i++)
-            b[i] = budgets[i];
-        const int budget = (int)median(b, n_chunked);
-        snprintf(out->policy, sizeof out->policy, "chunked");
-        out->budget = budget > one_step_longest ? budget : one_step_longest;
-    } else {
-        snprintf(out->policy, sizeof out->policy, "mixed");
-        out->budget = one_step_longest;
-        out->budget_is_lower_bound = true;
-    }
-}
-
-bool calib_target_fit_ok(const fit_result *fr, const double *residual, int n, double max_rms,
-                         int *worst)
-{
-    *worst = -1;
-    for (int i = 0; i < n; i++)
-        if (*worst < 0 || fabs(residual[i]) > fabs(residual[*worst]))
-            *worst = i;
-    return fr->decode_rms <= max_rms && fr->prefill_rms <= max_rms;
-}
-
-int calib_target_arch(const char *served, cost_arch *out, char *err)
-{
-    char why[ERR_LEN];
-    if (cost_arch_find(served, out, why) == 0)
-        return 0;
-    const char *base = strrchr(served, '/');
-    base = base ? base + 1 : served;
-    char name[128];
-    size_t len = 0;
-    for (; base[len] && len + 1 < sizeof name; len++)
-        name[len] = (char)tolower((unsigned char)base[len]);
-    name[len] = '\0';
-    static const char *const suffixes[] = {"-instruct", "-chat"};
-    for (int i = 0; i < 2; i++) {
-        const size_t sl = strlen(suffixes[i]);
-        if (len > sl && strcmp(name + len - sl, suffixes[i]) == 0)
-            name[len - sl] = '\0';
-    }
-    if (cost_arch_find(name, out, why) == 0)
-        return 0;
-    return err_set(err, "the target serves '%s', which is not a model of the catalog: name its "
-                        "architecture with --model M (see 'stallscope model --list')",
-                   served);
 }
 
 /* ---- probing: streams on one transport --------------------------------------------------------- */
@@ -584,7 +343,7 @@ static int probe_prefill(calib_target *ct, int prompt_tokens, double *ttft_ns, c
         }
         ttft[k] = took;
     }
-    *ttft_ns = median(ttft, repeats);
+    *ttft_ns = calib_target_median(ttft, repeats);
     return 0;
 }
 
@@ -706,7 +465,7 @@ static int read_models(calib_target *ct, char *err)
     int status = 0;
     char *body = NULL, why[ERR_LEN];
     if (stream_http(&ct->so, "GET", "/v1/models", NULL, MODELS_TIMEOUT_NS, &status, &body, why) != 0)
-        return err_set(err, "the target at %s is not reachable: %s", ct->cfg.target, why);
+        return err_set(err, "the target at %s is not reachable: %s", ct->cfg.client->target, why);
     if (status == 401 || status == 403) {
         free(body);
         return err_set(err, "the target refused our credentials (HTTP %d on GET /v1/models): "
@@ -729,6 +488,10 @@ static int read_models(calib_target *ct, char *err)
 
 calib_target *calib_target_open(const calib_target_config *cfg, char *err)
 {
+    if (!cfg->client || !cfg->client->target[0]) {
+        err_set(err, "no target URL");
+        return NULL;
+    }
     calib_target *ct = calloc(1, sizeof *ct);
     if (!ct) {
         err_set(err, "out of memory");
@@ -745,7 +508,7 @@ calib_target *calib_target_open(const calib_target_config *cfg, char *err)
                 strerror(errno));
     const experiment_secrets *sec = cfg->secrets;
     ct->so = (stream_options){
-        .base_url = cfg->target,
+        .base_url = cfg->client->target,
         .api_key = sec ? sec->api_key : NULL,
         .headers = sec ? sec->headers : NULL,
         .n_headers = sec ? sec->n_headers : 0,
@@ -753,14 +516,15 @@ calib_target *calib_target_open(const calib_target_config *cfg, char *err)
         .max_streams = (cfg->max_streams > cfg->interference_streams ? cfg->max_streams
                                                                       : cfg->interference_streams) +
                        8,
-        .insecure = cfg->insecure,
+        .insecure = cfg->client->insecure,
     };
     driver_api_defaults(&ct->api);
-    snprintf(ct->api.model, sizeof ct->api.model, "%s", cfg->model_name);
+    snprintf(ct->api.model, sizeof ct->api.model, "%s", cfg->client->model_name);
     workload_default(&ct->wl);
     /* Prompts never repeat across calibrations: a prefix cache must not shorten a probe. */
     ct->salt = (uint64_t)time(NULL) ^ ((uint64_t)clock_now_ns() << 20);
-    const stream_transport_kind kind = stream_transport_resolve(cfg->transport, cfg->target);
+    const stream_transport_kind kind = stream_transport_resolve(cfg->client->transport,
+                                                              cfg->client->target);
     if (stream_transport_create(kind, &ct->so, &ct->t, err) != 0) {
         free(ct);
         return NULL;
@@ -804,18 +568,12 @@ static int tokens_checked(const calib_target *ct, calib_target_result *out, char
                    why);
 }
 
-int calib_target_run(calib_target *ct, calib_target_result *out, char *err)
+/* The decode grid: the batches at each context; a batch the target will not run ends the
+ * grid for that context, and says so. 0, or -1 with err. */
+static int decode_grid(calib_target *ct, calib_target_result *out, int64_t start, char *err)
 {
     const calib_target_config *c = &ct->cfg;
     FILE *say = c->progress;
-    memset(out, 0, sizeof *out);
-    snprintf(out->served_model, sizeof out->served_model, "%s", ct->api.model);
-    out->max_model_len = ct->max_model_len;
-    out->token_ids = ct->api.token_ids;
-    const int64_t start = clock_now_ns();
-
-    /* decode: the batch grid at each context; a batch the target will not run ends the
-     * grid for that context, and says so */
     int batches[CALIB_TARGET_MAX_BATCHES];
     const int n_batches = calib_target_batches(c->max_streams, batches, CALIB_TARGET_MAX_BATCHES);
     for (int k = 0; k < CALIB_TARGET_MAX_CONTEXTS; k++) {
@@ -853,8 +611,15 @@ int calib_target_run(calib_target *ct, calib_target_result *out, char *err)
         return err_set(err, "only %d decode probe%s ran (the fit needs 3)%s%s", out->n_decode,
                        out->n_decode == 1 ? "" : "s", out->decode_note[0] ? ": " : "",
                        out->decode_note);
+    return 0;
+}
 
-    /* prefill: lone prompts, shortest first; a refusal ends the range */
+/* The prefill range: lone prompts, shortest first; a refusal ends the range. Then which of
+ * them the fit takes. 0, or -1 with err. */
+static int prefill_range(calib_target *ct, calib_target_result *out, int64_t start, char *err)
+{
+    const calib_target_config *c = &ct->cfg;
+    FILE *say = c->progress;
     int prompts[CALIB_TARGET_MAX_PROMPTS];
     int max_prompt = c->max_prompt_tokens;
     if (ct->max_model_len > 0 && ct->max_model_len - 1 < max_prompt) {
@@ -907,78 +672,22 @@ int calib_target_run(calib_target *ct, calib_target_result *out, char *err)
         return err_set(err, "only %d prefill probe%s ran (the fit needs 2)%s%s", out->n_prefill,
                        out->n_prefill == 1 ? "" : "s", out->prefill_note[0] ? ": " : "",
                        out->prefill_note);
+    return 0;
+}
 
-    if (c->interference_streams > 0 && probe_interference(ct, out, err) != 0)
+int calib_target_run(calib_target *ct, calib_target_result *out, char *err)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->served_model, sizeof out->served_model, "%s", ct->api.model);
+    out->max_model_len = ct->max_model_len;
+    out->token_ids = ct->api.token_ids;
+    const int64_t start = clock_now_ns();
+    if (decode_grid(ct, out, start, err) != 0 || prefill_range(ct, out, start, err) != 0)
+        return -1;
+    if (ct->cfg.interference_streams > 0 && probe_interference(ct, out, err) != 0)
         return err_prefix(err, "interference probes");
     if (tokens_checked(ct, out, err) != 0)
         return -1;
     out->seconds = (double)(clock_now_ns() - start) / 1e9;
     return 0;
-}
-
-json_t *calib_target_measured_json(const calib_target_result *r, const calib_target_policy *pol)
-{
-    json_t *m = json_object(), *dec = json_array(), *pre = json_array(), *st = json_array();
-    if (!m || !dec || !pre || !st) {
-        json_decref(m);
-        json_decref(dec);
-        json_decref(pre);
-        json_decref(st);
-        return NULL;
-    }
-    json_object_set_new(m, "served_model", json_string(r->served_model));
-    if (r->max_model_len > 0)
-        json_object_set_new(m, "max_model_len", json_integer(r->max_model_len));
-    json_object_set_new(m, "prompts", json_string(r->token_ids ? "token ids" : "calibrated text"));
-    json_object_set_new(m, "seconds", json_real(r->seconds));
-    for (int i = 0; i < r->n_decode; i++) {
-        json_t *o = json_object();
-        json_object_set_new(o, "streams", json_integer(r->decode[i].batch));
-        json_object_set_new(o, "prompt_tokens", json_integer(r->decode[i].prompt_tokens));
-        json_object_set_new(o, "mean_context", json_real(r->decode[i].mean_context));
-        json_object_set_new(o, "gap_ms", json_real(r->decode[i].gap_ns / 1e6));
-        json_object_set_new(o, "gaps", json_integer(r->decode[i].samples));
-        json_array_append_new(dec, o);
-    }
-    for (int i = 0; i < r->n_prefill; i++) {
-        json_t *o = json_object();
-        json_object_set_new(o, "prompt_tokens", json_integer(r->prefill[i].prompt_tokens));
-        json_object_set_new(o, "ttft_ms", json_real(r->prefill[i].ttft_ns / 1e6));
-        json_object_set_new(o, "fitted", json_boolean(r->prefill[i].fitted));
-        json_array_append_new(pre, o);
-    }
-    for (int i = 0; i < r->n_stall; i++) {
-        json_t *o = json_object();
-        json_object_set_new(o, "prompt_tokens", json_integer(r->stall[i].prompt_tokens));
-        json_object_set_new(o, "streams", json_integer(r->stall[i].streams));
-        json_object_set_new(o, "stall_ms", json_real(r->stall[i].stall_ns / 1e6));
-        json_object_set_new(o, "steady_gap_ms", json_real(r->stall[i].gap_ns / 1e6));
-        json_object_set_new(o, "streams_stalled", json_integer(r->stall[i].streams_stalled));
-        json_object_set_new(o, "ttft_ms", json_real(r->stall[i].ttft_ns / 1e6));
-        if (pol && i < pol->n)
-            json_object_set_new(o, "ratio_to_one_step", json_real(pol->ratio[i]));
-        json_array_append_new(st, o);
-    }
-    json_object_set_new(m, "decode", dec);
-    json_object_set_new(m, "prefill", pre);
-    json_object_set_new(m, "interference", st);
-    if (r->decode_note[0])
-        json_object_set_new(m, "decode_note", json_string(r->decode_note));
-    if (r->prefill_note[0])
-        json_object_set_new(m, "prefill_note", json_string(r->prefill_note));
-    if (r->stall_note[0])
-        json_object_set_new(m, "interference_note", json_string(r->stall_note));
-    json_object_set_new(m, "tokens",
-                        json_pack("{s:s, s:I, s:I, s:I}", "counted_from",
-                                  calib_target_count_name(r->tokens.counted), "streamed",
-                                  (json_int_t)r->tokens.streamed, "usage",
-                                  (json_int_t)r->tokens.usage, "protocol_violations",
-                                  (json_int_t)r->tokens.violations));
-    if (pol && pol->policy[0]) {
-        json_object_set_new(m, "policy_inferred", json_string(pol->policy));
-        if (pol->budget > 0)
-            json_object_set_new(m, "budget_inferred", json_integer(pol->budget));
-        json_object_set_new(m, "budget_is_lower_bound", json_boolean(pol->budget_is_lower_bound));
-    }
-    return m;
 }

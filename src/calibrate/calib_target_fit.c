@@ -1,0 +1,359 @@
+/* calib_target_fit — calibrate --target's probes into figures, a step model, a policy and a
+ * profile (calib_target_fit.h). */
+#include "calibrate/calib_target_fit.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/clock.h"
+#include "common/err.h"
+#include "engine/profile.h"
+#include "experiment/shard.h"
+
+static const char *const COUNT_NAMES[] = {"auto", "stream", "usage"};
+
+const char *calib_target_count_name(calib_target_count count)
+{
+    return count >= CALIB_TARGET_COUNT_AUTO && count <= CALIB_TARGET_COUNT_USAGE
+               ? COUNT_NAMES[count]
+               : "?";
+}
+
+/* ---- pure pieces ------------------------------------------------------------------------------ */
+
+int calib_target_batches(int max_streams, int *out, int cap)
+{
+    int n = 0;
+    for (int b = 1; b < max_streams && n < cap; b *= 2)
+        out[n++] = b;
+    if (max_streams >= 1 && n < cap)
+        out[n++] = max_streams;
+    return n;
+}
+
+int calib_target_prompts(int min_tokens, int max_tokens, int *out, int cap)
+{
+    int n = 0;
+    for (int64_t p = min_tokens; p > 0 && p < max_tokens && n < cap; p *= 2)
+        out[n++] = (int)p;
+    if (min_tokens > 0 && max_tokens >= min_tokens && n < cap)
+        out[n++] = max_tokens;
+    return n;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of v (sorted in place), n > 0: the lower middle for an even count, as the
+ * analysis' nearest-rank p50 takes it. */
+double calib_target_median(double *v, int64_t n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return v[(n - 1) / 2];
+}
+
+int calib_target_steady_gap(const calib_target_series *s, int n_streams, int skip, int prompt_tokens,
+                            int64_t from_ns, int64_t to_ns, double *gap_ns,
+                            double *mean_context, int64_t *samples)
+{
+    int64_t n = 0;
+    for (int k = 0; k < n_streams; k++)
+        for (int i = skip > 1 ? skip : 1; i < s[k].n; i++)
+            if (s[k].t_ns[i - 1] >= from_ns && s[k].t_ns[i] <= to_ns)
+                n += s[k].cum[i] - s[k].cum[i - 1] > 0 ? s[k].cum[i] - s[k].cum[i - 1] : 1;
+    if (n == 0)
+        return -1;
+    double *gaps = malloc(sizeof *gaps * (size_t)n);
+    if (!gaps)
+        return -1;
+    int64_t m = 0;
+    double context = 0;
+    for (int k = 0; k < n_streams; k++)
+        for (int i = skip > 1 ? skip : 1; i < s[k].n; i++) {
+            if (!(s[k].t_ns[i - 1] >= from_ns && s[k].t_ns[i] <= to_ns))
+                continue;
+            const int tokens = s[k].cum[i] - s[k].cum[i - 1] > 0 ? s[k].cum[i] - s[k].cum[i - 1] : 1;
+            const double gap = (double)(s[k].t_ns[i] - s[k].t_ns[i - 1]) / tokens;
+            for (int j = 0; j < tokens; j++) {
+                gaps[m++] = gap;
+                context += prompt_tokens + s[k].cum[i - 1] + j;
+            }
+        }
+    *gap_ns = calib_target_median(gaps, m);
+    *mean_context = context / (double)m;
+    *samples = m;
+    free(gaps);
+    return 0;
+}
+
+int calib_target_stall_of(const calib_target_series *s, int n_streams, int64_t send_ns,
+                          int64_t first_ns, double threshold_ns, double *stall_ns, int *stalled)
+{
+    double *longest = malloc(sizeof *longest * (size_t)(n_streams > 0 ? n_streams : 1));
+    if (!longest)
+        return -1;
+    int n = 0;
+    *stalled = 0;
+    for (int k = 0; k < n_streams; k++) {
+        double worst = -1;
+        for (int i = 1; i < s[k].n; i++)
+            if (s[k].t_ns[i] > send_ns && s[k].t_ns[i - 1] < first_ns) {
+                const double gap = (double)(s[k].t_ns[i] - s[k].t_ns[i - 1]);
+                worst = gap > worst ? gap : worst;
+            }
+        if (worst < 0)
+            continue;
+        longest[n++] = worst;
+        *stalled += worst > threshold_ns;
+    }
+    if (n > 0)
+        *stall_ns = calib_target_median(longest, n);
+    free(longest);
+    return n > 0 ? 0 : -1;
+}
+
+bool calib_target_tokens_agree(const calib_target_tokens *t, char *why, size_t size)
+{
+    const int64_t diff = t->usage > t->streamed ? t->usage - t->streamed : t->streamed - t->usage;
+    const bool counts = (double)diff <= CALIB_TARGET_COUNT_TOLERANCE * (double)t->streamed;
+    if (counts && t->violations == 0)
+        return true;
+    int len = 0;
+    if (!counts)
+        len = snprintf(why, size, "usage counted %lld tokens where %lld streamed, %.2f per event",
+                       (long long)t->usage, (long long)t->streamed,
+                       t->streamed > 0 ? (double)t->usage / (double)t->streamed : 0.0);
+    if (t->violations > 0 && len >= 0 && (size_t)len < size)
+        snprintf(why + len, size - (size_t)len, "%s%lld protocol violation%s, the first: %s",
+                 counts ? "" : "; ", (long long)t->violations, t->violations == 1 ? "" : "s",
+                 t->first_violation);
+    return false;
+}
+
+void calib_target_mark_weight_bound(calib_target_result *r, double decode_1_ns, double factor)
+{
+    for (int i = 0; i < r->n_prefill; i++)
+        r->prefill[i].fitted = r->prefill[i].ttft_ns >= factor * decode_1_ns;
+}
+
+int calib_target_fit_probes(const calib_target_result *r, fit_probe *out, int cap)
+{
+    int n = 0;
+    for (int i = 0; i < r->n_decode && n < cap; i++)
+        out[n++] = (fit_probe){.batch = r->decode[i].batch,
+                               .context_sum = r->decode[i].batch * r->decode[i].mean_context,
+                               .ns = r->decode[i].gap_ns};
+    for (int i = 0; i < r->n_prefill && n < cap; i++)
+        if (r->prefill[i].fitted)
+            out[n++] = (fit_probe){.batch = 1,
+                                   .prompt_tokens = r->prefill[i].prompt_tokens,
+                                   .ns = r->prefill[i].ttft_ns};
+    return n;
+}
+
+/* The budget whose longest chunk step is stall_ns under the fitted model (bisection: the
+ * chunk step grows with the budget). */
+static int budget_for_stall(const cost_params *cost, const calib_target_stall *st)
+{
+    const int decodes = st->streams;
+    const int context = (int)(st->mean_context + 0.5);
+    int lo = decodes + 1, hi = st->prompt_tokens + decodes;
+    for (int iter = 0; iter < 40 && lo < hi; iter++) {
+        const int mid = lo + (hi - lo) / 2;
+        if ((double)cost_injection_step_ns(cost, st->prompt_tokens, decodes, context, mid) <
+            st->stall_ns)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+void calib_target_infer_policy(const cost_params *cost, const calib_target_stall *stalls, int n,
+                               calib_target_policy *out)
+{
+    memset(out, 0, sizeof *out);
+    int budgets[CALIB_TARGET_MAX_PROMPTS], n_chunked = 0, one_step_longest = 0, n_no_stall = 0;
+    for (int i = 0; i < n && i < CALIB_TARGET_MAX_PROMPTS; i++) {
+        const calib_target_stall *st = &stalls[i];
+        const double one_step = (double)cost_injection_step_ns(
+            cost, st->prompt_tokens, st->streams, (int)(st->mean_context + 0.5), 0);
+        out->ratio[i] = one_step > 0 ? st->stall_ns / one_step : 0;
+        out->n = i + 1;
+        if (st->stall_ns < CALIB_TARGET_NO_STALL * st->gap_ns)
+            n_no_stall++;
+        else if (out->ratio[i] >= CALIB_TARGET_ONE_STEP)
+            one_step_longest = st->prompt_tokens > one_step_longest ? st->prompt_tokens
+                                                                    : one_step_longest;
+        else
+            budgets[n_chunked++] = budget_for_stall(cost, st);
+    }
+    if (out->n == 0)
+        return;
+    if (n_no_stall == out->n) {
+        snprintf(out->policy, sizeof out->policy, "none");
+    } else if (n_chunked > 0) {
+        /* A prompt can be chunked only where it is longer than the budget: the median of
+         * the chunked prompts' budgets, and never below the longest one-step prompt. */
+        double b[CALIB_TARGET_MAX_PROMPTS];
+        for (int i = 0; i < n_chunked; i++)
+            b[i] = budgets[i];
+        const int budget = (int)calib_target_median(b, n_chunked);
+        snprintf(out->policy, sizeof out->policy, "chunked");
+        out->budget = budget > one_step_longest ? budget : one_step_longest;
+    } else {
+        snprintf(out->policy, sizeof out->policy, "mixed");
+        out->budget = one_step_longest;
+        out->budget_is_lower_bound = true;
+    }
+}
+
+bool calib_target_fit_ok(const fit_result *fr, const double *residual, int n, double max_rms,
+                         int *worst)
+{
+    *worst = -1;
+    for (int i = 0; i < n; i++)
+        if (*worst < 0 || fabs(residual[i]) > fabs(residual[*worst]))
+            *worst = i;
+    return fr->decode_rms <= max_rms && fr->prefill_rms <= max_rms;
+}
+
+int calib_target_arch(const char *served, cost_arch *out, char *err)
+{
+    char why[ERR_LEN];
+    if (cost_arch_find(served, out, why) == 0)
+        return 0;
+    const char *base = strrchr(served, '/');
+    base = base ? base + 1 : served;
+    char name[128];
+    size_t len = 0;
+    for (; base[len] && len + 1 < sizeof name; len++)
+        name[len] = (char)tolower((unsigned char)base[len]);
+    name[len] = '\0';
+    static const char *const suffixes[] = {"-instruct", "-chat"};
+    for (int i = 0; i < 2; i++) {
+        const size_t sl = strlen(suffixes[i]);
+        if (len > sl && strcmp(name + len - sl, suffixes[i]) == 0)
+            name[len - sl] = '\0';
+    }
+    if (cost_arch_find(name, out, why) == 0)
+        return 0;
+    return err_set(err, "the target serves '%s', which is not a model of the catalog: name its "
+                        "architecture with --model M (see 'stallscope model --list')",
+                   served);
+}
+
+json_t *calib_target_measured_json(const calib_target_result *r, const calib_target_policy *pol)
+{
+    json_t *m = json_object(), *dec = json_array(), *pre = json_array(), *st = json_array();
+    if (!m || !dec || !pre || !st) {
+        json_decref(m);
+        json_decref(dec);
+        json_decref(pre);
+        json_decref(st);
+        return NULL;
+    }
+    json_object_set_new(m, "served_model", json_string(r->served_model));
+    if (r->max_model_len > 0)
+        json_object_set_new(m, "max_model_len", json_integer(r->max_model_len));
+    json_object_set_new(m, "prompts", json_string(r->token_ids ? "token ids" : "calibrated text"));
+    json_object_set_new(m, "seconds", json_real(r->seconds));
+    for (int i = 0; i < r->n_decode; i++) {
+        json_t *o = json_object();
+        json_object_set_new(o, "streams", json_integer(r->decode[i].batch));
+        json_object_set_new(o, "prompt_tokens", json_integer(r->decode[i].prompt_tokens));
+        json_object_set_new(o, "mean_context", json_real(r->decode[i].mean_context));
+        json_object_set_new(o, "gap_ms", json_real(r->decode[i].gap_ns / 1e6));
+        json_object_set_new(o, "gaps", json_integer(r->decode[i].samples));
+        json_array_append_new(dec, o);
+    }
+    for (int i = 0; i < r->n_prefill; i++) {
+        json_t *o = json_object();
+        json_object_set_new(o, "prompt_tokens", json_integer(r->prefill[i].prompt_tokens));
+        json_object_set_new(o, "ttft_ms", json_real(r->prefill[i].ttft_ns / 1e6));
+        json_object_set_new(o, "fitted", json_boolean(r->prefill[i].fitted));
+        json_array_append_new(pre, o);
+    }
+    for (int i = 0; i < r->n_stall; i++) {
+        json_t *o = json_object();
+        json_object_set_new(o, "prompt_tokens", json_integer(r->stall[i].prompt_tokens));
+        json_object_set_new(o, "streams", json_integer(r->stall[i].streams));
+        json_object_set_new(o, "stall_ms", json_real(r->stall[i].stall_ns / 1e6));
+        json_object_set_new(o, "steady_gap_ms", json_real(r->stall[i].gap_ns / 1e6));
+        json_object_set_new(o, "streams_stalled", json_integer(r->stall[i].streams_stalled));
+        json_object_set_new(o, "ttft_ms", json_real(r->stall[i].ttft_ns / 1e6));
+        if (pol && i < pol->n)
+            json_object_set_new(o, "ratio_to_one_step", json_real(pol->ratio[i]));
+        json_array_append_new(st, o);
+    }
+    json_object_set_new(m, "decode", dec);
+    json_object_set_new(m, "prefill", pre);
+    json_object_set_new(m, "interference", st);
+    if (r->decode_note[0])
+        json_object_set_new(m, "decode_note", json_string(r->decode_note));
+    if (r->prefill_note[0])
+        json_object_set_new(m, "prefill_note", json_string(r->prefill_note));
+    if (r->stall_note[0])
+        json_object_set_new(m, "interference_note", json_string(r->stall_note));
+    json_object_set_new(m, "tokens",
+                        json_pack("{s:s, s:I, s:I, s:I}", "counted_from",
+                                  calib_target_count_name(r->tokens.counted), "streamed",
+                                  (json_int_t)r->tokens.streamed, "usage",
+                                  (json_int_t)r->tokens.usage, "protocol_violations",
+                                  (json_int_t)r->tokens.violations));
+    if (pol && pol->policy[0]) {
+        json_object_set_new(m, "policy_inferred", json_string(pol->policy));
+        if (pol->budget > 0)
+            json_object_set_new(m, "budget_inferred", json_integer(pol->budget));
+        json_object_set_new(m, "budget_is_lower_bound", json_boolean(pol->budget_is_lower_bound));
+    }
+    return m;
+}
+
+/* ---- the fit and the profile ---------------------------------------------------------------- */
+
+int calib_target_fit_model(const calib_target_result *r, const cost_arch *arch, const char *name,
+                           double mem_bytes, double max_rms, calib_target_fitted *out, char *err)
+{
+    memset(out, 0, sizeof *out);
+    out->max_rms = max_rms;
+    out->n = calib_target_fit_probes(r, out->probes, CALIB_TARGET_MAX_PROBES);
+    if (fit_step_model(out->probes, out->n, arch->name, &out->fit, out->residual, err) != 0)
+        return -1;
+    snprintf(out->gpu.name, sizeof out->gpu.name, "%s", name);
+    out->gpu.mem_bytes = mem_bytes;
+    out->gpu.fit = out->fit.fit;
+    cost_params_init(&out->cost, &out->gpu, arch);
+    calib_target_infer_policy(&out->cost, r->stall, r->n_stall, &out->policy);
+    out->accepted = calib_target_fit_ok(&out->fit, out->residual, out->n, max_rms, &out->worst);
+    return 0;
+}
+
+json_t *calib_target_profile_json(const calib_target_result *r, const calib_target_fitted *m,
+                                  const cost_arch *arch, const char *target_shown)
+{
+    profile_info info = {.version = PROFILE_VERSION};
+    snprintf(info.source, sizeof info.source, "%s", PROFILE_SOURCE_TARGET);
+    snprintf(info.target, sizeof info.target, "%s", target_shown);
+    json_t *root = profile_to_json(&m->gpu, &info, &m->fit, m->probes, m->residual, m->n);
+    json_t *measured = root ? calib_target_measured_json(r, &m->policy) : NULL;
+    if (!measured) {
+        json_decref(root);
+        return NULL;
+    }
+    char when[48];
+    experiment_format_utc((int64_t)time(NULL) * CLOCK_NS_PER_S, when, sizeof when);
+    json_object_set_new(measured, "when", json_string(when));
+    json_object_set_new(measured, "fit_model", json_string(arch->name));
+    json_object_set_new(measured, "max_rms", json_real(m->max_rms));
+    json_object_set_new(measured, "accepted", json_boolean(m->accepted));
+    json_object_set_new(root, "measured", measured);
+    return root;
+}
