@@ -16,9 +16,9 @@
 #include "experiment/outdir.h"
 #include "experiment/pair.h"
 #include "experiment/runner.h"
-#include "tune/tune.h"
 #include "report/html_tune.h"
 #include "report/tune_table.h"
+#include "tune/tune.h"
 
 typedef struct tune_flags {
     char slo[1024];

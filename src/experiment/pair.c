@@ -10,8 +10,8 @@
 #include "experiment/config.h"
 #include "experiment/config_json.h"
 #include "experiment/options.h"
-#include "experiment/runner.h"
 #include "experiment/pair.h"
+#include "experiment/runner.h"
 
 /* summary.json and stalls.csv (every stall with its cause and culprits). */
 static int write_summary(const char *dir, const analysis_summary *s, char *err)
@@ -24,6 +24,37 @@ static int write_summary(const char *dir, const analysis_summary *s, char *err)
     int rc = fsio_write_json(path, json, 0, err);
     json_decref(json);
     return rc == 0 ? analysis_write_stalls_csv(s, stalls, err) : -1;
+}
+
+/* The analysis of one run as far as it is known before the run. */
+static void run_options(const experiment_config *cfg, const workload_config *wl,
+                        const experiment_runner *runner, const char *label, double reference_p50,
+                        standard_options *standard, analysis_options *opt)
+{
+    *opt = (analysis_options){.label = label,
+                              .duration_s = (double)wl->duration_ns / 1e9,
+                              .users = workload_analysis_users(wl),
+                              .threshold_ms = (double)cfg->stall_threshold_ns / 1e6,
+                              .reference_p50_ms = reference_p50,
+                              .gap_digest = runner->streams,
+                              .gpus = experiment_gpus(cfg)};
+    experiment_standard_options(cfg, standard);
+    opt->standard = standard;
+}
+
+/* ... and what the run told it: the engine, the target, how it ended, its stamps. */
+static void options_from_run(const experiment_meta *meta, const experiment_streaming *streaming,
+                             analysis_options *opt)
+{
+    opt->engine = meta->engine_name;
+    opt->target = meta->target;
+    opt->complete = meta->complete;
+    opt->protocol_violations = meta->protocol_violations;
+    opt->tokens_csv_dropped = streaming->tokens_csv_dropped;
+    opt->tokens_csv_max_events = streaming->tokens_csv_max_events > 0
+                                     ? streaming->tokens_csv_max_events
+                                     : EXPERIMENT_TOKENS_CSV_MAX_DEFAULT;
+    experiment_meta_stamps(meta, opt);
 }
 
 /* One run: config.json first (incomplete), the runner, config.json again with how it went,
@@ -73,16 +104,9 @@ static int one_run(const experiment_config *cfg, const experiment_runner *runner
     experiment_phase phase = {.cfg = &run_cfg, .wl = &wl, .label = label, .dir = d,
                               .notes = io->notes, .quiet = io->quiet,
                               .interrupted = io->interrupted, .stall_threshold_ns = threshold_ns};
-    analysis_options opt = {.label = label,
-                            .duration_s = (double)wl.duration_ns / 1e9,
-                            .users = workload_analysis_users(&wl),
-                            .threshold_ms = (double)cfg->stall_threshold_ns / 1e6,
-                            .reference_p50_ms = reference_p50,
-                            .gap_digest = runner->streams,
-                            .gpus = experiment_gpus(cfg)};
     standard_options standard;
-    experiment_standard_options(cfg, &standard);
-    opt.standard = &standard;
+    analysis_options opt;
+    run_options(cfg, &wl, runner, label, reference_p50, &standard, &opt);
     /* A runner that streams hands its rows to the analysis as they come: nothing holds the
      * token log (an hour of 256 users is 10^8 events). */
     experiment_streaming streaming = {.tokens_csv_max_events = io->tokens_csv_max_events,
@@ -128,15 +152,7 @@ static int one_run(const experiment_config *cfg, const experiment_runner *runner
             analysis_stream_free(streaming.stream);
             goto done;
         }
-        opt.engine = meta.engine_name;
-        opt.target = meta.target;
-        opt.complete = meta.complete;
-        opt.protocol_violations = meta.protocol_violations;
-        opt.tokens_csv_dropped = streaming.tokens_csv_dropped;
-        opt.tokens_csv_max_events = streaming.tokens_csv_max_events > 0
-                                        ? streaming.tokens_csv_max_events
-                                        : EXPERIMENT_TOKENS_CSV_MAX_DEFAULT;
-        experiment_meta_stamps(&meta, &opt);
+        options_from_run(&meta, &streaming, &opt);
         if (!runner->streams) {
             /* A long live run kept its events on disk only: the analysis streams its files
              * (with their own request ids: the run's rows as the driver wrote them). */

@@ -455,6 +455,162 @@ static void metrics_stop(const experiment_phase *ph, scraper **s, experiment_met
 
 /* ---- one run ----------------------------------------------------------------------------------- */
 
+/* The server of this run: a --target (its URL redacted into the record), or a fresh
+ * embedded one. 0, or -1 with err. */
+static int server_up(const experiment_phase *ph, embedded *server, experiment_meta *meta,
+                     char *err)
+{
+    const experiment_config *cfg = ph->cfg;
+    if (cfg->engine == EXPERIMENT_REMOTE) {
+        redact_url(cfg->client.target, meta->target, sizeof meta->target); /* the record's */
+        return 0;
+    }
+    if (embedded_start(ph, server, err) != 0)
+        return -1;
+    snprintf(meta->target, sizeof meta->target, "%s", server->url);
+    if (ph->notes && !ph->quiet)
+        fprintf(ph->notes, "[%s] embedded server pid %d at %s\n", ph->label,
+                (int)server->child.pid, server->url);
+    return 0;
+}
+
+/* The client's threads beside the server: said with the setup; too many, warned once. */
+static void client_cpus(http_runner *hr, const experiment_phase *ph, experiment_client_cpus *cpus)
+{
+    experiment_client_cpus_of(ph->cfg, cpus);
+    char cpus_line[320];
+    const bool over = experiment_client_cpus_describe(cpus, ph->cfg, cpus_line, sizeof cpus_line);
+    FILE *warn_to = ph->quiet ? stderr : ph->notes;
+    if (over && !hr->warned_cpus && warn_to)
+        fprintf(warn_to, "stallscope: %s\n", cpus_line);
+    else if (!over && ph->notes && !ph->quiet)
+        fprintf(ph->notes, "[%s] %s\n", ph->label, cpus_line);
+    hr->warned_cpus = hr->warned_cpus || over;
+}
+
+/* The connection takes the URL as given, credentials and all; meta->target is the record's. */
+static stream_options connection(const http_runner *hr, const experiment_phase *ph,
+                                 const char *url)
+{
+    const experiment_config *cfg = ph->cfg;
+    return (stream_options){
+        .base_url = url,
+        .api_key = hr->secrets ? hr->secrets->api_key : NULL,
+        .headers = hr->secrets ? hr->secrets->headers : NULL,
+        .n_headers = hr->secrets ? hr->secrets->n_headers : 0,
+        .idle_timeout_ns = cfg->client.request_timeout_ns,
+        /* Each loop has a share, but a file descriptor limit sized for all is one limit. */
+        .max_streams = ph->wl->users + 64 +
+                       (workload_open_loop(ph->wl)
+                            ? (ph->wl->max_concurrency > 0 ? ph->wl->max_concurrency : 256)
+                            : 0),
+        .insecure = cfg->client.insecure,
+    };
+}
+
+/* The first run's first contact: the API the requests speak (the model's name, token-id
+ * prompts or calibrated text), found once per runner. 0, or -1 with err. */
+static int first_contact(http_runner *hr, const experiment_phase *ph, const stream_options *so,
+                         transport_ctx *tc, char *err)
+{
+    const experiment_config *cfg = ph->cfg;
+    const bool remote = cfg->engine == EXPERIMENT_REMOTE;
+    if (hr->nice_errno && ph->notes && !ph->quiet)
+        fprintf(ph->notes, "stallscope: note: cannot raise priority (%s); timings may suffer "
+                           "from other load on this machine\n",
+                strerror(hr->nice_errno));
+    driver_api_defaults(&hr->api);
+    hr->api.endpoint = cfg->client.endpoint;
+    /* Our own server: ids from the model's vocabulary, and its emit times. */
+    hr->api.vocab = remote ? hr->api.vocab : cfg->cost.arch.vocab;
+    hr->api.timestamps = remote ? cfg->client.fidelity : true;
+    hr->api.extra_body = cfg->client.extra_body;
+    if (cfg->client.model_name[0])
+        snprintf(hr->api.model, sizeof hr->api.model, "%s", cfg->client.model_name);
+    if (check_models(so, &hr->api, !cfg->client.model_name[0], ph->notes, err) != 0)
+        return -1;
+    stream_transport probe;
+    if (open_transport(tc, 0, &probe, err) != 0)
+        return -1;
+    int rc = driver_probe(&probe, &hr->api, ph->wl, PROBE_TIMEOUT_NS, ph->notes, err);
+    close_transport(tc, 0, &probe);
+    if (rc != 0)
+        return -1;
+    hr->probed = true;
+    return 0;
+}
+
+/* What the client learned, for config.json. */
+static void record_learned(const http_runner *hr, const experiment_phase *ph,
+                           const driver_result *res, const experiment_shard_start *shard_start,
+                           experiment_meta *meta)
+{
+    meta->has_client = true;
+    snprintf(meta->served_model, sizeof meta->served_model, "%s", hr->api.model);
+    meta->token_id_prompts = hr->api.token_ids;
+    meta->text_overhead = hr->api.text_overhead;
+    meta->text_tokens_per_word = hr->api.text_per_word;
+    meta->timestamps = hr->api.timestamps;
+    meta->nice = getpriority(PRIO_PROCESS, 0);
+    /* t = 0 on this machine's CLOCK_MONOTONIC: aligns server-side logs (a --target
+     * stallscope serve --step-log) with tokens.csv. */
+    meta->t0_monotonic_ns = res->t0_ns;
+    experiment_shard_record(shard_start, res->t0_ns, meta); /* and on the wall clock */
+    meta->protocol_violations = res->protocol_violations;
+    meta->ended_ns = res->drained ? res->t_end_ns - res->t0_ns : 0;
+    meta->stamps_kernel = res->stamps[STREAM_STAMP_KERNEL];
+    meta->stamps_kernel_coalesced = res->stamps[STREAM_STAMP_KERNEL_COALESCED];
+    meta->stamps_user = res->stamps[STREAM_STAMP_USER];
+    if (ph->cfg->engine == EXPERIMENT_REMOTE)
+        experiment_engine_name(ph->cfg, hr->api.model, meta->engine_name,
+                               sizeof meta->engine_name);
+}
+
+/* The whole log, in request order, replaces the incremental copies (atomically: when it
+ * cannot, the incremental copies stay). A phase stopped by a failed write (a full disk)
+ * keeps its own reason: it is the first cause, this one only follows from it. 0, or -1 with
+ * err. */
+static int write_record(const experiment_phase *ph, const tokenlog *log, driver_result *res,
+                        const experiment_meta *meta, char *err)
+{
+    char why[ERR_LEN];
+    if (res->events_dropped) {
+        /* The events left memory as they were written: the incremental tokens.csv and
+         * requests.csv stay (their request ids agree), steps.csv joins them. */
+        ph->streaming->events_on_disk = true;
+        if (tokenlog_write_steps(log, ph->dir, why) != 0 || write_fidelity(ph, res, meta, why) != 0)
+            return err_set(err, "%s", res->complete ? why : res->error);
+    } else if (tokenlog_write_dir(log, ph->dir, why) != 0 ||
+               write_fidelity(ph, res, meta, why) != 0) {
+        return err_set(err, "%s", res->complete ? why : res->error);
+    }
+    return 0;
+}
+
+/* The run's totals, the open loop's plan and its waits for a slot. */
+static void say_totals(const experiment_phase *ph, const tokenlog *log, const driver_result *res)
+{
+    if (ph->notes && !ph->quiet)
+        fprintf(ph->notes, "[%s] %lld token events%s, %lld requests, %lld errors, %lld steps logged\n",
+                ph->label, (long long)recorded_events(res, log),
+                res->events_dropped ? " (each held only until written)" : "",
+                (long long)res->requests, (long long)res->errors, (long long)log->n_steps);
+    FILE *say = ph->quiet ? stderr : ph->notes; /* said even with --json */
+    if (say && res->open_plan[0])
+        fprintf(say, "[%s] %s\n", ph->label, res->open_plan);
+    if (say && ph->wl->max_concurrency > 0)
+        fprintf(say,
+                "[%s] max concurrency %d: %lld of %lld open-loop requests waited for a slot, "
+                "%.1f ms on average (of those that waited), %.1f ms at most; %lld still "
+                "waiting at the end\n",
+                ph->label, workload_shard_concurrency(ph->wl, ph->wl->shard.index),
+                (long long)res->open_waited, (long long)res->open_requests,
+                res->open_waited ? (double)res->open_wait_total_ns / 1e6 / (double)res->open_waited
+                                 : 0.0,
+                (double)res->open_wait_max_ns / 1e6,
+                (long long)(res->open_planned - res->open_requests));
+}
+
 static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, experiment_meta *meta,
                       char *err)
 {
@@ -473,78 +629,24 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
     meta->complete = false;
     meta->ended_ns = 0;
 
-    if (remote) {
-        redact_url(cfg->client.target, meta->target, sizeof meta->target); /* the record's */
-    } else {
-        if (embedded_start(ph, &server, err) != 0)
-            goto done;
-        snprintf(meta->target, sizeof meta->target, "%s", server.url);
-        if (ph->notes && !ph->quiet)
-            fprintf(ph->notes, "[%s] embedded server pid %d at %s\n", ph->label,
-                    (int)server.child.pid, server.url);
-    }
-    /* The client's threads beside the server: said with the setup; too many, warned once. */
+    if (server_up(ph, &server, meta, err) != 0)
+        goto done;
     experiment_client_cpus cpus;
-    experiment_client_cpus_of(cfg, &cpus);
-    char cpus_line[320];
-    const bool over = experiment_client_cpus_describe(&cpus, cfg, cpus_line, sizeof cpus_line);
-    FILE *warn_to = ph->quiet ? stderr : ph->notes;
-    if (over && !hr->warned_cpus && warn_to)
-        fprintf(warn_to, "stallscope: %s\n", cpus_line);
-    else if (!over && ph->notes && !ph->quiet)
-        fprintf(ph->notes, "[%s] %s\n", ph->label, cpus_line);
-    hr->warned_cpus = hr->warned_cpus || over;
-    /* The connection takes the URL as given, credentials and all; meta->target is the record's. */
-    stream_options so = {
-        .base_url = remote ? cfg->client.target : server.url,
-        .api_key = hr->secrets ? hr->secrets->api_key : NULL,
-        .headers = hr->secrets ? hr->secrets->headers : NULL,
-        .n_headers = hr->secrets ? hr->secrets->n_headers : 0,
-        .idle_timeout_ns = cfg->client.request_timeout_ns,
-        /* Each loop has a share, but a file descriptor limit sized for all is one limit. */
-        .max_streams = ph->wl->users + 64 +
-                       (workload_open_loop(ph->wl)
-                            ? (ph->wl->max_concurrency > 0 ? ph->wl->max_concurrency : 256)
-                            : 0),
-        .insecure = cfg->client.insecure,
-    };
+    client_cpus(hr, ph, &cpus);
+    const stream_options so = connection(hr, ph, remote ? cfg->client.target : server.url);
     /* The transport: raw unless a proxy applies or --transport says (docs/client.md). */
     transport_ctx tc = {&so, stream_transport_resolve(cfg->client.transport, so.base_url)};
     snprintf(meta->transport, sizeof meta->transport, "%s", stream_transport_name(tc.kind));
     const driver_transports transports = {open_transport, close_transport, &tc};
-    if (wait_ready(&so, remote ? NULL : &server, ph, err) != 0)
+    if (wait_ready(&so, remote ? NULL : &server, ph, err) != 0 ||
+        (!hr->probed && first_contact(hr, ph, &so, &tc, err) != 0))
         goto done;
-    if (!hr->probed) {
-        if (hr->nice_errno && ph->notes && !ph->quiet)
-            fprintf(ph->notes, "stallscope: note: cannot raise priority (%s); timings may suffer "
-                               "from other load on this machine\n",
-                    strerror(hr->nice_errno));
-        driver_api_defaults(&hr->api);
-        hr->api.endpoint = cfg->client.endpoint;
-        /* Our own server: ids from the model's vocabulary, and its emit times. */
-        hr->api.vocab = remote ? hr->api.vocab : cfg->cost.arch.vocab;
-        hr->api.timestamps = remote ? cfg->client.fidelity : true;
-        hr->api.extra_body = cfg->client.extra_body;
-        if (cfg->client.model_name[0])
-            snprintf(hr->api.model, sizeof hr->api.model, "%s", cfg->client.model_name);
-        if (check_models(&so, &hr->api, !cfg->client.model_name[0], ph->notes, err) != 0)
-            goto done;
-        stream_transport probe;
-        if (open_transport(&tc, 0, &probe, err) != 0)
-            goto done;
-        int rc = driver_probe(&probe, &hr->api, ph->wl, PROBE_TIMEOUT_NS, ph->notes, err);
-        close_transport(&tc, 0, &probe);
-        if (rc != 0)
-            goto done;
-        hr->probed = true;
-    }
 
     stop_ctx sc = {remote ? NULL : &server, ph->interrupted};
     progress_ctx pc = {ph->label, ph->notes, ph->notes && isatty(fileno(ph->notes)) == 1, false};
     if (open_csv(&tokens, ph->dir, "tokens.csv", TOKENLOG_TOKENS_CSV, err) != 0 ||
         open_csv(&requests, ph->dir, "requests.csv", TOKENLOG_REQUESTS_CSV, err) != 0)
         goto done;
-    const bool show = ph->notes && !ph->quiet;
     /* From before the warm-up, so the first row at t >= 0 has a previous scrape. */
     metrics = metrics_start(ph, &so, meta);
     metrics_window window = {metrics, ph->wl->duration_ns};
@@ -564,7 +666,7 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
         .tokens_csv = &tokens,
         .requests_csv = &requests,
         .notes = ph->notes,
-        .progress = show ? on_progress : NULL,
+        .progress = ph->notes && !ph->quiet ? on_progress : NULL,
         .progress_ctx = &pc,
         .progress_every_ns = pc.tty ? PROGRESS_TTY_NS : PROGRESS_PLAIN_NS,
         .should_stop = should_stop,
@@ -604,63 +706,10 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
         if (res.complete)
             unlink(server.step_log);
     }
-
-    /* What the client learned, for config.json. */
-    meta->has_client = true;
-    snprintf(meta->served_model, sizeof meta->served_model, "%s", hr->api.model);
-    meta->token_id_prompts = hr->api.token_ids;
-    meta->text_overhead = hr->api.text_overhead;
-    meta->text_tokens_per_word = hr->api.text_per_word;
-    meta->timestamps = hr->api.timestamps;
-    meta->nice = getpriority(PRIO_PROCESS, 0);
-    /* t = 0 on this machine's CLOCK_MONOTONIC: aligns server-side logs (a --target
-     * stallscope serve --step-log) with tokens.csv. */
-    meta->t0_monotonic_ns = res.t0_ns;
-    experiment_shard_record(&shard_start, res.t0_ns, meta); /* and on the wall clock */
-    meta->protocol_violations = res.protocol_violations;
-    meta->ended_ns = res.drained ? res.t_end_ns - res.t0_ns : 0;
-    meta->stamps_kernel = res.stamps[STREAM_STAMP_KERNEL];
-    meta->stamps_kernel_coalesced = res.stamps[STREAM_STAMP_KERNEL_COALESCED];
-    meta->stamps_user = res.stamps[STREAM_STAMP_USER];
-    if (remote)
-        experiment_engine_name(cfg, hr->api.model, meta->engine_name, sizeof meta->engine_name);
-
-    /* The whole log, in request order, replaces the incremental copies (atomically: when it
-     * cannot, the incremental copies stay). A phase stopped by a failed write (a full disk)
-     * keeps its own reason: it is the first cause, this one only follows from it. */
-    char why[ERR_LEN];
-    if (res.events_dropped) {
-        /* The events left memory as they were written: the incremental tokens.csv and
-         * requests.csv stay (their request ids agree), steps.csv joins them. */
-        ph->streaming->events_on_disk = true;
-        if (tokenlog_write_steps(log, ph->dir, why) != 0 || write_fidelity(ph, &res, meta, why) != 0) {
-            err_set(err, "%s", res.complete ? why : res.error);
-            goto done;
-        }
-    } else if (tokenlog_write_dir(log, ph->dir, why) != 0 ||
-               write_fidelity(ph, &res, meta, why) != 0) {
-        err_set(err, "%s", res.complete ? why : res.error);
+    record_learned(hr, ph, &res, &shard_start, meta);
+    if (write_record(ph, log, &res, meta, err) != 0)
         goto done;
-    }
-    if (show)
-        fprintf(ph->notes, "[%s] %lld token events%s, %lld requests, %lld errors, %lld steps logged\n",
-                ph->label, (long long)recorded_events(&res, log),
-                res.events_dropped ? " (each held only until written)" : "", (long long)res.requests,
-                (long long)res.errors, (long long)log->n_steps);
-    FILE *say = ph->quiet ? stderr : ph->notes; /* said even with --json */
-    if (say && res.open_plan[0])
-        fprintf(say, "[%s] %s\n", ph->label, res.open_plan);
-    if (say && ph->wl->max_concurrency > 0)
-        fprintf(say,
-                "[%s] max concurrency %d: %lld of %lld open-loop requests waited for a slot, "
-                "%.1f ms on average (of those that waited), %.1f ms at most; %lld still "
-                "waiting at the end\n",
-                ph->label, workload_shard_concurrency(ph->wl, ph->wl->shard.index),
-                (long long)res.open_waited, (long long)res.open_requests,
-                res.open_waited ? (double)res.open_wait_total_ns / 1e6 / (double)res.open_waited
-                                : 0.0,
-                (double)res.open_wait_max_ns / 1e6,
-                (long long)(res.open_planned - res.open_requests));
+    say_totals(ph, log, &res);
     meta->complete = res.complete;
     status = 0;
 done:
