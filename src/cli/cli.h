@@ -31,7 +31,7 @@ int cli_usage_error(const char *cmd, const char *msg);
 
 /* calibrate --target URL (cli_calibrate_target.c): cli_calibrate hands argv over. */
 int cli_calibrate_target(int argc, char **argv);
-/* What both calibrations print the same way (cli_calibrate.c): a probe's shape ("decode 32 x
+/* What both calibrations print the same way (cli_common.c): a probe's shape ("decode 32 x
  * ctx 512", "prefill 8000 tokens"), and the fit's residuals with the terms held at 0. */
 void cli_calibrate_probe_shape(const fit_probe *p, char *buf, size_t size);
 void cli_calibrate_print_residuals(const fit_result *fr);

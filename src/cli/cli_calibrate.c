@@ -66,25 +66,6 @@ static bool wants_target(int argc, char **argv)
     return false;
 }
 
-void cli_calibrate_probe_shape(const fit_probe *p, char *buf, size_t size)
-{
-    if (p->prompt_tokens > 0)
-        snprintf(buf, size, "prefill %d tokens", p->prompt_tokens);
-    else
-        snprintf(buf, size, "decode %d x ctx %.0f", p->batch, p->context_sum / p->batch);
-}
-
-void cli_calibrate_print_residuals(const fit_result *fr)
-{
-    printf("  residuals (relative): decode rms %.1f %%, prefill rms %.1f %%, largest %.1f %%\n",
-           fr->decode_rms * 100, fr->prefill_rms * 100, fr->max_abs * 100);
-    static const char *const terms[] = {"step", "per-sequence", "per-context-token", "per-token",
-                                        "attention"};
-    for (int t = 0; t < 5; t++)
-        if (fr->dropped[t])
-            printf("  note: the %s term came out negative and is held at 0\n", terms[t]);
-}
-
 static void print_rates(const cpu_calib *rates)
 {
     printf("  GEMM (prefill shapes)      %8.1f GFLOP/s\n", rates->gemm_flops / 1e9);

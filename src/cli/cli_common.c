@@ -1,5 +1,5 @@
 /* cli_common — what several commands share: the usage error, the output options, the
- * engine choice, interrupt handling. */
+ * engine choice, interrupt handling, the calibrations' probe lines. */
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -75,6 +75,25 @@ opts_group cli_engine_group(cli_engine_choice *choice)
     return choice->allow_sim
                ? (opts_group){"engine", sweep_engine_specs, OPTS_COUNT(sweep_engine_specs), choice}
                : (opts_group){"engine", run_engine_specs, OPTS_COUNT(run_engine_specs), choice};
+}
+
+void cli_calibrate_probe_shape(const fit_probe *p, char *buf, size_t size)
+{
+    if (p->prompt_tokens > 0)
+        snprintf(buf, size, "prefill %d tokens", p->prompt_tokens);
+    else
+        snprintf(buf, size, "decode %d x ctx %.0f", p->batch, p->context_sum / p->batch);
+}
+
+void cli_calibrate_print_residuals(const fit_result *fr)
+{
+    printf("  residuals (relative): decode rms %.1f %%, prefill rms %.1f %%, largest %.1f %%\n",
+           fr->decode_rms * 100, fr->prefill_rms * 100, fr->max_abs * 100);
+    static const char *const terms[] = {"step", "per-sequence", "per-context-token", "per-token",
+                                        "attention"};
+    for (int t = 0; t < 5; t++)
+        if (fr->dropped[t])
+            printf("  note: the %s term came out negative and is held at 0\n", terms[t]);
 }
 
 static volatile sig_atomic_t interrupted;
