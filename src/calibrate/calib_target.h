@@ -1,7 +1,7 @@
 /* calib_target — `stallscope calibrate --target URL`: the step model of a server stallscope
  * cannot see inside, from probes it sends itself over HTTP (issue 13). The probes become
- * fit_probes (engine/fit.h: one fit, two sources of probes) and the CLI writes the profile
- * with profile_to_json (source "target").
+ * fit_probes (engine/fit.h: one fit, two sources of probes) and a profile with
+ * profile_to_json (source "target"): calib_target_fit.h, which also holds the result's types.
  *
  * Probes, in this order, on one transport of the client layer (client/stream.h, the raw
  * transport `run --target` uses), with token-exact prompts (client/driver.h: token ids where

@@ -8,7 +8,8 @@
  * disagreed most named) unless --force-profile; so is one whose gaps the target's usage
  * counts differently from the stream (exit 1, nothing written) unless --count-tokens says
  * which to trust. Bad input (an unreachable target, a model the catalog does not know, bad
- * flags): one line, exit 2, nothing written. */
+ * flags): one line, exit 2, nothing written. --target, --model-name, --insecure and
+ * --transport are run's own (experiment_connection_group), --api-key and --header too. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

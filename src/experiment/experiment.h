@@ -13,9 +13,12 @@
  * they hand to experiment_run_pair(): the simulator (virtual time, in process) or HTTP
  * (the embedded server, started per run, or a --target).
  *
- * Layering: experiment uses workload, engine, sim, client, analysis and common; report and
- * cli sit above it. Nothing here prints unless given a FILE, installs a signal handler or
- * exits. */
+ * One header per module (config.h, options.h, config_json.h, runner.h, shard.h, pair.h,
+ * outdir.h, result.h, server_flags.h, server_cmd.h, sweep.h); this one gathers them.
+ *
+ * Layering: experiment uses workload, engine, sim, client, analysis and common; calibrate,
+ * tune, report and cli sit above it. Nothing here prints unless given a FILE, installs a
+ * signal handler or exits. */
 #ifndef STALLSCOPE_EXPERIMENT_H
 #define STALLSCOPE_EXPERIMENT_H
 #include "experiment/config.h"
