@@ -127,8 +127,9 @@ void experiment_defaults(experiment_config *cfg, experiment_engine engine);
 /* The standard metrics' options of cfg (--metric-percentiles, --goodput; checked when given,
  * so a config read back gives the same). */
 void experiment_standard_options(const experiment_config *cfg, standard_options *out);
-/* --save-result FILE: run's standard metrics with `vllm bench serve`'s keys (duration,
- * completed, failed, total_input_tokens, ..., mean_ttft_ms, p99_itl_ms, p99.9_itl_ms ...),
+/* --save-result FILE: run's standard metrics with `vllm bench serve`'s keys
+ * (metric_vllm_result: duration, completed, failed, total_input_tokens, ..., mean_ttft_ms,
+ * p99_itl_ms, p99.9_itl_ms ...),
  * date, label and each --metadata KEY=VALUE as keys, and the whole summary under
  * "stallscope". Written atomically. 0, or -1 with err. */
 int experiment_save_result(const char *path, const experiment_config *cfg,
