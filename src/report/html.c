@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "analysis/metric.h"
 #include "common/err.h"
 #include "common/units.h"
 #include "common/fsio.h"
@@ -397,36 +398,17 @@ typedef struct pred_col {
     const analysis_summary *s;
 } pred_col;
 
-static void pred_row(FILE *out, const char *metric, const pred_col *cols, int n, int which)
+static void pred_row(FILE *out, const metric *m, const pred_col *cols, int n)
 {
-    fprintf(out, "<tr><td class=\"k\">%s</td>", metric);
+    fprintf(out, "<tr><td class=\"k\">%s</td>", m->label);
     for (int i = 0; i < n; i++) {
-        const analysis_summary *s = cols[i].s;
-        double v = 0;
-        bool have = s != NULL;
-        analysis_dist ttft;
+        double v;
         char buf[32];
-        if (have)
-            switch (which) {
-            case 0: v = s->itl_ms.p50; break;
-            case 1: v = s->itl_ms.p99; break;
-            case 2: v = s->itl_ms.p999; break;
-            case 3: v = s->itl_ms.max; break;
-            case 4: v = s->spike_ratio; break;
-            case 5: v = (double)s->stalls.count; break;
-            case 6: have = analysis_injection_ttft(s, &ttft); v = ttft.p50; break;
-            case 7: have = analysis_injection_ttft(s, &ttft); v = ttft.max; break;
-            }
-        if (!have) {
+        if (!cols[i].s || !metric_value(m, cols[i].s, &v)) {
             fputs("<td>\xe2\x80\x94</td>", out);
             continue;
         }
-        if (which == 4)
-            snprintf(buf, sizeof buf, "%.1f\xc3\x97", v);
-        else if (which == 5)
-            snprintf(buf, sizeof buf, "%.0f", v);
-        else
-            report_format_ms(buf, sizeof buf, v);
+        report_format_metric(buf, sizeof buf, m->unit, v);
         fprintf(out, "<td>%s</td>", buf);
     }
     fputs("</tr>\n", out);
@@ -502,12 +484,14 @@ static int write_prediction(FILE *out, const report_run *b, const report_run *x,
         fputs("</th>", out);
     }
     fputs("</tr>\n", out);
-    static const char *const rows[] = {"gap p50 (ms)",     "gap p99 (ms)",
-                                       "gap p99.9 (ms)",   "max gap (ms)",
-                                       "spike ratio (max/p50)", "stalls",
-                                       "injection TTFT p50 (ms)", "injection TTFT max (ms)"};
-    for (int r = 0; r < 8; r++)
-        pred_row(out, rows[r], cols, n, r);
+    static const char *const rows[] = {"itl.p50",     "itl.p99", "itl.p999",
+                                       "itl.max",     "spike_ratio", "stalls",
+                                       "injection_ttft.p50", "injection_ttft.max"};
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        const metric *m = metric_find(rows[r]);
+        if (m)
+            pred_row(out, m, cols, n);
+    }
     fputs("</table>\n", out);
     char verdict[1024];
     if (same.ok)
