@@ -199,6 +199,7 @@ typedef struct legend_item {
     plot_color color;
     swatch_kind swatch;
     plot_mark mark;
+    bool hollow;
 } legend_item;
 
 static bool legend_has(const legend_item *items, int n, const char *text)
@@ -224,6 +225,7 @@ static int collect_legend(const plot_chart *c, legend_item *items, int max)
             snprintf(it->text, sizeof it->text, "%s", s->name);
             it->color = s->color;
             it->mark = s->mark;
+            it->hollow = s->hollow;
             switch (s->kind) {
             case PLOT_DOTS:
             case PLOT_BARS:
@@ -313,6 +315,17 @@ static void draw_mark(cairo_t *cr, plot_mark mark, double x, double y, double si
     }
 }
 
+/* Fill the marks drawn as the current path, or stroke their outlines. */
+static void finish_marks(cairo_t *cr, bool hollow)
+{
+    if (!hollow) {
+        cairo_fill(cr);
+        return;
+    }
+    cairo_set_line_width(cr, 1.5);
+    cairo_stroke(cr);
+}
+
 static void draw_legend(draw_ctx *d, const legend_item *items, int n, double x0, double y0,
                         double width)
 {
@@ -347,12 +360,12 @@ static void draw_legend(draw_ctx *d, const legend_item *items, int n, double x0,
             cairo_set_dash(cr, NULL, 0, 0);
             if (it->swatch == SW_MARK_LINE) {
                 draw_mark(cr, it->mark, x + SWATCH_W / 2, cy, 7);
-                cairo_fill(cr);
+                finish_marks(cr, it->hollow);
             }
             break;
         case SW_MARK:
-            draw_mark(cr, it->mark, x + SWATCH_W / 2, cy, 7);
-            cairo_fill(cr);
+            draw_mark(cr, it->mark, x + SWATCH_W / 2, cy, it->hollow ? 10 : 7);
+            finish_marks(cr, it->hollow);
             break;
         case SW_VMARK:
             /* A fill, not a stroke: the SVG's injection strokes are the markers alone. */
@@ -528,7 +541,7 @@ static void draw_points(draw_ctx *d, const panel_geom *g, const plot_series *s)
         if (to_px(g, s->x[k], s->y[k], &px, &py))
             draw_mark(cr, s->mark, px, py, s->size);
     }
-    cairo_fill(cr);
+    finish_marks(cr, s->hollow);
 }
 
 /* Point labels after every series is drawn, so each can dodge the others. */
