@@ -1,5 +1,6 @@
-/* html_internal — helpers shared by the run report (html.c) and the sweep report
- * (html_sweep.c); not part of the module's interface. */
+/* html_internal — helpers shared by the run report (html.c), the sweep report
+ * (html_sweep.c) and tune's page (html_tune.c), in html_internal.c; not part of the
+ * module's interface. */
 #ifndef STALLSCOPE_HTML_INTERNAL_H
 #define STALLSCOPE_HTML_INTERNAL_H
 #include <stdbool.h>
