@@ -10,7 +10,7 @@
 #include "analysis/metric.h"
 #include "common/err.h"
 #include "common/units.h"
-#include "report/html_internal.h"
+#include "report/html_page.h"
 #include "report/merge.h"
 #include "report/plot.h"
 #include "report/predict.h"
@@ -540,9 +540,9 @@ static void run_charts_init(run_charts *c, const report_set *set, const report_r
 }
 
 /* A chart its plot function built (built: that function's return) into the page as a
- * figure, and freed either way. 0, or -1 with err. */
-static int figure(FILE *out, const run_charts *c, plot_chart *chart, int built, const char *name,
-                  const char *caption, char *err)
+ * figure (html_figure), and freed either way. 0, or -1 with err. */
+static int chart_figure(FILE *out, const run_charts *c, plot_chart *chart, int built,
+                        const char *name, const char *caption, char *err)
 {
     const int rc = built == 0 ? html_figure(out, c->root, chart, name, caption, err) : -1;
     plot_chart_free(chart);
@@ -572,11 +572,11 @@ static int write_timeline(FILE *out, const run_charts *c, char *err)
         if (built == 0 && metrics_drawn)
             chart.y_label_w = metrics.y_label_w =
                 fmax(plot_y_label_width(&chart), plot_y_label_width(&metrics)) + 2;
-        rc = figure(out, c, &chart, built, "timeline",
-                    "Each dot is a background user's gap between two tokens (ms, log scale), "
-                    "placed where the wait began; dashed purple lines are the long prompts' "
-                    "sends. The spikes stand on the markers.",
-                    err);
+        rc = chart_figure(out, c, &chart, built, "timeline",
+                          "Each dot is a background user's gap between two tokens (ms, log "
+                          "scale), placed where the wait began; dashed purple lines are the long "
+                          "prompts' sends. The spikes stand on the markers.",
+                          err);
     }
     if (rc == 0)
         fputs("</section>\n", out);
@@ -589,11 +589,12 @@ static int write_timeline(FILE *out, const run_charts *c, char *err)
             html_escape(out, metrics_why);
             fputs("</p>\n", out);
         } else {
-            rc = figure(out, c, &metrics, 0, "server_metrics",
-                        "The server's Prometheus metrics, scraped during the run "
-                        "(server_metrics.csv), on the timeline's time axis: the queue grows and "
-                        "the generated tokens dip where a long prompt is prefilled.",
-                        err);
+            rc = chart_figure(out, c, &metrics, 0, "server_metrics",
+                              "The server's Prometheus metrics, scraped during the run "
+                              "(server_metrics.csv), on the timeline's time axis: the queue "
+                              "grows and the generated tokens dip where a long prompt is "
+                              "prefilled.",
+                              err);
         }
         if (rc == 0)
             fputs("</section>\n", out);
@@ -607,19 +608,21 @@ static int write_distributions(FILE *out, const run_charts *c, char *err)
 {
     plot_chart chart;
     fputs("<section id=\"percentiles\">\n<h2>Percentiles</h2>\n", out);
-    if (figure(out, c, &chart, plot_percentiles(&chart, NULL, c->runs, c->n_runs, c->note, err),
-               "percentiles", "The median stays put; the tail is where the long prompts show.",
-               err) != 0)
+    if (chart_figure(out, c, &chart,
+                     plot_percentiles(&chart, NULL, c->runs, c->n_runs, c->note, err),
+                     "percentiles", "The median stays put; the tail is where the long prompts show.",
+                     err) != 0)
         return -1;
     fputs("</section>\n", out);
 
     fputs("<section id=\"ccdf\">\n<h2>Distribution of gaps</h2>\n", out);
     if (!c->per_gap)
         fputs(c->no_gaps, out);
-    else if (figure(out, c, &chart, plot_ccdf(&chart, c->runs, c->n_runs, c->note, err), "ccdf",
-                    "A percentile moves only when the spikes are more common than its line: "
-                    "under 1 % of gaps, p99 cannot see them.",
-                    err) != 0)
+    else if (chart_figure(out, c, &chart, plot_ccdf(&chart, c->runs, c->n_runs, c->note, err),
+                          "ccdf",
+                          "A percentile moves only when the spikes are more common than its "
+                          "line: under 1 % of gaps, p99 cannot see them.",
+                          err) != 0)
         return -1;
     fputs("</section>\n", out);
 
@@ -627,10 +630,10 @@ static int write_distributions(FILE *out, const run_charts *c, char *err)
         return 0;
     fputs("<section id=\"steps\">\n<h2>Engine steps</h2>\n", out);
     const plot_run step_run = {c->x->label, PLOT_COLOR_INTERFERENCE, &c->x->log, &c->x->summary};
-    if (figure(out, c, &chart, plot_steps(&chart, &step_run, c->note, err), "steps",
-               "The server's ground truth (steps.csv): a step lasts as long as its work, and "
-               "the step carrying a whole prompt is the spike.",
-               err) != 0)
+    if (chart_figure(out, c, &chart, plot_steps(&chart, &step_run, c->note, err), "steps",
+                     "The server's ground truth (steps.csv): a step lasts as long as its work, "
+                     "and the step carrying a whole prompt is the spike.",
+                     err) != 0)
         return -1;
     fputs("</section>\n", out);
     return 0;
@@ -645,16 +648,17 @@ static int write_causes_section(FILE *out, const run_charts *c, char *err)
     fputs("<section id=\"causes\">\n<h2>What caused the stalls</h2>\n", out);
     write_causes(out, c->x);
     if (s->n_stall_list > 0 &&
-        figure(out, c, &chart, plot_stall_ccdf(&chart, s, c->note, err), "stall_ccdf",
-               "Each cause's stalls by length: a prefill stall lasts one long step, a machine's "
-               "pause whatever the machine took.",
-               err) != 0)
+        chart_figure(out, c, &chart, plot_stall_ccdf(&chart, s, c->note, err), "stall_ccdf",
+                     "Each cause's stalls by length: a prefill stall lasts one long step, a "
+                     "machine's pause whatever the machine took.",
+                     err) != 0)
         return -1;
     if (s->n_stall_list > 0 && s->attribution.by_cause[ANALYSIS_CAUSE_PREFILL].stalls > 0 &&
-        figure(out, c, &chart, plot_stalls_vs_prompt(&chart, s, c->note, err), "stalls_vs_prompt",
-               "Every prefill stall at its culprit's prompt length: longer prompts, longer "
-               "stalls (the step grows with the prompt, a little faster than linearly).",
-               err) != 0)
+        chart_figure(out, c, &chart, plot_stalls_vs_prompt(&chart, s, c->note, err),
+                     "stalls_vs_prompt",
+                     "Every prefill stall at its culprit's prompt length: longer prompts, longer "
+                     "stalls (the step grows with the prompt, a little faster than linearly).",
+                     err) != 0)
         return -1;
     char rel[4200], path[4300];
     html_rel(c->root, c->x->dir, rel, sizeof rel);

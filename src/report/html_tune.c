@@ -9,7 +9,7 @@
 #include "common/err.h"
 #include "common/fsio.h"
 #include "common/redact.h"
-#include "report/html_internal.h"
+#include "report/html_page.h"
 #include "report/tune_table.h"
 
 /* ---- the front as a chart (plot.h) --------------------------------------------------------- */

@@ -1,6 +1,6 @@
-/* html_internal — the pieces every stallscope page shares (html_internal.h): escaping, links,
+/* html_page — the pieces every stallscope page shares (html_page.h): escaping, links,
  * the stylesheet, figures (a chart inlined with its files) and writing the page. */
-#include "report/html_internal.h"
+#include "report/html_page.h"
 
 #include <errno.h>
 #include <stdlib.h>
