@@ -17,6 +17,7 @@ static const struct {
     {"calibrate", cli_calibrate, "measure this CPU or a server (--target): a --hardware profile"},
     {"sweep", cli_sweep, "the experiment over one or two varied parameters, one report"},
     {"tune", cli_tune, "the scheduler setting that meets your SLOs: searched, explained, verified"},
+    {"metrics", cli_metrics, "the figures --fail-if and --slo take: ids, units, meanings"},
 };
 
 static void usage(FILE *out)

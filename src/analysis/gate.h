@@ -1,10 +1,11 @@
 /* gate — `--fail-if 'itl.max>200ms,stalls>0'`: rules over a run's summary for a CI job.
  *
  * A rule is METRIC OP VALUE, rules separated by commas; OP is one of > >= < <= == !=. A rule
- * that holds is a failure (the run "fails if" it). METRIC names a figure of summary.json
- * (gate_print_metrics lists them with their units); VALUE is a duration with its unit for
- * times (200ms, 1.5s, 900us), a fraction or a percentage for shares (0.99, 99%), a plain
- * number for counts and ratios. The rules are parsed before a run (bad input: exit 2) and
+ * that holds is a failure (the run "fails if" it). METRIC names a figure of summary.json by
+ * its id in the metric table (metric.h: metric_parse; `stallscope metrics` lists them with
+ * their units, docs/reference/metrics.md); VALUE is a duration with its unit for times
+ * (200ms, 1.5s, 900us), a fraction or a percentage for shares (0.99, 99%), a plain number
+ * for counts and ratios. The rules are parsed before a run (bad input: exit 2) and
  * evaluated after it on the summary JSON (analysis_summary_to_json or summary.json).
  * "itl.p99.9" is accepted for itl.p999 (any METRIC.p99.9 for METRIC.p999). */
 #ifndef STALLSCOPE_GATE_H
@@ -14,13 +15,15 @@
 
 #include <jansson.h>
 
+#include "analysis/metric.h"
+
 #define GATE_MAX_RULES 32
 #define GATE_EXIT_FAILED 99 /* k6's convention: the run completed, a rule failed */
 
 typedef enum { GATE_GT, GATE_GE, GATE_LT, GATE_LE, GATE_EQ, GATE_NE } gate_op;
 
 typedef struct gate_rule {
-    int metric;    /* index in the metric table */
+    metric_ref metric; /* the figure, as the rule named it */
     gate_op op;
     double value;  /* in the metric's unit (ms for times, a fraction for shares) */
     char text[96]; /* the rule as written, trimmed */
@@ -50,8 +53,5 @@ bool gate_rule_is_time(const gate_rule *r);
 bool gate_rule_value(const gate_rule *r, const json_t *summary, double *out);
 bool gate_rule_holds(const gate_rule *r, double value);
 void gate_rule_format(const gate_rule *r, double value, char *buf, size_t size);
-
-/* "  itl.max  ms  the longest gap between two tokens of one stream" per metric. */
-void gate_print_metrics(FILE *out);
 
 #endif

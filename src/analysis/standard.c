@@ -443,8 +443,7 @@ int standard_compute(const tokenlog *log, const standard_options *opt, double du
 
 /* ---- JSON -------------------------------------------------------------------------------- */
 
-/* "99" for 99, "99.9" for 99.9: vLLM's p_word. */
-static void p_word(double p, char *buf, size_t size)
+void standard_percentile_word(double p, char *buf, size_t size)
 {
     if (p == floor(p))
         snprintf(buf, size, "%d", (int)p);
@@ -458,7 +457,7 @@ static json_t *stat_json(const standard_stat *s, const standard_options *o)
                           s->mean, "median", s->median, "std", s->std, "max", s->max);
     for (int k = 0; k < o->n_percentiles; k++) {
         char key[32], w[16];
-        p_word(o->percentiles[k], w, sizeof w);
+        standard_percentile_word(o->percentiles[k], w, sizeof w);
         snprintf(key, sizeof key, "p%s", w);
         json_object_set_new(j, key, json_real(s->p[k]));
     }
@@ -503,37 +502,4 @@ json_t *standard_to_json(const standard_metrics *m)
     return json_pack("{s:o, s:o, s:o, s:o, s:o}", "percentiles", pct, "slo_ms", slo, "all",
                      class_json(&m->all, o), "background", class_json(&m->background, o),
                      "injected", class_json(&m->injected, o));
-}
-
-json_t *standard_vllm_result(const standard_metrics *m)
-{
-    const standard_class *c = &m->all;
-    const standard_options *o = &m->opt;
-    json_t *j = json_pack(
-        "{s:f, s:I, s:I, s:I, s:I, s:f, s:o, s:f, s:f}", "duration", m->duration_s, "completed",
-        (json_int_t)c->completed, "failed", (json_int_t)c->failed, "total_input_tokens",
-        (json_int_t)c->input_tokens, "total_output_tokens", (json_int_t)c->output_tokens,
-        "request_throughput", c->request_throughput, "request_goodput",
-        c->has_goodput ? json_real(c->request_goodput) : json_null(), "output_throughput",
-        c->output_throughput, "total_token_throughput", c->total_token_throughput);
-    const struct {
-        const char *name;
-        const standard_stat *s;
-    } metrics[] = {{"ttft", &c->ttft_ms}, {"tpot", &c->tpot_ms}, {"itl", &c->itl_ms},
-                   {"e2el", &c->e2el_ms}};
-    for (size_t i = 0; i < sizeof metrics / sizeof metrics[0]; i++) {
-        char key[48], w[16];
-        snprintf(key, sizeof key, "mean_%s_ms", metrics[i].name);
-        json_object_set_new(j, key, json_real(metrics[i].s->mean));
-        snprintf(key, sizeof key, "median_%s_ms", metrics[i].name);
-        json_object_set_new(j, key, json_real(metrics[i].s->median));
-        snprintf(key, sizeof key, "std_%s_ms", metrics[i].name);
-        json_object_set_new(j, key, json_real(metrics[i].s->std));
-        for (int k = 0; k < o->n_percentiles; k++) {
-            p_word(o->percentiles[k], w, sizeof w);
-            snprintf(key, sizeof key, "p%s_%s_ms", w, metrics[i].name);
-            json_object_set_new(j, key, json_real(metrics[i].s->p[k]));
-        }
-    }
-    return j;
 }

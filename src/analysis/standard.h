@@ -82,10 +82,8 @@ int standard_compute(const tokenlog *log, const standard_options *opt, double du
 /* summary.json's "metrics": {"percentiles": [...], "slo_ms": {...}, "all": {...},
  * "background": {...}, "injected": {...}}. */
 json_t *standard_to_json(const standard_metrics *m);
-/* `vllm bench serve --save-result`'s keys over every request (m->all): duration, completed,
- * failed, total_input_tokens, total_output_tokens, request_throughput, request_goodput (null
- * without an SLO), output_throughput, total_token_throughput, and for ttft, tpot, itl and e2el
- * mean_X_ms, median_X_ms, std_X_ms and pP_X_ms for each percentile (p99, p99.9 ...). */
-json_t *standard_vllm_result(const standard_metrics *m);
+/* A percentile as vLLM writes it in a key: "99" for 99, "99.9" for 99.9 (its p_word). The
+ * vLLM result file (--save-result) is built from the metric table: metric.h. */
+void standard_percentile_word(double p, char *buf, size_t size);
 
 #endif

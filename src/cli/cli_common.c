@@ -238,7 +238,7 @@ static const opts_spec gate_specs[] = {
     OPTS_FN("fail-if", "RULES",
             "exit 99 when any rule holds after the run, e.g. 'itl.max>200ms,stalls>0' "
             "(metrics: itl.p50 .. itl.max, ttft.*, stalls, stalls.prefill, spike_ratio, ...: "
-            "docs/report.md)",
+            "'stallscope metrics' lists them)",
             gate_rules_fn),
 };
 

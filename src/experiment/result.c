@@ -1,11 +1,13 @@
-/* result — `--save-result FILE`: the interference run in `vllm bench serve`'s result keys,
- * stallscope's own figures under "stallscope" (experiment.h). */
+/* result — `--save-result FILE`: the interference run in `vllm bench serve`'s result keys
+ * (the metric table's, analysis/metric.h), stallscope's own figures under "stallscope"
+ * (experiment.h). */
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include <jansson.h>
 
+#include "analysis/metric.h"
 #include "common/err.h"
 #include "common/fsio.h"
 #include "experiment/config.h"
@@ -14,7 +16,7 @@
 int experiment_save_result(const char *path, const experiment_config *cfg,
                            const analysis_summary *run, char *err)
 {
-    json_t *root = standard_vllm_result(&run->standard);
+    json_t *root = metric_vllm_result(run);
     json_t *ours = analysis_summary_to_json(run);
     if (!root || !ours) {
         json_decref(root);

@@ -6,193 +6,17 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
+#include "analysis/metric.h"
 #include "common/err.h"
 #include "common/units.h"
-#include "common/fsio.h"
-#include "report/html_internal.h"
+#include "report/html_page.h"
 #include "report/merge.h"
 #include "report/plot.h"
 #include "report/predict.h"
 #include "report/table.h"
 
 #define MAX_INJECTION_ROWS 200
-
-/* ---- helpers ------------------------------------------------------------------------------ */
-
-void html_escape(FILE *out, const char *text)
-{
-    for (const char *p = text ? text : ""; *p; p++) {
-        switch (*p) {
-        case '&':
-            fputs("&amp;", out);
-            break;
-        case '<':
-            fputs("&lt;", out);
-            break;
-        case '>':
-            fputs("&gt;", out);
-            break;
-        case '"':
-            fputs("&quot;", out);
-            break;
-        case '\'':
-            fputs("&#39;", out);
-            break;
-        default:
-            fputc(*p, out);
-        }
-    }
-}
-
-void html_url(FILE *out, const char *path)
-{
-    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
-        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-            strchr("._~/-", *p))
-            fputc(*p, out);
-        else
-            fprintf(out, "%%%02X", *p);
-    }
-}
-
-bool html_exists(const char *dir, const char *name)
-{
-    char path[4200];
-    struct stat st;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    return stat(path, &st) == 0;
-}
-
-void html_rel(const char *root, const char *path, char *out, size_t size)
-{
-    size_t n = strlen(root);
-    while (n > 1 && root[n - 1] == '/')
-        n--;
-    if (strncmp(path, root, n) == 0 && (path[n] == '/' || path[n] == '\0')) {
-        const char *rest = path + n;
-        while (*rest == '/')
-            rest++;
-        snprintf(out, size, "%s", *rest ? rest : ".");
-        return;
-    }
-    snprintf(out, size, "%s", path);
-}
-
-static const char STYLE[] =
-    "body{font-family:'DejaVu Sans',Helvetica,Arial,sans-serif;margin:0 auto;max-width:1000px;"
-    "padding:16px 24px 48px;color:#222;line-height:1.45}\n"
-    "h1{font-size:1.5em;margin:0.4em 0 0.2em}h2{font-size:1.2em;margin-top:1.8em;"
-    "border-bottom:1px solid #ddd;padding-bottom:3px}\n"
-    ".meta{color:#666;font-size:0.92em;margin:0}\n"
-    ".verdict{background:#fbf3ea;border-left:4px solid #d9541a;padding:10px 14px;"
-    "font-size:1.02em}\n"
-    ".verdict.model{background:#f2f2f2;border-left-color:#404040}\n"
-    "pre{background:#f7f7f7;padding:10px;overflow-x:auto;font-size:0.85em;line-height:1.3}\n"
-    "table{border-collapse:collapse;font-size:0.9em;margin:8px 0}\n"
-    "th,td{border:1px solid #ddd;padding:3px 8px;text-align:right}\n"
-    "th{background:#f3f3f3}td.k,th.k{text-align:left}td.p{white-space:nowrap}\n"
-    "figure{margin:12px 0}figure svg{max-width:100%;height:auto;display:block}\n"
-    "figcaption{font-size:0.85em;color:#555}\n"
-    ".note{font-size:0.88em;color:#555}\n"
-    "ul.files{columns:2;font-size:0.9em}\n";
-
-void html_begin(FILE *out, const char *title)
-{
-    fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-          "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>",
-          out);
-    html_escape(out, title);
-    fprintf(out, "</title>\n<style>\n%s</style>\n</head>\n<body>\n", STYLE);
-}
-
-void html_end(FILE *out)
-{
-    fputs("<p class=\"note\">Written by stallscope; rebuild with <code>stallscope report "
-          "DIR</code>. Self-contained: no script, no network.</p>\n</body>\n</html>\n",
-          out);
-}
-
-/* The SVG with its XML declaration dropped and every id prefixed, so the glyphs and clip
- * paths of one chart never resolve to another's in the same document. */
-static void inline_svg(FILE *out, const char *svg, const char *prefix)
-{
-    const char *p = svg;
-    if (strncmp(p, "<?xml", 5) == 0) {
-        const char *end = strstr(p, "?>");
-        if (end)
-            p = end + 2;
-        while (*p == '\n' || *p == '\r')
-            p++;
-    }
-    static const char *const refs[] = {"id=\"", "href=\"#", "url(#"};
-    enum { N_REFS = sizeof refs / sizeof refs[0] };
-    /* Each ref's next hit, searched again only once passed (a ref absent from a large SVG
-     * would otherwise be searched for to its end at every hit of the others). */
-    const char *next[N_REFS];
-    for (size_t i = 0; i < N_REFS; i++)
-        next[i] = strstr(p, refs[i]);
-    while (*p) {
-        const char *best = NULL;
-        size_t best_len = 0;
-        for (size_t i = 0; i < N_REFS; i++) {
-            if (next[i] && next[i] < p)
-                next[i] = strstr(p, refs[i]);
-            const char *hit = next[i];
-            if (hit && (!best || hit < best)) {
-                best = hit;
-                best_len = strlen(refs[i]);
-            }
-        }
-        if (!best) {
-            fputs(p, out);
-            break;
-        }
-        fwrite(p, 1, (size_t)(best - p) + best_len, out);
-        fprintf(out, "%s-", prefix);
-        p = best + best_len;
-    }
-}
-
-int html_figure(FILE *out, const char *root, const plot_chart *chart, const char *name,
-                const char *caption, char *err)
-{
-    char dir[4200];
-    snprintf(dir, sizeof dir, "%s/plots", root);
-    if (fsio_mkdirs(dir, err) != 0)
-        return -1;
-    char *svg = NULL;
-    if (plot_render_both(chart, dir, name, &svg, err) != 0)
-        return -1;
-    fprintf(out, "<figure id=\"fig-%s\">\n", name);
-    inline_svg(out, svg, name);
-    free(svg);
-    fputs("<figcaption>", out);
-    if (caption && caption[0]) {
-        html_escape(out, caption);
-        fputc(' ', out);
-    }
-    fprintf(out, "(<a href=\"plots/%s.png\">PNG</a>, <a href=\"plots/%s.svg\">SVG</a>)"
-                 "</figcaption>\n</figure>\n",
-            name, name);
-    return 0;
-}
-
-int html_finish_document(FILE *out, char **doc, size_t *doc_len, const char *dir, int rc,
-                         char *err)
-{
-    if (fclose(out) != 0 && rc == 0)
-        rc = err_set(err, "report: %s", strerror(errno));
-    if (rc == 0) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/report.html", dir);
-        rc = fsio_write_atomic(path, *doc, *doc_len, err);
-    }
-    free(*doc);
-    *doc = NULL;
-    return rc;
-}
 
 /* ---- the run report ------------------------------------------------------------------------- */
 
@@ -397,36 +221,17 @@ typedef struct pred_col {
     const analysis_summary *s;
 } pred_col;
 
-static void pred_row(FILE *out, const char *metric, const pred_col *cols, int n, int which)
+static void pred_row(FILE *out, const metric *m, const pred_col *cols, int n)
 {
-    fprintf(out, "<tr><td class=\"k\">%s</td>", metric);
+    fprintf(out, "<tr><td class=\"k\">%s</td>", m->label);
     for (int i = 0; i < n; i++) {
-        const analysis_summary *s = cols[i].s;
-        double v = 0;
-        bool have = s != NULL;
-        analysis_dist ttft;
+        double v;
         char buf[32];
-        if (have)
-            switch (which) {
-            case 0: v = s->itl_ms.p50; break;
-            case 1: v = s->itl_ms.p99; break;
-            case 2: v = s->itl_ms.p999; break;
-            case 3: v = s->itl_ms.max; break;
-            case 4: v = s->spike_ratio; break;
-            case 5: v = (double)s->stalls.count; break;
-            case 6: have = analysis_injection_ttft(s, &ttft); v = ttft.p50; break;
-            case 7: have = analysis_injection_ttft(s, &ttft); v = ttft.max; break;
-            }
-        if (!have) {
+        if (!cols[i].s || !metric_value(m, cols[i].s, &v)) {
             fputs("<td>\xe2\x80\x94</td>", out);
             continue;
         }
-        if (which == 4)
-            snprintf(buf, sizeof buf, "%.1f\xc3\x97", v);
-        else if (which == 5)
-            snprintf(buf, sizeof buf, "%.0f", v);
-        else
-            report_format_ms(buf, sizeof buf, v);
+        report_format_metric(buf, sizeof buf, m->unit, v);
         fprintf(out, "<td>%s</td>", buf);
     }
     fputs("</tr>\n", out);
@@ -502,12 +307,14 @@ static int write_prediction(FILE *out, const report_run *b, const report_run *x,
         fputs("</th>", out);
     }
     fputs("</tr>\n", out);
-    static const char *const rows[] = {"gap p50 (ms)",     "gap p99 (ms)",
-                                       "gap p99.9 (ms)",   "max gap (ms)",
-                                       "spike ratio (max/p50)", "stalls",
-                                       "injection TTFT p50 (ms)", "injection TTFT max (ms)"};
-    for (int r = 0; r < 8; r++)
-        pred_row(out, rows[r], cols, n, r);
+    static const char *const rows[] = {"itl.p50",     "itl.p99", "itl.p999",
+                                       "itl.max",     "spike_ratio", "stalls",
+                                       "injection_ttft.p50", "injection_ttft.max"};
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        const metric *m = metric_find(rows[r]);
+        if (m)
+            pred_row(out, m, cols, n);
+    }
     fputs("</table>\n", out);
     char verdict[1024];
     if (same.ok)
@@ -697,6 +504,192 @@ static void print_shards(FILE *f, const void *arg)
     report_merge_print(f, arg);
 }
 
+/* ---- the charts' sections -------------------------------------------------------------------- */
+
+/* What a run's charts are drawn from, and what the page says where a chart cannot be. */
+typedef struct run_charts {
+    const char *root;      /* the report's directory: plots/ goes there */
+    const report_run *x;   /* the run reported */
+    plot_run runs[2];      /* the baseline (when there is one), then x */
+    int n_runs;
+    char note[512];        /* under each chart's title: the engine and the workload */
+    bool per_gap;          /* the runs' gaps are there to draw one by one */
+    char no_gaps[400];     /* said instead of a chart of every gap */
+} run_charts;
+
+static void run_charts_init(run_charts *c, const report_set *set, const report_run *b,
+                            const report_run *x)
+{
+    memset(c, 0, sizeof *c);
+    c->root = set->root;
+    c->x = x;
+    chart_note(x, c->note, sizeof c->note);
+    if (b)
+        c->runs[c->n_runs++] = (plot_run){b->label, PLOT_COLOR_BASELINE, &b->log, &b->summary};
+    c->runs[c->n_runs++] = (plot_run){x->label, PLOT_COLOR_INTERFERENCE, &x->log, &x->summary};
+    /* A long simulation past --tokens-csv-max kept no events: its figures were computed as
+     * it ran, and the charts of every single gap have nothing to draw. */
+    c->per_gap = (!x->no_tokens || x->summary.gap_digest) &&
+                 !(b && b->no_tokens && !b->summary.gap_digest);
+    snprintf(c->no_gaps, sizeof c->no_gaps,
+             "<p class=\"note\">tokens.csv was not kept (more than %lld token events: "
+             "<code>--tokens-csv-max</code>): no chart of every gap. The figures were computed "
+             "as the run went (gap percentiles: %s).</p>\n",
+             (long long)x->summary.tokens_csv_max_events,
+             !x->summary.itl_histogram ? "exact" : "log histogram, ±0.39 % relative error");
+}
+
+/* A chart its plot function built (built: that function's return) into the page as a
+ * figure (html_figure), and freed either way. 0, or -1 with err. */
+static int chart_figure(FILE *out, const run_charts *c, plot_chart *chart, int built,
+                        const char *name, const char *caption, char *err)
+{
+    const int rc = built == 0 ? html_figure(out, c->root, chart, name, caption, err) : -1;
+    plot_chart_free(chart);
+    return rc;
+}
+
+/* Every gap over time, and under it the server's own account (server_metrics.csv) with its
+ * plot area at the same pixels: both charts keep the wider one's y tick labels' room. */
+static int write_timeline(FILE *out, const run_charts *c, char *err)
+{
+    const report_run *x = c->x;
+    plot_chart chart, metrics;
+    memset(&chart, 0, sizeof chart);
+    memset(&metrics, 0, sizeof metrics);
+    const bool has_metrics = x->has_server_metrics && x->server_metrics.n > 0;
+    char metrics_why[ERR_LEN] = "";
+    plot_run metrics_run = {x->label, PLOT_COLOR_INTERFERENCE, &x->log, &x->summary};
+    const bool metrics_drawn =
+        has_metrics &&
+        plot_server_metrics(&metrics, &metrics_run, &x->server_metrics, c->note, metrics_why) == 0;
+    int rc = 0;
+    fputs("<section id=\"timeline\">\n<h2>Every gap over time</h2>\n", out);
+    if (!c->per_gap) {
+        fputs(c->no_gaps, out);
+    } else {
+        int built = plot_timeline(&chart, c->runs, c->n_runs, c->note, err);
+        if (built == 0 && metrics_drawn)
+            chart.y_label_w = metrics.y_label_w =
+                fmax(plot_y_label_width(&chart), plot_y_label_width(&metrics)) + 2;
+        rc = chart_figure(out, c, &chart, built, "timeline",
+                          "Each dot is a background user's gap between two tokens (ms, log "
+                          "scale), placed where the wait began; dashed purple lines are the long "
+                          "prompts' sends. The spikes stand on the markers.",
+                          err);
+    }
+    if (rc == 0)
+        fputs("</section>\n", out);
+    if (rc == 0 && has_metrics) {
+        /* On a --target it stands in for the step log. A file with no column to draw is
+         * said, not fatal. */
+        fputs("<section id=\"server-metrics\">\n<h2>Inside the server</h2>\n", out);
+        if (!metrics_drawn) {
+            fputs("<p class=\"note\">", out);
+            html_escape(out, metrics_why);
+            fputs("</p>\n", out);
+        } else {
+            rc = chart_figure(out, c, &metrics, 0, "server_metrics",
+                              "The server's Prometheus metrics, scraped during the run "
+                              "(server_metrics.csv), on the timeline's time axis: the queue "
+                              "grows and the generated tokens dip where a long prompt is "
+                              "prefilled.",
+                              err);
+        }
+        if (rc == 0)
+            fputs("</section>\n", out);
+    }
+    plot_chart_free(&metrics);
+    return rc;
+}
+
+/* The percentiles, the distribution of gaps and, with a step log, the engine's steps. */
+static int write_distributions(FILE *out, const run_charts *c, char *err)
+{
+    plot_chart chart;
+    fputs("<section id=\"percentiles\">\n<h2>Percentiles</h2>\n", out);
+    if (chart_figure(out, c, &chart,
+                     plot_percentiles(&chart, NULL, c->runs, c->n_runs, c->note, err),
+                     "percentiles", "The median stays put; the tail is where the long prompts show.",
+                     err) != 0)
+        return -1;
+    fputs("</section>\n", out);
+
+    fputs("<section id=\"ccdf\">\n<h2>Distribution of gaps</h2>\n", out);
+    if (!c->per_gap)
+        fputs(c->no_gaps, out);
+    else if (chart_figure(out, c, &chart, plot_ccdf(&chart, c->runs, c->n_runs, c->note, err),
+                          "ccdf",
+                          "A percentile moves only when the spikes are more common than its "
+                          "line: under 1 % of gaps, p99 cannot see them.",
+                          err) != 0)
+        return -1;
+    fputs("</section>\n", out);
+
+    if (c->x->log.n_steps == 0)
+        return 0;
+    fputs("<section id=\"steps\">\n<h2>Engine steps</h2>\n", out);
+    const plot_run step_run = {c->x->label, PLOT_COLOR_INTERFERENCE, &c->x->log, &c->x->summary};
+    if (chart_figure(out, c, &chart, plot_steps(&chart, &step_run, c->note, err), "steps",
+                     "The server's ground truth (steps.csv): a step lasts as long as its work, "
+                     "and the step carrying a whole prompt is the spike.",
+                     err) != 0)
+        return -1;
+    fputs("</section>\n", out);
+    return 0;
+}
+
+/* What caused the stalls: the causes' table, their lengths and who stalled whom, and the
+ * link to every stall. */
+static int write_causes_section(FILE *out, const run_charts *c, char *err)
+{
+    const analysis_summary *s = &c->x->summary;
+    plot_chart chart;
+    fputs("<section id=\"causes\">\n<h2>What caused the stalls</h2>\n", out);
+    write_causes(out, c->x);
+    if (s->n_stall_list > 0 &&
+        chart_figure(out, c, &chart, plot_stall_ccdf(&chart, s, c->note, err), "stall_ccdf",
+                     "Each cause's stalls by length: a prefill stall lasts one long step, a "
+                     "machine's pause whatever the machine took.",
+                     err) != 0)
+        return -1;
+    if (s->n_stall_list > 0 && s->attribution.by_cause[ANALYSIS_CAUSE_PREFILL].stalls > 0 &&
+        chart_figure(out, c, &chart, plot_stalls_vs_prompt(&chart, s, c->note, err),
+                     "stalls_vs_prompt",
+                     "Every prefill stall at its culprit's prompt length: longer prompts, longer "
+                     "stalls (the step grows with the prompt, a little faster than linearly).",
+                     err) != 0)
+        return -1;
+    char rel[4200], path[4300];
+    html_rel(c->root, c->x->dir, rel, sizeof rel);
+    snprintf(path, sizeof path, "%s%sstalls.csv", strcmp(rel, ".") == 0 ? "" : rel,
+             strcmp(rel, ".") == 0 ? "" : "/");
+    fputs("<p class=\"note\">Every stall, its cause and culprits: <a href=\"", out);
+    html_url(out, path);
+    fputs("\">", out);
+    html_escape(out, path);
+    fputs("</a>.</p>\n</section>\n", out);
+    return 0;
+}
+
+/* ---- the page ---------------------------------------------------------------------------------- */
+
+static int write_shards(FILE *out, const report_run *x, char *err)
+{
+    if (!x->has_config || x->meta.merge.shards == 0)
+        return 0;
+    fputs("<section id=\"shards\">\n<h2>Shards and clocks</h2>\n<p class=\"note\">This run "
+          "was merged from shards (<code>report --merge</code>, docs/distributed.md). A gap "
+          "lies within one shard's clock; a figure that sets one shard's tokens against an "
+          "injection sent by another carries the offset between their clocks, shown as the "
+          "range the figure takes for any offset within the bound.</p>\n<pre>",
+          out);
+    if (write_escaped(out, print_shards, x, err) != 0)
+        return -1;
+    fputs("</pre>\n</section>\n", out);
+    return 0;
+}
+
 int html_write_run_report(const report_set *set, const html_options *opt, char *err)
 {
     const report_run *x = report_set_main(set);
@@ -709,22 +702,13 @@ int html_write_run_report(const report_set *set, const html_options *opt, char *
     FILE *out = open_memstream(&doc, &doc_len);
     if (!out)
         return err_set(err, "open_memstream: %s", strerror(errno));
-    int rc = -1;
-    plot_chart chart, metrics_chart;
-    memset(&chart, 0, sizeof chart);
-    memset(&metrics_chart, 0, sizeof metrics_chart);
-    char note[512], title[256], verdict[1024];
-    chart_note(x, note, sizeof note);
-    plot_run runs[2];
-    int n_runs = 0;
-    if (b)
-        runs[n_runs++] = (plot_run){b->label, PLOT_COLOR_BASELINE, &b->log, &b->summary};
-    runs[n_runs++] = (plot_run){x->label, PLOT_COLOR_INTERFERENCE, &x->log, &x->summary};
-
+    run_charts charts;
+    run_charts_init(&charts, set, b, x);
+    char title[256], verdict[1024];
     snprintf(title, sizeof title, "stallscope: %s", x->engine[0] ? x->engine : x->label);
     html_begin(out, title);
     fputs("<h1>Long-prompt interference</h1>\n<p class=\"meta\">", out);
-    html_escape(out, note);
+    html_escape(out, charts.note);
     fputs("</p>\n", out);
 
     fputs("<section id=\"verdict\">\n<h2>Verdict</h2>\n<p class=\"verdict\">", out);
@@ -732,161 +716,28 @@ int html_write_run_report(const report_set *set, const html_options *opt, char *
     html_escape(out, verdict);
     fputs("</p>\n</section>\n", out);
 
-    /* A long simulation past --tokens-csv-max kept no events: its figures were computed as
-     * it ran, and the charts of every single gap have nothing to draw. */
-    const bool per_gap = (!x->no_tokens || x->summary.gap_digest) &&
-                         !(b && b->no_tokens && !b->summary.gap_digest);
-    char no_gaps[400];
-    snprintf(no_gaps, sizeof no_gaps,
-             "<p class=\"note\">tokens.csv was not kept (more than %lld token events: "
-             "<code>--tokens-csv-max</code>): no chart of every gap. The figures were computed "
-             "as the run went (gap percentiles: %s).</p>\n",
-             (long long)x->summary.tokens_csv_max_events,
-             !x->summary.itl_histogram ? "exact" : "log histogram, ±0.39 % relative error");
-    /* The server's own account (server_metrics.csv), drawn under the timeline with its
-     * plot area at the same pixels: both charts keep the wider one's y tick labels' room. */
-    const bool has_metrics = x->has_server_metrics && x->server_metrics.n > 0;
-    char metrics_why[ERR_LEN] = "";
-    plot_run metrics_run = {x->label, PLOT_COLOR_INTERFERENCE, &x->log, &x->summary};
-    const bool metrics_drawn =
-        has_metrics &&
-        plot_server_metrics(&metrics_chart, &metrics_run, &x->server_metrics, note, metrics_why) == 0;
-
-    fputs("<section id=\"timeline\">\n<h2>Every gap over time</h2>\n", out);
-    if (!per_gap) {
-        fputs(no_gaps, out);
-    } else {
-        if (plot_timeline(&chart, runs, n_runs, note, err) != 0)
-            goto done;
-        if (metrics_drawn)
-            chart.y_label_w = metrics_chart.y_label_w =
-                fmax(plot_y_label_width(&chart), plot_y_label_width(&metrics_chart)) + 2;
-        if (html_figure(out, set->root, &chart, "timeline",
-                        "Each dot is a background user's gap between two tokens (ms, log scale), "
-                        "placed where the wait began; dashed purple lines are the long "
-                        "prompts' sends. The spikes stand on the markers.",
-                        err) != 0)
-            goto done;
-    }
-    plot_chart_free(&chart);
-    fputs("</section>\n", out);
-
-    if (has_metrics) {
-        /* On a --target it stands in for the step log. A file with no column to draw is
-         * said, not fatal. */
-        fputs("<section id=\"server-metrics\">\n<h2>Inside the server</h2>\n", out);
-        if (!metrics_drawn) {
-            fputs("<p class=\"note\">", out);
-            html_escape(out, metrics_why);
-            fputs("</p>\n", out);
-        } else if (html_figure(out, set->root, &metrics_chart, "server_metrics",
-                               "The server's Prometheus metrics, scraped during the run "
-                               "(server_metrics.csv), on the timeline's time axis: the queue "
-                               "grows and the generated tokens dip where a long prompt is "
-                               "prefilled.",
-                               err) != 0) {
-            goto done;
-        }
-        fputs("</section>\n", out);
-    }
-
-    fputs("<section id=\"table\">\n<h2>Side by side</h2>\n<pre>", out);
-    const report_run *pair[2] = {b, x};
-    if (write_escaped(out, print_table, pair, err) != 0)
-        goto done;
-    fputs("</pre>\n</section>\n", out);
-
-    fputs("<section id=\"percentiles\">\n<h2>Percentiles</h2>\n", out);
-    if (plot_percentiles(&chart, NULL, runs, n_runs, note, err) != 0 ||
-        html_figure(out, set->root, &chart, "percentiles",
-                    "The median stays put; the tail is where the long prompts show.", err) != 0)
-        goto done;
-    plot_chart_free(&chart);
-    fputs("</section>\n", out);
-
-    fputs("<section id=\"ccdf\">\n<h2>Distribution of gaps</h2>\n", out);
-    if (!per_gap) {
-        fputs(no_gaps, out);
-    } else if (plot_ccdf(&chart, runs, n_runs, note, err) != 0 ||
-        html_figure(out, set->root, &chart, "ccdf",
-                    "A percentile moves only when the spikes are more common than its line: "
-                    "under 1 % of gaps, p99 cannot see them.",
-                    err) != 0)
-        goto done;
-    plot_chart_free(&chart);
-    fputs("</section>\n", out);
-
-    bool steps = x->log.n_steps > 0;
-    if (steps) {
-        fputs("<section id=\"steps\">\n<h2>Engine steps</h2>\n", out);
-        plot_run step_run = {x->label, PLOT_COLOR_INTERFERENCE, &x->log, &x->summary};
-        if (plot_steps(&chart, &step_run, note, err) != 0 ||
-            html_figure(out, set->root, &chart, "steps",
-                        "The server's ground truth (steps.csv): a step lasts as long as its "
-                        "work, and the step carrying a whole prompt is the spike.",
-                        err) != 0)
-            goto done;
-        plot_chart_free(&chart);
-        fputs("</section>\n", out);
-    }
-
-    if (x->has_config && x->meta.merge.shards > 0) {
-        fputs("<section id=\"shards\">\n<h2>Shards and clocks</h2>\n<p class=\"note\">This run "
-              "was merged from shards (<code>report --merge</code>, docs/distributed.md). A gap "
-              "lies within one shard's clock; a figure that sets one shard's tokens against an "
-              "injection sent by another carries the offset between their clocks, shown as the "
-              "range the figure takes for any offset within the bound.</p>\n<pre>",
-              out);
-        if (write_escaped(out, print_shards, x, err) != 0)
-            goto done;
+    int rc = write_timeline(out, &charts, err);
+    if (rc == 0) {
+        fputs("<section id=\"table\">\n<h2>Side by side</h2>\n<pre>", out);
+        const report_run *pair[2] = {b, x};
+        rc = write_escaped(out, print_table, pair, err);
         fputs("</pre>\n</section>\n", out);
     }
-
-    write_injections(out, x);
-
-    write_standard(out, x);
-
-    fputs("<section id=\"causes\">\n<h2>What caused the stalls</h2>\n", out);
-    write_causes(out, x);
-    if (x->summary.n_stall_list > 0) {
-        if (plot_stall_ccdf(&chart, &x->summary, note, err) != 0 ||
-            html_figure(out, set->root, &chart, "stall_ccdf",
-                        "Each cause's stalls by length: a prefill stall lasts one long step, a "
-                        "machine's pause whatever the machine took.",
-                        err) != 0)
-            goto done;
-        plot_chart_free(&chart);
-        if (x->summary.attribution.by_cause[ANALYSIS_CAUSE_PREFILL].stalls > 0) {
-            if (plot_stalls_vs_prompt(&chart, &x->summary, note, err) != 0 ||
-                html_figure(out, set->root, &chart, "stalls_vs_prompt",
-                            "Every prefill stall at its culprit's prompt length: longer prompts, "
-                            "longer stalls (the step grows with the prompt, a little faster than "
-                            "linearly).",
-                            err) != 0)
-                goto done;
-            plot_chart_free(&chart);
-        }
+    if (rc == 0)
+        rc = write_distributions(out, &charts, err);
+    if (rc == 0)
+        rc = write_shards(out, x, err);
+    if (rc == 0) {
+        write_injections(out, x);
+        write_standard(out, x);
+        rc = write_causes_section(out, &charts, err);
     }
-    fputs("<p class=\"note\">Every stall, its cause and culprits: "
-          "<a href=\"", out);
-    {
-        char rel[4200], path[4300];
-        html_rel(set->root, x->dir, rel, sizeof rel);
-        snprintf(path, sizeof path, "%s%sstalls.csv", strcmp(rel, ".") == 0 ? "" : rel,
-                 strcmp(rel, ".") == 0 ? "" : "/");
-        html_url(out, path);
-        fputs("\">", out);
-        html_escape(out, path);
+    if (rc == 0)
+        rc = write_prediction(out, b, x, opt, err);
+    if (rc == 0) {
+        write_config(out, x);
+        write_files(out, set, x->log.n_steps > 0);
+        html_end(out);
     }
-    fputs("</a>.</p>\n</section>\n", out);
-    if (write_prediction(out, b, x, opt, err) != 0)
-        goto done;
-    write_config(out, x);
-    write_files(out, set, steps);
-    html_end(out);
-    rc = 0;
-done:
-    plot_chart_free(&chart);
-    plot_chart_free(&metrics_chart);
     return html_finish_document(out, &doc, &doc_len, set->root, rc, err);
 }

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "common/err.h"
-#include "report/html_internal.h"
+#include "report/html_page.h"
 #include "report/html_sweep.h"
 #include "report/plot.h"
 #include "report/sweep.h"

@@ -10,36 +10,38 @@
 #include "common/fsio.h"
 #include "common/redact.h"
 #include "experiment/server_flags.h"
-#include "report/html_internal.h"
+#include "report/html_page.h"
 #include "report/tune_table.h"
 
-/* ---- the plot: ITL p99.9 (log x) against output throughput (y) ---------------------------- */
+/* ---- the front as a chart (plot.h) --------------------------------------------------------- */
 
-#define PLOT_W 900
-#define PLOT_H 460
-#define PLOT_L 80 /* margins */
-#define PLOT_R 20
-#define PLOT_T 20
-#define PLOT_B 60
+#define FRONT_W 900
+#define FRONT_H 480
 
-static const char *const POLICY_COLOUR[] = {"#d9541a", "#1f77b4", "#555555"}; /* sched_policy */
-static const char *const DISAGG_COLOUR = "#7b3294"; /* a --disaggregate split's ring */
+/* One mark per policy (sched_policy's order), so settings with one prediction stay apart:
+ * mixed a hollow square around where a chunked dot would be, chunked a dot, prefill-first a
+ * hollow triangle. Mixed is the interference run's orange: one-step prefill. */
+static const struct {
+    plot_mark mark;
+    bool hollow;
+    double size;
+} POLICY_MARK[] = {{PLOT_MARK_SQUARE, true, 13}, {PLOT_MARK_CIRCLE, false, 8},
+                   {PLOT_MARK_TRIANGLE, true, 14}};
 
-typedef struct axes {
-    double x_lo, x_hi; /* log10 of ms */
-    double y_lo, y_hi; /* tok/s */
-} axes;
-
-static double px(const axes *a, double ms)
+static plot_color policy_colour(sched_policy p, bool feasible)
 {
-    const double l = log10(ms > 1e-3 ? ms : 1e-3);
-    return PLOT_L + (l - a->x_lo) / (a->x_hi - a->x_lo) * (PLOT_W - PLOT_L - PLOT_R);
+    plot_color c = p == SCHED_MIXED     ? PLOT_COLOR_INTERFERENCE
+                   : p == SCHED_CHUNKED ? PLOT_COLOR_BASELINE
+                                        : (plot_color){0.33, 0.33, 0.33, 1};
+    c.a = feasible ? 0.9 : 0.3; /* faint: it breaks an SLO */
+    return c;
 }
 
-static double py(const axes *a, double tok_s)
-{
-    return PLOT_H - PLOT_B - (tok_s - a->y_lo) / (a->y_hi - a->y_lo) * (PLOT_H - PLOT_T - PLOT_B);
-}
+/* A --disaggregate split's wide ring (tests find it in the SVG: stroke:rgb(55%,34%,29%)). */
+#define SPLIT_COLOUR ((plot_color){0.55, 0.34, 0.29, 1})
+#define FRONT_COLOUR ((plot_color){0, 0, 0, 1})
+#define CHOICE_COLOUR ((plot_color){0, 0.5, 0, 1})
+#define SLO_COLOUR ((plot_color){0.8, 0, 0, 1})
 
 /* The SLO on itl.p999 with an upper limit, if any: its limit in ms (0: none). */
 static double itl_limit(const gate_rules *slo)
@@ -51,145 +53,133 @@ static double itl_limit(const gate_rules *slo)
     return 0;
 }
 
-static void write_plot(FILE *out, const tune_config *tc, const tune_result *res)
+static double objective(const tune_config *tc, const tune_point *pt)
 {
-    axes a = {1e9, -1e9, 1e18, -1e18};
-    for (int i = 0; i < res->n_points; i++) {
-        const tune_point *pt = &res->points[i];
-        if (!pt->servable)
-            continue;
-        const double l = log10(pt->predicted.itl_p999_ms > 1e-3 ? pt->predicted.itl_p999_ms : 1e-3);
-        a.x_lo = fmin(a.x_lo, l);
-        a.x_hi = fmax(a.x_hi, l);
-        a.y_lo = fmin(a.y_lo, pt->predicted.output_per_gpu);
-        a.y_hi = fmax(a.y_hi, pt->predicted.output_per_gpu);
-    }
-    const double limit = itl_limit(&tc->slo);
-    if (limit > 0) {
-        a.x_lo = fmin(a.x_lo, log10(limit));
-        a.x_hi = fmax(a.x_hi, log10(limit));
-    }
-    a.x_lo = floor(a.x_lo);
-    a.x_hi = ceil(a.x_hi);
-    if (a.x_hi - a.x_lo < 1)
-        a.x_hi = a.x_lo + 1;
-    const double span = a.y_hi - a.y_lo > 0 ? a.y_hi - a.y_lo : fmax(a.y_hi, 1) * 0.1;
-    a.y_lo -= span * 0.08;
-    a.y_hi += span * 0.08;
-    if (a.y_lo < 0)
-        a.y_lo = 0;
+    return tc->n_setups > 1 ? pt->predicted.output_per_gpu : pt->predicted.output_throughput;
+}
 
-    fprintf(out, "<figure><svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 %d %d\" "
-                 "width=\"%d\" height=\"%d\" font-family=\"DejaVu Sans,Arial,sans-serif\" "
-                 "font-size=\"12\">\n",
-            PLOT_W, PLOT_H, PLOT_W, PLOT_H);
-    fprintf(out, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fff\" "
-                 "stroke=\"#999\"/>\n",
-            PLOT_L, PLOT_T, PLOT_W - PLOT_L - PLOT_R, PLOT_H - PLOT_T - PLOT_B);
-    /* decades on x, five ticks on y */
-    for (int d = (int)a.x_lo; d <= (int)a.x_hi; d++) {
-        const double x = px(&a, pow(10, d));
-        fprintf(out, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#eee\"/>"
-                     "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g ms</text>\n",
-                x, PLOT_T, x, PLOT_H - PLOT_B, x, PLOT_H - PLOT_B + 16, pow(10, d));
-    }
-    for (int k = 0; k <= 4; k++) {
-        const double v = a.y_lo + (a.y_hi - a.y_lo) * k / 4, y = py(&a, v);
-        fprintf(out, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#eee\"/>"
-                     "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>\n",
-                PLOT_L, y, PLOT_W - PLOT_R, y, PLOT_L - 6, y + 4, v);
-    }
-    fprintf(out, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">ITL p99.9 (predicted, log "
-                 "scale)</text>\n",
-            (PLOT_L + PLOT_W - PLOT_R) / 2, PLOT_H - 20);
-    fprintf(out, "<text transform=\"translate(18 %d) rotate(-90)\" text-anchor=\"middle\">"
-                 "output throughput (tok/s%s)</text>\n",
-            (PLOT_T + PLOT_H - PLOT_B) / 2, tc->n_setups > 1 ? " per GPU" : "");
-    if (limit > 0) {
-        const double x = px(&a, limit);
-        fprintf(out, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#c00\" "
-                     "stroke-dasharray=\"5 4\"/><text x=\"%.1f\" y=\"%d\" fill=\"#c00\" "
-                     "text-anchor=\"end\">ITL p99.9 SLO %g ms</text>\n",
-                x, PLOT_T, x, PLOT_H - PLOT_B, x - 4, PLOT_H - PLOT_B - 6, limit);
-    }
+/* Which servable points a series holds. */
+typedef struct point_filter {
+    bool split;   /* only --disaggregate's splits */
+    bool front;   /* only the front's */
+    int policy;   /* only this sched_policy; -1: any */
+    int feasible; /* only those that meet every SLO (1) or break one (0); -1: any */
+} point_filter;
+
+static bool keep_point(const tune_point *pt, const point_filter *f)
+{
+    return pt->servable && (!f->split || pt->disagg.prefill > 0) && (!f->front || pt->on_front) &&
+           (f->policy < 0 || (int)pt->policy == f->policy) &&
+           (f->feasible < 0 || pt->feasible == (f->feasible == 1));
+}
+
+/* A series of the points f keeps, or none when it keeps none (an empty series would still
+ * get a legend entry). 0, or -1 with err. */
+static int add_points(plot_panel *p, const tune_config *tc, const tune_result *res,
+                      const char *name, plot_mark mark, bool hollow, double size,
+                      plot_color colour, point_filter f, char *err)
+{
+    plot_series *s = NULL;
     for (int i = 0; i < res->n_points; i++) {
         const tune_point *pt = &res->points[i];
-        if (!pt->servable)
+        if (!keep_point(pt, &f))
             continue;
-        char name[64];
-        tune_point_name(pt, name, sizeof name);
-        const double x = px(&a, pt->predicted.itl_p999_ms),
-                     y = py(&a, pt->predicted.output_per_gpu);
-        /* One shape per policy, so settings with one prediction stay visible: chunked a dot,
-         * mixed a larger hollow square around it, prefill-first a hollow triangle. */
-        const char *opacity = pt->feasible ? "0.9" : "0.3";
-        const char *ring = pt->on_front ? "#000" : "none";
-        if (pt->policy == SCHED_CHUNKED)
-            fprintf(out, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"%d\" fill=\"%s\" "
-                         "fill-opacity=\"%s\" stroke=\"%s\">",
-                    x, y, pt->on_front ? 5 : 4, POLICY_COLOUR[pt->policy], opacity, ring);
-        else if (pt->policy == SCHED_MIXED)
-            fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"16\" height=\"16\" fill=\"none\" "
-                         "stroke=\"%s\" stroke-opacity=\"%s\" stroke-width=\"%s\">",
-                    x - 8, y - 8, POLICY_COLOUR[pt->policy], opacity, pt->on_front ? "2.5" : "1.5");
-        else
-            fprintf(out, "<polygon points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\" fill=\"none\" "
-                         "stroke=\"%s\" stroke-opacity=\"%s\" stroke-width=\"%s\">",
-                    x, y - 12, x - 11, y + 8, x + 11, y + 8, POLICY_COLOUR[pt->policy], opacity,
-                    pt->on_front ? "2.5" : "1.5");
-        fputs("<title>", out);
-        html_escape(out, name);
-        if (pt->disagg.prefill > 0)
-            fprintf(out, " (%d GPUs: %.0f tok/s per GPU)", tune_point_gpus(pt),
-                    pt->predicted.output_per_gpu);
-        fprintf(out, ": %.0f tok/s, ITL p99.9 %.2f ms, ITL max %.1f ms, TTFT p99 %.0f ms%s%s</title>",
-                pt->predicted.output_throughput, pt->predicted.itl_p999_ms,
-                pt->predicted.itl_max_ms, pt->predicted.ttft_p99_ms,
-                pt->feasible ? ", meets the SLOs" : "", pt->on_front ? ", on the front" : "");
-        fputs(pt->policy == SCHED_CHUNKED ? "</circle>\n"
-              : pt->policy == SCHED_MIXED ? "</rect>\n"
-                                          : "</polygon>\n",
-              out);
-        if (pt->disagg.prefill > 0) /* a split: a dashed ring around its policy's shape */
-            fprintf(out, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"14\" fill=\"none\" "
-                         "stroke=\"%s\" stroke-opacity=\"%s\" stroke-dasharray=\"3 2\"/>\n",
-                    x, y, DISAGG_COLOUR, opacity);
+        if (!s && !(s = plot_panel_add_series(p, name, PLOT_POINTS, colour)))
+            return err_set(err, "out of memory");
+        s->mark = mark;
+        s->hollow = hollow;
+        s->size = size;
+        if (plot_series_push(s, objective(tc, pt), pt->predicted.itl_p999_ms) != 0)
+            return err_set(err, "out of memory");
     }
+    return 0;
+}
+
+/* Every servable setting's output throughput (x; per GPU with --disaggregate's splits)
+ * against its predicted ITL p99.9 (y, log), as the report's trade-off chart sets a tail
+ * against what it buys: one mark per policy, faint where an SLO breaks, the front ringed in
+ * black, the splits in a wide brown ring, the choice (or the closest) in a green diamond,
+ * labelled, the ITL p99.9 SLO a dashed line. 0, or -1 with err. */
+static int front_chart(plot_chart *c, const tune_config *tc, const tune_result *res, char *err)
+{
+    char engine[256];
+    tune_engine_name(tc, engine, sizeof engine);
+    plot_chart_init(c, "Every setting that can serve the workload, as the simulator predicts it",
+                    FRONT_W, FRONT_H);
+    snprintf(c->note, sizeof c->note, "%.120s; %d settings, %d can serve, %d meet every SLO", engine,
+             res->n_points, res->n_servable, res->n_feasible);
+    plot_panel *p = plot_chart_add_panel(c, "");
+    if (!p)
+        return err_set(err, "out of memory");
+    snprintf(p->x.label, sizeof p->x.label, "output throughput (tok/s%s)",
+             tc->n_setups > 1 ? " per GPU" : "");
+    snprintf(p->y.label, sizeof p->y.label, "ITL p99.9, predicted (ms, log scale)");
+    p->y.log = true;
+    for (int met = 1; met >= 0; met--)
+        for (int k = 0; k < tc->n_policies; k++) {
+            const sched_policy pol = tc->policies[k];
+            char name[96];
+            snprintf(name, sizeof name, "%s%s", sched_policy_name(pol),
+                     met ? "" : ", breaks an SLO");
+            if (add_points(p, tc, res, name, POLICY_MARK[pol].mark, POLICY_MARK[pol].hollow,
+                           POLICY_MARK[pol].size, policy_colour(pol, met),
+                           (point_filter){.policy = (int)pol, .feasible = met}, err) != 0)
+                return -1;
+        }
+    /* Rings around the marks: the front's, and wider, a split's. */
+    if (add_points(p, tc, res, "on the Pareto front", PLOT_MARK_CIRCLE, true, 19, FRONT_COLOUR,
+                   (point_filter){.front = true, .policy = -1, .feasible = -1}, err) != 0 ||
+        add_points(p, tc, res, "P:D split", PLOT_MARK_CIRCLE, true, 27, SPLIT_COLOUR,
+                   (point_filter){.split = true, .policy = -1, .feasible = -1}, err) != 0)
+        return -1;
     const int mark = res->choice >= 0 ? res->choice : res->closest;
     if (mark >= 0) {
         const tune_point *pt = &res->points[mark];
-        char name[64];
+        char name[64], label[96];
         tune_point_name(pt, name, sizeof name);
-        const double x = px(&a, pt->predicted.itl_p999_ms),
-                     y = py(&a, pt->predicted.output_per_gpu);
-        fprintf(out, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"11\" fill=\"none\" stroke=\"#0a0\" "
-                     "stroke-width=\"2.5\"/><text x=\"%.1f\" y=\"%.1f\" fill=\"#070\" "
-                     "font-weight=\"bold\">",
-                x, y, x + 14, y - 10);
-        fprintf(out, "%s ", res->choice >= 0 ? "chosen" : "closest");
-        html_escape(out, name);
-        fputs("</text>\n", out);
+        snprintf(label, sizeof label, "%s %s", res->choice >= 0 ? "chosen" : "closest", name);
+        plot_series *s = plot_panel_add_series(p, "", PLOT_POINTS, CHOICE_COLOUR);
+        if (!s || plot_series_push_labelled(s, objective(tc, pt), pt->predicted.itl_p999_ms,
+                                            label) != 0)
+            return err_set(err, "out of memory");
+        s->mark = PLOT_MARK_DIAMOND;
+        s->hollow = true;
+        s->size = 24;
     }
-    /* legend */
-    fprintf(out, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"none\" "
-                 "stroke=\"%s\" stroke-width=\"1.5\"/><text x=\"%d\" y=\"%d\">mixed</text>\n",
-            PLOT_L + 4, PLOT_H - 15, POLICY_COLOUR[SCHED_MIXED], PLOT_L + 20, PLOT_H - 4);
-    fprintf(out, "<circle cx=\"%d\" cy=\"%d\" r=\"5\" fill=\"%s\"/><text x=\"%d\" y=\"%d\">"
-                 "chunked</text>\n",
-            PLOT_L + 130, PLOT_H - 9, POLICY_COLOUR[SCHED_CHUNKED], PLOT_L + 140, PLOT_H - 4);
-    fprintf(out, "<polygon points=\"%d,%d %d,%d %d,%d\" fill=\"none\" stroke=\"%s\" "
-                 "stroke-width=\"1.5\"/><text x=\"%d\" y=\"%d\">prefill-first</text>\n",
-            PLOT_L + 250, PLOT_H - 17, PLOT_L + 243, PLOT_H - 4, PLOT_L + 257, PLOT_H - 4,
-            POLICY_COLOUR[SCHED_PREFILL_FIRST], PLOT_L + 264, PLOT_H - 4);
-    fprintf(out, "<text x=\"%d\" y=\"%d\">faint: breaks an SLO; bold: on the front%s</text>\n",
-            PLOT_L + 390, PLOT_H - 4,
-            tc->n_setups > 1 ? "; dashed: P:D split" : "");
-    fputs("</svg><figcaption>Every setting that can serve the workload, as the simulator "
-          "predicts it: up is more output, left is a shorter tail. Ringed in black (chunked) or "
-          "drawn bold (mixed, prefill-first): the Pareto front (output throughput, TTFT p99, "
-          "ITL p99.9); hover a point for its figures."
-          "</figcaption></figure>\n",
-          out);
+    const double limit = itl_limit(&tc->slo);
+    if (limit > 0) {
+        char label[64];
+        snprintf(label, sizeof label, "ITL p99.9 SLO %g ms", limit);
+        plot_panel_add_hline(p, limit, label, SLO_COLOUR);
+    }
+    return 0;
+}
+
+static int write_front(FILE *out, const char *dir, const tune_config *tc, const tune_result *res,
+                       char *err)
+{
+    plot_chart chart;
+    int rc = front_chart(&chart, tc, res, err);
+    if (rc == 0) {
+        char caption[512] = "";
+        const int mark = res->choice >= 0 ? res->choice : res->closest;
+        if (mark >= 0) {
+            char name[64];
+            tune_point_name(&res->points[mark], name, sizeof name);
+            snprintf(caption, sizeof caption, " In a green diamond: the %s %s%s.",
+                     res->choice >= 0 ? "chosen" : "closest", name,
+                     res->choice >= 0 ? "" : ", which breaks an SLO");
+        }
+        char text[1024];
+        snprintf(text, sizeof text,
+                 "Right is more output, down is a shorter tail. Ringed in black: the Pareto "
+                 "front (output throughput, TTFT p99, ITL p99.9); faint: a setting that breaks "
+                 "an SLO.%s Every setting's figures are in the tables below.",
+                 caption);
+        rc = html_figure(out, dir, &chart, "tune_front", text, err);
+    }
+    plot_chart_free(&chart);
+    return rc;
 }
 
 /* ---- tables ------------------------------------------------------------------------------- */
@@ -346,7 +336,12 @@ int html_tune_write(const char *dir, const tune_config *tc, const tune_result *r
     html_escape(out, res->choice >= 0 ? "Chosen: " : "No feasible setting: ");
     html_escape(out, verdict);
     fputs(".</p>\n<h2>The front</h2>\n", out);
-    write_plot(out, tc, res);
+    if (write_front(out, dir, tc, res, err) != 0) {
+        fclose(out);
+        free(doc);
+        plot_release_caches();
+        return -1;
+    }
     int *rows = calloc((size_t)res->n_points + 1, sizeof *rows);
     const int n_rows = rows ? tune_table_front_rows(res, rows) : 0;
     fprintf(out, "<p>%d settings on the Pareto front (no other setting has at least their "
@@ -397,5 +392,6 @@ int html_tune_write(const char *dir, const tune_config *tc, const tune_result *r
     if (rc == 0)
         rc = fsio_write_atomic(path, doc, len, err);
     free(doc);
+    plot_release_caches(); /* the page's chart was the command's last drawing */
     return rc;
 }

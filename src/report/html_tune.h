@@ -1,6 +1,7 @@
-/* html_tune — `stallscope tune`'s page, OUT/tune.html: the front as an inline SVG plot (ITL
- * p99.9 against output throughput, every servable setting, the front ringed, the chosen point
- * marked, the SLO's limit drawn), the verdict, the front's table, why the others fail, the
+/* html_tune — `stallscope tune`'s page, OUT/tune.html: the front as a chart drawn through
+ * plot.h, inlined and also written as OUT/plots/tune_front.{png,svg} (every servable
+ * setting's output throughput against its ITL p99.9, the front ringed, the chosen point
+ * labelled, the SLO's limit drawn), the verdict, the front's table, why the others fail, the
  * server flags, and predicted vs measured when --verify ran. Self-contained: no script, no
  * network. */
 #ifndef STALLSCOPE_REPORT_HTML_TUNE_H

@@ -68,6 +68,8 @@ typedef struct plot_series {
     bool join;     /* PLOT_POINTS: draw a line through the points */
     bool dashed;   /* PLOT_LINE / joined points */
     bool value_labels; /* PLOT_BARS: the value above each bar when it fits */
+    bool hollow;   /* PLOT_POINTS: each mark's outline (1.5 px), not filled: a ring around
+                    * another series' marks */
     double *x, *y;  /* (n) owned */
     char **labels;  /* (n) owned, optional: PLOT_POINTS annotations */
     int64_t n, cap;

@@ -4,13 +4,17 @@
  *   report.c      the entry points below: after a run pair, after a sweep, `report DIR`
  *   html_sweep.c  a sweep's report.html       html.c     a run's report.html (html.h)
  *   predict.c     the cost model beside a measured run (the experiment's simulator)
- *   plot*.c       the charts (plot.h)         table.c    the terminal table (table.h)
+ *   plot*.c       the charts (plot.h; drawn by plot_draw.c, rendered by plot_render.c)
+ *   table.c       the terminal table and the verdict (table.h)
+ *   html_tune.c   tune's page (html_tune.h)   tune_table.c  tune's words (tune_table.h)
+ *   html_page.c   what every page shares (html_page.h)
  *   sweep.c       a sweep's cells, table and results files (sweep.h)
  *   load.c        runs and sweeps back from disk (load.h)
  *   merge.c       shards into one run, the cross-shard figures (merge.h)
  * Each file has its own header, and the includes only run down:
  *   report -> html_sweep -> html -> {predict, plot_charts -> plot, sweep -> table,
  *                                    merge -> {load, table}, load}
+ *   html_tune -> {html_page -> plot, tune_table};  plot_draw -> plot_axis -> plot
  *   -> analysis, experiment. */
 #ifndef STALLSCOPE_REPORT_H
 #define STALLSCOPE_REPORT_H

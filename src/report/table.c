@@ -76,44 +76,42 @@ static void format_change(char *buf, size_t size, int have_base, double base, do
         snprintf(buf, size, "%+.1f %%", (ratio - 1) * 100);
 }
 
-typedef enum { FMT_MS, FMT_COUNT, FMT_PERCENT, FMT_RATIO } row_format;
-
-static void format_value(char *buf, size_t size, row_format fmt, double v)
+void report_format_metric(char *buf, size_t size, metric_unit unit, double v)
 {
-    switch (fmt) {
-    case FMT_MS:
+    switch (unit) {
+    case METRIC_MS:
         report_format_ms(buf, size, v);
         break;
-    case FMT_COUNT:
+    case METRIC_COUNT:
         snprintf(buf, size, "%.0f", v);
         break;
-    case FMT_PERCENT:
+    case METRIC_SHARE:
         snprintf(buf, size, "%.2f %%", v * 100);
         break;
-    case FMT_RATIO:
+    case METRIC_NUMBER:
         snprintf(buf, size, "%.1f", v);
         break;
     }
 }
 
-static void print_row(FILE *out, const char *metric, row_format fmt, int have_base, double base,
+static void print_row(FILE *out, const char *label, metric_unit unit, int have_base, double base,
                       int have_value, double value)
 {
     char b[32], v[32], c[32];
     if (have_base)
-        format_value(b, sizeof b, fmt, base);
+        report_format_metric(b, sizeof b, unit, base);
     else
         snprintf(b, sizeof b, DASH);
     if (have_value)
-        format_value(v, sizeof v, fmt, value);
+        report_format_metric(v, sizeof v, unit, value);
     else
         snprintf(v, sizeof v, DASH);
-    if (fmt == FMT_PERCENT && have_base && have_value)
+    if (unit == METRIC_SHARE && have_base && have_value)
         /* A fraction's change reads best in points: 0 % -> 1.46 % is "+1.46 pt". */
         snprintf(c, sizeof c, "%+.2f pt", (value - base) * 100);
     else
         format_change(c, sizeof c, have_base && have_value, base, value);
-    report_print_padded(out, metric, COL_METRIC, false);
+    report_print_padded(out, label, COL_METRIC, false);
     fputc(' ', out);
     report_print_padded(out, b, COL_VALUE, true);
     fputc(' ', out);
@@ -151,6 +149,86 @@ static void print_failure(FILE *out, const char *role, const analysis_summary *s
         fprintf(out, "%s FAILED: %s\n", role, why);
 }
 
+/* The table's rows: figures of the metric table (analysis/metric.h), by id, with when a row
+ * shows and how its label is dressed. */
+typedef enum {
+    ROW_ALWAYS,
+    ROW_THRESHOLD,  /* the label names the interference run's stall threshold */
+    ROW_CAUSE,      /* one cause of the stalls: indented under them */
+    ROW_IF_PRESENT, /* only when the interference run has the figure (goodput: an SLO) */
+    ROW_IF_GPUS,    /* only when the interference run had several GPUs (a P + D split) */
+    ROW_IF_NONZERO, /* only when a run's value is not 0 */
+} row_show;
+
+typedef struct table_row {
+    const char *metric; /* its id */
+    row_show show;
+} table_row;
+
+static const table_row ROWS[] = {
+    {"itl.p50", ROW_ALWAYS},
+    {"itl.p90", ROW_ALWAYS},
+    {"itl.p99", ROW_ALWAYS},
+    {"itl.p999", ROW_ALWAYS},
+    {"itl.max", ROW_ALWAYS},
+    {"itl.mean", ROW_ALWAYS},
+    {"itl.count", ROW_ALWAYS},
+    {"stalls", ROW_THRESHOLD},
+    /* Each stall's cause (analysis.h): the rows show where the stalls came from. */
+    {"stalls.prefill", ROW_CAUSE},
+    {"stalls.server", ROW_CAUSE},
+    {"stalls.client", ROW_CAUSE},
+    {"stalls.unexplained", ROW_CAUSE},
+    {"stalls.aligned_fraction", ROW_ALWAYS},
+    {"stalls.time", ROW_ALWAYS},
+    {"spike_ratio", ROW_ALWAYS},
+    {"injection_ttft.p50", ROW_ALWAYS},
+    {"injection_ttft.max", ROW_ALWAYS},
+    {"ttft.p50", ROW_ALWAYS},
+    {"ttft.p99", ROW_ALWAYS},
+    /* The benchmark world's figures (summary.json "metrics", vLLM's meanings). */
+    {"tpot.median", ROW_ALWAYS},
+    {"e2el.median", ROW_ALWAYS},
+    /* What streamed beside what completed: a short run completes few requests (vLLM's
+     * output throughput counts only theirs), while every stream delivered tokens. */
+    {"requests.completed", ROW_ALWAYS},
+    {"requests.unfinished", ROW_ALWAYS},
+    {"throughput.streamed", ROW_ALWAYS},
+    {"throughput.output", ROW_ALWAYS},
+    {"throughput.output_per_gpu", ROW_IF_GPUS},
+    {"goodput", ROW_IF_PRESENT},
+    {"errors", ROW_ALWAYS},
+    {"protocol_violations", ROW_IF_NONZERO},
+};
+
+/* A figure of a run for the table: there, and measured (a TTFT needs a first token). */
+static bool table_value(const metric *m, const analysis_summary *s, double *v)
+{
+    *v = 0;
+    return s && metric_value(m, s, v) && metric_sampled(m, s);
+}
+
+static void print_metric_row(FILE *out, const table_row *row, const analysis_summary *b,
+                             const analysis_summary *x)
+{
+    const metric *m = metric_find(row->metric);
+    if (!m)
+        return;
+    double bv, xv;
+    const bool hb = table_value(m, b, &bv), hx = table_value(m, x, &xv);
+    if ((row->show == ROW_IF_PRESENT && !hx) || (row->show == ROW_IF_GPUS && x->gpus <= 1) ||
+        (row->show == ROW_IF_NONZERO && !(xv != 0 || (hb && bv != 0))))
+        return;
+    char label[64], thr[32];
+    if (row->show == ROW_THRESHOLD) {
+        format_threshold(thr, sizeof thr, x->stalls.threshold_ms);
+        snprintf(label, sizeof label, "%s (>%s ms)", m->label, thr);
+    } else {
+        snprintf(label, sizeof label, "%s%s", row->show == ROW_CAUSE ? "  " : "", m->label);
+    }
+    print_row(out, label, m->unit, hb, bv, hx, xv);
+}
+
 void report_table_print(FILE *out, const analysis_summary *baseline,
                         const analysis_summary *interference)
 {
@@ -158,7 +236,7 @@ void report_table_print(FILE *out, const analysis_summary *baseline,
     if (!x)
         return;
     int hb = b != NULL;
-    char title_b[COL_VALUE + 1], title_x[COL_VALUE + 1], thr[32], metric[64];
+    char title_b[COL_VALUE + 1], title_x[COL_VALUE + 1];
     clip(title_b, sizeof title_b, hb && b->label[0] ? b->label : "baseline");
     clip(title_x, sizeof title_x, x->label[0] ? x->label : "interference");
 
@@ -181,67 +259,8 @@ void report_table_print(FILE *out, const analysis_summary *baseline,
         fputc('-', out);
     fputc('\n', out);
 
-    const analysis_dist *bi = hb ? &b->itl_ms : NULL, *xi = &x->itl_ms;
-    print_row(out, "gap p50 (ms)", FMT_MS, hb, hb ? bi->p50 : 0, 1, xi->p50);
-    print_row(out, "gap p90 (ms)", FMT_MS, hb, hb ? bi->p90 : 0, 1, xi->p90);
-    print_row(out, "gap p99 (ms)", FMT_MS, hb, hb ? bi->p99 : 0, 1, xi->p99);
-    print_row(out, "gap p99.9 (ms)", FMT_MS, hb, hb ? bi->p999 : 0, 1, xi->p999);
-    print_row(out, "max gap (ms)", FMT_MS, hb, hb ? bi->max : 0, 1, xi->max);
-    print_row(out, "mean gap (ms)", FMT_MS, hb, hb ? bi->mean : 0, 1, xi->mean);
-    print_row(out, "gaps counted", FMT_COUNT, hb, hb ? (double)bi->count : 0, 1,
-              (double)xi->count);
-    format_threshold(thr, sizeof thr, x->stalls.threshold_ms);
-    snprintf(metric, sizeof metric, "stalls (>%s ms)", thr);
-    print_row(out, metric, FMT_COUNT, hb, hb ? (double)b->stalls.count : 0, 1,
-              (double)x->stalls.count);
-    /* Each stall's cause (analysis.h): the rows show where the stalls came from. */
-    for (int c = 0; c < ANALYSIS_N_CAUSES; c++) {
-        snprintf(metric, sizeof metric, "  caused by %s", analysis_cause_name((analysis_cause)c));
-        print_row(out, metric, FMT_COUNT, hb, hb ? (double)b->attribution.by_cause[c].stalls : 0, 1,
-                  (double)x->attribution.by_cause[c].stalls);
-    }
-    print_row(out, "aligned fraction", FMT_PERCENT, hb, hb ? b->stalls.aligned_fraction : 0, 1,
-              x->stalls.aligned_fraction);
-    print_row(out, "stalled time %", FMT_PERCENT, hb, hb ? b->stalls.stalled_time_fraction : 0,
-              1, x->stalls.stalled_time_fraction);
-    print_row(out, "spike ratio (max/p50)", FMT_RATIO, hb, hb ? b->spike_ratio : 0, 1,
-              x->spike_ratio);
-    analysis_dist bt, xt;
-    int hbt = analysis_injection_ttft(b, &bt), hxt = analysis_injection_ttft(x, &xt);
-    print_row(out, "injection TTFT p50 (ms)", FMT_MS, hbt, bt.p50, hxt, xt.p50);
-    print_row(out, "injection TTFT max (ms)", FMT_MS, hbt, bt.max, hxt, xt.max);
-    print_row(out, "background TTFT p50 (ms)", FMT_MS, hb && b->ttft_ms.count > 0,
-              hb ? b->ttft_ms.p50 : 0, x->ttft_ms.count > 0, x->ttft_ms.p50);
-    print_row(out, "background TTFT p99 (ms)", FMT_MS, hb && b->ttft_ms.count > 0,
-              hb ? b->ttft_ms.p99 : 0, x->ttft_ms.count > 0, x->ttft_ms.p99);
-    /* The benchmark world's figures (summary.json "metrics", vLLM's meanings). */
-    const standard_class *bs = hb ? &b->standard.all : NULL, *xs = &x->standard.all;
-    print_row(out, "TPOT median (ms)", FMT_MS, bs && bs->tpot_ms.count > 0,
-              bs ? bs->tpot_ms.median : 0, xs->tpot_ms.count > 0, xs->tpot_ms.median);
-    print_row(out, "E2E latency median (ms)", FMT_MS, bs && bs->e2el_ms.count > 0,
-              bs ? bs->e2el_ms.median : 0, xs->e2el_ms.count > 0, xs->e2el_ms.median);
-    /* What streamed beside what completed: a short run completes few requests (vLLM's
-     * output throughput counts only theirs), while every stream delivered tokens. */
-    print_row(out, "requests completed", FMT_COUNT, hb, bs ? (double)bs->completed : 0, 1,
-              (double)xs->completed);
-    print_row(out, "requests cut at the end", FMT_COUNT, hb, bs ? (double)bs->unfinished : 0, 1,
-              (double)xs->unfinished);
-    print_row(out, "streamed tokens/s", FMT_RATIO, hb, hb ? b->streamed_throughput : 0, 1,
-              x->streamed_throughput);
-    print_row(out, "output tok/s (completed)", FMT_RATIO, hb, bs ? bs->output_throughput : 0, 1,
-              xs->output_throughput);
-    /* Per GPU where the setup has several (a disaggregated simulation: P + D). */
-    if (x->gpus > 1)
-        print_row(out, "output tokens/s per GPU", FMT_RATIO, hb && b->gpus > 0,
-                  hb && b->gpus > 0 ? bs->output_throughput / b->gpus : 0, 1,
-                  xs->output_throughput / x->gpus);
-    if (xs->has_goodput)
-        print_row(out, "goodput (SLOs met)", FMT_PERCENT, bs && bs->has_goodput,
-                  bs ? bs->goodput : 0, 1, xs->goodput);
-    print_row(out, "errors", FMT_COUNT, hb, hb ? (double)b->errors : 0, 1, (double)x->errors);
-    if (x->protocol_violations > 0 || (hb && b->protocol_violations > 0))
-        print_row(out, "protocol violations", FMT_COUNT, hb, hb ? (double)b->protocol_violations : 0,
-                  1, (double)x->protocol_violations);
+    for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++)
+        print_metric_row(out, &ROWS[i], b, x);
 
     /* The stall row names one threshold; say so when the runs were cut differently. */
     if (hb && fabs(b->stalls.threshold_ms - x->stalls.threshold_ms) > 1e-9) {

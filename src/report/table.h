@@ -7,10 +7,12 @@
 #include <stdio.h>
 
 #include "analysis/analysis.h"
+#include "analysis/metric.h"
 
 /* Side-by-side table: metric | baseline | interference | change. baseline may be NULL.
- * Rows: p50, p90, p99, p99.9, max gap; stalls (count, aligned fraction); spike ratio;
- * injections' TTFT p50/max; background TTFT p50/p99. */
+ * Rows: figures of the metric table (analysis/metric.h), by their labels: p50, p90, p99,
+ * p99.9, max gap; stalls (count, causes, aligned fraction); spike ratio; injections' TTFT
+ * p50/max; background TTFT p50/p99; the standard metrics and throughputs; errors. */
 void report_table_print(FILE *out, const analysis_summary *baseline,
                         const analysis_summary *interference);
 /* One paragraph, e.g. "4/4 injections each stalled 32/32 users; max gap 152 ms = 15x p50;
@@ -20,6 +22,9 @@ void report_verdict(char *buf, size_t size, const analysis_summary *baseline,
 
 /* Milliseconds at the precision that suits the magnitude: "4.78", "14.6", "152". */
 void report_format_ms(char *buf, size_t size, double ms);
+/* A figure as the tables print it, by its unit: ms as above, a count "128", a share
+ * "1.46 %", a number "66.3". */
+void report_format_metric(char *buf, size_t size, metric_unit unit, double v);
 /* Display width of UTF-8 text: code points, not bytes, or "×" and "—" would shift every
  * column after them. */
 int report_display_width(const char *s);

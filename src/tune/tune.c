@@ -3,9 +3,11 @@
 #include "tune/tune.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "analysis/metric.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/fsio.h"
@@ -193,14 +195,38 @@ void tune_point_config(const tune_config *tc, const tune_point *pt, experiment_c
 
 /* ---- one point ------------------------------------------------------------------------ */
 
+/* The figures a point is judged on, each a figure of the metric table (analysis/metric.h):
+ * read by it, named in tune.json by it (metric_key). The output per GPU is the setting's
+ * (its GPUs), named after the output. */
+static const struct {
+    const char *metric;
+    size_t at; /* its double in tune_figures */
+} FIGURES[] = {
+    {"throughput.output", offsetof(tune_figures, output_throughput)},
+    {"ttft.p99", offsetof(tune_figures, ttft_p99_ms)},
+    {"itl.p50", offsetof(tune_figures, itl_p50_ms)},
+    {"itl.p999", offsetof(tune_figures, itl_p999_ms)},
+    {"itl.max", offsetof(tune_figures, itl_max_ms)},
+};
+#define N_FIGURES ((int)(sizeof FIGURES / sizeof FIGURES[0]))
+
+static double figure_of(const tune_figures *f, int i)
+{
+    double v;
+    memcpy(&v, (const char *)f + FIGURES[i].at, sizeof v);
+    return v;
+}
+
 static void figures_of(const analysis_summary *x, int gpus, tune_figures *f)
 {
-    f->output_throughput = x->standard.all.output_throughput;
+    for (int i = 0; i < N_FIGURES; i++) {
+        const metric *m = metric_find(FIGURES[i].metric);
+        double v;
+        if (!m || !metric_value(m, x, &v))
+            v = NAN;
+        memcpy((char *)f + FIGURES[i].at, &v, sizeof v);
+    }
     f->output_per_gpu = f->output_throughput / (gpus > 0 ? gpus : 1);
-    f->ttft_p99_ms = x->ttft_ms.p99;
-    f->itl_p50_ms = x->itl_ms.p50;
-    f->itl_p999_ms = x->itl_ms.p999;
-    f->itl_max_ms = x->itl_ms.max;
 }
 
 static void slo_values_of(const gate_rules *slo, const analysis_summary *x, double *values)
@@ -568,15 +594,49 @@ static json_t *number_or_null(double v)
     return isfinite(v) ? json_real(v) : json_null();
 }
 
-/* A figure a run could not give (no gaps, no first token) is null, never a NaN. */
+static double rel_error(double predicted, double measured)
+{
+    return measured != 0 ? (predicted - measured) / measured : NAN;
+}
+
+static void figure_key(int i, char *buf, size_t size)
+{
+    const metric *m = metric_find(FIGURES[i].metric);
+    if (m)
+        metric_key(m, buf, size);
+    else
+        snprintf(buf, size, "%s", FIGURES[i].metric);
+}
+
+/* A figure a run could not give (no gaps, no first token) is null, never a NaN. Each figure
+ * by its key; the output per GPU after the output. */
 static json_t *figures_json(const tune_figures *f)
 {
-    return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o}", "output_throughput",
-                     number_or_null(f->output_throughput), "output_throughput_per_gpu",
-                     number_or_null(f->output_per_gpu), "ttft_p99_ms",
-                     number_or_null(f->ttft_p99_ms), "itl_p50_ms", number_or_null(f->itl_p50_ms),
-                     "itl_p999_ms", number_or_null(f->itl_p999_ms), "itl_max_ms",
-                     number_or_null(f->itl_max_ms));
+    json_t *o = json_object();
+    for (int i = 0; o && i < N_FIGURES; i++) {
+        char key[64], per_gpu[80];
+        figure_key(i, key, sizeof key);
+        json_object_set_new(o, key, number_or_null(figure_of(f, i)));
+        if (FIGURES[i].at == offsetof(tune_figures, output_throughput)) {
+            snprintf(per_gpu, sizeof per_gpu, "%s_per_gpu", key);
+            json_object_set_new(o, per_gpu, number_or_null(f->output_per_gpu));
+        }
+    }
+    return o;
+}
+
+/* (predicted - measured) / measured of each figure but the per-GPU output (the same error
+ * as the output's). */
+static json_t *relative_errors_json(const tune_figures *predicted, const tune_figures *measured)
+{
+    json_t *o = json_object();
+    for (int i = 0; o && i < N_FIGURES; i++) {
+        char key[64];
+        figure_key(i, key, sizeof key);
+        json_object_set_new(o, key, number_or_null(rel_error(figure_of(predicted, i),
+                                                             figure_of(measured, i))));
+    }
+    return o;
 }
 
 static json_t *slo_json(const gate_rules *slo, const double *values)
@@ -609,11 +669,6 @@ static json_t *setting_json(const tune_point *pt)
         json_object_set_new(o, "kv_link", json_string(pt->disagg.link));
     }
     return o;
-}
-
-static double rel_error(double predicted, double measured)
-{
-    return measured != 0 ? (predicted - measured) / measured : NAN;
 }
 
 json_t *tune_to_json(const tune_config *tc, const tune_result *res)
@@ -722,14 +777,7 @@ json_t *tune_to_json(const tune_config *tc, const tune_result *res)
             const tune_figures *p = &pt->predicted, *m = &v->measured;
             json_object_set_new(o, "predicted", figures_json(p));
             json_object_set_new(o, "measured", figures_json(m));
-            json_object_set_new(
-                o, "relative_error",
-                json_pack("{s:o, s:o, s:o, s:o, s:o}", "output_throughput",
-                          number_or_null(rel_error(p->output_throughput, m->output_throughput)),
-                          "ttft_p99_ms", number_or_null(rel_error(p->ttft_p99_ms, m->ttft_p99_ms)),
-                          "itl_p50_ms", number_or_null(rel_error(p->itl_p50_ms, m->itl_p50_ms)),
-                          "itl_p999_ms", number_or_null(rel_error(p->itl_p999_ms, m->itl_p999_ms)),
-                          "itl_max_ms", number_or_null(rel_error(p->itl_max_ms, m->itl_max_ms))));
+            json_object_set_new(o, "relative_error", relative_errors_json(p, m));
             json_object_set_new(o, "slo", slo_json(&tc->slo, v->slo_value));
             json_object_set_new(o, "meets_slo", json_boolean(v->meets));
         }

@@ -40,14 +40,15 @@
 #define TUNE_MAX_SETUPS 8         /* one instance, and up to 7 --disaggregate splits */
 #define TUNE_THROUGHPUT_TIE 0.01 /* throughputs within 1 % of the best tie */
 
-/* The figures a point is judged on, predicted or measured. */
+/* The figures a point is judged on, predicted or measured: figures of the metric table
+ * (analysis/metric.h), named in tune.json by their metric_key. */
 typedef struct tune_figures {
-    double output_throughput; /* tok/s over the run, every request */
+    double output_throughput; /* throughput.output: tok/s of the completed requests */
     double output_per_gpu;    /* output_throughput / the GPUs of the setting: the objective */
-    double ttft_p99_ms;       /* background requests: gate's ttft.p99 */
-    double itl_p50_ms;        /* gate's itl.p50 */
-    double itl_p999_ms;       /* gate's itl.p999 */
-    double itl_max_ms;        /* gate's itl.max */
+    double ttft_p99_ms;       /* ttft.p99: background requests */
+    double itl_p50_ms;        /* itl.p50 */
+    double itl_p999_ms;       /* itl.p999 */
+    double itl_max_ms;        /* itl.max */
 } tune_figures;
 
 typedef struct tune_point {

@@ -43,7 +43,7 @@ grep -q "vllm serve MODEL --max-num-batched-tokens $budget --max-num-seqs $seqs"
 grep -q "sglang.*--max-running-requests $seqs" "$dir/ok.txt" || fail "no SGLang flags"
 grep -q "llama-server .*--parallel $seqs" "$dir/ok.txt" || fail "no llama.cpp flags"
 grep -q "cannot serve the workload" "$dir/ok.txt" || fail "the cannot-serve points are not summed up"
-grep -q "chosen $name" "$dir/ok/tune.html" || fail "the page does not mark the choice"
+grep -q "the chosen $name" "$dir/ok/tune.html" || fail "the page does not mark the choice"
 pass "the choice is named, with its server flags, in the table and on the page"
 
 # 2. --all lists every point.
@@ -89,7 +89,11 @@ grep -q "One instance against disaggregated prefill" "$dir/disagg.txt" ||
 grep -qE '^  1P:1D pcie5 ' "$dir/disagg.txt" || fail "the comparison has no 1P:1D row"
 grep -q "One instance against disaggregated prefill" "$dir/disagg/tune.html" ||
   fail "tune.html has no comparison of one instance against the split"
-grep -q 'stroke-dasharray="3 2"' "$dir/disagg/tune.html" || fail "the plot does not mark the split"
+# The split's ring on the chart (html_tune.c's SPLIT_COLOUR as cairo writes it), and only there.
+grep -q 'stroke:rgb(55%,34%,29%)' "$dir/disagg/tune.html" || fail "the chart does not mark the split"
+! grep -q 'stroke:rgb(55%,34%,29%)' "$dir/ok/tune.html" || fail "a chart without splits marks one"
+[ -s "$dir/disagg/plots/tune_front.png" ] && [ -s "$dir/disagg/plots/tune_front.svg" ] ||
+  fail "no plots/tune_front.{png,svg}"
 check "tune.json: per-GPU objective, the split's points on 2 GPUs, per GPU = half the output" \
   "a['search']['objective'] == 'output_throughput_per_gpu' and a['search']['disaggregate'] == ['1:1'] and len(a['points']) == 32 and all(p['gpus'] == 2 and p['kv_link'] == 'pcie5' and (not p['servable'] or abs(p['predicted']['output_throughput_per_gpu'] * 2 - p['predicted']['output_throughput']) < 1e-6) for p in a['points'] if p.get('disaggregate') == '1:1') and sum(1 for p in a['points'] if p.get('disaggregate') == '1:1') == 16" \
   "$dir/disagg/tune.json"

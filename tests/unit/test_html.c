@@ -16,7 +16,7 @@
 #include "common/err.h"
 #include "experiment/experiment.h"
 #include "report/html.h"
-#include "report/html_internal.h"
+#include "report/html_page.h"
 #include "report/load.h"
 #include "report/plot.h"
 #include "report/html_sweep.h"

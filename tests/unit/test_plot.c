@@ -324,6 +324,38 @@ static void test_svg_structure(void **state)
     plot_release_caches();
 }
 
+/* Hollow marks (a ring around another series' marks): their outlines stroked, nothing of
+ * their colour filled; filled marks the other way round. */
+static void test_hollow_marks(void **state)
+{
+    (void)state;
+    plot_chart c;
+    plot_chart_init(&c, "rings", 400, 300);
+    plot_panel *p = plot_chart_add_panel(&c, "");
+    assert_non_null(p);
+    plot_series *dots = plot_panel_add_series(p, "dots", PLOT_POINTS, (plot_color){0, 0, 1, 1});
+    plot_series *rings = plot_panel_add_series(p, "rings", PLOT_POINTS, (plot_color){1, 0, 0, 1});
+    assert_non_null(dots);
+    assert_non_null(rings);
+    rings->hollow = true;
+    rings->size = 16;
+    for (int i = 1; i <= 3; i++) {
+        assert_int_equal(plot_series_push(dots, i, i), 0);
+        assert_int_equal(plot_series_push(rings, i, i), 0);
+    }
+    char *svg = NULL;
+    char err[ERR_LEN];
+    assert_int_equal(plot_render_svg(&c, &svg, NULL, err), 0);
+    /* The three rings in one stroke, and the legend's swatch. */
+    assert_int_equal(count(svg, "stroke:rgb(100%,0%,0%)"), 2);
+    assert_int_equal(count(svg, "fill:rgb(100%,0%,0%)"), 0);
+    assert_int_equal(count(svg, "fill:rgb(0%,0%,100%)"), 2);
+    assert_int_equal(count(svg, "stroke:rgb(0%,0%,100%)"), 0);
+    free(svg);
+    plot_chart_free(&c);
+    plot_release_caches();
+}
+
 static int pixels_near(cairo_surface_t *img, int r, int g, int b, int y_from)
 {
     int w = cairo_image_surface_get_width(img), h = cairo_image_surface_get_height(img);
@@ -505,6 +537,7 @@ int main(void)
         cmocka_unit_test(test_timeline_markers_in_svg),
         cmocka_unit_test(test_server_metrics_chart),
         cmocka_unit_test(test_svg_structure),
+        cmocka_unit_test(test_hollow_marks),
         cmocka_unit_test(test_png_size_and_data),
         cmocka_unit_test(test_dots_one_mark_per_cell),
         cmocka_unit_test(test_spike_chart),

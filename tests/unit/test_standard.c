@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include "analysis/metric.h"
 #include "analysis/standard.h"
 #include "common/err.h"
 
@@ -135,7 +136,9 @@ static void test_vllm_keys(void **state)
     make_log(&log);
     standard_metrics m;
     assert_int_equal(standard_compute(&log, NULL, 2.0, &m, err), 0);
-    json_t *j = standard_vllm_result(&m);
+    /* The result is the metric table's (metric.h), read from a summary holding m. */
+    analysis_summary s = {.duration_s = 2.0, .standard = m};
+    json_t *j = metric_vllm_result(&s);
     /* The names of vllm/benchmarks/serve.py's result (p_word: "99", "99.9"). */
     const char *keys[] = {"duration", "completed", "failed", "total_input_tokens",
                           "total_output_tokens", "request_throughput", "request_goodput",
@@ -150,6 +153,7 @@ static void test_vllm_keys(void **state)
             fail_msg("no '%s' in the result", keys[i]);
     assert_true(json_is_null(json_object_get(j, "request_goodput"))); /* no SLO given */
     assert_int_equal(json_integer_value(json_object_get(j, "completed")), 3);
+    assert_float_equal(json_real_value(json_object_get(j, "duration")), 2.0, 1e-12);
     assert_float_equal(json_real_value(json_object_get(j, "mean_ttft_ms")), 80, 1e-9);
     assert_float_equal(json_real_value(json_object_get(j, "p50_itl_ms")), 10, 1e-9);
     assert_int_equal(m.all.itl_ms.count, 4);

@@ -1,7 +1,8 @@
-/* html_internal — helpers shared by the run report (html.c) and the sweep report
- * (html_sweep.c); not part of the module's interface. */
-#ifndef STALLSCOPE_HTML_INTERNAL_H
-#define STALLSCOPE_HTML_INTERNAL_H
+/* html_page — the pieces every page shares: the run report (html.c), the sweep report
+ * (html_sweep.c) and tune's page (html_tune.c) are built of them; not part of the
+ * module's interface. */
+#ifndef STALLSCOPE_HTML_PAGE_H
+#define STALLSCOPE_HTML_PAGE_H
 #include <stdbool.h>
 #include <stdio.h>
 
