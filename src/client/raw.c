@@ -645,17 +645,6 @@ static bool tls_feed(raw_client *c, raw_conn *k, size_t n, int64_t t, stream_sta
     return k->out_off < k->out.len ? conn_flush(c, k) : true;
 }
 
-static int64_t realtime_offset(void)
-{
-    struct timespec m1, rt, m2;
-    clock_gettime(CLOCK_MONOTONIC, &m1);
-    clock_gettime(CLOCK_REALTIME, &rt);
-    clock_gettime(CLOCK_MONOTONIC, &m2);
-    int64_t mono = ((int64_t)m1.tv_sec * CLOCK_NS_PER_S + m1.tv_nsec +
-                    (int64_t)m2.tv_sec * CLOCK_NS_PER_S + m2.tv_nsec) / 2;
-    return (int64_t)rt.tv_sec * CLOCK_NS_PER_S + rt.tv_nsec - mono;
-}
-
 /* Read k until it is drained (or READS_PER_WAKE reads), stamping each read. */
 static void conn_read(raw_client *c, raw_conn *k)
 {
@@ -875,7 +864,7 @@ int raw_run(raw_client *c, int64_t until_ns, char *err)
             return err_set(err, "epoll_wait: %s", strerror(errno));
         }
         if (n > 0)
-            c->realtime_offset_ns = realtime_offset();
+            c->realtime_offset_ns = clock_realtime_offset_ns(1, NULL);
         /* Read (and stamp) every ready socket first; parse after. */
         for (int i = 0; i < n; i++) {
             raw_conn *k = evs[i].data.ptr;
