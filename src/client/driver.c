@@ -348,7 +348,6 @@ struct loop {
     int64_t *ended;               /* seg rows ended, not yet given to requests_csv */
     int64_t n_ended, cap_ended;
     int64_t t_end_ns;
-    int64_t *order; /* after the loop: rank -> seg row, the rows in time order */
     pthread_t thread;
     bool started;
     int status; /* -1: a local failure (out of memory ordering the segment), in err */
@@ -849,8 +848,6 @@ static void lead_progress(loop *l, progress_clock *pc, int64_t now)
     pc->next = now + pc->every;
 }
 
-static int order_segment(loop *l, char *err);
-
 /* One loop, from its first request to its segment in time order. */
 static void run_loop(loop *l)
 {
@@ -929,7 +926,7 @@ static void run_loop(loop *l)
     l->inj_body = NULL;
     free(l->open_body);
     l->open_body = NULL;
-    if (cfg->record && order_segment(l, l->err) != 0)
+    if (cfg->record && tokenlog_merge_order(&l->seg, l->err) != 0)
         l->status = -1;
 }
 
@@ -941,232 +938,19 @@ static void *loop_thread(void *arg)
 
 /* ---- putting the segments together ---------------------------------------------------- */
 
-typedef int (*order_cmp)(const void *a, const void *b);
-
-/* Stable sort of base[0, n) (elements of `size` bytes) that costs little when the array is
- * nearly in order: it finds the runs already in order and merges them pairwise (tmp holds n
- * elements). -1 when out of memory. */
-static int merge_runs_sort(void *base, size_t n, size_t size, order_cmp cmp, void *tmp)
-{
-    char *src = base, *dst = tmp;
-    size_t runs = 1;
-    for (size_t i = 1; i < n; i++)
-        runs += cmp(src + (i - 1) * size, src + i * size) > 0;
-    if (runs <= 1)
-        return 0;
-    size_t *starts = malloc((runs + 1) * sizeof *starts);
-    if (!starts)
-        return -1;
-    size_t r = 0;
-    starts[r++] = 0;
-    for (size_t i = 1; i < n; i++)
-        if (cmp(src + (i - 1) * size, src + i * size) > 0)
-            starts[r++] = i;
-    starts[r] = n;
-    while (r > 1) {
-        size_t merged = 0;
-        for (size_t k = 0; k < r; k += 2) {
-            const size_t a = starts[k], mid = starts[k + 1];
-            if (k + 1 == r) { /* an odd run out: as it is */
-                memcpy(dst + size * a, src + size * a, size * (n - a));
-            } else {
-                const size_t b = starts[k + 2];
-                size_t i = a, j = mid, out = a;
-                while (i < mid && j < b) /* the left one first on ties: stable */
-                    if (cmp(src + size * j, src + size * i) < 0)
-                        memcpy(dst + size * out++, src + size * j++, size);
-                    else
-                        memcpy(dst + size * out++, src + size * i++, size);
-                memcpy(dst + size * out, src + size * i, size * (mid - i));
-                out += mid - i;
-                memcpy(dst + size * out, src + size * j, size * (b - j));
-            }
-            starts[merged++] = a;
-        }
-        starts[merged] = n;
-        r = merged;
-        char *swap = src;
-        src = dst;
-        dst = swap;
-    }
-    if (src != base)
-        memcpy(base, src, n * size);
-    free(starts);
-    return 0;
-}
-
-/* A loop's order of requests: when they were sent (carried over from the warm-up: -1),
- * then the user. Users never share a loop, so over all loops this is a total order. */
-typedef struct row_key {
-    int64_t t_send_ns;
-    int64_t user;
-    int64_t row;
-} row_key;
-
-static int cmp_row_key(const void *x, const void *y)
-{
-    const row_key *a = x, *b = y;
-    if (a->t_send_ns != b->t_send_ns)
-        return a->t_send_ns < b->t_send_ns ? -1 : 1;
-    return (a->user > b->user) - (a->user < b->user);
-}
-
-/* Events: time, user, then the request's place in time order (one user's requests never
- * overlap, but a server could answer two at once); the stable sort keeps one request's
- * events in the order they arrived. */
-static int cmp_event(const void *x, const void *y)
-{
-    const tokenlog_event *a = x, *b = y;
-    if (a->t_ns != b->t_ns)
-        return a->t_ns < b->t_ns ? -1 : 1;
-    if (a->user != b->user)
-        return a->user < b->user ? -1 : 1;
-    return (a->request > b->request) - (a->request < b->request);
-}
-
-/* The loop's segment in time order (its rows arrive nearly so: only ties of one stamp and
- * the odd late read are out of place): l->order lists its requests by cmp_row_key, and its
- * events, sorted by cmp_event, name their request by that rank. */
-static int order_segment(loop *l, char *err)
-{
-    tokenlog *seg = &l->seg;
-    const size_t n_req = (size_t)seg->n_requests, n_ev = (size_t)seg->n_events;
-    row_key *keys = malloc((n_req ? n_req : 1) * sizeof *keys);
-    int64_t *rank = malloc((n_req ? n_req : 1) * sizeof *rank);
-    size_t tmp_size = n_req * sizeof(row_key) > n_ev * sizeof(tokenlog_event)
-                          ? n_req * sizeof(row_key)
-                          : n_ev * sizeof(tokenlog_event);
-    void *tmp = malloc(tmp_size ? tmp_size : 1);
-    l->order = malloc((n_req ? n_req : 1) * sizeof *l->order);
-    int rc = -1;
-    if (!keys || !rank || !tmp || !l->order)
-        goto done;
-    for (size_t i = 0; i < n_req; i++)
-        keys[i] = (row_key){seg->requests[i].t_send_ns, seg->requests[i].user, (int64_t)i};
-    if (merge_runs_sort(keys, n_req, sizeof *keys, cmp_row_key, tmp) != 0)
-        goto done;
-    for (size_t i = 0; i < n_req; i++) {
-        l->order[i] = keys[i].row;
-        rank[keys[i].row] = (int64_t)i;
-    }
-    for (size_t i = 0; i < n_ev; i++)
-        seg->events[i].request = rank[seg->events[i].request];
-    rc = merge_runs_sort(seg->events, n_ev, sizeof *seg->events, cmp_event, tmp);
-done:
-    free(keys);
-    free(rank);
-    free(tmp);
-    return rc == 0 ? 0 : err_set(err, "out of memory putting the token log in order");
-}
-
-/* A min-heap of loops by the row each one offers next. */
-typedef struct merge_heap {
-    int *loops;
-    int n;
-    const phase *ph;
-    int64_t *pos;      /* per loop: its next row */
-    int64_t **final;   /* per loop: rank -> the row's id in the merged log (events) */
-    bool events;       /* merging events (else requests) */
-} merge_heap;
-
-static bool offers_before(const merge_heap *h, int a, int b)
-{
-    const loop *la = &h->ph->loops[a], *lb = &h->ph->loops[b];
-    int c;
-    if (h->events) {
-        tokenlog_event ea = la->seg.events[h->pos[a]], eb = lb->seg.events[h->pos[b]];
-        ea.request = h->final[a][ea.request];
-        eb.request = h->final[b][eb.request];
-        c = cmp_event(&ea, &eb);
-    } else {
-        const tokenlog_request *ra = &la->seg.requests[la->order[h->pos[a]]];
-        const tokenlog_request *rb = &lb->seg.requests[lb->order[h->pos[b]]];
-        row_key ka = {ra->t_send_ns, ra->user, 0}, kb = {rb->t_send_ns, rb->user, 0};
-        c = cmp_row_key(&ka, &kb);
-    }
-    return c != 0 ? c < 0 : a < b;
-}
-
-static void heap_sift_down(merge_heap *h, int i)
-{
-    for (;;) {
-        int least = i, left = 2 * i + 1, right = left + 1;
-        if (left < h->n && offers_before(h, h->loops[left], h->loops[least]))
-            least = left;
-        if (right < h->n && offers_before(h, h->loops[right], h->loops[least]))
-            least = right;
-        if (least == i)
-            return;
-        int swap = h->loops[i];
-        h->loops[i] = h->loops[least];
-        h->loops[least] = swap;
-        i = least;
-    }
-}
-
-static int64_t rows_of(const merge_heap *h, int loop_index)
-{
-    const tokenlog *seg = &h->ph->loops[loop_index].seg;
-    return h->events ? seg->n_events : seg->n_requests;
-}
-
-/* The k-way merge: the loops' ordered segments into log, requests first (their ids become
- * their rows in log), then events. */
+/* The k-way merge (tokenlog_merge): the loops' ordered segments into log, requests first
+ * (their ids become their rows in log), then events unless they were dropped as they were
+ * written (the log then gets the requests only). */
 static int merge_segments(phase *ph, tokenlog *log, char *err)
 {
-    merge_heap h = {0};
-    h.ph = ph;
-    h.loops = malloc((size_t)ph->n_loops * sizeof *h.loops);
-    h.pos = calloc((size_t)ph->n_loops, sizeof *h.pos);
-    h.final = calloc((size_t)ph->n_loops, sizeof *h.final);
-    int rc = -1;
-    if (!h.loops || !h.pos || !h.final)
-        goto done;
-    for (int i = 0; i < ph->n_loops; i++) {
-        int64_t n = ph->loops[i].seg.n_requests;
-        if (!(h.final[i] = malloc((size_t)(n > 0 ? n : 1) * sizeof *h.final[i])))
-            goto done;
-    }
-    /* Events dropped as they were written: the log gets the requests only. */
-    const int passes = atomic_load(&ph->dropping) ? 1 : 2;
-    for (int pass = 0; pass < passes; pass++) {
-        h.events = pass == 1;
-        h.n = 0;
-        for (int i = 0; i < ph->n_loops; i++) {
-            h.pos[i] = 0;
-            if (rows_of(&h, i) > 0)
-                h.loops[h.n++] = i;
-        }
-        for (int i = h.n / 2 - 1; i >= 0; i--)
-            heap_sift_down(&h, i);
-        while (h.n > 0) {
-            const int li = h.loops[0];
-            loop *l = &ph->loops[li];
-            const int64_t at = h.pos[li]++;
-            if (h.events) {
-                tokenlog_event ev = l->seg.events[at];
-                ev.request = h.final[li][ev.request];
-                if (tokenlog_add_event(log, &ev) != 0)
-                    goto done;
-            } else {
-                tokenlog_request row = l->seg.requests[l->order[at]];
-                row.request = log->n_requests;
-                if (tokenlog_add_request(log, &row, &h.final[li][at]) != 0)
-                    goto done;
-            }
-            if (h.pos[li] == rows_of(&h, li))
-                h.loops[0] = h.loops[--h.n];
-            heap_sift_down(&h, 0);
-        }
-    }
-    rc = 0;
-done:
-    for (int i = 0; h.final && i < ph->n_loops; i++)
-        free(h.final[i]);
-    free(h.final);
-    free(h.pos);
-    free(h.loops);
-    return rc == 0 ? 0 : err_set(err, "out of memory merging the token log");
+    tokenlog **parts = malloc((size_t)ph->n_loops * sizeof *parts);
+    if (!parts)
+        return err_set(err, "out of memory merging the token log");
+    for (int i = 0; i < ph->n_loops; i++)
+        parts[i] = &ph->loops[i].seg;
+    int rc = tokenlog_merge(parts, ph->n_loops, !atomic_load(&ph->dropping), log, err);
+    free(parts);
+    return rc;
 }
 
 /* The loops' totals into res. */
@@ -1287,7 +1071,6 @@ static void loop_free(loop *l)
     free(l->retry_at);
     free(l->failures);
     free(l->ended);
-    free(l->order);
     free(l->inj_body);
     free(l->open_body);
     driver_result_free(&l->res);
