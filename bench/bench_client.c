@@ -38,7 +38,7 @@
 
 #include "analysis/analysis.h"
 #include "client/driver.h"
-#include "client/sse.h"
+#include "client/chunk.h"
 #include "client/stream.h"
 #include "common/clock.h"
 #include "common/err.h"
@@ -482,11 +482,11 @@ static int run_ours(const char *url, int streams, int threads, stream_transport_
 /* ---- the chunk decoder alone ---------------------------------------------------------- */
 
 /* ns per decode of one chunk, over about `seconds` of CPU. */
-static double ns_per_decode(int (*decode)(const sse_event *, sse_chunk *, char *),
+static double ns_per_decode(int (*decode)(const sse_event *, chunk_info *, char *),
                             const sse_event *ev, double seconds)
 {
     char err[ERR_LEN];
-    sse_chunk chunk;
+    chunk_info chunk;
     int64_t n = 0, cpu0 = clock_process_cpu_ns(), cpu = 0;
     while (cpu < (int64_t)(seconds * 1e9)) {
         for (int i = 0; i < 10000; i++)
@@ -509,8 +509,8 @@ static void bench_decoder(bool quick)
         "123456789012345,\"step\":4242}}";
     const sse_event ev = {chunk, sizeof chunk - 1, ""};
     const double seconds = quick ? 0.2 : 1.0;
-    const double scanner = ns_per_decode(sse_decode_chunk, &ev, seconds);
-    const double reference = ns_per_decode(sse_decode_chunk_jansson, &ev, seconds);
+    const double scanner = ns_per_decode(chunk_decode, &ev, seconds);
+    const double reference = ns_per_decode(chunk_decode_jansson, &ev, seconds);
     printf("chunk decoder, a %zu-byte vLLM chunk: scanner %.0f ns, jansson %.0f ns (CPU per "
            "decode)\n\n",
            sizeof chunk - 1, scanner, reference);

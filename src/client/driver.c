@@ -666,7 +666,7 @@ static void on_end(void *ctx, void *user, const stream_end *end)
                 phase_fail(l, "out of memory");
         }
         res->protocol_violations += end->protocol_violations;
-        for (int k = 0; k < SSE_VIOLATION_KINDS; k++)
+        for (int k = 0; k < CHUNK_VIOLATION_KINDS; k++)
             res->violations_by_kind[k] += end->violations_by_kind[k];
         if (end->protocol_violations > 0 && !l->first_violation) {
             l->first_violation = end->violation;
@@ -971,7 +971,7 @@ static void sum_results(phase *ph, driver_result *res, const char **first_violat
             res->open_wait_max_ns = l->res.open_wait_max_ns;
         res->prompt_mismatches += l->res.prompt_mismatches;
         res->protocol_violations += l->res.protocol_violations;
-        for (int k = 0; k < SSE_VIOLATION_KINDS; k++)
+        for (int k = 0; k < CHUNK_VIOLATION_KINDS; k++)
             res->violations_by_kind[k] += l->res.violations_by_kind[k];
         for (int k = 0; k < STREAM_STAMP_KINDS; k++)
             res->stamps[k] += l->res.stamps[k];
@@ -1194,11 +1194,11 @@ int driver_run_phase(const driver_transports *transports, const driver_phase *cf
                 "warning: %lld protocol violations from the server, ignored (the first: %s; "
                 "see docs/client.md)\n",
                 (long long)res->protocol_violations, first_violation ? first_violation : "?");
-    if (cfg->record && res->violations_by_kind[SSE_VIOLATION_ABOVE_STREAM] > 0 && cfg->notes)
+    if (cfg->record && res->violations_by_kind[CHUNK_VIOLATION_ABOVE_STREAM] > 0 && cfg->notes)
         fprintf(cfg->notes,
                 "warning: %lld usage counts claimed more completion tokens than were streamed: "
                 "refused; requests.csv, the throughputs and tokens.csv count what streamed\n",
-                (long long)res->violations_by_kind[SSE_VIOLATION_ABOVE_STREAM]);
+                (long long)res->violations_by_kind[CHUNK_VIOLATION_ABOVE_STREAM]);
     if (cfg->record && res->prompt_mismatches > 0 && cfg->notes)
         fprintf(cfg->notes,
                 "warning: %d requests had a server-counted prompt more than 2 %% off the "

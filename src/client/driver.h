@@ -157,7 +157,7 @@ typedef struct driver_result {
      * backward counts, tokens past max_tokens, a usage above the tokens streamed;
      * stream_end.protocol_violations), over the recorded requests; and the same by kind. */
     int64_t protocol_violations;
-    int64_t violations_by_kind[SSE_VIOLATION_KINDS];
+    int64_t violations_by_kind[CHUNK_VIOLATION_KINDS];
     /* Recorded token events by the source of their time (stream_stamp). */
     int64_t stamps[STREAM_STAMP_KINDS];
     /* The events were dropped from memory as they were written (driver_phase.log_events_max):

@@ -14,7 +14,8 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
-#include "client/sse.h"
+#include "client/chunk.h"
+#include "client/json_scan.h"
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/err.h"
@@ -138,7 +139,7 @@ void stream_reply_init(stream_reply *r, const stream_request *req, stream_stats 
     r->user = req->user;
     r->stats = stats;
     r->t_start_ns = clock_now_ns();
-    sse_counter_init(&r->count, req->max_tokens);
+    chunk_counter_init(&r->count, req->max_tokens);
     sse_parser_init(&r->sse, 0);
 }
 
@@ -163,7 +164,7 @@ static void one_line(char *out, size_t size, const char *text)
         if (*p < 0x20 || *p == 0x7f) {
             piece = " ";
         } else if (*p >= 0x80) {
-            used = sse_utf8_length(p, end);
+            used = json_scan_utf8_length(p, end);
             piece_len = used;
             if (used == 0) {
                 snprintf(escape, sizeof escape, "\\x%02x", *p);
@@ -319,37 +320,11 @@ static void deliver(stream_reply *r, const stream_token *tok)
         r->h->on_token(r->h->ctx, r->user, tok);
 }
 
-/* One event: decode, count. Returns true with *tok filled when it delivered tokens. */
-static bool decode_event(stream_reply *r, const sse_event *ev, int64_t t_ns, stream_stamp source,
-                         stream_token *tok)
-{
-    sse_chunk chunk;
-    char err[ERR_LEN];
-    r->any_event = true;
-    if (sse_counter_ended(&r->count))
-        return false; /* anything after [DONE] is ignored (and counted): not even decoded */
-    if (sse_decode_chunk(ev, &chunk, err) != 0) {
-        stream_reply_fail(r, "%s", err);
-        return false;
-    }
-    if (chunk.is_error) {
-        stream_reply_fail(r, "server error event: %s", chunk.error);
-        return false;
-    }
-    if (chunk.finish_reason[0])
-        snprintf(r->finish_reason, sizeof r->finish_reason, "%s", chunk.finish_reason);
-    r->stopped |= chunk.stopped;
-    int k = sse_counter_add(&r->count, &chunk);
-    if (k <= 0)
-        return false;
-    *tok = (stream_token){t_ns, k, chunk.emit_ns, chunk.step, source};
-    return true;
-}
-
 bool stream_reply_parse(stream_reply *r)
 {
     size_t off = 0;
-    for (int j = 0; j < r->n_segs && !r->error[0]; j++) {
+    char why[ERR_LEN] = ""; /* the first failure in these bytes: malformed SSE, a bad chunk */
+    for (int j = 0; j < r->n_segs && !r->error[0] && !why[0]; j++) {
         const stream_stamp_seg *seg = &r->segs[j];
         /* A token event is held back until the next event of the same read is known: when
          * one read completes more than one event, their kernel stamp is the last segment's
@@ -358,32 +333,38 @@ bool stream_reply_parse(stream_reply *r)
         stream_token held;
         bool holding = false;
         int events_in_read = 0;
-        while (off < seg->end && !r->error[0]) {
+        while (off < seg->end && !why[0]) {
             size_t used = 0;
             sse_event ev;
             int rc = sse_parse(&r->sse, r->raw.data + off, seg->end - off, &used, &ev);
             off += used;
-            if (rc == SSE_ERROR) {
-                stream_reply_fail(r, "%s", "malformed SSE: an event larger than the 1 MiB limit");
-            } else if (rc == SSE_EVENT) {
-                events_in_read++;
-                stream_token tok;
-                bool got = decode_event(r, &ev, seg->t_ns, seg->source, &tok);
-                if (events_in_read > 1 && seg->source == STREAM_STAMP_KERNEL) {
-                    tok.stamp = STREAM_STAMP_KERNEL_COALESCED;
-                    held.stamp = STREAM_STAMP_KERNEL_COALESCED;
-                }
-                if (got) {
-                    if (holding)
-                        deliver(r, &held);
-                    held = tok;
-                    holding = true;
-                }
-            }
+            if (rc == SSE_ERROR)
+                snprintf(why, sizeof why, "malformed SSE: an event larger than the 1 MiB limit");
+            if (rc != SSE_EVENT)
+                continue;
+            chunk_info chunk;
+            const int k = chunk_counter_event(&r->count, &ev, &chunk, why);
+            r->any_event = true;
+            stream_stamp stamp = seg->source;
+            if (++events_in_read > 1 && seg->source == STREAM_STAMP_KERNEL)
+                stamp = held.stamp = STREAM_STAMP_KERNEL_COALESCED;
+            if (k < 0)
+                continue; /* why says it: the stream failed */
+            if (chunk.finish_reason[0])
+                snprintf(r->finish_reason, sizeof r->finish_reason, "%s", chunk.finish_reason);
+            r->stopped |= chunk.stopped;
+            if (k == 0)
+                continue;
+            if (holding)
+                deliver(r, &held);
+            held = (stream_token){seg->t_ns, k, chunk.emit_ns, chunk.step, stamp};
+            holding = true;
         }
         if (holding)
             deliver(r, &held);
     }
+    if (why[0])
+        stream_reply_fail(r, "%s", why);
     buf_reset(&r->raw);
     r->n_segs = 0;
     return r->error[0] == '\0';
@@ -418,13 +399,13 @@ void stream_reply_end(stream_reply *r, bool connect_failed, bool timed_out)
     end.http_status = r->http_status;
     end.t_end_ns = clock_now_ns();
     end.prompt_tokens = r->count.usage_prompt;
-    end.completion_tokens = sse_counter_completion(&r->count);
+    end.completion_tokens = chunk_counter_completion(&r->count);
     end.retry_after_ns = (r->http_status == 429 || r->http_status == 503) && r->retry_after[0]
                              ? stream_retry_after_ns(r->retry_after, (int64_t)time(NULL))
                              : -1;
     end.protocol_violations = r->count.violations;
     memcpy(end.violations_by_kind, r->count.by_kind, sizeof end.violations_by_kind);
-    end.violation = r->count.violations > 0 ? sse_violation_text(r->count.first) : NULL;
+    end.violation = r->count.violations > 0 ? chunk_violation_text(r->count.first) : NULL;
     r->stats->protocol_violations += r->count.violations;
     snprintf(end.finish_reason, sizeof end.finish_reason, "%s", r->finish_reason);
     snprintf(end.error, sizeof end.error, "%s", r->error);

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "client/sse.h"
+#include "client/chunk.h"
 #include "common/buf.h"
 
 /* Where an event's time came from (docs/client.md, "Time"). */
@@ -58,11 +58,11 @@ typedef struct stream_end {
     /* A 429 or 503 with a Retry-After header: how long the server asked us to wait (ns,
      * from the end of this request); -1 without one (or another status). Not capped. */
     int64_t retry_after_ns;
-    /* What the server sent that cannot be true, ignored and counted (sse_violation): events
+    /* What the server sent that cannot be true, ignored and counted (chunk_violation): events
      * after [DONE], impossible or backward counts, tokens past max_tokens, a usage above the
      * tokens streamed. */
     int64_t protocol_violations;
-    int64_t violations_by_kind[SSE_VIOLATION_KINDS]; /* the same by kind */
+    int64_t violations_by_kind[CHUNK_VIOLATION_KINDS]; /* the same by kind */
     const char *violation;     /* the first one in words, NULL without */
 } stream_end;
 
@@ -181,7 +181,7 @@ int64_t stream_retry_after_ns(const char *value, int64_t now_unix_s);
 /* ---- for transports: one response's accounting ---------------------------------------
  * Both transports hand each request's response to a stream_reply: the status, headers they
  * parsed, and body bytes with the stamp of the read that carried them; it splits events,
- * decodes chunks, counts tokens (sse_counter), delivers on_token, and at the end judges
+ * decodes chunks, counts tokens (chunk_counter), delivers on_token, and at the end judges
  * the response (a status other than 200, a compressed body, not SSE, cut mid-event, no
  * [DONE]) and delivers on_end. Only a 200 whose body is not compressed is read as a stream
  * (we send Accept-Encoding: identity): any other status is an error naming it (a redirect
@@ -211,7 +211,7 @@ typedef struct stream_reply {
     stream_stamp_seg *segs;
     int n_segs, cap_segs;
     sse_parser sse;
-    sse_counter count;         /* tokens delivered, usage, [DONE], violations */
+    chunk_counter count;         /* tokens delivered, usage, [DONE], violations */
     char finish_reason[16];
     bool stopped, any_event;
     char error[128];           /* the first failure, "" none */

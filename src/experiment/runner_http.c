@@ -325,8 +325,8 @@ static int write_fidelity(const experiment_phase *ph, driver_result *res,
     /* What the server sent that the client did not believe (docs/client.md): the total of
      * summary.json, and by kind. */
     json_t *kinds = json_object();
-    for (int k = SSE_VIOLATION_NONE + 1; k < SSE_VIOLATION_KINDS; k++)
-        json_object_set_new(kinds, sse_violation_name((sse_violation)k),
+    for (int k = CHUNK_VIOLATION_NONE + 1; k < CHUNK_VIOLATION_KINDS; k++)
+        json_object_set_new(kinds, chunk_violation_name((chunk_violation)k),
                             json_integer(res->violations_by_kind[k]));
     json_object_set_new(root, "protocol_violations", json_integer(res->protocol_violations));
     json_object_set_new(root, "violations_by_kind", kinds);
