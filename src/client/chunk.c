@@ -117,7 +117,8 @@ static void decode_usage(const json_scan_reader *rd, const json_scan_value *usag
     out->completion_tokens = count_of(&v[1], out);
 }
 
-static void decode_choice(const json_scan_reader *rd, const json_scan_value *choice, chunk_info *out)
+static void decode_choice(const json_scan_reader *rd, const json_scan_value *choice,
+                          chunk_info *out)
 {
     static const char *const keys[] = {"text", "delta", "finish_reason"};
     static const char *const delta_keys[] = {"content", "reasoning_content", "reasoning",
@@ -185,8 +186,8 @@ static void decode_tgi(const json_scan_reader *rd, const json_scan_value *m, chu
 }
 
 /* The rule, given the root object's members (root_keys). */
-static void decode_members(const json_scan_reader *rd, const json_scan_value *m, const sse_event *ev,
-                           bool error_event, chunk_info *out)
+static void decode_members(const json_scan_reader *rd, const json_scan_value *m,
+                           const sse_event *ev, bool error_event, chunk_info *out)
 {
     if (decode_error(rd, m, out) || error_event) {
         if (!out->is_error) {
@@ -266,10 +267,9 @@ static int decode(const sse_event *ev, chunk_info *out, bool jansson, char *err)
         return 0;
     json_scan_doc doc;
     json_scan_value m[K_ROOT_KEYS];
-    const int rc = jansson ? json_scan_object_jansson(&doc, ev->data, ev->data_len, root_keys,
-                                                      K_ROOT_KEYS, m)
-                           : json_scan_object(&doc, ev->data, ev->data_len, root_keys,
-                                              K_ROOT_KEYS, m);
+    const int rc =
+        jansson ? json_scan_object_jansson(&doc, ev->data, ev->data_len, root_keys, K_ROOT_KEYS, m)
+                : json_scan_object(&doc, ev->data, ev->data_len, root_keys, K_ROOT_KEYS, m);
     if (rc != 0)
         return not_an_object(ev, error_event, doc.why, out, err);
     decode_members(&doc.reader, m, ev, error_event, out);

@@ -27,7 +27,8 @@ typedef struct chunk_info {
     bool has_text;     /* it carries non-empty generated text (or a token) */
     bool has_usage;    /* usage (or native counters) present */
     bool bad_count;    /* a count that cannot be one (negative, fractional, not a number, above
-                          CHUNK_MAX_COUNT): it is left at -1, and the counter calls it a violation */
+                          CHUNK_MAX_COUNT): it is left at -1, and the counter calls it a
+                          violation */
     int64_t prompt_tokens;     /* -1 when absent (or bad) */
     int64_t completion_tokens; /* -1 when absent (or bad) */
     char finish_reason[16];    /* "" when none; "length", "stop", ... */
@@ -74,7 +75,7 @@ typedef struct chunk_counter {
     bool done;                 /* "[DONE]" seen */
     int64_t violations;        /* events ignored or corrected, all kinds */
     int64_t by_kind[CHUNK_VIOLATION_KINDS]; /* the same by kind ([NONE] stays 0) */
-    chunk_violation first;       /* the first violation's kind, NONE without */
+    chunk_violation first;                  /* the first violation's kind, NONE without */
 } chunk_counter;
 
 void chunk_counter_init(chunk_counter *c, int64_t max_tokens);

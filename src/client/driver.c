@@ -167,17 +167,17 @@ oom:
 
 typedef struct probe_state {
     bool ended;
-    stream_end end;
+    transport_end end;
     int64_t tokens;
 } probe_state;
 
-static void probe_token(void *ctx, void *user, const stream_token *tok)
+static void probe_token(void *ctx, void *user, const transport_token *tok)
 {
     (void)ctx;
     ((probe_state *)user)->tokens += tok->n_tokens;
 }
 
-static void probe_end(void *ctx, void *user, const stream_end *end)
+static void probe_end(void *ctx, void *user, const transport_end *end)
 {
     (void)ctx;
     probe_state *p = user;
@@ -185,16 +185,16 @@ static void probe_end(void *ctx, void *user, const stream_end *end)
     p->end = *end;
 }
 
-static int probe_once(const stream_transport *t, const driver_api *api, const workload_config *wl,
+static int probe_once(const transport *t, const driver_api *api, const workload_config *wl,
                       int prompt_tokens, int64_t timeout_ns, probe_state *out, char *err)
 {
-    static const stream_handlers handlers = {NULL, probe_token, probe_end};
+    static const transport_handlers handlers = {NULL, probe_token, probe_end};
     memset(out, 0, sizeof *out);
     size_t len;
     char *body = driver_build_body(api, wl, 0xfe, 0, prompt_tokens, prompt_tokens, 1, &len, err);
     if (!body)
         return -1;
-    stream_request req = {driver_endpoint_path(api->endpoint), body, len, &handlers, out, 1};
+    transport_request req = {driver_endpoint_path(api->endpoint), body, len, &handlers, out, 1};
     int rc = t->post(t->impl, &req, err);
     free(body);
     if (rc != 0)
@@ -214,8 +214,8 @@ static int probe_once(const stream_transport *t, const driver_api *api, const wo
     return 0;
 }
 
-int driver_probe(const stream_transport *t, driver_api *api, const workload_config *wl,
-                 int64_t timeout_ns, FILE *notes, char *err)
+int driver_probe(const transport *t, driver_api *api, const workload_config *wl, int64_t timeout_ns,
+                 FILE *notes, char *err)
 {
     probe_state p;
     if (api->endpoint == DRIVER_COMPLETIONS) {
@@ -313,12 +313,12 @@ typedef struct loop_figures {
 struct loop {
     phase *ph;
     int index;
-    stream_transport t;
+    transport t;
     bool opened;
     const int *users; /* slot -> user */
     int n_users;
     bool injector;
-    stream_handlers h;
+    transport_handlers h;
     tokenlog seg; /* this loop's rows; an event's request is its row in seg until the merge */
     /* per slot */
     int64_t *next_k;   /* index of the user's next request */
@@ -466,8 +466,8 @@ static drv_req *send_request(loop *l, int slot, int user, int kind, char *body, 
         free(r);
         return NULL;
     }
-    stream_request req = {driver_endpoint_path(ph->cfg->api->endpoint), body, len, &l->h, r,
-                          max_tokens};
+    transport_request req = {
+        driver_endpoint_path(ph->cfg->api->endpoint), body, len, &l->h, r, max_tokens};
     int rc = l->t.post(l->t.impl, &req, err);
     free(body);
     if (rc != 0) {
@@ -560,7 +560,7 @@ static void start_recording(loop *l)
     }
 }
 
-static void on_token(void *ctx, void *user, const stream_token *tok)
+static void on_token(void *ctx, void *user, const transport_token *tok)
 {
     loop *l = ctx;
     phase *ph = l->ph;
@@ -579,7 +579,7 @@ static void on_token(void *ctx, void *user, const stream_token *tok)
     }
     driver_result *res = &l->res;
     res->tokens += tok->n_tokens;
-    if (tok->stamp >= 0 && tok->stamp < STREAM_STAMP_KINDS)
+    if (tok->stamp >= 0 && tok->stamp < TRANSPORT_STAMP_KINDS)
         res->stamps[tok->stamp]++;
     tokenlog_request *row = &l->seg.requests[r->row];
     if (row->t_first_ns < 0 && row->t_send_ns >= 0)
@@ -616,7 +616,7 @@ static void on_token(void *ctx, void *user, const stream_token *tok)
 /* The user of slot waits before sending again: its back-off after a failure (50 ms,
  * doubling with each failure in a row, at most 2 s), or what the server asked for with
  * Retry-After (at most 60 s) when that is longer. */
-static void retry_later(loop *l, int slot, const stream_end *end)
+static void retry_later(loop *l, int slot, const transport_end *end)
 {
     int64_t wait = RETRY_FIRST_NS;
     for (int i = 0; i < l->failures[slot] && wait < RETRY_MAX_NS; i++)
@@ -634,7 +634,7 @@ static void retry_later(loop *l, int slot, const stream_end *end)
     l->n_retrying++;
 }
 
-static void on_end(void *ctx, void *user, const stream_end *end)
+static void on_end(void *ctx, void *user, const transport_end *end)
 {
     loop *l = ctx;
     phase *ph = l->ph;
@@ -853,7 +853,7 @@ static void run_loop(loop *l)
 {
     phase *ph = l->ph;
     const driver_phase *cfg = ph->cfg;
-    const stream_transport *t = &l->t;
+    const transport *t = &l->t;
     const bool lead = l->index == 0;
     char err[ERR_LEN];
     if (cfg->record && ph->t0 == ph->t_start)
@@ -973,7 +973,7 @@ static void sum_results(phase *ph, driver_result *res, const char **first_violat
         res->protocol_violations += l->res.protocol_violations;
         for (int k = 0; k < CHUNK_VIOLATION_KINDS; k++)
             res->violations_by_kind[k] += l->res.violations_by_kind[k];
-        for (int k = 0; k < STREAM_STAMP_KINDS; k++)
+        for (int k = 0; k < TRANSPORT_STAMP_KINDS; k++)
             res->stamps[k] += l->res.stamps[k];
         if (l->t_end_ns > res->t_end_ns)
             res->t_end_ns = l->t_end_ns;
@@ -1054,7 +1054,7 @@ static int loop_init(phase *ph, int index)
     l->injector = index == ph->n_bg + ph->n_open;
     l->open_loop = index >= ph->n_bg && index < ph->n_bg + ph->n_open;
     l->rng = 0x9e3779b97f4a7c15ULL ^ ((uint64_t)index + 1) * 0xbf58476d1ce4e5b9ULL;
-    l->h = (stream_handlers){l, on_token, on_end};
+    l->h = (transport_handlers){l, on_token, on_end};
     tokenlog_init(&l->seg);
     size_t n = (size_t)(l->n_users > 0 ? l->n_users : 1);
     l->next_k = calloc(n, sizeof *l->next_k);

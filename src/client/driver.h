@@ -1,4 +1,4 @@
-/* driver — the load: background users and the injector, over a stream_transport.
+/* driver — the load: background users and the injector, over a transport.
  *
  * Background users run a closed loop: user u sends workload_bg(wl, u, k), and the moment
  * that answer ends (or fails) sends request k + 1. The injector runs an open loop on the
@@ -33,7 +33,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "client/stream.h"
+#include "client/transport.h"
 #include "common/tokenlog.h"
 #include "workload/workload.h"
 
@@ -61,8 +61,8 @@ const char *driver_endpoint_path(driver_endpoint e);
  * prompt, with usage agreeing)? If not, calibrate text against usage.prompt_tokens with two
  * prompt sizes. Notes go to `notes` (stderr). -1 with err when the server cannot be used
  * at all (refused, every probe failed). timeout bounds each probe request. */
-int driver_probe(const stream_transport *t, driver_api *api, const workload_config *wl,
-                 int64_t timeout_ns, FILE *notes, char *err);
+int driver_probe(const transport *t, driver_api *api, const workload_config *wl, int64_t timeout_ns,
+                 FILE *notes, char *err);
 
 /* The JSON body of one request (malloc'ed, caller frees): prompt of prompt_tokens tokens,
  * unique per (salt, is_inject, index), answer of max_tokens. */
@@ -75,8 +75,8 @@ char *driver_build_body(const driver_api *api, const workload_config *wl, uint64
  * thread. close frees it once every loop has ended. A transport that fails to open fails
  * the phase before anything is sent. */
 typedef struct driver_transports {
-    int (*open)(void *ctx, int loop, stream_transport *out, char *err);
-    void (*close)(void *ctx, int loop, stream_transport *t);
+    int (*open)(void *ctx, int loop, transport *out, char *err);
+    void (*close)(void *ctx, int loop, transport *t);
     void *ctx;
 } driver_transports;
 
@@ -155,11 +155,11 @@ typedef struct driver_result {
     int prompt_mismatches; /* requests whose server-counted prompt differed by > 2 % */
     /* Server events ignored because they cannot be true (after [DONE], impossible or
      * backward counts, tokens past max_tokens, a usage above the tokens streamed;
-     * stream_end.protocol_violations), over the recorded requests; and the same by kind. */
+     * transport_end.protocol_violations), over the recorded requests; and the same by kind. */
     int64_t protocol_violations;
     int64_t violations_by_kind[CHUNK_VIOLATION_KINDS];
-    /* Recorded token events by the source of their time (stream_stamp). */
-    int64_t stamps[STREAM_STAMP_KINDS];
+    /* Recorded token events by the source of their time (transport_stamp). */
+    int64_t stamps[TRANSPORT_STAMP_KINDS];
     /* The events were dropped from memory as they were written (driver_phase.log_events_max):
      * log holds the requests only (renumbered as always); tokens.csv and requests.csv as the
      * driver wrote them are the record. */

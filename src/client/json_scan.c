@@ -48,21 +48,24 @@ static json_scan_value jansson_value(const json_t *v)
     return out;
 }
 
-static void jansson_members(const json_scan_reader *rd, const json_scan_value *obj, const char *const *names, int n,
-                            json_scan_value *out)
+static void jansson_members(const json_scan_reader *rd, const json_scan_value *obj,
+                            const char *const *names, int n, json_scan_value *out)
 {
     (void)rd;
     for (int i = 0; i < n; i++)
-        out[i] = jansson_value(obj->type == JSON_SCAN_OBJECT ? json_object_get(obj->at, names[i]) : NULL);
+        out[i] = jansson_value(obj->type == JSON_SCAN_OBJECT ? json_object_get(obj->at, names[i])
+                                                             : NULL);
 }
 
-static void jansson_first(const json_scan_reader *rd, const json_scan_value *array, json_scan_value *out)
+static void jansson_first(const json_scan_reader *rd, const json_scan_value *array,
+                          json_scan_value *out)
 {
     (void)rd;
     *out = jansson_value(array->type == JSON_SCAN_ARRAY ? json_array_get(array->at, 0) : NULL);
 }
 
-static void jansson_text(const json_scan_reader *rd, const json_scan_value *s, char *buf, size_t size)
+static void jansson_text(const json_scan_reader *rd, const json_scan_value *s, char *buf,
+                         size_t size)
 {
     (void)rd;
     const char *text = json_string_value(s->at);
@@ -204,7 +207,8 @@ static const char *scan_string(const char *p, const char *end, bool *escaped)
         if (c < 0x20)
             return NULL;
         if (c >= 0x80) {
-            const size_t n = json_scan_utf8_length((const unsigned char *)p, (const unsigned char *)end);
+            const size_t n =
+                json_scan_utf8_length((const unsigned char *)p, (const unsigned char *)end);
             if (n == 0)
                 return NULL;
             p += n;
@@ -514,8 +518,8 @@ static int key_index(const char *p, const char *next, const char *end, bool esca
 /* An object at p ('{') at nesting depth `depth`, checked through to its end; its members
  * names[0, n) into out (the last of duplicates, as jansson keeps it; JSON_SCAN_ABSENT when
  * missing). Returns the byte after it, or NULL when jansson refuses it. */
-static const char *scan_members(const char *p, const char *end, int depth,
-                                const char *const *names, int n, json_scan_value *out)
+static const char *scan_members(const char *p, const char *end, int depth, const char *const *names,
+                                int n, json_scan_value *out)
 {
     memset(out, 0, (size_t)n * sizeof *out);
     if (depth > JSON_MAX_DEPTH)
@@ -544,8 +548,8 @@ static const char *scan_members(const char *p, const char *end, int depth,
     }
 }
 
-static void scan_reader_members(const json_scan_reader *rd, const json_scan_value *obj, const char *const *names,
-                                int n, json_scan_value *out)
+static void scan_reader_members(const json_scan_reader *rd, const json_scan_value *obj,
+                                const char *const *names, int n, json_scan_value *out)
 {
     if (obj->type == JSON_SCAN_OBJECT)
         scan_members(obj->at, rd->end, obj->depth, names, n, out); /* checked already */
@@ -553,14 +557,16 @@ static void scan_reader_members(const json_scan_reader *rd, const json_scan_valu
         memset(out, 0, (size_t)n * sizeof *out);
 }
 
-static void scan_reader_first(const json_scan_reader *rd, const json_scan_value *array, json_scan_value *out)
+static void scan_reader_first(const json_scan_reader *rd, const json_scan_value *array,
+                              json_scan_value *out)
 {
     memset(out, 0, sizeof *out);
     if (array->type == JSON_SCAN_ARRAY && array->nonempty)
         scan_value(skip_ws((const char *)array->at + 1, rd->end), rd->end, array->depth + 1, out);
 }
 
-static void scan_reader_text(const json_scan_reader *rd, const json_scan_value *s, char *buf, size_t size)
+static void scan_reader_text(const json_scan_reader *rd, const json_scan_value *s, char *buf,
+                             size_t size)
 {
     decode_string(s->at, rd->end, buf, size);
 }
@@ -585,7 +591,6 @@ int json_scan_object(json_scan_doc *doc, const char *data, size_t len, const cha
         snprintf(doc->why, sizeof doc->why, "not an object");
         return -1;
     }
-    doc->reader = (json_scan_reader){end, scan_reader_members, scan_reader_first,
-                                     scan_reader_text};
+    doc->reader = (json_scan_reader){end, scan_reader_members, scan_reader_first, scan_reader_text};
     return 0;
 }

@@ -49,8 +49,7 @@ struct json_scan_reader {
     void (*members)(const json_scan_reader *rd, const json_scan_value *obj,
                     const char *const *names, int n, json_scan_value *out);
     /* An array's first element (JSON_SCAN_ABSENT when empty or not an array). */
-    void (*first)(const json_scan_reader *rd, const json_scan_value *array,
-                  json_scan_value *out);
+    void (*first)(const json_scan_reader *rd, const json_scan_value *array, json_scan_value *out);
     /* A string's decoded bytes, cut to size - 1 and NUL-terminated (snprintf's "%s"). */
     void (*text)(const json_scan_reader *rd, const json_scan_value *s, char *buf, size_t size);
 };

@@ -19,6 +19,8 @@
 #include <openssl/x509v3.h>
 
 #include "client/http1.h"
+#include "client/reply.h"
+#include "client/url.h"
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/err.h"
@@ -59,7 +61,7 @@ typedef struct raw_conn {
 
 struct raw_req {
     raw_client *c;
-    stream_reply reply;
+    reply reply;
     char *wire; /* the whole request: head and body */
     size_t wire_len;
     raw_conn *conn;
@@ -80,13 +82,13 @@ struct raw_client {
     SSL_CTX *ssl_ctx;
     int64_t idle_timeout_ns, connect_timeout_ns;
     int max_idle;
-    stream_book book; /* the requests running, those with bytes to parse */
+    reply_book book; /* the requests running, those with bytes to parse */
     raw_conn *idle;
     int n_idle;
     int64_t next_check_ns;
     int64_t realtime_offset_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC at this wake-up */
     bool use_pwait2;
-    stream_stats stats;
+    transport_stats stats;
     raw_conn_stats conns;
     char rd[READ_BUF];
 };
@@ -144,8 +146,10 @@ static int parse_url(raw_client *c, const char *base_url, char *port, size_t por
         c->tls = true;
         snprintf(port, port_size, "443");
     } else {
-        return err_set(err, "the raw transport takes http:// and https:// URLs, not '%s' "
-                            "(--transport curl)", base_url);
+        return err_set(err,
+                       "the raw transport takes http:// and https:// URLs, not '%s' "
+                       "(--transport curl)",
+                       base_url);
     }
     size_t auth_len = strcspn(p, "/?#");
     const char *at = NULL;
@@ -199,7 +203,7 @@ static int parse_url(raw_client *c, const char *base_url, char *port, size_t por
     return 0;
 }
 
-static int build_headers(raw_client *c, const stream_options *opt, char *err)
+static int build_headers(raw_client *c, const transport_options *opt, char *err)
 {
     /* identity: a compressed stream cannot be read (and stamped) as it comes. */
     buf_append_str(&c->headers, "User-Agent: stallscope\r\nContent-Type: application/json\r\n"
@@ -230,7 +234,7 @@ static const char *tls_error(void)
     return text;
 }
 
-static int tls_setup(raw_client *c, const stream_options *opt, char *err)
+static int tls_setup(raw_client *c, const transport_options *opt, char *err)
 {
     c->ssl_ctx = SSL_CTX_new(TLS_client_method());
     if (!c->ssl_ctx)
@@ -381,7 +385,7 @@ static raw_conn *conn_open(raw_client *c)
 
 static void req_free(raw_req *r)
 {
-    stream_reply_free(&r->reply);
+    reply_free(&r->reply);
     free(r->wire);
     free(r);
 }
@@ -391,22 +395,22 @@ static void req_finish(raw_client *c, raw_req *r, outcome how)
 {
     if (r->out == OUT_RUNNING)
         r->out = how;
-    stream_book_mark_dirty(&c->book, &r->reply);
+    reply_book_mark_dirty(&c->book, &r->reply);
 }
 
 static void req_lost(raw_client *c, raw_req *r, const char *why)
 {
-    stream_reply_fail(&r->reply, "connection lost: %s", why);
+    reply_fail(&r->reply, "connection lost: %s", why);
     req_finish(c, r, OUT_LOST);
 }
 
 /* Tell the owner and free r. A connection still attached is mid-response: closed. */
 static void req_end(raw_client *c, raw_req *r, bool timed_out)
 {
-    stream_book_remove(&c->book, &r->reply);
+    reply_book_remove(&c->book, &r->reply);
     conn_close(c, r->conn);
     r->conn = NULL;
-    stream_reply_end(&r->reply, r->out == OUT_CONNECT_FAILED, timed_out);
+    reply_end(&r->reply, r->out == OUT_CONNECT_FAILED, timed_out);
     req_free(r);
 }
 
@@ -432,7 +436,7 @@ static bool req_connect(raw_client *c, raw_req *r)
         k->reused = true;
         c->conns.reused++;
     } else if (!(k = conn_open(c))) {
-        stream_reply_fail(&r->reply, "cannot connect: %s", strerror(errno));
+        reply_fail(&r->reply, "cannot connect: %s", strerror(errno));
         req_finish(c, r, OUT_CONNECT_FAILED);
         return false;
     }
@@ -457,7 +461,7 @@ static bool retry_fresh(raw_client *c, raw_conn *k)
     c->conns.retried++;
     raw_conn *fresh = conn_open(c);
     if (!fresh) {
-        stream_reply_fail(&r->reply, "cannot connect: %s", strerror(errno));
+        reply_fail(&r->reply, "cannot connect: %s", strerror(errno));
         req_finish(c, r, OUT_CONNECT_FAILED);
         return true;
     }
@@ -487,11 +491,11 @@ static void response_done(raw_client *c, raw_conn *k, size_t leftover)
 
 /* ---- reading ---------------------------------------------------------------------------- */
 
-/* A refused answer whose words are known (stream_reply_said) ends now, its body unread (a
+/* A refused answer whose words are known (reply_said) ends now, its body unread (a
  * 202 may stream a whole answer, an error page may never end); k is closed. */
 static bool refused_now(raw_client *c, raw_conn *k, raw_req *r)
 {
-    if (!stream_reply_said(&r->reply))
+    if (!reply_said(&r->reply))
         return false;
     req_finish(c, r, OUT_DONE);
     conn_close(c, k);
@@ -501,7 +505,7 @@ static bool refused_now(raw_client *c, raw_conn *k, raw_req *r)
 /* Response bytes of one read (plaintext), all stamped t_ns by source. Returns false when k
  * was closed or handed back (the caller stops reading it). */
 static bool conn_feed(raw_client *c, raw_conn *k, const char *in, size_t len, int64_t t_ns,
-                      stream_stamp source)
+                      transport_stamp source)
 {
     while (len > 0) {
         raw_req *r = k->req;
@@ -544,14 +548,13 @@ static bool conn_feed(raw_client *c, raw_conn *k, const char *in, size_t len, in
             buf_reset(&k->head);
             if (k->resp.status < 200)
                 continue; /* 100 Continue and friends: the real head follows */
-            stream_reply *reply = &r->reply;
-            reply->http_status = k->resp.status;
-            snprintf(reply->retry_after, sizeof reply->retry_after, "%s", k->resp.retry_after);
-            snprintf(reply->location, sizeof reply->location, "%s", k->resp.location);
-            snprintf(reply->content_encoding, sizeof reply->content_encoding, "%s",
+            reply *rep = &r->reply;
+            rep->http_status = k->resp.status;
+            snprintf(rep->retry_after, sizeof rep->retry_after, "%s", k->resp.retry_after);
+            snprintf(rep->location, sizeof rep->location, "%s", k->resp.location);
+            snprintf(rep->content_encoding, sizeof rep->content_encoding, "%s",
                      k->resp.content_encoding);
-            snprintf(reply->content_type, sizeof reply->content_type, "%s",
-                     k->resp.content_type);
+            snprintf(rep->content_type, sizeof rep->content_type, "%s", k->resp.content_type);
             if (refused_now(c, k, r))
                 return false;
             http1_body_init(&k->body, &k->resp);
@@ -569,14 +572,14 @@ static bool conn_feed(raw_client *c, raw_conn *k, const char *in, size_t len, in
             return false;
         }
         if (rc == HTTP1_BODY_DATA) {
-            if (stream_reply_body(&r->reply, data, data_len, t_ns, source) != 0) {
+            if (reply_body(&r->reply, data, data_len, t_ns, source) != 0) {
                 req_finish(c, r, OUT_LOST);
                 conn_close(c, k);
                 return false;
             }
             if (refused_now(c, k, r))
                 return false;
-            stream_book_mark_dirty(&c->book, &r->reply);
+            reply_book_mark_dirty(&c->book, &r->reply);
         }
         if (k->body.done) {
             response_done(c, k, len); /* k is closed or idle: the caller lets it be */
@@ -610,7 +613,7 @@ static void conn_gone(raw_client *c, raw_conn *k, int errno_value)
 
 /* https: the ciphertext of one read (in c->rd) in; the handshake's next step, or the
  * plaintext out to conn_feed with the read's stamp. false when k was closed or handed back. */
-static bool tls_feed(raw_client *c, raw_conn *k, size_t n, int64_t t, stream_stamp source)
+static bool tls_feed(raw_client *c, raw_conn *k, size_t n, int64_t t, transport_stamp source)
 {
     if (BIO_write(k->rbio, c->rd, (int)n) != (int)n) {
         if (k->req)
@@ -677,7 +680,7 @@ static void conn_read(raw_client *c, raw_conn *k)
          * 1 ms past it is the mapping's error (taken as the read's time); more is a clock
          * step between the two, and the read's own time is used. */
         int64_t t = now;
-        stream_stamp source = STREAM_STAMP_USER;
+        transport_stamp source = TRANSPORT_STAMP_USER;
         for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
             if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
                 struct timespec ts;
@@ -686,11 +689,11 @@ static void conn_read(raw_client *c, raw_conn *k)
                                  c->realtime_offset_ns;
                 if (ts.tv_sec != 0 && kernel <= now + CLOCK_NS_PER_MS) {
                     t = kernel < now ? kernel : now;
-                    source = STREAM_STAMP_KERNEL;
+                    source = TRANSPORT_STAMP_KERNEL;
                 }
             }
         }
-        c->stats.kernel_stamps_refused += source == STREAM_STAMP_USER;
+        c->stats.kernel_stamps_refused += source == TRANSPORT_STAMP_USER;
         if (!(k->ssl ? tls_feed(c, k, (size_t)n, t, source)
                      : conn_feed(c, k, c->rd, (size_t)n, t, source)))
             return;
@@ -740,10 +743,9 @@ static bool tls_step(raw_client *c, raw_conn *k)
             if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
                 if (r) {
                     long verify = SSL_get_verify_result(k->ssl);
-                    stream_reply_fail(&r->reply, "cannot connect: TLS handshake: %s",
-                                      verify != X509_V_OK
-                                          ? X509_verify_cert_error_string(verify)
-                                          : tls_error());
+                    reply_fail(&r->reply, "cannot connect: TLS handshake: %s",
+                               verify != X509_V_OK ? X509_verify_cert_error_string(verify)
+                                                   : tls_error());
                     req_finish(c, r, OUT_CONNECT_FAILED);
                 }
                 conn_close(c, k);
@@ -782,7 +784,7 @@ static bool conn_write(raw_client *c, raw_conn *k)
         if (e != 0) {
             raw_req *r = k->req;
             if (r) {
-                stream_reply_fail(&r->reply, "cannot connect: %s", strerror(e));
+                reply_fail(&r->reply, "cannot connect: %s", strerror(e));
                 req_finish(c, r, OUT_CONNECT_FAILED);
             }
             conn_close(c, k);
@@ -800,16 +802,16 @@ static bool conn_write(raw_client *c, raw_conn *k)
 
 static void process_dirty(raw_client *c)
 {
-    stream_reply *reply;
-    while ((reply = stream_book_next_dirty(&c->book))) {
-        raw_req *r = reply->owner;
-        bool ok = stream_reply_parse(reply);
+    reply *rep;
+    while ((rep = reply_book_next_dirty(&c->book))) {
+        raw_req *r = rep->owner;
+        bool ok = reply_parse(rep);
         if (!ok) {
             r->out = r->out == OUT_RUNNING ? OUT_LOST : r->out;
             req_end(c, r, false);
         } else if (r->out != OUT_RUNNING) {
             if (r->out == OUT_DONE)
-                stream_reply_judge(&r->reply);
+                reply_judge(&r->reply);
             req_end(c, r, false);
         }
     }
@@ -817,28 +819,28 @@ static void process_dirty(raw_client *c)
 
 static void check_timeouts(raw_client *c, int64_t now)
 {
-    stream_reply *reply = c->book.active;
-    while (reply) {
-        stream_reply *next = reply->next;
-        raw_req *r = reply->owner;
+    reply *rep = c->book.active;
+    while (rep) {
+        reply *next = rep->next;
+        raw_req *r = rep->owner;
         raw_conn *k = r->conn;
         if (r->out == OUT_RUNNING && k && k->state != CONN_OPEN &&
             now - r->reply.t_start_ns > c->connect_timeout_ns) {
-            stream_reply_fail(&r->reply, "cannot connect: timed out after %.1f s",
-                              (double)c->connect_timeout_ns / 1e9);
+            reply_fail(&r->reply, "cannot connect: timed out after %.1f s",
+                       (double)c->connect_timeout_ns / 1e9);
             req_finish(c, r, OUT_CONNECT_FAILED);
-            stream_book_parse(&c->book, &r->reply);
+            reply_book_parse(&c->book, &r->reply);
             req_end(c, r, false);
         } else if (r->out == OUT_RUNNING) {
             int64_t since = r->reply.last_byte_ns ? r->reply.last_byte_ns : r->reply.t_start_ns;
             if (now - since > c->idle_timeout_ns) {
-                stream_reply_fail(&r->reply, "timeout: no bytes for %.1f s",
-                                  (double)c->idle_timeout_ns / 1e9);
-                stream_book_parse(&c->book, &r->reply);
+                reply_fail(&r->reply, "timeout: no bytes for %.1f s",
+                           (double)c->idle_timeout_ns / 1e9);
+                reply_book_parse(&c->book, &r->reply);
                 req_end(c, r, true);
             }
         }
-        reply = next;
+        rep = next;
     }
 }
 
@@ -857,7 +859,7 @@ int raw_run(raw_client *c, int64_t until_ns, char *err)
             if (c->next_check_ns < wake)
                 wake = c->next_check_ns;
         }
-        int n = stream_epoll_wait(c->ep, evs, MAX_EPOLL_EVENTS, wake - now, &c->use_pwait2);
+        int n = transport_epoll_wait(c->ep, evs, MAX_EPOLL_EVENTS, wake - now, &c->use_pwait2);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -889,7 +891,7 @@ int raw_run(raw_client *c, int64_t until_ns, char *err)
 
 /* ---- public API -------------------------------------------------------------------------- */
 
-raw_client *raw_create(const stream_options *opt, char *err)
+raw_client *raw_create(const transport_options *opt, char *err)
 {
     raw_client *c = calloc(1, sizeof *c);
     if (!c) {
@@ -902,9 +904,9 @@ raw_client *raw_create(const stream_options *opt, char *err)
     c->connect_timeout_ns = opt->connect_timeout_ns > 0 ? opt->connect_timeout_ns : 5 * CLOCK_NS_PER_S;
     c->max_idle = (opt->max_streams > 0 ? opt->max_streams : 64) + 16;
     char base[1024], port[16];
-    stream_base_url(opt->base_url, base, sizeof base);
+    url_base(opt->base_url, base, sizeof base);
     size_t query_len;
-    const char *query = stream_url_query(opt->base_url, &query_len);
+    const char *query = url_query(opt->base_url, &query_len);
     if (query && query_len + 2 > sizeof c->query) {
         err_set(err, "the target's query is too long");
         goto error;
@@ -930,7 +932,7 @@ raw_client *raw_create(const stream_options *opt, char *err)
         err_set(err, "epoll_create1: %s", strerror(errno));
         goto error;
     }
-    stream_raise_fd_limit(c->max_idle);
+    transport_raise_fd_limit(c->max_idle);
     return c;
 error:
     raw_free(c);
@@ -943,7 +945,7 @@ void raw_free(raw_client *c)
         return;
     while (c->book.active) {
         raw_req *r = c->book.active->owner;
-        stream_book_remove(&c->book, &r->reply);
+        reply_book_remove(&c->book, &r->reply);
         conn_close(c, r->conn);
         req_free(r);
     }
@@ -957,13 +959,13 @@ void raw_free(raw_client *c)
     free(c);
 }
 
-int raw_post(raw_client *c, const stream_request *req, char *err)
+int raw_post(raw_client *c, const transport_request *req, char *err)
 {
     raw_req *r = calloc(1, sizeof *r);
     if (!r)
         return err_set(err, "out of memory");
     r->c = c;
-    stream_reply_init(&r->reply, req, &c->stats);
+    reply_init(&r->reply, req, &c->stats);
     r->reply.owner = r;
     buf wire = {0};
     buf_printf(&wire, "POST %s%s%s HTTP/1.1\r\n", c->prefix, req->path, c->query);
@@ -977,34 +979,37 @@ int raw_post(raw_client *c, const stream_request *req, char *err)
     }
     r->wire_len = wire.len;
     r->wire = buf_detach(&wire);
-    stream_book_add(&c->book, &r->reply);
+    reply_book_add(&c->book, &r->reply);
     req_connect(c, r); /* a failure is the request's: ended at the next run() */
     return 0;
 }
 
-static void cancel_end(void *ctx, stream_reply *reply) { req_end(ctx, reply->owner, false); }
+static void cancel_end(void *ctx, reply *rep) { req_end(ctx, rep->owner, false); }
 
-static void cancel_drop(void *ctx, stream_reply *reply)
+static void cancel_drop(void *ctx, reply *rep)
 {
     raw_client *c = ctx;
-    raw_req *r = reply->owner;
-    stream_book_remove(&c->book, reply);
+    raw_req *r = rep->owner;
+    reply_book_remove(&c->book, rep);
     conn_close(c, r->conn);
     req_free(r);
 }
 
 void raw_cancel_all(raw_client *c, const char *reason)
 {
-    stream_book_cancel_all(&c->book, reason, cancel_end, cancel_drop, c);
+    reply_book_cancel_all(&c->book, reason, cancel_end, cancel_drop, c);
 }
 
 int raw_active(const raw_client *c) { return c->book.n_active; }
 
-void raw_get_stats(const raw_client *c, stream_stats *out) { *out = c->stats; }
+void raw_get_stats(const raw_client *c, transport_stats *out) { *out = c->stats; }
 
 void raw_get_conn_stats(const raw_client *c, raw_conn_stats *out) { *out = c->conns; }
 
-static int t_post(void *impl, const stream_request *req, char *err) { return raw_post(impl, req, err); }
+static int t_post(void *impl, const transport_request *req, char *err)
+{
+    return raw_post(impl, req, err);
+}
 static int t_run(void *impl, int64_t until_ns, char *err) { return raw_run(impl, until_ns, err); }
 static void t_cancel(void *impl, const char *reason) { raw_cancel_all(impl, reason); }
 static int t_active(void *impl) { return raw_active(impl); }
@@ -1014,9 +1019,9 @@ static int64_t t_now(void *impl)
     return clock_now_ns();
 }
 static void t_destroy(void *impl) { raw_free(impl); }
-static void t_stats(void *impl, stream_stats *out) { raw_get_stats(impl, out); }
+static void t_stats(void *impl, transport_stats *out) { raw_get_stats(impl, out); }
 
-stream_transport raw_client_transport(raw_client *c)
+transport raw_client_transport(raw_client *c)
 {
-    return (stream_transport){c, t_post, t_run, t_cancel, t_active, t_now, t_destroy, t_stats};
+    return (transport){c, t_post, t_run, t_cancel, t_active, t_now, t_destroy, t_stats};
 }

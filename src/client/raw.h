@@ -5,8 +5,8 @@
  * recvmsg whose control message holds the kernel's software receive stamp (CLOCK_REALTIME),
  * mapped to the run's CLOCK_MONOTONIC with the realtime - monotonic offset sampled at the
  * wake-up (docs/client.md, "Time"). Where a read carries no stamp, the time is taken right
- * after it (STREAM_STAMP_USER). As in the curl transport, all ready sockets are read and
- * stamped first; splitting and decoding come after (stream_reply).
+ * after it (TRANSPORT_STAMP_USER). As in the curl transport, all ready sockets are read and
+ * stamped first; splitting and decoding come after (reply).
  *
  * HTTP/1.1 (src/client/http1.h): a POST with Host, Content-Length and the options' headers;
  * responses framed by Content-Length, chunked transfer coding or the server's close; 1xx
@@ -20,21 +20,21 @@
 #define STALLSCOPE_RAW_H
 #include <stdint.h>
 
-#include "client/stream.h"
+#include "client/transport.h"
 
 typedef struct raw_client raw_client;
 
 /* Parses the base URL (http:// or https://) and resolves its host once. NULL with err. */
-raw_client *raw_create(const stream_options *opt, char *err);
+raw_client *raw_create(const transport_options *opt, char *err);
 /* Abort whatever is running (no callbacks), close every connection, free. */
 void raw_free(raw_client *c);
-stream_transport raw_client_transport(raw_client *c);
+transport raw_client_transport(raw_client *c);
 
-int raw_post(raw_client *c, const stream_request *req, char *err);
+int raw_post(raw_client *c, const transport_request *req, char *err);
 int raw_run(raw_client *c, int64_t until_ns, char *err);
 void raw_cancel_all(raw_client *c, const char *reason);
 int raw_active(const raw_client *c);
-void raw_get_stats(const raw_client *c, stream_stats *out);
+void raw_get_stats(const raw_client *c, transport_stats *out);
 
 /* Connections opened and requests sent on a reused one, since creation (keep-alive). */
 typedef struct raw_conn_stats {

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "client/driver.h"
+#include "client/fetch.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "workload/workload.h"
@@ -39,7 +40,7 @@ void calib_target_config_init(calib_target_config *cfg)
 
 int calib_target_transport_parse(calib_target_config *cfg, const char *text, char *err)
 {
-    return stream_transport_parse(text, &cfg->transport, err);
+    return transport_kind_parse(text, &cfg->transport, err);
 }
 
 static const char *const COUNT_NAMES[] = {"auto", "stream", "usage"};
@@ -302,9 +303,9 @@ typedef struct probe_stream {
 
 struct calib_target {
     calib_target_config cfg;
-    stream_options so;
-    stream_transport t;
-    stream_handlers handlers; /* ctx: this */
+    transport_options so;
+    transport t;
+    transport_handlers handlers; /* ctx: this */
     calib_target_tokens tokens; /* every probe stream's, as they come */
     driver_api api;
     workload_config wl;
@@ -316,7 +317,7 @@ struct calib_target {
     double last_ramp_tokens; /* its streams x prompt */
 };
 
-static void on_token(void *ctx, void *user, const stream_token *tok)
+static void on_token(void *ctx, void *user, const transport_token *tok)
 {
     calib_target *ct = ctx;
     probe_stream *s = user;
@@ -350,7 +351,7 @@ static void on_token(void *ctx, void *user, const stream_token *tok)
     s->n++;
 }
 
-static void on_end(void *ctx, void *user, const stream_end *end)
+static void on_end(void *ctx, void *user, const transport_end *end)
 {
     calib_target *ct = ctx;
     probe_stream *s = user;
@@ -390,8 +391,8 @@ static int post(calib_target *ct, probe_stream *s, int prompt_tokens, int max_to
                                    max_tokens, &len, err);
     if (!body)
         return -1;
-    const stream_request req = {driver_endpoint_path(ct->api.endpoint), body, len, &ct->handlers,
-                                s, max_tokens};
+    const transport_request req = {driver_endpoint_path(ct->api.endpoint), body, len,
+                                   &ct->handlers, s, max_tokens};
     s->t_post = clock_now_ns();
     const int rc = ct->t.post(ct->t.impl, &req, err);
     free(body);
@@ -705,7 +706,7 @@ static int read_models(calib_target *ct, char *err)
 {
     int status = 0;
     char *body = NULL, why[ERR_LEN];
-    if (stream_http(&ct->so, "GET", "/v1/models", NULL, MODELS_TIMEOUT_NS, &status, &body, why) != 0)
+    if (fetch_http(&ct->so, "GET", "/v1/models", NULL, MODELS_TIMEOUT_NS, &status, &body, why) != 0)
         return err_set(err, "the target at %s is not reachable: %s", ct->cfg.target, why);
     if (status == 401 || status == 403) {
         free(body);
@@ -735,7 +736,7 @@ calib_target *calib_target_open(const calib_target_config *cfg, char *err)
         return NULL;
     }
     ct->cfg = *cfg;
-    ct->handlers = (stream_handlers){ct, on_token, on_end};
+    ct->handlers = (transport_handlers){ct, on_token, on_end};
     /* The gaps are the measurement: read them promptly (as run does; a note if not allowed). */
     errno = 0;
     const int nice_before = getpriority(PRIO_PROCESS, 0);
@@ -744,7 +745,7 @@ calib_target *calib_target_open(const calib_target_config *cfg, char *err)
                                "from other load on this machine\n",
                 strerror(errno));
     const experiment_secrets *sec = cfg->secrets;
-    ct->so = (stream_options){
+    ct->so = (transport_options){
         .base_url = cfg->target,
         .api_key = sec ? sec->api_key : NULL,
         .headers = sec ? sec->headers : NULL,
@@ -760,8 +761,8 @@ calib_target *calib_target_open(const calib_target_config *cfg, char *err)
     workload_default(&ct->wl);
     /* Prompts never repeat across calibrations: a prefix cache must not shorten a probe. */
     ct->salt = (uint64_t)time(NULL) ^ ((uint64_t)clock_now_ns() << 20);
-    const stream_transport_kind kind = stream_transport_resolve(cfg->transport, cfg->target);
-    if (stream_transport_create(kind, &ct->so, &ct->t, err) != 0) {
+    const transport_kind kind = transport_kind_resolve(cfg->transport, cfg->target);
+    if (transport_kind_create(kind, &ct->so, &ct->t, err) != 0) {
         free(ct);
         return NULL;
     }

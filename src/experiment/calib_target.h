@@ -3,7 +3,7 @@
  * fit_probes (engine/fit.h: one fit, two sources of probes) and the CLI writes the profile
  * with profile_to_json (source "target").
  *
- * Probes, in this order, on one transport of the client layer (client/stream.h, the raw
+ * Probes, in this order, on one transport of the client layer (client/transport.h, the raw
  * transport `run --target` uses), with token-exact prompts (client/driver.h: token ids where
  * the server takes them, else text calibrated against usage.prompt_tokens), each prompt
  * unique so a prefix cache cannot hide a prefill, answers made long with ignore_eos:
@@ -38,7 +38,7 @@
 
 #include <jansson.h>
 
-#include "client/stream.h"
+#include "client/transport_kind.h"
 #include "engine/cost.h"
 #include "engine/fit.h"
 #include "experiment/experiment.h"
@@ -62,7 +62,7 @@ typedef struct calib_target_config {
     const experiment_secrets *secrets; /* borrowed, may be NULL; never written anywhere */
     char model_name[128];              /* requests' "model"; "" : /v1/models' first */
     bool insecure;                     /* skip TLS verification */
-    stream_transport_kind transport;   /* raw (kernel stamps) unless a proxy applies: AUTO */
+    transport_kind transport;          /* raw (kernel stamps) unless a proxy applies: AUTO */
     calib_target_count count_tokens;   /* AUTO */
     int max_streams;                   /* largest decode batch (default 128) */
     int contexts[CALIB_TARGET_MAX_CONTEXTS]; /* decode prompts: short, long (64, 1024) */
@@ -114,7 +114,7 @@ typedef struct calib_target_stall {
 typedef struct calib_target_tokens {
     int64_t streamed;           /* token events: one token each */
     int64_t usage;              /* the same events by usage.completion_tokens' increases */
-    int64_t violations;         /* protocol violations in the probe streams (stream_end) */
+    int64_t violations;         /* protocol violations in the probe streams (transport_end) */
     char first_violation[96];   /* the first in words, "" none */
     calib_target_count counted; /* what the gaps were divided by: STREAM or USAGE */
 } calib_target_tokens;

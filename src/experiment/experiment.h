@@ -28,6 +28,7 @@
 #include "analysis/standard.h"
 #include "analysis/analysis.h"
 #include "client/driver.h"
+#include "client/transport_kind.h"
 #include "common/opts.h"
 #include "common/proc.h"
 #include "common/tokenlog.h"
@@ -73,7 +74,7 @@ typedef struct experiment_client {
     int64_t warmup_ns;          /* background load before t = 0, not recorded */
     bool fidelity;              /* ask a --target for stallscope's per-chunk emit times */
     bool insecure;              /* https without certificate checks */
-    stream_transport_kind transport; /* auto (raw unless a proxy applies) | raw | curl */
+    transport_kind transport;   /* auto (raw unless a proxy applies) | raw | curl */
     char extra_body[2048];      /* --extra-body: a JSON object merged into every request */
     int threads;                /* event loops of the load generator: --client-threads, else
                                    the CPUs the server leaves (experiment_client_threads,
@@ -292,7 +293,7 @@ typedef struct experiment_meta {
     int nice;                /* the client's scheduling priority */
     int64_t protocol_violations; /* server events the client ignored (docs/client.md) */
     char transport[8];       /* the transport the run used: "raw" | "curl" */
-    /* Token events by the source of their time (stream_stamp): the kernel's receive stamp,
+    /* Token events by the source of their time (transport_stamp): the kernel's receive stamp,
      * a kernel stamp shared by several events of one read (a bound), or user space. */
     int64_t stamps_kernel, stamps_kernel_coalesced, stamps_user;
     int64_t t0_monotonic_ns; /* t = 0 on this machine's CLOCK_MONOTONIC */
@@ -423,7 +424,7 @@ int experiment_shard_wait(const experiment_phase *ph, experiment_shard_start *st
 void experiment_shard_record(const experiment_shard_start *st, int64_t t0_mono_ns,
                              experiment_meta *meta);
 
-/* A runner (a small vtable, like exec and stream_transport). run() fills log (times from
+/* A runner (a small vtable, like exec and transport). run() fills log (times from
  * the run's t = 0) and meta (complete, engine name, target, what the client learned), and
  * leaves tokens.csv, requests.csv and (where the engine is ours) steps.csv in phase->dir —
  * as it goes where it can, so a run that dies keeps what it received. It returns 0 when

@@ -98,7 +98,7 @@ static void distinctive(experiment_config *c, experiment_meta *m)
     c->client.warmup_ns = 1500000000LL;
     c->client.fidelity = true;
     c->client.insecure = true;
-    c->client.transport = STREAM_TRANSPORT_CURL;
+    c->client.transport = TRANSPORT_CURL;
     c->client.threads = 7;
     c->client.threads_given = true;
     snprintf(c->client.extra_body, sizeof c->client.extra_body, "{\"temperature\":0.25}");
