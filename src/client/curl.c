@@ -296,7 +296,8 @@ curlt_client *curlt_create(const transport_options *opt, char *err)
     c->ep = -1;
     snprintf(c->target, sizeof c->target, "%s", opt->base_url);
     c->idle_timeout_ns = opt->idle_timeout_ns > 0 ? opt->idle_timeout_ns : 30 * CLOCK_NS_PER_S;
-    c->connect_timeout_ns = opt->connect_timeout_ns > 0 ? opt->connect_timeout_ns : 5 * CLOCK_NS_PER_S;
+    c->connect_timeout_ns =
+        opt->connect_timeout_ns > 0 ? opt->connect_timeout_ns : 5 * CLOCK_NS_PER_S;
     c->insecure = opt->insecure;
     c->timer_ns = -1;
     c->use_pwait2 = true;

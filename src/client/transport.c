@@ -45,5 +45,6 @@ int transport_epoll_wait(int ep, struct epoll_event *evs, int max_events, int64_
             return n;
         *use_pwait2 = false;
     }
-    return epoll_wait(ep, evs, max_events, (int)((wait_ns + CLOCK_NS_PER_MS - 1) / CLOCK_NS_PER_MS));
+    const int64_t wait_ms = (wait_ns + CLOCK_NS_PER_MS - 1) / CLOCK_NS_PER_MS;
+    return epoll_wait(ep, evs, max_events, (int)wait_ms);
 }
