@@ -7,11 +7,7 @@
  * are recorded (wrk2's lesson: measure from the intended time, never let a slow answer
  * delay the next send).
  *
- * Prompts have exact lengths: token-id arrays where the server takes them (driver_probe
- * finds out once), else text calibrated against the server's usage.prompt_tokens. Every
- * prompt's content is unique (seeded by phase, user, request), so a prefix cache cannot
- * hide a prefill. Answers are made long with ignore_eos + max_tokens; a server that ends
- * early anyway just makes the user start its next request sooner.
+ * How a request is made (endpoint, prompts of exact lengths, the probe) is driver_api.h.
  *
  * Open-loop requests (a rate or a trace: workload_plan) are sent like the injections, on the
  * absolute schedule of the plan from t = 0, each a stream of its own (user id
@@ -24,51 +20,21 @@
  * A phase runs on several event loops, one thread each (driver_phase.threads): the
  * background users are spread over them (user u on loop u mod threads), the injector has a
  * loop of its own, and each loop has its own transport (driver_transports), buffers and
- * segment of the token log; at the end the segments are merged in time order. Loop 0 runs
- * in the caller's thread and delivers the progress and should_stop callbacks; every other
- * callback (a transport's run() delivering tokens) runs in the loop's own thread. */
+ * segment of the token log; at the end the segments are merged in time order
+ * (tokenlog_merge). Loop 0 runs in the caller's thread and delivers the progress and
+ * should_stop callbacks; every other callback (a transport's run() delivering tokens) runs
+ * in the loop's own thread. One loop is driver_loop.c's; setting the loops up, running them
+ * and putting their results together, driver.c's. */
 #ifndef STALLSCOPE_DRIVER_H
 #define STALLSCOPE_DRIVER_H
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
+#include "client/driver_api.h"
 #include "client/transport.h"
 #include "common/tokenlog.h"
 #include "workload/workload.h"
-
-typedef enum { DRIVER_COMPLETIONS = 0, DRIVER_CHAT = 1 } driver_endpoint;
-
-/* How to talk to this server: filled by the caller and driver_probe. */
-typedef struct driver_api {
-    driver_endpoint endpoint;
-    char model[128];      /* "model" of each request; "" to leave it out */
-    bool token_ids;       /* prompts as arrays of token ids (probed) */
-    double text_overhead; /* text prompts: server tokens = overhead + per_word x words */
-    double text_per_word;
-    bool text_calibrated; /* false: the server reported no usage, lengths unverified */
-    int vocab;            /* ids are drawn from [100, vocab) */
-    bool timestamps;      /* ask for stallscope's per-chunk emit_ns ("stallscope" field) */
-    const char *extra_body; /* a JSON object merged over every body (--extra-body); NULL: none */
-} driver_api;
-
-void driver_api_defaults(driver_api *api);
-/* "completions" | "chat" */
-int driver_endpoint_parse(const char *text, driver_endpoint *out, char *err);
-const char *driver_endpoint_path(driver_endpoint e);
-
-/* Probe once: does the server take token-id prompts (a 1-token answer to an 8-token id
- * prompt, with usage agreeing)? If not, calibrate text against usage.prompt_tokens with two
- * prompt sizes. Notes go to `notes` (stderr). -1 with err when the server cannot be used
- * at all (refused, every probe failed). timeout bounds each probe request. */
-int driver_probe(const transport *t, driver_api *api, const workload_config *wl, int64_t timeout_ns,
-                 FILE *notes, char *err);
-
-/* The JSON body of one request (malloc'ed, caller frees): prompt of prompt_tokens tokens,
- * unique per (salt, is_inject, index), answer of max_tokens. */
-char *driver_build_body(const driver_api *api, const workload_config *wl, uint64_t salt,
-                        int is_inject, int64_t index, int prompt_tokens, int max_tokens,
-                        size_t *len, char *err);
 
 /* Where each event loop's transport comes from. open makes loop `loop`'s (0 .. n - 1; all
  * in the caller's thread, before any loop starts); the loop then uses it alone, from its own
