@@ -610,6 +610,6 @@ void driver_loop_free(driver_loop *l)
     free(l->ended);
     free(l->inj_body);
     free(l->open_body);
-    driver_result_free(&l->res);
+    free(l->res.fidelity_ms);
     tokenlog_free(&l->seg);
 }

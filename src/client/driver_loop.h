@@ -19,7 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "client/driver.h"
+#include "client/driver_phase.h"
 #include "common/err.h"
 
 typedef struct driver_shared driver_shared;

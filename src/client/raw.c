@@ -273,7 +273,10 @@ int raw_active(const raw_client *c) { return c->book.n_active; }
 
 void raw_get_stats(const raw_client *c, transport_stats *out) { *out = c->stats; }
 
-void raw_get_conn_stats(const raw_client *c, raw_conn_stats *out) { *out = c->conns; }
+void raw_get_conn_stats(const raw_client *c, raw_conn_stats *out)
+{
+    *out = (raw_conn_stats){c->conns.opened, c->conns.reused, c->conns.retried};
+}
 
 static int t_post(void *impl, const transport_request *req, char *err)
 {

@@ -12,7 +12,6 @@
 #include <sys/socket.h>
 
 #include "client/http1.h"
-#include "client/raw.h"
 #include "client/reply.h"
 #include "client/tls.h"
 #include "common/buf.h"
@@ -26,6 +25,7 @@ typedef enum { RAW_RESP_HEAD, RAW_RESP_BODY, RAW_RESP_DONE } raw_resp_phase;
 /* How a request's transfer ended (the reply says what the body held). */
 typedef enum { RAW_OUT_RUNNING, RAW_OUT_DONE, RAW_OUT_LOST, RAW_OUT_CONNECT_FAILED } raw_outcome;
 
+typedef struct raw_client raw_client; /* as raw.h names it */
 typedef struct raw_req raw_req;
 
 typedef struct raw_conn {
@@ -75,7 +75,9 @@ struct raw_client {
     int64_t realtime_offset_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC at this wake-up */
     bool use_pwait2;
     transport_stats stats;
-    raw_conn_stats conns;
+    struct {
+        int64_t opened, reused, retried; /* raw_get_conn_stats */
+    } conns;
     char rd[RAW_READ_BUF];
 };
 
