@@ -468,16 +468,12 @@ static int t_post(void *impl, const transport_request *req, char *err)
 static int t_run(void *impl, int64_t until_ns, char *err) { return curlt_run(impl, until_ns, err); }
 static void t_cancel(void *impl, const char *reason) { curlt_cancel_all(impl, reason); }
 static int t_active(void *impl) { return curlt_active(impl); }
-static int64_t t_now(void *impl)
-{
-    (void)impl;
-    return clock_now_ns();
-}
 
 static void t_destroy(void *impl) { curlt_free(impl); }
 static void t_stats(void *impl, transport_stats *out) { curlt_get_stats(impl, out); }
 
 transport curlt_client_transport(curlt_client *c)
 {
-    return (transport){c, t_post, t_run, t_cancel, t_active, t_now, t_destroy, t_stats};
+    return (transport){c, t_post, t_run, t_cancel, t_active, transport_clock_now,
+                       t_destroy, t_stats};
 }

@@ -48,3 +48,9 @@ int transport_epoll_wait(int ep, struct epoll_event *evs, int max_events, int64_
     const int64_t wait_ms = (wait_ns + CLOCK_NS_PER_MS - 1) / CLOCK_NS_PER_MS;
     return epoll_wait(ep, evs, max_events, (int)wait_ms);
 }
+
+int64_t transport_clock_now(void *impl)
+{
+    (void)impl;
+    return clock_now_ns();
+}

@@ -137,6 +137,9 @@ struct epoll_event;
 int transport_epoll_wait(int ep, struct epoll_event *evs, int max_events, int64_t wait_ns,
                          bool *use_pwait2);
 
+/* The now() of a transport on the real clock (both of ours): clock_now_ns(); impl unused. */
+int64_t transport_clock_now(void *impl);
+
 /* Raise the soft limit of open files for this many connections (thousands of streams). */
 void transport_raise_fd_limit(int connections);
 
