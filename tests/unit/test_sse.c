@@ -1,5 +1,6 @@
-/* sse: the splitter fed whole, one byte at a time, in random splits and against a page
- * guard; the chunk decoder on the shapes of vLLM, llama.cpp, OpenAI, TGI. */
+/* sse: the splitter (sse.c) fed whole, one byte at a time, in random splits and against a
+ * page guard; the chunk decoder and the counter (chunk.c, over json_scan.c's scanner and
+ * its jansson reference) on the shapes of vLLM, llama.cpp, OpenAI, TGI. */
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,8 +1,9 @@
-/* stream: both transports (raw, the default, and libcurl's multi interface), the same
- * cases each, against a scripted HTTP server on 127.0.0.1 (a thread of this test): events
- * split across reads are stamped at the read that completes them, k-token events, HTTP
- * errors, resets, stalls (idle timeout), malformed SSE, refused connections, and many
- * streams at once. The group runs once per transport (main). */
+/* stream: both transports (raw, the default, and libcurl's multi interface: transport.h,
+ * their shared reply.c), the same cases each, against a scripted HTTP server on 127.0.0.1
+ * (a thread of this test): events split across reads are stamped at the read that
+ * completes them, k-token events, HTTP errors, resets, stalls (idle timeout), malformed SSE,
+ * refused connections, and many streams at once. The group runs once per transport
+ * (main). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
