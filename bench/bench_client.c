@@ -38,8 +38,8 @@
 
 #include "analysis/analysis.h"
 #include "client/driver.h"
-#include "client/sse.h"
-#include "client/stream.h"
+#include "client/chunk.h"
+#include "client/transport_kind.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "workload/workload.h"
@@ -48,10 +48,10 @@
  * the error (receive - emit) by the source of the stamp, for the per-source distributions
  * (the driver keeps one distribution of all). */
 typedef struct tap {
-    stream_transport inner;
+    transport inner;
     int64_t from_ns; /* the end of the warm-up: earlier events are not kept */
-    double *error_ms[STREAM_STAMP_KINDS];
-    int64_t n[STREAM_STAMP_KINDS], cap[STREAM_STAMP_KINDS];
+    double *error_ms[TRANSPORT_STAMP_KINDS];
+    int64_t n[TRANSPORT_STAMP_KINDS], cap[TRANSPORT_STAMP_KINDS];
 } tap;
 
 typedef struct figures {
@@ -63,7 +63,7 @@ typedef struct figures {
     double cpu_ns_per_token;
     analysis_dist error_ms;
     int64_t errors;
-    int64_t stamps[STREAM_STAMP_KINDS]; /* recorded events by stamp source; all 0: unknown */
+    int64_t stamps[TRANSPORT_STAMP_KINDS]; /* recorded events by stamp source; all 0: unknown */
     tap tap;                            /* the error by stamp source, every loop's (ours) */
 } figures;
 
@@ -77,14 +77,14 @@ static void print_row(const char *against, figures *f)
         snprintf(merge, sizeof merge, "%.0f", f->end_ms);
     }
     int64_t events = 0;
-    for (int i = 0; i < STREAM_STAMP_KINDS; i++)
+    for (int i = 0; i < TRANSPORT_STAMP_KINDS; i++)
         events += f->stamps[i];
     char mix[64] = "";
     if (events > 0)
         snprintf(mix, sizeof mix, "%5.1f %5.1f %5.1f",
-                 100.0 * (double)f->stamps[STREAM_STAMP_KERNEL] / (double)events,
-                 100.0 * (double)f->stamps[STREAM_STAMP_KERNEL_COALESCED] / (double)events,
-                 100.0 * (double)f->stamps[STREAM_STAMP_USER] / (double)events);
+                 100.0 * (double)f->stamps[TRANSPORT_STAMP_KERNEL] / (double)events,
+                 100.0 * (double)f->stamps[TRANSPORT_STAMP_KERNEL_COALESCED] / (double)events,
+                 100.0 * (double)f->stamps[TRANSPORT_STAMP_USER] / (double)events);
     char p999[16] = "-"; /* the Python probe reports no p99.9 */
     if (f->threads > 0)
         snprintf(p999, sizeof p999, "%.0f", f->error_ms.p999 * 1e3);
@@ -94,7 +94,7 @@ static void print_row(const char *against, figures *f)
            (long long)f->errors, merge, mix);
     if (events > 0)
         print_sources(&f->tap);
-    for (int s = 0; s < STREAM_STAMP_KINDS; s++)
+    for (int s = 0; s < TRANSPORT_STAMP_KINDS; s++)
         free(f->tap.error_ms[s]);
     memset(&f->tap, 0, sizeof f->tap);
     fflush(stdout);
@@ -271,18 +271,18 @@ static pid_t spawn_raw(int64_t step_ns, int answer, char *url, size_t url_size)
 
 typedef struct tap_req {
     tap *t;
-    stream_handlers h;
-    const stream_handlers *orig;
+    transport_handlers h;
+    const transport_handlers *orig;
     void *user;
 } tap_req;
 
-static void tap_token(void *ctx, void *user, const stream_token *tok)
+static void tap_token(void *ctx, void *user, const transport_token *tok)
 {
     (void)ctx;
     tap_req *q = user;
     tap *t = q->t;
     int s = tok->stamp;
-    if (tok->emit_ns >= 0 && tok->t_ns >= t->from_ns && s >= 0 && s < STREAM_STAMP_KINDS) {
+    if (tok->emit_ns >= 0 && tok->t_ns >= t->from_ns && s >= 0 && s < TRANSPORT_STAMP_KINDS) {
         if (t->n[s] == t->cap[s]) {
             int64_t cap = t->cap[s] ? t->cap[s] * 2 : 4096;
             double *grown = realloc(t->error_ms[s], (size_t)cap * sizeof *grown);
@@ -298,7 +298,7 @@ static void tap_token(void *ctx, void *user, const stream_token *tok)
         q->orig->on_token(q->orig->ctx, q->user, tok);
 }
 
-static void tap_end(void *ctx, void *user, const stream_end *end)
+static void tap_end(void *ctx, void *user, const transport_end *end)
 {
     (void)ctx;
     tap_req *q = user;
@@ -307,14 +307,14 @@ static void tap_end(void *ctx, void *user, const stream_end *end)
     free(q);
 }
 
-static int tap_post(void *impl, const stream_request *req, char *err)
+static int tap_post(void *impl, const transport_request *req, char *err)
 {
     tap *t = impl;
     tap_req *q = malloc(sizeof *q);
     if (!q)
         return err_set(err, "out of memory");
     *q = (tap_req){t, {NULL, tap_token, tap_end}, req->handlers, req->user};
-    stream_request wrapped = *req;
+    transport_request wrapped = *req;
     wrapped.handlers = &q->h;
     wrapped.user = q;
     if (t->inner.post(t->inner.impl, &wrapped, err) != 0) {
@@ -348,16 +348,17 @@ static int64_t tap_now(void *impl)
 static void print_sources(const tap *t)
 {
     int64_t all = 0;
-    for (int s = 0; s < STREAM_STAMP_KINDS; s++)
+    for (int s = 0; s < TRANSPORT_STAMP_KINDS; s++)
         all += t->n[s];
     printf("%-26s", "");
-    for (int s = 0; s < STREAM_STAMP_KINDS; s++) {
+    for (int s = 0; s < TRANSPORT_STAMP_KINDS; s++) {
         if (t->n[s] == 0)
             continue;
         analysis_dist d;
         analysis_dist_from(t->error_ms[s], t->n[s], &d);
-        printf("  %s %.1f %%: p50 %.0f p99 %.0f p999 %.0f us;", stream_stamp_name((stream_stamp)s),
-               100.0 * (double)t->n[s] / (double)all, d.p50 * 1e3, d.p99 * 1e3, d.p999 * 1e3);
+        printf("  %s %.1f %%: p50 %.0f p99 %.0f p999 %.0f us;",
+               transport_stamp_name((transport_stamp)s), 100.0 * (double)t->n[s] / (double)all,
+               d.p50 * 1e3, d.p99 * 1e3, d.p999 * 1e3);
     }
     printf("\n");
 }
@@ -365,27 +366,27 @@ static void print_sources(const tap *t)
 /* One tapped transport per event loop, kept for their counters and stamps. */
 #define MAX_LOOPS 64
 typedef struct loop_clients {
-    stream_options so;
-    stream_transport_kind kind;
+    transport_options so;
+    transport_kind kind;
     int64_t from_ns; /* each tap keeps events from here on */
     tap taps[MAX_LOOPS];
-    stream_stats last[MAX_LOOPS]; /* each one's counters when it was closed */
+    transport_stats last[MAX_LOOPS]; /* each one's counters when it was closed */
 } loop_clients;
 
-static int open_loop(void *ctx, int loop, stream_transport *out, char *err)
+static int open_loop(void *ctx, int loop, transport *out, char *err)
 {
     loop_clients *lc = ctx;
     if (loop >= MAX_LOOPS)
         return err_set(err, "more than %d loops", MAX_LOOPS);
     tap *tp = &lc->taps[loop];
-    if (stream_transport_create(lc->kind, &lc->so, &tp->inner, err) != 0)
+    if (transport_kind_create(lc->kind, &lc->so, &tp->inner, err) != 0)
         return -1;
     tp->from_ns = lc->from_ns;
-    *out = (stream_transport){tp, tap_post, tap_run, tap_cancel, tap_active, tap_now, NULL, NULL};
+    *out = (transport){tp, tap_post, tap_run, tap_cancel, tap_active, tap_now, NULL, NULL};
     return 0;
 }
 
-static void close_loop(void *ctx, int loop, stream_transport *t)
+static void close_loop(void *ctx, int loop, transport *t)
 {
     loop_clients *lc = ctx;
     (void)t;
@@ -400,7 +401,7 @@ static void close_loop(void *ctx, int loop, stream_transport *t)
 static void gather_taps(loop_clients *lc, tap *out)
 {
     memset(out, 0, sizeof *out);
-    for (int s = 0; s < STREAM_STAMP_KINDS; s++) {
+    for (int s = 0; s < TRANSPORT_STAMP_KINDS; s++) {
         int64_t n = 0;
         for (int i = 0; i < MAX_LOOPS; i++)
             n += lc->taps[i].n[s];
@@ -418,7 +419,7 @@ static void gather_taps(loop_clients *lc, tap *out)
     }
 }
 
-static int run_ours(const char *url, int streams, int threads, stream_transport_kind kind,
+static int run_ours(const char *url, int streams, int threads, transport_kind kind,
                     int64_t duration_ns, figures *out)
 {
     char err[ERR_LEN];
@@ -474,7 +475,7 @@ static int run_ours(const char *url, int streams, int threads, stream_transport_
     driver_result_free(&res);
     tokenlog_free(&log);
     for (int i = 0; i < MAX_LOOPS; i++)
-        for (int s = 0; s < STREAM_STAMP_KINDS; s++)
+        for (int s = 0; s < TRANSPORT_STAMP_KINDS; s++)
             free(lc.taps[i].error_ms[s]); /* after a failure; gathered ones are NULL */
     return rc;
 }
@@ -482,11 +483,11 @@ static int run_ours(const char *url, int streams, int threads, stream_transport_
 /* ---- the chunk decoder alone ---------------------------------------------------------- */
 
 /* ns per decode of one chunk, over about `seconds` of CPU. */
-static double ns_per_decode(int (*decode)(const sse_event *, sse_chunk *, char *),
+static double ns_per_decode(int (*decode)(const sse_event *, chunk_info *, char *),
                             const sse_event *ev, double seconds)
 {
     char err[ERR_LEN];
-    sse_chunk chunk;
+    chunk_info chunk;
     int64_t n = 0, cpu0 = clock_process_cpu_ns(), cpu = 0;
     while (cpu < (int64_t)(seconds * 1e9)) {
         for (int i = 0; i < 10000; i++)
@@ -509,8 +510,8 @@ static void bench_decoder(bool quick)
         "123456789012345,\"step\":4242}}";
     const sse_event ev = {chunk, sizeof chunk - 1, ""};
     const double seconds = quick ? 0.2 : 1.0;
-    const double scanner = ns_per_decode(sse_decode_chunk, &ev, seconds);
-    const double reference = ns_per_decode(sse_decode_chunk_jansson, &ev, seconds);
+    const double scanner = ns_per_decode(chunk_decode, &ev, seconds);
+    const double reference = ns_per_decode(chunk_decode_jansson, &ev, seconds);
     printf("chunk decoder, a %zu-byte vLLM chunk: scanner %.0f ns, jansson %.0f ns (CPU per "
            "decode)\n\n",
            sizeof chunk - 1, scanner, reference);
@@ -598,7 +599,7 @@ int main(int argc, char **argv)
     const char *model = "llama-3.1-8b"; /* the emulated server's; a smaller one steps faster */
     int counts[8] = {32, 1024, 4096}, n_counts = 3;
     int threads[8] = {1, 2}, n_threads = 2;
-    stream_transport_kind kinds[2] = {STREAM_TRANSPORT_RAW, STREAM_TRANSPORT_CURL};
+    transport_kind kinds[2] = {TRANSPORT_RAW, TRANSPORT_CURL};
     int n_kinds = 2;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
@@ -609,7 +610,7 @@ int main(int argc, char **argv)
             python = false;
         } else if (strcmp(argv[i], "--transport") == 0 && i + 1 < argc) {
             i++;
-            kinds[0] = strcmp(argv[i], "curl") == 0 ? STREAM_TRANSPORT_CURL : STREAM_TRANSPORT_RAW;
+            kinds[0] = strcmp(argv[i], "curl") == 0 ? TRANSPORT_CURL : TRANSPORT_RAW;
             n_kinds = 1;
         } else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
             model = argv[++i];
@@ -658,8 +659,7 @@ int main(int argc, char **argv)
             for (int t = 0; t < n_kinds; t++)
                 for (int k = 0; k < n_threads; k++)
                     if (run_ours(url, n, threads[k], kinds[t], duration, &f) == 0)
-                        print_row(kinds[t] == STREAM_TRANSPORT_RAW ? "emulate, raw" : "emulate, curl",
-                                  &f);
+                        print_row(kinds[t] == TRANSPORT_RAW ? "emulate, raw" : "emulate, curl", &f);
             if (have_python && n <= 1024) {
                 figures py;
                 if (run_python(url, n, (double)duration / 1e9, &py) == 0)
@@ -675,8 +675,8 @@ int main(int argc, char **argv)
             for (int t = 0; t < n_kinds; t++)
                 for (int k = 0; k < n_threads; k++)
                     if (run_ours(url, n, threads[k], kinds[t], duration, &f) == 0)
-                        print_row(kinds[t] == STREAM_TRANSPORT_RAW ? "raw sender 20 ms, raw"
-                                                                   : "raw sender 20 ms, curl",
+                        print_row(kinds[t] == TRANSPORT_RAW ? "raw sender 20 ms, raw"
+                                                            : "raw sender 20 ms, curl",
                                   &f);
             stop_child(pid);
         }

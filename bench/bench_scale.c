@@ -6,7 +6,7 @@
  * serve --engine emulate` would: H100 SXM, Llama 3.1 8B, mixed 16384, max_num_seqs and
  * max_waiting sized for the streams, KV room for every stream), so client and server each
  * have their own descriptor table (10,000 streams need 10,000 sockets on each side) and
- * their own RSS to measure. The client is this project's load generator core (stream.h:
+ * their own RSS to measure. The client is this project's load generator core (curl.h:
  * libcurl multi on one thread): `streams` closed-loop slots, each sending a 16-token prompt
  * for `answer` tokens (ignore_eos, include_usage) and, when it ends, the next one, until
  * `seconds` have passed; then every stream in flight finishes (no cancellation, so every
@@ -30,7 +30,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client/stream.h"
+#include "client/curl.h"
+#include "client/fetch.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "engine/cost.h"
@@ -49,7 +50,7 @@ typedef struct slot {
 } slot;
 
 typedef struct bench {
-    stream_client *client;
+    curlt_client *client;
     slot *slots;
     int n_slots;
     int answer;
@@ -82,7 +83,7 @@ static double cpu_s(int who)
            ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) / 1e6;
 }
 
-static void on_token(void *ctx, void *user, const stream_token *tok)
+static void on_token(void *ctx, void *user, const transport_token *tok)
 {
     (void)ctx;
     ((slot *)user)->counted += tok->n_tokens;
@@ -90,7 +91,7 @@ static void on_token(void *ctx, void *user, const stream_token *tok)
 
 static void post(bench *b, slot *s);
 
-static void on_end(void *ctx, void *user, const stream_end *end)
+static void on_end(void *ctx, void *user, const transport_end *end)
 {
     bench *b = ctx;
     slot *s = user;
@@ -117,19 +118,19 @@ static void on_end(void *ctx, void *user, const stream_end *end)
         post(b, s);
 }
 
-static const stream_handlers *handlers(bench *b)
+static const transport_handlers *handlers(bench *b)
 {
-    static stream_handlers h;
-    h = (stream_handlers){b, on_token, on_end};
+    static transport_handlers h;
+    h = (transport_handlers){b, on_token, on_end};
     return &h;
 }
 
 static void post(bench *b, slot *s)
 {
     char err[ERR_LEN];
-    stream_request req = {"/v1/completions", b->body, b->body_len, handlers(b), s, b->answer};
+    transport_request req = {"/v1/completions", b->body, b->body_len, handlers(b), s, b->answer};
     s->counted = 0;
-    if (stream_post(b->client, &req, err) != 0) {
+    if (curlt_post(b->client, &req, err) != 0) {
         b->errors++;
         if (!b->first_problem[0])
             snprintf(b->first_problem, sizeof b->first_problem, "post: %.200s", err);
@@ -184,11 +185,11 @@ static int run_server(int streams, int answer, int fd)
 
 static int64_t metric(const char *base_url, const char *name)
 {
-    stream_options so = {.base_url = base_url};
+    transport_options so = {.base_url = base_url};
     int status = 0;
     char *body = NULL, err[ERR_LEN];
     int64_t value = -1;
-    if (stream_http(&so, "GET", "/metrics", NULL, 10 * CLOCK_NS_PER_S, &status, &body, err) == 0 &&
+    if (fetch_http(&so, "GET", "/metrics", NULL, 10 * CLOCK_NS_PER_S, &status, &body, err) == 0 &&
         body) {
         const char *at = strstr(body, name);
         if (at && (at = strchr(at, ' ')))
@@ -253,10 +254,11 @@ int main(int argc, char **argv)
         "{\"prompt\":[11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26],\"max_tokens\":%d,"
         "\"ignore_eos\":true,\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
         answer);
-    stream_options so = {.base_url = url, .max_streams = streams,
-                         .idle_timeout_ns = 60 * CLOCK_NS_PER_S,
-                         .connect_timeout_ns = 30 * CLOCK_NS_PER_S};
-    b.client = stream_create(&so, err);
+    transport_options so = {.base_url = url,
+                            .max_streams = streams,
+                            .idle_timeout_ns = 60 * CLOCK_NS_PER_S,
+                            .connect_timeout_ns = 30 * CLOCK_NS_PER_S};
+    b.client = curlt_create(&so, err);
     b.slots = calloc((size_t)streams, sizeof *b.slots);
     if (!b.client || !b.slots) {
         fprintf(stderr, "bench_scale: %s\n", b.client ? "out of memory" : err);
@@ -283,7 +285,7 @@ int main(int argc, char **argv)
         for (int k = 0; k < RAMP_PER_TICK && opened < streams; k++)
             post(&b, &b.slots[opened++]);
         int64_t until = clock_now_ns() + (opened < streams ? RAMP_TICK_NS : 100 * CLOCK_NS_PER_MS);
-        if (stream_run(b.client, until < t_stop ? until : t_stop, err) != 0) {
+        if (curlt_run(b.client, until < t_stop ? until : t_stop, err) != 0) {
             fprintf(stderr, "bench_scale: %s\n", err);
             break;
         }
@@ -310,7 +312,7 @@ int main(int argc, char **argv)
     b.sending = false;
     const int64_t t_sent = clock_now_ns(), drain_deadline = t_sent + DRAIN_NS;
     while (b.busy > 0 && clock_now_ns() < drain_deadline)
-        if (stream_run(b.client, clock_now_ns() + 100 * CLOCK_NS_PER_MS, err) != 0)
+        if (curlt_run(b.client, clock_now_ns() + 100 * CLOCK_NS_PER_MS, err) != 0)
             break;
     const int64_t t_end = clock_now_ns();
     const double client_cpu = cpu_s(RUSAGE_SELF) - client_cpu0;
@@ -318,7 +320,7 @@ int main(int argc, char **argv)
     const int64_t preemptions = metric(url, "vllm:num_preemptions_total{");
     const int64_t slips = metric(url, "stallscope:engine_slips_total{");
     const bool drained = b.busy == 0;
-    stream_free(b.client);
+    curlt_free(b.client);
     kill(child, SIGTERM);
     int status = 0;
     waitpid(child, &status, 0);

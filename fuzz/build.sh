@@ -43,8 +43,9 @@ build() {
   "$CC" "${FLAGS[@]}" "${JANSSON_CFLAGS[@]}" "$SRC/fuzz/$name.c" "$@" "${JANSSON_LIBS[@]}" -lm \
     -o "$OUT/$name"
 }
-build fuzz_sse_split "$S/client/sse.c" "$S/common/err.c" "$S/common/redact.c" &
-build fuzz_sse_chunk "$S/client/sse.c" "$S/common/err.c" "$S/common/redact.c" &
+build fuzz_sse_split "$S/client/sse.c" &
+build fuzz_sse_chunk "$S/client/sse.c" "$S/client/chunk.c" "$S/client/json_scan.c" "$S/common/err.c" \
+  "$S/common/redact.c" &
 build fuzz_request "$S/server/openai.c" "$S/engine/vocab.c" "$S/common/buf.c" "$S/common/rng.c" \
   "$S/common/err.c" "$S/common/redact.c" &
 build fuzz_units "$S/common/units.c" "$S/common/err.c" "$S/common/redact.c" &

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "client/driver.h"
+#include "client/fetch.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "workload/workload.h"
@@ -61,9 +62,9 @@ typedef struct probe_stream {
 
 struct calib_target {
     calib_target_config cfg;
-    stream_options so;
-    stream_transport t;
-    stream_handlers handlers; /* ctx: this */
+    transport_options so;
+    transport t;
+    transport_handlers handlers; /* ctx: this */
     calib_target_tokens tokens; /* every probe stream's, as they come */
     driver_api api;
     workload_config wl;
@@ -75,7 +76,7 @@ struct calib_target {
     double last_ramp_tokens; /* its streams x prompt */
 };
 
-static void on_token(void *ctx, void *user, const stream_token *tok)
+static void on_token(void *ctx, void *user, const transport_token *tok)
 {
     calib_target *ct = ctx;
     probe_stream *s = user;
@@ -109,7 +110,7 @@ static void on_token(void *ctx, void *user, const stream_token *tok)
     s->n++;
 }
 
-static void on_end(void *ctx, void *user, const stream_end *end)
+static void on_end(void *ctx, void *user, const transport_end *end)
 {
     calib_target *ct = ctx;
     probe_stream *s = user;
@@ -149,7 +150,7 @@ static int post(calib_target *ct, probe_stream *s, int prompt_tokens, int max_to
                                    max_tokens, &len, err);
     if (!body)
         return -1;
-    const stream_request req = {driver_endpoint_path(ct->api.endpoint), body, len, &ct->handlers,
+    const transport_request req = {driver_endpoint_path(ct->api.endpoint), body, len, &ct->handlers,
                                 s, max_tokens};
     s->t_post = clock_now_ns();
     const int rc = ct->t.post(ct->t.impl, &req, err);
@@ -464,7 +465,7 @@ static int read_models(calib_target *ct, char *err)
 {
     int status = 0;
     char *body = NULL, why[ERR_LEN];
-    if (stream_http(&ct->so, "GET", "/v1/models", NULL, MODELS_TIMEOUT_NS, &status, &body, why) != 0)
+    if (fetch_http(&ct->so, "GET", "/v1/models", NULL, MODELS_TIMEOUT_NS, &status, &body, why) != 0)
         return err_set(err, "the target at %s is not reachable: %s", ct->cfg.client->target, why);
     if (status == 401 || status == 403) {
         free(body);
@@ -498,7 +499,7 @@ calib_target *calib_target_open(const calib_target_config *cfg, char *err)
         return NULL;
     }
     ct->cfg = *cfg;
-    ct->handlers = (stream_handlers){ct, on_token, on_end};
+    ct->handlers = (transport_handlers){ct, on_token, on_end};
     /* The gaps are the measurement: read them promptly (as run does; a note if not allowed). */
     errno = 0;
     const int nice_before = getpriority(PRIO_PROCESS, 0);
@@ -507,7 +508,7 @@ calib_target *calib_target_open(const calib_target_config *cfg, char *err)
                                "from other load on this machine\n",
                 strerror(errno));
     const experiment_secrets *sec = cfg->secrets;
-    ct->so = (stream_options){
+    ct->so = (transport_options){
         .base_url = cfg->client->target,
         .api_key = sec ? sec->api_key : NULL,
         .headers = sec ? sec->headers : NULL,
@@ -523,9 +524,9 @@ calib_target *calib_target_open(const calib_target_config *cfg, char *err)
     workload_default(&ct->wl);
     /* Prompts never repeat across calibrations: a prefix cache must not shorten a probe. */
     ct->salt = (uint64_t)time(NULL) ^ ((uint64_t)clock_now_ns() << 20);
-    const stream_transport_kind kind = stream_transport_resolve(cfg->client->transport,
+    const transport_kind kind = transport_kind_resolve(cfg->client->transport,
                                                               cfg->client->target);
-    if (stream_transport_create(kind, &ct->so, &ct->t, err) != 0) {
+    if (transport_kind_create(kind, &ct->so, &ct->t, err) != 0) {
         free(ct);
         return NULL;
     }

@@ -3,7 +3,7 @@
  * fit_probes (engine/fit.h: one fit, two sources of probes) and a profile with
  * profile_to_json (source "target"): calib_target_fit.h, which also holds the result's types.
  *
- * Probes, in this order, on one transport of the client layer (client/stream.h, the raw
+ * Probes, in this order, on one transport of the client layer (client/transport.h, the raw
  * transport `run --target` uses), with token-exact prompts (client/driver.h: token ids where
  * the server takes them, else text calibrated against usage.prompt_tokens), each prompt
  * unique so a prefix cache cannot hide a prefill, answers made long with ignore_eos:

@@ -59,7 +59,7 @@ typedef struct calib_target_stall {
 typedef struct calib_target_tokens {
     int64_t streamed;           /* token events: one token each */
     int64_t usage;              /* the same events by usage.completion_tokens' increases */
-    int64_t violations;         /* protocol violations in the probe streams (stream_end) */
+    int64_t violations;         /* protocol violations in the probe streams (transport_end) */
     char first_violation[96];   /* the first in words, "" none */
     calib_target_count counted; /* what the gaps were divided by: STREAM or USAGE */
 } calib_target_tokens;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "client/fetch.h"
 #include "client/prom.h"
 #include "common/clock.h"
 #include "common/err.h"
@@ -304,20 +305,20 @@ int scrape_split_url(const char *url, char *origin, size_t origin_size, char *pa
     return 0;
 }
 
-/* One GET of so->base_url, a whole URL: stream_http joins a base and a path, and normalises
+/* One GET of so->base_url, a whole URL: fetch_http joins a base and a path, and normalises
  * the base (a trailing "/" or "/v1" goes), so the path is passed apart and kept as is. */
-static int get(const stream_options *so, int64_t timeout_ns, int *status, char **body, char *err)
+static int get(const transport_options *so, int64_t timeout_ns, int *status, char **body, char *err)
 {
     char origin[1024], path[1024];
     if (scrape_split_url(so->base_url, origin, sizeof origin, path, sizeof path) != 0)
         return err_set(err, "'%s' is not a URL this scraper can ask", so->base_url);
-    stream_options at = *so;
+    transport_options at = *so;
     at.base_url = origin;
-    return stream_http(&at, "GET", path, NULL, timeout_ns, status, body, err);
+    return fetch_http(&at, "GET", path, NULL, timeout_ns, status, body, err);
 }
 
 /* One GET; the body parsed into f. 0, or -1 with err. */
-static int scrape_once(const stream_options *so, int64_t timeout_ns, scrape_frame *f, char *err)
+static int scrape_once(const transport_options *so, int64_t timeout_ns, scrape_frame *f, char *err)
 {
     int status = 0;
     char *body = NULL;
@@ -335,7 +336,7 @@ static int scrape_once(const stream_options *so, int64_t timeout_ns, scrape_fram
     return rc;
 }
 
-int scrape_probe(const stream_options *so, int64_t timeout_ns, char *url_out, size_t size,
+int scrape_probe(const transport_options *so, int64_t timeout_ns, char *url_out, size_t size,
                  char *err)
 {
     scrape_frame f;
@@ -348,7 +349,7 @@ int scrape_probe(const stream_options *so, int64_t timeout_ns, char *url_out, si
             return -1;
         char first[ERR_LEN];
         snprintf(first, sizeof first, "%s", err);
-        stream_options slash = *so;
+        transport_options slash = *so;
         snprintf(url_out, size, "%s/", so->base_url);
         slash.base_url = url_out;
         if (scrape_once(&slash, timeout_ns, &f, err) != 0) {

@@ -32,7 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "client/stream.h"
+#include "client/transport.h"
 
 typedef enum scrape_column {
     SCRAPE_RUNNING = 0,
@@ -93,7 +93,7 @@ void scrape_series_free(scrape_series *s);
 typedef struct scrape_options {
     /* The full URL of the exposition in base_url ("http://host:8000/metrics"); the same
      * key and headers as the client's requests, from memory (never logged or written). */
-    stream_options so;
+    transport_options so;
     int64_t period_ns;  /* 0: SCRAPE_PERIOD_NS */
     int64_t timeout_ns; /* per scrape; 0: the period x 4, at most 1 s */
     const char *csv_path;
@@ -116,7 +116,7 @@ typedef struct scraper scraper;
  * "/" is tried once more with it (prometheus_client mounted at /metrics redirects to
  * /metrics/). The URL that answered into url_out. 0, or -1 with err in one line
  * ("GET http://...: HTTP 404", "... line 3, column 1: ..."). */
-int scrape_probe(const stream_options *so, int64_t timeout_ns, char *url_out, size_t size,
+int scrape_probe(const transport_options *so, int64_t timeout_ns, char *url_out, size_t size,
                  char *err);
 /* "http://h:8000/metrics" -> "http://h:8000" and "/metrics" (a URL without a path: "/").
  * 0, or -1 when it has no "://" or a part does not fit. */

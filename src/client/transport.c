@@ -1,98 +1,56 @@
-/* transport — which transport a run uses, and making it: the raw HTTP/1.1 client (raw.c)
- * or libcurl's (stream.c), behind the one stream_transport table (stream.h). Apart from
- * both so that neither includes the other. */
-#include <stdbool.h>
-#include <stdlib.h>
-#include <string.h>
-#include <strings.h>
+#include "client/transport.h"
 
-#include "client/raw.h"
-#include "client/stream.h"
-#include "common/err.h"
+#include <errno.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <time.h>
 
-int stream_transport_parse(const char *text, stream_transport_kind *out, char *err)
+#include "common/clock.h"
+
+const char *transport_stamp_name(transport_stamp s)
 {
-    static const char *names[] = {"auto", "raw", "curl"};
-    for (int i = 0; i < 3; i++)
-        if (strcmp(text, names[i]) == 0) {
-            *out = (stream_transport_kind)i;
-            return 0;
+    switch (s) {
+    case TRANSPORT_STAMP_KERNEL:
+        return "kernel";
+    case TRANSPORT_STAMP_KERNEL_COALESCED:
+        return "kernel_coalesced";
+    default:
+        return "user";
+    }
+}
+
+void transport_raise_fd_limit(int connections)
+{
+    /* Thousands of streams need thousands of descriptors: raise the soft limit. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rlim_t want = (rlim_t)connections * 2 + 256;
+        if (rl.rlim_cur < want && rl.rlim_cur != RLIM_INFINITY) {
+            rl.rlim_cur = (rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want) ? want : rl.rlim_max;
+            setrlimit(RLIMIT_NOFILE, &rl);
         }
-    return err_set(err, "unknown transport '%s' (auto, raw or curl)", text);
-}
-
-const char *stream_transport_name(stream_transport_kind kind)
-{
-    return kind == STREAM_TRANSPORT_RAW ? "raw" : kind == STREAM_TRANSPORT_CURL ? "curl" : "auto";
-}
-
-/* no_proxy (curl's rules, simplified): "*", or a comma list of hosts and domain suffixes. */
-static bool no_proxy_matches(const char *list, const char *host, size_t host_len)
-{
-    while (list && *list) {
-        while (*list == ' ' || *list == ',')
-            list++;
-        size_t len = strcspn(list, ", ");
-        const char *entry = list;
-        list += len;
-        if (len == 1 && entry[0] == '*')
-            return true;
-        if (len > 0 && entry[0] == '.') {
-            entry++;
-            len--;
-        }
-        if (len == 0 || len > host_len)
-            continue;
-        if (strncasecmp(host + host_len - len, entry, len) == 0 &&
-            (len == host_len || host[host_len - len - 1] == '.'))
-            return true;
     }
-    return false;
 }
 
-stream_transport_kind stream_transport_resolve(stream_transport_kind kind, const char *base_url)
+int transport_epoll_wait(int ep, struct epoll_event *evs, int max_events, int64_t wait_ns,
+                         bool *use_pwait2)
 {
-    if (kind != STREAM_TRANSPORT_AUTO)
-        return kind;
-    bool https = strncasecmp(base_url, "https://", 8) == 0;
-    if (!https && strncasecmp(base_url, "http://", 7) != 0)
-        return STREAM_TRANSPORT_CURL;
-    /* curl reads lower-case http_proxy only (HTTP_PROXY could come from a CGI request). */
-    const char *names[] = {https ? "https_proxy" : "http_proxy", https ? "HTTPS_PROXY" : NULL,
-                           "all_proxy", "ALL_PROXY"};
-    bool proxy = false;
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        const char *v = names[i] ? getenv(names[i]) : NULL;
-        proxy |= v && v[0];
+    if (wait_ns < 0)
+        wait_ns = 0;
+    if (*use_pwait2) {
+        /* ns resolution: an injection planned at t is sent at t, not at the next ms. */
+        struct timespec ts = {wait_ns / CLOCK_NS_PER_S, wait_ns % CLOCK_NS_PER_S};
+        int n = epoll_pwait2(ep, evs, max_events, &ts, NULL);
+        if (n >= 0 || errno != ENOSYS)
+            return n;
+        *use_pwait2 = false;
     }
-    if (!proxy)
-        return STREAM_TRANSPORT_RAW;
-    const char *host = base_url + (https ? 8 : 7);
-    const char *at = host + strcspn(host, "/?#");
-    for (const char *p = host; p < at; p++)
-        if (*p == '@')
-            host = p + 1;
-    size_t host_len = host[0] == '[' ? strcspn(host, "]") + 1 : strcspn(host, ":/?#");
-    const char *no_proxy = getenv("no_proxy");
-    if (!no_proxy || !no_proxy[0])
-        no_proxy = getenv("NO_PROXY");
-    return no_proxy_matches(no_proxy, host, host_len) ? STREAM_TRANSPORT_RAW
-                                                      : STREAM_TRANSPORT_CURL;
+    const int64_t wait_ms = (wait_ns + CLOCK_NS_PER_MS - 1) / CLOCK_NS_PER_MS;
+    return epoll_wait(ep, evs, max_events, (int)wait_ms);
 }
 
-int stream_transport_create(stream_transport_kind kind, const stream_options *opt,
-                            stream_transport *out, char *err)
+int64_t transport_clock_now(void *impl)
 {
-    if (stream_transport_resolve(kind, opt->base_url) == STREAM_TRANSPORT_RAW) {
-        raw_client *c = raw_create(opt, err);
-        if (!c)
-            return -1;
-        *out = raw_client_transport(c);
-        return 0;
-    }
-    stream_client *c = stream_create(opt, err);
-    if (!c)
-        return -1;
-    *out = stream_client_transport(c);
-    return 0;
+    (void)impl;
+    return clock_now_ns();
 }

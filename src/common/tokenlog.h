@@ -9,7 +9,12 @@
  *
  * Times are integer ns from the run's t = 0; -1 means "never happened" (no first token).
  * kind is "bg" or "inject"; the injector's user is -1. steps.csv exists only where the
- * engine is ours (sim, embedded server). */
+ * engine is ours (sim, embedded server).
+ *
+ * One module, a file per job: tokenlog.c holds the log in memory and writes the format
+ * (rows, whole files, the incremental writer); tokenlog_read.c reads it back (whole files,
+ * row by row, a live server's step log); tokenlog_merge.c puts logs kept apart (one per
+ * client thread) together in time order. */
 #ifndef STALLSCOPE_TOKENLOG_H
 #define STALLSCOPE_TOKENLOG_H
 #include <stdbool.h>
@@ -20,6 +25,20 @@
 #include "common/buf.h"
 
 typedef enum { TOKENLOG_BG = 0, TOKENLOG_INJECT = 1 } tokenlog_kind;
+
+/* The files, and the header line each opens with. */
+typedef enum {
+    TOKENLOG_TOKENS_CSV = 0,
+    TOKENLOG_REQUESTS_CSV = 1,
+    TOKENLOG_STEPS_CSV = 2
+} tokenlog_file;
+#define TOKENLOG_TOKENS_HEADER "t_ns,user,request,kind,n_tokens"
+#define TOKENLOG_REQUESTS_HEADER                                                          \
+    "request,user,kind,t_plan_ns,t_send_ns,t_first_ns,t_end_ns,prompt_tokens_requested," \
+    "prompt_tokens,completion_tokens,finish_reason,error"
+#define TOKENLOG_STEPS_HEADER_V1                                                          \
+    "step,t_start_ns,t_end_ns,decode_tokens,prefill_tokens,n_requests,modeled_ns"
+#define TOKENLOG_STEPS_HEADER TOKENLOG_STEPS_HEADER_V1 ",late_ns"
 
 typedef struct tokenlog_event {
     int64_t t_ns;
@@ -115,8 +134,6 @@ void tokenlog_write_step(FILE *f, const tokenlog_step *st);
  * pages when SIGKILL arrives during it (a flush of tens of kB takes microseconds). */
 #define TOKENLOG_WRITER_MAX_PENDING (1 << 20)
 
-typedef enum { TOKENLOG_TOKENS_CSV = 0, TOKENLOG_REQUESTS_CSV = 1 } tokenlog_file;
-
 typedef struct tokenlog_writer {
     bool open;
     int fd;
@@ -129,7 +146,8 @@ typedef struct tokenlog_writer {
     ssize_t (*write_at)(int fd, const void *data, size_t len, off_t offset);
 } tokenlog_writer;
 
-/* Create (truncate) path and write the header of kind. -1 with err naming the file. */
+/* Create (truncate) path and write the header of kind (tokens.csv or requests.csv). -1 with
+ * err naming the file. */
 int tokenlog_writer_open(tokenlog_writer *w, const char *path, tokenlog_file kind, char *err);
 /* Append one row (tokens.csv: an event; requests.csv: a request). -1 with err once the
  * writer has failed (this row or an earlier flush): the caller should stop. */
@@ -162,6 +180,7 @@ int tokenlog_read_dir_rows(tokenlog *log, const char *dir, int64_t *cut_rows, ch
  * caller's buffer need not outlive the open). */
 typedef struct tokenlog_reader tokenlog_reader;
 tokenlog_reader *tokenlog_reader_open(const char *path, tokenlog_file kind, char *err);
+/* kind: TOKENLOG_TOKENS_CSV, else requests.csv. */
 int tokenlog_reader_event(tokenlog_reader *r, tokenlog_event *ev, char *err);
 int tokenlog_reader_request(tokenlog_reader *r, tokenlog_request *req, char *err);
 int64_t tokenlog_reader_close(tokenlog_reader *r);
@@ -171,5 +190,23 @@ int64_t tokenlog_reader_close(tokenlog_reader *r);
  * other malformed row is an error (-1, "file:line: why"). */
 int tokenlog_read_steps(tokenlog *log, const char *path, int64_t t0_ns, int64_t t_end_ns,
                         int64_t *cut_rows, char *err);
+
+/* ---- logs kept apart, put together (tokenlog_merge.c) ----------------------------------
+ *
+ * A load generator with one log per client thread (client/driver.c) puts each in order in
+ * its own thread, then merges them into the run's one log. The order: requests by when
+ * they were sent (-1, carried over from before t = 0, first), then by user; events by
+ * time, then user, then their request's place in that order, one request's events in the
+ * order they came. Users never share a part, so over all the parts the order is total. */
+
+/* Put part in that order: its requests sorted, its events sorted and naming their request
+ * by its new row. Both sorts are stable and cheap on rows nearly in order already. -1 with
+ * err when out of memory (part is then in no particular order). */
+int tokenlog_merge_order(tokenlog *part, char *err);
+/* Append parts[0, n_parts) (each in order) to out in that order, k-way: their requests,
+ * each renumbered as its row in out (request = the row), and when `events`, their events,
+ * naming those rows; of two rows in the same place, the earlier part's first. -1 with err
+ * when out of memory. */
+int tokenlog_merge(tokenlog *const *parts, int n_parts, bool events, tokenlog *out, char *err);
 
 #endif

@@ -10,7 +10,8 @@
 #include <stdio.h>
 
 #include "client/driver.h"
-#include "client/stream.h"
+#include "client/transport.h"
+#include "client/transport_kind.h"
 #include "engine/cost.h"
 #include "engine/exec.h"
 #include "engine/sched.h"
@@ -51,7 +52,7 @@ typedef struct experiment_client {
     int64_t warmup_ns;          /* background load before t = 0, not recorded */
     bool fidelity;              /* ask a --target for stallscope's per-chunk emit times */
     bool insecure;              /* https without certificate checks */
-    stream_transport_kind transport; /* auto (raw unless a proxy applies) | raw | curl */
+    transport_kind transport; /* auto (raw unless a proxy applies) | raw | curl */
     char extra_body[2048];      /* --extra-body: a JSON object merged into every request */
     int threads;                /* event loops of the load generator: --client-threads, else
                                    the CPUs the server leaves (experiment_client_threads,

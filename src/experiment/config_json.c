@@ -36,7 +36,7 @@ typedef enum {
     F_SOURCE,   /* const char *: written; read back as "config.json" (provenance) */
     F_POLICY,   /* sched_policy, by name */
     F_ENDPOINT, /* driver_endpoint, by name */
-    F_TRANSPORT, /* stream_transport_kind, by name */
+    F_TRANSPORT, /* transport_kind, by name */
     F_DIST,     /* workload_dist, as --prompt-len spells it */
     F_TRACE_FORMAT, /* trace_format (int), by name */
 } field_type;
@@ -290,7 +290,7 @@ static json_t *field_json(const field *f, const void *base)
     case F_ENDPOINT:
         return json_string(*(const driver_endpoint *)p == DRIVER_CHAT ? "chat" : "completions");
     case F_TRANSPORT:
-        return json_string(stream_transport_name(*(const stream_transport_kind *)p));
+        return json_string(transport_kind_name(*(const transport_kind *)p));
     case F_DIST: {
         char text[320];
         workload_dist_format((const workload_dist *)p, text, sizeof text);
@@ -423,7 +423,7 @@ static int read_field(const json_t *v, const field *f, void *base, const char *w
         return 0;
     case F_TRANSPORT:
         if (!json_is_string(v) ||
-            stream_transport_parse(json_string_value(v), (stream_transport_kind *)p, why) != 0)
+            transport_kind_parse(json_string_value(v), (transport_kind *)p, why) != 0)
             return bad(err, where, f, "not a transport (auto, raw, curl)");
         return 0;
     case F_DIST:

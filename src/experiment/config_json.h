@@ -58,7 +58,7 @@ typedef struct experiment_meta {
     int nice;                /* the client's scheduling priority */
     int64_t protocol_violations; /* server events the client ignored (docs/client.md) */
     char transport[8];       /* the transport the run used: "raw" | "curl" */
-    /* Token events by the source of their time (stream_stamp): the kernel's receive stamp,
+    /* Token events by the source of their time (transport_stamp): the kernel's receive stamp,
      * a kernel stamp shared by several events of one read (a bound), or user space. */
     int64_t stamps_kernel, stamps_kernel_coalesced, stamps_user;
     int64_t t0_monotonic_ns; /* t = 0 on this machine's CLOCK_MONOTONIC */

@@ -318,7 +318,7 @@ static int cl_extra_body(void *c, const char *v, char *err)
 }
 static int cl_transport(void *c, const char *v, char *err)
 {
-    return stream_transport_parse(v, &((experiment_config *)c)->client.transport, err);
+    return transport_kind_parse(v, &((experiment_config *)c)->client.transport, err);
 }
 
 static int cl_threads(void *c, const char *v, char *err)

@@ -48,7 +48,7 @@ typedef struct experiment_streaming {
 
 #define EXPERIMENT_TOKENS_CSV_MAX_DEFAULT ((int64_t)5000000) /* ~140 MB of tokens.csv */
 
-/* A runner (a small vtable, like exec and stream_transport). run() fills log (times from
+/* A runner (a small vtable, like exec and transport). run() fills log (times from
  * the run's t = 0) and meta (complete, engine name, target, what the client learned), and
  * leaves tokens.csv, requests.csv and (where the engine is ours) steps.csv in phase->dir —
  * as it goes where it can, so a run that dies keeps what it received. It returns 0 when

@@ -14,8 +14,11 @@
 #include <unistd.h>
 
 #include "client/driver.h"
+#include "client/fetch.h"
 #include "client/scrape.h"
-#include "client/stream.h"
+#include "client/transport.h"
+#include "client/transport_kind.h"
+#include "client/url.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/fsio.h"
@@ -131,7 +134,7 @@ static void embedded_stop(embedded *e, FILE *notes)
 /* ---- readiness, model name ---------------------------------------------------------------- */
 
 typedef struct health_check {
-    const stream_options *so;
+    const transport_options *so;
     bool need_200; /* the embedded server has /health; someone else's may not */
 } health_check;
 
@@ -141,7 +144,7 @@ static bool answers(void *ctx, char *why, size_t size)
     health_check *h = ctx;
     int status = 0;
     char err[ERR_LEN] = "";
-    if (stream_http(h->so, "GET", "/health", NULL, CLOCK_NS_PER_S, &status, NULL, err) != 0) {
+    if (fetch_http(h->so, "GET", "/health", NULL, CLOCK_NS_PER_S, &status, NULL, err) != 0) {
         snprintf(why, size, "%s", err);
         return false;
     }
@@ -151,7 +154,7 @@ static bool answers(void *ctx, char *why, size_t size)
     return false;
 }
 
-static int wait_ready(const stream_options *so, embedded *server, const experiment_phase *ph,
+static int wait_ready(const transport_options *so, embedded *server, const experiment_phase *ph,
                       char *err)
 {
     health_check h = {so, server != NULL};
@@ -175,12 +178,12 @@ static int wait_ready(const stream_options *so, embedded *server, const experime
 
 /* GET /v1/models: the target's first model names the requests' (unless --model-name), and a
  * 401/403 here is the first thing said, with the flag that fixes it. */
-static int check_models(const stream_options *so, driver_api *api, bool want_name, FILE *notes,
+static int check_models(const transport_options *so, driver_api *api, bool want_name, FILE *notes,
                         char *err)
 {
     int status = 0;
     char *body = NULL, herr[ERR_LEN];
-    if (stream_http(so, "GET", "/v1/models", NULL, 5 * CLOCK_NS_PER_S, &status, &body, herr) != 0)
+    if (fetch_http(so, "GET", "/v1/models", NULL, 5 * CLOCK_NS_PER_S, &status, &body, herr) != 0)
         status = 0; /* no answer here: the probe request will say what is wrong */
     if (status == 401 || status == 403) {
         free(body);
@@ -210,18 +213,18 @@ static int check_models(const stream_options *so, driver_api *api, bool want_nam
  * raw-socket transport plugs in at this one place. */
 /* What every loop's transport is made of: the options and the resolved kind. */
 typedef struct transport_ctx {
-    const stream_options *so;
-    stream_transport_kind kind;
+    const transport_options *so;
+    transport_kind kind;
 } transport_ctx;
 
-static int open_transport(void *ctx, int loop, stream_transport *out, char *err)
+static int open_transport(void *ctx, int loop, transport *out, char *err)
 {
     const transport_ctx *tc = ctx;
     (void)loop; /* every loop talks to the same server the same way */
-    return stream_transport_create(tc->kind, tc->so, out, err);
+    return transport_kind_create(tc->kind, tc->so, out, err);
 }
 
-static void close_transport(void *ctx, int loop, stream_transport *t)
+static void close_transport(void *ctx, int loop, transport *t)
 {
     (void)ctx, (void)loop;
     if (t->impl)
@@ -314,7 +317,7 @@ static int64_t recorded_events(const driver_result *res, const tokenlog *log)
     if (!res->events_dropped)
         return log->n_events;
     int64_t n = 0;
-    for (int k = 0; k < STREAM_STAMP_KINDS; k++)
+    for (int k = 0; k < TRANSPORT_STAMP_KINDS; k++)
         n += res->stamps[k];
     return n;
 }
@@ -328,8 +331,8 @@ static int write_fidelity(const experiment_phase *ph, driver_result *res,
     /* What the server sent that the client did not believe (docs/client.md): the total of
      * summary.json, and by kind. */
     json_t *kinds = json_object();
-    for (int k = SSE_VIOLATION_NONE + 1; k < SSE_VIOLATION_KINDS; k++)
-        json_object_set_new(kinds, sse_violation_name((sse_violation)k),
+    for (int k = CHUNK_VIOLATION_NONE + 1; k < CHUNK_VIOLATION_KINDS; k++)
+        json_object_set_new(kinds, chunk_violation_name((chunk_violation)k),
                             json_integer(res->violations_by_kind[k]));
     json_object_set_new(root, "protocol_violations", json_integer(res->protocol_violations));
     json_object_set_new(root, "violations_by_kind", kinds);
@@ -384,13 +387,13 @@ static void metrics_url(const experiment_config *cfg, const char *server_url, bo
         snprintf(out, size, "%s", want);
         return;
     }
-    if (stream_url_join(server_url, "/metrics", out, size) != 0) /* the target's query too */
+    if (url_join(server_url, "/metrics", out, size) != 0) /* the target's query too */
         out[0] = '\0'; /* cannot be longer than the target, which fits */
 }
 
 /* Probe the exposition once and start the scraper on its own thread; NULL (and one line
  * saying why) when the server has none this run can read: the run goes on without. */
-static scraper *metrics_start(const experiment_phase *ph, const stream_options *so,
+static scraper *metrics_start(const experiment_phase *ph, const transport_options *so,
                               experiment_meta *meta)
 {
     char url[512];
@@ -489,11 +492,11 @@ static void client_cpus(http_runner *hr, const experiment_phase *ph, experiment_
 }
 
 /* The connection takes the URL as given, credentials and all; meta->target is the record's. */
-static stream_options connection(const http_runner *hr, const experiment_phase *ph,
+static transport_options connection(const http_runner *hr, const experiment_phase *ph,
                                  const char *url)
 {
     const experiment_config *cfg = ph->cfg;
-    return (stream_options){
+    return (transport_options){
         .base_url = url,
         .api_key = hr->secrets ? hr->secrets->api_key : NULL,
         .headers = hr->secrets ? hr->secrets->headers : NULL,
@@ -510,7 +513,7 @@ static stream_options connection(const http_runner *hr, const experiment_phase *
 
 /* The first run's first contact: the API the requests speak (the model's name, token-id
  * prompts or calibrated text), found once per runner. 0, or -1 with err. */
-static int first_contact(http_runner *hr, const experiment_phase *ph, const stream_options *so,
+static int first_contact(http_runner *hr, const experiment_phase *ph, const transport_options *so,
                          transport_ctx *tc, char *err)
 {
     const experiment_config *cfg = ph->cfg;
@@ -529,7 +532,7 @@ static int first_contact(http_runner *hr, const experiment_phase *ph, const stre
         snprintf(hr->api.model, sizeof hr->api.model, "%s", cfg->client.model_name);
     if (check_models(so, &hr->api, !cfg->client.model_name[0], ph->notes, err) != 0)
         return -1;
-    stream_transport probe;
+    transport probe;
     if (open_transport(tc, 0, &probe, err) != 0)
         return -1;
     int rc = driver_probe(&probe, &hr->api, ph->wl, PROBE_TIMEOUT_NS, ph->notes, err);
@@ -558,9 +561,9 @@ static void record_learned(const http_runner *hr, const experiment_phase *ph,
     experiment_shard_record(shard_start, res->t0_ns, meta); /* and on the wall clock */
     meta->protocol_violations = res->protocol_violations;
     meta->ended_ns = res->drained ? res->t_end_ns - res->t0_ns : 0;
-    meta->stamps_kernel = res->stamps[STREAM_STAMP_KERNEL];
-    meta->stamps_kernel_coalesced = res->stamps[STREAM_STAMP_KERNEL_COALESCED];
-    meta->stamps_user = res->stamps[STREAM_STAMP_USER];
+    meta->stamps_kernel = res->stamps[TRANSPORT_STAMP_KERNEL];
+    meta->stamps_kernel_coalesced = res->stamps[TRANSPORT_STAMP_KERNEL_COALESCED];
+    meta->stamps_user = res->stamps[TRANSPORT_STAMP_USER];
     if (ph->cfg->engine == EXPERIMENT_REMOTE)
         experiment_engine_name(ph->cfg, hr->api.model, meta->engine_name,
                                sizeof meta->engine_name);
@@ -633,10 +636,10 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
         goto done;
     experiment_client_cpus cpus;
     client_cpus(hr, ph, &cpus);
-    const stream_options so = connection(hr, ph, remote ? cfg->client.target : server.url);
+    const transport_options so = connection(hr, ph, remote ? cfg->client.target : server.url);
     /* The transport: raw unless a proxy applies or --transport says (docs/client.md). */
-    transport_ctx tc = {&so, stream_transport_resolve(cfg->client.transport, so.base_url)};
-    snprintf(meta->transport, sizeof meta->transport, "%s", stream_transport_name(tc.kind));
+    transport_ctx tc = {&so, transport_kind_resolve(cfg->client.transport, so.base_url)};
+    snprintf(meta->transport, sizeof meta->transport, "%s", transport_kind_name(tc.kind));
     const driver_transports transports = {open_transport, close_transport, &tc};
     if (wait_ready(&so, remote ? NULL : &server, ph, err) != 0 ||
         (!hr->probed && first_contact(hr, ph, &so, &tc, err) != 0))

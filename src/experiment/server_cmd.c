@@ -4,7 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "client/stream.h"
+#include "client/fetch.h"
+#include "client/url.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "experiment/config.h"
@@ -76,10 +77,10 @@ static void url_host_port(const char *url, char *host, size_t hs, char *port, si
 
 static bool health_200(void *ctx, char *why, size_t size)
 {
-    const stream_options *so = ctx;
+    const transport_options *so = ctx;
     int status = 0;
     char err[ERR_LEN] = "";
-    if (stream_http(so, "GET", "/health", NULL, 2 * CLOCK_NS_PER_S, &status, NULL, err) != 0) {
+    if (fetch_http(so, "GET", "/health", NULL, 2 * CLOCK_NS_PER_S, &status, NULL, err) != 0) {
         snprintf(why, size, "%s", err);
         return false;
     }
@@ -115,13 +116,13 @@ int experiment_server_start(const char *tmpl, const experiment_config *cfg, cons
     proc_spec spec = {.shell = cmd, .log_path = log_path, .die_with_parent = true};
     if (proc_start(server, &spec, err) != 0)
         return -1;
-    stream_options so = {.base_url = cfg->client.target, .insecure = cfg->client.insecure};
+    transport_options so = {.base_url = cfg->client.target, .insecure = cfg->client.insecure};
     char why[ERR_LEN];
     if (proc_wait_ready(server, health_200, &so, timeout_ns, 250 * CLOCK_NS_PER_MS, interrupted,
                         why) != 0) {
         experiment_server_stop(server);
         char base[600];
-        stream_base_url(cfg->client.target, base, sizeof base);
+        url_base(cfg->client.target, base, sizeof base);
         return err_set(err, "%s/health did not answer 200: %s", base, why);
     }
     return 0;

@@ -245,23 +245,6 @@ void experiment_clock_read(experiment_clock *out)
     out->host[sizeof out->host - 1] = '\0';
 }
 
-/* CLOCK_REALTIME - CLOCK_MONOTONIC from the tightest of a few (REALTIME, MONOTONIC,
- * REALTIME) brackets; *error_ns is half that bracket, rounded up. */
-static int64_t clock_offset(int64_t *error_ns)
-{
-    int64_t best_width = INT64_MAX, best = 0;
-    for (int i = 0; i < PAIR_TRIES; i++) {
-        int64_t r1 = realtime_ns(), m = clock_now_ns(), r2 = realtime_ns();
-        int64_t width = r2 - r1;
-        if (width >= 0 && width < best_width) {
-            best_width = width;
-            best = r1 + width / 2 - m;
-        }
-    }
-    *error_ns = best_width == INT64_MAX ? 0 : (best_width + 1) / 2;
-    return best;
-}
-
 int64_t experiment_clock_uncertainty_ns(const experiment_clock *a, const experiment_clock *b,
                                         bool estimated)
 {
@@ -291,7 +274,7 @@ int experiment_shard_wait(const experiment_phase *ph, experiment_shard_start *st
     char planned[48];
     experiment_format_utc(st->planned_ns, planned, sizeof planned);
     int64_t pair_error;
-    st->offset_ns = clock_offset(&pair_error);
+    st->offset_ns = clock_realtime_offset_ns(PAIR_TRIES, &pair_error);
     const int64_t t0_mono = st->planned_ns - st->offset_ns;
     const int64_t warm_begin = t0_mono - cfg->client.warmup_ns;
     int64_t now = clock_now_ns();
@@ -316,7 +299,7 @@ int experiment_shard_wait(const experiment_phase *ph, experiment_shard_start *st
     /* The wall clock's pairing again, now: it may run at another rate than the monotonic
      * clock (a VM's has been seen 5,000 ppm apart), so the one read before the wait (up to
      * days ago) would place t = 0 off by that rate times the wait. */
-    st->offset_ns = clock_offset(&pair_error);
+    st->offset_ns = clock_realtime_offset_ns(PAIR_TRIES, &pair_error);
     const int64_t t0_now = st->planned_ns - st->offset_ns;
     experiment_clock_read(&st->clock);
     st->clock.pair_error_ns = pair_error;
@@ -334,7 +317,7 @@ void experiment_shard_record(const experiment_shard_start *st, int64_t t0_mono_n
     if (!st->sharded)
         return;
     int64_t pair_error;
-    int64_t offset_end = clock_offset(&pair_error);
+    int64_t offset_end = clock_realtime_offset_ns(PAIR_TRIES, &pair_error);
     experiment_clock end;
     experiment_clock_read(&end);
     meta->t0_realtime_ns = t0_mono_ns + st->offset_ns;

@@ -12,7 +12,7 @@
 #include "common/buf.h"
 #include "common/err.h"
 #include "common/fsio.h"
-#include "client/sse.h"
+#include "client/chunk.h"
 #include "common/units.h"
 #include "experiment/outdir.h"
 #include "experiment/shard.h"
@@ -462,7 +462,7 @@ static void join_missing(const merge_state *st, shard_run **runs, int k, char *b
  * dropped; every token row must belong to a request requests.csv lists; a request's rows
  * must carry the tokens requests.csv counts for it (completion_tokens: the tokens its
  * stream carried, plus the stop token a final usage may count without streaming it:
- * SSE_STOP_TOKEN_SLACK fewer rows' worth is whole), at most that many for a request sent
+ * CHUNK_STOP_TOKEN_SLACK fewer rows' worth is whole), at most that many for a request sent
  * before t = 0 (the warm-up's tokens are counted, not logged), and any number for one the
  * run never saw end (t_end_ns -1: no final count). Each disagreement makes the merged label incomplete. */
 static void check_files(merge_state *st, int l, const shard_run *r)
@@ -489,7 +489,7 @@ static void check_files(merge_state *st, int l, const shard_run *r)
         if (twice < 0 && i > 0 && c->request == r->counts[i - 1].request)
             twice = c->request;
         if (c->open || c->carried == c->counted || (c->before_t0 && c->carried < c->counted) ||
-            (c->carried < c->counted && c->counted - c->carried <= SSE_STOP_TOKEN_SLACK))
+            (c->carried < c->counted && c->counted - c->carried <= CHUNK_STOP_TOKEN_SLACK))
             continue;
         if (disagree++ == 0)
             first = c;

@@ -222,7 +222,7 @@ static void test_detach(void **state)
     assert_int_equal(b.len, 0);
     assert_int_equal(b.cap, 0);
     free(s);
-    /* An empty body is "" the caller frees, not NULL (stream_http's callers print it). */
+    /* An empty body is "" the caller frees, not NULL (fetch_http's callers print it). */
     s = buf_detach(&b);
     assert_non_null(s);
     assert_string_equal(s, "");

@@ -281,7 +281,7 @@ static void test_tokens_agree(void **state)
     t.usage = 1000;
     t.violations = 3;
     snprintf(t.first_violation, sizeof t.first_violation, "%s",
-             sse_violation_text(SSE_VIOLATION_ABOVE_STREAM));
+             chunk_violation_text(CHUNK_VIOLATION_ABOVE_STREAM));
     assert_false(calib_target_tokens_agree(&t, why, sizeof why));
     assert_string_equal(why, "3 protocol violations, the first: usage.completion_tokens above "
                              "the tokens streamed");

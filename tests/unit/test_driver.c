@@ -33,7 +33,7 @@
 #define MAX_LOOPS 8
 
 typedef struct fake_req {
-    const stream_handlers *h;
+    const transport_handlers *h;
     void *user;
     int max_tokens, prompt_len, sent;
     int64_t t_next;
@@ -53,7 +53,7 @@ typedef struct fake {
     bool refuse_ids;      /* answer 400 to token-id prompts */
     bool text_usage;      /* usage.prompt_tokens = 3 + 1.5 x words for text */
     int64_t busy_from, busy_until; /* requests posted in [from, until) get 503 */
-    int64_t retry_after_ns;        /* the 503s' Retry-After (stream_end), -1 none */
+    int64_t retry_after_ns;        /* the 503s' Retry-After (transport_end), -1 none */
     int64_t violations_each;       /* protocol violations every answered request reports */
     /* with a world */
     bool waiting, left;            /* in run(), waiting for time to pass; done (cancel_all) */
@@ -93,7 +93,7 @@ static int64_t fake_time(fake *f)
     return now;
 }
 
-static int fake_post(void *impl, const stream_request *req, char *err)
+static int fake_post(void *impl, const transport_request *req, char *err)
 {
     fake *f = impl;
     if (f->n >= FAKE_MAX)
@@ -131,14 +131,13 @@ static int fake_post(void *impl, const stream_request *req, char *err)
     return 0;
 }
 
-/* r ends at now with finish_reason `reason`; cancelled (stream_cancel_all): with error
+/* r ends at now with finish_reason `reason`; cancelled (the transport's cancel_all): with error
  * `cancel` when not "". */
-static void fake_finish(fake *f, fake_req *r, const char *reason, const char *cancel,
-                        int64_t now)
+static void fake_finish(fake *f, fake_req *r, const char *reason, const char *cancel, int64_t now)
 {
     r->live = false;
     f->active--;
-    stream_end end = {0};
+    transport_end end = {0};
     end.t_end_ns = now;
     const bool busy = r->reject && !f->refuse_ids;
     end.http_status = r->reject ? (busy ? 503 : 400) : 200;
@@ -176,7 +175,7 @@ static void fake_step(fake *f, fake_req *r, int64_t now)
     }
     r->sent++;
     f->tokens_sent++;
-    stream_token tok = {now, 1, now - 1000, -1, STREAM_STAMP_USER};
+    transport_token tok = {now, 1, now - 1000, -1, TRANSPORT_STAMP_USER};
     r->h->on_token(r->h->ctx, r->user, &tok);
     r->t_next += STEP_NS;
     if (r->sent >= r->max_tokens)
@@ -267,13 +266,13 @@ static void fake_cancel(void *impl, const char *reason)
 static int fake_active(void *impl) { return ((fake *)impl)->active; }
 static int64_t fake_now(void *impl) { return fake_time(impl); }
 
-static stream_transport fake_transport(fake *f)
+static transport fake_transport(fake *f)
 {
-    return (stream_transport){f, fake_post, fake_run, fake_cancel, fake_active, fake_now, NULL, NULL};
+    return (transport){f, fake_post, fake_run, fake_cancel, fake_active, fake_now, NULL, NULL};
 }
 
 /* driver_transports over a world: each loop gets a fake with the script's settings. */
-static int world_open(void *ctx, int loop, stream_transport *out, char *err)
+static int world_open(void *ctx, int loop, transport *out, char *err)
 {
     world *w = ctx;
     if (w->n_fakes >= MAX_LOOPS)
@@ -291,7 +290,7 @@ static int world_open(void *ctx, int loop, stream_transport *out, char *err)
     return 0;
 }
 
-static void world_close(void *ctx, int loop, stream_transport *t)
+static void world_close(void *ctx, int loop, transport *t)
 {
     world *w = ctx;
     fake *f = t->impl;
@@ -1055,7 +1054,7 @@ static void test_events_dropped_past_limit(void **state)
     int64_t sum = 0, recorded = 0;
     for (int64_t i = 0; i < files.n_events; i++)
         sum += files.events[i].n_tokens;
-    for (int k = 0; k < STREAM_STAMP_KINDS; k++)
+    for (int k = 0; k < TRANSPORT_STAMP_KINDS; k++)
         recorded += res.stamps[k];
     assert_true(files.n_events > 20);
     assert_int_equal(files.n_events, recorded);
@@ -1215,7 +1214,7 @@ static void test_probe(void **state)
 {
     (void)state;
     fake *f = fake_new();
-    stream_transport t = fake_transport(f);
+    transport t = fake_transport(f);
     workload_config wl;
     small_workload(&wl);
     driver_api api;

@@ -98,7 +98,7 @@ static void distinctive(experiment_config *c, experiment_meta *m)
     c->client.warmup_ns = 1500000000LL;
     c->client.fidelity = true;
     c->client.insecure = true;
-    c->client.transport = STREAM_TRANSPORT_CURL;
+    c->client.transport = TRANSPORT_CURL;
     c->client.threads = 7;
     c->client.threads_given = true;
     snprintf(c->client.extra_body, sizeof c->client.extra_body, "{\"temperature\":0.25}");
@@ -360,7 +360,7 @@ static void test_connection_group(void **state)
     assert_string_equal(c.client.target, "http://127.0.0.1:8000");
     assert_string_equal(c.client.model_name, "m");
     assert_true(c.client.insecure);
-    assert_int_equal(c.client.transport, STREAM_TRANSPORT_CURL);
+    assert_int_equal(c.client.transport, TRANSPORT_CURL);
     /* the load's flags are not the connection's */
     char *load[] = {"--client-threads", "2"};
     assert_int_equal(opts_parse(2, load, &conn, 1, NULL, 0, NULL, err), -1);

@@ -30,7 +30,7 @@
 #include <openssl/x509.h>
 
 #include "client/raw.h"
-#include "client/stream.h"
+#include "client/transport_kind.h"
 #include "common/clock.h"
 #include "common/err.h"
 
@@ -248,15 +248,15 @@ static int start_servers(void **state)
 
 typedef struct result {
     int n_tok;
-    stream_token tok[MAX_TOK];
+    transport_token tok[MAX_TOK];
     int64_t seen_ns[MAX_TOK]; /* when on_token ran */
     int64_t busy_ns;          /* on_token spins until the event's emit_ns + this (a loop held
                                  up, by the same amount for every event) */
     bool ended;
-    stream_end end;
+    transport_end end;
 } result;
 
-static void on_token(void *ctx, void *user, const stream_token *tok)
+static void on_token(void *ctx, void *user, const transport_token *tok)
 {
     (void)ctx;
     result *r = user;
@@ -269,7 +269,7 @@ static void on_token(void *ctx, void *user, const stream_token *tok)
     }
 }
 
-static void on_end(void *ctx, void *user, const stream_end *end)
+static void on_end(void *ctx, void *user, const transport_end *end)
 {
     (void)ctx;
     result *r = user;
@@ -277,7 +277,7 @@ static void on_end(void *ctx, void *user, const stream_end *end)
     r->end = *end;
 }
 
-static const stream_handlers handlers = {NULL, on_token, on_end};
+static const transport_handlers handlers = {NULL, on_token, on_end};
 
 /* A closed-loop user: the next request is posted from the previous one's on_end. */
 typedef struct chain {
@@ -286,19 +286,19 @@ typedef struct chain {
     result *next;
 } chain;
 
-static void on_end_then_post(void *ctx, void *user, const stream_end *end)
+static void on_end_then_post(void *ctx, void *user, const transport_end *end)
 {
     chain *ch = ctx;
     on_end(NULL, user, end);
     memset(ch->next, 0, sizeof *ch->next);
-    stream_request req = {ch->path, "{}", 2, &handlers, ch->next, 0};
+    transport_request req = {ch->path, "{}", 2, &handlers, ch->next, 0};
     char err[ERR_LEN];
     assert_int_equal(raw_post(ch->c, &req, err), 0);
 }
 
 static raw_client *make_client(const char *url, bool insecure)
 {
-    stream_options o = {0};
+    transport_options o = {0};
     o.base_url = url;
     o.api_key = "sk-test";
     o.insecure = insecure;
@@ -314,7 +314,7 @@ static void request(raw_client *c, const char *path, int64_t busy_ns, result *r)
 {
     memset(r, 0, sizeof *r);
     r->busy_ns = busy_ns;
-    stream_request req = {path, "{\"prompt\":[1]}", 14, &handlers, r, 0};
+    transport_request req = {path, "{\"prompt\":[1]}", 14, &handlers, r, 0};
     char err[ERR_LEN];
     assert_int_equal(raw_post(c, &req, err), 0);
     int64_t deadline = clock_now_ns() + 5 * CLOCK_NS_PER_S;
@@ -346,14 +346,14 @@ static int check_paced(raw_client *c, const char *path)
         late = coalesced = 0;
         for (int i = 0; i < r.n_tok; i++) {
             int64_t error_ns = r.tok[i].t_ns - r.tok[i].emit_ns;
-            if (r.tok[i].stamp == STREAM_STAMP_KERNEL_COALESCED) {
+            if (r.tok[i].stamp == TRANSPORT_STAMP_KERNEL_COALESCED) {
                 coalesced++;
                 continue;
             }
-            if (r.tok[i].stamp != STREAM_STAMP_KERNEL || error_ns < 0 ||
+            if (r.tok[i].stamp != TRANSPORT_STAMP_KERNEL || error_ns < 0 ||
                 error_ns > 4 * CLOCK_NS_PER_MS)
                 fail_msg("token %d: stamp %s, %.3f ms after the send", i,
-                         stream_stamp_name(r.tok[i].stamp), (double)error_ns / 1e6);
+                         transport_stamp_name(r.tok[i].stamp), (double)error_ns / 1e6);
             late += r.seen_ns[i] - r.tok[i].emit_ns > 8 * CLOCK_NS_PER_MS;
         }
     }
@@ -371,13 +371,14 @@ static void test_kernel_stamps_under_a_busy_loop(void **state)
     snprintf(url, sizeof url, "http://127.0.0.1:%d", server_port);
     raw_client *c = make_client(url, false);
     const int attempts = check_paced(c, "/paced");
-    stream_stats st;
+    transport_stats st;
     raw_get_stats(c, &st);
     /* every event counted by its source; the proving attempt's 5 all exact */
-    assert_int_equal(st.stamps[STREAM_STAMP_KERNEL] + st.stamps[STREAM_STAMP_KERNEL_COALESCED],
+    assert_int_equal(st.stamps[TRANSPORT_STAMP_KERNEL] +
+                         st.stamps[TRANSPORT_STAMP_KERNEL_COALESCED],
                      5 * attempts);
-    assert_true(st.stamps[STREAM_STAMP_KERNEL] >= 5);
-    assert_int_equal(st.stamps[STREAM_STAMP_USER], 0);
+    assert_true(st.stamps[TRANSPORT_STAMP_KERNEL] >= 5);
+    assert_int_equal(st.stamps[TRANSPORT_STAMP_USER], 0);
     raw_free(c);
 }
 
@@ -391,7 +392,7 @@ static void test_coalesced(void **state)
      * one read returns them with the last one's stamp. */
     result r;
     memset(&r, 0, sizeof r);
-    stream_request req = {"/burst", "{}", 2, &handlers, &r, 0};
+    transport_request req = {"/burst", "{}", 2, &handlers, &r, 0};
     char err[ERR_LEN];
     assert_int_equal(raw_post(c, &req, err), 0);
     raw_run(c, clock_now_ns() + 2 * CLOCK_NS_PER_MS, err); /* connect and send */
@@ -402,14 +403,14 @@ static void test_coalesced(void **state)
     assert_string_equal(r.end.error, "");
     assert_int_equal(r.n_tok, 3);
     for (int i = 0; i < 3; i++) {
-        assert_int_equal(r.tok[i].stamp, STREAM_STAMP_KERNEL_COALESCED);
+        assert_int_equal(r.tok[i].stamp, TRANSPORT_STAMP_KERNEL_COALESCED);
         assert_int_equal(r.tok[i].t_ns, r.tok[2].t_ns);
     }
     /* The shared stamp is the last event's: only a bound for the first. */
     assert_true(r.tok[0].t_ns - r.tok[0].emit_ns >= 8 * CLOCK_NS_PER_MS);
-    stream_stats st;
+    transport_stats st;
     raw_get_stats(c, &st);
-    assert_int_equal(st.stamps[STREAM_STAMP_KERNEL_COALESCED], 3);
+    assert_int_equal(st.stamps[TRANSPORT_STAMP_KERNEL_COALESCED], 3);
     raw_free(c);
 }
 
@@ -446,9 +447,9 @@ static void test_keep_alive_and_host(void **state)
     result second;
     memset(&second, 0, sizeof second);
     chain ch = {c, "/v1/short-then-close", &second};
-    const stream_handlers then_post = {&ch, on_token, on_end_then_post};
+    const transport_handlers then_post = {&ch, on_token, on_end_then_post};
     memset(&r, 0, sizeof r);
-    stream_request req = {"/v1/short-then-close", "{}", 2, &then_post, &r, 0};
+    transport_request req = {"/v1/short-then-close", "{}", 2, &then_post, &r, 0};
     char err[ERR_LEN];
     assert_int_equal(raw_post(c, &req, err), 0);
     int64_t deadline = clock_now_ns() + 5 * CLOCK_NS_PER_S;
@@ -474,7 +475,7 @@ static void test_userinfo_and_query(void **state)
     char url[160];
     snprintf(url, sizeof url, "http://al%%69ce:p%%40ss:w@127.0.0.1:%d/prefix/v1/?api-version=7&k=v#frag",
              server_port);
-    stream_options o = {0};
+    transport_options o = {0};
     o.base_url = url;
     char err[ERR_LEN];
     raw_client *c = raw_create(&o, err);
@@ -528,29 +529,29 @@ static void test_auto_transport(void **state)
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
     const char *local = "http://127.0.0.1:8000", *secure = "https://api.example.test/v1";
-    assert_int_equal(stream_transport_resolve(STREAM_TRANSPORT_AUTO, local), STREAM_TRANSPORT_RAW);
-    assert_int_equal(stream_transport_resolve(STREAM_TRANSPORT_AUTO, secure), STREAM_TRANSPORT_RAW);
-    assert_int_equal(stream_transport_resolve(STREAM_TRANSPORT_CURL, local), STREAM_TRANSPORT_CURL);
+    assert_int_equal(transport_kind_resolve(TRANSPORT_AUTO, local), TRANSPORT_RAW);
+    assert_int_equal(transport_kind_resolve(TRANSPORT_AUTO, secure), TRANSPORT_RAW);
+    assert_int_equal(transport_kind_resolve(TRANSPORT_CURL, local), TRANSPORT_CURL);
     setenv("http_proxy", "http://proxy:3128", 1);
-    assert_int_equal(stream_transport_resolve(STREAM_TRANSPORT_AUTO, local), STREAM_TRANSPORT_CURL);
-    assert_int_equal(stream_transport_resolve(STREAM_TRANSPORT_AUTO, secure), STREAM_TRANSPORT_RAW);
-    assert_int_equal(stream_transport_resolve(STREAM_TRANSPORT_RAW, local), STREAM_TRANSPORT_RAW);
+    assert_int_equal(transport_kind_resolve(TRANSPORT_AUTO, local), TRANSPORT_CURL);
+    assert_int_equal(transport_kind_resolve(TRANSPORT_AUTO, secure), TRANSPORT_RAW);
+    assert_int_equal(transport_kind_resolve(TRANSPORT_RAW, local), TRANSPORT_RAW);
     setenv("no_proxy", "localhost,127.0.0.1", 1);
-    assert_int_equal(stream_transport_resolve(STREAM_TRANSPORT_AUTO, local), STREAM_TRANSPORT_RAW);
+    assert_int_equal(transport_kind_resolve(TRANSPORT_AUTO, local), TRANSPORT_RAW);
     setenv("HTTPS_PROXY", "http://proxy:3128", 1);
-    assert_int_equal(stream_transport_resolve(STREAM_TRANSPORT_AUTO, secure), STREAM_TRANSPORT_CURL);
+    assert_int_equal(transport_kind_resolve(TRANSPORT_AUTO, secure), TRANSPORT_CURL);
     setenv("no_proxy", ".example.test", 1);
-    assert_int_equal(stream_transport_resolve(STREAM_TRANSPORT_AUTO, secure), STREAM_TRANSPORT_RAW);
+    assert_int_equal(transport_kind_resolve(TRANSPORT_AUTO, secure), TRANSPORT_RAW);
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
-    stream_transport_kind k;
+    transport_kind k;
     char err[ERR_LEN];
-    assert_int_equal(stream_transport_parse("curl", &k, err), 0);
-    assert_int_equal(k, STREAM_TRANSPORT_CURL);
-    assert_int_equal(stream_transport_parse("http2", &k, err), -1);
+    assert_int_equal(transport_kind_parse("curl", &k, err), 0);
+    assert_int_equal(k, TRANSPORT_CURL);
+    assert_int_equal(transport_kind_parse("http2", &k, err), -1);
     assert_non_null(strstr(err, "http2"));
     /* What the raw transport cannot take is said at creation. */
-    stream_options o = {0};
+    transport_options o = {0};
     o.base_url = "unix:///run/x.sock";
     assert_null(raw_create(&o, err));
     assert_non_null(strstr(err, "--transport curl"));

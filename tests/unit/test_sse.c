@@ -1,5 +1,6 @@
-/* sse: the splitter fed whole, one byte at a time, in random splits and against a page
- * guard; the chunk decoder on the shapes of vLLM, llama.cpp, OpenAI, TGI. */
+/* sse: the splitter (sse.c) fed whole, one byte at a time, in random splits and against a
+ * page guard; the chunk decoder and the counter (chunk.c, over json_scan.c's scanner and
+ * its jansson reference) on the shapes of vLLM, llama.cpp, OpenAI, TGI. */
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +14,8 @@
 
 #include <cmocka.h>
 
+#include "client/chunk.h"
+#include "client/json_scan.h"
 #include "client/sse.h"
 #include "common/err.h"
 #include "common/rng.h"
@@ -219,39 +222,39 @@ static void test_page_guard(void **state)
 
 /* ---- decoder ---------------------------------------------------------------------- */
 
-static sse_chunk decode(const char *type, const char *data)
+static chunk_info decode(const char *type, const char *data)
 {
     sse_event ev = {data, strlen(data), type};
-    sse_chunk c;
+    chunk_info c;
     char err[ERR_LEN];
-    assert_int_equal(sse_decode_chunk(&ev, &c, err), 0);
+    assert_int_equal(chunk_decode(&ev, &c, err), 0);
     return c;
 }
 
 static void test_vllm_completion_continuous_usage(void **state)
 {
     (void)state;
-    sse_counter n;
-    sse_counter_init(&n, 0);
-    sse_chunk c = decode("", "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1,"
+    chunk_counter n;
+    chunk_counter_init(&n, 0);
+    chunk_info c = decode("", "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1,"
                              "\"model\":\"m\",\"choices\":[{\"index\":0,\"text\":\" the\","
                              "\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}],"
                              "\"usage\":{\"prompt_tokens\":80,\"total_tokens\":81,"
                              "\"completion_tokens\":1}}");
     assert_true(c.has_choices && c.has_text && c.has_usage);
     assert_int_equal(c.prompt_tokens, 80);
-    assert_int_equal(sse_counter_add(&n, &c), 1);
+    assert_int_equal(chunk_counter_add(&n, &c), 1);
     /* Two tokens in one event (detokenizer held one back): k = 2. */
     c = decode("", "{\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\"ab\","
                    "\"finish_reason\":null}],\"usage\":{\"prompt_tokens\":80,"
                    "\"completion_tokens\":3}}");
-    assert_int_equal(sse_counter_add(&n, &c), 2);
+    assert_int_equal(chunk_counter_add(&n, &c), 2);
     assert_int_equal(n.delivered, 3);
     c = decode("", "{\"choices\":[{\"index\":0,\"text\":\"z\",\"finish_reason\":\"length\"}],"
                    "\"usage\":{\"prompt_tokens\":80,\"completion_tokens\":4}}");
     assert_true(c.stopped);
     assert_string_equal(c.finish_reason, "length");
-    assert_int_equal(sse_counter_add(&n, &c), 1);
+    assert_int_equal(chunk_counter_add(&n, &c), 1);
     /* include_usage's final usage-only chunk: no token. */
     c = decode("", "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"choices\":[],"
                    "\"usage\":{\"prompt_tokens\":80,\"total_tokens\":84,"
@@ -259,7 +262,7 @@ static void test_vllm_completion_continuous_usage(void **state)
     assert_false(c.has_choices);
     assert_true(c.has_usage);
     assert_int_equal(c.completion_tokens, 4);
-    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_int_equal(chunk_counter_add(&n, &c), 0);
     c = decode("", " [DONE]");
     assert_true(c.done);
 }
@@ -270,23 +273,23 @@ static void test_vllm_completion_continuous_usage(void **state)
 static void test_absurd_usage(void **state)
 {
     (void)state;
-    sse_counter n;
-    sse_counter_init(&n, 0);
+    chunk_counter n;
+    chunk_counter_init(&n, 0);
     const char *bad[] = {"1e300", "-1e300", "1099511627776", "-5", "2.5", "\"7\"", "true", "[]"};
     const int n_bad = (int)(sizeof bad / sizeof bad[0]);
     for (int i = 0; i < n_bad; i++) {
         char json[160];
         snprintf(json, sizeof json,
                  "{\"choices\":[{\"text\":\"a\"}],\"usage\":{\"completion_tokens\":%s}}", bad[i]);
-        sse_chunk c = decode("", json);
+        chunk_info c = decode("", json);
         assert_true(c.bad_count);
         assert_int_equal(c.completion_tokens, -1);
-        assert_int_equal(sse_counter_add(&n, &c), 1);
+        assert_int_equal(chunk_counter_add(&n, &c), 1);
     }
     assert_int_equal(n.delivered, n_bad);
     assert_int_equal(n.violations, n_bad);
-    assert_int_equal(n.first, SSE_VIOLATION_BAD_COUNT);
-    sse_chunk c =
+    assert_int_equal(n.first, CHUNK_VIOLATION_BAD_COUNT);
+    chunk_info c =
         decode("", "{\"choices\":[],\"usage\":{\"prompt_tokens\":-3,\"completion_tokens\":9}}");
     assert_true(c.bad_count);
     assert_int_equal(c.prompt_tokens, -1);
@@ -309,64 +312,64 @@ static void test_absurd_usage(void **state)
 static void test_counter_trusts_nothing(void **state)
 {
     (void)state;
-    sse_counter n;
-    sse_counter_init(&n, 3);
-    sse_chunk c = decode("", "{\"choices\":[{\"text\":\"ab\"}],\"usage\":{\"prompt_tokens\":5,"
+    chunk_counter n;
+    chunk_counter_init(&n, 3);
+    chunk_info c = decode("", "{\"choices\":[{\"text\":\"ab\"}],\"usage\":{\"prompt_tokens\":5,"
                              "\"completion_tokens\":2}}");
-    assert_int_equal(sse_counter_add(&n, &c), 2);
+    assert_int_equal(chunk_counter_add(&n, &c), 2);
     assert_int_equal(n.violations, 0);
     c = decode("", "{\"choices\":[{\"text\":\"c\"}],\"usage\":{\"completion_tokens\":2147483647}}");
     assert_false(c.bad_count); /* a count, but not of this request */
-    assert_int_equal(sse_counter_add(&n, &c), 1); /* its text, as without usage */
+    assert_int_equal(chunk_counter_add(&n, &c), 1); /* its text, as without usage */
     assert_int_equal(n.violations, 1);
-    assert_int_equal(n.first, SSE_VIOLATION_PAST_MAX);
+    assert_int_equal(n.first, CHUNK_VIOLATION_PAST_MAX);
     c = decode("", "{\"choices\":[{\"text\":\"d\"}],\"usage\":{\"completion_tokens\":1}}");
-    assert_int_equal(sse_counter_add(&n, &c), 0); /* backwards, and the 3 are delivered */
+    assert_int_equal(chunk_counter_add(&n, &c), 0); /* backwards, and the 3 are delivered */
     assert_int_equal(n.violations, 2);
     c = decode("", "{\"choices\":[{\"text\":\"e\"}]}");
-    assert_int_equal(sse_counter_add(&n, &c), 0); /* a fourth token */
+    assert_int_equal(chunk_counter_add(&n, &c), 0); /* a fourth token */
     assert_int_equal(n.violations, 3);
     c = decode("", "{\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3}}");
-    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_int_equal(chunk_counter_add(&n, &c), 0);
     assert_int_equal(n.violations, 3);
-    assert_false(sse_counter_ended(&n));
+    assert_false(chunk_counter_ended(&n));
     c = decode("", "[DONE]");
-    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_int_equal(chunk_counter_add(&n, &c), 0);
     assert_true(n.done);
     assert_int_equal(n.violations, 3);
     /* After [DONE] every event is one, whatever it holds (a token, another [DONE]). */
-    assert_true(sse_counter_ended(&n));
+    assert_true(chunk_counter_ended(&n));
     c = decode("", "{\"choices\":[{\"text\":\"f\"}],\"usage\":{\"completion_tokens\":3}}");
-    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_int_equal(chunk_counter_add(&n, &c), 0);
     c = decode("", "[DONE]");
-    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_int_equal(chunk_counter_add(&n, &c), 0);
     assert_int_equal(n.violations, 6);
     assert_int_equal(n.delivered, 3);
-    assert_int_equal(sse_counter_completion(&n), 3);
+    assert_int_equal(chunk_counter_completion(&n), 3);
     assert_int_equal(n.usage_prompt, 5);
-    assert_int_equal(n.first, SSE_VIOLATION_PAST_MAX);
-    assert_non_null(strstr(sse_violation_text(SSE_VIOLATION_AFTER_DONE), "[DONE]"));
-    for (int v = SSE_VIOLATION_AFTER_DONE; v < SSE_VIOLATION_KINDS; v++)
-        assert_true(strlen(sse_violation_text((sse_violation)v)) > 5);
+    assert_int_equal(n.first, CHUNK_VIOLATION_PAST_MAX);
+    assert_non_null(strstr(chunk_violation_text(CHUNK_VIOLATION_AFTER_DONE), "[DONE]"));
+    for (int v = CHUNK_VIOLATION_AFTER_DONE; v < CHUNK_VIOLATION_KINDS; v++)
+        assert_true(strlen(chunk_violation_text((chunk_violation)v)) > 5);
 
     /* Unbounded (max_tokens unknown): a count still cannot go backwards, and a refused count
      * leaves the completion at the tokens delivered. */
-    sse_counter_init(&n, 0);
+    chunk_counter_init(&n, 0);
     c = decode("", "{\"choices\":[{\"text\":\"a\"}],\"usage\":{\"completion_tokens\":40}}");
-    assert_int_equal(sse_counter_add(&n, &c), 40);
+    assert_int_equal(chunk_counter_add(&n, &c), 40);
     c = decode("", "{\"choices\":[],\"usage\":{\"completion_tokens\":7}}");
-    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_int_equal(chunk_counter_add(&n, &c), 0);
     assert_int_equal(n.violations, 1);
-    assert_int_equal(n.first, SSE_VIOLATION_COUNT_BACKWARDS);
-    assert_int_equal(sse_counter_completion(&n), 40);
+    assert_int_equal(n.first, CHUNK_VIOLATION_COUNT_BACKWARDS);
+    assert_int_equal(chunk_counter_completion(&n), 40);
 }
 
 /* count events of one text chunk (no usage in it), each one token. */
-static void add_text_events(sse_counter *n, const char *json, int count)
+static void add_text_events(chunk_counter *n, const char *json, int count)
 {
     for (int i = 0; i < count; i++) {
-        sse_chunk c = decode("", json);
-        assert_int_equal(sse_counter_add(n, &c), 1);
+        chunk_info c = decode("", json);
+        assert_int_equal(chunk_counter_add(n, &c), 1);
     }
 }
 
@@ -376,104 +379,104 @@ static void add_text_events(sse_counter *n, const char *json, int count)
 static void test_counter_usage_above_stream(void **state)
 {
     (void)state;
-    sse_counter n;
+    chunk_counter n;
     /* 20 text events without usage, then a usage-only chunk claiming 40 (max_tokens 40). */
-    sse_counter_init(&n, 40);
+    chunk_counter_init(&n, 40);
     add_text_events(&n, "{\"choices\":[{\"index\":0,\"text\":\" w\"}]}", 20);
-    sse_chunk c =
+    chunk_info c =
         decode("", "{\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}]}");
-    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_int_equal(chunk_counter_add(&n, &c), 0);
     c = decode("", "{\"choices\":[],\"usage\":{\"prompt_tokens\":8,\"completion_tokens\":40}}");
-    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_int_equal(chunk_counter_add(&n, &c), 0);
     assert_int_equal(n.violations, 1);
-    assert_int_equal(n.first, SSE_VIOLATION_ABOVE_STREAM);
-    assert_int_equal(n.by_kind[SSE_VIOLATION_ABOVE_STREAM], 1);
-    assert_int_equal(sse_counter_completion(&n), 20);
+    assert_int_equal(n.first, CHUNK_VIOLATION_ABOVE_STREAM);
+    assert_int_equal(n.by_kind[CHUNK_VIOLATION_ABOVE_STREAM], 1);
+    assert_int_equal(chunk_counter_completion(&n), 20);
     assert_int_equal(n.usage_prompt, 8); /* the prompt's count is another matter */
-    assert_string_equal(sse_violation_name(SSE_VIOLATION_ABOVE_STREAM), "above_stream");
-    assert_non_null(strstr(sse_violation_text(SSE_VIOLATION_ABOVE_STREAM), "streamed"));
+    assert_string_equal(chunk_violation_name(CHUNK_VIOLATION_ABOVE_STREAM), "above_stream");
+    assert_non_null(strstr(chunk_violation_text(CHUNK_VIOLATION_ABOVE_STREAM), "streamed"));
 
     /* The same after continuous usage that kept up (1, 2, 3), and a text-less finishing
      * chunk that claims the rest in one go: no token, refused. */
-    sse_counter_init(&n, 0);
+    chunk_counter_init(&n, 0);
     for (int i = 1; i <= 3; i++) {
         char json[128];
         snprintf(json, sizeof json,
                  "{\"choices\":[{\"text\":\"a\"}],\"usage\":{\"completion_tokens\":%d}}", i);
         c = decode("", json);
-        assert_int_equal(sse_counter_add(&n, &c), 1);
+        assert_int_equal(chunk_counter_add(&n, &c), 1);
     }
     c = decode("", "{\"choices\":[{\"text\":\"\",\"finish_reason\":\"length\"}],"
                    "\"usage\":{\"completion_tokens\":30}}");
-    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_int_equal(chunk_counter_add(&n, &c), 0);
     c = decode("", "{\"choices\":[],\"usage\":{\"completion_tokens\":30}}");
-    assert_int_equal(sse_counter_add(&n, &c), 0);
-    assert_int_equal(n.by_kind[SSE_VIOLATION_ABOVE_STREAM], 2);
-    assert_int_equal(sse_counter_completion(&n), 3);
+    assert_int_equal(chunk_counter_add(&n, &c), 0);
+    assert_int_equal(n.by_kind[CHUNK_VIOLATION_ABOVE_STREAM], 2);
+    assert_int_equal(chunk_counter_completion(&n), 3);
 
     /* A count that arrives only at the end (TGI's generated_tokens) on the last token: 2
      * tokens streamed one each, the third claims 9. Its text is one token. */
-    sse_counter_init(&n, 0);
+    chunk_counter_init(&n, 0);
     add_text_events(&n, "{\"token\":{\"text\":\"a\",\"special\":false},\"generated_text\":null}", 2);
     c = decode("", "{\"token\":{\"text\":\"b\",\"special\":false},\"generated_text\":\"aab\","
                    "\"details\":{\"finish_reason\":\"length\",\"generated_tokens\":9}}");
-    assert_int_equal(sse_counter_add(&n, &c), 1);
-    assert_int_equal(n.first, SSE_VIOLATION_ABOVE_STREAM);
-    assert_int_equal(sse_counter_completion(&n), 3);
+    assert_int_equal(chunk_counter_add(&n, &c), 1);
+    assert_int_equal(n.first, CHUNK_VIOLATION_ABOVE_STREAM);
+    assert_int_equal(chunk_counter_completion(&n), 3);
     /* ... and nothing may be claimed before the first token either. */
-    sse_counter_init(&n, 0);
+    chunk_counter_init(&n, 0);
     c = decode("", "{\"choices\":[],\"usage\":{\"completion_tokens\":5}}");
-    assert_int_equal(sse_counter_add(&n, &c), 0);
-    assert_int_equal(n.first, SSE_VIOLATION_ABOVE_STREAM);
+    assert_int_equal(chunk_counter_add(&n, &c), 0);
+    assert_int_equal(n.first, CHUNK_VIOLATION_ABOVE_STREAM);
 
     /* What stays true: the stop token streams no text, so usage may be one above the events
      * (OpenAI's final usage after a "stop"), and a continuous usage may carry 2 tokens in one
      * event (vLLM's held-back token): no violation. */
-    sse_counter_init(&n, 0);
+    chunk_counter_init(&n, 0);
     add_text_events(&n, "{\"choices\":[{\"delta\":{\"content\":\"x\"}}]}", 5);
     c = decode("", "{\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}");
-    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_int_equal(chunk_counter_add(&n, &c), 0);
     c = decode("", "{\"choices\":[],\"usage\":{\"completion_tokens\":6}}");
-    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_int_equal(chunk_counter_add(&n, &c), 0);
     assert_int_equal(n.violations, 0);
-    assert_int_equal(sse_counter_completion(&n), 6);
-    sse_counter_init(&n, 0);
+    assert_int_equal(chunk_counter_completion(&n), 6);
+    chunk_counter_init(&n, 0);
     c = decode("", "{\"choices\":[{\"text\":\"a\"}],\"usage\":{\"completion_tokens\":1}}");
-    assert_int_equal(sse_counter_add(&n, &c), 1);
+    assert_int_equal(chunk_counter_add(&n, &c), 1);
     c = decode("", "{\"choices\":[{\"text\":\"bc\"}],\"usage\":{\"completion_tokens\":3}}");
-    assert_int_equal(sse_counter_add(&n, &c), 2);
+    assert_int_equal(chunk_counter_add(&n, &c), 2);
     c = decode("", "{\"choices\":[{\"text\":\"\",\"finish_reason\":\"stop\"}],"
                    "\"usage\":{\"completion_tokens\":4}}");
-    assert_int_equal(sse_counter_add(&n, &c), 1); /* the stop token, as an event */
+    assert_int_equal(chunk_counter_add(&n, &c), 1); /* the stop token, as an event */
     assert_int_equal(n.violations, 0);
-    assert_int_equal(sse_counter_completion(&n), 4);
+    assert_int_equal(chunk_counter_completion(&n), 4);
 }
 
 static void test_openai_chat_chunks(void **state)
 {
     (void)state;
-    sse_counter n;
-    sse_counter_init(&n, 0);
+    chunk_counter n;
+    chunk_counter_init(&n, 0);
     /* First chunk: the role, empty content: not a token. */
-    sse_chunk c = decode("", "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\","
+    chunk_info c = decode("", "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\","
                              "\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\","
                              "\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]}");
     assert_true(c.has_choices);
     assert_false(c.has_text);
-    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_int_equal(chunk_counter_add(&n, &c), 0);
     c = decode("", "{\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,"
                    "\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}");
-    assert_int_equal(sse_counter_add(&n, &c), 1);
+    assert_int_equal(chunk_counter_add(&n, &c), 1);
     c = decode("", "{\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hm\"}}]}");
-    assert_int_equal(sse_counter_add(&n, &c), 1);
+    assert_int_equal(chunk_counter_add(&n, &c), 1);
     c = decode("", "{\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}");
     assert_true(c.stopped);
-    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_int_equal(chunk_counter_add(&n, &c), 0);
     /* OpenAI's usage chunk (include_usage): choices empty, usage set. */
     c = decode("", "{\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":"
                    "{\"prompt_tokens\":9,\"completion_tokens\":2,\"total_tokens\":11}}");
     assert_int_equal(c.completion_tokens, 2);
-    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_int_equal(chunk_counter_add(&n, &c), 0);
     assert_int_equal(n.delivered, 2);
     c = decode("", "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0}]}}]}");
     assert_true(c.has_text);
@@ -482,30 +485,30 @@ static void test_openai_chat_chunks(void **state)
 static void test_llamacpp_shapes(void **state)
 {
     (void)state;
-    sse_counter n;
-    sse_counter_init(&n, 0);
+    chunk_counter n;
+    chunk_counter_init(&n, 0);
     /* Native /completion stream. */
-    sse_chunk c = decode("", "{\"content\":\" the\",\"stop\":false,\"id_slot\":0,"
+    chunk_info c = decode("", "{\"content\":\" the\",\"stop\":false,\"id_slot\":0,"
                              "\"multimodal\":false,\"index\":0}");
     assert_true(c.has_text);
-    assert_int_equal(sse_counter_add(&n, &c), 1);
+    assert_int_equal(chunk_counter_add(&n, &c), 1);
     c = decode("", "{\"content\":\"\",\"stop\":true,\"stop_type\":\"limit\",\"tokens_predicted\":"
                    "1,\"tokens_evaluated\":12,\"timings\":{\"predicted_ms\":3.1}}");
     assert_true(c.stopped);
     assert_string_equal(c.finish_reason, "length");
     assert_int_equal(c.prompt_tokens, 12);
-    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_int_equal(chunk_counter_add(&n, &c), 0);
     /* Its OpenAI-compatible /v1/chat/completions, with timings on the last chunk. */
-    sse_counter_init(&n, 0);
+    chunk_counter_init(&n, 0);
     c = decode("", "{\"choices\":[{\"finish_reason\":null,\"index\":0,\"delta\":{\"content\":"
                    "\"x\"}}],\"created\":1,\"id\":\"chatcmpl-a\",\"model\":\"gpt-3.5-turbo\","
                    "\"object\":\"chat.completion.chunk\"}");
-    assert_int_equal(sse_counter_add(&n, &c), 1);
+    assert_int_equal(chunk_counter_add(&n, &c), 1);
     c = decode("", "{\"choices\":[{\"finish_reason\":\"length\",\"index\":0,\"delta\":{}}],"
                    "\"usage\":{\"completion_tokens\":1,\"prompt_tokens\":5,\"total_tokens\":6},"
                    "\"timings\":{\"predicted_n\":1}}");
     assert_string_equal(c.finish_reason, "length");
-    assert_int_equal(sse_counter_add(&n, &c), 0);
+    assert_int_equal(chunk_counter_add(&n, &c), 0);
     /* llama.cpp's error line. */
     c = decode("error", "{\"code\":500,\"message\":\"slot unavailable\",\"type\":\"server_error\"}");
     assert_true(c.is_error);
@@ -514,16 +517,16 @@ static void test_llamacpp_shapes(void **state)
 static void test_tgi_and_errors_and_stallscope(void **state)
 {
     (void)state;
-    sse_counter n;
-    sse_counter_init(&n, 0);
-    sse_chunk c = decode("", "{\"index\":1,\"token\":{\"id\":5,\"text\":\"a\",\"logprob\":-1,"
+    chunk_counter n;
+    chunk_counter_init(&n, 0);
+    chunk_info c = decode("", "{\"index\":1,\"token\":{\"id\":5,\"text\":\"a\",\"logprob\":-1,"
                              "\"special\":false},\"generated_text\":null,\"details\":null}");
-    assert_int_equal(sse_counter_add(&n, &c), 1);
+    assert_int_equal(chunk_counter_add(&n, &c), 1);
     c = decode("", "{\"index\":2,\"token\":{\"id\":6,\"text\":\"b\",\"special\":false},"
                    "\"generated_text\":\"ab\",\"details\":{\"finish_reason\":\"length\","
                    "\"generated_tokens\":2}}");
     assert_true(c.stopped);
-    assert_int_equal(sse_counter_add(&n, &c), 1);
+    assert_int_equal(chunk_counter_add(&n, &c), 1);
 
     c = decode("", "{\"error\":{\"message\":\"too long\",\"type\":\"BadRequestError\","
                    "\"code\":400}}");
@@ -545,10 +548,10 @@ static void test_tgi_and_errors_and_stallscope(void **state)
 
     sse_event bad = {"{\"choices\": [", 13, ""};
     char err[ERR_LEN];
-    assert_int_equal(sse_decode_chunk(&bad, &c, err), -1);
+    assert_int_equal(chunk_decode(&bad, &c, err), -1);
     assert_non_null(strstr(err, "malformed"));
     sse_event arr = {"[1,2]", 5, ""};
-    assert_int_equal(sse_decode_chunk(&arr, &c, err), -1);
+    assert_int_equal(chunk_decode(&arr, &c, err), -1);
 }
 
 /* A whole vLLM-style stream, byte by byte and in random splits, through split + decode. */
@@ -570,14 +573,14 @@ static void test_stream_end_to_end(void **state)
         collected got;
         feed(text, len, seed == 0 ? 1 : 1 + seed * 7, seed, &got);
         assert_int_equal(got.n, 22);
-        sse_counter n;
-        sse_counter_init(&n, 0);
+        chunk_counter n;
+        chunk_counter_init(&n, 0);
         int64_t total = 0;
         int events = 0;
         bool done = false;
         for (int i = 0; i < got.n; i++) {
-            sse_chunk c = decode("", got.data[i]);
-            int k = sse_counter_add(&n, &c);
+            chunk_info c = decode("", got.data[i]);
+            int k = chunk_counter_add(&n, &c);
             total += k;
             events += k > 0;
             done |= c.done;
@@ -599,9 +602,9 @@ static void expect_same_decoding(const char *type, const char *data, size_t len)
     memcpy(copy, data, len);
     copy[len] = '\0';
     sse_event ev = {copy, len, type};
-    sse_chunk fast, ref;
+    chunk_info fast, ref;
     char fast_err[ERR_LEN] = "", ref_err[ERR_LEN] = "";
-    const int fast_rc = sse_decode_chunk(&ev, &fast, fast_err);
+    const int fast_rc = chunk_decode(&ev, &fast, fast_err);
     if (memchr(copy, '\0', len)) {
         /* JSON text never holds a NUL byte: the scanner refuses it wherever it is. jansson
          * 2.14 does too, but for one right after a number or a literal, which its lexer's
@@ -613,7 +616,7 @@ static void expect_same_decoding(const char *type, const char *data, size_t len)
         free(copy);
         return;
     }
-    const int ref_rc = sse_decode_chunk_jansson(&ev, &ref, ref_err);
+    const int ref_rc = chunk_decode_jansson(&ev, &ref, ref_err);
     bool same = fast_rc == ref_rc;
     if (same && fast_rc == 0)
         same = fast.done == ref.done && fast.is_error == ref.is_error &&
@@ -890,9 +893,9 @@ static void test_scanner_depth_limit(void **state)
         text[n] = '\0';
         expect_same_decoding("", text, n);
         sse_event ev = {text, n, ""};
-        sse_chunk c;
+        chunk_info c;
         char err[ERR_LEN];
-        assert_int_equal(sse_decode_chunk(&ev, &c, err), levels <= 2048 ? 0 : -1);
+        assert_int_equal(chunk_decode(&ev, &c, err), levels <= 2048 ? 0 : -1);
         free(text);
     }
 }

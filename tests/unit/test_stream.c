@@ -1,8 +1,9 @@
-/* stream: both transports (raw, the default, and libcurl's multi interface), the same
- * cases each, against a scripted HTTP server on 127.0.0.1 (a thread of this test): events
- * split across reads are stamped at the read that completes them, k-token events, HTTP
- * errors, resets, stalls (idle timeout), malformed SSE, refused connections, and many
- * streams at once. The group runs once per transport (main). */
+/* stream: both transports (raw, the default, and libcurl's multi interface: transport.h,
+ * their shared reply.c), the same cases each, against a scripted HTTP server on 127.0.0.1
+ * (a thread of this test): events split across reads are stamped at the read that
+ * completes them, k-token events, HTTP errors, resets, stalls (idle timeout), malformed SSE,
+ * refused connections, and many streams at once. The group runs once per transport
+ * (main). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,7 +22,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client/stream.h"
+#include "client/curl.h"
+#include "client/fetch.h"
+#include "client/reply.h"
+#include "client/transport_kind.h"
+#include "client/url.h"
 #include "common/clock.h"
 #include "common/err.h"
 
@@ -292,13 +297,13 @@ static int start_server(void **state)
 
 typedef struct result {
     int n_tok;
-    stream_token tok[MAX_TOK];
+    transport_token tok[MAX_TOK];
     bool ended;
-    stream_end end;
-    stream_stats stats; /* the client's, when its run ended */
+    transport_end end;
+    transport_stats stats; /* the client's, when its run ended */
 } result;
 
-static void on_token(void *ctx, void *user, const stream_token *tok)
+static void on_token(void *ctx, void *user, const transport_token *tok)
 {
     (void)ctx;
     result *r = user;
@@ -306,7 +311,7 @@ static void on_token(void *ctx, void *user, const stream_token *tok)
         r->tok[r->n_tok++] = *tok;
 }
 
-static void on_end(void *ctx, void *user, const stream_end *end)
+static void on_end(void *ctx, void *user, const transport_end *end)
 {
     int *ended = ctx;
     result *r = user;
@@ -317,13 +322,13 @@ static void on_end(void *ctx, void *user, const stream_end *end)
 }
 
 /* The transport under test: set by main before each run of the group. */
-static stream_transport_kind kind_under_test;
+static transport_kind kind_under_test;
 
-static stream_transport make_client(int port, int64_t idle_ns, int max_streams)
+static transport make_client(int port, int64_t idle_ns, int max_streams)
 {
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/", port);
-    stream_options o = {0};
+    transport_options o = {0};
     o.base_url = url;
     o.api_key = "sk-test";
     const char *hdrs[] = {"X-Test: 1"};
@@ -332,8 +337,8 @@ static stream_transport make_client(int port, int64_t idle_ns, int max_streams)
     o.idle_timeout_ns = idle_ns;
     o.max_streams = max_streams;
     char err[ERR_LEN];
-    stream_transport t;
-    if (stream_transport_create(kind_under_test, &o, &t, err) != 0)
+    transport t;
+    if (transport_kind_create(kind_under_test, &o, &t, err) != 0)
         fail_msg("%s", err);
     return t;
 }
@@ -343,9 +348,9 @@ static stream_transport make_client(int port, int64_t idle_ns, int max_streams)
 static void request_max(int port, const char *path, int64_t idle_ns, int64_t max_tokens, result *r)
 {
     memset(r, 0, sizeof *r);
-    stream_transport t = make_client(port, idle_ns, 4);
-    static const stream_handlers h = {NULL, on_token, on_end};
-    stream_request req = {path, "{\"prompt\":[1,2,3]}", 18, &h, r, max_tokens};
+    transport t = make_client(port, idle_ns, 4);
+    static const transport_handlers h = {NULL, on_token, on_end};
+    transport_request req = {path, "{\"prompt\":[1,2,3]}", 18, &h, r, max_tokens};
     char err[ERR_LEN];
     assert_int_equal(t.post(t.impl, &req, err), 0);
     int64_t deadline = clock_now_ns() + 5 * CLOCK_NS_PER_S;
@@ -387,7 +392,7 @@ static void test_ok_stream(void **state)
     assert_int_equal(r.tok[2].t_ns, r.tok[3].t_ns);
     /* Where the stamps came from: the kernel's receive time for the raw transport (two
      * events in one read: "coalesced", a bound), the read's time for curl. */
-    if (kind_under_test == STREAM_TRANSPORT_RAW) {
+    if (kind_under_test == TRANSPORT_RAW) {
         /* The rule: an event that shares its read with another (the same stamp) is
          * "coalesced". The server writes tok[0], tok[1] and tok[2..3] tens of ms apart, so
          * each is read alone unless the machine held the client back that long (ASan on a
@@ -400,20 +405,20 @@ static void test_ok_stream(void **state)
         for (int i = 0; i < 2; i++) {
             const bool shared = r.tok[i].t_ns == r.tok[i + 1].t_ns ||
                                 (i > 0 && r.tok[i].t_ns == r.tok[i - 1].t_ns);
-            if (r.tok[i].stamp == STREAM_STAMP_USER) {
+            if (r.tok[i].stamp == TRANSPORT_STAMP_USER) {
                 user++;
                 continue;
             }
             assert_int_equal(r.tok[i].stamp,
-                             shared ? STREAM_STAMP_KERNEL_COALESCED : STREAM_STAMP_KERNEL);
+                             shared ? TRANSPORT_STAMP_KERNEL_COALESCED : TRANSPORT_STAMP_KERNEL);
         }
         assert_true(user <= 1);
         assert_true(r.stats.kernel_stamps_refused >= user);
-        assert_int_equal(r.tok[2].stamp, STREAM_STAMP_KERNEL_COALESCED);
-        assert_int_equal(r.tok[3].stamp, STREAM_STAMP_KERNEL_COALESCED);
+        assert_int_equal(r.tok[2].stamp, TRANSPORT_STAMP_KERNEL_COALESCED);
+        assert_int_equal(r.tok[3].stamp, TRANSPORT_STAMP_KERNEL_COALESCED);
     } else {
         for (int i = 0; i < 4; i++)
-            assert_int_equal(r.tok[i].stamp, STREAM_STAMP_USER);
+            assert_int_equal(r.tok[i].stamp, TRANSPORT_STAMP_USER);
     }
 }
 
@@ -504,17 +509,17 @@ static void test_retry_after(void **state)
 
     /* The parser alone. 1445412480 is Wed, 21 Oct 2015 07:28:00 GMT. */
     const int64_t s = CLOCK_NS_PER_S;
-    assert_int_equal(stream_retry_after_ns("120", 0), 120 * s);
-    assert_int_equal(stream_retry_after_ns(" 0\t", 0), 0);
-    assert_int_equal(stream_retry_after_ns("Wed, 21 Oct 2015 07:28:00 GMT", 1445412470), 10 * s);
-    assert_int_equal(stream_retry_after_ns("Wed, 21 Oct 2015 07:28:00 GMT", 1445412490), 0);
-    assert_int_equal(stream_retry_after_ns("99999999999999999999999", 0),
-                     STREAM_RETRY_AFTER_LIMIT_S * s);
-    assert_int_equal(stream_retry_after_ns("", 0), -1);
-    assert_int_equal(stream_retry_after_ns("soon", 0), -1);
-    assert_int_equal(stream_retry_after_ns("-5", 0), -1);
-    assert_int_equal(stream_retry_after_ns("1.5", 0), -1);
-    assert_int_equal(stream_retry_after_ns("12 parsecs", 0), -1);
+    assert_int_equal(reply_retry_after_ns("120", 0), 120 * s);
+    assert_int_equal(reply_retry_after_ns(" 0\t", 0), 0);
+    assert_int_equal(reply_retry_after_ns("Wed, 21 Oct 2015 07:28:00 GMT", 1445412470), 10 * s);
+    assert_int_equal(reply_retry_after_ns("Wed, 21 Oct 2015 07:28:00 GMT", 1445412490), 0);
+    assert_int_equal(reply_retry_after_ns("99999999999999999999999", 0),
+                     REPLY_RETRY_AFTER_LIMIT_S * s);
+    assert_int_equal(reply_retry_after_ns("", 0), -1);
+    assert_int_equal(reply_retry_after_ns("soon", 0), -1);
+    assert_int_equal(reply_retry_after_ns("-5", 0), -1);
+    assert_int_equal(reply_retry_after_ns("1.5", 0), -1);
+    assert_int_equal(reply_retry_after_ns("12 parsecs", 0), -1);
 }
 
 /* Only a 200 whose body is not compressed is a stream: any other status is an error naming
@@ -577,9 +582,9 @@ static void test_cut_after_interim(void **state)
     (void)state;
     result r;
     memset(&r, 0, sizeof r);
-    stream_transport t = make_client(server_port, 0, 4);
-    static const stream_handlers h = {NULL, on_token, on_end};
-    stream_request req = {"/refuse/interim", "{}", 2, &h, &r, 0};
+    transport t = make_client(server_port, 0, 4);
+    static const transport_handlers h = {NULL, on_token, on_end};
+    transport_request req = {"/refuse/interim", "{}", 2, &h, &r, 0};
     char err[ERR_LEN];
     assert_int_equal(t.post(t.impl, &req, err), 0);
     assert_int_equal(t.run(t.impl, clock_now_ns() + 300 * CLOCK_NS_PER_MS, err), 0);
@@ -612,13 +617,15 @@ static void test_refused(void **state)
 
     char url[64], err[ERR_LEN];
     snprintf(url, sizeof url, "http://127.0.0.1:%d", ntohs(a.sin_port));
-    stream_options o = {0};
+    transport_options o = {0};
     o.base_url = url;
     int status;
-    assert_int_equal(stream_http(&o, "GET", "/health", NULL, CLOCK_NS_PER_S, &status, NULL, err), -1);
+    assert_int_equal(fetch_http(&o, "GET", "/health", NULL, CLOCK_NS_PER_S, &status, NULL, err),
+                     -1);
     snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/", server_port);
     char *body = NULL;
-    assert_int_equal(stream_http(&o, "GET", "/health", NULL, CLOCK_NS_PER_S, &status, &body, err), 0);
+    assert_int_equal(fetch_http(&o, "GET", "/health", NULL, CLOCK_NS_PER_S, &status, &body, err),
+                     0);
     assert_int_equal(status, 200);
     assert_string_equal(body, "ok");
     free(body);
@@ -630,11 +637,11 @@ static void test_many_streams(void **state)
     enum { N = 200 };
     result *rs = calloc(N, sizeof *rs);
     int ended = 0;
-    stream_handlers h = {&ended, on_token, on_end};
-    stream_transport t = make_client(server_port, 0, N);
+    transport_handlers h = {&ended, on_token, on_end};
+    transport t = make_client(server_port, 0, N);
     char err[ERR_LEN];
     for (int i = 0; i < N; i++) {
-        stream_request req = {"/fast", "{}", 2, &h, &rs[i], 0};
+        transport_request req = {"/fast", "{}", 2, &h, &rs[i], 0};
         assert_int_equal(t.post(t.impl, &req, err), 0);
     }
     assert_int_equal(t.active(t.impl), N);
@@ -649,7 +656,7 @@ static void test_many_streams(void **state)
             tokens += rs[i].tok[j].n_tokens;
     }
     assert_int_equal(tokens, (int64_t)N * 20);
-    stream_stats st;
+    transport_stats st;
     t.stats(t.impl, &st);
     assert_int_equal(st.tokens, (int64_t)N * 20);
     assert_int_equal(st.requests, N);
@@ -658,7 +665,7 @@ static void test_many_streams(void **state)
     memset(rs, 0, N * sizeof *rs);
     ended = 0;
     for (int i = 0; i < 10; i++) {
-        stream_request req = {"/stall", "{}", 2, &h, &rs[i], 0};
+        transport_request req = {"/stall", "{}", 2, &h, &rs[i], 0};
         assert_int_equal(t.post(t.impl, &req, err), 0);
     }
     t.run(t.impl, clock_now_ns() + 100 * CLOCK_NS_PER_MS, err);
@@ -677,21 +684,21 @@ static void test_base_url(void **state)
 {
     (void)state;
     char out[128];
-    stream_base_url("http://h:1/v1/", out, sizeof out);
+    url_base("http://h:1/v1/", out, sizeof out);
     assert_string_equal(out, "http://h:1");
-    stream_base_url("https://h/api", out, sizeof out);
+    url_base("https://h/api", out, sizeof out);
     assert_string_equal(out, "https://h/api");
 }
 
 int main(void)
 {
     /* Both transports must behave alike; the stamps' source is the raw one's (test_raw). */
-    static const stream_transport_kind kinds[] = {STREAM_TRANSPORT_RAW, STREAM_TRANSPORT_CURL};
+    static const transport_kind kinds[] = {TRANSPORT_RAW, TRANSPORT_CURL};
     int failed = 0;
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         kind_under_test = kinds[k];
         char name[64];
-        snprintf(name, sizeof name, "stream over the %s transport", stream_transport_name(kinds[k]));
+        snprintf(name, sizeof name, "stream over the %s transport", transport_kind_name(kinds[k]));
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_base_url),
             cmocka_unit_test(test_ok_stream),

@@ -716,6 +716,85 @@ static void test_writer_file_too_large(void **state)
     remove_tree(dir);
 }
 
+/* Two parts written apart (users 1 and 2 on one, user 0 on the other), each out of order
+ * as a client thread's rows may be, put in order and merged: requests by (t_send, user),
+ * warm-up carry-overs (-1) first, renumbered as their rows; events by (t, user, request),
+ * naming the merged rows, one request's events in the order they came. */
+static void add_request(tokenlog *log, int64_t id, int32_t user, int64_t t_send_ns)
+{
+    tokenlog_request r = {0};
+    r.request = id;
+    r.user = user;
+    r.t_send_ns = t_send_ns;
+    r.t_plan_ns = t_send_ns;
+    assert_int_equal(tokenlog_add_request(log, &r, NULL), 0);
+}
+
+static void add_event(tokenlog *log, int64_t t_ns, int64_t row, int32_t user, int32_t n_tokens)
+{
+    tokenlog_event ev = {t_ns, row, user, n_tokens, TOKENLOG_BG};
+    assert_int_equal(tokenlog_add_event(log, &ev), 0);
+}
+
+static void test_merge_parts(void **state)
+{
+    (void)state;
+    char err[ERR_LEN];
+    tokenlog a, b, out;
+    tokenlog_init(&a);
+    tokenlog_init(&b);
+    tokenlog_init(&out);
+    add_request(&a, 100, 2, 50);  /* row 0 */
+    add_request(&a, 101, 1, 50);  /* row 1: same send time, lower user: first */
+    add_request(&a, 102, 1, -1);  /* row 2: carried over from the warm-up */
+    add_event(&a, 70, 0, 2, 1);
+    add_event(&a, 60, 1, 1, 1);   /* out of order */
+    add_event(&a, 60, 1, 1, 2);   /* the same request's next event, same stamp */
+    add_event(&a, 10, 2, 1, 1);
+    add_request(&b, 200, 0, 50);  /* b's row 0 */
+    add_request(&b, 201, 0, 20);  /* b's row 1 */
+    add_event(&b, 60, 0, 0, 3);
+    add_event(&b, 30, 1, 0, 1);
+    assert_int_equal(tokenlog_merge_order(&a, err), 0);
+    assert_int_equal(tokenlog_merge_order(&b, err), 0);
+    assert_int_equal(a.requests[0].request, 102); /* in a: -1, then (50, user 1), (50, 2) */
+    assert_int_equal(a.requests[1].request, 101);
+    assert_int_equal(a.events[0].request, 0);     /* t = 10: the carried-over one, now row 0 */
+    tokenlog *parts[] = {&a, &b};
+    add_request(&out, 9, 5, -1); /* a row already there: the merged rows follow it */
+    assert_int_equal(tokenlog_merge(parts, 2, true, &out, err), 0);
+    const int64_t want_id[] = {102, 201, 200, 101, 100}; /* -1; 20; 50 users 0, 1, 2 */
+    assert_int_equal(out.n_requests, 6);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(out.requests[i + 1].request, i + 1); /* renumbered: its row */
+        assert_int_equal(out.requests[i + 1].t_plan_ns,
+                         want_id[i] == 102 ? -1 : want_id[i] == 201 ? 20 : 50);
+    }
+    assert_int_equal(out.requests[3].user, 0); /* the three sent at 50, by user */
+    assert_int_equal(out.requests[4].user, 1);
+    assert_int_equal(out.requests[5].user, 2);
+    /* Events: (10, u1, row 1), (30, u0, row 2), (60, u0, row 3), (60, u1, row 4) x2 in the
+     * order they came (1 then 2 tokens), (70, u2, row 5). */
+    const int64_t want_t[] = {10, 30, 60, 60, 60, 70}, want_row[] = {1, 2, 3, 4, 4, 5};
+    const int32_t want_tokens[] = {1, 1, 3, 1, 2, 1};
+    assert_int_equal(out.n_events, 6);
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(out.events[i].t_ns, want_t[i]);
+        assert_int_equal(out.events[i].request, want_row[i]);
+        assert_int_equal(out.events[i].n_tokens, want_tokens[i]);
+    }
+    /* Without events: the requests alone. */
+    tokenlog rows;
+    tokenlog_init(&rows);
+    assert_int_equal(tokenlog_merge(parts, 2, false, &rows, err), 0);
+    assert_int_equal(rows.n_requests, 5);
+    assert_int_equal(rows.n_events, 0);
+    tokenlog_free(&rows);
+    tokenlog_free(&out);
+    tokenlog_free(&a);
+    tokenlog_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -733,6 +812,7 @@ int main(void)
         cmocka_unit_test(test_row_reader),
         cmocka_unit_test(test_reader_keeps_its_path),
         cmocka_unit_test(test_writers_match_printf),
+        cmocka_unit_test(test_merge_parts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
