@@ -328,18 +328,11 @@ static int build_digest(analysis_stream *s, analysis_summary *out)
     return 0;
 }
 
-int analysis_stream_end(analysis_stream *s, const analysis_options *opt, analysis_summary *out,
-                        double *threshold_ms, char *err)
+/* What the options pass through (names, completeness, stamps, limits), the run's users
+ * (given, or the distinct ones seen) and its tokens. -1 when out of memory. */
+static int summary_head(const analysis_stream *s, const analysis_options *opt,
+                        analysis_summary *out)
 {
-    memset(out, 0, sizeof *out);
-    int rc = -1;
-    double *ttft = NULL;
-    int64_t *plan_of_window = NULL;
-    interval *intervals = NULL;
-    pair_i64 *aligned_users = NULL;
-    int64_t n_aligned_users = 0, cap_aligned_users = 0;
-    const tokenlog *log = &s->log;
-
     copy_name(out->label, sizeof out->label, opt->label);
     copy_name(out->engine, sizeof out->engine, opt->engine);
     copy_name(out->target, sizeof out->target, opt->target);
@@ -353,13 +346,147 @@ int analysis_stream_end(analysis_stream *s, const analysis_options *opt, analysi
     if (opt->users > 0)
         out->users = opt->users;
     else if (count_users(s, &out->users) != 0)
-        goto oom;
+        return -1;
     out->tokens_received = s->tokens;
     out->streamed_throughput = s->duration_s > 0 ? (double)s->tokens / s->duration_s : 0;
-    if (failures(log, out) != 0)
-        goto oom;
+    return 0;
+}
 
-    if (gap_distributions(s, out) != 0)
+/* TTFT of background requests that got a first token. -1 when out of memory. */
+static int background_ttft(const tokenlog *log, analysis_dist *out)
+{
+    int64_t n = 0;
+    double *ttft = malloc((size_t)(log->n_requests ? log->n_requests : 1) * sizeof *ttft);
+    if (!ttft)
+        return -1;
+    for (int64_t i = 0; i < log->n_requests; i++) {
+        const tokenlog_request *r = &log->requests[i];
+        if (r->kind == TOKENLOG_BG && r->t_first_ns >= 0 && r->t_send_ns >= 0)
+            ttft[n++] = analysis_ns_to_ms(r->t_first_ns - r->t_send_ns);
+    }
+    analysis_dist_from(ttft, n, out);
+    free(ttft);
+    return 0;
+}
+
+/* The candidates longer than threshold are the stalls: kept in s->cand, by request then
+ * time; their count and share of the gaps. */
+static void select_stalls(analysis_stream *s, double threshold, analysis_summary *out)
+{
+    int64_t n_stalls = 0;
+    for (int64_t i = 0; i < s->n_cand; i++)
+        if (analysis_ns_to_ms(s->cand[i].gap_ns) > threshold)
+            s->cand[n_stalls++] = s->cand[i];
+    s->n_cand = n_stalls;
+    if (n_stalls > 1)
+        qsort(s->cand, (size_t)n_stalls, sizeof *s->cand, cmp_stall);
+    const int64_t n_gaps = s->half[0].n + s->half[1].n;
+    out->stalls.count = n_stalls;
+    out->stalls.fraction_of_gaps = n_gaps > 0 ? (double)n_stalls / (double)n_gaps : 0;
+}
+
+/* The stall list, each stall aligned or not (it overlaps an injection's wait), and the
+ * distinct users each injection stalled (plan_of_window: an injection's window -> its index
+ * in out->injections). -1 when out of memory. */
+static int align_stalls(analysis_stream *s, const int64_t *plan_of_window, analysis_summary *out)
+{
+    const int64_t n_stalls = s->n_cand;
+    pair_i64 *aligned_users = NULL;
+    int64_t n_aligned_users = 0, cap_aligned_users = 0;
+    if (s->max_end_dirty < s->n_win)
+        analysis_stream_refresh_max_end(s);
+    out->stall_list = calloc((size_t)(n_stalls ? n_stalls : 1), sizeof *out->stall_list);
+    if (!out->stall_list)
+        return -1;
+    for (int64_t i = 0; i < n_stalls; i++) {
+        const stream_candidate *c = &s->cand[i];
+        const int64_t a = c->t_ns, b = c->t_ns + c->gap_ns;
+        bool aligned = false;
+        for (int64_t j = analysis_stream_windows_lower_bound(s, b) - 1; j >= 0 && s->max_end[j] > a;
+             j--) {
+            if (s->win[j].end <= a)
+                continue;
+            aligned = true;
+            pair_i64 p = {plan_of_window[j], c->user};
+            if (buf_grow_items((void **)&aligned_users, &cap_aligned_users, n_aligned_users + 1,
+                               sizeof p) != 0) {
+                free(aligned_users);
+                return -1;
+            }
+            aligned_users[n_aligned_users++] = p;
+        }
+        out->stalls.aligned += aligned;
+        analysis_stall *st = &out->stall_list[i];
+        st->t_ns = a;
+        st->gap_ns = c->gap_ns;
+        st->request = c->request;
+        st->user = c->user;
+    }
+    out->n_stall_list = n_stalls;
+    out->stalls.aligned_fraction =
+        n_stalls > 0 ? (double)out->stalls.aligned / (double)n_stalls : 0;
+
+    if (n_aligned_users > 1)
+        qsort(aligned_users, (size_t)n_aligned_users, sizeof *aligned_users, cmp_pair);
+    for (int64_t i = 0; i < n_aligned_users; i++)
+        if (i == 0 || cmp_pair(&aligned_users[i], &aligned_users[i - 1]) != 0)
+            out->injections[aligned_users[i].first].users_stalled++;
+    for (int j = 0; j < out->n_injections; j++)
+        out->injections_with_stalls += out->injections[j].users_stalled > 0;
+    free(aligned_users);
+    return 0;
+}
+
+/* Stalled time: the union of the stalls, not their sum — 32 users frozen by one prefill
+ * are one frozen interval of wall time — over the run's duration. -1 when out of memory. */
+static int stalled_time(analysis_summary *out)
+{
+    const int64_t n = out->n_stall_list;
+    interval *intervals = malloc((size_t)(n ? n : 1) * sizeof *intervals);
+    if (!intervals)
+        return -1;
+    for (int64_t i = 0; i < n; i++)
+        intervals[i] = (interval){out->stall_list[i].t_ns,
+                                  out->stall_list[i].t_ns + out->stall_list[i].gap_ns};
+    if (n > 1)
+        qsort(intervals, (size_t)n, sizeof *intervals, cmp_interval);
+    int64_t stalled_ns = 0;
+    for (int64_t i = 0; i < n;) {
+        int64_t a = intervals[i].a, b = intervals[i].b;
+        for (i++; i < n && intervals[i].a < b; i++)
+            if (intervals[i].b > b)
+                b = intervals[i].b;
+        stalled_ns += b - a;
+    }
+    free(intervals);
+    out->stalls.stalled_time_fraction =
+        out->duration_s > 0 ? (double)stalled_ns / 1e9 / out->duration_s : 0;
+    return 0;
+}
+
+/* Every stall's cause and culprits (attribution.h), with the requests' longest gaps for
+ * the rates. 0, or -1 with err. */
+static int attribute(const analysis_stream *s, double threshold, analysis_summary *out,
+                     char *err)
+{
+    analysis_request_counts counts = {.requests = s->n_states};
+    for (int64_t k = 0; k < s->n_states; k++) {
+        counts.stalled_100ms += s->states[k].longest > 100 * 1000000LL;
+        counts.stalled_1s += s->states[k].longest > 1000 * 1000000LL;
+    }
+    return analysis_attribute(&s->log, &counts, threshold, out, err);
+}
+
+int analysis_stream_end(analysis_stream *s, const analysis_options *opt, analysis_summary *out,
+                        double *threshold_ms, char *err)
+{
+    memset(out, 0, sizeof *out);
+    int rc = -1;
+    int64_t *plan_of_window = NULL;
+    const tokenlog *log = &s->log;
+
+    if (summary_head(s, opt, out) != 0 || failures(log, out) != 0 ||
+        gap_distributions(s, out) != 0)
         goto oom;
     out->spike_ratio = out->itl_ms.p50 > 0 ? out->itl_ms.max / out->itl_ms.p50 : 0;
     /* The benchmark world's figures, from the requests' final rows and every gap. */
@@ -367,18 +494,8 @@ int analysis_stream_end(analysis_stream *s, const analysis_options *opt, analysi
     s->std = NULL; /* freed by end */
     if (std_rc != 0)
         goto fail;
-
-    /* TTFT of background requests that got a first token. */
-    int64_t n_ttft = 0;
-    ttft = malloc((size_t)(log->n_requests ? log->n_requests : 1) * sizeof *ttft);
-    if (!ttft)
+    if (background_ttft(log, &out->ttft_ms) != 0)
         goto oom;
-    for (int64_t i = 0; i < log->n_requests; i++) {
-        const tokenlog_request *r = &log->requests[i];
-        if (r->kind == TOKENLOG_BG && r->t_first_ns >= 0 && r->t_send_ns >= 0)
-            ttft[n_ttft++] = analysis_ns_to_ms(r->t_first_ns - r->t_send_ns);
-    }
-    analysis_dist_from(ttft, n_ttft, &out->ttft_ms);
 
     const double threshold = s->threshold_known ? s->threshold_ms : 5 * out->itl_ms.p50;
     out->stalls.threshold_ms = threshold;
@@ -391,88 +508,13 @@ int analysis_stream_end(analysis_stream *s, const analysis_options *opt, analysi
                 (long long)s->candidates_max, threshold);
         goto fail;
     }
-
-    /* The stalls, by request then time. */
-    int64_t n_stalls = 0;
-    for (int64_t i = 0; i < s->n_cand; i++)
-        if (analysis_ns_to_ms(s->cand[i].gap_ns) > threshold)
-            s->cand[n_stalls++] = s->cand[i];
-    s->n_cand = n_stalls;
-    if (n_stalls > 1)
-        qsort(s->cand, (size_t)n_stalls, sizeof *s->cand, cmp_stall);
-    const int64_t n_gaps = s->half[0].n + s->half[1].n;
-    out->stalls.count = n_stalls;
-    out->stalls.fraction_of_gaps = n_gaps > 0 ? (double)n_stalls / (double)n_gaps : 0;
-
-    if (injections(s, out, &plan_of_window) != 0)
+    select_stalls(s, threshold, out);
+    if (injections(s, out, &plan_of_window) != 0 || align_stalls(s, plan_of_window, out) != 0 ||
+        stalled_time(out) != 0)
         goto oom;
-    if (s->max_end_dirty < s->n_win)
-        analysis_stream_refresh_max_end(s);
-
-    /* Aligned: a stall overlapping an injection's wait; the users each one stalled. */
-    intervals = malloc((size_t)(n_stalls ? n_stalls : 1) * sizeof *intervals);
-    out->stall_list = calloc((size_t)(n_stalls ? n_stalls : 1), sizeof *out->stall_list);
-    if (!intervals || !out->stall_list)
+    if (s->cells && s->half[0].n + s->half[1].n > 0 && build_digest(s, out) != 0)
         goto oom;
-    for (int64_t i = 0; i < n_stalls; i++) {
-        const stream_candidate *c = &s->cand[i];
-        const int64_t a = c->t_ns, b = c->t_ns + c->gap_ns;
-        bool aligned = false;
-        for (int64_t j = analysis_stream_windows_lower_bound(s, b) - 1; j >= 0 && s->max_end[j] > a; j--) {
-            if (s->win[j].end <= a)
-                continue;
-            aligned = true;
-            pair_i64 p = {plan_of_window[j], c->user};
-            if (buf_grow_items((void **)&aligned_users, &cap_aligned_users, n_aligned_users + 1,
-                               sizeof p) != 0)
-                goto oom;
-            aligned_users[n_aligned_users++] = p;
-        }
-        out->stalls.aligned += aligned;
-        intervals[i] = (interval){a, b};
-        analysis_stall *st = &out->stall_list[i];
-        st->t_ns = a;
-        st->gap_ns = c->gap_ns;
-        st->request = c->request;
-        st->user = c->user;
-    }
-    out->n_stall_list = n_stalls;
-    out->stalls.aligned_fraction =
-        n_stalls > 0 ? (double)out->stalls.aligned / (double)n_stalls : 0;
-
-    /* Stalled time: the union, not the sum — 32 users frozen by one prefill are one frozen
-     * interval of wall time. */
-    if (n_stalls > 1)
-        qsort(intervals, (size_t)n_stalls, sizeof *intervals, cmp_interval);
-    int64_t stalled_ns = 0;
-    for (int64_t i = 0; i < n_stalls;) {
-        int64_t a = intervals[i].a, b = intervals[i].b;
-        for (i++; i < n_stalls && intervals[i].a < b; i++)
-            if (intervals[i].b > b)
-                b = intervals[i].b;
-        stalled_ns += b - a;
-    }
-    out->stalls.stalled_time_fraction =
-        out->duration_s > 0 ? (double)stalled_ns / 1e9 / out->duration_s : 0;
-
-    if (n_aligned_users > 1)
-        qsort(aligned_users, (size_t)n_aligned_users, sizeof *aligned_users, cmp_pair);
-    for (int64_t i = 0; i < n_aligned_users; i++)
-        if (i == 0 || cmp_pair(&aligned_users[i], &aligned_users[i - 1]) != 0)
-            out->injections[aligned_users[i].first].users_stalled++;
-    for (int j = 0; j < out->n_injections; j++)
-        out->injections_with_stalls += out->injections[j].users_stalled > 0;
-
-    if (s->cells && n_gaps > 0 && build_digest(s, out) != 0)
-        goto oom;
-
-    /* Every stall's cause and culprits, whatever the workload. */
-    analysis_request_counts counts = {.requests = s->n_states};
-    for (int64_t k = 0; k < s->n_states; k++) {
-        counts.stalled_100ms += s->states[k].longest > 100 * 1000000LL;
-        counts.stalled_1s += s->states[k].longest > 1000 * 1000000LL;
-    }
-    if (analysis_attribute(log, &counts, threshold, out, err) != 0)
+    if (attribute(s, threshold, out, err) != 0)
         goto fail;
     rc = 0;
     goto done;
@@ -481,10 +523,7 @@ oom:
 fail:
     analysis_summary_free(out);
 done:
-    free(ttft);
     free(plan_of_window);
-    free(intervals);
-    free(aligned_users);
     analysis_stream_free(s);
     return rc;
 }
