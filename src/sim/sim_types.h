@@ -10,7 +10,8 @@
 #include "engine/sched.h"
 #include "workload/workload.h"
 
-/* Prefill/decode disaggregation (sim.h, "Disaggregated prefill"). All zero: one instance, as always. */
+/* Prefill/decode disaggregation (sim.h, "Disaggregated prefill"). All zero: one instance, as
+ * always. */
 typedef struct sim_disagg {
     int prefill;            /* P prefill instances; 0: not disaggregated */
     int decode;             /* D decode instances */
