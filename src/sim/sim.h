@@ -24,7 +24,7 @@
  * step starting at or after that instant feeds that token and samples the second. A request of
  * one token ends at its prefill (no transfer). Instances run their steps independently;
  * steps.csv holds every instance's steps, in start order (ties: prefill instances first, by
- * index); the row has no instance column (DESIGN.md's steps.csv format), but a prefill
+ * index); the row has no instance column (steps.csv, docs/reference/artifacts.md), but a prefill
  * instance's steps carry prefill tokens only and a decode instance's decode tokens only (save a
  * preempted request's recompute). Everything else (rows, events, their order) is as above. */
 #ifndef STALLSCOPE_SIM_H
