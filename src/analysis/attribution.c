@@ -54,18 +54,6 @@ typedef struct culprit_acc {
     double frozen_s;
 } culprit_acc;
 
-typedef struct window_user {
-    int64_t window, user;
-} window_user;
-
-static int cmp_window_user(const void *x, const void *y)
-{
-    const window_user *a = x, *b = y;
-    if (a->window != b->window)
-        return (a->window > b->window) - (a->window < b->window);
-    return (a->user > b->user) - (a->user < b->user);
-}
-
 static int cmp_culprit(const void *x, const void *y)
 {
     const analysis_culprit *a = x, *b = y;
@@ -159,7 +147,7 @@ typedef struct windows {
     prefill_window *win;  /* (n) by send time */
     int64_t *max_end;     /* (n) running maximum of win[].end */
     culprit_acc *acc;     /* (n) the stalls naming each window */
-    window_user *wu;      /* (n_wu) a (window, user) for every stall naming it */
+    analysis_pair *wu;    /* (n_wu) a (window, user) for every stall naming it */
     int64_t n, n_wu, cap_wu;
 } windows;
 
@@ -252,7 +240,7 @@ static int name_culprits(windows *w, analysis_stall *st)
         w->acc[j].frozen_s += (double)(b - a) / 1e9;
         if (buf_grow_items((void **)&w->wu, &w->cap_wu, w->n_wu + 1, sizeof *w->wu) != 0)
             return -1;
-        w->wu[w->n_wu++] = (window_user){j, st->user};
+        w->wu[w->n_wu++] = (analysis_pair){j, st->user};
     }
     int named = st->n_culprits < ANALYSIS_MAX_CULPRITS ? st->n_culprits : ANALYSIS_MAX_CULPRITS;
     for (int c = 0; c < named; c++)
@@ -280,7 +268,7 @@ static void count_stall(analysis_attribution *at, const analysis_stall *st)
 static int culprit_table(windows *w, analysis_attribution *at)
 {
     if (w->n_wu > 1)
-        qsort(w->wu, (size_t)w->n_wu, sizeof *w->wu, cmp_window_user);
+        qsort(w->wu, (size_t)w->n_wu, sizeof *w->wu, analysis_cmp_pair);
     int n_named = 0;
     for (int64_t j = 0; j < w->n; j++)
         n_named += w->acc[j].stalls > 0;
@@ -296,11 +284,11 @@ static int culprit_table(windows *w, analysis_attribution *at)
         c->prompt_tokens = w->win[j].prompt;
         c->stalls = w->acc[j].stalls;
         c->frozen_user_s = w->acc[j].frozen_s;
-        for (; i < w->n_wu && w->wu[i].window < j; i++) {
+        for (; i < w->n_wu && w->wu[i].first < j; i++) {
         }
-        for (int64_t prev = -1; i < w->n_wu && w->wu[i].window == j; i++) {
-            c->users += w->wu[i].user != prev;
-            prev = w->wu[i].user;
+        for (int64_t prev = -1; i < w->n_wu && w->wu[i].first == j; i++) {
+            c->users += w->wu[i].second != prev;
+            prev = w->wu[i].second;
         }
     }
     if (at->n_culprits > 1)

@@ -107,30 +107,6 @@ static int count_users(const analysis_stream *s, int *out)
     return 0;
 }
 
-typedef struct interval {
-    int64_t a, b;
-} interval;
-
-static int cmp_interval(const void *x, const void *y)
-{
-    const interval *a = x, *b = y;
-    if (a->a != b->a)
-        return (a->a > b->a) - (a->a < b->a);
-    return (a->b > b->b) - (a->b < b->b);
-}
-
-typedef struct pair_i64 {
-    int64_t first, second;
-} pair_i64;
-
-static int cmp_pair(const void *x, const void *y)
-{
-    const pair_i64 *a = x, *b = y;
-    if (a->first != b->first)
-        return (a->first > b->first) - (a->first < b->first);
-    return (a->second > b->second) - (a->second < b->second);
-}
-
 /* Plan order: planned time, then actual send, then request id (a total order, so the list
  * is the same however the requests table was written). */
 typedef struct plan_key {
@@ -391,7 +367,7 @@ static void select_stalls(analysis_stream *s, double threshold, analysis_summary
 static int align_stalls(analysis_stream *s, const int64_t *plan_of_window, analysis_summary *out)
 {
     const int64_t n_stalls = s->n_cand;
-    pair_i64 *aligned_users = NULL;
+    analysis_pair *aligned_users = NULL;
     int64_t n_aligned_users = 0, cap_aligned_users = 0;
     if (s->max_end_dirty < s->n_win)
         analysis_stream_refresh_max_end(s);
@@ -407,7 +383,7 @@ static int align_stalls(analysis_stream *s, const int64_t *plan_of_window, analy
             if (s->win[j].end <= a)
                 continue;
             aligned = true;
-            pair_i64 p = {plan_of_window[j], c->user};
+            analysis_pair p = {plan_of_window[j], c->user};
             if (buf_grow_items((void **)&aligned_users, &cap_aligned_users, n_aligned_users + 1,
                                sizeof p) != 0) {
                 free(aligned_users);
@@ -427,9 +403,9 @@ static int align_stalls(analysis_stream *s, const int64_t *plan_of_window, analy
         n_stalls > 0 ? (double)out->stalls.aligned / (double)n_stalls : 0;
 
     if (n_aligned_users > 1)
-        qsort(aligned_users, (size_t)n_aligned_users, sizeof *aligned_users, cmp_pair);
+        qsort(aligned_users, (size_t)n_aligned_users, sizeof *aligned_users, analysis_cmp_pair);
     for (int64_t i = 0; i < n_aligned_users; i++)
-        if (i == 0 || cmp_pair(&aligned_users[i], &aligned_users[i - 1]) != 0)
+        if (i == 0 || analysis_cmp_pair(&aligned_users[i], &aligned_users[i - 1]) != 0)
             out->injections[aligned_users[i].first].users_stalled++;
     for (int j = 0; j < out->n_injections; j++)
         out->injections_with_stalls += out->injections[j].users_stalled > 0;
@@ -442,20 +418,20 @@ static int align_stalls(analysis_stream *s, const int64_t *plan_of_window, analy
 static int stalled_time(analysis_summary *out)
 {
     const int64_t n = out->n_stall_list;
-    interval *intervals = malloc((size_t)(n ? n : 1) * sizeof *intervals);
+    analysis_pair *intervals = malloc((size_t)(n ? n : 1) * sizeof *intervals);
     if (!intervals)
         return -1;
     for (int64_t i = 0; i < n; i++)
-        intervals[i] = (interval){out->stall_list[i].t_ns,
+        intervals[i] = (analysis_pair){out->stall_list[i].t_ns,
                                   out->stall_list[i].t_ns + out->stall_list[i].gap_ns};
     if (n > 1)
-        qsort(intervals, (size_t)n, sizeof *intervals, cmp_interval);
+        qsort(intervals, (size_t)n, sizeof *intervals, analysis_cmp_pair);
     int64_t stalled_ns = 0;
     for (int64_t i = 0; i < n;) {
-        int64_t a = intervals[i].a, b = intervals[i].b;
-        for (i++; i < n && intervals[i].a < b; i++)
-            if (intervals[i].b > b)
-                b = intervals[i].b;
+        int64_t a = intervals[i].first, b = intervals[i].second;
+        for (i++; i < n && intervals[i].first < b; i++)
+            if (intervals[i].second > b)
+                b = intervals[i].second;
         stalled_ns += b - a;
     }
     free(intervals);
