@@ -12,7 +12,7 @@
  * first SSE chunk and its whole (non-streamed) response must be valid JSON. A refused one
  * must have a status the HTTP front knows (400, 404, 500), a message, and an error body
  * that is valid JSON with code == status — a body the server cannot build turns into a
- * generic 500 in http.c, which would hide the client's real mistake. */
+ * generic 500 in reply.c, which would hide the client's real mistake. */
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -73,7 +73,7 @@ static void check_accepted(const openai_request *r, const openai_limits *lim)
         if (n < 1 || n > OPENAI_MAX_STOP_LEN)
             fail("stop string length", r->stop[i]);
     }
-    /* What http.c builds for it: the stream's first chunk (with the stop string that
+    /* What streams.c builds for it: the stream's first chunk (with the stop string that
      * ended it, the worst case for escaping), the usage chunk, [DONE], and the whole
      * response of a non-streamed request. */
     openai_stream enc;

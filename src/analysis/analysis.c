@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "analysis/attribution.h"
 #include "analysis/timeline.h"
 #include "common/err.h"
 

@@ -47,7 +47,8 @@ typedef struct analysis_stalls {
 
 /* ---- causes ----------------------------------------------------------------------- */
 
-/* Every stall gets one cause, in this order of evidence (DESIGN.md):
+/* Every stall gets one cause, in this order of evidence (docs/report.md, "What caused the
+ * stalls"):
  *   PREFILL      the server was prefilling: a step during the gap carried prompt tokens and
  *                lasted longer than the threshold (its model says so too, where there is
  *                one, at this machine's speed: the model times the median measured/modeled
@@ -344,10 +345,9 @@ void analysis_sweep(analysis_sweep_point *pts, int n);
 /* {count, mean, p50, p90, p99, p999, max}; a non-finite value is null. New reference. */
 json_t *analysis_dist_to_json(const analysis_dist *d);
 
-/* DESIGN.md's summary.json shape (plus "complete", "requests", "errors", "failed",
- * "error_common" ({"error", "count"}, null without errors), "injections_with_stalls",
- * "protocol_violations", "attribution", "itl_noise", "streamed_throughput", and "stamps"
- * for HTTP runs). */
+/* summary.json: every key, its type, unit and meaning in docs/reference/artifacts.md
+ * ("summary.json"; "stamps" only for HTTP runs, "gpus" and "per_gpu" with analysis_options.gpus,
+ * "tokens_csv" when it was dropped). */
 json_t *analysis_summary_to_json(const analysis_summary *s);
 /* comparison.json: {"baseline": {...}, "interference": {...}, "ratios": {p50, p90, p99,
  * p999, max, stall_count}} ; baseline may be NULL. */

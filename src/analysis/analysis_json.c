@@ -1,4 +1,5 @@
-/* summary.json and comparison.json: DESIGN.md's shapes, built in one place. */
+/* summary.json and comparison.json, built in one place: every key is specified in
+ * docs/reference/artifacts.md (tests/integration/artifacts_spec.sh holds them to it). */
 #include <math.h>
 
 #include "analysis/analysis.h"

@@ -54,18 +54,6 @@ typedef struct culprit_acc {
     double frozen_s;
 } culprit_acc;
 
-typedef struct window_user {
-    int64_t window, user;
-} window_user;
-
-static int cmp_window_user(const void *x, const void *y)
-{
-    const window_user *a = x, *b = y;
-    if (a->window != b->window)
-        return (a->window > b->window) - (a->window < b->window);
-    return (a->user > b->user) - (a->user < b->user);
-}
-
 static int cmp_culprit(const void *x, const void *y)
 {
     const analysis_culprit *a = x, *b = y;
@@ -154,30 +142,31 @@ static bool steps_sorted(const tokenlog *log)
     return true;
 }
 
-int analysis_attribute(const tokenlog *log, const analysis_request_counts *counts,
-                       double threshold_ms, analysis_summary *out, char *err)
-{
-    const int64_t thr = (int64_t)llround(threshold_ms * 1e6);
-    analysis_attribution *at = &out->attribution;
-    memset(at, 0, sizeof *at);
-    at->step_log = log->n_steps > 0;
-    prefill_window *win = NULL;
-    int64_t *max_end = NULL;
-    culprit_acc *acc = NULL;
-    window_user *wu = NULL;
-    int64_t n_win = 0, n_wu = 0, cap_wu = 0;
-    const int64_t requests = counts->requests;
-    int rc = -1;
-    if (at->step_log && !steps_sorted(log))
-        return err_set(err, "analysis: the step log is not in time order");
-    const double factor = at->step_log ? machine_factor(log) : 1;
-    if (factor < 0)
-        return err_set(err, "analysis: out of memory attributing stalls");
+/* The long prefill windows by send time, and what the stalls named of them. */
+typedef struct windows {
+    prefill_window *win;  /* (n) by send time */
+    int64_t *max_end;     /* (n) running maximum of win[].end */
+    culprit_acc *acc;     /* (n) the stalls naming each window */
+    analysis_pair *wu;    /* (n_wu) a (window, user) for every stall naming it */
+    int64_t n, n_wu, cap_wu;
+} windows;
 
-    /* The long prefill windows, by send time, with the running maximum of their ends. */
-    win = malloc((size_t)(log->n_requests ? log->n_requests : 1) * sizeof *win);
-    if (!win)
-        goto oom;
+static void windows_free(windows *w)
+{
+    free(w->win);
+    free(w->max_end);
+    free(w->acc);
+    free(w->wu);
+}
+
+/* The requests that waited at least thr for their first token (or their end, or forever),
+ * by send time. 0, or -1 when out of memory. */
+static int windows_build(const tokenlog *log, int64_t thr, windows *w)
+{
+    memset(w, 0, sizeof *w);
+    w->win = malloc((size_t)(log->n_requests ? log->n_requests : 1) * sizeof *w->win);
+    if (!w->win)
+        return -1;
     for (int64_t i = 0; i < log->n_requests; i++) {
         const tokenlog_request *r = &log->requests[i];
         if (r->t_send_ns < 0)
@@ -185,115 +174,133 @@ int analysis_attribute(const tokenlog *log, const analysis_request_counts *count
         int64_t end = r->t_first_ns >= 0 ? r->t_first_ns : r->t_end_ns >= 0 ? r->t_end_ns : INT64_MAX;
         if (end - r->t_send_ns < thr)
             continue;
-        win[n_win++] = (prefill_window){r->t_send_ns, end, r->request,
-                                        r->prompt_tokens > 0 ? r->prompt_tokens
-                                                             : r->prompt_tokens_requested,
-                                        r->kind};
+        w->win[w->n++] = (prefill_window){r->t_send_ns, end, r->request,
+                                          r->prompt_tokens > 0 ? r->prompt_tokens
+                                                               : r->prompt_tokens_requested,
+                                          r->kind};
     }
-    if (n_win > 1)
-        qsort(win, (size_t)n_win, sizeof *win, cmp_window);
-    max_end = malloc((size_t)(n_win ? n_win : 1) * sizeof *max_end);
-    acc = calloc((size_t)(n_win ? n_win : 1), sizeof *acc);
-    if (!max_end || !acc)
-        goto oom;
-    for (int64_t j = 0; j < n_win; j++)
-        max_end[j] = j == 0 || win[j].end > max_end[j - 1] ? win[j].end : max_end[j - 1];
+    if (w->n > 1)
+        qsort(w->win, (size_t)w->n, sizeof *w->win, cmp_window);
+    w->max_end = malloc((size_t)(w->n ? w->n : 1) * sizeof *w->max_end);
+    w->acc = calloc((size_t)(w->n ? w->n : 1), sizeof *w->acc);
+    if (!w->max_end || !w->acc)
+        return -1;
+    for (int64_t j = 0; j < w->n; j++)
+        w->max_end[j] = j == 0 || w->win[j].end > w->max_end[j - 1] ? w->win[j].end
+                                                                     : w->max_end[j - 1];
+    return 0;
+}
 
-    for (int64_t k = 0; k < out->n_stall_list; k++) {
-        analysis_stall *st = &out->stall_list[k];
-        const int64_t a = st->t_ns, b = st->t_ns + st->gap_ns;
-        {
-            /* Culprits: windows sent before b whose end is past a (walk back from the last
-             * one sent before b while the running maximum of ends reaches past a). */
-            int64_t lo = 0, hi = n_win;
-            while (lo < hi) {
-                int64_t mid = lo + (hi - lo) / 2;
-                if (win[mid].send < b)
-                    lo = mid + 1;
-                else
-                    hi = mid;
+/* The culprits of stall st: the windows sent before its end whose end is past its start
+ * (walking back from the last one sent before the end while the running maximum of ends
+ * reaches past the start), save its own request. A request that merely queued behind the
+ * prefill also waited long for its first token: only the dominant prompts are culprits,
+ * those at least a quarter of the longest one overlapping the gap. st names the longest
+ * prompts first (their requests); each window counts the stall and its user. 0, or -1 when
+ * out of memory. */
+static int name_culprits(windows *w, analysis_stall *st)
+{
+    const int64_t a = st->t_ns, b = st->t_ns + st->gap_ns;
+    const prefill_window *win = w->win;
+    int64_t lo = 0, hi = w->n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (win[mid].send < b)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    int32_t longest_prompt = 0;
+    for (int64_t j = lo - 1; j >= 0 && w->max_end[j] > a; j--)
+        if (win[j].end > a && win[j].request != st->request && win[j].prompt > longest_prompt)
+            longest_prompt = win[j].prompt;
+    for (int64_t j = lo - 1; j >= 0 && w->max_end[j] > a; j--) {
+        if (win[j].end <= a || win[j].request == st->request ||
+            (int64_t)win[j].prompt * 4 < longest_prompt)
+            continue;
+        /* Keep the longest prompts first. */
+        int slot = st->n_culprits < ANALYSIS_MAX_CULPRITS ? st->n_culprits : -1;
+        for (int c = 0; c < ANALYSIS_MAX_CULPRITS && c < st->n_culprits; c++)
+            if (win[j].prompt > st->culprit_prompt[c]) {
+                slot = c;
+                break;
             }
-            /* A request that merely queued behind the prefill also waited long for its
-             * first token: only the dominant prompts are culprits, those at least a quarter
-             * of the longest one overlapping the gap. */
-            int32_t longest_prompt = 0;
-            for (int64_t j = lo - 1; j >= 0 && max_end[j] > a; j--)
-                if (win[j].end > a && win[j].request != st->request && win[j].prompt > longest_prompt)
-                    longest_prompt = win[j].prompt;
-            for (int64_t j = lo - 1; j >= 0 && max_end[j] > a; j--) {
-                if (win[j].end <= a || win[j].request == st->request ||
-                    (int64_t)win[j].prompt * 4 < longest_prompt)
-                    continue;
-                /* Keep the longest prompts first. */
-                int slot = st->n_culprits < ANALYSIS_MAX_CULPRITS ? st->n_culprits : -1;
-                for (int c = 0; c < ANALYSIS_MAX_CULPRITS && c < st->n_culprits; c++)
-                    if (win[j].prompt > st->culprit_prompt[c]) {
-                        slot = c;
-                        break;
-                    }
-                if (slot >= 0) {
-                    int last = st->n_culprits < ANALYSIS_MAX_CULPRITS ? st->n_culprits
-                                                                      : ANALYSIS_MAX_CULPRITS - 1;
-                    for (int c = last; c > slot; c--) {
-                        st->culprit[c] = st->culprit[c - 1];
-                        st->culprit_prompt[c] = st->culprit_prompt[c - 1];
-                    }
-                    st->culprit[slot] = j; /* the window's index for now: its request later */
-                    st->culprit_prompt[slot] = win[j].prompt;
-                }
-                st->n_culprits++;
-                acc[j].stalls++;
-                acc[j].frozen_s += (double)(b - a) / 1e9;
-                window_user p = {j, st->user};
-                if (buf_grow_items((void **)&wu, &cap_wu, n_wu + 1, sizeof *wu) != 0)
-                    goto oom;
-                wu[n_wu++] = p;
+        if (slot >= 0) {
+            int last = st->n_culprits < ANALYSIS_MAX_CULPRITS ? st->n_culprits
+                                                              : ANALYSIS_MAX_CULPRITS - 1;
+            for (int c = last; c > slot; c--) {
+                st->culprit[c] = st->culprit[c - 1];
+                st->culprit_prompt[c] = st->culprit_prompt[c - 1];
             }
-            st->cause = at->step_log       ? (int32_t)step_cause(log, a, b, thr, factor)
-                        : st->n_culprits > 0 ? ANALYSIS_CAUSE_PREFILL
-                                             : ANALYSIS_CAUSE_UNEXPLAINED;
-            analysis_cause_total *c = &at->by_cause[st->cause];
-            c->stalls++;
-            c->frozen_user_s += (double)(b - a) / 1e9;
-            if (st->cause == ANALYSIS_CAUSE_PREFILL && st->n_culprits > 0) {
-                analysis_cause_total *bk = &at->by_prompt[prompt_bucket(st->culprit_prompt[0])];
-                bk->stalls++;
-                bk->frozen_user_s += (double)(b - a) / 1e9;
-            }
-            int named = st->n_culprits < ANALYSIS_MAX_CULPRITS ? st->n_culprits : ANALYSIS_MAX_CULPRITS;
-            for (int c2 = 0; c2 < named; c2++)
-                st->culprit[c2] = win[st->culprit[c2]].request;
+            st->culprit[slot] = j; /* the window's index for now: its request below */
+            st->culprit_prompt[slot] = win[j].prompt;
         }
+        st->n_culprits++;
+        w->acc[j].stalls++;
+        w->acc[j].frozen_s += (double)(b - a) / 1e9;
+        if (buf_grow_items((void **)&w->wu, &w->cap_wu, w->n_wu + 1, sizeof *w->wu) != 0)
+            return -1;
+        w->wu[w->n_wu++] = (analysis_pair){j, st->user};
     }
+    int named = st->n_culprits < ANALYSIS_MAX_CULPRITS ? st->n_culprits : ANALYSIS_MAX_CULPRITS;
+    for (int c = 0; c < named; c++)
+        st->culprit[c] = win[st->culprit[c]].request;
+    return 0;
+}
 
-    /* Who stalled whom: every window named by a stall, most frozen user-seconds first. */
-    if (n_wu > 1)
-        qsort(wu, (size_t)n_wu, sizeof *wu, cmp_window_user);
+/* Stall st (its cause decided) into the totals per cause and, for a prefill with a
+ * culprit, per prompt length of its longest culprit. */
+static void count_stall(analysis_attribution *at, const analysis_stall *st)
+{
+    const double frozen_s = (double)st->gap_ns / 1e9;
+    analysis_cause_total *c = &at->by_cause[st->cause];
+    c->stalls++;
+    c->frozen_user_s += frozen_s;
+    if (st->cause == ANALYSIS_CAUSE_PREFILL && st->n_culprits > 0) {
+        analysis_cause_total *bk = &at->by_prompt[prompt_bucket(st->culprit_prompt[0])];
+        bk->stalls++;
+        bk->frozen_user_s += frozen_s;
+    }
+}
+
+/* Who stalled whom: every window a stall named, most frozen user-seconds first, with the
+ * distinct users it stalled. 0, or -1 when out of memory. */
+static int culprit_table(windows *w, analysis_attribution *at)
+{
+    if (w->n_wu > 1)
+        qsort(w->wu, (size_t)w->n_wu, sizeof *w->wu, analysis_cmp_pair);
     int n_named = 0;
-    for (int64_t j = 0; j < n_win; j++)
-        n_named += acc[j].stalls > 0;
+    for (int64_t j = 0; j < w->n; j++)
+        n_named += w->acc[j].stalls > 0;
     at->culprits = calloc((size_t)(n_named ? n_named : 1), sizeof *at->culprits);
     if (!at->culprits)
-        goto oom;
-    for (int64_t j = 0, i = 0; j < n_win; j++) {
-        if (acc[j].stalls == 0)
+        return -1;
+    for (int64_t j = 0, i = 0; j < w->n; j++) {
+        if (w->acc[j].stalls == 0)
             continue;
         analysis_culprit *c = &at->culprits[at->n_culprits++];
-        c->request = win[j].request;
-        c->kind = win[j].kind;
-        c->prompt_tokens = win[j].prompt;
-        c->stalls = acc[j].stalls;
-        c->frozen_user_s = acc[j].frozen_s;
-        for (; i < n_wu && wu[i].window < j; i++) {
+        c->request = w->win[j].request;
+        c->kind = w->win[j].kind;
+        c->prompt_tokens = w->win[j].prompt;
+        c->stalls = w->acc[j].stalls;
+        c->frozen_user_s = w->acc[j].frozen_s;
+        for (; i < w->n_wu && w->wu[i].first < j; i++) {
         }
-        for (int64_t prev = -1; i < n_wu && wu[i].window == j; i++) {
-            c->users += wu[i].user != prev;
-            prev = wu[i].user;
+        for (int64_t prev = -1; i < w->n_wu && w->wu[i].first == j; i++) {
+            c->users += w->wu[i].second != prev;
+            prev = w->wu[i].second;
         }
     }
     if (at->n_culprits > 1)
         qsort(at->culprits, (size_t)at->n_culprits, sizeof *at->culprits, cmp_culprit);
+    return 0;
+}
 
+/* The rates a user of real traffic asks for, per minute, hour and request. */
+static void rates(analysis_attribution *at, const analysis_request_counts *counts,
+                  const analysis_summary *out)
+{
+    const int64_t requests = counts->requests;
     double frozen = 0;
     for (int c = 0; c < ANALYSIS_N_CAUSES; c++)
         frozen += at->by_cause[c].frozen_user_s;
@@ -304,16 +311,42 @@ int analysis_attribute(const tokenlog *log, const analysis_request_counts *count
     at->requests_stalled_100ms =
         requests > 0 ? (double)counts->stalled_100ms / (double)requests : 0;
     at->requests_stalled_1s = requests > 0 ? (double)counts->stalled_1s / (double)requests : 0;
+}
+
+int analysis_attribute(const tokenlog *log, const analysis_request_counts *counts,
+                       double threshold_ms, analysis_summary *out, char *err)
+{
+    const int64_t thr = (int64_t)llround(threshold_ms * 1e6);
+    analysis_attribution *at = &out->attribution;
+    memset(at, 0, sizeof *at);
+    at->step_log = log->n_steps > 0;
+    if (at->step_log && !steps_sorted(log))
+        return err_set(err, "analysis: the step log is not in time order");
+    const double factor = at->step_log ? machine_factor(log) : 1;
+    if (factor < 0)
+        return err_set(err, "analysis: out of memory attributing stalls");
+
+    windows w;
+    int rc = -1;
+    if (windows_build(log, thr, &w) != 0)
+        goto done;
+    for (int64_t k = 0; k < out->n_stall_list; k++) {
+        analysis_stall *st = &out->stall_list[k];
+        if (name_culprits(&w, st) != 0)
+            goto done;
+        st->cause = at->step_log       ? (int32_t)step_cause(log, st->t_ns, st->t_ns + st->gap_ns,
+                                                             thr, factor)
+                    : st->n_culprits > 0 ? ANALYSIS_CAUSE_PREFILL
+                                         : ANALYSIS_CAUSE_UNEXPLAINED;
+        count_stall(at, st);
+    }
+    if (culprit_table(&w, at) != 0)
+        goto done;
+    rates(at, counts, out);
     rc = 0;
-    goto done;
-oom:
-    err_set(err, "analysis: out of memory attributing stalls");
 done:
-    free(win);
-    free(max_end);
-    free(acc);
-    free(wu);
-    return rc;
+    windows_free(&w);
+    return rc == 0 ? 0 : err_set(err, "analysis: out of memory attributing stalls");
 }
 
 /* printf's "%.6f" of ns / 1e6 at out; returns the end. By hand below 10^15 ns, where the

@@ -113,6 +113,14 @@ void analysis_sort_i64(int64_t *v, int64_t n)
         sort_i_intro(v, n, depth_limit(n));
 }
 
+int analysis_cmp_pair(const void *x, const void *y)
+{
+    const analysis_pair *a = x, *b = y;
+    if (a->first != b->first)
+        return (a->first > b->first) - (a->first < b->first);
+    return (a->second > b->second) - (a->second < b->second);
+}
+
 /* ---- request id -> dense index ---------------------------------------------------- */
 
 /* Request ids are whatever the writer chose (not necessarily 0..n-1), so map them through

@@ -52,4 +52,11 @@ static inline double analysis_ns_to_ms(int64_t ns)
 void analysis_sort_doubles(double *v, int64_t n);
 void analysis_sort_i64(int64_t *v, int64_t n);
 
+/* Two int64 ordered by first, then second (analysis_cmp_pair, qsort's comparator): an
+ * interval (start, end), an (injection, user) or a (window, user) to count distinct users. */
+typedef struct analysis_pair {
+    int64_t first, second;
+} analysis_pair;
+int analysis_cmp_pair(const void *x, const void *y);
+
 #endif

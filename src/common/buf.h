@@ -1,7 +1,7 @@
 /* buf — the one growable byte buffer of stallscope.
  *
  * Every module that builds bytes of unknown length uses it: the server's SSE chunk encoding
- * and non-streamed answers (http.c, openai.c), the /metrics text (metrics.c), the report's
+ * and non-streamed answers (streams.c, openai.c), the /metrics text (metrics.c), the report's
  * verdict (table.c), the SVG that cairo writes for a plot (plot.c), the client's response
  * bodies and unparsed stream bytes (reply.c), the engine's stop-string tail (engine.c) and
  * the CSV reader's record (tokenlog_read.c). One type, one growth rule, one place to get the

@@ -1,5 +1,6 @@
-/* tokenlog — the one token-log format shared by sim, run and report (DESIGN.md,
- * "Artifacts"). In memory: growable arrays of events, requests and steps. On disk:
+/* tokenlog — the one token-log format shared by sim, run and report (every column:
+ * docs/reference/artifacts.md). In memory: growable arrays of events, requests and steps.
+ * On disk:
  *
  *   tokens.csv    t_ns,user,request,kind,n_tokens
  *   requests.csv  request,user,kind,t_plan_ns,t_send_ns,t_first_ns,t_end_ns,

@@ -12,12 +12,13 @@
 
 /* A streamed run's rows: to the analysis as they come, and its events held for tokens.csv
  * while under the limit: written at the end when the run stayed under it (the same bytes as
- * tokenlog_write_dir), dropped the moment it goes over (the DESIGN's "written only on request
- * past a size"): an hour's 10^8 rows would be most of its cost, and formatting rows that are
- * thrown away is waste. At most SIM_HOLD_MAX events are held (32 MiB: holding the default
- * limit's 5 M, 160 MiB, cost a long run 40,000 page faults for rows it then dropped); a run
- * that ends between the two is simulated again into a log for its tokens.csv (the simulator
- * is deterministic: the same events, in the same order). */
+ * tokenlog_write_dir), dropped the moment it goes over (--tokens-csv-max; summary.json's
+ * "tokens_csv" says so, docs/reference/artifacts.md): an hour's 10^8 rows would be most of
+ * its cost, and formatting rows that are thrown away is waste. At most SIM_HOLD_MAX events
+ * are held (32 MiB: holding the default limit's 5 M, 160 MiB, cost a long run 40,000 page
+ * faults for rows it then dropped); a run that ends between the two is simulated again into
+ * a log for its tokens.csv (the simulator is deterministic: the same events, in the same
+ * order). */
 #define SIM_HOLD_MAX ((int64_t)1 << 20)
 
 typedef struct sim_sink {

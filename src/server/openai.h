@@ -1,6 +1,6 @@
 /* openai — the OpenAI / vLLM API as pure functions: request parsing and validation, SSE
- * chunk and response encoding. No sockets, no engine, no clock: the HTTP front (http.c)
- * calls these, and tests feed them hostile input directly.
+ * chunk and response encoding. No sockets, no engine, no clock: the HTTP front (routes.c,
+ * streams.c) calls these, and tests feed them hostile input directly.
  *
  * Requests (POST /v1/completions, POST /v1/chat/completions), fields understood:
  *   model                   optional; when given it must name the served model (404)
@@ -93,7 +93,7 @@ char *openai_error_body(const openai_error *error);
 /* ---- encoding --------------------------------------------------------------------------- */
 
 /* Encoders append to a caller's buf (common/buf.h) and ignore out-of-memory: the buffer's
- * sticky `failed` says so, and callers check it once at the end. http.c reuses one buffer
+ * sticky `failed` says so, and callers check it once at the end. streams.c reuses one buffer
  * across chunks, so the token path does not allocate after warm-up. */
 
 /* Digits without printf: this runs several times per streamed token. */

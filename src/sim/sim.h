@@ -24,68 +24,15 @@
  * step starting at or after that instant feeds that token and samples the second. A request of
  * one token ends at its prefill (no transfer). Instances run their steps independently;
  * steps.csv holds every instance's steps, in start order (ties: prefill instances first, by
- * index); the row has no instance column (DESIGN.md's steps.csv format), but a prefill
+ * index); the row has no instance column (steps.csv, docs/reference/artifacts.md), but a prefill
  * instance's steps carry prefill tokens only and a decode instance's decode tokens only (save a
  * preempted request's recompute). Everything else (rows, events, their order) is as above. */
 #ifndef STALLSCOPE_SIM_H
 #define STALLSCOPE_SIM_H
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-
 #include "common/tokenlog.h"
-#include "engine/cost.h"
-#include "engine/sched.h"
+#include "sim/disagg.h"
+#include "sim/sim_types.h"
 #include "workload/workload.h"
-
-/* Prefill/decode disaggregation (see the top). All zero: one instance, as always. */
-typedef struct sim_disagg {
-    int prefill;            /* P prefill instances; 0: not disaggregated */
-    int decode;             /* D decode instances */
-    char link[32];          /* the KV link as named: a catalog name or "25GB/s" */
-    double link_bytes_per_s; /* its bandwidth, one direction, bytes/s */
-    int64_t link_latency_ns; /* added to every transfer */
-} sim_disagg;
-
-#define SIM_DISAGG_MAX_INSTANCES 64 /* P and D each */
-#define SIM_KV_LINK_DEFAULT "nvlink"
-
-typedef struct sim_config {
-    workload_config wl;
-    cost_params cost;
-    sched_config sched;
-    sim_disagg disagg;
-} sim_config;
-
-/* "P:D" (1 <= P, D <= SIM_DISAGG_MAX_INSTANCES) into out->prefill and out->decode. */
-int sim_disagg_parse(const char *text, sim_disagg *out, char *err);
-/* A KV link into out's link fields: a catalog name (nvlink, pcie5, rdma-100g, rdma-400g) or
- * a bandwidth "25GB/s" (decimal GB, one direction, no per-transfer latency). An unknown name:
- * -1 with err listing the known ones. */
-int sim_kv_link_parse(const char *text, sim_disagg *out, char *err);
-/* The catalog, one line a link with its figures and source (for --help and docs). */
-void sim_kv_links_print(FILE *out);
-/* Whether d is usable (P, D in range and a link with a positive bandwidth): 0 or -1. */
-int sim_disagg_check(const sim_disagg *d, char *err);
-/* The time to move the KV of prompt_tokens over d's link: bytes / bandwidth, rounded to the
- * nearest ns, + the link's latency. */
-int64_t sim_kv_transfer_ns(const sim_disagg *d, const cost_params *cost, int prompt_tokens);
-/* The GPUs a run uses: P + D, or 1. */
-int sim_disagg_gpus(const sim_disagg *d);
-/* "disaggregated 1P:1D over nvlink" ("" when not disaggregated). */
-void sim_disagg_describe(const sim_disagg *d, char *buf, size_t size);
-
-typedef struct sim_stats {
-    int64_t steps;
-    int64_t token_events;
-    int64_t requests;
-    int64_t preemptions;
-    int64_t virtual_ns; /* end of the last step */
-    int64_t open_requests;       /* open-loop requests sent */
-    int64_t open_waited;         /* of them, sent late for want of a slot (max_concurrency) */
-    int64_t open_wait_total_ns;  /* their waits, summed */
-    int64_t open_wait_max_ns;    /* the longest */
-} sim_stats;
 
 /* Refuse a workload the engine could never serve (an injection, the longest background
  * prompt the distributions can draw or a trace row longer than the context, or than the

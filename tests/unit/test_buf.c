@@ -30,7 +30,7 @@ static void test_zeroed_is_empty(void **state)
     assert_int_equal(b.len, 0);
     assert_false(b.failed);
     buf_free(&b); /* freeing an untouched buffer is fine */
-    /* Appending nothing still leaves a C string: http.c hands data out as text. */
+    /* Appending nothing still leaves a C string: streams.c hands data out as text. */
     assert_int_equal(buf_append(&b, "", 0), 0);
     assert_content(&b, "", 0);
     assert_string_equal(b.data, "");
@@ -165,7 +165,7 @@ static void test_failure_is_sticky(void **state)
     assert_int_equal(buf_reserve(&b, SIZE_MAX), -1);
     assert_true(b.failed);
     /* Every later append refuses and leaves the content alone: callers that check once at
-     * the end (http.c, metrics) see a prefix, never a text with a hole in it. */
+     * the end (streams.c, metrics) see a prefix, never a text with a hole in it. */
     assert_int_equal(buf_append_str(&b, "lost"), -1);
     assert_int_equal(buf_append(&b, "", 0), -1);
     assert_int_equal(buf_printf(&b, "%d", 42), -1);
