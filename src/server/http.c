@@ -15,7 +15,7 @@
  *
  * The front is four files, one job each, calling one way: http.c (this one: the server's
  * lifetime, its shutdown, the disconnect peeks) -> routes.c (the endpoints and their
- * handlers) -> streams.c (the stream records, token events -> chunks) -> reply.c (whole
+ * handlers) -> streams.c (the stream records, token events -> chunks) -> answer.c (whole
  * answers, the end of the loop); http_state.h holds the state they share.
  *
  * libevent 2.1 details the front relies on:
@@ -68,7 +68,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "server/http_state.h"
-#include "server/reply.h"
+#include "server/answer.h"
 #include "server/reqframe.h"
 #include "server/routes.h"
 #include "server/streams.h"
@@ -95,7 +95,7 @@ static void on_peek(evutil_socket_t fd, short what, void *arg)
             engine_cancel(s->engine, &st->er); /* the reply, when it comes, fails to send */
     }
     conns_sweep(s->conns, clock_now_ns());
-    reply_exit_if_done(s); /* shutting down: a connection freed since may have been the last */
+    answer_exit_if_done(s); /* shutting down: a connection freed since may have been the last */
 }
 
 /* ---- shutdown ----------------------------------------------------------------------------- */
@@ -119,7 +119,7 @@ static void begin_shutdown(server *s)
     engine_shutdown(s->engine);
     struct timeval grace = {SERVER_GRACE_S, 0};
     event_add(s->grace_ev, &grace);
-    reply_exit_if_done(s);
+    answer_exit_if_done(s);
 }
 
 static void on_stop(evutil_socket_t fd, short what, void *arg)

@@ -1,6 +1,6 @@
 /* http_state — internal to server: the state the HTTP front's files share (http.c the
  * server's lifetime, routes.c the handlers, streams.c the stream records and their token
- * events, reply.c the whole answers): the server itself and one stream record. Only these
+ * events, answer.c the whole answers): the server itself and one stream record. Only these
  * files include it; server.h is the module's interface. */
 #ifndef STALLSCOPE_SERVER_HTTP_STATE_H
 #define STALLSCOPE_SERVER_HTTP_STATE_H

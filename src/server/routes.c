@@ -16,7 +16,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/rng.h"
-#include "server/reply.h"
+#include "server/answer.h"
 #include "server/reqframe.h"
 #include "server/streams.h"
 
@@ -71,7 +71,7 @@ static void forget_keep_alive(struct evhttp_request *hreq)
 static void handle_generate(server *s, struct evhttp_request *hreq, openai_endpoint endpoint)
 {
     if (s->stopping) {
-        reply_unavailable(s, hreq, "the server is shutting down");
+        answer_unavailable(s, hreq, "the server is shutting down");
         return;
     }
     struct evbuffer *input = evhttp_request_get_input_buffer(hreq);
@@ -81,7 +81,7 @@ static void handle_generate(server *s, struct evhttp_request *hreq, openai_endpo
         openai_fail(&error, 413, "invalid_request_error", NULL,
                     "request body of %zu bytes exceeds the limit of %zu bytes", len,
                     s->cfg.max_body_bytes);
-        reply_error(s, hreq, &error);
+        answer_error(s, hreq, &error);
         return;
     }
     /* Load shedding before any parsing: a full queue costs a refusal, not a JSON parse.
@@ -93,17 +93,17 @@ static void handle_generate(server *s, struct evhttp_request *hreq, openai_endpo
                     "the server is overloaded: %d requests are already waiting for the engine "
                     "(--max-waiting %d); retry later",
                     s->n_waiting, s->cfg.max_waiting);
-        reply_error(s, hreq, &error);
+        answer_error(s, hreq, &error);
         return;
     }
     const char *body = len ? (const char *)evbuffer_pullup(input, (ev_ssize_t)len) : "";
     if (!body) {
-        reply_error_text(s, hreq, 500, "server_error", "out of memory reading the body");
+        answer_error_text(s, hreq, 500, "server_error", "out of memory reading the body");
         return;
     }
     srv_stream *st = calloc(1, sizeof *st);
     if (!st) {
-        reply_error_text(s, hreq, 500, "server_error", "out of memory");
+        answer_error_text(s, hreq, 500, "server_error", "out of memory");
         return;
     }
     const openai_limits limits = {
@@ -115,7 +115,7 @@ static void handle_generate(server *s, struct evhttp_request *hreq, openai_endpo
     };
     if (openai_parse_request(endpoint, body, len, &limits, &st->req, &error) != 0) {
         free(st);
-        reply_error(s, hreq, &error);
+        answer_error(s, hreq, &error);
         return;
     }
     const int64_t id = s->next_id++;
@@ -131,7 +131,7 @@ static void handle_generate(server *s, struct evhttp_request *hreq, openai_endpo
                     endpoint == OPENAI_CHAT ? "messages" : "prompt", "%s", why);
         openai_request_free(&st->req);
         free(st);
-        reply_error(s, hreq, &error);
+        answer_error(s, hreq, &error);
         return;
     }
     sched_abort(s->probe, &probe);
@@ -186,20 +186,20 @@ static void handle_models(server *s, struct evhttp_request *hreq)
 {
     char *body = openai_models_body(s->cfg.model_name, s->cfg.sched.max_model_len, s->created);
     if (!body) {
-        reply_error_text(s, hreq, 500, "server_error", "out of memory");
+        answer_error_text(s, hreq, 500, "server_error", "out of memory");
         return;
     }
-    reply_body(s, hreq, 200, "application/json", body, strlen(body));
+    answer_body(s, hreq, 200, "application/json", body, strlen(body));
     free(body);
 }
 
 static void handle_health(server *s, struct evhttp_request *hreq)
 {
     if (s->stopping) {
-        reply_unavailable(s, hreq, "the server is shutting down");
+        answer_unavailable(s, hreq, "the server is shutting down");
         return;
     }
-    reply_body(s, hreq, 200, "application/json", "", 0);
+    answer_body(s, hreq, 200, "application/json", "", 0);
 }
 
 /* Bytes the process holds from its allocator now (freed memory the allocator keeps for
@@ -225,10 +225,10 @@ static void handle_metrics(server *s, struct evhttp_request *hreq)
     metrics_format(&s->metrics, s->cfg.model_name, &b);
     if (b.failed) {
         buf_free(&b);
-        reply_error_text(s, hreq, 500, "server_error", "out of memory");
+        answer_error_text(s, hreq, 500, "server_error", "out of memory");
         return;
     }
-    reply_body(s, hreq, 200, "text/plain; version=0.0.4; charset=utf-8", b.data ? b.data : "",
+    answer_body(s, hreq, 200, "text/plain; version=0.0.4; charset=utf-8", b.data ? b.data : "",
               b.len);
     buf_free(&b);
 }
@@ -270,7 +270,7 @@ void routes_on_request(struct evhttp_request *hreq, void *arg)
         /* The framing refused this one (reqframe.h): nothing after it on this connection is
          * trusted, so close once it is answered. */
         evhttp_add_header(evhttp_request_get_output_headers(hreq), "Connection", "close");
-        reply_error_text(s, hreq, refusal.status, "invalid_request_error", refusal.message);
+        answer_error_text(s, hreq, refusal.status, "invalid_request_error", refusal.message);
         return;
     }
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(hreq);
@@ -284,7 +284,7 @@ void routes_on_request(struct evhttp_request *hreq, void *arg)
     if (!route) {
         openai_error error;
         openai_fail(&error, 404, "not_found_error", NULL, "no route for %.200s", path);
-        reply_error(s, hreq, &error);
+        answer_error(s, hreq, &error);
         return;
     }
     enum evhttp_cmd_type method = evhttp_request_get_command(hreq);
@@ -294,11 +294,11 @@ void routes_on_request(struct evhttp_request *hreq, void *arg)
         openai_error error;
         openai_fail(&error, 405, "invalid_request_error", NULL, "%s allows only %s", route->path,
                     route->allow);
-        reply_error(s, hreq, &error);
+        answer_error(s, hreq, &error);
         return;
     }
     if (route->needs_key && s->cfg.api_key[0] && !authorized(s, hreq)) {
-        reply_error_text(s, hreq, 401, "authentication_error",
+        answer_error_text(s, hreq, 401, "authentication_error",
                         "missing or wrong API key (Authorization: Bearer <key>)");
         return;
     }

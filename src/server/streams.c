@@ -10,7 +10,7 @@
 #include <event2/buffer.h>
 
 #include "common/clock.h"
-#include "server/reply.h"
+#include "server/answer.h"
 
 /* ---- stream records ------------------------------------------------------------------------ */
 
@@ -39,7 +39,7 @@ static void maybe_free(server *s, srv_stream *st)
         return;
     streams_remove(s, st);
     streams_destroy(st);
-    reply_exit_if_done(s);
+    answer_exit_if_done(s);
 }
 
 /* The client is gone (or the reply is out of our hands): never touch st->http again. */
@@ -139,12 +139,12 @@ static void finish_reply(server *s, srv_stream *st, const engine_event *ev)
      * Connection: close), and its close callback must not find this stream. */
     detach_http(st);
     if (st->streaming) {
-        reply_hand_over(s, hreq);
+        answer_hand_over(s, hreq);
         evhttp_send_reply_end(hreq);
     } else if (finish == ENGINE_FINISH_ERROR) {
         openai_error error;
         openai_fail(&error, 500, "server_error", NULL, "%s", st->er.error);
-        reply_error(s, hreq, &error);
+        answer_error(s, hreq, &error);
     } else if (finish == ENGINE_FINISH_ABORT) {
         /* Cut by shutdown (or its client left, and nobody reads this): not an answer. A
          * stream says "abort" in its last chunk; a whole response has no such place. */
@@ -153,16 +153,16 @@ static void finish_reply(server *s, srv_stream *st, const engine_event *ev)
                  "the server shut down before the answer was complete (%d of %d tokens); "
                  "retry later",
                  st->completion_tokens, st->req.max_tokens);
-        reply_unavailable(s, hreq, message);
+        answer_unavailable(s, hreq, message);
     } else {
         char *body = openai_encode_response(
             &st->req, st->id, st->created, s->cfg.model_name, st->text.data, st->text.len,
             engine_finish_name(finish), ev->stop_index >= 0 ? st->req.stop[ev->stop_index] : NULL,
             st->completion_tokens, st->req.timestamps ? clock_now_ns() : -1, st->last_step);
         if (body && !st->text.failed)
-            reply_body(s, hreq, 200, "application/json", body, strlen(body));
+            answer_body(s, hreq, 200, "application/json", body, strlen(body));
         else
-            reply_error_text(s, hreq, 500, "server_error", "out of memory encoding the answer");
+            answer_error_text(s, hreq, 500, "server_error", "out of memory encoding the answer");
         free(body);
     }
 }

@@ -1,5 +1,5 @@
-/* reply — whole answers and the end of the loop (reply.h). */
-#include "server/reply.h"
+/* answer — whole answers and the end of the loop (answer.h). */
+#include "server/answer.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +31,7 @@ static const char *reason_phrase(int status)
  * bytes waiting for a connection evhttp still serves (a client that left has none: evhttp
  * freed its connection). Not a count of replies handed over: evhttp never reports a
  * reply whose connection failed mid-write. */
-void reply_exit_if_done(server *s)
+void answer_exit_if_done(server *s)
 {
     if (s->stopping && s->n_streams == 0 && !conns_unsent(s->conns))
         event_base_loopexit(s->base, NULL);
@@ -45,49 +45,49 @@ static void on_reply_complete(struct evhttp_request *hreq, void *arg)
     struct evhttp_connection *conn = evhttp_request_get_connection(hreq);
     if (conn)
         conns_reply_written(s->conns, conn);
-    reply_exit_if_done(s);
+    answer_exit_if_done(s);
 }
 
-void reply_hand_over(server *s, struct evhttp_request *hreq)
+void answer_hand_over(server *s, struct evhttp_request *hreq)
 {
     evhttp_request_set_on_complete_cb(hreq, on_reply_complete, s);
 }
 
-void reply_body(server *s, struct evhttp_request *hreq, int status,
+void answer_body(server *s, struct evhttp_request *hreq, int status,
                       const char *content_type, const char *body, size_t len)
 {
     struct evkeyvalq *headers = evhttp_request_get_output_headers(hreq);
     evhttp_add_header(headers, "Content-Type", content_type);
     evbuffer_add(s->out, body, len);
-    reply_hand_over(s, hreq);
+    answer_hand_over(s, hreq);
     evhttp_send_reply(hreq, status, reason_phrase(status), s->out);
     evbuffer_drain(s->out, evbuffer_get_length(s->out));
 }
 
-void reply_error(server *s, struct evhttp_request *hreq, const openai_error *error)
+void answer_error(server *s, struct evhttp_request *hreq, const openai_error *error)
 {
     char *body = openai_error_body(error);
     const char *fallback = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
                            "\"param\":null,\"code\":500}}";
     if (error->status == 401)
         evhttp_add_header(evhttp_request_get_output_headers(hreq), "WWW-Authenticate", "Bearer");
-    reply_body(s, hreq, body ? error->status : 500, "application/json", body ? body : fallback,
+    answer_body(s, hreq, body ? error->status : 500, "application/json", body ? body : fallback,
               strlen(body ? body : fallback));
     free(body);
 }
 
-void reply_error_text(server *s, struct evhttp_request *hreq, int status,
+void answer_error_text(server *s, struct evhttp_request *hreq, int status,
                             const char *type, const char *message)
 {
     openai_error error;
     openai_fail(&error, status, type, NULL, "%s", message);
-    reply_error(s, hreq, &error);
+    answer_error(s, hreq, &error);
 }
 
 /* 503 with Retry-After: the server is going away (a client should retry elsewhere or
  * after a restart), as the 429 of a full queue says when to come back. */
-void reply_unavailable(server *s, struct evhttp_request *hreq, const char *message)
+void answer_unavailable(server *s, struct evhttp_request *hreq, const char *message)
 {
     evhttp_add_header(evhttp_request_get_output_headers(hreq), "Retry-After", "1");
-    reply_error_text(s, hreq, 503, "server_error", message);
+    answer_error_text(s, hreq, 503, "server_error", message);
 }
