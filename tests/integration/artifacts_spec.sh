@@ -13,7 +13,7 @@ bin=$1; dir=$2
 . "$(dirname "$0")/lib.bash"
 src=${STALLSCOPE_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
 spec=$src/docs/reference/artifacts.md
-check=$(dirname "$0")/check_artifacts.py
+check=$PY_DIR/check_artifacts.py
 rm -rf "$dir"; mkdir -p "$dir"
 cd "$dir"
 server_pid=

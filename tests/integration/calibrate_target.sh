@@ -69,7 +69,7 @@ check "interference: 4 prompts into 8 streams, one-step prefill inferred (budget
 # refused by default (exit 1, nothing written, both counts said); --count-tokens stream fits
 # the server's own step (within 10 % of the direct probe above), not half of it
 proxy_port=$(free_port)
-timeout 120 python3 "$(dirname "$0")/usage_proxy.py" "$proxy_port" "$url" >"$scratch/proxy.out" 2>&1 &
+timeout 120 python3 "$PY_DIR/usage_proxy.py" "$proxy_port" "$url" >"$scratch/proxy.out" 2>&1 &
 proxy_pid=$!
 for _ in $(seq 100); do grep -qs ready "$scratch/proxy.out" && break; sleep 0.1; done
 small=(--max-streams 2 --long-context 512 --seconds 300ms --min-prompt-tokens 1024

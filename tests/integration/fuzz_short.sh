@@ -22,5 +22,5 @@ rc=$?
 set -e
 # 77: fuzz/build.sh found no clang, no libFuzzer runtime or no jansson (it said which).
 [ "$rc" != 77 ] || skip_or_fail "the fuzzers need clang with libFuzzer (clang, libclang-rt-14-dev)"
-[ "$rc" = 0 ] || { echo "FAIL: a fuzzer found a problem (inputs kept in $WORK)"; exit 1; }
+[ "$rc" = 0 ] || fail "a fuzzer found a problem (inputs kept in $WORK)"
 echo "0 failed"

@@ -47,5 +47,5 @@ grep -q '^fail-if itl.max > 60000.0 ms: .*  PASS$' "$dir/run.out" || fail "run: 
 pass "run (embedded emulate): exit 99; $(grep 'stalls >' "$dir/run.out")"
 
 # --save-result: vLLM's keys, each value worked out again from requests.csv and tokens.csv.
-python3 "$(dirname "$0")/check_result.py" "$dir/run" "$dir/run.json" ||
+python3 "$PY_DIR/check_result.py" "$dir/run" "$dir/run.json" ||
   fail "--save-result disagrees with the artifacts"

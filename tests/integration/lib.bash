@@ -1,6 +1,22 @@
-# Shared helpers for integration tests (sourced; ctest registers only *.sh files).
+# Shared helpers for every integration test (sourced; ctest registers only *.sh files).
+# serve_lib.bash adds the serve_*.sh tests' server helpers on top of these.
+# PY_DIR: the Python test servers and checkers (fault_server.py, hostile.py, serve_client.py
+# ...), one folder; a script runs them as "$PY_DIR/NAME.py" or imports them with
+# PYTHONPATH="$PY_DIR".
+PY_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/py" && pwd)"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 pass() { echo "ok: $*"; }
+# fail_later WHY: a failed check after which the test goes on to its other checks, so one
+# run names every failure; failures_end NAME then fails the test if any check did.
+FAILURES=0
+fail_later() {
+  echo "FAIL: $*" >&2
+  FAILURES=$((FAILURES + 1))
+}
+failures_end() {
+  [ "$FAILURES" = 0 ] || fail "$1: $FAILURES check(s) failed"
+  echo "$1: all checks passed"
+}
 # skip_or_fail WHY: a tool this test needs is missing. `make test` installs the tools
 # (scripts/deps.sh test) when run as root, and CI runs it as root with CI=true: there a
 # missing tool is a broken set-up and the test FAILS, so it can never pass by not running.

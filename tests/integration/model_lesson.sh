@@ -6,17 +6,13 @@ set -euo pipefail
 bin=$1
 scratch=$2
 mkdir -p "$scratch"
-failures=0
-
-fail() {
-    echo "FAIL: $*" >&2
-    failures=$((failures + 1))
-}
+# shellcheck source=lib.bash
+source "$(dirname "$0")/lib.bash"
 
 # ---- the lesson's figures, from --json -------------------------------------------
 lesson_args=(--gpu h100-sxm --model llama-3.1-8b --prompt-tokens 4000,8000,16000 --lesson-flops)
 "$bin" model "${lesson_args[@]}" --json >"$scratch/lesson.json"
-python3 - "$scratch/lesson.json" <<'EOF' || failures=$((failures + 1))
+python3 - "$scratch/lesson.json" <<'EOF' || fail_later "the lesson's figures in --json"
 import json, sys
 
 doc = json.load(open(sys.argv[1]))
@@ -73,18 +69,18 @@ for needle in "129.4" "17.0" "146.4" "4.78 ms" "27.1x" "2.12x" "2.23x" "16.0 GFL
     if grep -qF -- "$needle" "$scratch/lesson.txt"; then
         echo "ok   table shows $needle"
     else
-        fail "table lacks '$needle'"
+        fail_later "table lacks '$needle'"
     fi
 done
 rows=$(grep -cE '^ +(4000|8000|16000) ' "$scratch/lesson.txt" || true)
-[ "$rows" = 3 ] && echo "ok   table has 3 prompt rows" || fail "table has $rows prompt rows, want 3"
+[ "$rows" = 3 ] && echo "ok   table has 3 prompt rows" || fail_later "table has $rows prompt rows, want 3"
 
 # sizes in the k form give the same figures
 "$bin" model --lesson-flops --prompt-tokens 4k,8k,16k --json >"$scratch/lesson_k.json"
 if cmp -s "$scratch/lesson.json" "$scratch/lesson_k.json"; then
     echo "ok   4k,8k,16k == 4000,8000,16000 (and h100-sxm, llama-3.1-8b are the defaults)"
 else
-    fail "4k,8k,16k differs from 4000,8000,16000"
+    fail_later "4k,8k,16k differs from 4000,8000,16000"
 fi
 
 # ---- a Hugging Face config.json gives what the catalog gives -----------------------
@@ -100,7 +96,7 @@ EOF
 "$bin" model --json >"$scratch/catalog.json"
 "$bin" model --json --model-config "$scratch/config.json" >"$scratch/hf.json"
 python3 - "$scratch/catalog.json" "$scratch/hf.json" <<'EOF' \
-    || fail "--model-config differs from the catalog"
+    || fail_later "--model-config differs from the catalog"
 import json, sys
 a, b = (json.load(open(f)) for f in sys.argv[1:3])
 assert b["model"] == "Llama-3.1-8B", b["model"]
@@ -113,13 +109,13 @@ EOF
 # ---- --list and --help -------------------------------------------------------------
 "$bin" model --list >"$scratch/list.txt"
 for needle in h100-sxm h200 a100-80g llama-3.1-8b llama-3.1-70b mistral-7b qwen2.5-7b; do
-    grep -qF -- "$needle" "$scratch/list.txt" || fail "--list lacks $needle"
+    grep -qF -- "$needle" "$scratch/list.txt" || fail_later "--list lacks $needle"
 done
 echo "ok   --list names the catalog"
 "$bin" model --help >"$scratch/help.txt"
 grep -qF -- "--prompt-tokens" "$scratch/help.txt" \
     && grep -qF -- "--lesson-flops" "$scratch/help.txt" \
-    && echo "ok   --help lists the options" || fail "--help"
+    && echo "ok   --help lists the options" || fail_later "--help"
 
 # ---- bad input: exit 2, one line on stderr, nothing on stdout ----------------------
 expect_usage() {
@@ -127,13 +123,13 @@ expect_usage() {
     "$bin" model "$@" >"$scratch/bad.out" 2>"$scratch/bad.err" || rc=$?
     local what="model $*"
     if [ "$rc" != 2 ]; then
-        fail "$what: exit $rc, want 2"
+        fail_later "$what: exit $rc, want 2"
     elif [ -s "$scratch/bad.out" ]; then
-        fail "$what: wrote to stdout"
+        fail_later "$what: wrote to stdout"
     elif ! grep -q '^stallscope model: ' "$scratch/bad.err"; then
-        fail "$what: stderr lacks 'stallscope model: ...': $(cat "$scratch/bad.err")"
+        fail_later "$what: stderr lacks 'stallscope model: ...': $(cat "$scratch/bad.err")"
     elif [ "$(wc -l <"$scratch/bad.err")" != 1 ]; then
-        fail "$what: stderr is not one line"
+        fail_later "$what: stderr is not one line"
     else
         echo "ok   exit 2: $what -> $(cat "$scratch/bad.err")"
     fi
@@ -152,13 +148,9 @@ expect_usage --no-such-option
 # the unknown names come with the list of known ones
 "$bin" model --gpu nope 2>"$scratch/bad.err" >/dev/null || true
 grep -qF "h100-sxm" "$scratch/bad.err" && echo "ok   unknown GPU lists the known ones" \
-    || fail "unknown GPU error lacks the known names"
+    || fail_later "unknown GPU error lacks the known names"
 "$bin" model --model nope 2>"$scratch/bad.err" >/dev/null || true
 grep -qF "llama-3.1-8b" "$scratch/bad.err" && echo "ok   unknown model lists the known ones" \
-    || fail "unknown model error lacks the known names"
+    || fail_later "unknown model error lacks the known names"
 
-if [ "$failures" -ne 0 ]; then
-    echo "model_lesson: $failures failure(s)" >&2
-    exit 1
-fi
-echo "model_lesson: all checks passed"
+failures_end model_lesson

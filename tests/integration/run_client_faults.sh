@@ -28,12 +28,11 @@ WORK=$2
 rm -rf "$WORK"
 mkdir -p "$WORK"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=0"
-HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.bash
+source "$(dirname "$0")/lib.bash"
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
 # ---- 1. faults mid-run ---------------------------------------------------------------------
 # Once per transport: raw (the default: kernel receive stamps) and --transport curl. Each
@@ -43,7 +42,7 @@ local name=$1 transport=$2
 shift 2
 local PORT
 PORT=$(free_port)
-python3 "$HERE/fault_server.py" "$PORT" "$WORK/fault_server_$name.jsonl" 5.0 1.0 \
+python3 "$PY_DIR/fault_server.py" "$PORT" "$WORK/fault_server_$name.jsonl" 5.0 1.0 \
   >"$WORK/fault_server_$name.out" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 100); do grep -q ready "$WORK/fault_server_$name.out" && break; sleep 0.1; done

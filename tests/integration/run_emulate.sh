@@ -15,6 +15,8 @@ BIN=$1
 WORK=$2
 rm -rf "$WORK"
 mkdir -p "$WORK"
+# shellcheck source=lib.bash
+source "$(dirname "$0")/lib.bash"
 # Under AddressSanitizer, recycling the quarantine of freed memory stops a process for
 # 40-80 ms every second or so: that is exactly what this test measures (stalls, gaps), so
 # the timing runs go without the quarantine (the unit tests keep it). On a sanitized build
@@ -36,7 +38,7 @@ WORKLOAD=(--users 32 --duration 10s --inject-at 2s --inject-every 3s --prompt-to
 # 1. The embedded default, with --json: stdout is comparison.json.
 timeout 120 "$BIN" run "${ENGINE[@]}" "${WORKLOAD[@]}" --out "$WORK/embedded" --json \
   >"$WORK/embedded.stdout" 2>"$WORK/embedded.stderr" || {
-  echo "FAIL: embedded run failed"; cat "$WORK/embedded.stderr"; exit 1; }
+  cat "$WORK/embedded.stderr"; fail "embedded run failed"; }
 
 # 2. A separate server on its own port, through --target.
 # nice -n -10: the same priority `run` gives itself and its embedded server.
@@ -45,10 +47,10 @@ timeout 60 nice -n -10 "$BIN" serve "${ENGINE[@]}" --port 0 --step-log "$WORK/se
 SERVER_PID=$!
 for _ in $(seq 100); do grep -q 'listening on' "$WORK/serve.log" && break; sleep 0.1; done
 URL=$(grep -o 'http://[0-9.]*:[0-9]*' "$WORK/serve.log" | head -1)
-[ -n "$URL" ] || { echo "FAIL: serve did not start"; cat "$WORK/serve.log"; exit 1; }
+[ -n "$URL" ] || { cat "$WORK/serve.log"; fail "serve did not start"; }
 timeout 120 "$BIN" run --target "$URL" --fidelity "${WORKLOAD[@]}" --out "$WORK/target" \
   >"$WORK/target.stdout" 2>"$WORK/target.stderr" || {
-  echo "FAIL: --target run failed"; cat "$WORK/target.stderr"; exit 1; }
+  cat "$WORK/target.stderr"; fail "--target run failed"; }
 kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=
 
 python3 - "$WORK" <<'EOF'

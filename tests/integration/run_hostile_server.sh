@@ -20,12 +20,12 @@ WORK=$2
 rm -rf "$WORK"
 mkdir -p "$WORK"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=0"
-HERE=$(cd "$(dirname "$0")" && pwd)
-source "$HERE/lib.bash"
+# shellcheck source=lib.bash
+source "$(dirname "$0")/lib.bash"
 command -v python3 >/dev/null || skip_or_fail "python3 is missing"
 
 PORT=$(free_port)
-python3 "$HERE/fault_server.py" "$PORT" "$WORK/server.jsonl" >"$WORK/server.out" 2>&1 &
+python3 "$PY_DIR/fault_server.py" "$PORT" "$WORK/server.jsonl" >"$WORK/server.out" 2>&1 &
 SERVER=$!
 disown "$SERVER" # not a job: `wait -n` below waits for the runs alone
 trap 'kill "$SERVER" $(jobs -p) 2>/dev/null || true' EXIT

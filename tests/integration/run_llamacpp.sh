@@ -6,12 +6,11 @@
 # usage: run_llamacpp.sh STALLSCOPE_BINARY SCRATCH_DIR
 set -euo pipefail
 bin=$1; dir=$2
-here=$(dirname "$0")
-. "$here/lib.bash"
+. "$(dirname "$0")/lib.bash"
 command -v python3 >/dev/null || skip_or_fail "python3 is missing"
 rm -rf "$dir"; mkdir -p "$dir"
 port=$(free_port)
-python3 "$here/llamacpp_server.py" "$port" 20 >"$dir/server.log" 2>&1 &
+python3 "$PY_DIR/llamacpp_server.py" "$port" 20 >"$dir/server.log" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true' EXIT
 wait_http "http://127.0.0.1:$port/health" || fail "the llama.cpp-shaped server did not come up"
@@ -21,5 +20,5 @@ timeout 120 "$bin" run --target "127.0.0.1:$port" --users 4 --duration 4s --inje
   { tail -20 "$dir/run.out"; fail "the run against the llama.cpp-shaped server"; }
 check "the result names the server's model and holds completed requests" \
   'a["completed"] >= 4 and a["failed"] == 0 and a["stallscope"]["complete"]' "$dir/result.json"
-python3 "$here/check_result.py" "$dir/run" "$dir/result.json" ||
+python3 "$PY_DIR/check_result.py" "$dir/run" "$dir/result.json" ||
   fail "--save-result disagrees with the artifacts"

@@ -134,36 +134,7 @@ pass "a 404 metrics URL: said in one line, the run went on (exit 0), no CSV, no 
 # 3. A server that answers 200 but not with the exposition format (an HTML page), and
 # records the credentials the scrape carried: the run's own --api-key and --header, sent
 # from memory, never written to an artifact.
-python3 - "$WORK/www.port" "$WORK/www.headers" <<'PY' &
-import http.server, sys
-port_file, headers_file = sys.argv[1], sys.argv[2]
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        with open(headers_file, "a") as f:
-            f.write(f"{self.path} {self.headers.get('Authorization')} {self.headers.get('X-Token')}\n")
-        if self.path == "/redir":  # prometheus_client's ASGI app mounted at a path does this
-            self.send_response(307)
-            self.send_header("Location", "/redir/")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        if self.path == "/redir/":
-            body, kind = b"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3\n", "text/plain"
-        else:
-            body, kind = b"<!DOCTYPE html>\n<html><body>not metrics</body></html>\n", "text/html"
-        self.send_response(200)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *args):
-        pass
-s = http.server.HTTPServer(("127.0.0.1", 0), H)
-open(port_file, "w").write(str(s.server_address[1]))
-s.timeout = 1
-for _ in range(600):  # bounded: ten minutes at most (the cleanup ends it sooner)
-    s.handle_request()
-PY
+python3 "$PY_DIR/metrics_page_server.py" "$WORK/www.port" "$WORK/www.headers" &
 PIDS+=($!)
 for _ in $(seq 100); do [ -s "$WORK/www.port" ] && break; sleep 0.1; done
 WWW_PORT=$(cat "$WORK/www.port" 2>/dev/null || true)

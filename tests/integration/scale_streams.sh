@@ -9,10 +9,12 @@ set -euo pipefail
 BIN=$1
 WORK=$2
 mkdir -p "$WORK"
+# shellcheck source=lib.bash
+source "$(dirname "$0")/lib.bash"
 SCALE=$(dirname "$BIN")/bench_scale
 # bench/bench_*.c are targets of every build (CMakeLists.txt): a missing one is a broken
 # build, not a reason to skip.
-[ -x "$SCALE" ] || { echo "FAIL: $SCALE not built (cmake --build builds every bench_* target)"; exit 1; }
+[ -x "$SCALE" ] || fail "$SCALE not built (cmake --build builds every bench_* target)"
 # ASan's quarantine would hold every freed buffer of 1,000 streams (hundreds of MiB).
 export ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=0"
 set +e
@@ -21,14 +23,14 @@ RC=$?
 set -e
 cat "$WORK/scale.out"
 if grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' "$WORK/scale.err"; then
-  cat "$WORK/scale.err"; echo "FAIL: sanitizer report"; exit 1
+  cat "$WORK/scale.err"; fail "sanitizer report"
 fi
-[ "$RC" = 0 ] || { tail -5 "$WORK/scale.err"; echo "FAIL: bench_scale exit $RC"; exit 1; }
-grep -q "ok: no token lost, no error" "$WORK/scale.out" || { echo "FAIL: no verdict line"; exit 1; }
+[ "$RC" = 0 ] || { tail -5 "$WORK/scale.err"; fail "bench_scale exit $RC"; }
+grep -q "ok: no token lost, no error" "$WORK/scale.out" || fail "no verdict line"
 # The scale is the point: all the streams asked for, open at once (bench_scale also fails
 # when they never were; here: not quietly fewer for a low descriptor limit).
 want=${SCALE_STREAMS:-1000}
-! grep -q "streams instead of" "$WORK/scale.out" || { echo "FAIL: fewer streams than $want"; exit 1; }
+! grep -q "streams instead of" "$WORK/scale.out" || fail "fewer streams than $want"
 grep -qE "at most $want streams open at once" "$WORK/scale.out" ||
-  { echo "FAIL: $want streams were never open at once"; exit 1; }
+  fail "$want streams were never open at once"
 echo "0 failed"

@@ -43,7 +43,7 @@ stop_server TERM
 release_cpus
 }
 
-check() {
+check_measured() {
 py "$(cat <<'PY'
 import json, os
 from serve_client import check_step_timing, read_steps

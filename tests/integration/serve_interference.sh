@@ -47,7 +47,7 @@ stop_server TERM   # flushes the step log
 release_cpus
 }
 
-check() {
+check_measured() {
 py "$(cat <<'PY'
 import json, os, statistics
 from serve_client import check_step_timing, read_steps

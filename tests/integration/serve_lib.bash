@@ -14,7 +14,6 @@ SERVER_PID=
 SERVER_NAME=
 PORT=
 AWAKE_PIDS=()
-CLIENT_PY="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 kill_server() {
   if [ -n "$SERVER_PID" ]; then
@@ -106,19 +105,20 @@ wait_server() {
 
 # py CODE...: run python with serve_client importable and PORT, DIR in the environment.
 py() {
-  PORT="$PORT" DIR="$DIR" SERVER_PID="$SERVER_PID" PYTHONPATH="$CLIENT_PY" timeout 240 python3 -c "$1"
+  PORT="$PORT" DIR="$DIR" SERVER_PID="$SERVER_PID" PYTHONPATH="$PY_DIR" timeout 240 python3 -c "$1"
 }
 
-# The caller's measure (start a server, drive it, stop it), then its check. When check exits
-# 3 (serve_client.RETRY_EXIT: the step-timing rule failed only on lateness the engine
-# recorded itself, over the 10 ms cap or on more than 1 % of the steps; docs/server.md),
-# measure and check once more; any other failure, or a second one, fails the test.
+# The caller's measure (start a server, drive it, stop it), then its check_measured (not
+# `check`: that is lib.bash's). When check_measured exits 3 (serve_client.RETRY_EXIT: the
+# step-timing rule failed only on lateness the engine recorded itself, over the 10 ms cap
+# or on more than 1 % of the steps; docs/server.md), measure and check once more; any other
+# failure, or a second one, fails the test.
 run_measured() {
   local attempt rc
   for attempt in 1 2; do
     measure
     rc=0
-    check || rc=$?
+    check_measured || rc=$?
     [ "$rc" = 0 ] && return 0
     if [ "$rc" = 3 ] && [ "$attempt" = 1 ]; then
       echo "note: the step timing failed only on lateness the engine recorded; measuring once more"

@@ -17,10 +17,10 @@
 set -euo pipefail
 DIR=$2
 mkdir -p "$DIR"
-HERE=$(cd "$(dirname "$0")" && pwd)
-source "$HERE/lib.bash"
+# shellcheck source=lib.bash
+source "$(dirname "$0")/lib.bash"
 
-DIR=$DIR PYTHONPATH=$HERE timeout 60 python3 - <<'PY'
+DIR=$DIR PYTHONPATH=$PY_DIR timeout 60 python3 - <<'PY'
 import os
 from serve_client import RecordedLateOnly, check_step_timing, read_steps
 d = os.environ["DIR"]

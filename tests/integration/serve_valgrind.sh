@@ -20,8 +20,8 @@ BIN=$1 # the ASan binary: not used, see above
 WORK=$2
 : "$BIN"
 SRC=${STALLSCOPE_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
-HERE=$(cd "$(dirname "$0")" && pwd)
-source "$HERE/lib.bash"
+# shellcheck source=lib.bash
+source "$(dirname "$0")/lib.bash"
 command -v valgrind >/dev/null 2>&1 || skip_or_fail "valgrind is not installed (apt-get install valgrind)"
 mkdir -p "$WORK"
 DIR=$WORK
@@ -47,7 +47,7 @@ done
 PORT=$(sed -n 's#^listening on http://127\.0\.0\.1:\([0-9][0-9]*\)$#\1#p' "$WORK/serve.out")
 [ -n "$PORT" ] || fail "no ready line within 60 s under valgrind"
 
-PORT=$PORT SERVER_PID=$SERVER_PID PYTHONPATH=$HERE timeout 280 python3 - <<'PY'
+PORT=$PORT SERVER_PID=$SERVER_PID PYTHONPATH=$PY_DIR timeout 280 python3 - <<'PY'
 import json, os, signal, time
 import hostile as H
 from serve_client import Stream, request, run_all

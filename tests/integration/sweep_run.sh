@@ -31,7 +31,7 @@ grep -q "model, same profile (h100-sxm llama-3.1-8b mixed/16384)" "$dir/emulate/
 pass "each point's own report (with the prediction), linked from the sweep's"
 
 # 2. A target whose server is started per point: the fix measured beside the problem.
-port=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+port=$(free_port)
 timeout 300 "$bin" sweep --target "http://127.0.0.1:$port" \
   --server-cmd "'$bin' serve --engine emulate --port {port} --policy {policy} --max-num-batched-tokens {max_num_batched_tokens}" \
   --server-timeout 60s --policy mixed,chunked --max-num-batched-tokens 16384,512 --zip \

@@ -95,7 +95,7 @@ only failed requests|failedonly.csv||2|failedonly.csv: none of its 1 rows can be
 every row outside the window|late.jsonl|--to 5s|2|late.jsonl: all 2 rows are outside --from/--to (they span 10.000 to 12.000 s of trace time)
 every row after --duration|late.jsonl|--duration 8s|2|late.jsonl: every row is at or after --duration (8.000 s; the first at 10.000 s of the run)"
 
-n=0; failed=0
+n=0
 while IFS='|' read -r name file flags want phrase; do
   n=$((n + 1))
   if [ "$file" = unreadable.csv ] && [ "$(id -u)" = 0 ]; then
@@ -108,20 +108,18 @@ while IFS='|' read -r name file flags want phrase; do
   timeout 60 "$bin" sim --trace "$file" $flags --no-inject --out "o$n" >"$out" 2>&1 || rc=$?
   phrase=${phrase//\\\"/\"}
   if [ "$rc" != "$want" ] || ! grep -qF -- "$phrase" "$out"; then
-    echo "FAIL: $name: exit $rc (want $want), want the phrase: $phrase" >&2
+    fail_later "$name: exit $rc (want $want), want the phrase: $phrase"
     sed 's/^/    /' "$out" | head -5 >&2
-    failed=$((failed + 1))
     continue
   fi
   if [ "$want" = 2 ] && [ -e "o$n" ]; then
-    echo "FAIL: $name: bad input, but o$n was written" >&2
-    failed=$((failed + 1))
+    fail_later "$name: bad input, but o$n was written"
     continue
   fi
   echo "ok: $name: exit $rc, $(grep -F -- "$phrase" "$out" | head -1 | cut -c1-150)"
 done <<<"$cases"
 chmod 600 unreadable.csv
-[ "$failed" = 0 ] || fail "$failed of $n hostile traces"
+[ "$FAILURES" = 0 ] || fail "$FAILURES of $n hostile traces"
 
 # What the accepted ones planned: rows sorted by time, duplicates kept, each its own stream.
 python3 - "$dir" <<'PY' || fail "the accepted traces' plans"
