@@ -1,36 +1,31 @@
-/* raw: what only the raw transport does (the cases both transports share are test_stream's,
- * run over each). Against a scripted keep-alive server thread on 127.0.0.1:
+/* client/raw: what only the raw transport does (the cases both transports share are
+ * test_reply's, run over each). Against a scripted keep-alive server thread on 127.0.0.1:
  *   - the kernel's receive stamp survives a busy loop: each event stamped within a few ms of
  *     the server's send() while the loop got to it 15 ms late (docs/client.md, "Time");
  *   - events that queued unread are delivered with one stamp and labelled coalesced;
  *   - requests carry Host and the base URL's path; a connection is reused (keep-alive), and
  *     one the server closed while idle is replaced without failing the request;
  *   - https through OpenSSL memory BIOs (a self-signed certificate made here): kernel stamps
- *     too, and a refused certificate without --insecure;
- *   - which transport "auto" picks (proxy variables). */
+ *     too, and a refused certificate without --insecure. */
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/evp.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#include <cmocka.h>
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
-#include <openssl/ssl.h>
-#include <openssl/x509.h>
+#include <cmocka.h>
 
 #include "client/raw.h"
-#include "client/transport_kind.h"
+#include "client/transport.h"
 #include "common/clock.h"
 #include "common/err.h"
 
@@ -521,42 +516,6 @@ static void test_tls(void **state)
     raw_free(c);
 }
 
-static void test_auto_transport(void **state)
-{
-    (void)state;
-    const char *vars[] = {"http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY",
-                          "no_proxy", "NO_PROXY"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
-        unsetenv(vars[i]);
-    const char *local = "http://127.0.0.1:8000", *secure = "https://api.example.test/v1";
-    assert_int_equal(transport_kind_resolve(TRANSPORT_AUTO, local), TRANSPORT_RAW);
-    assert_int_equal(transport_kind_resolve(TRANSPORT_AUTO, secure), TRANSPORT_RAW);
-    assert_int_equal(transport_kind_resolve(TRANSPORT_CURL, local), TRANSPORT_CURL);
-    setenv("http_proxy", "http://proxy:3128", 1);
-    assert_int_equal(transport_kind_resolve(TRANSPORT_AUTO, local), TRANSPORT_CURL);
-    assert_int_equal(transport_kind_resolve(TRANSPORT_AUTO, secure), TRANSPORT_RAW);
-    assert_int_equal(transport_kind_resolve(TRANSPORT_RAW, local), TRANSPORT_RAW);
-    setenv("no_proxy", "localhost,127.0.0.1", 1);
-    assert_int_equal(transport_kind_resolve(TRANSPORT_AUTO, local), TRANSPORT_RAW);
-    setenv("HTTPS_PROXY", "http://proxy:3128", 1);
-    assert_int_equal(transport_kind_resolve(TRANSPORT_AUTO, secure), TRANSPORT_CURL);
-    setenv("no_proxy", ".example.test", 1);
-    assert_int_equal(transport_kind_resolve(TRANSPORT_AUTO, secure), TRANSPORT_RAW);
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
-        unsetenv(vars[i]);
-    transport_kind k;
-    char err[ERR_LEN];
-    assert_int_equal(transport_kind_parse("curl", &k, err), 0);
-    assert_int_equal(k, TRANSPORT_CURL);
-    assert_int_equal(transport_kind_parse("http2", &k, err), -1);
-    assert_non_null(strstr(err, "http2"));
-    /* What the raw transport cannot take is said at creation. */
-    transport_options o = {0};
-    o.base_url = "unix:///run/x.sock";
-    assert_null(raw_create(&o, err));
-    assert_non_null(strstr(err, "--transport curl"));
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -565,7 +524,6 @@ int main(void)
         cmocka_unit_test(test_keep_alive_and_host),
         cmocka_unit_test(test_userinfo_and_query),
         cmocka_unit_test(test_tls),
-        cmocka_unit_test(test_auto_transport),
     };
     return cmocka_run_group_tests(tests, start_servers, NULL);
 }

@@ -22,6 +22,8 @@
 #include "engine/cpu/cpu_forward.h"
 #include "engine/cpu/cpu_kernels.h"
 
+#include "kernel_check.h"
+
 #define TOL_REF 1e-5
 #define TOL_SAME 1e-5
 
@@ -81,26 +83,6 @@ static void make_tokens(int32_t *t, int n, int vocab, uint64_t seed)
         t[i] = (int32_t)(rng_hash3(seed, (uint64_t)i, 0) % (uint64_t)vocab);
 }
 
-static double rel_diff(const float *a, const float *b, int n)
-{
-    double worst = 0, top = 0;
-    for (int i = 0; i < n; i++) {
-        worst = fmax(worst, fabs((double)a[i] - b[i]));
-        top = fmax(top, fabs(b[i]));
-    }
-    return worst / (1 + top);
-}
-
-#define assert_logits(a, b, n, tol)                                                          \
-    do {                                                                                     \
-        double d_ = rel_diff((a), (b), (n));                                                 \
-        if (!(d_ <= (tol))) {                                                                \
-            print_error("%s vs %s: relative difference %.3g > %.3g\n", #a, #b, d_,           \
-                        (double)(tol));                                                      \
-            fail();                                                                          \
-        }                                                                                    \
-    } while (0)
-
 /* Prefill n tokens in chunks of `chunk` (one sequence per step); logits of the last
  * position into out. */
 static void prefill_chunked(rig *r, cpu_kv_seq *s, const int32_t *tokens, int n, int chunk,
@@ -139,11 +121,11 @@ static void check_against_reference(const cpu_config *c, int threads, bool simd)
         const cpu_batch_seq one = {tokens + p, p, 1, &s, true};
         forward_or_fail(&r, &one, 1);
         const float *want = cpu_ref_forward(&r.model, &ref, tokens[p], p);
-        assert_logits(r.run.logits, want, c->vocab_size, TOL_REF);
+        assert_close(r.run.logits, want, c->vocab_size, TOL_REF);
     }
     cpu_kv_seq t = {0};
     prefill_chunked(&r, &t, tokens, N, N, logits);
-    assert_logits(logits, ref.logits, c->vocab_size, TOL_REF);
+    assert_close(logits, ref.logits, c->vocab_size, TOL_REF);
     cpu_kv_release(&r.kv, &s);
     cpu_kv_release(&r.kv, &t);
     cpu_kv_seq_free(&s);
@@ -186,7 +168,7 @@ static void test_chunked_prefill_equals_one_shot(void **state)
         for (int k = 0; k < 3; k++) {
             cpu_kv_seq t = {0};
             prefill_chunked(&r, &t, tokens, N, chunks[k], chunked);
-            assert_logits(chunked, one_shot, c->vocab_size, TOL_SAME);
+            assert_close(chunked, one_shot, c->vocab_size, TOL_SAME);
             assert_int_equal(cpu_argmax(chunked, c->vocab_size), cpu_argmax(one_shot, c->vocab_size));
             cpu_kv_release(&r.kv, &t);
             cpu_kv_seq_free(&t);
@@ -224,7 +206,7 @@ static void test_decode_equals_recompute(void **state)
         memcpy(decoded, r.run.logits, sizeof(float) * (size_t)c->vocab_size);
         cpu_kv_seq fresh = {0};
         prefill_chunked(&r, &fresh, tokens, n + 1, n + 1, recomputed);
-        assert_logits(decoded, recomputed, c->vocab_size, TOL_SAME);
+        assert_close(decoded, recomputed, c->vocab_size, TOL_SAME);
         cpu_kv_release(&r.kv, &fresh);
         cpu_kv_seq_free(&fresh);
     }
@@ -354,7 +336,7 @@ static void test_threads_agree(void **state)
         cpu_kv_seq_free(&s);
         rig_free(&r);
     }
-    assert_logits(logits[1], logits[0], c->vocab_size, TOL_SAME);
+    assert_close(logits[1], logits[0], c->vocab_size, TOL_SAME);
     free(logits[0]);
     free(logits[1]);
 }

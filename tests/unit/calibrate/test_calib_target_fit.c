@@ -1,0 +1,387 @@
+/* calibrate/calib_target_fit — the pure pieces of calibrate --target: the probe grids, the
+ * steady gap and the stall of synthetic token series, the policy and budget inferred from
+ * synthetic stalls, the refusal of a bad fit, the served-model mapping, the check of the
+ * tokens streamed against usage, and the step model and profile fitted from a result. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "calibrate/calib_target_fit.h"
+#include "client/chunk.h"
+#include "common/err.h"
+#include "engine/cost.h"
+#include "engine/fit.h"
+
+#define MS 1000000LL
+
+static void test_batches(void **state)
+{
+    (void)state;
+    int b[CALIB_TARGET_MAX_BATCHES];
+    assert_int_equal(calib_target_batches(128, b, CALIB_TARGET_MAX_BATCHES), 8);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(b[i], 1 << i);
+    assert_int_equal(calib_target_batches(100, b, CALIB_TARGET_MAX_BATCHES), 8);
+    assert_int_equal(b[6], 64);
+    assert_int_equal(b[7], 100);
+    assert_int_equal(calib_target_batches(1, b, CALIB_TARGET_MAX_BATCHES), 1);
+    assert_int_equal(b[0], 1);
+    assert_int_equal(calib_target_batches(1024, b, 3), 3); /* never past the cap */
+    assert_int_equal(b[2], 4);
+}
+
+static void test_prompts(void **state)
+{
+    (void)state;
+    int p[CALIB_TARGET_MAX_PROMPTS];
+    assert_int_equal(calib_target_prompts(256, 16384, p, CALIB_TARGET_MAX_PROMPTS), 7);
+    assert_int_equal(p[0], 256);
+    assert_int_equal(p[6], 16384);
+    assert_int_equal(calib_target_prompts(256, 10000, p, CALIB_TARGET_MAX_PROMPTS), 7);
+    assert_int_equal(p[5], 8192);
+    assert_int_equal(p[6], 10000);
+    assert_int_equal(calib_target_prompts(512, 512, p, CALIB_TARGET_MAX_PROMPTS), 1);
+    assert_int_equal(p[0], 512);
+}
+
+/* Streams of n events every gap_ns from t0, one token each. */
+typedef struct synth {
+    int64_t t[64];
+    int cum[64];
+} synth;
+
+static void synth_fill(synth *s, calib_target_series *out, int n, int64_t t0, int64_t gap_ns)
+{
+    for (int i = 0; i < n; i++) {
+        s->t[i] = t0 + i * gap_ns;
+        s->cum[i] = i + 1;
+    }
+    *out = (calib_target_series){s->t, s->cum, n};
+}
+
+static void test_steady_gap(void **state)
+{
+    (void)state;
+    synth s[3];
+    calib_target_series series[3];
+    for (int k = 0; k < 3; k++)
+        synth_fill(&s[k], &series[k], 40, k * MS, 7 * MS);
+    /* one outlier gap (a stall) in stream 1 and a slow start in stream 2: the median holds */
+    for (int i = 20; i < 40; i++)
+        s[1].t[i] += 100 * MS;
+    s[2].t[0] -= 50 * MS;
+    double gap = 0, ctx = 0;
+    int64_t n = 0;
+    assert_int_equal(calib_target_steady_gap(series, 3, 4, 64, 0, 1000 * MS, &gap, &ctx, &n), 0);
+    assert_true(fabs(gap - 7 * MS) < 1);
+    /* gaps i-1 -> i for i = 4 .. 39 in each stream: 36 each */
+    assert_int_equal(n, 3 * 36);
+    /* context: prompt + tokens before the gap's token, 64 + (4 .. 39), mean 64 + 21.5 */
+    assert_true(fabs(ctx - 85.5) < 1e-9);
+
+    /* an event carrying 2 tokens counts as 2 gaps of half its length */
+    s[0].cum[10] = s[0].cum[9] + 2;
+    for (int i = 11; i < 40; i++)
+        s[0].cum[i] = s[0].cum[i - 1] + 1;
+    assert_int_equal(calib_target_steady_gap(series, 1, 4, 64, 0, 1000 * MS, &gap, &ctx, &n), 0);
+    assert_int_equal(n, 37);
+
+    /* a window with no gap in it */
+    assert_int_equal(calib_target_steady_gap(series, 3, 4, 64, 5000 * MS, 6000 * MS, &gap, &ctx, &n), -1);
+}
+
+static void test_stall_of(void **state)
+{
+    (void)state;
+    synth s[4];
+    calib_target_series series[4];
+    for (int k = 0; k < 4; k++) {
+        synth_fill(&s[k], &series[k], 60, k * MS, 7 * MS);
+        /* a 380 ms step from 200 ms on, in every stream but the last */
+        for (int i = 30; i < 60 && k < 3; i++)
+            s[k].t[i] += 373 * MS;
+    }
+    double stall = 0;
+    int stalled = 0;
+    /* the prompt sent at 190 ms, its first token at 590 ms */
+    assert_int_equal(calib_target_stall_of(series, 4, 190 * MS, 590 * MS, 21 * MS, &stall, &stalled), 0);
+    assert_int_equal(stalled, 3);
+    assert_true(fabs(stall - 380 * MS) < 1); /* median of {380, 380, 380, 7}: lower middle */
+    /* nothing overlaps a window past the streams */
+    assert_int_equal(calib_target_stall_of(series, 4, 9000 * MS, 9100 * MS, 21 * MS, &stall, &stalled), -1);
+}
+
+/* A fitted model of tiny (the terms do not matter, only that the same model makes the
+ * synthetic stalls and infers from them). */
+static void fitted_cost(cost_params *p)
+{
+    cost_gpu g;
+    cost_arch a;
+    memset(&g, 0, sizeof g);
+    char err[ERR_LEN];
+    assert_int_equal(cost_arch_find("tiny", &a, err), 0);
+    snprintf(g.name, sizeof g.name, "target");
+    g.mem_bytes = 80e9;
+    g.fit = (cost_step_fit){"tiny", 7e6, 0.01e6, 30, 0.04e6, 2};
+    cost_params_init(p, &g, &a);
+    assert_true(cost_fit_applies(p));
+}
+
+static const int LENGTHS[] = {256, 512, 1024, 2048, 4096, 8192};
+#define N_LENGTHS 6
+
+static void synth_stalls(const cost_params *p, int budget, calib_target_stall *st)
+{
+    for (int i = 0; i < N_LENGTHS; i++) {
+        memset(&st[i], 0, sizeof st[i]);
+        st[i].prompt_tokens = LENGTHS[i];
+        st[i].streams = 32;
+        st[i].mean_context = 150;
+        st[i].gap_ns = (double)cost_decode_ns(p, 32, 150, NULL);
+        st[i].stall_ns = (double)cost_injection_step_ns(p, LENGTHS[i], 32, 150, budget);
+    }
+}
+
+static void test_infer_policy(void **state)
+{
+    (void)state;
+    cost_params p;
+    fitted_cost(&p);
+    calib_target_stall st[N_LENGTHS];
+    calib_target_policy pol;
+
+    /* one-step: every prompt's stall is its whole step */
+    synth_stalls(&p, 0, st);
+    calib_target_infer_policy(&p, st, N_LENGTHS, &pol);
+    assert_string_equal(pol.policy, "mixed");
+    assert_int_equal(pol.budget, 8192);
+    assert_true(pol.budget_is_lower_bound);
+    assert_int_equal(pol.n, N_LENGTHS);
+    for (int i = 0; i < N_LENGTHS; i++)
+        assert_true(fabs(pol.ratio[i] - 1) < 1e-9);
+
+    /* chunked under budgets of 2048 and 512: the budget comes back within 2 % */
+    static const int budgets[] = {2048, 512};
+    for (int b = 0; b < 2; b++) {
+        synth_stalls(&p, budgets[b], st);
+        calib_target_infer_policy(&p, st, N_LENGTHS, &pol);
+        assert_string_equal(pol.policy, "chunked");
+        assert_false(pol.budget_is_lower_bound);
+        if (!(fabs((double)(pol.budget - budgets[b])) <= 0.02 * budgets[b])) {
+            print_error("budget %d inferred as %d\n", budgets[b], pol.budget);
+            fail();
+        }
+    }
+
+    /* no stall: the streams never waited for a prompt */
+    synth_stalls(&p, 0, st);
+    for (int i = 0; i < N_LENGTHS; i++)
+        st[i].stall_ns = 1.1 * st[i].gap_ns;
+    calib_target_infer_policy(&p, st, N_LENGTHS, &pol);
+    assert_string_equal(pol.policy, "none");
+
+    /* nothing measured: nothing inferred */
+    calib_target_infer_policy(&p, st, 0, &pol);
+    assert_string_equal(pol.policy, "");
+}
+
+static void test_fit_ok(void **state)
+{
+    (void)state;
+    fit_result fr;
+    memset(&fr, 0, sizeof fr);
+    fr.decode_rms = 0.02;
+    fr.prefill_rms = 0.20;
+    const double residual[] = {0.01, -0.03, 0.02, 0.1, -0.29, 0.12};
+    int worst = -2;
+    assert_false(calib_target_fit_ok(&fr, residual, 6, 0.15, &worst));
+    assert_int_equal(worst, 4);
+    assert_true(calib_target_fit_ok(&fr, residual, 6, 0.25, &worst));
+    fr.prefill_rms = 0.01;
+    fr.decode_rms = 0.151;
+    assert_false(calib_target_fit_ok(&fr, residual, 6, 0.15, &worst));
+    assert_true(calib_target_fit_ok(&fr, residual, 0, 0.2, &worst));
+    assert_int_equal(worst, -1);
+}
+
+/* Weight-bound prefills are kept out of the fit; decode probes carry batch x mean context. */
+static void test_fit_probes(void **state)
+{
+    (void)state;
+    static calib_target_result r;
+    memset(&r, 0, sizeof r);
+    r.decode[0] = (calib_target_decode){1, 64, 141, 7 * MS, 100};
+    r.decode[1] = (calib_target_decode){32, 64, 140, 7.1 * MS, 100};
+    r.decode[2] = (calib_target_decode){32, 1024, 1100, 8 * MS, 100};
+    r.n_decode = 3;
+    r.prefill[0] = (calib_target_prefill){256, 12.9 * MS, true};
+    r.prefill[1] = (calib_target_prefill){512, 22.4 * MS, true};
+    r.prefill[2] = (calib_target_prefill){1024, 44.2 * MS, true};
+    r.prefill[3] = (calib_target_prefill){2048, 89.4 * MS, true};
+    r.n_prefill = 4;
+    calib_target_mark_weight_bound(&r, 7 * MS, 4);
+    assert_false(r.prefill[0].fitted);
+    assert_false(r.prefill[1].fitted);
+    assert_true(r.prefill[2].fitted);
+    fit_probe p[CALIB_TARGET_MAX_PROBES];
+    assert_int_equal(calib_target_fit_probes(&r, p, CALIB_TARGET_MAX_PROBES), 5);
+    assert_int_equal(p[2].batch, 32);
+    assert_true(fabs(p[2].context_sum - 32 * 1100.0) < 1e-9);
+    assert_int_equal(p[2].prompt_tokens, 0);
+    assert_int_equal(p[3].prompt_tokens, 1024);
+    assert_int_equal(p[3].batch, 1);
+    assert_true(p[4].ns == 89.4 * MS);
+    assert_int_equal(calib_target_fit_probes(&r, p, 2), 2);
+}
+
+static void test_arch(void **state)
+{
+    (void)state;
+    cost_arch a;
+    char err[ERR_LEN] = "";
+    assert_int_equal(calib_target_arch("qwen2.5-7b", &a, err), 0);
+    assert_string_equal(a.name, "qwen2.5-7b");
+    assert_int_equal(calib_target_arch("Qwen/Qwen2.5-7B-Instruct", &a, err), 0);
+    assert_string_equal(a.name, "qwen2.5-7b");
+    assert_int_equal(calib_target_arch("meta-llama/Llama-3.1-8B-Instruct", &a, err), 0);
+    assert_string_equal(a.name, "llama-3.1-8b");
+    assert_int_equal(calib_target_arch("acme/secret-model", &a, err), -1);
+    assert_non_null(strstr(err, "--model"));
+    assert_non_null(strstr(err, "acme/secret-model"));
+}
+
+/* Issue 22, defect 1: a proxy that doubles usage.completion_tokens halved every step the
+ * fit saw. Usage is now counted beside the events streamed, and must agree within 2 % (a
+ * few merged events) and break no rule of the protocol. */
+static void test_tokens_agree(void **state)
+{
+    (void)state;
+    char why[ERR_LEN] = "";
+    calib_target_tokens t = {0};
+    assert_true(calib_target_tokens_agree(&t, why, sizeof why)); /* nothing streamed yet */
+    t.streamed = 1000;
+    t.usage = 1000;
+    assert_true(calib_target_tokens_agree(&t, why, sizeof why));
+    t.usage = 1020; /* 20 events of 2 tokens (vLLM's held-back tokens) */
+    assert_true(calib_target_tokens_agree(&t, why, sizeof why));
+    t.usage = 980;
+    assert_true(calib_target_tokens_agree(&t, why, sizeof why));
+    t.usage = 1021;
+    assert_false(calib_target_tokens_agree(&t, why, sizeof why));
+    t.usage = 2000;
+    assert_false(calib_target_tokens_agree(&t, why, sizeof why));
+    assert_string_equal(why, "usage counted 2000 tokens where 1000 streamed, 2.00 per event");
+    t.usage = 1000;
+    t.violations = 3;
+    snprintf(t.first_violation, sizeof t.first_violation, "%s",
+             chunk_violation_text(CHUNK_VIOLATION_ABOVE_STREAM));
+    assert_false(calib_target_tokens_agree(&t, why, sizeof why));
+    assert_string_equal(why, "3 protocol violations, the first: usage.completion_tokens above "
+                             "the tokens streamed");
+    t.usage = 0;
+    t.violations = 1;
+    assert_false(calib_target_tokens_agree(&t, why, sizeof why));
+    assert_non_null(strstr(why, "usage counted 0 tokens where 1000 streamed, 0.00 per event; "
+                                "1 protocol violation, the first: "));
+}
+
+/* A result whose probes a known step model made exactly (fitted_cost's), with chunked stalls
+ * under a 2048-token budget: the fit gives the terms back, accepts itself, infers the budget,
+ * and the profile says all of it. One decode probe made 30 % slow: refused at 1 %, and named. */
+static void test_fit_model_profile(void **state)
+{
+    (void)state;
+    cost_params truth;
+    fitted_cost(&truth);
+    calib_target_result *r = calloc(1, sizeof *r);
+    assert_non_null(r);
+    static const int batches[] = {1, 2, 4, 8, 16};
+    static const int contexts[] = {64, 1024};
+    for (int c = 0; c < 2; c++)
+        for (int b = 0; b < 5; b++) {
+            calib_target_decode *d = &r->decode[r->n_decode++];
+            d->batch = batches[b];
+            d->prompt_tokens = contexts[c];
+            d->mean_context = contexts[c] + 20;
+            const fit_probe p = {.batch = d->batch, .context_sum = d->batch * d->mean_context};
+            d->gap_ns = fit_predict_ns(&truth.gpu.fit, &p);
+        }
+    for (int i = 0; i < N_LENGTHS; i++) {
+        calib_target_prefill *f = &r->prefill[r->n_prefill++];
+        f->prompt_tokens = LENGTHS[i];
+        f->fitted = true;
+        const fit_probe p = {.batch = 1, .prompt_tokens = f->prompt_tokens};
+        f->ttft_ns = fit_predict_ns(&truth.gpu.fit, &p);
+    }
+    synth_stalls(&truth, 2048, r->stall);
+    r->n_stall = N_LENGTHS;
+    snprintf(r->served_model, sizeof r->served_model, "tiny");
+
+    cost_arch arch;
+    char err[ERR_LEN] = "";
+    assert_int_equal(cost_arch_find("tiny", &arch, err), 0);
+    calib_target_fitted m;
+    assert_int_equal(calib_target_fit_model(r, &arch, "target", 80e9, 0.15, &m, err), 0);
+    assert_int_equal(m.n, 10 + N_LENGTHS);
+    assert_true(m.accepted);
+    assert_string_equal(m.gpu.name, "target");
+    assert_true(m.gpu.mem_bytes == 80e9);
+    const double terms[][2] = {{m.gpu.fit.step_ns, truth.gpu.fit.step_ns},
+                               {m.gpu.fit.seq_ns, truth.gpu.fit.seq_ns},
+                               {m.gpu.fit.ctx_ns, truth.gpu.fit.ctx_ns},
+                               {m.gpu.fit.token_ns, truth.gpu.fit.token_ns},
+                               {m.gpu.fit.pair_ns, truth.gpu.fit.pair_ns}};
+    for (int t = 0; t < 5; t++)
+        if (!(fabs(terms[t][0] / terms[t][1] - 1) < 1e-6)) {
+            print_error("term %d: fitted %g, made with %g\n", t, terms[t][0], terms[t][1]);
+            fail();
+        }
+    assert_string_equal(m.policy.policy, "chunked");
+    assert_true(fabs((double)(m.policy.budget - 2048)) <= 0.02 * 2048);
+
+    json_t *root = calib_target_profile_json(r, &m, &arch, "http://***@host:8000");
+    assert_non_null(root);
+    assert_string_equal(json_string_value(json_object_get(root, "source")), "target");
+    assert_string_equal(json_string_value(json_object_get(root, "target")), "http://***@host:8000");
+    json_t *measured = json_object_get(root, "measured");
+    assert_true(json_is_true(json_object_get(measured, "accepted")));
+    assert_string_equal(json_string_value(json_object_get(measured, "fit_model")), "tiny");
+    assert_true(json_real_value(json_object_get(measured, "max_rms")) == 0.15);
+    assert_string_equal(json_string_value(json_object_get(measured, "policy_inferred")), "chunked");
+    const char *when = json_string_value(json_object_get(measured, "when"));
+    assert_non_null(when);
+    assert_int_equal(strlen(when), 20); /* 2026-12-01T10:00:00Z */
+    assert_true(when[10] == 'T' && when[19] == 'Z');
+    json_decref(root);
+
+    /* one probe off by 30 %: refused under 1 %, and it is the one named */
+    r->decode[7].gap_ns *= 1.3;
+    assert_int_equal(calib_target_fit_model(r, &arch, "target", 80e9, 0.01, &m, err), 0);
+    assert_false(m.accepted);
+    assert_int_equal(m.worst, 7);
+    free(r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_batches),
+        cmocka_unit_test(test_prompts),
+        cmocka_unit_test(test_steady_gap),
+        cmocka_unit_test(test_stall_of),
+        cmocka_unit_test(test_infer_policy),
+        cmocka_unit_test(test_fit_ok),
+        cmocka_unit_test(test_fit_probes),
+        cmocka_unit_test(test_arch),
+        cmocka_unit_test(test_tokens_agree),
+        cmocka_unit_test(test_fit_model_profile),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

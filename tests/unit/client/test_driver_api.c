@@ -1,0 +1,121 @@
+/* client/driver_api: how a request is made: the bodies (endpoint, prompts of exact
+ * lengths) and the token-id / text probe. */
+#include <jansson.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "client/driver.h"
+#include "client/driver_api.h"
+#include "common/clock.h"
+#include "common/err.h"
+#include "workload/workload.h"
+
+#include "scripted_transport.h"
+
+static void test_body(void **state)
+{
+    (void)state;
+    workload_config wl;
+    small_workload(&wl);
+    driver_api api;
+    driver_api_defaults(&api);
+    api.token_ids = true;
+    snprintf(api.model, sizeof api.model, "m");
+    api.timestamps = true;
+    char err[ERR_LEN];
+    size_t len;
+    char *a = driver_build_body(&api, &wl, 1, 1, 0, 8000, 16, &len, err);
+    char *b = driver_build_body(&api, &wl, 1, 1, 1, 8000, 16, &len, err);
+    char *c = driver_build_body(&api, &wl, 0, 1, 0, 8000, 16, &len, err);
+    assert_non_null(a);
+    json_t *root = json_loads(a, 0, NULL);
+    assert_int_equal(json_array_size(json_object_get(root, "prompt")), 8000);
+    assert_string_equal(json_string_value(json_object_get(root, "model")), "m");
+    assert_true(json_is_true(json_object_get(root, "stream")));
+    assert_true(json_is_true(json_object_get(root, "ignore_eos")));
+    assert_int_equal(json_integer_value(json_object_get(root, "max_tokens")), 16);
+    json_t *so = json_object_get(root, "stream_options");
+    assert_true(json_is_true(json_object_get(so, "include_usage")));
+    assert_true(json_is_true(json_object_get(so, "continuous_usage_stats")));
+    assert_true(json_is_true(json_object_get(json_object_get(root, "stallscope"), "timestamps")));
+    json_decref(root);
+    /* Unique per injection and per phase: no shared prefix for a cache to find. */
+    assert_int_not_equal(strncmp(a, b, 80), 0);
+    assert_int_not_equal(strncmp(a, c, 80), 0);
+    free(a), free(b), free(c);
+
+    /* --extra-body: its members over ours (a model of the user's, sampling settings), the
+     * rest of the body as before. */
+    api.extra_body = "{\"temperature\":0.5,\"model\":\"other\",\"chat_template_kwargs\":{\"x\":1}}";
+    a = driver_build_body(&api, &wl, 1, 1, 0, 8000, 16, &len, err);
+    assert_non_null(a);
+    root = json_loads(a, 0, NULL);
+    assert_true(json_real_value(json_object_get(root, "temperature")) == 0.5);
+    assert_string_equal(json_string_value(json_object_get(root, "model")), "other");
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(root, "chat_template_kwargs"), "x")), 1);
+    assert_int_equal(json_array_size(json_object_get(root, "prompt")), 8000);
+    assert_int_equal(json_integer_value(json_object_get(root, "max_tokens")), 16);
+    json_decref(root);
+    free(a);
+    api.extra_body = NULL;
+
+    api.token_ids = false;
+    api.endpoint = DRIVER_CHAT;
+    api.timestamps = false;
+    api.text_overhead = 10;
+    api.text_per_word = 2;
+    a = driver_build_body(&api, &wl, 1, 0, 0, 110, 16, &len, err);
+    root = json_loads(a, 0, NULL);
+    json_t *msg = json_array_get(json_object_get(root, "messages"), 0);
+    const char *text = json_string_value(json_object_get(msg, "content"));
+    int words = 1;
+    for (const char *p = text; *p; p++)
+        words += *p == ' ';
+    assert_int_equal(words, 50); /* (110 - 10) / 2 */
+    assert_null(json_object_get(root, "stallscope"));
+    json_decref(root);
+    free(a);
+}
+
+static void test_probe(void **state)
+{
+    (void)state;
+    fake *f = fake_new();
+    transport t = fake_transport(f);
+    workload_config wl;
+    small_workload(&wl);
+    driver_api api;
+    driver_api_defaults(&api);
+    char err[ERR_LEN];
+    assert_int_equal(driver_probe(&t, &api, &wl, CLOCK_NS_PER_S, NULL, err), 0);
+    assert_true(api.token_ids);
+
+    memset(f, 0, sizeof *f);
+    f->retry_after_ns = -1;
+    f->refuse_ids = true;
+    f->text_usage = true;
+    driver_api_defaults(&api);
+    assert_int_equal(driver_probe(&t, &api, &wl, CLOCK_NS_PER_S, NULL, err), 0);
+    assert_false(api.token_ids);
+    assert_true(api.text_calibrated);
+    assert_true(api.text_per_word > 1.49 && api.text_per_word < 1.51);
+    assert_true(api.text_overhead > 1.5 && api.text_overhead < 4.5);
+    free(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_body),
+        cmocka_unit_test(test_probe),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

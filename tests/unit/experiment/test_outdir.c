@@ -1,0 +1,79 @@
+/* experiment/outdir: a run owns its directory. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/err.h"
+#include "experiment/outdir.h"
+
+static bool present(const char *dir, const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+static void touch(const char *dir, const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+}
+
+/* A run owns its directory: new or empty is taken, an earlier run needs --force, a stranger's
+ * files are never removed. */
+static void test_claim_dir(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "", root[] = "/tmp/test_claim_XXXXXX", dir[128], sub[160];
+    assert_non_null(mkdtemp(root));
+    snprintf(dir, sizeof dir, "%s/out/run", root);
+    assert_int_equal(experiment_claim_dir(dir, false, err), 0); /* absent: created */
+    assert_true(present(dir, "."));
+    assert_int_equal(experiment_claim_dir(dir, false, err), 0); /* empty: fine */
+    snprintf(sub, sizeof sub, "%s/baseline", dir);
+    assert_int_equal(mkdir(sub, 0777), 0);
+    touch(sub, "tokens.csv");
+    snprintf(sub, sizeof sub, "%s/point-12", dir);
+    assert_int_equal(mkdir(sub, 0777), 0);
+    touch(dir, "report.html");
+    touch(dir, "comparison.json.tmp");
+    assert_int_equal(experiment_claim_dir(dir, false, err), -1);
+    assert_non_null(strstr(err, "already holds an earlier run"));
+    assert_non_null(strstr(err, "--force"));
+    assert_true(present(dir, "baseline/tokens.csv"));
+    assert_int_equal(experiment_claim_dir(dir, true, err), 0);
+    assert_false(present(dir, "baseline"));
+    assert_false(present(dir, "point-12"));
+    assert_false(present(dir, "report.html"));
+    assert_false(present(dir, "comparison.json.tmp"));
+    /* Someone's own file: refused, with or without --force, and nothing removed. */
+    touch(dir, "report.html");
+    touch(dir, "notes.txt");
+    assert_int_equal(experiment_claim_dir(dir, true, err), -1);
+    assert_non_null(strstr(err, "notes.txt"));
+    assert_true(present(dir, "report.html"));
+    touch(dir, "point-x");
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    assert_int_equal(system(cmd), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_claim_dir),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,43 @@
+/* experiment/server_flags: one mapping of the scheduler setting to each server's flags. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "experiment/server_flags.h"
+#include "workload/workload.h"
+
+/* The server flags: one mapping for every command that prints them. */
+static void test_server_flags(void **state)
+{
+    (void)state;
+    workload_config wl;
+    workload_default(&wl);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    experiment_print_server_flags(f, "  ", SCHED_CHUNKED, 512, &wl);
+    experiment_print_server_flags(f, "  ", SCHED_MIXED, 16384, &wl);
+    fclose(f);
+    assert_non_null(strstr(buf, "--max-num-batched-tokens 512 --enable-chunked-prefill"));
+    assert_non_null(strstr(buf, "--chunked-prefill-size 512 --enable-mixed-chunk"));
+    assert_non_null(strstr(buf, "--max-num-batched-tokens 16384 --no-enable-chunked-prefill"));
+    assert_non_null(strstr(buf, "--chunked-prefill-size -1 --max-prefill-tokens 16384"));
+    assert_non_null(strstr(buf, "stallscope serve --policy mixed --max-num-batched-tokens 16384"));
+    /* llama.cpp: a slot per stream plus the injector, each with room for the long prompt. */
+    assert_non_null(strstr(buf, "--parallel 34 --ctx-size 307360"));
+    free(buf);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_server_flags),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
