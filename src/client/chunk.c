@@ -9,8 +9,9 @@
 /* ---- the decoder -------------------------------------------------------------------- */
 
 /* One rule (decode_members and the functions it calls) says what a chunk means, whichever
- * reader (json_scan.h) reads the JSON: tests/unit/test_sse.c and fuzz/fuzz_sse_chunk decode
- * the same chunks through the scanner and through jansson and require the same chunk_info. */
+ * reader (json_scan.h) reads the JSON: tests/unit/client/test_json_scan.c and
+ * fuzz/fuzz_sse_chunk decode the same chunks through the scanner and through jansson and
+ * require the same chunk_info. */
 
 static void copy_str(char *dst, size_t size, const char *src)
 {

@@ -11,8 +11,8 @@
  *     everywhere, where jansson's lexer drops one that follows a number or a literal (its
  *     push-back of the look-ahead byte loses a NUL);
  *   - jansson (the reference): json_loadb, then json_object_get.
- * tests/unit/test_sse.c and fuzz/fuzz_sse_chunk read the same texts with both and require
- * the same answers. */
+ * tests/unit/client/test_json_scan.c and fuzz/fuzz_sse_chunk read the same texts with both
+ * and require the same answers. */
 #ifndef STALLSCOPE_JSON_SCAN_H
 #define STALLSCOPE_JSON_SCAN_H
 #include <stdbool.h>

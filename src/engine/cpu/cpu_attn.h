@@ -7,7 +7,7 @@
  * chunk that starts at context c therefore sees the earlier chunks through the table, and a
  * decode row is a tile of kv_mul rows at one position.
  *
- * Five implementations, tested against each other (test_cpu_kernels):
+ * Five implementations, tested against each other (test_cpu_attn):
  *   cpu_attn_naive        one query over contiguous keys: scores, softmax, weighted sum
  *                         (llama2.c; the reference forward uses it)
  *   cpu_attn_tile_generic the paged tile, one key at a time with an online softmax: the
