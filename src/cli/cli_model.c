@@ -265,15 +265,13 @@ int cli_model(int argc, char **argv)
         {"output", model_specs, OPTS_COUNT(model_specs), &cfg},
     };
     const int n_groups = (int)(sizeof groups / sizeof groups[0]);
-    if (opts_wants_help(argc, argv)) {
-        opts_print_help(stdout, "stallscope model [options]",
-                        "The arithmetic behind long-prompt interference: how long one prompt's "
-                        "prefill step\nlasts against a decode-only step, from the roofline cost "
-                        "model (docs/cost-model.md).\nThe lesson's figures: --gpu h100-sxm "
-                        "--model llama-3.1-8b --lesson-flops.",
-                        groups, n_groups);
+    if (opts_show_help(stdout, argc, argv, "stallscope model [options]",
+                       "The arithmetic behind long-prompt interference: how long one prompt's "
+                       "prefill step\nlasts against a decode-only step, from the roofline cost "
+                       "model (docs/cost-model.md).\nThe lesson's figures: --gpu h100-sxm "
+                       "--model llama-3.1-8b --lesson-flops.",
+                       groups, n_groups))
         return CLI_EXIT_OK;
-    }
 
     char err[ERR_LEN];
     err[0] = '\0';

@@ -107,14 +107,12 @@ int cli_serve(int argc, char **argv)
         experiment_device_group(&cfg),
         experiment_sched_group(&cfg),
     };
-    if (opts_wants_help(argc, argv)) {
-        opts_print_help(stdout, "stallscope serve [options]",
-                        "The embedded OpenAI-compatible server (vLLM's API) in front of a "
-                        "continuous-batching engine.\nPrints 'listening on http://HOST:PORT' "
-                        "when ready; SIGINT/SIGTERM end the streams in flight and exit 0.",
-                        groups, OPTS_COUNT(groups));
+    if (opts_show_help(stdout, argc, argv, "stallscope serve [options]",
+                       "The embedded OpenAI-compatible server (vLLM's API) in front of a "
+                       "continuous-batching engine.\nPrints 'listening on http://HOST:PORT' "
+                       "when ready; SIGINT/SIGTERM end the streams in flight and exit 0.",
+                       groups, OPTS_COUNT(groups)))
         return CLI_EXIT_OK;
-    }
     char err[ERR_LEN] = "";
     if (opts_parse(argc, argv, groups, OPTS_COUNT(groups), NULL, 0, NULL, err) != 0)
         return cli_usage_error("serve", err);
