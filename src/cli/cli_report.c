@@ -3,7 +3,7 @@
  * DIR/report.html and DIR/plots/ from the same files. DIR is a run directory (baseline/ and
  * interference/, or one run) or a sweep (sweep.json and its point-k/ directories).
  * stallscope report --merge DIR... — the shards of a sharded run into one run directory
- * (docs/distributed.md), then its report. */
+ * (docs/guide/shards.md), then its report. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -51,7 +51,7 @@ int cli_report(int argc, char **argv)
     report_flags flags = {0, false, false, false, false, false, ""};
     cli_gate gate = {0};
     opts_group groups[] = {{"report options", report_specs, OPTS_COUNT(report_specs), &flags},
-                           {"merging shards (docs/distributed.md)", merge_specs,
+                           {"merging shards (docs/guide/shards.md)", merge_specs,
                             OPTS_COUNT(merge_specs), &flags},
                            cli_gate_group(&gate)};
     if (opts_show_help(stdout, argc, argv, usage,

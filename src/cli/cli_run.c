@@ -50,8 +50,8 @@ static const char HELP[] =
     "Real traffic: --request-rate R (open loop, each request a stream of its own) or\n"
     "--trace FILE (Azure, BurstGPT, Mooncake or plain JSONL) replace the closed users\n"
     "unless --users is given too; --preset chat|summarization; --no-inject drops the\n"
-    "injector (docs/workloads.md). Exit status: 0 done, 1 a run stopped early or failed\n"
-    "(half of its requests or more failed: the reason first; docs/client.md, \"Errors\"),\n"
+    "injector (docs/guide/traces.md). Exit status: 0 done, 1 a run stopped early or failed\n"
+    "(half of its requests or more failed: the reason first; docs/reference/run.md, \"Errors\"),\n"
     "2 bad input, 99 a --fail-if rule held.";
 
 int cli_run(int argc, char **argv)

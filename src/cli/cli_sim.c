@@ -52,7 +52,7 @@ int cli_sim(int argc, char **argv)
                        "Real traffic: --request-rate R (open loop, each request a stream of its\n"
                        "own) or --trace FILE (Azure, BurstGPT, Mooncake or plain JSONL) replace the\n"
                        "closed users unless --users is given too; --preset chat|summarization;\n"
-                       "--no-inject drops the injector (docs/workloads.md).",
+                       "--no-inject drops the injector (docs/guide/traces.md).",
                        groups, OPTS_COUNT(groups)))
         return CLI_EXIT_OK;
     /* Refuse what can never run before writing anything. */
