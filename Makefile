@@ -32,7 +32,8 @@ test: deps-test
 	cd $(TEST_BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 # libFuzzer targets (clang): each runs FUZZ_SECONDS; new inputs accumulate in
-# $(FUZZ_BUILD)/corpus. FUZZ_TARGETS="fuzz_request ..." picks some. See docs/reliability.md.
+# $(FUZZ_BUILD)/corpus. FUZZ_TARGETS="fuzz_request ..." picks some.
+# See docs/reference/reliability.md.
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 300
 FUZZ_TARGETS ?=

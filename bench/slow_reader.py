@@ -8,7 +8,7 @@ the server has dropped it (or after 200 s).
     python3 bench/slow_reader.py 8000
 
 Too slow for the test suite: on loopback the kernel buffers a few MB before the server's
-own output buffer starts to fill (docs/reliability.md has the figures)."""
+own output buffer starts to fill (docs/results/serve-slow-reader.md has the figures)."""
 import json
 import socket
 import sys

@@ -1,4 +1,6 @@
 /* stallscope — subcommand dispatch only. */
+#include <ctype.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -31,6 +33,79 @@ static void usage(FILE *out)
                  "options; 'stallscope --version'.\n");
 }
 
+/* Commands with a second form whose options differ, documented as a section of their own. */
+static const struct {
+    const char *command;
+    const char *form; /* the arguments before --help-markdown, and the section's name */
+} forms[] = {
+    {"calibrate", "--target URL"},
+};
+
+/* The markdown of one form: "## stallscope NAME" and the command's own --help-markdown. */
+static int help_form(size_t i, const char *form)
+{
+    char target[] = "--target", url[] = "URL", markdown[] = "--help-markdown";
+    char *argv_plain[] = {markdown, NULL};
+    char *argv_target[] = {target, url, markdown, NULL};
+    const bool targeted = form != NULL;
+    printf("\n## stallscope %s%s%s\n\n", commands[i].name, targeted ? " " : "",
+           targeted ? form : "");
+    fflush(stdout);
+    int status = targeted ? commands[i].fn(3, argv_target) : commands[i].fn(1, argv_plain);
+    fflush(stdout);
+    return status;
+}
+
+/* The anchor Markdown renderers give the heading "stallscope TEXT": lower case, spaces as
+ * '-', other punctuation dropped. */
+static void print_anchor(const char *text)
+{
+    printf("#stallscope-");
+    for (const char *c = text; *c; c++)
+        if (*c == ' ')
+            putchar('-');
+        else if (isalnum((unsigned char)*c) || *c == '-' || *c == '_')
+            putchar(tolower((unsigned char)*c));
+}
+
+/* `stallscope help --markdown`: docs/reference/cli.md, every command's options from the same
+ * tables its --help prints (scripts/gen_docs.sh writes it; tests/integration/cli_doc.sh
+ * fails while the file differs). Not listed in usage(): it serves the docs. */
+static int help_markdown(void)
+{
+    printf("# Command-line reference\n\n"
+           "Generated from the option tables by `stallscope help --markdown` (each command's\n"
+           "`--help-markdown`, the same tables its `--help` prints): do not edit it here.\n"
+           "Regenerate it with `scripts/gen_docs.sh`; `tests/integration/cli_doc.sh` fails while\n"
+           "the two differ.\n\n"
+           "Sizes accept `8000`, `8k`, `16k`; durations need their unit (`40s`, `500ms`); exit\n"
+           "status 0 done, 1 the run failed, 2 bad input (one line on stderr), 99 a `--fail-if`\n"
+           "rule held.\n\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        printf("- [`stallscope %s`](", commands[i].name);
+        print_anchor(commands[i].name);
+        printf("): %s\n", commands[i].help);
+        for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++)
+            if (strcmp(forms[f].command, commands[i].name) == 0) {
+                char name[128];
+                snprintf(name, sizeof name, "%s %s", commands[i].name, forms[f].form);
+                printf("- [`stallscope %s`](", name);
+                print_anchor(name);
+                printf(")\n");
+            }
+    }
+    int status = CLI_EXIT_OK;
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (help_form(i, NULL) != CLI_EXIT_OK)
+            status = CLI_EXIT_FAIL;
+        for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++)
+            if (strcmp(forms[f].command, commands[i].name) == 0 &&
+                help_form(i, forms[f].form) != CLI_EXIT_OK)
+                status = CLI_EXIT_FAIL;
+    }
+    return status;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -41,6 +116,8 @@ int main(int argc, char **argv)
         printf("stallscope %s\n", STALLSCOPE_VERSION);
         return CLI_EXIT_OK;
     }
+    if (strcmp(argv[1], "help") == 0 && argc == 3 && strcmp(argv[2], "--markdown") == 0)
+        return help_markdown();
     if (strcmp(argv[1], "help") == 0 && argc >= 3) { /* help CMD: CMD --help */
         char *help_argv[] = {"--help", NULL};
         for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

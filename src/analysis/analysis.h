@@ -47,7 +47,7 @@ typedef struct analysis_stalls {
 
 /* ---- causes ----------------------------------------------------------------------- */
 
-/* Every stall gets one cause, in this order of evidence (docs/report.md, "What caused the
+/* Every stall gets one cause, in this order of evidence (docs/reference/report.md, "What caused the
  * stalls"):
  *   PREFILL      the server was prefilling: a step during the gap carried prompt tokens and
  *                lasted longer than the threshold (its model says so too, where there is

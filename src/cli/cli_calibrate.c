@@ -108,18 +108,16 @@ int cli_calibrate(int argc, char **argv)
     const opts_group groups[] = {
         {"calibrate", calib_specs, OPTS_COUNT(calib_specs), &o},
     };
-    if (opts_wants_help(argc, argv)) {
-        opts_print_help(stdout, "stallscope calibrate [options]",
-                        "Measure this CPU with the cpu engine: its kernels (GEMM, attention, "
-                        "memory bandwidth)\nand --model's own steps (decode over batch sizes and "
-                        "contexts, prefill over prompt\nlengths), fit a step model to them by "
-                        "least squares (residuals printed), and write a\nhardware profile "
-                        "(version 2) that model, sim, run, serve and report take as\n--hardware "
-                        "FILE, so the cost model predicts cpu-engine runs.\nWith --target URL: a black-box "
-                        "server instead (see stallscope calibrate --target URL --help).",
-                        groups, 1);
+    if (opts_show_help(stdout, argc, argv, "stallscope calibrate [options]",
+                       "Measure this CPU with the cpu engine: its kernels (GEMM, attention, "
+                       "memory bandwidth)\nand --model's own steps (decode over batch sizes and "
+                       "contexts, prefill over prompt\nlengths), fit a step model to them by "
+                       "least squares (residuals printed), and write a\nhardware profile "
+                       "(version 2) that model, sim, run, serve and report take as\n--hardware "
+                       "FILE, so the cost model predicts cpu-engine runs.\nWith --target URL: a black-box "
+                       "server instead (see stallscope calibrate --target URL --help).",
+                       groups, 1))
         return CLI_EXIT_OK;
-    }
     char err[ERR_LEN] = "";
     if (opts_parse(argc, argv, groups, 1, NULL, 0, NULL, err) != 0)
         return cli_usage_error("calibrate", err);

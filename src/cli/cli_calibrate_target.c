@@ -185,31 +185,27 @@ static void print_policy(const calib_target_result *r, const calib_target_fitted
         printf("  note: %s\n", r->stall_note);
 }
 
-static void print_help(const opts_group *groups, int n_groups)
-{
-    opts_print_help(stdout, "stallscope calibrate --target URL [options]",
-                    "Fit the step model of a server stallscope cannot see inside, from "
-                    "probes it sends itself:\n"
-                    "  decode        ITL of 1, 2, 4 ... --max-streams concurrent streams at a "
-                    "short and a long\n"
-                    "                prompt -> per-step, per-sequence, per-context-token cost\n"
-                    "  prefill       TTFT of a lone prompt of --min-prompt-tokens ... "
-                    "--max-prompt-tokens\n"
-                    "                -> per-token and attention (quadratic) cost\n"
-                    "  interference  the stall 32 streams (--interference-streams) see when a "
-                    "prompt of each length "
-                    "arrives\n"
-                    "                -> one-step or chunked prefill, and the token budget\n"
-                    "Prints every probe with its fitted time and residual, and writes a "
-                    "hardware profile\n(version 2, source \"target\") that model, sim and run "
-                    "take as --hardware FILE; without\n--model they run the model it was "
-                    "fitted on. A fit with residuals over --max-rms is\nrefused: exit 1, "
-                    "nothing written. Gaps are divided by the tokens streamed, one per "
-                    "event;\nwhen the target's usage says otherwise the fit is refused "
-                    "too, unless --count-tokens\nsays which to trust. Takes about a minute "
-                    "against an emulated A100; progress on stderr.",
-                    groups, n_groups);
-}
+static const char HELP[] =
+    "Fit the step model of a server stallscope cannot see inside, from "
+    "probes it sends itself:\n"
+    "  decode        ITL of 1, 2, 4 ... --max-streams concurrent streams at a "
+    "short and a long\n"
+    "                prompt -> per-step, per-sequence, per-context-token cost\n"
+    "  prefill       TTFT of a lone prompt of --min-prompt-tokens ... "
+    "--max-prompt-tokens\n"
+    "                -> per-token and attention (quadratic) cost\n"
+    "  interference  the stall 32 streams (--interference-streams) see when a "
+    "prompt of each length "
+    "arrives\n"
+    "                -> one-step or chunked prefill, and the token budget\n"
+    "Prints every probe with its fitted time and residual, and writes a "
+    "hardware profile\n(version 2, source \"target\") that model, sim and run "
+    "take as --hardware FILE; without\n--model they run the model it was "
+    "fitted on. A fit with residuals over --max-rms is\nrefused: exit 1, "
+    "nothing written. Gaps are divided by the tokens streamed, one per "
+    "event;\nwhen the target's usage says otherwise the fit is refused "
+    "too, unless --count-tokens\nsays which to trust. Takes about a minute "
+    "against an emulated A100; progress on stderr.";
 
 /* A fit over --max-rms: said with the probe that disagreed most. */
 static void say_refused(const calib_target_fitted *m, bool force)
@@ -304,10 +300,9 @@ int cli_calibrate_target(int argc, char **argv)
         experiment_secrets_group(&secrets),
     };
     const int n_groups = (int)(sizeof groups / sizeof groups[0]);
-    if (opts_wants_help(argc, argv)) {
-        print_help(groups, n_groups);
+    if (opts_show_help(stdout, argc, argv, "stallscope calibrate --target URL [options]", HELP,
+                       groups, n_groups))
         return CLI_EXIT_OK;
-    }
     char err[ERR_LEN] = "";
     if (opts_parse(argc, argv, groups, n_groups, NULL, 0, NULL, err) != 0)
         return cli_usage_error("calibrate", err);

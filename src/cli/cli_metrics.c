@@ -21,15 +21,13 @@ int cli_metrics(int argc, char **argv)
     metrics_args args = {0};
     char err[ERR_LEN];
     opts_group groups[] = {{"output", specs, OPTS_COUNT(specs), &args}};
-    if (opts_wants_help(argc, argv)) {
-        opts_print_help(stdout, "stallscope metrics [--markdown]",
-                        "List the figures stallscope reports: the ids --fail-if (run, sim,\n"
-                        "report) and tune --slo take, with their units and meanings. With\n"
-                        "--markdown, the whole reference (ids, summary.json paths, vLLM keys,\n"
-                        "table labels): docs/reference/metrics.md is this output.",
-                        groups, OPTS_COUNT(groups));
+    if (opts_show_help(stdout, argc, argv, "stallscope metrics [--markdown]",
+                       "List the figures stallscope reports: the ids --fail-if (run, sim,\n"
+                       "report) and tune --slo take, with their units and meanings. With\n"
+                       "--markdown, the whole reference (ids, summary.json paths, vLLM keys,\n"
+                       "table labels): docs/reference/metrics.md is this output.",
+                       groups, OPTS_COUNT(groups)))
         return CLI_EXIT_OK;
-    }
     if (opts_parse(argc, argv, groups, OPTS_COUNT(groups), NULL, 0, NULL, err) != 0)
         return cli_usage_error("metrics", err);
     if (args.markdown)

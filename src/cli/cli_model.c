@@ -1,7 +1,7 @@
 /* stallscope model — the lesson's arithmetic from the cost model: FLOP per token, and for
  * each prompt length the linear and attention time of a one-step prefill, the decode-only
  * step it interrupts, and their ratios. Output is a table, or one JSON object (--json)
- * whose keys docs/cost-model.md lists. */
+ * whose keys docs/reference/model.md lists. */
 #include <stdio.h>
 #include <string.h>
 
@@ -265,15 +265,13 @@ int cli_model(int argc, char **argv)
         {"output", model_specs, OPTS_COUNT(model_specs), &cfg},
     };
     const int n_groups = (int)(sizeof groups / sizeof groups[0]);
-    if (opts_wants_help(argc, argv)) {
-        opts_print_help(stdout, "stallscope model [options]",
-                        "The arithmetic behind long-prompt interference: how long one prompt's "
-                        "prefill step\nlasts against a decode-only step, from the roofline cost "
-                        "model (docs/cost-model.md).\nThe lesson's figures: --gpu h100-sxm "
-                        "--model llama-3.1-8b --lesson-flops.",
-                        groups, n_groups);
+    if (opts_show_help(stdout, argc, argv, "stallscope model [options]",
+                       "The arithmetic behind long-prompt interference: how long one prompt's "
+                       "prefill step\nlasts against a decode-only step, from the roofline cost "
+                       "model (docs/explanation/cost-model.md).\nThe lesson's figures: "
+                       "--gpu h100-sxm --model llama-3.1-8b --lesson-flops.",
+                       groups, n_groups))
         return CLI_EXIT_OK;
-    }
 
     char err[ERR_LEN];
     err[0] = '\0';

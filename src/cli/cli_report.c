@@ -3,7 +3,7 @@
  * DIR/report.html and DIR/plots/ from the same files. DIR is a run directory (baseline/ and
  * interference/, or one run) or a sweep (sweep.json and its point-k/ directories).
  * stallscope report --merge DIR... — the shards of a sharded run into one run directory
- * (docs/distributed.md), then its report. */
+ * (docs/guide/shards.md), then its report. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -51,29 +51,27 @@ int cli_report(int argc, char **argv)
     report_flags flags = {0, false, false, false, false, false, ""};
     cli_gate gate = {0};
     opts_group groups[] = {{"report options", report_specs, OPTS_COUNT(report_specs), &flags},
-                           {"merging shards (docs/distributed.md)", merge_specs,
+                           {"merging shards (docs/guide/shards.md)", merge_specs,
                             OPTS_COUNT(merge_specs), &flags},
                            cli_gate_group(&gate)};
-    if (opts_wants_help(argc, argv)) {
-        opts_print_help(stdout, usage,
-                        "Recompute summary.json (and comparison.json) from the token logs in\n"
-                        "DIR/<label>/ (or in DIR itself), print the side-by-side table and the\n"
-                        "verdict, and rebuild DIR/report.html with its plots (DIR/plots/). For a\n"
-                        "sweep (DIR/sweep.json), every point, sweep.csv and the sweep's report.\n"
-                        "With --merge: each DIR is one shard's --out (run --shard I/N); they are\n"
-                        "merged into one run in --out (tokens in time order, request ids kept\n"
-                        "apart, each shard placed on the common axis by its t = 0), then reported\n"
-                        "with the clock uncertainty beside every figure that compares shards. A\n"
-                        "shard file cut short or disagreeing with its requests.csv is merged and\n"
-                        "the merged run marked incomplete (exit 0, the reason on stderr); a\n"
-                        "malformed row is bad input (exit 2), and a merge that fails leaves --out\n"
-                        "as it was.\n"
-                        "Exit status: 0 reported; 1 a run failed (most of its requests failed:\n"
-                        "reported whole, the reason on stderr) or a file could not be written;\n"
-                        "2 bad input.",
-                        groups, OPTS_COUNT(groups));
+    if (opts_show_help(stdout, argc, argv, usage,
+                       "Recompute summary.json (and comparison.json) from the token logs in\n"
+                       "DIR/<label>/ (or in DIR itself), print the side-by-side table and the\n"
+                       "verdict, and rebuild DIR/report.html with its plots (DIR/plots/). For a\n"
+                       "sweep (DIR/sweep.json), every point, sweep.csv and the sweep's report.\n"
+                       "With --merge: each DIR is one shard's --out (run --shard I/N); they are\n"
+                       "merged into one run in --out (tokens in time order, request ids kept\n"
+                       "apart, each shard placed on the common axis by its t = 0), then reported\n"
+                       "with the clock uncertainty beside every figure that compares shards. A\n"
+                       "shard file cut short or disagreeing with its requests.csv is merged and\n"
+                       "the merged run marked incomplete (exit 0, the reason on stderr); a\n"
+                       "malformed row is bad input (exit 2), and a merge that fails leaves --out\n"
+                       "as it was.\n"
+                       "Exit status: 0 reported; 1 a run failed (most of its requests failed:\n"
+                       "reported whole, the reason on stderr) or a file could not be written;\n"
+                       "2 bad input.",
+                       groups, OPTS_COUNT(groups)))
         return CLI_EXIT_OK;
-    }
     char err[ERR_LEN] = "";
     char **positional = calloc((size_t)argc + 1, sizeof *positional);
     int n_positional = 0, status = CLI_EXIT_FAIL;

@@ -37,6 +37,23 @@ static const opts_spec long_specs[] = {
                run_long, log_events_max, 1, INT64_MAX),
 };
 
+static const char HELP[] =
+    "Reproduce long-prompt interference over HTTP: background streaming chats (closed\n"
+    "loop) plus an injector of long prompts (open loop, absolute schedule) against an\n"
+    "OpenAI-compatible server, every token stamped as it is read. Runs a baseline\n"
+    "(injector off) then the interference run; writes OUT/<run>/{tokens,requests,steps}.csv,\n"
+    "summary.json, config.json, fidelity.json and OUT/comparison.json, then prints the\n"
+    "table and the verdict. Without --target it starts the embedded server (a fresh one\n"
+    "per run) with the engine and scheduler flags below; default: the lesson, one-step\n"
+    "prefill on the real CPU engine (model 'small'); --engine emulate --gpu h100-sxm\n"
+    "--model llama-3.1-8b for the lesson's GPU numbers. Default OUT: out/run.\n"
+    "Real traffic: --request-rate R (open loop, each request a stream of its own) or\n"
+    "--trace FILE (Azure, BurstGPT, Mooncake or plain JSONL) replace the closed users\n"
+    "unless --users is given too; --preset chat|summarization; --no-inject drops the\n"
+    "injector (docs/guide/traces.md). Exit status: 0 done, 1 a run stopped early or failed\n"
+    "(half of its requests or more failed: the reason first; docs/reference/run.md, \"Errors\"),\n"
+    "2 bad input, 99 a --fail-if rule held.";
+
 int cli_run(int argc, char **argv)
 {
     char err[ERR_LEN];
@@ -66,27 +83,9 @@ int cli_run(int argc, char **argv)
         {"server flags", run_specs, OPTS_COUNT(run_specs), &flags},
         {"long runs", long_specs, OPTS_COUNT(long_specs), &longrun},
     };
-    if (opts_wants_help(argc, argv)) {
-        opts_print_help(
-            stdout, "stallscope run [options]",
-            "Reproduce long-prompt interference over HTTP: background streaming chats (closed\n"
-            "loop) plus an injector of long prompts (open loop, absolute schedule) against an\n"
-            "OpenAI-compatible server, every token stamped as it is read. Runs a baseline\n"
-            "(injector off) then the interference run; writes OUT/<run>/{tokens,requests,steps}.csv,\n"
-            "summary.json, config.json, fidelity.json and OUT/comparison.json, then prints the\n"
-            "table and the verdict. Without --target it starts the embedded server (a fresh one\n"
-            "per run) with the engine and scheduler flags below; default: the lesson, one-step\n"
-            "prefill on the real CPU engine (model 'small'); --engine emulate --gpu h100-sxm\n"
-            "--model llama-3.1-8b for the lesson's GPU numbers. Default OUT: out/run.\n"
-            "Real traffic: --request-rate R (open loop, each request a stream of its own) or\n"
-            "--trace FILE (Azure, BurstGPT, Mooncake or plain JSONL) replace the closed users\n"
-            "unless --users is given too; --preset chat|summarization; --no-inject drops the\n"
-            "injector (docs/workloads.md). Exit status: 0 done, 1 a run stopped early or failed\n"
-            "(half of its requests or more failed: the reason first; docs/client.md, \"Errors\"),\n"
-            "2 bad input, 99 a --fail-if rule held.",
-            groups, OPTS_COUNT(groups));
+    if (opts_show_help(stdout, argc, argv, "stallscope run [options]", HELP, groups,
+                       OPTS_COUNT(groups)))
         return CLI_EXIT_OK;
-    }
     if (opts_parse(argc, argv, groups, OPTS_COUNT(groups), NULL, 0, NULL, err) != 0)
         return cli_usage_error("run", err);
     experiment_secrets_from_env(&secrets);

@@ -1,4 +1,5 @@
-/* stallscope serve — the embedded OpenAI-compatible server (server.h, docs/server.md).
+/* stallscope serve — the embedded OpenAI-compatible server (server.h,
+ * docs/reference/server-api.md).
  * Prints exactly one line on stdout when it accepts connections:
  *     listening on http://HOST:PORT
  * (the load generator starts `serve --port 0` and waits for it), then serves until SIGINT
@@ -107,14 +108,17 @@ int cli_serve(int argc, char **argv)
         experiment_device_group(&cfg),
         experiment_sched_group(&cfg),
     };
-    if (opts_wants_help(argc, argv)) {
-        opts_print_help(stdout, "stallscope serve [options]",
-                        "The embedded OpenAI-compatible server (vLLM's API) in front of a "
-                        "continuous-batching engine.\nPrints 'listening on http://HOST:PORT' "
-                        "when ready; SIGINT/SIGTERM end the streams in flight and exit 0.",
-                        groups, OPTS_COUNT(groups));
+    if (opts_show_help(stdout, argc, argv, "stallscope serve [options]",
+                       "The embedded OpenAI-compatible server (vLLM's API) in front of a "
+                       "continuous-batching engine.\nPrints 'listening on http://HOST:PORT' "
+                       "when ready; SIGINT/SIGTERM end the streams in flight and exit 0.\n"
+                       "The default engine is the cpu engine (model 'small'): before it "
+                       "listens it warms up\n(touches its KV arena, runs one budget-sized "
+                       "step), which takes seconds to a minute\ndepending on the CPU "
+                       "(--no-warm-start skips it; --kv-blocks makes it shorter).\n"
+                       "--engine emulate emulates a GPU of the catalog instead, ready at once.",
+                       groups, OPTS_COUNT(groups)))
         return CLI_EXIT_OK;
-    }
     char err[ERR_LEN] = "";
     if (opts_parse(argc, argv, groups, OPTS_COUNT(groups), NULL, 0, NULL, err) != 0)
         return cli_usage_error("serve", err);

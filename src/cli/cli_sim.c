@@ -42,21 +42,19 @@ int cli_sim(int argc, char **argv)
         cli_gate_group(&gate),
         {"long runs", long_specs, OPTS_COUNT(long_specs), &longrun},
     };
-    if (opts_wants_help(argc, argv)) {
-        opts_print_help(stdout, "stallscope sim [options]",
-                        "Run the experiment in virtual time: the workload drives the real scheduler\n"
-                        "and the roofline cost model, no network and no sleeping. Writes a baseline\n"
-                        "run (injector off) and an interference run, prints them side by side and\n"
-                        "writes OUT/report.html (plots in OUT/plots/). Default OUT: out/sim.\n"
-                        "Defaults: --preset lesson on an H100 SXM with Llama 3.1 8B, one-step prefill\n"
-                        "(--policy mixed --max-num-batched-tokens 16384).\n"
-                        "Real traffic: --request-rate R (open loop, each request a stream of its\n"
-                        "own) or --trace FILE (Azure, BurstGPT, Mooncake or plain JSONL) replace the\n"
-                        "closed users unless --users is given too; --preset chat|summarization;\n"
-                        "--no-inject drops the injector (docs/workloads.md).",
-                        groups, OPTS_COUNT(groups));
+    if (opts_show_help(stdout, argc, argv, "stallscope sim [options]",
+                       "Run the experiment in virtual time: the workload drives the real scheduler\n"
+                       "and the roofline cost model, no network and no sleeping. Writes a baseline\n"
+                       "run (injector off) and an interference run, prints them side by side and\n"
+                       "writes OUT/report.html (plots in OUT/plots/). Default OUT: out/sim.\n"
+                       "Defaults: --preset lesson on an H100 SXM with Llama 3.1 8B, one-step prefill\n"
+                       "(--policy mixed --max-num-batched-tokens 16384).\n"
+                       "Real traffic: --request-rate R (open loop, each request a stream of its\n"
+                       "own) or --trace FILE (Azure, BurstGPT, Mooncake or plain JSONL) replace the\n"
+                       "closed users unless --users is given too; --preset chat|summarization;\n"
+                       "--no-inject drops the injector (docs/guide/traces.md).",
+                       groups, OPTS_COUNT(groups)))
         return CLI_EXIT_OK;
-    }
     /* Refuse what can never run before writing anything. */
     if (opts_parse(argc, argv, groups, OPTS_COUNT(groups), NULL, 0, NULL, err) != 0 ||
         experiment_resolve(&cfg, err) != 0 || experiment_check(&cfg, err) != 0 ||

@@ -74,11 +74,10 @@ static int sweep(experiment_sweep *sw, int argc, char **argv)
         experiment_analysis_group(&sw->base),
         cli_output_group(&out, "out/sweep"),
     };
-    if (opts_wants_help(argc, argv)) {
-        opts_print_help(stdout, "stallscope sweep --PARAM A,B[,C...] [--PARAM2 X,Y...] [options]",
-                        HELP, groups, OPTS_COUNT(groups));
+    if (opts_show_help(stdout, argc, argv,
+                       "stallscope sweep --PARAM A,B[,C...] [--PARAM2 X,Y...] [options]",
+                       HELP, groups, OPTS_COUNT(groups)))
         return CLI_EXIT_OK;
-    }
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (!rest)
         return CLI_EXIT_FAIL;

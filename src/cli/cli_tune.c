@@ -146,13 +146,11 @@ static int tune(tune_config *tc, int argc, char **argv)
         experiment_secrets_group(&secrets),
         cli_output_group(&out, "out/tune"),
     };
-    if (opts_wants_help(argc, argv)) {
-        opts_print_help(stdout,
-                        "stallscope tune [--slo RULES] [--policies L] [--budgets L] "
-                        "[--max-num-seqs L] [workload/device flags] [--verify ...]",
-                        HELP, groups, OPTS_COUNT(groups));
+    if (opts_show_help(stdout, argc, argv,
+                       "stallscope tune [--slo RULES] [--policies L] [--budgets L] "
+                       "[--max-num-seqs L] [workload/device flags] [--verify ...]",
+                       HELP, groups, OPTS_COUNT(groups)))
         return CLI_EXIT_OK;
-    }
     static const char *const searched[] = {"policy", "max-num-batched-tokens",
                                            "enable-chunked-prefill", "no-enable-chunked-prefill"};
     for (int i = 0; i < argc; i++)

@@ -53,7 +53,7 @@ int chunk_decode_jansson(const sse_event *ev, chunk_info *out, char *err);
 #define CHUNK_MAX_COUNT INT32_MAX
 
 /* What a server sent that cannot be true. The event (or the count in it) is ignored, never
- * taken as tokens, and counted; docs/client.md lists them. */
+ * taken as tokens, and counted; docs/reference/run.md lists them. */
 typedef enum chunk_violation {
     CHUNK_VIOLATION_NONE = 0,
     CHUNK_VIOLATION_AFTER_DONE,      /* any event after "data: [DONE]" (another [DONE] too) */

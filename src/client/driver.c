@@ -240,7 +240,7 @@ int driver_run_phase(const driver_transports *transports, const driver_phase *cf
     if (cfg->record && res->protocol_violations > 0 && cfg->notes)
         fprintf(cfg->notes,
                 "warning: %lld protocol violations from the server, ignored (the first: %s; "
-                "see docs/client.md)\n",
+                "see docs/reference/run.md)\n",
                 (long long)res->protocol_violations, first_violation ? first_violation : "?");
     if (cfg->record && res->violations_by_kind[CHUNK_VIOLATION_ABOVE_STREAM] > 0 && cfg->notes)
         fprintf(cfg->notes,

@@ -5,7 +5,7 @@
  * transport.h). Every socket has SO_TIMESTAMPNS on; each read is a recvmsg whose control
  * message holds the kernel's software receive stamp (CLOCK_REALTIME), mapped to the run's
  * CLOCK_MONOTONIC with the realtime - monotonic offset (clock_realtime_offset_ns) sampled at
- * the wake-up (docs/client.md, "Time"). Where a read carries no stamp, the time is taken
+ * the wake-up (docs/explanation/timestamps.md). Where a read carries no stamp, the time is taken
  * right after it (TRANSPORT_STAMP_USER). As in the curl transport, all ready sockets are
  * read and stamped first; splitting and decoding come after (reply.h).
  *

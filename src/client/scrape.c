@@ -28,7 +28,7 @@ bool scrape_column_is_counter(scrape_column c)
     return c == SCRAPE_PROMPT_TOKENS || c == SCRAPE_GENERATION_TOKENS || c == SCRAPE_STEPS;
 }
 
-/* Each column's names, in order of preference (docs/client.md has the same table). */
+/* Each column's names, in order of preference (docs/reference/run.md has the same table). */
 typedef struct known_name {
     const char *name;
     scrape_column column;
@@ -360,7 +360,7 @@ int scrape_probe(const transport_options *so, int64_t timeout_ns, char *url_out,
     for (int c = 0; c < SCRAPE_COLUMNS; c++)
         if (f.has[c])
             return 0;
-    return err_set(err, "GET %s: none of the metric names stallscope reads (docs/client.md)",
+    return err_set(err, "GET %s: none of the metric names stallscope reads (docs/reference/run.md)",
                    so->base_url);
 }
 

@@ -1,5 +1,5 @@
 /* scrape — a server's Prometheus /metrics over a run, in the columns every serving engine
- * has under its own names (docs/client.md, "The target's own metrics").
+ * has under its own names (docs/reference/run.md, "The server's metrics").
  *
  * Columns (scrape_column), and the names each is read from; a name that is absent leaves
  * the cell empty, a family not in this table is ignored:

@@ -22,7 +22,7 @@
 
 #include "client/chunk.h"
 
-/* Where an event's time came from (docs/client.md, "Time"). */
+/* Where an event's time came from (docs/explanation/timestamps.md). */
 typedef enum transport_stamp {
     /* clock_now_ns() at the read, before parsing: the kernel gave no stamp (the curl
      * transport, or no cmsg) */

@@ -220,3 +220,49 @@ void opts_print_help(FILE *out, const char *usage, const char *description,
         }
     }
 }
+
+/* Markdown's own characters in a table cell are escaped, so the text reads as --help prints
+ * it ('|' would end the cell, '<N>' would be an HTML tag, '***' emphasis). Inside a code span
+ * only '|' needs it (a table splits its cells before it reads code spans). */
+static void put_cell(FILE *out, const char *s, bool code)
+{
+    for (; *s; s++) {
+        if (*s == '|' || (!code && (*s == '*' || *s == '<' || *s == '\\')))
+            fputc('\\', out);
+        fputc(*s, out);
+    }
+}
+
+void opts_print_help_markdown(FILE *out, const char *usage, const char *description,
+                              const opts_group *groups, int n_groups)
+{
+    fprintf(out, "```text\nusage: %s\n\n%s\n```\n", usage, description);
+    for (int g = 0; g < n_groups; g++) {
+        fprintf(out, "\n**%s**\n\n| option | what it does |\n| --- | --- |\n", groups[g].title);
+        for (int i = 0; i < groups[g].n_specs; i++) {
+            const opts_spec *s = &groups[g].specs[i];
+            fprintf(out, "| `--%s", s->name);
+            if (s->metavar) {
+                fputc(' ', out);
+                put_cell(out, s->metavar, true);
+            }
+            fputs("` | ", out);
+            put_cell(out, s->help, false);
+            fputs(" |\n", out);
+        }
+    }
+}
+
+int opts_show_help(FILE *out, int argc, char **argv, const char *usage, const char *description,
+                   const opts_group *groups, int n_groups)
+{
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], "--help-markdown") == 0) {
+            opts_print_help_markdown(out, usage, description, groups, n_groups);
+            return 1;
+        }
+    if (!opts_wants_help(argc, argv))
+        return 0;
+    opts_print_help(out, usage, description, groups, n_groups);
+    return 1;
+}

@@ -88,10 +88,21 @@ int opts_check(const opts_group *groups, int n_groups, char *err);
 /* 1 when argv holds -h or --help. */
 int opts_wants_help(int argc, char **argv);
 
+/* A command's help, when argv asks for it: -h or --help print opts_print_help's text,
+ * --help-markdown the same usage, description and options as Markdown (docs/reference/cli.md
+ * is every command's, from `stallscope help --markdown`). 1 when it printed, 0 when argv
+ * asked for no help. */
+int opts_show_help(FILE *out, int argc, char **argv, const char *usage, const char *description,
+                   const opts_group *groups, int n_groups);
+
 /* The value of "--name" in argv (either form), or NULL; for pre-scans such as --preset. */
 const char *opts_find(int argc, char **argv, const char *name);
 
 void opts_print_help(FILE *out, const char *usage, const char *description,
                      const opts_group *groups, int n_groups);
+/* The same as Markdown: the usage and description in a text block as --help prints them,
+ * then one table of options per group. */
+void opts_print_help_markdown(FILE *out, const char *usage, const char *description,
+                              const opts_group *groups, int n_groups);
 
 #endif

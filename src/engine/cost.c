@@ -1,5 +1,5 @@
 /* cost — the roofline model of one engine step (formulas in cost.h; derivation and
- * sources in docs/cost-model.md).
+ * sources in docs/explanation/cost-model.md).
  *
  * Choices this file makes that cost.h leaves open:
  * - Weight bytes read per step are the layers' linear weights plus the LM head. The

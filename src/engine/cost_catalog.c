@@ -1,7 +1,7 @@
 /* cost_catalog — the GPUs and model architectures the cost model knows by name, and the
  * reader of a Hugging Face config.json for any other Llama-family model.
  *
- * Every figure carries its source in the entry's `source` string; docs/cost-model.md
+ * Every figure carries its source in the entry's `source` string; docs/reference/model.md
  * repeats them with links. GPU FLOP/s are dense BF16 tensor-core peaks: NVIDIA's
  * datasheets print the 2:4-sparsity figure with an asterisk, and we halve it. */
 #include <string.h>
@@ -15,7 +15,7 @@
 #include "engine/profile.h"
 
 /* The cpu entry's figures: `stallscope calibrate` (Release, 1 thread, --model small) on the
- * 2-core AMD EPYC VM this project runs on; docs/cpu-engine.md has the full output. */
+ * 2-core AMD EPYC VM this project runs on (docs/results/bench-cpu-zen4.md: that VM's figures). */
 #define CPU_NOMINAL_GEMM_FLOPS 90.7e9
 #define CPU_NOMINAL_ATTENTION_FLOPS 87.0e9
 #define CPU_NOMINAL_BANDWIDTH 19.8e9
@@ -46,7 +46,7 @@ static const cost_gpu gpu_catalog[] = {
      "5.3 TB/s HBM3, 192 GB", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0}},
     /* The cpu engine's default device: this project's 2-core machine kind, one thread (the
      * engine's default), F32 weights and KV. Figures printed by `stallscope calibrate` on
-     * it (docs/cpu-engine.md); calibrate your own machine and pass --hardware FILE. */
+     * it (docs/results/bench-cpu-zen4.md); calibrate your own machine and pass --hardware FILE. */
     {"cpu", CPU_NOMINAL_GEMM_FLOPS, CPU_NOMINAL_BANDWIDTH, 4e9,
      "stallscope calibrate on a 2-core AMD EPYC (Zen 4) VM, 1 thread: sustained GEMM, "
      "attention kernel and streaming-read bandwidth, decode overhead fitted on model small; "
@@ -70,7 +70,7 @@ static const cost_arch arch_catalog[] = {
     {"qwen2.5-7b", 28, 3584, 28, 4, 128, 18944, 152064, 131072, false,
      "huggingface.co/Qwen/Qwen2.5-7B config.json (base model; the Instruct config says 32768 "
      "positions without YaRN); q/k/v biases ignored"},
-    /* The cpu engine's synthetic models (docs/cpu-engine.md): shapes sized for a 2-core
+    /* The cpu engine's synthetic models (docs/explanation/cpu-engine.md): shapes sized for a 2-core
      * machine; timing depends on the shape, not on what the weights learned. */
     {"tiny", 2, 128, 4, 2, 32, 512, 32000, 32768, false,
      "stallscope cpu preset: on 1 core of the 2-core reference VM a decode step of 32 users "

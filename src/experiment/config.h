@@ -59,13 +59,13 @@ typedef struct experiment_client {
                                    recorded by experiment_resolve) */
     bool threads_given;         /* threads came from --client-threads */
     /* The server's Prometheus metrics into server_metrics.csv (runner_http.c,
-     * docs/client.md): "" (auto: the target's /metrics when it answers; not for the
-     * embedded server, whose step log says more), "on" (the server's /metrics, embedded
-     * included), "off", or the exposition's URL. */
+     * docs/guide/measure-your-server.md): "" (auto: the target's /metrics when it answers;
+     * not for the embedded server, whose step log says more), "on" (the server's /metrics,
+     * embedded included), "off", or the exposition's URL. */
     char scrape_metrics[512];
 } experiment_client;
 
-/* Shards (docs/distributed.md): which share of the load this process runs is the
+/* Shards (docs/guide/shards.md): which share of the load this process runs is the
  * workload's (wl.shard: user u in shard u mod N, the injector in shard 0); the common
  * t = 0 is here. Every shard of one experiment is given the same start_at. */
 typedef struct experiment_shard {

@@ -56,7 +56,7 @@ typedef struct experiment_meta {
     double text_overhead, text_tokens_per_word;
     bool timestamps;         /* the server sent emit times */
     int nice;                /* the client's scheduling priority */
-    int64_t protocol_violations; /* server events the client ignored (docs/client.md) */
+    int64_t protocol_violations; /* server events the client ignored (docs/reference/run.md) */
     char transport[8];       /* the transport the run used: "raw" | "curl" */
     /* Token events by the source of their time (transport_stamp): the kernel's receive stamp,
      * a kernel stamp shared by several events of one read (a bound), or user space. */

@@ -77,7 +77,7 @@ static const opts_spec workload_specs[] = {
     OPTS_FN("preset", "NAME",
             "lesson (default: 32 users, 8k prompt at 5,15,25,35 s, 40 s) | lesson-1s | chat | "
             "summarization (open loop at 2 and 1 req/s, 60 s, Sarathi-Serve's lengths: "
-            "docs/workloads.md)",
+            "docs/guide/traces.md)",
             wl_preset),
     OPTS_INT("users", "N",
              "closed-loop streaming chats (default 32; 0 with --request-rate or --trace, which "
@@ -128,7 +128,7 @@ static const opts_spec workload_specs[] = {
              C, wl.max_concurrency, 1, 1 << 20),
     OPTS_STRING("trace", "FILE",
                 "replay a trace's arrivals and lengths (Azure CSV, BurstGPT CSV, Mooncake JSONL, "
-                "plain JSONL: docs/workloads.md); replaces the closed users unless --users",
+                "plain JSONL: docs/guide/traces.md); replaces the closed users unless --users",
                 C, wl.trace),
     OPTS_FN("trace-format", "F", "auto (default: from the first line) | azure | burstgpt | "
                                  "mooncake | jsonl",

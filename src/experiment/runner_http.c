@@ -328,7 +328,7 @@ static int write_fidelity(const experiment_phase *ph, driver_result *res,
     json_t *root = json_object();
     json_object_set_new(root, "label", json_string(ph->label));
     json_object_set_new(root, "stamps", experiment_stamps_json(meta));
-    /* What the server sent that the client did not believe (docs/client.md): the total of
+    /* What the server sent that the client did not believe (docs/reference/run.md): the total of
      * summary.json, and by kind. */
     json_t *kinds = json_object();
     for (int k = CHUNK_VIOLATION_NONE + 1; k < CHUNK_VIOLATION_KINDS; k++)
@@ -637,7 +637,8 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
     experiment_client_cpus cpus;
     client_cpus(hr, ph, &cpus);
     const transport_options so = connection(hr, ph, remote ? cfg->client.target : server.url);
-    /* The transport: raw unless a proxy applies or --transport says (docs/client.md). */
+    /* The transport: raw unless a proxy applies or --transport says
+     * (docs/explanation/load-generator.md). */
     transport_ctx tc = {&so, transport_kind_resolve(cfg->client.transport, so.base_url)};
     snprintf(meta->transport, sizeof meta->transport, "%s", transport_kind_name(tc.kind));
     const driver_transports transports = {open_transport, close_transport, &tc};

@@ -1,4 +1,4 @@
-/* shard — one process's share of a sharded experiment, and its clock (docs/distributed.md).
+/* shard — one process's share of a sharded experiment, and its clock (docs/guide/shards.md).
  *
  * Which users a shard runs is the workload's rule (wl.shard); this file holds the time.
  * Every shard is given one start time (--start-at, UTC); that instant is each run's t = 0:
@@ -96,7 +96,7 @@ static const opts_spec shard_specs[] = {
 
 opts_group experiment_shard_group(experiment_config *cfg)
 {
-    return (opts_group){"shards (docs/distributed.md)", shard_specs, OPTS_COUNT(shard_specs), cfg};
+    return (opts_group){"shards (docs/guide/shards.md)", shard_specs, OPTS_COUNT(shard_specs), cfg};
 }
 
 /* ---- UTC text ---------------------------------------------------------------------------- */

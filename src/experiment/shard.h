@@ -1,5 +1,5 @@
 /* shard — one process's share of a sharded experiment, and its clock (shard.c,
- * docs/distributed.md): --shard and --start-at, UTC text, the planned t = 0 of each run, the
+ * docs/guide/shards.md): --shard and --start-at, UTC text, the planned t = 0 of each run, the
  * wait for it and the record of where it fell. */
 #ifndef STALLSCOPE_EXPERIMENT_SHARD_H
 #define STALLSCOPE_EXPERIMENT_SHARD_H

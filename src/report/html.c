@@ -679,7 +679,7 @@ static int write_shards(FILE *out, const report_run *x, char *err)
     if (!x->has_config || x->meta.merge.shards == 0)
         return 0;
     fputs("<section id=\"shards\">\n<h2>Shards and clocks</h2>\n<p class=\"note\">This run "
-          "was merged from shards (<code>report --merge</code>, docs/distributed.md). A gap "
+          "was merged from shards (<code>report --merge</code>, docs/guide/shards.md). A gap "
           "lies within one shard's clock; a figure that sets one shard's tokens against an "
           "injection sent by another carries the offset between their clocks, shown as the "
           "range the figure takes for any offset within the bound.</p>\n<pre>",

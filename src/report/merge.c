@@ -682,7 +682,7 @@ static void warn_clocks(const merge_state *st, FILE *out)
         if (st->runs[1][d].present && !c->synchronized)
             fprintf(out, "stallscope report: warning: shard %d (%s): its clock is not "
                          "synchronized (adjtimex state %d%s): it counts as 16 s off, and so do the "
-                         "cross-shard figures (docs/distributed.md: chrony or ntpd)\n",
+                         "cross-shard figures (docs/guide/shards.md: chrony or ntpd)\n",
                     st->runs[1][d].cfg.wl.shard.index, st->runs[1][d].dir, c->state,
                     c->state == 5 ? ", TIME_ERROR" : "");
     }

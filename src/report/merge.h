@@ -1,5 +1,5 @@
 /* merge — a sharded experiment's shards back into one run (`stallscope report --merge DIR...`,
- * docs/distributed.md), and the figures that compare tokens across shards, with the clock
+ * docs/guide/shards.md), and the figures that compare tokens across shards, with the clock
  * uncertainty beside each.
  *
  * Each DIR is one shard's --out (baseline/ and interference/). The shards must be one

@@ -272,7 +272,7 @@ void tune_table_print(FILE *out, const tune_config *tc, const tune_result *res, 
         if (pt->disagg.prefill > 0)
             fprintf(out, "  (disaggregated %dP:%dD over %s: %d prefill and %d decode servers, each "
                          "with the flags below; vLLM joins them with --kv-transfer-config behind "
-                         "a proxy, docs/tune.md)\n",
+                         "a proxy, docs/guide/what-ifs.md)\n",
                     pt->disagg.prefill, pt->disagg.decode, pt->disagg.link, pt->disagg.prefill,
                     pt->disagg.decode);
         experiment_print_server_setting(out, "  ", pt->policy, pt->max_num_batched_tokens,

@@ -38,7 +38,7 @@
  *    (conns_unsent), not on a count of replies handed to evhttp: evhttp never reports a
  *    reply whose connection failed, so such a count can stay up forever.
  *
- * Limits against hostile or overloaded traffic (docs/reliability.md):
+ * Limits against hostile or overloaded traffic (docs/reference/reliability.md):
  *  - --max-waiting: streams accepted and without a token yet are counted (n_waiting); one
  *    more is answered 429 before its body is parsed.
  *  - --request-read-timeout: conns.c gives every request a deadline to arrive whole, which

@@ -15,7 +15,7 @@
  * Shutdown (SIGINT/SIGTERM or server_stop): stop accepting, abort what runs, end every
  * stream with a finish_reason "abort" chunk (+ usage when asked) and [DONE], answer every
  * cut non-streaming request 503 with Retry-After, and return 0 as soon as the replies to
- * live clients are written (at most SERVER_GRACE_S). See docs/server.md. */
+ * live clients are written (at most SERVER_GRACE_S). See docs/reference/server-api.md. */
 #ifndef STALLSCOPE_SERVER_H
 #define STALLSCOPE_SERVER_H
 #include <stdbool.h>

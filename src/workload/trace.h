@@ -1,4 +1,4 @@
-/* trace — request traces a user already has, read row by row (docs/workloads.md):
+/* trace — request traces a user already has, read row by row (docs/guide/traces.md):
  *
  *   azure     Azure LLM inference trace CSV: TIMESTAMP,ContextTokens,GeneratedTokens;
  *             TIMESTAMP a date and time ("2023-11-16 18:15:46.6805900", UTC), made relative

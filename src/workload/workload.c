@@ -25,7 +25,7 @@ void workload_default(workload_config *cfg)
     cfg->speedup = 1.0;
 }
 
-/* Sarathi-Serve's two workloads (OSDI '24, its table of datasets; docs/workloads.md says
+/* Sarathi-Serve's two workloads (OSDI '24, its table of datasets; docs/guide/traces.md says
  * which figures are the lesson's and which are assumptions): prompt and answer lengths as
  * lognormals by median and 90th percentile. Prompts are kept under 16,000 tokens so one-step
  * prefill (the lesson's budget of 16,384) admits every one of them. */

@@ -5,7 +5,7 @@
  * and answer lengths are drawn from the distributions prompt_len and answer_len (uniform
  * 32..128 and 256..1024 by default) by a hash of (seed, user, request index), so draws never
  * depend on timing and restarts never synchronise. Users start at t = 0.
- * Open-loop background (docs/workloads.md): requests arrive on their own schedule, whatever
+ * Open-loop background (docs/guide/traces.md): requests arrive on their own schedule, whatever
  * is still running: at request_rate per second (gamma inter-arrival times of shape
  * `burstiness`, 1 = Poisson, the rate ramped up linearly over ramp_up_ns), or at the times a
  * trace file gives (Azure, BurstGPT, Mooncake, plain JSONL; trace.h). Each open-loop request
@@ -32,7 +32,7 @@
  * request's planned send: a server that never finishes it cannot hold the run forever. */
 #define WORKLOAD_TRACE_TAIL_NS (600LL * 1000000000LL)
 
-/* Shards (docs/distributed.md): one experiment's load split over N processes, each on its
+/* Shards (docs/guide/shards.md): one experiment's load split over N processes, each on its
  * own machine if need be. The rule is round-robin: background user u runs in shard
  * u mod N, the injector in shard 0. User ids stay global (user 5 is user 5 in every shard's
  * files and in the merged run), so each shard draws exactly the prompts and answers the
@@ -133,7 +133,7 @@ void workload_default(workload_config *cfg);
 /* Apply a named preset over cfg: "lesson" (the default), "lesson-1s" (every 1 s from
  * 0.5 s, the run where p99 moves), "chat" or "summarization" (open loop at 2 and 1
  * requests/s, 60 s, no closed users, lognormal lengths of Sarathi-Serve's two workloads:
- * docs/workloads.md; the injector stays). -1 with err listing presets when unknown. */
+ * docs/guide/traces.md; the injector stays). -1 with err listing presets when unknown. */
 int workload_preset(workload_config *cfg, const char *name, char *err);
 /* Check every field: users and duration, the injector's period, the distributions, the
  * rate, burstiness and trace options (a rate and a trace together, or a trace option

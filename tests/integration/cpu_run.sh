@@ -60,7 +60,7 @@ sys.exit(0 if rows and named == len(rows) else 1)
 PY
 pass "every stall names the injection as its culprit"
 # The median stays at the decode step: in each run the median gap is the server's median
-# decode-only step within 10 % (docs/cpu-engine.md quotes the same). Measured within one run,
+# decode-only step within 10 % (docs/reference/tests.md quotes the same). Measured within one run,
 # so other load on the machine, which moves both, cancels; comparing the two runs' medians
 # directly (the same question over 16 s of a shared machine) swung -40 % .. +13 %.
 for label in baseline interference; do

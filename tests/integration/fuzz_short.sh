@@ -5,7 +5,7 @@
 # (default 15: about 135 s in all) on the seed corpus. Fails on any crash or sanitizer report. Without clang
 # or libFuzzer: a failure as root or with CI=true (scripts/deps.sh test installs clang and
 # libclang-rt-14-dev there), skipped (exit 77, reason printed) otherwise. Longer runs: make
-# fuzz (FUZZ_SECONDS=300 per target by default), figures in docs/reliability.md.
+# fuzz (FUZZ_SECONDS=300 per target by default), figures in docs/results/fuzzing.md.
 set -euo pipefail
 BIN=$1 # unused: the fuzzers are built from the sources
 WORK=$2

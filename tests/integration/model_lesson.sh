@@ -33,7 +33,7 @@ for what, actual, expected in checks:
     ok = abs(actual - expected) <= 0.03 * abs(expected)
     print(f"{'ok  ' if ok else 'FAIL'} {what:24s} {actual:10.3f}  (lesson {expected}, +-3%)")
     bad += not ok
-# Keys scripts rely on (docs/cost-model.md).
+# Keys scripts rely on (docs/reference/model.md).
 for key in ("gpu", "model", "flop_per_token", "decode_ms", "prompts"):
     if key not in doc:
         print(f"FAIL missing key {key}")

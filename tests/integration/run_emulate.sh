@@ -9,7 +9,7 @@
 # Excused: a stall outside every injection's wait only when the step log pins it on the
 # machine (a step measured > threshold with modeled work < threshold, or steps on time
 # through the gap: the client read late), at most 3 pause events per run, each gap at most
-# 1,000 ms (EXCUSED_EVENTS, EXCUSED_GAP_MS below; docs/client.md quotes the same).
+# 1,000 ms (EXCUSED_EVENTS, EXCUSED_GAP_MS below; docs/reference/tests.md quotes the same).
 set -euo pipefail
 BIN=$1
 WORK=$2
@@ -96,7 +96,7 @@ def steps_of(out, way):
     return [(int(r["t_start_ns"]) - t0, int(r["t_end_ns"]) - t0, int(r["modeled_ns"]),
              int(r["prefill_tokens"])) for r in rows if int(r["t_start_ns"]) >= t0]
 
-# Excused stalls (the rule this test enforces; docs/client.md quotes it): a stall that does
+# Excused stalls (the rule this test enforces; docs/reference/tests.md quotes it): a stall that does
 # not overlap an injection's wait is excused only when the server's own records name the
 # machine as its cause, with the measured step durations:
 #   server overran  a step overlapping the gap lasted longer than the threshold while its

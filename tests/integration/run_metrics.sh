@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The target's own metrics (docs/client.md, "The target's own metrics"): `run --target`
-# against `stallscope serve --engine emulate` scrapes its /metrics every 250 ms into each
-# run's server_metrics.csv, aligned to t = 0, and report.html draws it under the timeline.
+# The target's own metrics (docs/guide/measure-your-server.md, "The server's own metrics"):
+# `run --target` against `stallscope serve --engine emulate` scrapes its /metrics every
+# 250 ms into each run's server_metrics.csv, aligned to t = 0, and report.html draws it
+# under the timeline.
 # Checks: the header; the row count against the scrape period (rule below); times rising,
 # each response after its request; the queue (running + waiting) rises after the injection
 # above its level before it; the injection's 8,000 prompt tokens counted within 1 s of its

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ctest: run-serial
-# Shards (issue 14, docs/distributed.md). One `stallscope serve` (emulated H100 / Llama 3.1
+# Shards (issue 14, docs/guide/shards.md). One `stallscope serve` (emulated H100 / Llama 3.1
 # 8B, one-step prefill); the same workload (12 users, 5 s, 8,000-token injections at 1, 2.5
 # and 4 s) run twice against it: once by one process, once by 4 shard processes
 # (--shard I/4, one --start-at) merged with `report --merge`. The merged run must equal the
@@ -8,7 +8,7 @@
 # the same aligned fraction (1.0 in both once the stalls the server's step log pins on the
 # machine are set aside: below), each injection's spike within the clock uncertainty the
 # merge prints plus SPIKE_SPREAD_MS, the run-to-run spread measured on this machine
-# (docs/distributed.md: "The test"). Then a shard killed
+# (docs/reference/tests.md: "Shards and the merge"). Then a shard killed
 # with -9: its directory says incomplete, the merge names it (exit 2) and merges the rest
 # with --allow-partial; bad input (exit 2, one line); and damaged copies of the shards: a bad
 # row (exit 2, nothing written), a file cut inside a row or at a row boundary (incomplete).

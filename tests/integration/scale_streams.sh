@@ -4,7 +4,7 @@
 # generator's stream client in this one). Fails if any request errs or any token is lost:
 # per request, the tokens the client counted must equal the server's usage, and in all the
 # server's vllm:generation_tokens_total. The 10,000-stream, 60 s run is `bench_scale` with
-# no arguments (figures in docs/reliability.md).
+# no arguments (figures in docs/results/scale-10k-streams.md).
 set -euo pipefail
 BIN=$1
 WORK=$2

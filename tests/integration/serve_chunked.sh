@@ -8,12 +8,12 @@
 #    tokens) + 0.5 ms, except at most 1 % of steps (rounded down), each only if the engine
 #    recorded the step that late itself (late_ns in the step log: the overrun minus the
 #    recorded lateness within 0.5 ms) and the overrun is at most 10 ms
-#    (serve_client.check_step_timing; docs/server.md quotes the same numbers);
+#    (serve_client.check_step_timing; docs/reference/tests.md quotes the same numbers);
 #  - that longest step is far below the one-step prefill (< 1/4 of `stallscope model`'s
 #    8,000-token prefill), and no stream's consecutive tokens are written further apart
 #    than that step + 25 ms (loop-thread scheduling slack under load).
 # While it measures, one SCHED_IDLE busy loop per CPU keeps this VM's vCPUs from halting
-# (a halted vCPU wakes the engine milliseconds late: serve_lib.bash, docs/server.md).
+# (a halted vCPU wakes the engine milliseconds late: serve_lib.bash, docs/results/timing-tests.md).
 set -euo pipefail
 BIN=$1
 DIR=$2

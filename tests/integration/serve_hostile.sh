@@ -17,7 +17,8 @@
 # round 3: glibc counts its per-thread caches as held); the bound is 3 x the Release
 # figure the default run can see, and a leak of 64 bytes per connection (~2,250 a round)
 # crosses it within the two rounds after the first. RSS is printed, not bounded: under
-# ASan it moves by up to 5 MiB between rounds without any leak (docs/reliability.md).
+# ASan it moves by up to 5 MiB between rounds without any leak
+# (docs/results/serve-hostile-memory.md).
 # ASan's quarantine is off for the server so freed memory is reused, and LeakSanitizer
 # checks the exit.
 set -euo pipefail

@@ -7,14 +7,14 @@
 #    duration except at most 1 % of them (rounded down), and each of those only if the
 #    engine recorded the step that late itself (late_ns in the step log: the overrun minus
 #    the recorded lateness within 0.5 ms) and the overrun is at most 10 ms
-#    (serve_client.check_step_timing; docs/server.md quotes the same numbers). Four 130 ms
+#    (serve_client.check_step_timing; docs/reference/tests.md quotes the same numbers). Four 130 ms
 #    stalls fail it (serve_timing_rule.sh feeds it such logs);
 #  - the prefill step's modeled time agrees with `stallscope model` (8,000-token prefill
 #    alone, plus 32 decode rows: between 1x and 1.05x);
 #  - every stream's token of the prefill step is written (emit_ns) and received (client
 #    clock) after that step ended, and its previous token is the one of the step before.
 # While it measures, one SCHED_IDLE busy loop per CPU keeps this VM's vCPUs from halting
-# (a halted vCPU wakes the engine milliseconds late: serve_lib.bash, docs/server.md).
+# (a halted vCPU wakes the engine milliseconds late: serve_lib.bash, docs/results/timing-tests.md).
 set -euo pipefail
 BIN=$1
 DIR=$2

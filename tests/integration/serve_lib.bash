@@ -29,8 +29,8 @@ trap kill_server EXIT
 # project's VM an idle vCPU halts (cpuidle haltpoll, guest_halt_poll_ns=0), and a halted
 # vCPU woke the SCHED_FIFO engine thread 1.4 to 32 ms late: on an idle machine 3 of 3 runs
 # of serve_interference failed (so did the rule before issue 15), with these loops 3 of 3
-# passed (docs/server.md). SCHED_IDLE threads run only when a CPU has nothing else to do,
-# so the loops change the CPUs' idle state and nothing else.
+# passed (docs/results/timing-tests.md). SCHED_IDLE threads run only when a CPU has
+# nothing else to do, so the loops change the CPUs' idle state and nothing else.
 keep_cpus_awake() {
   local seconds=$1 n
   n=$(nproc 2>/dev/null || echo 2)
@@ -111,7 +111,7 @@ py() {
 # The caller's measure (start a server, drive it, stop it), then its check_measured (not
 # `check`: that is lib.bash's). When check_measured exits 3 (serve_client.RETRY_EXIT: the
 # step-timing rule failed only on lateness the engine recorded itself, over the 10 ms cap
-# or on more than 1 % of the steps; docs/server.md), measure and check once more; any other
+# or on more than 1 % of the steps; docs/reference/tests.md), measure and check once more; any other
 # failure, or a second one, fails the test.
 run_measured() {
   local attempt rc

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Long runs (docs/report.md, "Long runs"): a simulation past --tokens-csv-max keeps no
+# Long runs (docs/explanation/analysis.md, "Long runs"): a simulation past --tokens-csv-max keeps no
 # tokens.csv, and its figures — computed by the streaming analysis as it ran — are those of the
 # same simulation that kept it: the same summary.json (but the "tokens_csv" note), the same
 # stalls.csv. Its report draws the per-gap charts from the digest; `report DIR` on it says why

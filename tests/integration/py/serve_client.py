@@ -241,7 +241,7 @@ def read_steps(path):
 
 
 # The rule a timing test may excuse a slow step by (serve_interference.sh, serve_chunked.sh,
-# docs/server.md quote these numbers): a step may overrun its bound by TOLERANCE_NS; a
+# docs/reference/tests.md quote these numbers): a step may overrun its bound by TOLERANCE_NS; a
 # larger overrun is excused only when the engine itself recorded the step that late (its
 # late_ns: the executor's own wake-up delay, in the step log) — the overrun minus the
 # recorded lateness stays within TOLERANCE_NS — and the overrun is at most EXCUSE_CAP_NS;

@@ -1,7 +1,7 @@
 /* client/raw: what only the raw transport does (the cases both transports share are
  * test_reply's, run over each). Against a scripted keep-alive server thread on 127.0.0.1:
  *   - the kernel's receive stamp survives a busy loop: each event stamped within a few ms of
- *     the server's send() while the loop got to it 15 ms late (docs/client.md, "Time");
+ *     the server's send() while the loop got to it 15 ms late (docs/explanation/timestamps.md);
  *   - events that queued unread are delivered with one stamp and labelled coalesced;
  *   - requests carry Host and the base URL's path; a connection is reused (keep-alive), and
  *     one the server closed while idle is replaced without failing the request;
@@ -318,7 +318,7 @@ static void request(raw_client *c, const char *path, int64_t busy_ns, result *r)
     assert_true(r->ended);
 }
 
-/* The kernel stamp's check (docs/client.md, "Time"): the loop held busy after every token
+/* The kernel stamp's check (docs/explanation/timestamps.md): the loop held busy after every token
  * until 32 ms past its send, events 20 ms apart, so it reads each next event ~12 ms late
  * (but before the one after it comes: one event per read). The kernel stamp stays within a
  * few ms of the server's send() (0.04-0.2 ms measured on this machine kind; ASan and a

@@ -27,10 +27,11 @@
         }                                                                                    \
     } while (0)
 
-/* Terms of the order the cpu engine shows for `small` on one Zen 4 core (docs/cpu-engine.md:
- * an 8,000-token prefill 2.65 s, two thirds of it attention; a decode step of 32 at context
- * 512 about 16 ms): 5 ms a step (the weights streamed once), 0.25 ms a sequence (its LM head
- * row), 0.3 us a context token (its KV read), 0.1 ms a prompt token, 56 ns a causal pair. */
+/* Terms of the order the cpu engine shows for `small` on one Zen 4 core
+ * (docs/results/bench-cpu-zen4.md: an 8,000-token prefill 2.65 s, two thirds of it
+ * attention; a decode step of 32 at context 512 about 16 ms): 5 ms a step (the weights
+ * streamed once), 0.25 ms a sequence (its LM head row), 0.3 us a context token (its KV
+ * read), 0.1 ms a prompt token, 56 ns a causal pair. */
 static const cost_step_fit TRUTH = {"small", 5e6, 0.25e6, 300, 0.1e6, 56};
 
 /* calibrate's grid: batches x mean contexts (spread as cpu_calib_steps spreads them), then
