@@ -21,7 +21,7 @@ typedef struct run_flags {
 
 static const opts_spec run_specs[] = {
     OPTS_FLAG("print-server-flags",
-              "print vLLM, SGLang and llama.cpp flags for one-step and chunked prefill, then exit",
+              "print vLLM, SGLang, llama.cpp and TGI flags for one-step and chunked prefill, then exit",
               run_flags, print_flags),
 };
 
