@@ -184,6 +184,13 @@ int experiment_client_threads(const experiment_config *cfg)
 
 int experiment_resolve(experiment_config *cfg, char *err)
 {
+    /* A tokenizer the trace's rows cannot be counted with is bad input now, not at the run. */
+    if (cfg->wl.tokenizer[0]) {
+        workload_tokenizer *tok;
+        if (workload_tokenizer_load(cfg->wl.tokenizer, &tok, err) != 0)
+            return -1;
+        workload_tokenizer_free(tok);
+    }
     if (cfg->rate_all_at_once && cfg->wl.num_prompts == 0)
         return err_set(err, "--request-rate inf (or max) sends every request at t = 0: give "
                             "--num-prompts N (how many)");

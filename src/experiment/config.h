@@ -54,8 +54,6 @@ typedef struct experiment_client {
     bool insecure;              /* https without certificate checks */
     transport_kind transport; /* auto (raw unless a proxy applies) | raw | curl */
     char extra_body[2048];      /* --extra-body: a JSON object merged into every request */
-    char tokenizer[512];        /* --tokenizer FILE: a tokenizer.json counting prompt tokens as
-                                   the target does ("" none: client/tokenizer.h) */
     int threads;                /* event loops of the load generator: --client-threads, else
                                    the CPUs the server leaves (experiment_client_threads,
                                    recorded by experiment_resolve) */

@@ -92,6 +92,7 @@ static const field WORKLOAD_FIELDS[] = {
     FLD("skip_bad_rows", F_BOOL, workload_config, skip_bad_rows),
     FLD("max_requests", F_I64, workload_config, max_requests),
     FLD("num_prompts", F_I64, workload_config, num_prompts),
+    FLD("tokenizer", F_TEXT, workload_config, tokenizer),
 };
 
 static const field SCHED_FIELDS[] = {

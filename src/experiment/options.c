@@ -173,6 +173,11 @@ static const opts_spec workload_specs[] = {
                "the last planned send); at --request-rate, else all at t = 0 (--max-concurrency "
                "meters them); with --trace its first N rows",
                C, wl.num_prompts, 1, WORKLOAD_MAX_ARRIVALS),
+    OPTS_STRING("tokenizer", "FILE",
+                "the target's tokenizer.json (read here, never downloaded): a JSONL trace's "
+                "\"prompt\" texts are counted in its tokens (default: one per 4 bytes); "
+                "byte-level BPE only (GPT-2, Llama 3, Qwen 2 ...), no GGUF",
+                C, wl.tokenizer),
     OPTS_FLAG("skip-bad-rows",
               "skip and count a trace's bad rows (default: the first is an error, FILE:LINE)", C,
               wl.skip_bad_rows),

@@ -59,7 +59,7 @@ static void put_settings(json_t *root, const experiment_config *cfg, const analy
     model_id(cfg, run_dir, model, sizeof model);
     json_object_set_new(root, "model_id", json_string(model));
     json_object_set_new(root, "tokenizer_id",
-                        json_string(cfg->client.tokenizer[0] ? cfg->client.tokenizer : model));
+                        json_string(cfg->wl.tokenizer[0] ? cfg->wl.tokenizer : model));
     /* --num-prompts, else the requests the run sent (what vLLM's would have been). */
     json_object_set_new(root, "num_prompts",
                         json_integer(wl->num_prompts > 0 ? wl->num_prompts : run->requests));

@@ -96,8 +96,13 @@ static int plan_trace(const workload_config *cfg, workload_plan *p, char *err)
     const int64_t limit = workload_request_cap(cfg);
     trace_counts counts;
     workload_trace_stats *st = &p->trace;
-    if (trace_load_file(cfg->trace, (trace_format)cfg->trace_format, cfg->skip_bad_rows, &rows, &n,
-                        &counts, err) != 0)
+    workload_tokenizer *tok = NULL;
+    if (cfg->tokenizer[0] && workload_tokenizer_load(cfg->tokenizer, &tok, err) != 0)
+        return -1;
+    int loaded = trace_load_file(cfg->trace, (trace_format)cfg->trace_format, cfg->skip_bad_rows,
+                                 tok, &rows, &n, &counts, err);
+    workload_tokenizer_free(tok);
+    if (loaded != 0)
         return -1;
     p->has_trace = true;
     st->format = counts.format;

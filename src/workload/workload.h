@@ -123,6 +123,9 @@ typedef struct workload_config {
     bool until_trace_end;
     bool skip_bad_rows;       /* skip and count bad rows instead of failing on the first */
     int64_t max_requests;     /* open-loop requests at most (0: no cap) */
+    /* --tokenizer FILE: the target's tokenizer.json, counting a JSONL trace's "prompt"
+     * texts as the target does (tokenizer.h; "": one token per 4 bytes) */
+    char tokenizer[512];
     /* --num-prompts (vllm bench serve's): exactly this many open-loop requests, the run
      * ending once every one has finished (until_trace_end; 0: none). Drawn at request_rate,
      * or all at t = 0 without one (vLLM's --request-rate inf; max_concurrency then meters
