@@ -1,6 +1,6 @@
 /* stallscope sweep — the experiment over one or two varied parameters: each sweepable flag
- * (experiment_axes_names) may take a comma list; --rate-search K searches the request rate. Every point is a whole experiment in OUT/point-k/
- * (experiment/sweep.c): in the simulator (default), on the embedded server (--engine
+ * (experiment_axes_names) may take a comma list; --rate-search K searches the request
+ * rate. Every point is a whole experiment in OUT/point-k/ (experiment/sweep.c): in the simulator (default), on the embedded server (--engine
  * emulate | cpu) or against --target URL (server-side parameters need --server-cmd, or
  * --print-server-flags). Then OUT/sweep.json, OUT/sweep.csv, one table, OUT/report.html. */
 #include <stdio.h>
@@ -42,10 +42,10 @@ static const opts_spec sweep_specs[] = {
              sweep_flags, rate_search, 1, EXPERIMENT_SWEEP_MAX_VALUES - 1),
 };
 
-static const char HELP[] =
+/* %s: the sweepable flags (experiment_axes_names). */
+static const char HELP_FORMAT[] =
     "Run the experiment (baseline + interference) once per point, varying one or two of\n"
-    "--prompt-tokens, --inject-every, --users, --policy, --max-num-batched-tokens,\n"
-    "--step-overhead, --request-rate, --max-concurrency, --burstiness and --num-prompts\n"
+    "%s\n"
     "(a comma list each; every combination, or pairwise with --zip), or the request rate\n"
     "up to the server's throughput (--rate-search K).\n"
     "Points run in the simulator (default), on the embedded server (--engine emulate|cpu),\n"
@@ -83,9 +83,12 @@ static int sweep(experiment_sweep *sw, int argc, char **argv)
         experiment_analysis_group(&sw->base),
         cli_output_group(&out, "out/sweep"),
     };
+    char names[512], help[sizeof HELP_FORMAT + sizeof names];
+    experiment_axes_names(names, sizeof names);
+    snprintf(help, sizeof help, HELP_FORMAT, names);
     if (opts_show_help(stdout, argc, argv,
                        "stallscope sweep --PARAM A,B[,C...] [--PARAM2 X,Y...] [options]",
-                       HELP, groups, OPTS_COUNT(groups)))
+                       help, groups, OPTS_COUNT(groups)))
         return CLI_EXIT_OK;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (!rest)

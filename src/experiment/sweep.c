@@ -183,13 +183,10 @@ int experiment_sweep_plan(experiment_sweep *sw, char *err)
     sw->n_points = 0;
     if (sw->rate_search > 0 && rate_search_axis(sw, err) != 0)
         return -1;
-    if (sw->n_axes == 0) {
-        char names[512];
-        experiment_axes_names(names, sizeof names);
-        return err_set(err, "nothing varies: give one or two of %s a comma list (e.g. "
-                            "--prompt-tokens 4k,8k,16k), or --rate-search K",
-                       names);
-    }
+    if (sw->n_axes == 0)
+        return err_set(err, "nothing varies: give one or two of the sweepable flags a comma list "
+                            "(e.g. --prompt-tokens 4k,8k,16k; 'stallscope sweep --help' lists "
+                            "them), or --rate-search K");
     if (sw->zip && sw->n_axes != 2)
         return err_set(err, "--zip pairs two varied parameters; only one varies");
     /* Every value through its own option's parser before anything runs. */
