@@ -50,8 +50,8 @@ build fuzz_request "$S/server/openai.c" "$S/engine/vocab.c" "$S/common/buf.c" "$
   "$S/common/err.c" "$S/common/redact.c" &
 build fuzz_units "$S/common/units.c" "$S/common/err.c" "$S/common/redact.c" &
 build fuzz_http1 "$S/client/http1.c" &
-build fuzz_trace "$S/workload/trace.c" "$S/workload/dist.c" "$S/common/units.c" "$S/common/rng.c" \
-  "$S/common/err.c" "$S/common/redact.c" &
+build fuzz_trace "$S/workload/trace.c" "$S/workload/tokenizer.c" "$S/workload/dist.c" "$S/common/units.c" \
+  "$S/common/rng.c" "$S/common/err.c" "$S/common/redact.c" &
 build fuzz_prom "$S/client/prom.c" "$S/common/err.c" "$S/common/redact.c" &
 build fuzz_redact "$S/common/err.c" "$S/common/redact.c" &
 # The framing checks every head it hands on with evhttp's own URI parser: libevent, not

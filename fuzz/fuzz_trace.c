@@ -53,7 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int64_t n = -1;
     trace_counts counts;
     err[0] = '\0';
-    if (trace_load_buffer("fuzz", text, len, format, skip, &rows, &n, &counts, err) == 0) {
+    if (trace_load_buffer("fuzz", text, len, format, skip, NULL, &rows, &n, &counts, err) == 0) {
         if (n < 0 || (n > 0 && !rows))
             fail("rows");
         for (int64_t i = 0; i < n; i++)
@@ -75,7 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     trace_csv csv = {0, 1, 2};
     for (int f = TRACE_AZURE; f <= TRACE_JSONL; f++) {
         trace_row row;
-        int rc = trace_parse_line((trace_format)f, &csv, text, len, &row, err);
+        int rc = trace_parse_line((trace_format)f, &csv, text, len, NULL, &row, err);
         if (rc == TRACE_ROW)
             check_row(&row, -1);
         else if (rc != TRACE_EMPTY && rc != TRACE_FAILED && rc != TRACE_BAD)

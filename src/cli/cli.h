@@ -56,15 +56,19 @@ typedef struct cli_gate {
     gate_rules rules;
     bool given;
     char save_result[1024]; /* --save-result FILE: vLLM's result keys (experiment_save_result) */
+    bool save_detailed;     /* --save-detailed: with its per-request arrays */
 } cli_gate;
 opts_group cli_gate_group(cli_gate *gate);
+/* The flags together: --save-detailed needs --save-result. 0, or -1 with err. */
+int cli_gate_check(const cli_gate *gate, char *err);
 /* The command's exit status after its run: status itself unless it is CLI_EXIT_OK and a
  * rule fails (then GATE_EXIT_FAILED, 99). Every rule is printed with its value, PASS or FAIL,
  * to out. The summary is analysis_summary_to_json's, or a summary.json file's. */
 int cli_gate_apply(const cli_gate *gate, const analysis_summary *summary, int status, FILE *out);
-/* After a pair that completed: --save-result, then the rules. The status to exit with. */
+/* After a pair that completed: --save-result (the interference run's files in
+ * out_dir/interference), then the rules. The status to exit with. */
 int cli_gate_finish(const cli_gate *gate, const experiment_config *cfg,
-                    const analysis_summary *summary, int status, FILE *out);
+                    const analysis_summary *summary, const char *out_dir, int status, FILE *out);
 int cli_gate_apply_file(const cli_gate *gate, const char *summary_json, int status, FILE *out);
 
 /* --engine E for run (cpu | emulate) and sweep (sim | emulate | cpu). */

@@ -232,9 +232,15 @@ static int gate_rules_fn(void *c, const char *v, char *err)
 
 static const opts_spec gate_specs[] = {
     OPTS_STRING("save-result", "FILE",
-                "the interference run's TTFT, TPOT, ITL, E2E and throughputs under `vllm bench "
-                "serve`'s keys (mean_ttft_ms, p99_itl_ms ...), stallscope's under \"stallscope\"",
+                "the interference run under `vllm bench serve`'s keys: its settings (model_id, "
+                "num_prompts, request_rate, burstiness, max_concurrency ...), TTFT, TPOT, ITL, "
+                "E2E and throughputs (mean_ttft_ms, p99_itl_ms ...); stallscope's figures under "
+                "\"stallscope\"",
                 cli_gate, save_result),
+    OPTS_FLAG("save-detailed",
+              "--save-result also holds each request's input_lens, output_lens, ttfts, itls, "
+              "start_times, latencies and errors (vLLM's; no generated_texts: the text is not kept)",
+              cli_gate, save_detailed),
     OPTS_FN("fail-if", "RULES",
             "exit 99 when any rule holds after the run, e.g. 'itl.max>200ms,stalls>0' "
             "(metrics: itl.p50 .. itl.max, ttft.*, stalls, stalls.prefill, spike_ratio, ...: "
@@ -247,14 +253,23 @@ opts_group cli_gate_group(cli_gate *gate)
     return (opts_group){"results and CI gate", gate_specs, OPTS_COUNT(gate_specs), gate};
 }
 
+int cli_gate_check(const cli_gate *gate, char *err)
+{
+    if (gate->save_detailed && !gate->save_result[0])
+        return err_set(err, "--save-detailed adds to --save-result FILE: give it");
+    return 0;
+}
+
 int cli_gate_finish(const cli_gate *gate, const experiment_config *cfg,
-                    const analysis_summary *summary, int status, FILE *out)
+                    const analysis_summary *summary, const char *out_dir, int status, FILE *out)
 {
     if (status != CLI_EXIT_OK)
         return status;
-    char err[ERR_LEN];
+    char err[ERR_LEN], run_dir[4200];
     if (gate->save_result[0]) {
-        if (experiment_save_result(gate->save_result, cfg, summary, err) != 0) {
+        if (fsio_join(run_dir, sizeof run_dir, out_dir, "interference", err) != 0 ||
+            experiment_save_result(gate->save_result, cfg, summary, run_dir, gate->save_detailed,
+                                   err) != 0) {
             fprintf(stderr, "stallscope: --save-result: %s\n", err);
             return CLI_EXIT_FAIL;
         }

@@ -21,7 +21,7 @@ typedef struct run_flags {
 
 static const opts_spec run_specs[] = {
     OPTS_FLAG("print-server-flags",
-              "print vLLM, SGLang and llama.cpp flags for one-step and chunked prefill, then exit",
+              "print vLLM, SGLang, llama.cpp and TGI flags for one-step and chunked prefill, then exit",
               run_flags, print_flags),
 };
 
@@ -86,7 +86,8 @@ int cli_run(int argc, char **argv)
     if (opts_show_help(stdout, argc, argv, "stallscope run [options]", HELP, groups,
                        OPTS_COUNT(groups)))
         return CLI_EXIT_OK;
-    if (opts_parse(argc, argv, groups, OPTS_COUNT(groups), NULL, 0, NULL, err) != 0)
+    if (opts_parse(argc, argv, groups, OPTS_COUNT(groups), NULL, 0, NULL, err) != 0 ||
+        cli_gate_check(&gate, err) != 0)
         return cli_usage_error("run", err);
     experiment_secrets_from_env(&secrets);
     cfg.engine = cfg.client.target[0] ? EXPERIMENT_REMOTE : engine.engine;
@@ -120,7 +121,7 @@ int cli_run(int argc, char **argv)
                         "every token received, summary.json says \"complete\": false\n",
                 pair.why, out.out);
     } else {
-        status = cli_gate_finish(&gate, &cfg, &pair.interference, CLI_EXIT_OK,
+        status = cli_gate_finish(&gate, &cfg, &pair.interference, out.out, CLI_EXIT_OK,
                                  out.json ? stderr : stdout);
     }
     experiment_pair_free(&pair);

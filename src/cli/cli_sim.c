@@ -57,7 +57,7 @@ int cli_sim(int argc, char **argv)
         return CLI_EXIT_OK;
     /* Refuse what can never run before writing anything. */
     if (opts_parse(argc, argv, groups, OPTS_COUNT(groups), NULL, 0, NULL, err) != 0 ||
-        experiment_resolve(&cfg, err) != 0 || experiment_check(&cfg, err) != 0 ||
+        cli_gate_check(&gate, err) != 0 || experiment_resolve(&cfg, err) != 0 || experiment_check(&cfg, err) != 0 ||
         experiment_claim_dir(out.out, out.force, err) != 0)
         return cli_usage_error("sim", err);
 
@@ -73,7 +73,7 @@ int cli_sim(int argc, char **argv)
     if (status != CLI_EXIT_OK)
         fprintf(stderr, "stallscope sim: %s\n", err);
     else
-        status = cli_gate_finish(&gate, &cfg, &pair.interference, status,
+        status = cli_gate_finish(&gate, &cfg, &pair.interference, out.out, status,
                                  out.json ? stderr : stdout);
     experiment_pair_free(&pair);
     experiment_runner_free(&runner);

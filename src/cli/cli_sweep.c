@@ -1,7 +1,6 @@
-/* stallscope sweep — the experiment over one or two varied parameters: each of
- * --prompt-tokens, --inject-every, --users, --policy, --max-num-batched-tokens and
- * --step-overhead may take a comma list. Every point is a whole experiment in OUT/point-k/
- * (experiment/sweep.c): in the simulator (default), on the embedded server (--engine
+/* stallscope sweep — the experiment over one or two varied parameters: each sweepable flag
+ * (experiment_axes_names) may take a comma list; --rate-search K searches the request
+ * rate. Every point is a whole experiment in OUT/point-k/ (experiment/sweep.c): in the simulator (default), on the embedded server (--engine
  * emulate | cpu) or against --target URL (server-side parameters need --server-cmd, or
  * --print-server-flags). Then OUT/sweep.json, OUT/sweep.csv, one table, OUT/report.html. */
 #include <stdio.h>
@@ -22,6 +21,7 @@ typedef struct sweep_flags {
     char server_cmd[2048];
     int64_t server_timeout_ns;
     bool zip, print_flags;
+    int rate_search;
 } sweep_flags;
 
 static const opts_spec sweep_specs[] = {
@@ -35,12 +35,19 @@ static const opts_spec sweep_specs[] = {
               zip),
     OPTS_FLAG("print-server-flags", "print the server flags each point needs and run nothing",
               sweep_flags, print_flags),
+    OPTS_INT("rate-search", "K",
+             "guidellm's sweep: the first point sends every --num-prompts request at once "
+             "(--request-rate max), then K points at rates evenly spaced up to the throughput "
+             "it reached (R/K, 2R/K ... R); needs --num-prompts",
+             sweep_flags, rate_search, 1, EXPERIMENT_SWEEP_MAX_VALUES - 1),
 };
 
-static const char HELP[] =
-    "Run the experiment (baseline + interference) once per point, varying one or two\n"
-    "of --prompt-tokens, --inject-every, --users, --policy, --max-num-batched-tokens and\n"
-    "--step-overhead (a comma list each; every combination, or pairwise with --zip).\n"
+/* %s: the sweepable flags (experiment_axes_names). */
+static const char HELP_FORMAT[] =
+    "Run the experiment (baseline + interference) once per point, varying one or two of\n"
+    "%s\n"
+    "(a comma list each; every combination, or pairwise with --zip), or the request rate\n"
+    "up to the server's throughput (--rate-search K).\n"
     "Points run in the simulator (default), on the embedded server (--engine emulate|cpu),\n"
     "or against --target URL (server-side parameters then need --server-cmd, or\n"
     "--print-server-flags). Writes OUT/point-k/, OUT/sweep.json, OUT/sweep.csv and\n"
@@ -48,7 +55,9 @@ static const char HELP[] =
     "Examples:\n"
     "  stallscope sweep --prompt-tokens 4k,8k,16k --lesson-flops\n"
     "  stallscope sweep --inject-every 10s,1s --inject-at 0.5s --step-overhead 5ms\n"
-    "  stallscope sweep --policy chunked --max-num-batched-tokens 512,2048,8192,16384";
+    "  stallscope sweep --policy chunked --max-num-batched-tokens 512,2048,8192,16384\n"
+    "  stallscope sweep --num-prompts 200 --max-concurrency 1,4,16,64 --no-inject\n"
+    "  stallscope sweep --num-prompts 200 --rate-search 4 --no-inject";
 
 static int sweep(experiment_sweep *sw, int argc, char **argv)
 {
@@ -74,9 +83,12 @@ static int sweep(experiment_sweep *sw, int argc, char **argv)
         experiment_analysis_group(&sw->base),
         cli_output_group(&out, "out/sweep"),
     };
+    char names[512], help[sizeof HELP_FORMAT + sizeof names];
+    experiment_axes_names(names, sizeof names);
+    snprintf(help, sizeof help, HELP_FORMAT, names);
     if (opts_show_help(stdout, argc, argv,
                        "stallscope sweep --PARAM A,B[,C...] [--PARAM2 X,Y...] [options]",
-                       HELP, groups, OPTS_COUNT(groups)))
+                       help, groups, OPTS_COUNT(groups)))
         return CLI_EXIT_OK;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (!rest)
@@ -100,6 +112,10 @@ static int sweep(experiment_sweep *sw, int argc, char **argv)
                                         "and --target)");
     if (sw->base.disagg.prefill == 0 && sw->base.disagg.link[0])
         return cli_usage_error("sweep", "--kv-link needs --disaggregate P:D");
+    /* The searched rates replace the closed users, as --request-rate does, unless --users. */
+    sw->rate_search = flags.rate_search;
+    if (sw->rate_search > 0 && !opts_find(argc, argv, "users"))
+        sw->base.wl.users = 0;
     snprintf(sw->server_cmd, sizeof sw->server_cmd, "%s", flags.server_cmd);
     sw->server_timeout_ns = flags.server_timeout_ns;
     sw->zip = flags.zip;

@@ -75,7 +75,7 @@ static const char HELP[] =
     "policy x --max-num-batched-tokens x --max-num-seqs of the lists runs the workload in\n"
     "the simulator (virtual time, milliseconds a point). Prints the Pareto front (output\n"
     "throughput against TTFT p99 and ITL p99.9), the chosen setting and why, why the others\n"
-    "fail, and the setting as vLLM, SGLang and llama.cpp flags. Writes OUT/tune.json and\n"
+    "fail, and the setting as vLLM, SGLang, llama.cpp and TGI flags. Writes OUT/tune.json and\n"
     "OUT/tune.html. Default OUT: out/tune. Exit 0: a setting meets every SLO (and, with\n"
     "--verify, the first candidate met them live); 1: none does (the closest is named, with\n"
     "the SLO that binds), or the live check missed; 2: bad input.\n"

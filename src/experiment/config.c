@@ -184,11 +184,24 @@ int experiment_client_threads(const experiment_config *cfg)
 
 int experiment_resolve(experiment_config *cfg, char *err)
 {
-    if (cfg->duration_from_trace) {
-        if (workload_until_trace_end(&cfg->wl, err) != 0)
+    /* A tokenizer the trace's rows cannot be counted with is bad input now, not at the run. */
+    if (cfg->wl.tokenizer[0]) {
+        workload_tokenizer *tok;
+        if (workload_tokenizer_load(cfg->wl.tokenizer, &tok, err) != 0)
             return -1;
-        cfg->duration_from_trace = false; /* resolved: idempotent */
+        workload_tokenizer_free(tok);
     }
+    if (cfg->rate_all_at_once && cfg->wl.num_prompts == 0)
+        return err_set(err, "--request-rate inf (or max) sends every request at t = 0: give "
+                            "--num-prompts N (how many)");
+    if (cfg->duration_until_end) {
+        if (workload_until_end(&cfg->wl, err) != 0)
+            return -1;
+        cfg->duration_until_end = false; /* resolved: idempotent */
+    }
+    /* --num-prompts with --duration: the run ends when the last request has, at most then. */
+    if (cfg->wl.num_prompts > 0)
+        cfg->wl.until_trace_end = true;
     cfg->client.threads = experiment_client_threads(cfg); /* recorded: config.json */
     if (cfg->engine == EXPERIMENT_REMOTE) {
         if (!cfg->client.target[0])

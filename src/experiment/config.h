@@ -88,10 +88,14 @@ typedef struct experiment_config {
     char metric_percentiles[64]; /* --metric-percentiles "50,90,99,99.9"; "": the default */
     char goodput[128];        /* --goodput "ttft:2000 tpot:100" (ms); "": no SLO */
     sim_disagg disagg;        /* --disaggregate P:D --kv-link L (simulator only; 0:0 off) */
-    /* --trace without --duration (experiment_preset): experiment_resolve replays the whole
-     * trace (workload_until_trace_end) and clears it. Not in config.json: the resolved
-     * wl.until_trace_end and wl.duration_ns are. */
-    bool duration_from_trace;
+    /* --trace or --num-prompts without --duration (experiment_preset): experiment_resolve
+     * plans the whole trace, or every prompt, for the duration's cap (workload_until_end) and
+     * clears it. Not in config.json: the resolved wl.until_trace_end and wl.duration_ns are. */
+    bool duration_until_end;
+    /* --request-rate inf|max: every open-loop request at t = 0 (wl.request_rate 0), which
+     * needs --num-prompts (experiment_resolve checks). Not in config.json: num_prompts with
+     * request_rate 0 is the same. */
+    bool rate_all_at_once;
 } experiment_config;
 
 
@@ -118,8 +122,10 @@ const char *experiment_engine_label(experiment_engine engine); /* "sim", "emulat
 int experiment_engine_parse(const char *text, experiment_engine *out, char *err);
 
 /* Resolve the device into cfg->cost and complete cfg->sched (max_model_len from the model,
- * KV blocks from the device's memory unless given); with duration_from_trace, read the trace
- * for the duration (workload_until_trace_end: a bad trace is bad input here); record the
+ * KV blocks from the device's memory unless given); with duration_until_end, plan the trace
+ * or the --num-prompts requests for the duration (workload_until_end: a bad trace is bad
+ * input here; with --num-prompts and --duration the run ends at the last request's end or
+ * at the duration, whichever comes first); record the
  * client's threads. Idempotent; a configuration read back from config.json is resolved
  * already (its device files may be gone: do not call this on it). 0, or -1 with err (bad
  * input: an unknown GPU, a model that does not fit, a trace). */

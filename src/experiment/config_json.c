@@ -91,6 +91,8 @@ static const field WORKLOAD_FIELDS[] = {
     FLD("until_trace_end", F_BOOL, workload_config, until_trace_end),
     FLD("skip_bad_rows", F_BOOL, workload_config, skip_bad_rows),
     FLD("max_requests", F_I64, workload_config, max_requests),
+    FLD("num_prompts", F_I64, workload_config, num_prompts),
+    FLD("tokenizer", F_TEXT, workload_config, tokenizer),
 };
 
 static const field SCHED_FIELDS[] = {

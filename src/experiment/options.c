@@ -1,7 +1,9 @@
 /* options — the flags that fill an experiment_config, one table per group. Every command
  * that runs experiments (run, sim, sweep) and serve share them, so a flag means one thing
  * everywhere; the sweep applies its varied values through the same tables. */
+#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
@@ -22,11 +24,15 @@ int experiment_preset(experiment_config *cfg, int argc, char **argv, char *err)
     if (preset && workload_preset(&cfg->wl, preset, err) != 0)
         return -1;
     /* Open-loop arrivals replace the closed users unless --users asks for both. */
-    if ((opts_find(argc, argv, "request-rate") || opts_find(argc, argv, "trace")) &&
-        !opts_find(argc, argv, "users"))
+    const bool open_loop = opts_find(argc, argv, "request-rate") ||
+                           opts_find(argc, argv, "trace") || opts_find(argc, argv, "num-prompts");
+    if (open_loop && !opts_find(argc, argv, "users"))
         cfg->wl.users = 0;
-    /* A trace without --duration is replayed whole (experiment_resolve), not for 40 s. */
-    cfg->duration_from_trace = opts_find(argc, argv, "trace") && !opts_find(argc, argv, "duration");
+    /* A trace, or --num-prompts, without --duration runs until its last request has
+     * finished (experiment_resolve), not for 40 s. */
+    cfg->duration_until_end =
+        (opts_find(argc, argv, "trace") || opts_find(argc, argv, "num-prompts")) &&
+        !opts_find(argc, argv, "duration");
     return 0;
 }
 
@@ -62,6 +68,24 @@ static int wl_prompt_len(void *c, const char *v, char *err)
 static int wl_answer_len(void *c, const char *v, char *err)
 {
     return workload_dist_parse(v, &((experiment_config *)c)->wl.answer_len, err);
+}
+/* A rate, or inf (max): every request at t = 0, vLLM's default (it needs --num-prompts:
+ * experiment_resolve). */
+static int wl_request_rate(void *c, const char *v, char *err)
+{
+    experiment_config *cfg = c;
+    if (strcmp(v, "inf") == 0 || strcmp(v, "max") == 0) {
+        cfg->wl.request_rate = 0;
+        cfg->rate_all_at_once = true;
+        return 0;
+    }
+    char *end = NULL;
+    double r = strtod(v, &end);
+    if (end == v || *end || !(r > 0) || !isfinite(r))
+        return err_set(err, "'%s' is not a rate > 0 (requests per second), inf or max", v);
+    cfg->wl.request_rate = r;
+    cfg->rate_all_at_once = false;
+    return 0;
 }
 static int wl_trace_format(void *c, const char *v, char *err)
 {
@@ -112,10 +136,11 @@ static const opts_spec workload_specs[] = {
             wl_bg_answer),
     OPTS_INT64("seed", "N", "seed of the length draws, arrivals and prompt ids (default 1)", C,
                wl.seed, 0, INT64_MAX),
-    OPTS_POSITIVE("request-rate", "R",
-                  "open loop: R requests per second, each a stream of its own, sent on time "
-                  "whatever is running (replaces the closed users unless --users is given)",
-                  C, wl.request_rate),
+    OPTS_FN("request-rate", "R",
+            "open loop: R requests per second, each a stream of its own, sent on time "
+            "whatever is running (replaces the closed users unless --users is given); inf (or "
+            "max): every --num-prompts request at t = 0, vLLM's default",
+            wl_request_rate),
     OPTS_POSITIVE("burstiness", "F",
                   "shape of the gamma inter-arrival times (vllm bench serve's; default 1: "
                   "Poisson; < 1 burstier, > 1 more regular)",
@@ -142,6 +167,17 @@ static const opts_spec workload_specs[] = {
               wl.trace_loop),
     OPTS_INT64("max-requests", "N", "open-loop requests at most (a trace's or a rate's)", C,
                wl.max_requests, 1, WORKLOAD_MAX_ARRIVALS),
+    OPTS_INT64("num-prompts", "N",
+               "vllm bench serve's: send N open-loop requests and wait for every one (the run "
+               "ends when the last has finished; --duration, if given, caps it, else 1 h after "
+               "the last planned send); at --request-rate, else all at t = 0 (--max-concurrency "
+               "meters them); with --trace its first N rows",
+               C, wl.num_prompts, 1, WORKLOAD_MAX_ARRIVALS),
+    OPTS_STRING("tokenizer", "FILE",
+                "the target's tokenizer.json (read here, never downloaded): a JSONL trace's "
+                "\"prompt\" texts are counted in its tokens (default: one per 4 bytes); "
+                "byte-level BPE only (GPT-2, Llama 3, Qwen 2 ...), no GGUF",
+                C, wl.tokenizer),
     OPTS_FLAG("skip-bad-rows",
               "skip and count a trace's bad rows (default: the first is an error, FILE:LINE)", C,
               wl.skip_bad_rows),

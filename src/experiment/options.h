@@ -37,9 +37,9 @@ opts_group experiment_analysis_group(experiment_config *cfg);
 /* --disaggregate P:D --kv-link NAME|GB/s: prefill/decode disaggregation in the simulator
  * (sim.h); for `sim` and `sweep` (experiment_check refuses it for any other engine). */
 opts_group experiment_disagg_group(experiment_config *cfg);
-/* Apply --preset NAME from argv, if any, over cfg->wl; then, when argv has --request-rate or
- * --trace but no --users, no closed users (the open loop replaces them); --trace without
- * --duration sets duration_from_trace. 0, or -1 with err. */
+/* Apply --preset NAME from argv, if any, over cfg->wl; then, when argv has --request-rate,
+ * --num-prompts or --trace but no --users, no closed users (the open loop replaces them);
+ * --trace or --num-prompts without --duration sets duration_until_end. 0, or -1 with err. */
 int experiment_preset(experiment_config *cfg, int argc, char **argv, char *err);
 
 /* --api-key and --header (repeatable) into secrets. */

@@ -129,7 +129,8 @@ static int one_run(const experiment_config *cfg, const experiment_runner *runner
         }
         *complete = meta.complete;
         if (meta.ended_ns > 0 && meta.ended_ns < wl.duration_ns) {
-            /* A trace replayed to its end: the run lasted until its last request finished,
+            /* A trace replayed to its end (or --num-prompts): the run lasted until its last
+             * request finished,
              * and that is its duration, in config.json and in the analysis. A stream was
              * begun for the cap: the simulator again, to that end (deterministic: the same
              * events up to it). */
@@ -137,9 +138,9 @@ static int one_run(const experiment_config *cfg, const experiment_runner *runner
             run_cfg.wl.duration_ns = meta.ended_ns;
             opt.duration_s = (double)meta.ended_ns / 1e9;
             if (io->notes && !io->quiet)
-                fprintf(io->notes, "%s: the trace's last request finished at %.3f s: the run "
-                                   "ends there\n",
-                        label, opt.duration_s);
+                fprintf(io->notes, "%s: %s finished at %.3f s: the run ends there\n", label,
+                        wl.trace[0] ? "the trace's last request" : "the last of the --num-prompts",
+                        opt.duration_s);
             if (runner->streams && !ended_pass) {
                 analysis_stream_free(streaming.stream);
                 streaming.stream = NULL;

@@ -1,7 +1,11 @@
-/* result — `--save-result FILE`: the interference run in `vllm bench serve`'s result keys
- * (the metric table's, analysis/metric.h), stallscope's own figures under "stallscope"
- * (experiment.h). */
+/* result — `--save-result FILE`: the interference run in `vllm bench serve`'s result keys:
+ * the run's settings as its command line would have spelled them (date, backend, model_id,
+ * num_prompts, request_rate, burstiness, max_concurrency ...), the metric table's figures
+ * (analysis/metric.h), with --save-detailed its per-request arrays (input_lens, output_lens,
+ * ttfts, itls, start_times, latencies, errors) read back from the run's files, and
+ * stallscope's own figures under "stallscope" (experiment.h). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -10,26 +14,56 @@
 #include "analysis/metric.h"
 #include "common/err.h"
 #include "common/fsio.h"
+#include "common/tokenlog.h"
 #include "experiment/config.h"
+#include "experiment/config_json.h"
 #include "experiment/result.h"
 
-int experiment_save_result(const char *path, const experiment_config *cfg,
-                           const analysis_summary *run, char *err)
+/* The model the requests named: the run's record (what the server called itself), else
+ * --model-name, else the engine's model (ours: the catalog's name). */
+static void model_id(const experiment_config *cfg, const char *run_dir, char *buf, size_t size)
 {
-    json_t *root = metric_vllm_result(run);
-    json_t *ours = analysis_summary_to_json(run);
-    if (!root || !ours) {
-        json_decref(root);
-        json_decref(ours);
-        return err_set(err, "out of memory");
+    char path[4200], err[ERR_LEN];
+    experiment_config rec;
+    experiment_meta meta;
+    memset(&meta, 0, sizeof meta);
+    if (run_dir && fsio_join(path, sizeof path, run_dir, "config.json", err) == 0 &&
+        experiment_config_read(path, &rec, &meta, err) == 0 && meta.served_model[0]) {
+        snprintf(buf, size, "%s", meta.served_model);
+        experiment_meta_free(&meta);
+        return;
     }
-    /* vLLM's run identity: the date, the label, and each --metadata KEY=VALUE as a key. */
-    char date[32];
+    experiment_meta_free(&meta);
+    if (cfg->client.model_name[0])
+        snprintf(buf, size, "%s", cfg->client.model_name);
+    else if (cfg->cost.arch.name[0])
+        snprintf(buf, size, "%s", cfg->cost.arch.name);
+    else
+        snprintf(buf, size, "%s", cfg->device.model);
+}
+
+/* vLLM's settings keys, in its order: the run's identity, then its traffic. */
+static void put_settings(json_t *root, const experiment_config *cfg, const analysis_summary *run,
+                         const char *run_dir)
+{
+    const workload_config *wl = &cfg->wl;
+    char date[32], model[192];
     time_t now = time(NULL);
     struct tm tm;
     strftime(date, sizeof date, "%Y%m%d-%H%M%S", localtime_r(&now, &tm));
     json_object_set_new(root, "date", json_string(date));
+    const char *backend = cfg->client.endpoint == DRIVER_CHAT ? "openai-chat" : "openai";
+    json_object_set_new(root, "endpoint_type", json_string(backend));
+    json_object_set_new(root, "backend", json_string(backend));
     json_object_set_new(root, "label", cfg->label[0] ? json_string(cfg->label) : json_null());
+    model_id(cfg, run_dir, model, sizeof model);
+    json_object_set_new(root, "model_id", json_string(model));
+    json_object_set_new(root, "tokenizer_id",
+                        json_string(cfg->wl.tokenizer[0] ? cfg->wl.tokenizer : model));
+    /* --num-prompts, else the requests the run sent (what vLLM's would have been). */
+    json_object_set_new(root, "num_prompts",
+                        json_integer(wl->num_prompts > 0 ? wl->num_prompts : run->requests));
+    /* each --metadata KEY=VALUE as a key, as vLLM places them */
     char meta[sizeof cfg->metadata];
     snprintf(meta, sizeof meta, "%s", cfg->metadata);
     for (char *save = NULL, *line = strtok_r(meta, "\n", &save); line;
@@ -38,8 +72,127 @@ int experiment_save_result(const char *path, const experiment_config *cfg,
         if (!eq)
             continue;
         *eq = '\0';
-        if (!json_object_get(root, line)) /* never over a metric */
-            json_object_set_new(root, line, json_string(eq + 1));
+        json_object_set_new(root, line, json_string(eq + 1));
+    }
+    /* A rate; "inf" for --num-prompts all at t = 0 (vLLM's spelling); null for closed users
+     * or a trace's own times, which no rate describes. */
+    json_object_set_new(root, "request_rate",
+                        wl->request_rate > 0               ? json_real(wl->request_rate)
+                        : workload_drawn_arrivals(wl) ? json_string("inf")
+                                                           : json_null());
+    json_object_set_new(root, "burstiness", json_real(wl->burstiness));
+    json_object_set_new(root, "max_concurrency",
+                        wl->max_concurrency > 0 ? json_integer(wl->max_concurrency) : json_null());
+}
+
+static int cmp_request_id(const void *x, const void *y)
+{
+    const tokenlog_request *a = x, *b = y;
+    return (a->request > b->request) - (a->request < b->request);
+}
+
+/* --save-detailed: one entry per request sent at or after t = 0 (the requests the figures
+ * count, completed or not), in request order; times in seconds as vLLM writes them (ttft 0
+ * and latency 0 for a request without one), itls every gap between two token events of the
+ * request. */
+static int put_detail(json_t *root, const analysis_summary *run, const char *run_dir, char *err)
+{
+    if (run->tokens_csv_dropped)
+        return err_set(err, "--save-detailed: tokens.csv holds only the run's first %lld token "
+                            "events (--tokens-csv-max): raise it",
+                       (long long)run->tokens_csv_max_events);
+    tokenlog log;
+    tokenlog_init(&log);
+    if (tokenlog_read_dir(&log, run_dir, NULL, err) != 0) {
+        tokenlog_free(&log);
+        return -1;
+    }
+    qsort(log.requests, (size_t)log.n_requests, sizeof *log.requests, cmp_request_id);
+    json_t **gaps = calloc((size_t)(log.n_requests > 0 ? log.n_requests : 1), sizeof *gaps);
+    int64_t *last = malloc((size_t)(log.n_requests > 0 ? log.n_requests : 1) * sizeof *last);
+    if (!gaps || !last) {
+        free(gaps);
+        free(last);
+        tokenlog_free(&log);
+        return err_set(err, "out of memory");
+    }
+    for (int64_t i = 0; i < log.n_requests; i++)
+        last[i] = -1;
+    for (int64_t e = 0; e < log.n_events; e++) { /* events are in time order */
+        const tokenlog_event *ev = &log.events[e];
+        tokenlog_request key = {.request = ev->request};
+        const tokenlog_request *r = bsearch(&key, log.requests, (size_t)log.n_requests,
+                                            sizeof *log.requests, cmp_request_id);
+        if (!r)
+            continue;
+        const int64_t i = r - log.requests;
+        if (last[i] >= 0) {
+            if (!gaps[i])
+                gaps[i] = json_array();
+            json_array_append_new(gaps[i], json_real((double)(ev->t_ns - last[i]) / 1e9));
+        }
+        last[i] = ev->t_ns;
+    }
+    json_t *input = json_array(), *output = json_array(), *ttfts = json_array(),
+           *itls = json_array(), *starts = json_array(), *latencies = json_array(),
+           *errors = json_array();
+    for (int64_t i = 0; i < log.n_requests; i++) {
+        const tokenlog_request *r = &log.requests[i];
+        if (r->t_send_ns < 0) {
+            json_decref(gaps[i]);
+            continue;
+        }
+        const bool cut = !r->error[0] && (r->t_end_ns < 0 || strcmp(r->finish_reason, "abort") == 0);
+        const bool ok = !r->error[0] && !cut;
+        json_array_append_new(input, json_integer(r->prompt_tokens));
+        json_array_append_new(output, json_integer(r->completion_tokens));
+        json_array_append_new(ttfts, json_real(r->t_first_ns >= 0
+                                                   ? (double)(r->t_first_ns - r->t_send_ns) / 1e9
+                                                   : 0.0));
+        json_array_append_new(itls, gaps[i] ? gaps[i] : json_array());
+        json_array_append_new(starts, json_real((double)r->t_send_ns / 1e9));
+        json_array_append_new(latencies,
+                              json_real(ok ? (double)(r->t_end_ns - r->t_send_ns) / 1e9 : 0.0));
+        json_array_append_new(errors, json_string(r->error[0] ? r->error
+                                                  : cut       ? "unfinished: cut at the run's end"
+                                                              : ""));
+    }
+    json_object_set_new(root, "input_lens", input);
+    json_object_set_new(root, "output_lens", output);
+    json_object_set_new(root, "ttfts", ttfts);
+    json_object_set_new(root, "itls", itls);
+    json_object_set_new(root, "start_times", starts);
+    json_object_set_new(root, "latencies", latencies);
+    json_object_set_new(root, "errors", errors);
+    free(gaps);
+    free(last);
+    tokenlog_free(&log);
+    return 0;
+}
+
+int experiment_save_result(const char *path, const experiment_config *cfg,
+                           const analysis_summary *run, const char *run_dir, bool detailed,
+                           char *err)
+{
+    json_t *root = json_object();
+    json_t *figures = metric_vllm_result(run);
+    json_t *ours = analysis_summary_to_json(run);
+    if (!root || !figures || !ours) {
+        json_decref(root);
+        json_decref(figures);
+        json_decref(ours);
+        return err_set(err, "out of memory");
+    }
+    put_settings(root, cfg, run, run_dir);
+    /* the figures after the settings, as vLLM merges them; never a --metadata key over one */
+    json_object_update(root, figures);
+    json_decref(figures);
+    if (detailed && (!run_dir || put_detail(root, run, run_dir, err) != 0)) {
+        if (!run_dir)
+            err_set(err, "--save-detailed needs the run's files");
+        json_decref(root);
+        json_decref(ours);
+        return -1;
     }
     json_object_set_new(root, "stallscope", ours);
     int rc = fsio_write_json(path, root, JSON_INDENT(2) | JSON_REAL_PRECISION(10), err);

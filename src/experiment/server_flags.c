@@ -1,5 +1,5 @@
 /* server_flags — one scheduler setting (policy, token budget, running requests) in the flags of the servers
- * people run: vLLM, SGLang, llama.cpp, and our own `serve`. One mapping for `run
+ * people run: vLLM, SGLang, llama.cpp, TGI, and our own `serve`. One mapping for `run
  * --print-server-flags`, `sweep --print-server-flags` and the tuner's answer. */
 #include <stdio.h>
 
@@ -29,10 +29,11 @@ void experiment_print_server_setting(FILE *out, const char *indent, sched_policy
                                 (workload_open_loop(wl)
                                      ? (wl->max_concurrency > 0 ? wl->max_concurrency : 64)
                                      : 0);
-    char seqs_vllm[48] = "", seqs_sglang[48] = "", seqs_ours[48] = "";
+    char seqs_vllm[48] = "", seqs_sglang[48] = "", seqs_tgi[48] = "", seqs_ours[48] = "";
     if (max_num_seqs > 0) {
         snprintf(seqs_vllm, sizeof seqs_vllm, " --max-num-seqs %d", max_num_seqs);
         snprintf(seqs_sglang, sizeof seqs_sglang, " --max-running-requests %d", max_num_seqs);
+        snprintf(seqs_tgi, sizeof seqs_tgi, " --max-batch-size %d", max_num_seqs);
         snprintf(seqs_ours, sizeof seqs_ours, " --max-num-seqs %d", max_num_seqs);
     }
     const bool chunked = policy == SCHED_CHUNKED;
@@ -51,6 +52,15 @@ void experiment_print_server_setting(FILE *out, const char *indent, sched_policy
     fprintf(out, "%sllama.cpp:  llama-server -m MODEL.gguf --batch-size %d --ubatch-size %d "
                  "--parallel %d --ctx-size %d\n",
             indent, budget, budget, slots, slots * ctx);
+    /* TGI (text-generation-launcher): --max-batch-prefill-tokens is the prefill budget of a
+     * step; TGI 3 splits a longer prompt over steps (chunked), a budget >= the prompt prefills
+     * it in one. A prompt must be under --max-input-tokens, itself under --max-total-tokens;
+     * requests past --max-concurrent-requests (default 128) are refused, so every stream gets
+     * one. */
+    fprintf(out, "%sTGI:        text-generation-launcher --model-id MODEL --max-batch-prefill-tokens "
+                 "%d --max-input-tokens %d --max-total-tokens %d --max-concurrent-requests %d%s%s\n",
+            indent, budget, ctx - 1, ctx, slots, seqs_tgi,
+            chunked ? "   (chunked: TGI 3 or later)" : "");
     fprintf(out, "%sstallscope: stallscope serve --policy %s --max-num-batched-tokens %d%s\n",
             indent, sched_policy_name(policy), budget, seqs_ours);
 }

@@ -7,12 +7,12 @@
 #include "experiment/config.h"
 #include "workload/workload.h"
 
-/* The flags vLLM, SGLang, llama.cpp and `stallscope serve` need to run one scheduler
+/* The flags vLLM, SGLang, llama.cpp, TGI and `stallscope serve` need to run one scheduler
  * setting (policy, token budget) for this workload: one line each, indented. */
 void experiment_print_server_flags(FILE *out, const char *indent, sched_policy policy, int budget,
                                    const workload_config *wl);
 /* The same with the running requests at most (vLLM --max-num-seqs, SGLang
- * --max-running-requests, llama.cpp --parallel, serve --max-num-seqs); 0: left at the
+ * --max-running-requests, llama.cpp --parallel, TGI --max-batch-size, serve --max-num-seqs); 0: left at the
  * servers' defaults (llama.cpp: a slot per stream), as experiment_print_server_flags does. */
 void experiment_print_server_setting(FILE *out, const char *indent, sched_policy policy,
                                      int budget, int max_num_seqs, const workload_config *wl);

@@ -25,9 +25,10 @@ static const struct {
     const char *name;
     bool server_side;
 } SWEEPABLE[] = {
-    {"prompt-tokens", false},         {"inject-every", false}, {"users", false},
-    {"policy", true},                 {"max-num-batched-tokens", true},
-    {"step-overhead", true},          {"request-rate", false},
+    {"prompt-tokens", false},  {"inject-every", false},          {"users", false},
+    {"policy", true},          {"max-num-batched-tokens", true}, {"step-overhead", true},
+    {"request-rate", false},   {"max-concurrency", false},       {"burstiness", false},
+    {"num-prompts", false},
 };
 #define N_SWEEPABLE ((int)(sizeof SWEEPABLE / sizeof SWEEPABLE[0]))
 
@@ -40,6 +41,19 @@ bool experiment_axis_known(const char *name, size_t len, bool *server_side)
             return true;
         }
     return false;
+}
+
+void experiment_axes_names(char *buf, size_t size)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < N_SWEEPABLE && len < size; i++) {
+        int n = snprintf(buf + len, size - len, "%s--%s", i == 0 ? "" : i == N_SWEEPABLE - 1 ? " and " : ", ",
+                         SWEEPABLE[i].name);
+        if (n < 0)
+            break;
+        len += (size_t)n;
+    }
 }
 
 static int split_values(experiment_axis *ax, const char *value, char *err)
@@ -126,13 +140,53 @@ void experiment_sweep_point_desc(const experiment_sweep *sw, const experiment_sw
     }
 }
 
+/* --rate-search K: the request-rate axis, every value "max" until the first point has run
+ * (fill_rate_search). It varies alone. */
+static int rate_search_axis(experiment_sweep *sw, char *err)
+{
+    if (sw->rate_search >= EXPERIMENT_SWEEP_MAX_VALUES)
+        return err_set(err, "--rate-search: at most %d rates after the throughput point",
+                       EXPERIMENT_SWEEP_MAX_VALUES - 1);
+    if (sw->n_axes > 0)
+        return err_set(err, "--rate-search varies --request-rate alone (--%s is a list too)",
+                       sw->axes[0].name);
+    experiment_axis *ax = &sw->axes[sw->n_axes++];
+    memset(ax, 0, sizeof *ax);
+    snprintf(ax->name, sizeof ax->name, "request-rate");
+    for (ax->n_values = 0; ax->n_values <= sw->rate_search; ax->n_values++)
+        snprintf(ax->values[ax->n_values], sizeof ax->values[0], "max");
+    return 0;
+}
+
+/* After the throughput point: the K rates up to the throughput it reached, or, when it
+ * failed or completed nothing, the other points refused with the reason. */
+static void fill_rate_search(experiment_sweep *sw)
+{
+    const experiment_sweep_point *top = &sw->points[0];
+    const double r = top->request_throughput;
+    experiment_axis *ax = &sw->axes[0];
+    for (int k = 1; k < sw->n_points; k++) {
+        experiment_sweep_point *pt = &sw->points[k];
+        if (strcmp(top->status, "ok") != 0 || !(r > 0)) {
+            snprintf(pt->status, sizeof pt->status, "refused");
+            snprintf(pt->reason, sizeof pt->reason, "--rate-search: the throughput point (%s) %s",
+                     top->label, strcmp(top->status, "ok") != 0 ? top->status : "completed nothing");
+            continue;
+        }
+        snprintf(ax->values[pt->index[0]], sizeof ax->values[0], "%.4g",
+                 r * pt->index[0] / sw->rate_search);
+    }
+}
+
 int experiment_sweep_plan(experiment_sweep *sw, char *err)
 {
     sw->n_points = 0;
+    if (sw->rate_search > 0 && rate_search_axis(sw, err) != 0)
+        return -1;
     if (sw->n_axes == 0)
-        return err_set(err, "nothing varies: give one or two of --prompt-tokens, --inject-every, "
-                            "--users, --policy, --max-num-batched-tokens, --step-overhead a "
-                            "comma list (e.g. --prompt-tokens 4k,8k,16k)");
+        return err_set(err, "nothing varies: give one or two of the sweepable flags a comma list "
+                            "(e.g. --prompt-tokens 4k,8k,16k; 'stallscope sweep --help' lists "
+                            "them), or --rate-search K");
     if (sw->zip && sw->n_axes != 2)
         return err_set(err, "--zip pairs two varied parameters; only one varies");
     /* Every value through its own option's parser before anything runs. */
@@ -221,6 +275,7 @@ static int run_point(experiment_sweep *sw, experiment_sweep_point *pt,
         snprintf(pt->summary, sizeof pt->summary,
                  "max gap %.1f ms, p99.9 %.2f ms, p99 %.2f ms, %lld stalls", x->itl_ms.max,
                  x->itl_ms.p999, x->itl_ms.p99, (long long)x->stalls.count);
+        pt->request_throughput = x->standard.background.request_throughput;
     }
     if (log) {
         if (rc != 0)
@@ -295,6 +350,14 @@ int experiment_sweep_run(experiment_sweep *sw, const experiment_runner *runner,
             fprintf(io->notes, "[%s %s] %s%s%s (%.1f s)\n", pt->label, desc, pt->status,
                     !ok || pt->summary[0] ? ": " : "", ok ? pt->summary : pt->reason,
                     (double)(clock_now_ns() - t0) / 1e9);
+        if (k == 0 && sw->rate_search > 0) {
+            fill_rate_search(sw);
+            if (io->notes && ok)
+                fprintf(io->notes, "--rate-search: %.4g requests/s at most; the %d rates up to it: "
+                                   "%s .. %s\n",
+                        pt->request_throughput, sw->rate_search, sw->axes[0].values[1],
+                        sw->axes[0].values[sw->rate_search]);
+        }
         if (io->interrupted && *io->interrupted)
             break;
     }

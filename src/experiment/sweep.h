@@ -22,6 +22,8 @@ typedef struct experiment_axis {
 
 /* The options a sweep may vary. */
 bool experiment_axis_known(const char *name, size_t len, bool *server_side);
+/* Their names as --help and errors list them: "--prompt-tokens, --inject-every, ...". */
+void experiment_axes_names(char *buf, size_t size);
 /* Split "--name=A,B,C" (or "--name A,B") lists out of argv: the axes, and argv without them
  * in rest (rest[] holds pointers into argv, n_rest its count; sized argc). A sweepable
  * option with a single value stays in rest. 0, or -1 with err (too many axes, values). */
@@ -34,6 +36,7 @@ typedef struct experiment_sweep_point {
     char status[16];     /* "ok", "refused", "failed" */
     char reason[256];
     char summary[160];   /* one line of figures when ok */
+    double request_throughput; /* the background requests completed per second, when ok */
 } experiment_sweep_point;
 
 typedef struct experiment_sweep {
@@ -41,6 +44,10 @@ typedef struct experiment_sweep {
     experiment_axis axes[EXPERIMENT_SWEEP_MAX_AXES];
     int n_axes;
     bool zip;                    /* pairwise instead of every combination */
+    /* --rate-search K (guidellm's sweep profile): the first point sends every request at
+     * once (--request-rate max), the throughput it reaches sets the K rates that follow,
+     * evenly spaced up to it (R/K, 2R/K ... R); 0: off. */
+    int rate_search;
     char server_cmd[2048];       /* a --target's server, started per point */
     int64_t server_timeout_ns;
     experiment_sweep_point points[EXPERIMENT_SWEEP_MAX_POINTS];
@@ -48,7 +55,9 @@ typedef struct experiment_sweep {
 } experiment_sweep;
 
 /* Plan the points (every combination, the first axis varying fastest, or pairwise with
- * zip), checking every value through its option's parser and every point's configuration.
+ * zip; with rate_search the request-rate axis: max, then K points whose rates the first
+ * point's throughput sets), checking every value through its option's parser and every
+ * point's configuration.
  * Refused points (a budget under the prompt with one-step prefill, say) are marked, not
  * errors. 0, or -1 with err (bad input). */
 int experiment_sweep_plan(experiment_sweep *sw, char *err);

@@ -47,6 +47,9 @@ static void describe_workload(const report_run *x, char *buf, size_t size)
     else if (wl->request_rate > 0)
         snprintf(load, sizeof load, "%d users + open loop %.3g req/s", wl->users,
                  wl->request_rate);
+    else if (wl->num_prompts > 0)
+        snprintf(load, sizeof load, "%d users + %lld prompts at once", wl->users,
+                 (long long)wl->num_prompts);
     else
         snprintf(load, sizeof load, "%d users", wl->users);
     if (workload_injects(wl))
@@ -388,8 +391,8 @@ static void write_config(FILE *out, const report_run *x)
         snprintf(buf, sizeof buf, "prompt %.200s tokens, answer %.200s tokens (%s)", prompt_len,
                  answer_len,
                  c->wl.trace[0]            ? "closed loop; open-loop lengths from the trace"
-                 : c->wl.request_rate > 0 ? (c->wl.users > 0 ? "closed loop and open loop"
-                                                             : "open loop")
+                 : workload_drawn_arrivals(&c->wl) ? (c->wl.users > 0 ? "closed loop and open loop"
+                                                                       : "open loop")
                                           : "closed loop");
         kv_row(out, "background users", buf);
         if (workload_open_loop(&c->wl)) {
@@ -398,9 +401,13 @@ static void write_config(FILE *out, const report_run *x)
                          c->wl.trace, trace_format_name((trace_format)c->wl.trace_format),
                          c->wl.speedup, c->wl.trace_loop ? ", looped" : "",
                          c->wl.skip_bad_rows ? ", bad rows skipped" : "");
-            else
+            else if (c->wl.request_rate > 0)
                 snprintf(buf, sizeof buf, "%.4g requests/s, burstiness %.3g%s", c->wl.request_rate,
                          c->wl.burstiness, c->wl.max_concurrency > 0 ? ", concurrency capped" : "");
+            else
+                snprintf(buf, sizeof buf, "%lld requests at t = 0%s",
+                         (long long)c->wl.num_prompts,
+                         c->wl.max_concurrency > 0 ? ", concurrency capped" : "");
             kv_row(out, "open loop", buf);
         }
         if (c->engine != EXPERIMENT_REMOTE) {

@@ -52,14 +52,19 @@ static int plan_rate(const workload_config *cfg, workload_plan *p, char *err)
 {
     int64_t cap = 0;
     const double rate = cfg->request_rate, ramp_s = (double)cfg->ramp_up_ns / 1e9;
+    const int64_t limit = workload_request_cap(cfg);
     double s = 0;
     for (int64_t i = 0;; i++) {
-        uint64_t gap_state = rng_hash3(cfg->seed, STREAM_GAPS, (uint64_t)i);
-        s += workload_gamma_unit(cfg->burstiness, &gap_state);
-        double t = time_of_intensity(s, rate, ramp_s) * 1e9;
+        /* No rate (--num-prompts alone): every request at t = 0, vLLM's --request-rate inf. */
+        double t = 0;
+        if (rate > 0) {
+            uint64_t gap_state = rng_hash3(cfg->seed, STREAM_GAPS, (uint64_t)i);
+            s += workload_gamma_unit(cfg->burstiness, &gap_state);
+            t = time_of_intensity(s, rate, ramp_s) * 1e9;
+        }
         if (t >= (double)cfg->duration_ns)
             break;
-        if (cfg->max_requests > 0 && p->n_arrivals >= cfg->max_requests) {
+        if (limit > 0 && p->n_arrivals >= limit) {
             p->trace.capped = 1; /* at least one more would have come */
             break;
         }
@@ -88,10 +93,16 @@ static int plan_trace(const workload_config *cfg, workload_plan *p, char *err)
 {
     trace_row *rows = NULL;
     int64_t n = 0, cap = 0;
+    const int64_t limit = workload_request_cap(cfg);
     trace_counts counts;
     workload_trace_stats *st = &p->trace;
-    if (trace_load_file(cfg->trace, (trace_format)cfg->trace_format, cfg->skip_bad_rows, &rows, &n,
-                        &counts, err) != 0)
+    workload_tokenizer *tok = NULL;
+    if (cfg->tokenizer[0] && workload_tokenizer_load(cfg->tokenizer, &tok, err) != 0)
+        return -1;
+    int loaded = trace_load_file(cfg->trace, (trace_format)cfg->trace_format, cfg->skip_bad_rows,
+                                 tok, &rows, &n, &counts, err);
+    workload_tokenizer_free(tok);
+    if (loaded != 0)
         return -1;
     p->has_trace = true;
     st->format = counts.format;
@@ -147,7 +158,7 @@ static int plan_trace(const workload_config *cfg, workload_plan *p, char *err)
                 st->after_end += kept - i;
                 break;
             }
-            if (cfg->max_requests > 0 && p->n_arrivals >= cfg->max_requests) {
+            if (limit > 0 && p->n_arrivals >= limit) {
                 st->capped++;
                 continue;
             }
@@ -161,7 +172,7 @@ static int plan_trace(const workload_config *cfg, workload_plan *p, char *err)
         }
         if (!cfg->trace_loop)
             break;
-        if (cfg->max_requests > 0 && p->n_arrivals >= cfg->max_requests)
+        if (limit > 0 && p->n_arrivals >= limit)
             break;
     }
     /* An empty experiment is never what was meant: say why instead of running one. */
@@ -173,7 +184,7 @@ static int plan_trace(const workload_config *cfg, workload_plan *p, char *err)
     return rc;
 }
 
-int workload_until_trace_end(workload_config *cfg, char *err)
+int workload_until_end(workload_config *cfg, char *err)
 {
     workload_config probe = *cfg;
     probe.until_trace_end = true;
@@ -189,7 +200,8 @@ int workload_until_trace_end(workload_config *cfg, char *err)
     const int64_t last = plan.arrivals[plan.n_arrivals - 1].t_ns; /* >= 1 arrival: no error */
     workload_plan_free(&plan);
     cfg->until_trace_end = true;
-    cfg->duration_ns = last + WORKLOAD_TRACE_TAIL_NS;
+    cfg->duration_ns =
+        last + (cfg->num_prompts > 0 ? WORKLOAD_NUM_PROMPTS_TAIL_NS : WORKLOAD_TRACE_TAIL_NS);
     return 0;
 }
 
@@ -201,7 +213,7 @@ int workload_plan_build(const workload_config *cfg, workload_plan *p, char *err)
     if (workload_dist_load(&p->prompt_len, &p->prompt_values, &p->n_prompt_values, err) != 0 ||
         workload_dist_load(&p->answer_len, &p->answer_values, &p->n_answer_values, err) != 0)
         goto fail;
-    if (cfg->request_rate > 0 && plan_rate(cfg, p, err) != 0)
+    if (workload_drawn_arrivals(cfg) && plan_rate(cfg, p, err) != 0)
         goto fail;
     if (cfg->trace[0] && plan_trace(cfg, p, err) != 0)
         goto fail;
@@ -237,7 +249,7 @@ void workload_plan_largest(const workload_plan *p, const workload_config *cfg,
     memset(longest_prompt, 0, sizeof *longest_prompt);
     memset(longest_total, 0, sizeof *longest_total);
     /* Closed users and rate arrivals draw from the distributions. */
-    if (cfg->users > 0 || cfg->request_rate > 0) {
+    if (cfg->users > 0 || workload_drawn_arrivals(cfg)) {
         longest_prompt->prompt_tokens = workload_dist_max(&p->prompt_len);
         longest_prompt->max_tokens = workload_dist_max(&p->answer_len);
         *longest_total = *longest_prompt;
@@ -258,6 +270,14 @@ void workload_plan_describe(const workload_plan *p, const workload_config *cfg, 
     char prompt[300], answer[300];
     workload_dist_format(&cfg->prompt_len, prompt, sizeof prompt);
     workload_dist_format(&cfg->answer_len, answer, sizeof answer);
+    if (workload_drawn_arrivals(cfg) && cfg->request_rate <= 0) {
+        snprintf(buf, size, "open loop: %lld requests (--num-prompts) all at t = 0%s, prompt %s, "
+                            "answer %s",
+                 (long long)p->n_arrivals,
+                 cfg->max_concurrency > 0 ? " through --max-concurrency slots" : "", prompt,
+                 answer);
+        return;
+    }
     if (cfg->request_rate > 0) {
         char ramp[64] = "";
         if (cfg->ramp_up_ns > 0)
@@ -266,7 +286,9 @@ void workload_plan_describe(const workload_plan *p, const workload_config *cfg, 
                  "open loop: %lld requests at %.4g req/s (%s%s), prompt %s, answer %s%s",
                  (long long)p->n_arrivals, cfg->request_rate,
                  cfg->burstiness == 1.0 ? "Poisson" : "gamma", ramp, prompt, answer,
-                 p->trace.capped ? " (capped by --max-requests)" : "");
+                 p->trace.capped ? (cfg->num_prompts > 0 ? " (--num-prompts)"
+                                                         : " (capped by --max-requests)")
+                                 : "");
         if (cfg->burstiness != 1.0) {
             size_t used = strlen(buf);
             snprintf(buf + used, size - used, "; burstiness %.3g", cfg->burstiness);

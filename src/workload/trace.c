@@ -362,16 +362,18 @@ static int json_time(const json_t *obj, const char *key, double ns_per_unit, int
     return 0;
 }
 
-/* A prompt given as text: one token per 4 bytes, at least 1 (the text itself is not sent). */
-static int32_t estimate_tokens(size_t bytes)
+/* A prompt given as text: its ids by the target's tokenizer (--tokenizer), else one token
+ * per 4 bytes; at least 1 (the text itself is not sent). */
+static int32_t prompt_text_tokens(const workload_tokenizer *tok, const char *text, size_t bytes)
 {
-    size_t t = (bytes + 3) / 4;
+    int64_t t = tok ? workload_tokenizer_count(tok, text, bytes) : (int64_t)(bytes + 3) / 4;
     if (t < 1)
         t = 1;
     return t > TRACE_MAX_TOKENS ? TRACE_MAX_TOKENS : (int32_t)t;
 }
 
-static int parse_json_row(trace_format f, const char *line, size_t len, trace_row *row, char *err)
+static int parse_json_row(trace_format f, const char *line, size_t len,
+                          const workload_tokenizer *tok, trace_row *row, char *err)
 {
     json_error_t jerr;
     json_t *obj = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -401,7 +403,8 @@ static int parse_json_row(trace_format f, const char *line, size_t len, trace_ro
                 err_set(err, "\"prompt\" is not a string");
                 goto done;
             }
-            row->prompt_tokens = estimate_tokens(json_string_length(text));
+            row->prompt_tokens =
+                prompt_text_tokens(tok, json_string_value(text), json_string_length(text));
         } else {
             err_set(err, "neither \"prompt_tokens\" nor \"prompt\"");
             goto done;
@@ -460,6 +463,7 @@ trace_format trace_sniff_why(const char *line, size_t len, char *why)
 }
 
 int trace_parse_line(trace_format f, const trace_csv *csv, const char *line, size_t len,
+                     const workload_tokenizer *tok,
                      trace_row *row, char *err)
 {
     len = trim_cr(line, len);
@@ -473,7 +477,7 @@ int trace_parse_line(trace_format f, const trace_csv *csv, const char *line, siz
         return parse_csv_row(f, csv, line, len, row, err);
     case TRACE_MOONCAKE:
     case TRACE_JSONL:
-        return parse_json_row(f, line, len, row, err);
+        return parse_json_row(f, line, len, tok, row, err);
     case TRACE_AUTO:
         break;
     }
@@ -547,8 +551,8 @@ static void drop_rows(trace_row **rows, int64_t *n)
 }
 
 int trace_load_buffer(const char *name, const char *data, size_t len, trace_format format,
-                      bool skip_bad, trace_row **rows, int64_t *n, trace_counts *counts,
-                      char *err)
+                      bool skip_bad, const workload_tokenizer *tok, trace_row **rows, int64_t *n,
+                      trace_counts *counts, char *err)
 {
     *rows = NULL;
     *n = 0;
@@ -611,7 +615,7 @@ int trace_load_buffer(const char *name, const char *data, size_t len, trace_form
             return nul_error(name, lineno, (size_t)(nul - line) + 1, err);
         }
         trace_row row;
-        int rc = trace_parse_line(format, have_header ? &csv : NULL, line, llen, &row, why);
+        int rc = trace_parse_line(format, have_header ? &csv : NULL, line, llen, tok, &row, why);
         if (rc == TRACE_EMPTY)
             continue;
         counts->lines++;
@@ -734,14 +738,15 @@ int trace_read_file(const char *path, char **data, size_t *len, char *err)
     return 0;
 }
 
-int trace_load_file(const char *path, trace_format format, bool skip_bad, trace_row **rows,
-                    int64_t *n, trace_counts *counts, char *err)
+int trace_load_file(const char *path, trace_format format, bool skip_bad,
+                    const workload_tokenizer *tok, trace_row **rows, int64_t *n,
+                    trace_counts *counts, char *err)
 {
     char *data;
     size_t len;
     if (trace_read_file(path, &data, &len, err) != 0)
         return -1;
-    int rc = trace_load_buffer(path, data, len, format, skip_bad, rows, n, counts, err);
+    int rc = trace_load_buffer(path, data, len, format, skip_bad, tok, rows, n, counts, err);
     free(data);
     return rc;
 }

@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "workload/tokenizer.h"
+
 typedef enum {
     TRACE_AUTO = 0,
     TRACE_AZURE,
@@ -68,12 +70,13 @@ trace_format trace_sniff(const char *line, size_t len);
 trace_format trace_sniff_why(const char *line, size_t len, char *why);
 /* The columns of a CSV format's header line. TRACE_BAD with err naming a missing column. */
 int trace_csv_header(trace_format f, const char *line, size_t len, trace_csv *out, char *err);
-/* One data line of format f (csv: its header's columns, CSV formats only). Returns
+/* One data line of format f (csv: its header's columns, CSV formats only; a JSONL row's
+ * "prompt" text counted by tok, else one token per 4 bytes: tok may be NULL). Returns
  * TRACE_ROW, TRACE_EMPTY, TRACE_FAILED or TRACE_BAD (err: what is wrong, without the file
  * and line, which the caller adds). line need not be NUL-terminated; a trailing CR is
  * ignored. */
 int trace_parse_line(trace_format f, const trace_csv *csv, const char *line, size_t len,
-                     trace_row *row, char *err);
+                     const workload_tokenizer *tok, trace_row *row, char *err);
 
 /* What trace_load_buffer saw. */
 typedef struct trace_counts {
@@ -93,11 +96,12 @@ typedef struct trace_counts {
  * file"), skip_bad or not; so is a trace without a row to replay (empty, a header alone, or
  * every row bad or failed), like an empty file. 0, or -1 with err. */
 int trace_load_buffer(const char *name, const char *data, size_t len, trace_format format,
-                      bool skip_bad, trace_row **rows, int64_t *n, trace_counts *counts,
-                      char *err);
+                      bool skip_bad, const workload_tokenizer *tok, trace_row **rows, int64_t *n,
+                      trace_counts *counts, char *err);
 /* The same for a file path. */
-int trace_load_file(const char *path, trace_format format, bool skip_bad, trace_row **rows,
-                    int64_t *n, trace_counts *counts, char *err);
+int trace_load_file(const char *path, trace_format format, bool skip_bad,
+                    const workload_tokenizer *tok, trace_row **rows, int64_t *n,
+                    trace_counts *counts, char *err);
 
 /* An empirical length file (workload_dist "empirical:FILE[@COL]"): one integer per line, or
  * the first field of each CSV line, or the column named col ("" : the first); a first line

@@ -124,20 +124,25 @@ int workload_check(const workload_config *cfg, char *err)
         return err_set(err, "max-concurrency must not be negative");
     if (cfg->max_requests < 0)
         return err_set(err, "max-requests must not be negative");
+    if (cfg->num_prompts < 0)
+        return err_set(err, "num-prompts must not be negative");
+    if (cfg->num_prompts > 0 && cfg->max_requests > 0)
+        return err_set(err, "--num-prompts and --max-requests both count the open-loop requests: "
+                            "give one");
     if (cfg->request_rate > 0 && cfg->trace[0])
         return err_set(err, "--request-rate and --trace are two sources of open-loop arrivals: "
                             "give one");
     /* A flag that would change nothing is refused, not ignored. */
     if (!cfg->trace[0] && (cfg->trace_from_ns || cfg->trace_to_ns || cfg->trace_loop ||
                            cfg->skip_bad_rows || cfg->trace_format != TRACE_AUTO ||
-                           cfg->speedup != 1.0))
-        return err_set(err, "--from, --to, --loop, --speedup, --trace-format and --skip-bad-rows "
-                            "need --trace");
+                           cfg->speedup != 1.0 || cfg->tokenizer[0]))
+        return err_set(err, "--from, --to, --loop, --speedup, --trace-format, --skip-bad-rows and "
+                            "--tokenizer need --trace");
     if (cfg->request_rate <= 0 && (cfg->ramp_up_ns > 0 || cfg->burstiness != 1.0))
         return err_set(err, "--ramp-up and --burstiness need --request-rate");
     if (!workload_open_loop(cfg) && (cfg->max_concurrency > 0 || cfg->max_requests > 0))
         return err_set(err, "--max-concurrency and --max-requests apply to open-loop requests: "
-                            "they need --request-rate or --trace");
+                            "they need --request-rate, --num-prompts or --trace");
     if (cfg->trace[0]) {
         if (!(cfg->speedup > 0) || !isfinite(cfg->speedup))
             return err_set(err, "speedup must be positive (got %g)", cfg->speedup);
@@ -147,15 +152,16 @@ int workload_check(const workload_config *cfg, char *err)
             return err_set(err, "--to must be after --from");
         if (cfg->trace_format < TRACE_AUTO || cfg->trace_format > TRACE_JSONL)
             return err_set(err, "unknown trace format %d", cfg->trace_format);
-        if (cfg->until_trace_end && cfg->trace_loop)
-            return err_set(err, "--loop repeats the trace until --duration: give --duration");
+        if (cfg->until_trace_end && cfg->trace_loop && cfg->num_prompts == 0)
+            return err_set(err, "--loop repeats the trace until --duration (or --num-prompts): "
+                                "give one");
     }
     if (cfg->until_trace_end) {
-        if (!cfg->trace[0])
-            return err_set(err, "until_trace_end needs --trace");
+        if (!cfg->trace[0] && cfg->num_prompts == 0)
+            return err_set(err, "until_trace_end needs --trace or --num-prompts");
         if (cfg->shard.count > 0)
-            return err_set(err, "a sharded trace replay needs --duration (every shard stops at "
-                                "the same time)");
+            return err_set(err, "shards need a fixed --duration (every shard stops at the same "
+                                "time): not --num-prompts, nor a trace without --duration");
     }
     if (cfg->shard.count < 0 || cfg->shard.count > WORKLOAD_MAX_SHARDS)
         return err_set(err, "shard count must be between 1 and %d (got %d)", WORKLOAD_MAX_SHARDS,
@@ -177,7 +183,17 @@ bool workload_injects(const workload_config *cfg)
 
 bool workload_open_loop(const workload_config *cfg)
 {
-    return cfg->request_rate > 0 || cfg->trace[0] != '\0';
+    return cfg->request_rate > 0 || cfg->trace[0] != '\0' || cfg->num_prompts > 0;
+}
+
+bool workload_drawn_arrivals(const workload_config *cfg)
+{
+    return cfg->request_rate > 0 || (cfg->num_prompts > 0 && !cfg->trace[0]);
+}
+
+int64_t workload_request_cap(const workload_config *cfg)
+{
+    return cfg->num_prompts > 0 ? cfg->num_prompts : cfg->max_requests;
 }
 
 /* Round-robin rather than contiguous blocks: with users ramped or added later the shards

@@ -31,6 +31,9 @@
 /* A trace replayed to its end (until_trace_end) lasts at most this long after its last
  * request's planned send: a server that never finishes it cannot hold the run forever. */
 #define WORKLOAD_TRACE_TAIL_NS (600LL * 1000000000LL)
+/* --num-prompts without --duration: at most this long after the last planned send (the
+ * requests may queue for a --max-concurrency slot long after their planned send). */
+#define WORKLOAD_NUM_PROMPTS_TAIL_NS (3600LL * 1000000000LL)
 
 /* Shards (docs/guide/shards.md): one experiment's load split over N processes, each on its
  * own machine if need be. The rule is round-robin: background user u runs in shard
@@ -114,12 +117,20 @@ typedef struct workload_config {
     double speedup;           /* trace time / run time (2: twice as fast) */
     int64_t trace_from_ns, trace_to_ns; /* the window of trace time, re-based to 0 (to 0: end) */
     bool trace_loop;          /* repeat the (windowed) trace until duration */
-    /* The run ends once every open-loop request of the trace has been sent and has
-     * finished (the runners stop there; duration_ns is then only its cap): --trace without
-     * --duration (experiment_resolve sets both). */
+    /* The run ends once every open-loop request (of the trace, or of --num-prompts) has been
+     * sent and has finished (the runners stop there; duration_ns is then only its cap):
+     * --trace without --duration, and --num-prompts (experiment_resolve sets both). */
     bool until_trace_end;
     bool skip_bad_rows;       /* skip and count bad rows instead of failing on the first */
     int64_t max_requests;     /* open-loop requests at most (0: no cap) */
+    /* --tokenizer FILE: the target's tokenizer.json, counting a JSONL trace's "prompt"
+     * texts as the target does (tokenizer.h; "": one token per 4 bytes) */
+    char tokenizer[512];
+    /* --num-prompts (vllm bench serve's): exactly this many open-loop requests, the run
+     * ending once every one has finished (until_trace_end; 0: none). Drawn at request_rate,
+     * or all at t = 0 without one (vLLM's --request-rate inf; max_concurrency then meters
+     * them), or a trace's first rows. */
+    int64_t num_prompts;
     workload_shard shard;     /* which users and injections this process runs */
 } workload_config;
 
@@ -143,8 +154,13 @@ int workload_check(const workload_config *cfg, char *err);
 
 /* Whether injections are planned: inject and not no_inject. */
 bool workload_injects(const workload_config *cfg);
-/* Whether the workload has open-loop requests (a rate or a trace). */
+/* Whether the workload has open-loop requests (a rate, a trace or --num-prompts). */
 bool workload_open_loop(const workload_config *cfg);
+/* Whether its open-loop requests are drawn from the distributions (a rate, or --num-prompts
+ * without a trace), not read from a trace. */
+bool workload_drawn_arrivals(const workload_config *cfg);
+/* The open-loop requests planned at most: num_prompts, else max_requests (0: no cap). */
+int64_t workload_request_cap(const workload_config *cfg);
 
 /* Whether this process runs background user `user` (0 .. users - 1), and the injector. */
 bool workload_shard_has_user(const workload_config *cfg, int user);
@@ -218,11 +234,13 @@ typedef struct workload_plan {
  * (every row outside --from/--to, or at or after the duration). 0, or -1 with err. */
 int workload_plan_build(const workload_config *cfg, workload_plan *plan, char *err);
 void workload_plan_free(workload_plan *plan);
-/* --trace without --duration: replay the whole (windowed) trace. Checks cfg (--loop and
- * --shard need a duration), plans every windowed row, and sets until_trace_end and
- * duration_ns = the last request's planned send + WORKLOAD_TRACE_TAIL_NS (the cap; the
- * runners stop when the trace's last request has finished). 0, or -1 with err. */
-int workload_until_trace_end(workload_config *cfg, char *err);
+/* --trace or --num-prompts without --duration: replay the whole (windowed) trace, or send
+ * all num_prompts requests. Checks cfg (--loop without --num-prompts and --shard need a
+ * duration), plans every request, and sets until_trace_end and duration_ns = the last
+ * request's planned send + WORKLOAD_TRACE_TAIL_NS (WORKLOAD_NUM_PROMPTS_TAIL_NS with
+ * num_prompts: the cap; the runners stop when the last request has finished). 0, or -1
+ * with err. */
+int workload_until_end(workload_config *cfg, char *err);
 /* workload_bg with the plan's empirical tables. */
 workload_bg_request workload_plan_bg(const workload_plan *plan, const workload_config *cfg,
                                      int user, int64_t k);

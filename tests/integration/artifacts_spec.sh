@@ -49,7 +49,7 @@ for i in 0 1; do
     "${small[@]}" --no-report --out "shard$i" >"shard$i.out" 2>&1 &
 done
 timeout 60 "$bin" run --target "$url" "${small[@]}" --warmup 0s --scrape-metrics on --fidelity \
-  --save-result result.json --no-report --out run >run.out 2>&1 ||
+  --save-result result.json --save-detailed --no-report --out run >run.out 2>&1 ||
   { cat run.out; fail "run exited $?"; }
 timeout 60 "$bin" calibrate --target "$url" --out target.json --max-streams 4 --long-context 0 \
   --seconds 200ms --min-prompt-tokens 1024 --max-prompt-tokens 4096 --repeats 1 \

@@ -17,7 +17,7 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=0"
 # curl's stamps are taken when the loop reads: a stopped client reads late (the raw
 # transport's kernel stamps would see through most of such a pause).
 transport=()
-"$bin" run --help | grep -q -- "--transport" && transport=(--transport curl)
+grep -q -- "--transport" <<<"$("$bin" run --help)" && transport=(--transport curl)
 ( exec "$bin" run --engine emulate "${transport[@]}" --no-baseline --users 4 --duration 6s \
     --inject-at 1s --inject-every 10s --warmup 0 --out "$dir/out" >"$dir/run.out" 2>"$dir/run.err" ) &
 run_pid=$!

@@ -101,6 +101,6 @@ expect_usage_error "a link without --disaggregate" sim --kv-link nvlink
 expect_usage_error "sweep on the embedded server" sweep --engine emulate --disaggregate 1:1 --prompt-tokens 4k,8k
 grep -q "nvlink, pcie5, rdma-100g, rdma-400g" <("$bin" sim --disaggregate 1:1 --kv-link x --out "$dir/x" 2>&1 || true) ||
   fail "an unknown link does not list the known ones"
-"$bin" sim --help | grep -q -- "--disaggregate P:D" || fail "sim --help lacks --disaggregate"
+grep -q -- "--disaggregate P:D" <<<"$("$bin" sim --help)" || fail "sim --help lacks --disaggregate"
 pass "sim --help documents --disaggregate and --kv-link"
 echo "sim_disagg: all checks passed"

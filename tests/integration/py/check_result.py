@@ -5,8 +5,10 @@
 Every value is worked out again here from RUN_DIR/interference/{requests,tokens}.csv with
 vLLM's meanings: completed = sent at t >= 0, no error, ended with a finish reason other than
 abort; TTFT, E2E, TPOT = (E2E - TTFT) / (completion tokens - 1); ITL every gap between two
-token events of one request; numpy's interpolated percentiles; population std. Exit 1 on any difference beyond
-1e-6 (relative), listing them."""
+token events of one request; numpy's interpolated percentiles; population std. With
+--save-detailed's arrays (input_lens, output_lens, ttfts, itls, start_times, latencies,
+errors), each request's entry again from the CSVs. Exit 1 on any difference beyond 1e-6
+(relative), listing them."""
 import csv, json, math, sys
 run, res = sys.argv[1], json.load(open(sys.argv[2]))
 reqs = {r["request"]: r for r in csv.DictReader(open(f"{run}/interference/requests.csv"))}
@@ -36,6 +38,36 @@ want = {"completed": len(ok), "total_output_tokens": sum(int(r["completion_token
         "mean_itl_ms": mean(itl), "p99_itl_ms": pct(itl, 99), "p99.9_itl_ms": pct(itl, 99.9),
         "median_e2el_ms": pct(e2el, 50), "std_e2el_ms": std(e2el)}
 bad = [f"{k}: {res[k]} vs {v}" for k, v in want.items() if abs(res[k] - v) > 1e-6 * max(1, abs(v))]
+# --save-detailed: one entry per request sent at t >= 0, in request order, seconds.
+if "ttfts" in res:
+    sent = sorted((r for r in reqs.values() if int(r["t_send_ns"]) >= 0), key=lambda r: int(r["request"]))
+    gaps, prev = {}, {}
+    for ev in csv.DictReader(open(f"{run}/interference/tokens.csv")):
+        k, t = ev["request"], int(ev["t_ns"])
+        if k in prev:
+            gaps.setdefault(k, []).append((t - prev[k]) / 1e9)
+        prev[k] = t
+    detail = {"input_lens": [int(r["prompt_tokens"]) for r in sent],
+              "output_lens": [int(r["completion_tokens"]) for r in sent],
+              "ttfts": [(int(r["t_first_ns"]) - int(r["t_send_ns"])) / 1e9 if int(r["t_first_ns"]) >= 0
+                        else 0.0 for r in sent],
+              "start_times": [int(r["t_send_ns"]) / 1e9 for r in sent],
+              "latencies": [(int(r["t_end_ns"]) - int(r["t_send_ns"])) / 1e9 if done(r) else 0.0
+                            for r in sent],
+              "errors": [r["error"] if r["error"] else "" if done(r)
+                         else "unfinished: cut at the run's end" for r in sent]}
+    flat = lambda v: [x for g in v for x in g]
+    for k, v in detail.items():
+        got = res.get(k)
+        if got is None or len(got) != len(v) or any(
+                (a != b) if isinstance(b, str) else abs(a - b) > 1e-9 * max(1, abs(b))
+                for a, b in zip(got, v)):
+            bad.append(f"{k}: {str(got)[:80]} vs {str(v)[:80]}")
+    want_itls = [gaps.get(r["request"], []) for r in sent]
+    if [len(g) for g in res.get("itls", [])] != [len(g) for g in want_itls] or any(
+            abs(a - b) > 1e-9 for a, b in zip(flat(res["itls"]), flat(want_itls))):
+        bad.append("itls differ from tokens.csv's gaps")
+    want.update(detail)
 print("\n".join(bad) if bad else f"ok   --save-result: {len(want)} keys as computed from the CSVs "
       f"({len(ok)} requests, {len(itl)} gaps)")
 sys.exit(1 if bad else 0)

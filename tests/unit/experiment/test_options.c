@@ -177,9 +177,9 @@ static void test_trace_without_duration(void **state)
         assert_int_equal(experiment_preset(&c, argc, argv, err), 0);
         opts_group groups[] = {experiment_workload_group(&c)};
         assert_int_equal(opts_parse(argc, argv, groups, 1, NULL, 0, NULL, err), 0);
-        assert_int_equal(c.duration_from_trace, !given);
+        assert_int_equal(c.duration_until_end, !given);
         assert_int_equal(experiment_resolve(&c, err), 0);
-        assert_false(c.duration_from_trace);
+        assert_false(c.duration_until_end);
         assert_int_equal(c.wl.until_trace_end, !given);
         assert_int_equal(c.wl.duration_ns, given ? 50 * CLOCK_NS_PER_S
                                                  : 75 * CLOCK_NS_PER_S + WORKLOAD_TRACE_TAIL_NS);
@@ -188,12 +188,57 @@ static void test_trace_without_duration(void **state)
     unlink(path);
 }
 
+/* Issue 28, point 14: vllm bench serve's command shape. --num-prompts replaces the closed
+ * users and runs until its last request has finished (--duration: the cap); --request-rate
+ * inf (or max) is every request at t = 0 and needs --num-prompts; a rate of 0 or a word is
+ * refused. */
+static void test_num_prompts_and_rate_inf(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "";
+    for (int given = 0; given < 2; given++) {
+        experiment_config c;
+        experiment_defaults(&c, EXPERIMENT_SIM);
+        char *argv[] = {"--num-prompts", "40", "--request-rate", "inf", "--duration", "50s"};
+        const int argc = given ? 6 : 4;
+        assert_int_equal(experiment_preset(&c, argc, argv, err), 0);
+        opts_group groups[] = {experiment_workload_group(&c)};
+        assert_int_equal(opts_parse(argc, argv, groups, 1, NULL, 0, NULL, err), 0);
+        assert_int_equal(c.wl.users, 0);
+        assert_true(c.rate_all_at_once);
+        assert_true(c.wl.request_rate == 0.0);
+        assert_int_equal(experiment_resolve(&c, err), 0);
+        assert_true(c.wl.until_trace_end);
+        assert_int_equal(c.wl.duration_ns,
+                         given ? 50 * CLOCK_NS_PER_S : WORKLOAD_NUM_PROMPTS_TAIL_NS);
+        assert_int_equal(experiment_check(&c, err), 0);
+    }
+    experiment_config c;
+    experiment_defaults(&c, EXPERIMENT_SIM);
+    opts_group groups[] = {experiment_workload_group(&c)};
+    char *inf_alone[] = {"--request-rate", "max"};
+    assert_int_equal(opts_parse(2, inf_alone, groups, 1, NULL, 0, NULL, err), 0);
+    assert_int_equal(experiment_resolve(&c, err), -1);
+    assert_non_null(strstr(err, "give --num-prompts N"));
+    const char *bad[] = {"0", "-1", "fast", "nan", "2x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *a[] = {"--request-rate", (char *)bad[i]};
+        assert_int_equal(opts_parse(2, a, groups, 1, NULL, 0, NULL, err), -1);
+        assert_non_null(strstr(err, "is not a rate > 0"));
+    }
+    char *rate[] = {"--request-rate", "2.5"};
+    assert_int_equal(opts_parse(2, rate, groups, 1, NULL, 0, NULL, err), 0);
+    assert_true(c.wl.request_rate == 2.5);
+    assert_false(c.rate_all_at_once);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_option_tables),
         cmocka_unit_test(test_connection_group),
         cmocka_unit_test(test_trace_without_duration),
+        cmocka_unit_test(test_num_prompts_and_rate_inf),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -31,6 +31,14 @@ static void test_server_flags(void **state)
     assert_non_null(strstr(buf, "stallscope serve --policy mixed --max-num-batched-tokens 16384"));
     /* llama.cpp: a slot per stream plus the injector, each with room for the long prompt. */
     assert_non_null(strstr(buf, "--parallel 34 --ctx-size 307360"));
+    /* TGI (issue 28, point 18): the prefill budget, a context that holds the long prompt, and
+     * a concurrent-request limit over every stream (its default, 128, would refuse some). */
+    assert_non_null(strstr(buf, "TGI:        text-generation-launcher --model-id MODEL "
+                                "--max-batch-prefill-tokens 512 --max-input-tokens 9039 "
+                                "--max-total-tokens 9040 --max-concurrent-requests 34   "
+                                "(chunked: TGI 3 or later)"));
+    assert_non_null(strstr(buf, "--max-batch-prefill-tokens 16384 --max-input-tokens 9039 "
+                                "--max-total-tokens 9040 --max-concurrent-requests 34\n"));
     free(buf);
 }
 

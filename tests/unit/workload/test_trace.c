@@ -294,9 +294,9 @@ static void test_trace_nothing_to_replay(void **state)
     int64_t n;
     trace_counts counts;
     for (int skip = 0; skip < 2; skip++) {
-        assert_int_equal(trace_load_file(path, TRACE_AUTO, skip, &rows, &n, &counts, err), -1);
+        assert_int_equal(trace_load_file(path, TRACE_AUTO, skip, NULL, &rows, &n, &counts, err), -1);
         assert_non_null(strstr(err, ":2: a NUL byte (column 23): not a text file"));
-        assert_int_equal(trace_load_buffer("buf", nul, sizeof nul - 1, TRACE_AUTO, skip, &rows,
+        assert_int_equal(trace_load_buffer("buf", nul, sizeof nul - 1, TRACE_AUTO, skip, NULL, &rows,
                                            &n, &counts, err),
                          -1);
         assert_string_equal(err, "buf:2: a NUL byte (column 23): not a text file");
@@ -376,7 +376,7 @@ static void test_trace_until_end(void **state)
     write_file(path, sizeof path, "end.jsonl", text);
     workload_config cfg;
     trace_config(&cfg, path, TRACE_AUTO);
-    assert_int_equal(workload_until_trace_end(&cfg, err), 0);
+    assert_int_equal(workload_until_end(&cfg, err), 0);
     assert_true(cfg.until_trace_end);
     assert_int_equal(cfg.duration_ns, 60 * CLOCK_NS_PER_S + WORKLOAD_TRACE_TAIL_NS);
     workload_plan p;
@@ -389,16 +389,16 @@ static void test_trace_until_end(void **state)
     cfg.trace_from_ns = 10 * CLOCK_NS_PER_S;
     cfg.trace_to_ns = 31 * CLOCK_NS_PER_S;
     cfg.speedup = 2;
-    assert_int_equal(workload_until_trace_end(&cfg, err), 0);
+    assert_int_equal(workload_until_end(&cfg, err), 0);
     assert_int_equal(cfg.duration_ns, 10 * CLOCK_NS_PER_S + WORKLOAD_TRACE_TAIL_NS);
     /* --loop has no end of its own; a shard must stop with the others */
     cfg.trace_loop = true;
-    assert_int_equal(workload_until_trace_end(&cfg, err), -1);
-    assert_non_null(strstr(err, "--loop repeats the trace until --duration"));
+    assert_int_equal(workload_until_end(&cfg, err), -1);
+    assert_non_null(strstr(err, "--loop repeats the trace until --duration (or --num-prompts)"));
     cfg.trace_loop = false;
     cfg.shard = (workload_shard){0, 2};
-    assert_int_equal(workload_until_trace_end(&cfg, err), -1);
-    assert_non_null(strstr(err, "a sharded trace replay needs --duration"));
+    assert_int_equal(workload_until_end(&cfg, err), -1);
+    assert_non_null(strstr(err, "shards need a fixed --duration"));
     unlink(path);
 }
 

@@ -453,7 +453,7 @@ static void test_presets_open_loop(void **state)
     workload_default(&lone);
     lone.max_concurrency = 4;
     assert_int_equal(workload_check(&lone, err), -1);
-    assert_non_null(strstr(err, "need --request-rate or --trace"));
+    assert_non_null(strstr(err, "need --request-rate, --num-prompts or --trace"));
     workload_default(&lone);
     lone.burstiness = 0.5;
     assert_int_equal(workload_check(&lone, err), -1);
@@ -487,6 +487,56 @@ static void test_open_loop_shards(void **state)
     assert_int_equal(workload_arrival_user(&cfg, 5), 8); /* streams after the users */
 }
 
+/* Issue 28, point 14: --num-prompts N is exactly N requests, whatever the duration, and the
+ * run lasts until the last has finished. Without a rate every one arrives at t = 0 (vLLM's
+ * --request-rate inf); at a rate they are the rate's first N arrivals, the same draws as a
+ * timed run's; beside --max-requests it is refused (both count the requests). */
+static void test_num_prompts(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "";
+    workload_config cfg;
+    workload_default(&cfg);
+    cfg.users = 0;
+    cfg.num_prompts = 7;
+    assert_true(workload_open_loop(&cfg));
+    assert_true(workload_drawn_arrivals(&cfg));
+    assert_int_equal(workload_until_end(&cfg, err), 0);
+    assert_true(cfg.until_trace_end);
+    assert_int_equal(cfg.duration_ns, WORKLOAD_NUM_PROMPTS_TAIL_NS); /* the last send: t = 0 */
+    workload_plan p;
+    assert_int_equal(workload_plan_build(&cfg, &p, err), 0);
+    assert_int_equal(p.n_arrivals, 7);
+    for (int64_t i = 0; i < p.n_arrivals; i++) {
+        assert_int_equal(p.arrivals[i].t_ns, 0);
+        assert_true(p.arrivals[i].prompt_tokens >= 32 && p.arrivals[i].prompt_tokens <= 128);
+    }
+    workload_plan_free(&p);
+
+    /* at 2 req/s: 300 requests, ~150 s of arrivals, past the default 40 s */
+    workload_config timed;
+    rate_config(&timed, 2.0, 1.0, 1000);
+    workload_plan whole;
+    assert_int_equal(workload_plan_build(&timed, &whole, err), 0);
+    rate_config(&cfg, 2.0, 1.0, 40);
+    cfg.num_prompts = 300;
+    assert_int_equal(workload_until_end(&cfg, err), 0);
+    assert_int_equal(workload_plan_build(&cfg, &p, err), 0);
+    assert_int_equal(p.n_arrivals, 300);
+    assert_true(p.arrivals[299].t_ns > 100 * CLOCK_NS_PER_S);
+    assert_int_equal(cfg.duration_ns, p.arrivals[299].t_ns + WORKLOAD_NUM_PROMPTS_TAIL_NS);
+    for (int64_t i = 0; i < p.n_arrivals; i++) {
+        assert_int_equal(p.arrivals[i].t_ns, whole.arrivals[i].t_ns);
+        assert_int_equal(p.arrivals[i].max_tokens, whole.arrivals[i].max_tokens);
+    }
+    workload_plan_free(&p);
+    workload_plan_free(&whole);
+
+    cfg.max_requests = 5;
+    assert_int_equal(workload_check(&cfg, err), -1);
+    assert_non_null(strstr(err, "--num-prompts and --max-requests both count"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -506,6 +556,7 @@ int main(void)
         cmocka_unit_test(test_rate_ramp_up),
         cmocka_unit_test(test_presets_open_loop),
         cmocka_unit_test(test_open_loop_shards),
+        cmocka_unit_test(test_num_prompts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
