@@ -10,6 +10,7 @@
 #include "common/err.h"
 #include "common/fsio.h"
 #include "experiment/config.h"
+#include "experiment/outdir.h"
 #include "experiment/result.h"
 
 int cli_usage_error(const char *cmd, const char *msg)
@@ -31,19 +32,44 @@ static const opts_spec output_specs[] = {
             "flags from a JSON object ({\"users\": 64, \"no-baseline\": true}); the command "
             "line's win",
             config_seen),
-    OPTS_STRING("out", "DIR", "artifacts directory", cli_output, out),
+    OPTS_STRING("out", "DIR",
+                "artifacts directory, new or empty (one holding an earlier run: --force). "
+                "Without it: the command's OUT, or when that holds an earlier run the next "
+                "free name beside it (out/sim-2, out/sim-3 ...)",
+                cli_output, out),
     OPTS_FLAG("json", "print the results as JSON instead of the table", cli_output, json),
     OPTS_FLAG("no-report", "skip OUT/report.html and OUT/plots/ (rebuild later: stallscope report)",
               cli_output, no_report),
-    OPTS_FLAG("force", "replace the earlier run in OUT (default: an OUT that holds one is refused)",
+    OPTS_FLAG("force",
+              "replace the earlier run in OUT (default: an --out that holds one is refused, the "
+              "command's own OUT moves on to the next free name)",
               cli_output, force),
 };
 
 opts_group cli_output_group(cli_output *out, const char *default_dir)
 {
-    if (!out->out[0])
-        snprintf(out->out, sizeof out->out, "%s", default_dir);
+    out->default_dir = default_dir;
     return (opts_group){"output", output_specs, OPTS_COUNT(output_specs), out};
+}
+
+int cli_default_dir(const char *cmd, const char *default_dir, bool force, char *out,
+                    size_t size, char *err)
+{
+    if (experiment_default_dir(default_dir, force, out, size, err) != 0)
+        return -1;
+    if (strcmp(out, default_dir) != 0)
+        fprintf(stderr, "stallscope %s: %s holds an earlier run: this one goes to %s (--out DIR "
+                        "to choose, --force to replace %s)\n",
+                cmd, default_dir, out, default_dir);
+    return 0;
+}
+
+int cli_output_claim(cli_output *out, const char *cmd, char *err)
+{
+    if (!out->out[0] &&
+        cli_default_dir(cmd, out->default_dir, out->force, out->out, sizeof out->out, err) != 0)
+        return -1;
+    return experiment_claim_dir(out->out, out->force, err);
 }
 
 static int engine_choice(void *c, const char *v, char *err)

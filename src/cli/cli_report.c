@@ -13,6 +13,8 @@
 #include "common/err.h"
 #include "report/report.h"
 
+#define REPORT_MERGED_DIR "out/merged"
+
 typedef struct report_flags {
     int64_t stall_threshold_ns; /* 0: the default rule */
     bool json;
@@ -35,7 +37,10 @@ static const opts_spec report_specs[] = {
 static const opts_spec merge_specs[] = {
     OPTS_FLAG("merge", "the directories are shards of one run (--shard I/N): merge them", report_flags,
               merge),
-    OPTS_STRING("out", "DIR", "where the merged run goes (default out/merged)", report_flags, out),
+    OPTS_STRING("out", "DIR",
+                "where the merged run goes (default out/merged, or when that holds an earlier "
+                "run the next free out/merged-2, -3 ...)",
+                report_flags, out),
     OPTS_FLAG("allow-partial",
               "merge the complete shards when one is missing or incomplete (the merged run is "
               "then marked incomplete)",
@@ -92,8 +97,14 @@ int cli_report(int argc, char **argv)
                                                "stallscope report --merge DIR... --out MERGED)");
             goto done;
         }
-        if (!flags.out[0])
-            snprintf(flags.out, sizeof flags.out, "out/merged");
+        if (!flags.out[0]) {
+            /* The default beside an earlier merge, as sim and run do with theirs. */
+            if (cli_default_dir("report", REPORT_MERGED_DIR, flags.force, flags.out,
+                                sizeof flags.out, err) != 0) {
+                status = cli_usage_error("report", err);
+                goto done;
+            }
+        }
         report_merge_options opt = {.dirs = positional, .n_dirs = n_positional, .out = flags.out,
                                     .allow_partial = flags.allow_partial, .force = flags.force,
                                     .argc = argc, .argv = argv,

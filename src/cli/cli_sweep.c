@@ -12,7 +12,6 @@
 #include "common/err.h"
 #include "experiment/config.h"
 #include "experiment/options.h"
-#include "experiment/outdir.h"
 #include "experiment/pair.h"
 #include "experiment/runner.h"
 #include "experiment/sweep.h"
@@ -119,7 +118,7 @@ static int sweep(experiment_sweep *sw, int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
 
-    if (experiment_claim_dir(out.out, out.force, err) != 0)
+    if (cli_output_claim(&out, "sweep", err) != 0)
         return cli_usage_error("sweep", err);
     experiment_runner runner;
     if ((sw->base.engine == EXPERIMENT_SIM ? experiment_runner_sim(&runner, err)

@@ -13,7 +13,6 @@
 #include "common/fsio.h"
 #include "experiment/config.h"
 #include "experiment/options.h"
-#include "experiment/outdir.h"
 #include "experiment/pair.h"
 #include "experiment/runner.h"
 #include "report/html_tune.h"
@@ -180,7 +179,7 @@ static int tune(tune_config *tc, int argc, char **argv)
                                        "give both");
     if (!flags.verify && (flags.server_cmd[0] || tc->base.client.target[0]))
         return cli_usage_error("tune", "--target and --server-cmd are for --verify");
-    if (experiment_claim_dir(out.out, out.force, err) != 0)
+    if (cli_output_claim(&out, "tune", err) != 0)
         return cli_usage_error("tune", err);
 
     const volatile sig_atomic_t *interrupted = cli_catch_interrupts();
