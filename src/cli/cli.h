@@ -56,6 +56,12 @@ int cli_output_claim(cli_output *out, const char *cmd, char *err);
  * line on stderr when it is not default_dir itself. 0, or -1 with err. */
 int cli_default_dir(const char *cmd, const char *default_dir, bool force, char *out,
                     size_t size, char *err);
+/* --server-cmd TEMPLATE (sweep, tune --verify), checked before anything runs
+ * (experiment_server_command_check): a program not found is bad input (-1 with err; for
+ * `stallscope` itself err names this binary's path), and a command that names neither {port}
+ * nor --target's port gets a warning on stderr. */
+int cli_check_server_cmd(const char *cmd, const char *tmpl, const experiment_config *cfg,
+                         char *err);
 /* --config FILE in argv: a JSON object of long flags ({"users": 64, "no-baseline": true,
  * "header": ["A: b", "C: d"]}; false or null leaves a flag off) expanded in front of the
  * other arguments, which come after and so win. argc/argv then point at the expanded list

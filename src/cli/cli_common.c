@@ -5,12 +5,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "common/err.h"
 #include "common/fsio.h"
 #include "experiment/config.h"
 #include "experiment/outdir.h"
+#include "experiment/server_cmd.h"
 #include "experiment/result.h"
 
 int cli_usage_error(const char *cmd, const char *msg)
@@ -101,6 +103,30 @@ opts_group cli_engine_group(cli_engine_choice *choice)
     return choice->allow_sim
                ? (opts_group){"engine", sweep_engine_specs, OPTS_COUNT(sweep_engine_specs), choice}
                : (opts_group){"engine", run_engine_specs, OPTS_COUNT(run_engine_specs), choice};
+}
+
+int cli_check_server_cmd(const char *cmd, const char *tmpl, const experiment_config *cfg,
+                         char *err)
+{
+    bool names_port = true;
+    if (experiment_server_command_check(tmpl, cfg, &names_port, err) != 0) {
+        char self[1024];
+        const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        const size_t len = strlen(err);
+        if (strncmp(err, "--server-cmd: stallscope: ", 26) == 0 && n > 0 && len < ERR_LEN - 1) {
+            self[n] = '\0';
+            if (snprintf(err + len, ERR_LEN - len, "; this one is %s", self) >=
+                (int)(ERR_LEN - len))
+                err[len] = '\0'; /* the hint whole, or not at all */
+        }
+        return -1;
+    }
+    if (!names_port)
+        fprintf(stderr, "stallscope %s: warning: --server-cmd names neither {port} nor the port "
+                        "of --target %s: unless its server listens there by default, each start "
+                        "waits --server-timeout for /health and fails\n",
+                cmd, cfg->client.target);
+    return 0;
 }
 
 void cli_calibrate_probe_shape(const fit_probe *p, char *buf, size_t size)

@@ -117,6 +117,8 @@ static int sweep(experiment_sweep *sw, int argc, char **argv)
         experiment_sweep_print_flags(stderr, sw);
         return CLI_EXIT_USAGE;
     }
+    if (sw->server_cmd[0] && cli_check_server_cmd("sweep", sw->server_cmd, &sw->base, err) != 0)
+        return cli_usage_error("sweep", err);
 
     if (cli_output_claim(&out, "sweep", err) != 0)
         return cli_usage_error("sweep", err);

@@ -179,6 +179,9 @@ static int tune(tune_config *tc, int argc, char **argv)
                                        "give both");
     if (!flags.verify && (flags.server_cmd[0] || tc->base.client.target[0]))
         return cli_usage_error("tune", "--target and --server-cmd are for --verify");
+    /* Its program and placeholders now, not after the search. */
+    if (flags.verify && cli_check_server_cmd("tune", flags.server_cmd, &tc->base, err) != 0)
+        return cli_usage_error("tune", err);
     if (cli_output_claim(&out, "tune", err) != 0)
         return cli_usage_error("tune", err);
 
