@@ -62,6 +62,9 @@ int cli_default_dir(const char *cmd, const char *default_dir, bool force, char *
  * nor --target's port gets a warning on stderr. */
 int cli_check_server_cmd(const char *cmd, const char *tmpl, const experiment_config *cfg,
                          char *err);
+/* "stallscope CMD: warning: no injection falls inside the run ..." on stderr when it is so
+ * (experiment_no_injection_inside): a run that would show no interference says why. */
+void cli_warn_no_injection(const char *cmd, const experiment_config *cfg);
 /* --config FILE in argv: a JSON object of long flags ({"users": 64, "no-baseline": true,
  * "header": ["A: b", "C: d"]}; false or null leaves a flag off) expanded in front of the
  * other arguments, which come after and so win. argc/argv then point at the expanded list

@@ -129,6 +129,13 @@ int cli_check_server_cmd(const char *cmd, const char *tmpl, const experiment_con
     return 0;
 }
 
+void cli_warn_no_injection(const char *cmd, const experiment_config *cfg)
+{
+    char why[512];
+    if (experiment_no_injection_inside(cfg, why, sizeof why))
+        fprintf(stderr, "stallscope %s: warning: %s\n", cmd, why);
+}
+
 void cli_calibrate_probe_shape(const fit_probe *p, char *buf, size_t size)
 {
     if (p->prompt_tokens > 0)

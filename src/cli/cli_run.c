@@ -97,6 +97,7 @@ int cli_run(int argc, char **argv)
     }
     if (experiment_check(&cfg, err) != 0 || cli_output_claim(&out, "run", err) != 0)
         return cli_usage_error("run", err);
+    cli_warn_no_injection("run", &cfg);
 
     experiment_runner runner;
     if (experiment_runner_http(&runner, &secrets, err) != 0) {

@@ -59,6 +59,7 @@ int cli_sim(int argc, char **argv)
         experiment_resolve(&cfg, err) != 0 || experiment_check(&cfg, err) != 0 ||
         cli_output_claim(&out, "sim", err) != 0)
         return cli_usage_error("sim", err);
+    cli_warn_no_injection("sim", &cfg);
 
     experiment_runner runner;
     experiment_runner_sim(&runner, err);

@@ -122,6 +122,7 @@ static int sweep(experiment_sweep *sw, int argc, char **argv)
 
     if (cli_output_claim(&out, "sweep", err) != 0)
         return cli_usage_error("sweep", err);
+    cli_warn_no_injection("sweep", &sw->base);
     experiment_runner runner;
     if ((sw->base.engine == EXPERIMENT_SIM ? experiment_runner_sim(&runner, err)
                                            : experiment_runner_http(&runner, &secrets, err)) != 0) {

@@ -184,6 +184,7 @@ static int tune(tune_config *tc, int argc, char **argv)
         return cli_usage_error("tune", err);
     if (cli_output_claim(&out, "tune", err) != 0)
         return cli_usage_error("tune", err);
+    cli_warn_no_injection("tune", &tc->base);
 
     const volatile sig_atomic_t *interrupted = cli_catch_interrupts();
     tune_result res;

@@ -54,4 +54,15 @@ check "chunked: every injection's TTFT above mixed's" \
   "$dir/chunked.json" "$dir/mixed.json"
 "$bin" sim --preset lesson --policy chunked --max-num-batched-tokens 512 --out "$dir/chunked" --force \
   | grep -i "ttft" >/dev/null || fail "chunked table lacks TTFT"
+
+# A run too short for its first injection (at 5 s) says so (issue 28, point 11); one that
+# holds it, or has no injector, says nothing.
+"$bin" sim --duration 4s --users 4 --out "$dir/short" >/dev/null 2>"$dir/short.err"
+grep -q "warning: no injection falls inside the run: the first is planned at 5.00 s and the run lasts 4.00 s" \
+  "$dir/short.err" || fail "4 s run: no warning: $(cat "$dir/short.err")"
+check "4 s run: indeed no injection" 'a["interference"]["injections"] == []' "$dir/short/comparison.json"
+"$bin" sim --duration 6s --users 4 --out "$dir/six" >/dev/null 2>"$dir/six.err"
+"$bin" sim --duration 4s --users 4 --no-inject --out "$dir/none" >/dev/null 2>"$dir/none.err"
+! grep -q "no injection" "$dir/six.err" "$dir/none.err" || fail "a warning where an injection falls inside, or none is asked for"
+pass "a run with no injection inside warns, naming both times"
 echo "sim_lesson: all checks passed"
