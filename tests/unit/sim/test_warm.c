@@ -23,38 +23,6 @@
 
 #include "toy_cost.h"
 
-/* 4 closed users of short, varied requests on the toy model, chunked prefill, a 40-token
- * injection every 200 us from 50 us; 2 ms. */
-static sim_config busy_config(void)
-{
-    sim_config c;
-    memset(&c, 0, sizeof c);
-    workload_default(&c.wl);
-    c.wl.users = 4;
-    c.wl.duration_ns = 2000000;
-    c.wl.inject = true;
-    c.wl.inject_at_ns = 50000;
-    c.wl.inject_every_ns = 200000;
-    c.wl.prompt_tokens = 40;
-    c.wl.inject_max_tokens = 2;
-    c.wl.prompt_len = (workload_dist){.kind = WORKLOAD_DIST_UNIFORM, .a = 4, .b = 24};
-    c.wl.answer_len = (workload_dist){.kind = WORKLOAD_DIST_UNIFORM, .a = 3, .b = 30};
-    c.wl.seed = 1;
-    c.cost = toy_cost();
-    c.sched = (sched_config){.policy = SCHED_CHUNKED, .max_num_batched_tokens = 16,
-                             .max_num_seqs = 16, .max_model_len = 1024, .block_size = 16,
-                             .kv_blocks = 256};
-    return c;
-}
-
-static void run_or_fail(const sim_config *cfg, tokenlog *log, sim_stats *stats)
-{
-    char err[ERR_LEN] = "";
-    tokenlog_init(log);
-    if (sim_run(cfg, log, stats, err) != 0)
-        fail_msg("sim_run: %s", err);
-}
-
 /* The cold run W earlier, filtered by warm.h's rules: the reference. */
 static void reference(const sim_config *warm, tokenlog *out)
 {
@@ -115,39 +83,10 @@ static void reference(const sim_config *warm, tokenlog *out)
 
 static void assert_logs_equal(const tokenlog *a, const tokenlog *b)
 {
-    assert_int_equal(a->n_requests, b->n_requests);
-    assert_int_equal(a->n_events, b->n_events);
-    assert_int_equal(a->n_steps, b->n_steps);
-    for (int64_t i = 0; i < a->n_requests; i++) {
-        const tokenlog_request *x = &a->requests[i], *y = &b->requests[i];
-        if (x->request != y->request || x->user != y->user || x->kind != y->kind ||
-            x->t_plan_ns != y->t_plan_ns || x->t_send_ns != y->t_send_ns ||
-            x->t_first_ns != y->t_first_ns || x->t_end_ns != y->t_end_ns ||
-            x->prompt_tokens != y->prompt_tokens ||
-            x->completion_tokens != y->completion_tokens ||
-            strcmp(x->finish_reason, y->finish_reason) != 0)
-            fail_msg("request row %lld differs: id %lld/%lld send %lld/%lld first %lld/%lld end "
-                     "%lld/%lld tokens %d/%d",
-                     (long long)i, (long long)x->request, (long long)y->request,
-                     (long long)x->t_send_ns, (long long)y->t_send_ns, (long long)x->t_first_ns,
-                     (long long)y->t_first_ns, (long long)x->t_end_ns, (long long)y->t_end_ns,
-                     x->completion_tokens, y->completion_tokens);
-    }
-    for (int64_t i = 0; i < a->n_events; i++) {
-        const tokenlog_event *x = &a->events[i], *y = &b->events[i];
-        if (x->t_ns != y->t_ns || x->request != y->request || x->user != y->user ||
-            x->n_tokens != y->n_tokens || x->kind != y->kind)
-            fail_msg("event %lld differs: t %lld/%lld request %lld/%lld", (long long)i,
-                     (long long)x->t_ns, (long long)y->t_ns, (long long)x->request,
-                     (long long)y->request);
-    }
-    for (int64_t i = 0; i < a->n_steps; i++) {
-        const tokenlog_step *x = &a->steps[i], *y = &b->steps[i];
-        if (x->step != y->step || x->t_start_ns != y->t_start_ns || x->t_end_ns != y->t_end_ns ||
-            x->decode_tokens != y->decode_tokens || x->prefill_tokens != y->prefill_tokens ||
-            x->n_requests != y->n_requests || x->modeled_ns != y->modeled_ns)
-            fail_msg("step row %lld differs", (long long)i);
-    }
+    if (!toy_logs_equal(a, b))
+        fail_msg("the logs differ (%lld/%lld requests, %lld/%lld events, %lld/%lld steps)",
+                 (long long)a->n_requests, (long long)b->n_requests, (long long)a->n_events,
+                 (long long)b->n_events, (long long)a->n_steps, (long long)b->n_steps);
 }
 
 /* What a sink is handed, as a log: each request id's last row. */
@@ -209,7 +148,7 @@ static void check_warm(const sim_config *c)
 static void test_warm_is_the_cold_run_recorded_from_w(void **state)
 {
     (void)state;
-    sim_config c = busy_config();
+    sim_config c = toy_busy_config();
     c.warmup_ns = 300000;
     check_warm(&c);
     /* the check can fail: a cold run is not its own warm reference */
@@ -230,12 +169,25 @@ static void test_warm_is_the_cold_run_recorded_from_w(void **state)
 static void test_warm_disaggregated(void **state)
 {
     (void)state;
-    sim_config c = busy_config();
+    sim_config c = toy_busy_config();
     c.warmup_ns = 250000;
     char err[ERR_LEN];
     assert_int_equal(sim_disagg_parse("1:1", &c.disagg, err), 0);
     assert_int_equal(sim_kv_link_parse("nvlink", &c.disagg, err), 0);
     check_warm(&c);
+}
+
+/* The longest TTFT of the requests sent in [from, to]. */
+static int64_t ttft_max(const tokenlog *log, int64_t from, int64_t to)
+{
+    int64_t max = 0;
+    for (int64_t i = 0; i < log->n_requests; i++) {
+        const tokenlog_request *r = &log->requests[i];
+        if (r->t_send_ns >= from && r->t_send_ns <= to && r->t_first_ns >= 0 &&
+            r->t_first_ns - r->t_send_ns > max)
+            max = r->t_first_ns - r->t_send_ns;
+    }
+    return max;
 }
 
 /* The cold start's synchronized first prefill, the reason for the warm start: cold, every
@@ -244,7 +196,7 @@ static void test_warm_disaggregated(void **state)
 static void test_warm_has_no_synchronized_start(void **state)
 {
     (void)state;
-    sim_config c = busy_config();
+    sim_config c = toy_busy_config();
     c.wl.users = 12;
     c.wl.inject = false;
     c.wl.prompt_len = (workload_dist){.kind = WORKLOAD_DIST_UNIFORM, .a = 60, .b = 120};
@@ -254,19 +206,10 @@ static void test_warm_has_no_synchronized_start(void **state)
     tokenlog cold, warm;
     sim_stats st;
     run_or_fail(&c, &cold, &st);
-    int64_t cold_first_max = 0, warm_max = 0;
-    for (int64_t i = 0; i < cold.n_requests; i++) {
-        const tokenlog_request *r = &cold.requests[i];
-        if (r->t_send_ns == 0 && r->t_first_ns - r->t_send_ns > cold_first_max)
-            cold_first_max = r->t_first_ns - r->t_send_ns;
-    }
+    const int64_t cold_first_max = ttft_max(&cold, 0, 0);
     c.warmup_ns = 200000;
     run_or_fail(&c, &warm, &st);
-    for (int64_t i = 0; i < warm.n_requests; i++) {
-        const tokenlog_request *r = &warm.requests[i];
-        if (r->t_send_ns >= 0 && r->t_first_ns >= 0 && r->t_first_ns - r->t_send_ns > warm_max)
-            warm_max = r->t_first_ns - r->t_send_ns;
-    }
+    const int64_t warm_max = ttft_max(&warm, 0, INT64_MAX);
     assert_true(warm_max > 0);
     if (!(warm_max * 2 < cold_first_max))
         fail_msg("TTFT max %lld ns warm, %lld ns for the cold start's first requests",
@@ -279,7 +222,7 @@ static void test_warm_has_no_synchronized_start(void **state)
 static void test_warm_without_users_is_cold(void **state)
 {
     (void)state;
-    sim_config c = busy_config();
+    sim_config c = toy_busy_config();
     c.wl.users = 0;
     c.wl.request_rate = 20000; /* 20 requests a ms */
     tokenlog cold, warm;
