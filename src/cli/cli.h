@@ -39,12 +39,32 @@ void cli_calibrate_print_residuals(const fit_result *fr);
 
 /* --out DIR --json --no-report --force: where the artifacts go and what is printed. */
 typedef struct cli_output {
-    char out[1024];
+    char out[1024]; /* --out as given ("": none), then the directory claimed */
     bool json;      /* comparison.json (or sweep.json) on stdout instead of the table */
     bool no_report; /* no report.html, no plots */
     bool force;     /* replace an earlier run's artifacts in OUT (experiment_claim_dir) */
+    const char *default_dir; /* the command's OUT without --out ("out/sim") */
 } cli_output;
 opts_group cli_output_group(cli_output *out, const char *default_dir);
+/* After parsing: claim OUT (experiment_claim_dir). --out as given is refused when it holds
+ * an earlier run, unless --force; without --out the command's default directory is taken,
+ * or when it holds an earlier run the next free one beside it (experiment_default_dir:
+ * out/sim-2, out/sim-3 ...), said in one line on stderr. out->out is then the directory. 0,
+ * or -1 with err (bad input: the command's exit 2). */
+int cli_output_claim(cli_output *out, const char *cmd, char *err);
+/* The directory a command writes without --out (experiment_default_dir) into out, with the
+ * line on stderr when it is not default_dir itself. 0, or -1 with err. */
+int cli_default_dir(const char *cmd, const char *default_dir, bool force, char *out,
+                    size_t size, char *err);
+/* --server-cmd TEMPLATE (sweep, tune --verify), checked before anything runs
+ * (experiment_server_command_check): a program not found is bad input (-1 with err; for
+ * `stallscope` itself err names this binary's path), and a command that names neither {port}
+ * nor --target's port gets a warning on stderr. */
+int cli_check_server_cmd(const char *cmd, const char *tmpl, const experiment_config *cfg,
+                         char *err);
+/* "stallscope CMD: warning: no injection falls inside the run ..." on stderr when it is so
+ * (experiment_no_injection_inside): a run that would show no interference says why. */
+void cli_warn_no_injection(const char *cmd, const experiment_config *cfg);
 /* --config FILE in argv: a JSON object of long flags ({"users": 64, "no-baseline": true,
  * "header": ["A: b", "C: d"]}; false or null leaves a flag off) expanded in front of the
  * other arguments, which come after and so win. argc/argv then point at the expanded list

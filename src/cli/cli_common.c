@@ -5,11 +5,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "common/err.h"
 #include "common/fsio.h"
 #include "experiment/config.h"
+#include "experiment/outdir.h"
+#include "experiment/server_cmd.h"
 #include "experiment/result.h"
 
 int cli_usage_error(const char *cmd, const char *msg)
@@ -31,19 +34,44 @@ static const opts_spec output_specs[] = {
             "flags from a JSON object ({\"users\": 64, \"no-baseline\": true}); the command "
             "line's win",
             config_seen),
-    OPTS_STRING("out", "DIR", "artifacts directory", cli_output, out),
+    OPTS_STRING("out", "DIR",
+                "artifacts directory, new or empty (one holding an earlier run: --force). "
+                "Without it: the command's OUT, or when that holds an earlier run the next "
+                "free name beside it (out/sim-2, out/sim-3 ...)",
+                cli_output, out),
     OPTS_FLAG("json", "print the results as JSON instead of the table", cli_output, json),
     OPTS_FLAG("no-report", "skip OUT/report.html and OUT/plots/ (rebuild later: stallscope report)",
               cli_output, no_report),
-    OPTS_FLAG("force", "replace the earlier run in OUT (default: an OUT that holds one is refused)",
+    OPTS_FLAG("force",
+              "replace the earlier run in OUT (default: an --out that holds one is refused, the "
+              "command's own OUT moves on to the next free name)",
               cli_output, force),
 };
 
 opts_group cli_output_group(cli_output *out, const char *default_dir)
 {
-    if (!out->out[0])
-        snprintf(out->out, sizeof out->out, "%s", default_dir);
+    out->default_dir = default_dir;
     return (opts_group){"output", output_specs, OPTS_COUNT(output_specs), out};
+}
+
+int cli_default_dir(const char *cmd, const char *default_dir, bool force, char *out,
+                    size_t size, char *err)
+{
+    if (experiment_default_dir(default_dir, force, out, size, err) != 0)
+        return -1;
+    if (strcmp(out, default_dir) != 0)
+        fprintf(stderr, "stallscope %s: %s holds an earlier run: this one goes to %s (--out DIR "
+                        "to choose, --force to replace %s)\n",
+                cmd, default_dir, out, default_dir);
+    return 0;
+}
+
+int cli_output_claim(cli_output *out, const char *cmd, char *err)
+{
+    if (!out->out[0] &&
+        cli_default_dir(cmd, out->default_dir, out->force, out->out, sizeof out->out, err) != 0)
+        return -1;
+    return experiment_claim_dir(out->out, out->force, err);
 }
 
 static int engine_choice(void *c, const char *v, char *err)
@@ -75,6 +103,37 @@ opts_group cli_engine_group(cli_engine_choice *choice)
     return choice->allow_sim
                ? (opts_group){"engine", sweep_engine_specs, OPTS_COUNT(sweep_engine_specs), choice}
                : (opts_group){"engine", run_engine_specs, OPTS_COUNT(run_engine_specs), choice};
+}
+
+int cli_check_server_cmd(const char *cmd, const char *tmpl, const experiment_config *cfg,
+                         char *err)
+{
+    bool names_port = true;
+    if (experiment_server_command_check(tmpl, cfg, &names_port, err) != 0) {
+        char self[1024];
+        const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        const size_t len = strlen(err);
+        if (strncmp(err, "--server-cmd: stallscope: ", 26) == 0 && n > 0 && len < ERR_LEN - 1) {
+            self[n] = '\0';
+            if (snprintf(err + len, ERR_LEN - len, "; this one is %s", self) >=
+                (int)(ERR_LEN - len))
+                err[len] = '\0'; /* the hint whole, or not at all */
+        }
+        return -1;
+    }
+    if (!names_port)
+        fprintf(stderr, "stallscope %s: warning: --server-cmd names neither {port} nor the port "
+                        "of --target %s: unless its server listens there by default, each start "
+                        "waits --server-timeout for /health and fails\n",
+                cmd, cfg->client.target);
+    return 0;
+}
+
+void cli_warn_no_injection(const char *cmd, const experiment_config *cfg)
+{
+    char why[512];
+    if (experiment_no_injection_inside(cfg, why, sizeof why))
+        fprintf(stderr, "stallscope %s: warning: %s\n", cmd, why);
 }
 
 void cli_calibrate_probe_shape(const fit_probe *p, char *buf, size_t size)

@@ -1,7 +1,8 @@
 /* stallscope report DIR — recompute every summary from a run's token log, so the numbers
  * people quote always come from the one analysis, whatever wrote the CSVs; then rebuild
  * DIR/report.html and DIR/plots/ from the same files. DIR is a run directory (baseline/ and
- * interference/, or one run) or a sweep (sweep.json and its point-k/ directories).
+ * interference/, or one run) or a sweep (sweep.json and its point-k/ directories); a directory
+ * of those (out/) has each named with its report line, nothing rebuilt.
  * stallscope report --merge DIR... — the shards of a sharded run into one run directory
  * (docs/guide/shards.md), then its report. */
 #include <stdio.h>
@@ -12,6 +13,8 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "report/report.h"
+
+#define REPORT_MERGED_DIR "out/merged"
 
 typedef struct report_flags {
     int64_t stall_threshold_ns; /* 0: the default rule */
@@ -35,7 +38,10 @@ static const opts_spec report_specs[] = {
 static const opts_spec merge_specs[] = {
     OPTS_FLAG("merge", "the directories are shards of one run (--shard I/N): merge them", report_flags,
               merge),
-    OPTS_STRING("out", "DIR", "where the merged run goes (default out/merged)", report_flags, out),
+    OPTS_STRING("out", "DIR",
+                "where the merged run goes (default out/merged, or when that holds an earlier "
+                "run the next free out/merged-2, -3 ...)",
+                report_flags, out),
     OPTS_FLAG("allow-partial",
               "merge the complete shards when one is missing or incomplete (the merged run is "
               "then marked incomplete)",
@@ -59,6 +65,8 @@ int cli_report(int argc, char **argv)
                        "DIR/<label>/ (or in DIR itself), print the side-by-side table and the\n"
                        "verdict, and rebuild DIR/report.html with its plots (DIR/plots/). For a\n"
                        "sweep (DIR/sweep.json), every point, sweep.csv and the sweep's report.\n"
+                       "A DIR holding no run of its own but run and sweep directories (out/):\n"
+                       "each is named with the line that reports it, nothing rebuilt.\n"
                        "With --merge: each DIR is one shard's --out (run --shard I/N); they are\n"
                        "merged into one run in --out (tokens in time order, request ids kept\n"
                        "apart, each shard placed on the common axis by its t = 0), then reported\n"
@@ -92,8 +100,14 @@ int cli_report(int argc, char **argv)
                                                "stallscope report --merge DIR... --out MERGED)");
             goto done;
         }
-        if (!flags.out[0])
-            snprintf(flags.out, sizeof flags.out, "out/merged");
+        if (!flags.out[0]) {
+            /* The default beside an earlier merge, as sim and run do with theirs. */
+            if (cli_default_dir("report", REPORT_MERGED_DIR, flags.force, flags.out,
+                                sizeof flags.out, err) != 0) {
+                status = cli_usage_error("report", err);
+                goto done;
+            }
+        }
         report_merge_options opt = {.dirs = positional, .n_dirs = n_positional, .out = flags.out,
                                     .allow_partial = flags.allow_partial, .force = flags.force,
                                     .argc = argc, .argv = argv,
@@ -114,7 +128,13 @@ int cli_report(int argc, char **argv)
         }
         rc = report_rebuild_dir(positional[0], threshold_ms, flags.json, !flags.no_report, err);
     }
-    if (rc == -2) {
+    if (rc == REPORT_LISTED) {
+        /* DIR held runs, named above; the rules judge one run. */
+        status = gate.given ? cli_usage_error("report", "--fail-if judges one run: give one "
+                                                        "of the directories above")
+                            : CLI_EXIT_OK;
+        gate.given = false;
+    } else if (rc == -2) {
         status = cli_usage_error("report", err);
     } else if (rc == 1) {
         fprintf(stderr, "stallscope report: %s\n", err); /* reported whole; the run failed */

@@ -8,7 +8,6 @@
 #include "common/err.h"
 #include "experiment/config.h"
 #include "experiment/options.h"
-#include "experiment/outdir.h"
 #include "experiment/pair.h"
 #include "experiment/runner.h"
 #include "experiment/server_flags.h"
@@ -97,8 +96,9 @@ int cli_run(int argc, char **argv)
         experiment_print_server_guide(stdout, &cfg);
         return CLI_EXIT_OK;
     }
-    if (experiment_check(&cfg, err) != 0 || experiment_claim_dir(out.out, out.force, err) != 0)
+    if (experiment_check(&cfg, err) != 0 || cli_output_claim(&out, "run", err) != 0)
         return cli_usage_error("run", err);
+    cli_warn_no_injection("run", &cfg);
 
     experiment_runner runner;
     if (experiment_runner_http(&runner, &secrets, err) != 0) {

@@ -6,7 +6,6 @@
 #include "common/err.h"
 #include "experiment/config.h"
 #include "experiment/options.h"
-#include "experiment/outdir.h"
 #include "experiment/pair.h"
 #include "experiment/runner.h"
 #include "report/report.h"
@@ -57,9 +56,10 @@ int cli_sim(int argc, char **argv)
         return CLI_EXIT_OK;
     /* Refuse what can never run before writing anything. */
     if (opts_parse(argc, argv, groups, OPTS_COUNT(groups), NULL, 0, NULL, err) != 0 ||
-        cli_gate_check(&gate, err) != 0 || experiment_resolve(&cfg, err) != 0 || experiment_check(&cfg, err) != 0 ||
-        experiment_claim_dir(out.out, out.force, err) != 0)
+        cli_gate_check(&gate, err) != 0 || experiment_resolve(&cfg, err) != 0 ||
+        experiment_check(&cfg, err) != 0 || cli_output_claim(&out, "sim", err) != 0)
         return cli_usage_error("sim", err);
+    cli_warn_no_injection("sim", &cfg);
 
     experiment_runner runner;
     experiment_runner_sim(&runner, err);

@@ -11,7 +11,6 @@
 #include "common/err.h"
 #include "experiment/config.h"
 #include "experiment/options.h"
-#include "experiment/outdir.h"
 #include "experiment/pair.h"
 #include "experiment/runner.h"
 #include "experiment/sweep.h"
@@ -134,9 +133,12 @@ static int sweep(experiment_sweep *sw, int argc, char **argv)
         experiment_sweep_print_flags(stderr, sw);
         return CLI_EXIT_USAGE;
     }
-
-    if (experiment_claim_dir(out.out, out.force, err) != 0)
+    if (sw->server_cmd[0] && cli_check_server_cmd("sweep", sw->server_cmd, &sw->base, err) != 0)
         return cli_usage_error("sweep", err);
+
+    if (cli_output_claim(&out, "sweep", err) != 0)
+        return cli_usage_error("sweep", err);
+    cli_warn_no_injection("sweep", &sw->base);
     experiment_runner runner;
     if ((sw->base.engine == EXPERIMENT_SIM ? experiment_runner_sim(&runner, err)
                                            : experiment_runner_http(&runner, &secrets, err)) != 0) {

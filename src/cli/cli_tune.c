@@ -13,7 +13,6 @@
 #include "common/fsio.h"
 #include "experiment/config.h"
 #include "experiment/options.h"
-#include "experiment/outdir.h"
 #include "experiment/pair.h"
 #include "experiment/runner.h"
 #include "report/html_tune.h"
@@ -80,8 +79,8 @@ static const char HELP[] =
     "--verify, the first candidate met them live); 1: none does (the closest is named, with\n"
     "the SLO that binds), or the live check missed; 2: bad input.\n"
     "The workload is the lesson's unless you give one (the same flags as sim); the device is\n"
-    "--gpu/--model or a --hardware profile. --verify runs each candidate without a baseline\n"
-    "and without a warm-up (--warmup 0 unless given), as the simulator ran it. Below,\n"
+    "--gpu/--model or a --hardware profile. --verify runs each candidate without a baseline.\n"
+    "The search and --verify start cold (--warmup 0) unless --warmup is given. Below,\n"
     "--target is --verify's server (the one --server-cmd starts: no embedded one) and\n"
     "--no-report skips tune.html.\n"
     "Examples:\n"
@@ -180,8 +179,12 @@ static int tune(tune_config *tc, int argc, char **argv)
                                        "give both");
     if (!flags.verify && (flags.server_cmd[0] || tc->base.client.target[0]))
         return cli_usage_error("tune", "--target and --server-cmd are for --verify");
-    if (experiment_claim_dir(out.out, out.force, err) != 0)
+    /* Its program and placeholders now, not after the search. */
+    if (flags.verify && cli_check_server_cmd("tune", flags.server_cmd, &tc->base, err) != 0)
         return cli_usage_error("tune", err);
+    if (cli_output_claim(&out, "tune", err) != 0)
+        return cli_usage_error("tune", err);
+    cli_warn_no_injection("tune", &tc->base);
 
     const volatile sig_atomic_t *interrupted = cli_catch_interrupts();
     tune_result res;

@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/proc.h"
+#include "common/units.h"
 #include "engine/cpu/cpu_pool.h"
 #include "engine/exec_cpu.h"
 #include "engine/exec_emulate.h"
@@ -268,6 +269,23 @@ int experiment_check(const experiment_config *cfg, char *err)
     /* The simulator's admission rule is the embedded engine's: one check for both. */
     sim_config sim = {.wl = wl, .cost = cfg->cost, .sched = cfg->sched, .disagg = cfg->disagg};
     return sim_check(&sim, err);
+}
+
+bool experiment_no_injection_inside(const experiment_config *cfg, char *buf, size_t size)
+{
+    workload_config wl = cfg->wl;
+    wl.inject = true;
+    int64_t first;
+    if (!workload_injects(&wl) || workload_injection_times(&wl, &first, 1) > 0)
+        return false;
+    char at[32], duration[32];
+    units_format_duration(wl.inject_at_ns, at, sizeof at);
+    units_format_duration(wl.duration_ns, duration, sizeof duration);
+    snprintf(buf, size, "no injection falls inside the run: the first is planned at %s and the "
+                        "run lasts %s, so the interference run has none (a --duration above %s, "
+                        "or an --inject-at below %s)",
+             at, duration, at, duration);
+    return true;
 }
 
 double experiment_model_spike_ms(const experiment_config *cfg, int prompt_tokens)

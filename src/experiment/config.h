@@ -159,6 +159,10 @@ int experiment_client_threads(const experiment_config *cfg);
  * injection longer than the context or, under mixed/prefill-first, the token budget.
  * 0, or -1 with err. */
 int experiment_check(const experiment_config *cfg, char *err);
+/* True when the injector is on (no --no-inject) but no injection falls inside the run (the
+ * first at --inject-at is at or past --duration): then the interference run is a second
+ * baseline. The warning, naming both times and the flags that fix it, into buf. */
+bool experiment_no_injection_inside(const experiment_config *cfg, char *buf, size_t size);
 
 /* "h100-sxm llama-3.1-8b mixed/16384": the cost model's profile of a run. */
 void experiment_profile_name(const cost_params *cost, const sched_config *sched, char *buf,

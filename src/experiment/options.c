@@ -111,6 +111,11 @@ static const opts_spec workload_specs[] = {
                   "length of each run (default 40s; with --trace: until the trace's last request "
                   "has finished, at most 10 min after its send)",
                   C, wl.duration_ns, 1, MAX_DURATION_NS),
+    OPTS_DURATION("warmup", "DUR",
+                  "the closed users start this long before t = 0, unrecorded: they are "
+                  "mid-answer when the run starts, in run and sim alike (default 2s; tune: 0, "
+                  "its search and --verify both cold)",
+                  C, client.warmup_ns, 0, 3600 * CLOCK_NS_PER_S),
     OPTS_DURATION("inject-every", "DUR", "period of the long-prompt injector (default 10s)", C,
                   wl.inject_every_ns, 1, MAX_DURATION_NS),
     OPTS_DURATION("inject-at", "DUR", "first injection (default 5s)", C, wl.inject_at_ns, 0,
@@ -405,10 +410,6 @@ static const opts_spec client_specs[] = {
     OPTS_DURATION("request-timeout", "DUR",
                   "a request with no bytes for this long fails (default 30s)", C,
                   client.request_timeout_ns, 1, 24 * 3600 * CLOCK_NS_PER_S),
-    OPTS_DURATION("warmup", "DUR",
-                  "background load before t = 0, not recorded: users are mid-answer when the "
-                  "run starts (default 2s; tune --verify: 0, as its simulator ran)",
-                  C, client.warmup_ns, 0, 3600 * CLOCK_NS_PER_S),
     OPTS_FLAG("fidelity",
               "ask --target for stallscope's per-chunk emit times (on for the embedded server)", C,
               client.fidelity),

@@ -8,7 +8,7 @@
 
 /* The option groups that fill a configuration, for every command that runs experiments
  * (and for the sweep, which applies one varied value at a time through the same tables):
- *   workload  --preset --users --duration --inject-every --inject-at --inject-poisson
+ *   workload  --preset --users --duration --warmup --inject-every --inject-at --inject-poisson
  *             --no-inject --prompt-tokens --inject-max-tokens --prompt-len --answer-len
  *             --bg-prompt-tokens --bg-answer-tokens --seed --request-rate --burstiness
  *             --ramp-up --max-concurrency --trace --trace-format --speedup --from --to
@@ -19,8 +19,7 @@
  *   sched     --policy --max-num-batched-tokens --max-num-seqs --max-model-len --kv-blocks
  *             --enable-chunked-prefill --no-enable-chunked-prefill
  *   client    --target --model-name --insecure --transport (experiment_connection_group:
- *             the server and how to reach it) --endpoint --request-timeout --warmup
- *             --fidelity --extra-body --client-threads --scrape-metrics
+ *             the server and how to reach it) --endpoint --request-timeout --fidelity --extra-body --client-threads --scrape-metrics
  *   analysis  --no-baseline --stall-threshold --metric-percentiles --goodput --label
  *             --metadata
  *   shards    --shard --start-at (run only: experiment_shard_group, shard.h)

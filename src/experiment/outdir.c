@@ -108,6 +108,38 @@ int experiment_claim_dir(const char *dir, bool force, char *err)
     return rc;
 }
 
+/* Whether dir is absent or an empty directory: free for a new run. */
+static bool dir_free(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno == ENOENT;
+    bool empty = true;
+    struct dirent *e;
+    while (empty && (e = readdir(d)) != NULL)
+        empty = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0;
+    closedir(d);
+    return empty;
+}
+
+int experiment_default_dir(const char *dir, bool force, char *chosen, size_t size, char *err)
+{
+    if (snprintf(chosen, size, "%s", dir) >= (int)size)
+        return err_set(err, "path too long: %.80s...", dir);
+    if (force || dir_free(dir))
+        return 0;
+    /* Bounded: at most EXPERIMENT_DEFAULT_DIR_MAX names, one opendir each. */
+    for (int n = 2; n <= EXPERIMENT_DEFAULT_DIR_MAX; n++) {
+        if (snprintf(chosen, size, "%s-%d", dir, n) >= (int)size)
+            return err_set(err, "path too long: %.80s...", dir);
+        if (dir_free(chosen))
+            return 0;
+    }
+    return err_set(err, "%s and %s-2 ... %s-%d all hold earlier runs: give --out DIR, or --force "
+                        "to replace %s",
+                   dir, dir, dir, EXPERIMENT_DEFAULT_DIR_MAX, dir);
+}
+
 /* ---- a directory built beside OUT, moved into it on success ------------------------------ */
 
 /* The shallowest directory of path (an absolute path) that does not exist: "" when all do. */

@@ -2,6 +2,7 @@
 #ifndef STALLSCOPE_EXPERIMENT_OUTDIR_H
 #define STALLSCOPE_EXPERIMENT_OUTDIR_H
 #include <stdbool.h>
+#include <stddef.h>
 
 /* A run owns its directory, so two experiments never mix in one OUT: dir is created when
  * absent and taken when empty; when it holds what an earlier run or sweep wrote (baseline/,
@@ -10,6 +11,14 @@
  * force removes that first, else it is refused; a directory holding anything else is always
  * refused. 0, or -1 with err (bad input: the command's exit 2). */
 int experiment_claim_dir(const char *dir, bool force, char *err);
+
+/* Where a run goes when no --out was given: dir itself when it is absent or empty (or with
+ * force: experiment_claim_dir's rule then decides), else the first of dir-2, dir-3 ... (at
+ * most dir-EXPERIMENT_DEFAULT_DIR_MAX) that is absent or empty, so that a second `sim` or a
+ * run of another setting keeps the earlier one. Nothing is created: the caller claims
+ * chosen. 0, or -1 with err (every name taken, or a name too long). */
+#define EXPERIMENT_DEFAULT_DIR_MAX 999
+int experiment_default_dir(const char *dir, bool force, char *chosen, size_t size, char *err);
 
 /* A run directory written in one go (report --merge), so that a failure leaves nothing: it
  * is built in a staging directory beside OUT (OUT.<what>-PID, on OUT's file system) and its

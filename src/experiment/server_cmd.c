@@ -2,7 +2,10 @@
  * template (sweep's points, tune's candidates): placeholders filled from the configuration,
  * the command in its own process group with its output in a log, /health awaited. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "client/fetch.h"
 #include "client/url.h"
@@ -103,6 +106,98 @@ int experiment_server_command(const char *tmpl, const experiment_config *cfg, co
                                                              : "--no-enable-chunked-prefill",
                           port, host, point};
     return expand_template(tmpl, keys, vals, (int)(sizeof keys / sizeof keys[0]), out, size, err);
+}
+
+/* The shell's own words: a program that is not a file. */
+static bool shell_word(const char *w)
+{
+    static const char *const words[] = {
+        "exec", "cd",    ".",     "source", "export", "set",  "unset", "ulimit", "umask",
+        "eval", "command", "builtin", "if", "for",    "while", "until", "case", "!",
+        "{",    "time",  "trap",  "true",   "false",  ":",    "exit",  "return", "wait",
+        "read", "test",  "[",     "echo",   "printf", "kill", "type",  "alias",  "local"};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (strcmp(w, words[i]) == 0)
+            return true;
+    return false;
+}
+
+/* The first word of a shell command at *p (one plain or wholly quoted word), into word;
+ * *p past it. False when the shell would have to expand it ($, globs, ~, escapes) or the
+ * command opens with something else (a subshell, a redirection). */
+static bool first_word(const char **p, char *word, size_t size)
+{
+    const char *s = *p + strspn(*p, " \t\n");
+    size_t n;
+    if (*s == '\'' || *s == '"') {
+        const char *close = strchr(s + 1, *s);
+        if (!close || (close[1] && !strchr(" \t\n;&|", close[1])))
+            return false;
+        n = (size_t)(close - s - 1);
+        if (*s == '"' && memchr(s + 1, '$', n) != NULL)
+            return false;
+        snprintf(word, size, "%.*s", (int)n, s + 1);
+        *p = close + 1;
+    } else {
+        n = strcspn(s, " \t\n;&|<>()");
+        if (n == 0)
+            return false;
+        snprintf(word, size, "%.*s", (int)n, s);
+        *p = s + n;
+        if (strpbrk(word, "$`\\*?[~'\"") != NULL)
+            return false;
+    }
+    return n > 0 && n < size;
+}
+
+static bool executable(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+/* Whether the shell finds program on PATH (an empty entry is the working directory). */
+static bool on_path(const char *program)
+{
+    const char *path = getenv("PATH");
+    if (!path)
+        path = "/usr/bin:/bin";
+    for (const char *dir = path;;) {
+        const size_t len = strcspn(dir, ":");
+        char full[4200];
+        snprintf(full, sizeof full, "%.*s%s%s", (int)len, len ? dir : ".", "/", program);
+        if (executable(full))
+            return true;
+        if (!dir[len])
+            return false;
+        dir += len + 1;
+    }
+}
+
+int experiment_server_command_check(const char *tmpl, const experiment_config *cfg,
+                                    bool *names_port, char *err)
+{
+    char cmd[4096], word[1024], host[256], port[32];
+    if (experiment_server_command(tmpl, cfg, "check", cmd, sizeof cmd, err) != 0)
+        return -1;
+    url_host_port(cfg->client.target, host, sizeof host, port, sizeof port);
+    *names_port = strstr(tmpl, "{port}") != NULL || strstr(cmd, port) != NULL;
+    const char *p = cmd;
+    /* Past VAR=value assignments (bounded by the command's length). */
+    while (first_word(&p, word, sizeof word)) {
+        const char *eq = strchr(word, '=');
+        if (eq && eq > word && strspn(word, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                            "0123456789_") == (size_t)(eq - word))
+            continue;
+        if (shell_word(word))
+            return 0;
+        if (strchr(word, '/') ? executable(word) : on_path(word))
+            return 0;
+        return err_set(err, "--server-cmd: %s: %s", word,
+                       strchr(word, '/') ? "no executable file there"
+                                         : "not found on PATH: give its path");
+    }
+    return 0; /* a first word only the shell can resolve */
 }
 
 int experiment_server_start(const char *tmpl, const experiment_config *cfg, const char *point,

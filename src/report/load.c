@@ -25,11 +25,6 @@ static bool is_run_dir(const char *dir)
     return has_file(dir, "tokens.csv") || has_file(dir, "requests.csv");
 }
 
-static int cmp_run_dir(const void *a, const void *b)
-{
-    return strcmp(((const report_run *)a)->dir, ((const report_run *)b)->dir);
-}
-
 static int add_run(report_set *set, const char *path, char *err)
 {
     if (set->n_runs == REPORT_MAX_RUNS)
@@ -49,6 +44,36 @@ static int add_run(report_set *set, const char *path, char *err)
     return 0;
 }
 
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* dir's subdirectories for which keep(path) holds, by name, at most max (the rest counted
+ * in the return value but not kept); their names into names[] (freed by the caller). */
+static int child_dirs(const char *dir, bool (*keep)(const char *), char **names, int max)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char path[4096];
+        struct stat st;
+        if (e->d_name[0] == '.' ||
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path ||
+            stat(path, &st) != 0 || !S_ISDIR(st.st_mode) || !keep(path))
+            continue;
+        if (n < max && !(names[n] = strdup(e->d_name)))
+            break;
+        n++;
+    }
+    closedir(d);
+    qsort(names, (size_t)(n < max ? n : max), sizeof *names, cmp_name);
+    return n;
+}
+
 /* root itself, or its subdirectories holding a token log, sorted by name. */
 static int find_runs(report_set *set, const char *root, char *err)
 {
@@ -59,30 +84,25 @@ static int find_runs(report_set *set, const char *root, char *err)
         return err_set(err, "%s: not a directory", root);
     if (is_run_dir(root))
         return add_run(set, root, err);
-    DIR *d = opendir(root);
-    if (!d)
+    if (access(root, R_OK | X_OK) != 0)
         return err_set(err, "%s: %s", root, strerror(errno));
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
+    char *names[REPORT_MAX_RUNS];
+    const int n = child_dirs(root, is_run_dir, names, REPORT_MAX_RUNS);
+    int rc = n > REPORT_MAX_RUNS
+                 ? err_set(err, "%s: more than %d run directories", root, REPORT_MAX_RUNS)
+                 : 0;
+    for (int i = 0; i < n && i < REPORT_MAX_RUNS; i++) {
         char path[4096];
-        if (snprintf(path, sizeof path, "%s/%s", root, e->d_name) >= (int)sizeof path)
-            continue;
-        if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode) || !is_run_dir(path))
-            continue;
-        if (add_run(set, path, err) != 0) {
-            closedir(d);
-            return -1;
-        }
+        snprintf(path, sizeof path, "%s/%s", root, names[i]);
+        if (rc == 0)
+            rc = add_run(set, path, err);
+        free(names[i]);
     }
-    closedir(d);
-    if (set->n_runs == 0)
+    if (rc == 0 && set->n_runs == 0)
         return err_set(err, "%s: no token log here (expected tokens.csv and requests.csv in it "
                             "or in its run directories, e.g. %s/baseline)",
                        root, root);
-    qsort(set->runs, (size_t)set->n_runs, sizeof *set->runs, cmp_run_dir);
-    return 0;
+    return rc;
 }
 
 /* The last path component, trailing slashes ignored: "out/baseline/" -> "baseline". */
@@ -403,6 +423,49 @@ const report_run *report_set_baseline(const report_set *set)
 bool report_is_sweep(const char *dir)
 {
     return has_file(dir, "sweep.json");
+}
+
+static bool is_point_dir(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return strncmp(slash ? slash + 1 : path, "point-", 6) == 0;
+}
+
+static bool reportable(const char *path)
+{
+    char kind[8];
+    return report_dir_kind(path, kind, sizeof kind);
+}
+
+int report_dir_children(const char *dir, char **names, int max)
+{
+    return child_dirs(dir, reportable, names, max);
+}
+
+bool report_dir_kind(const char *dir, char *kind, size_t size)
+{
+    char *names[REPORT_MAX_RUNS];
+    kind[0] = '\0';
+    if (report_is_sweep(dir)) {
+        const int n = child_dirs(dir, is_point_dir, names, REPORT_MAX_RUNS);
+        for (int i = 0; i < n && i < REPORT_MAX_RUNS; i++)
+            free(names[i]);
+        snprintf(kind, size, "sweep, %d point%s", n, n == 1 ? "" : "s");
+        return true;
+    }
+    if (is_run_dir(dir)) {
+        snprintf(kind, size, "one run");
+        return true;
+    }
+    const int n = child_dirs(dir, is_run_dir, names, REPORT_MAX_RUNS);
+    size_t len = 0;
+    for (int i = 0; i < n && i < REPORT_MAX_RUNS; i++) {
+        int w = snprintf(kind + len, size - len, "%s%s", i ? " + " : "", names[i]);
+        if (w > 0 && (size_t)w < size - len)
+            len += (size_t)w;
+        free(names[i]);
+    }
+    return n > 0;
 }
 
 const report_run *report_sweep_point_main(const report_sweep_point *pt)

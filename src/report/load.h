@@ -112,6 +112,13 @@ typedef struct report_sweep {
 
 /* True when dir holds a sweep.json. */
 bool report_is_sweep(const char *dir);
+/* What `report dir` would report, in a few words, into kind: "sweep, 3 points" (a sweep),
+ * "one run" (dir holds tokens.csv or requests.csv), or its runs' labels ("baseline +
+ * interference", sorted). False (kind "") when dir holds none of these. */
+bool report_dir_kind(const char *dir, char *kind, size_t size);
+/* dir's subdirectories that report_dir_kind describes, by name: their count, the first max of
+ * them strdup'ed into names (the caller frees each). */
+int report_dir_children(const char *dir, char **names, int max);
 /* Read DIR/sweep.json, load every point that ran and compute the sweep's figures.
  * 0, or -1 with err; report_sweep_free either way. */
 int report_sweep_load(report_sweep *sw, const char *dir, double threshold_ms, FILE *warn,

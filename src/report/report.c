@@ -9,6 +9,7 @@
 #include "common/fsio.h"
 #include "report/html.h"
 #include "report/html_sweep.h"
+#include "report/load.h"
 #include "report/plot.h"
 #include "report/sweep.h"
 #include "report/table.h"
@@ -226,8 +227,46 @@ done:
     return rc;
 }
 
+/* A directory of runs and sweeps (out/ after the tour), none its own: each named with what
+ * it holds and the command that reports it, or the same as JSON. The count named. */
+static int print_index(const char *dir, bool json)
+{
+    char *names[REPORT_MAX_RUNS];
+    const int n = report_dir_children(dir, names, REPORT_MAX_RUNS);
+    const int kept = n < REPORT_MAX_RUNS ? n : REPORT_MAX_RUNS;
+    if (n <= 0)
+        return 0;
+    json_t *all = json ? json_array() : NULL;
+    if (!json)
+        printf("%s holds no run of its own but %d run or sweep director%s; report one:\n\n",
+               dir, n, n == 1 ? "y" : "ies");
+    for (int i = 0; i < kept; i++) {
+        char path[4200], kind[512];
+        snprintf(path, sizeof path, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/",
+                 names[i]);
+        report_dir_kind(path, kind, sizeof kind);
+        if (all)
+            json_array_append_new(all, json_pack("{s:s, s:s}", "dir", path, "holds", kind));
+        else
+            printf("  stallscope report %-28s # %s\n", path, kind);
+        free(names[i]);
+    }
+    if (kept < n && !json)
+        printf("  ... and %d more\n", n - kept);
+    if (all) {
+        json_t *doc = json_pack("{s:s, s:o}", "dir", dir, "runs", all);
+        print_json(doc);
+        json_decref(doc);
+    }
+    fflush(stdout);
+    return n;
+}
+
 int report_rebuild_dir(const char *dir, double threshold_ms, bool json, bool html, char *err)
 {
+    char kind[512];
+    if (!report_dir_kind(dir, kind, sizeof kind) && print_index(dir, json) > 0)
+        return REPORT_LISTED;
     if (!report_is_sweep(dir))
         return runs_dir(dir, threshold_ms, json, html, err);
     report_sweep sw;

@@ -37,7 +37,11 @@ int report_finish_sweep(const char *out_dir, double threshold_ms, bool json, boo
 /* `stallscope report DIR`: recompute every summary.json (and comparison.json) from the token
  * logs, rebuild the report, print the tables (or JSON). A directory without a readable log
  * is bad input: -2 with err; a failure to write is -1 with err; 1 with err when all was
- * reported but a run failed (analysis_summary.failed: most of its requests failed). */
+ * reported but a run failed (analysis_summary.failed: most of its requests failed).
+ * REPORT_LISTED when DIR holds no run of its own but run and sweep directories (out/ after
+ * the README's tour): each is named, with what it holds and its `stallscope report DIR/x`
+ * line (or as JSON: {"dir", "runs": [{"dir", "holds"}]}), and nothing is rebuilt. */
+#define REPORT_LISTED 2
 int report_rebuild_dir(const char *dir, double threshold_ms, bool json, bool html, char *err);
 /* `stallscope report --merge DIR...`: merge the shards into opt->out (merge.h), then rebuild
  * its report as report_rebuild_dir does. *complete: whether every shard was merged, whole.

@@ -553,6 +553,8 @@ int sim_disagg_run(const sim_config *cfg, const workload_plan *plan, tokenlog *l
             goto done;
     }
     const int n_inject = workload_injection_times(&cfg->wl, inject_times, WORKLOAD_MAX_INJECTIONS);
+    for (int i = 0; i < n_inject; i++)
+        inject_times[i] += cfg->t0_ns; /* planned from t = 0 (a warm start's) */
     int next_inject = 0;
 
     for (int u = 0; u < cfg->wl.users; u++)
@@ -609,7 +611,7 @@ int sim_disagg_run(const sim_config *cfg, const workload_plan *plan, tokenlog *l
         if (next <= t && !st.draining)
             next = t; /* an arrival planned at t that waited for a slot: handled above */
         t = next;
-        if (t >= cfg->wl.duration_ns)
+        if (t >= cfg->t0_ns + cfg->wl.duration_ns)
             st.draining = true; /* the steps under way end; nothing new starts */
         for (int i = 0; i < st.n_inst; i++)
             if (st.inst[i].busy && st.inst[i].t_end == t && dg_end_step(&st, i, t, err) != 0)

@@ -5,6 +5,7 @@
 
 #include "common/err.h"
 #include "sim/disagg.h"
+#include "sim/warm.h"
 
 /* One simulated request; sched_req is embedded so the scheduler's pointer leads back. */
 typedef struct sim_req {
@@ -342,6 +343,28 @@ static int sim_finish_step(sim_state *st, const sched_batch *b, int64_t t_end, c
 }
 
 static int sim_run_core(const sim_config *cfg, const workload_plan *plan_in, tokenlog *log,
+                        const tokenlog_sink *sink, sim_stats *stats, char *err);
+
+/* A warm start (warm.h): the run with its t = 0 at warmup_ns, through the filter that keeps
+ * what a live client would have recorded. */
+static int sim_run_warm(const sim_config *cfg, const workload_plan *plan, tokenlog *log,
+                        const tokenlog_sink *sink, sim_stats *stats, char *err)
+{
+    sim_config warm = *cfg;
+    warm.warmup_ns = 0;
+    warm.t0_ns = cfg->warmup_ns;
+    sim_warm w;
+    workload_plan shifted;
+    int rc = sim_warm_begin(&w, cfg, plan, &shifted, log, sink, err);
+    if (rc == 0)
+        rc = sim_run_core(&warm, &shifted, NULL, &w.sink, stats, err);
+    if (rc == 0)
+        rc = sim_warm_end(&w, stats, err);
+    sim_warm_free(&w);
+    return rc;
+}
+
+static int sim_run_core(const sim_config *cfg, const workload_plan *plan_in, tokenlog *log,
                         const tokenlog_sink *sink, sim_stats *stats, char *err)
 {
     sim_stats local;
@@ -350,6 +373,9 @@ static int sim_run_core(const sim_config *cfg, const workload_plan *plan_in, tok
     memset(stats, 0, sizeof *stats);
     if (sim_check_plan(cfg, plan_in, err) != 0)
         return -1;
+    /* Without closed users nothing runs before t = 0: a warm start would change nothing. */
+    if (cfg->warmup_ns > 0 && cfg->wl.users > 0)
+        return sim_run_warm(cfg, plan_in, log, sink, stats, err);
     if (cfg->disagg.prefill > 0)
         return sim_disagg_run(cfg, plan_in, log, sink, stats, err);
     const workload_plan plan = *plan_in;
@@ -373,6 +399,8 @@ static int sim_run_core(const sim_config *cfg, const workload_plan *plan_in, tok
         goto done;
     }
     int n_inject = workload_injection_times(&cfg->wl, inject_times, WORKLOAD_MAX_INJECTIONS);
+    for (int i = 0; i < n_inject; i++)
+        inject_times[i] += cfg->t0_ns; /* planned from t = 0 (a warm start's) */
 
     for (int u = 0; u < cfg->wl.users; u++)
         if (sim_start_bg(&st, u, 0, err) != 0)
@@ -381,7 +409,7 @@ static int sim_run_core(const sim_config *cfg, const workload_plan *plan_in, tok
     int64_t t = 0;
     int next_inject = 0;
     sched_batch batch;
-    while (t < cfg->wl.duration_ns) {
+    while (t < cfg->t0_ns + cfg->wl.duration_ns) {
         if (cfg->wl.until_trace_end && st.next_open >= plan.n_arrivals && st.open_in_flight == 0)
             break; /* the trace's last request has finished: the run ends with it */
         while (next_inject < n_inject && inject_times[next_inject] <= t) {

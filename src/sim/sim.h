@@ -10,6 +10,14 @@
  * wl.until_trace_end, once the last open-loop request has finished (virtual_ns: that end).
  * Writes the same token log as a live run, so one analysis serves both.
  *
+ * Warm start (warmup_ns > 0, run's --warmup; sim/warm.h): the closed users start warmup_ns
+ * before t = 0 and run unrecorded, as a live client's warm-up; the injections and open-loop
+ * arrivals are planned from t = 0 and the run ends at duration, as always. The requests in
+ * flight at t = 0 are carried over (their rows first, t_plan, t_send and t_first -1: they
+ * count for gaps, not TTFT), steps that start before t = 0 are not logged, and the rows are
+ * numbered 0, 1 ... in the order a live log numbers them. Without closed users it changes
+ * nothing; warmup_ns 0 starts every user at t = 0 (cold: their first prompts prefill together).
+ *
  * Disaggregated prefill (disagg.prefill > 0, `--disaggregate P:D`): P prefill instances and D
  * decode instances of the same device and model, each with its own scheduler (the same
  * sched_config) and the same cost model. A request goes to the prefill instance that holds the

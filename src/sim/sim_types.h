@@ -28,6 +28,14 @@ typedef struct sim_config {
     cost_params cost;
     sched_config sched;
     sim_disagg disagg;
+    /* The closed users start this long before t = 0, unrecorded, as a live run's client
+     * warms up (run --warmup): at t = 0 they are mid-answer (sim.h, "Warm start"). 0: they
+     * all start at t = 0 (cold). */
+    int64_t warmup_ns;
+    /* The simulator's own (callers leave it 0): the virtual time of t = 0 during a warm
+     * start; injections and open-loop arrivals are planned from it, the run ends at
+     * t0_ns + duration. */
+    int64_t t0_ns;
 } sim_config;
 
 typedef struct sim_stats {

@@ -18,9 +18,8 @@ int tune_defaults(tune_config *tc, char *err)
 {
     memset(tc, 0, sizeof *tc);
     experiment_defaults(&tc->base, EXPERIMENT_SIM);
-    /* The simulator starts cold at t = 0: the live check (--verify) does too, or its first
-     * seconds' requests, sent in a warm-up, would not count and its figures would differ
-     * from the prediction for that reason alone. */
+    /* The search and the live check (--verify) start alike: cold at t = 0 unless --warmup
+     * is given (the simulator then warms up as the live client does). */
     tc->base.client.warmup_ns = 0;
     tc->policies[0] = SCHED_MIXED;
     tc->policies[1] = SCHED_CHUNKED;

@@ -107,8 +107,8 @@ typedef struct tune_result {
 } tune_result;
 
 /* One instance (no --disaggregate), the lesson's workload and device, every policy, budgets 256, 512 ... 16384, max_num_seqs
- * 16, 32, 64, 128, 256 (105 points) and the SLOs TUNE_DEFAULT_SLO; no client warm-up (the
- * simulator starts cold, so --verify's live runs do too). */
+ * 16, 32, 64, 128, 256 (105 points) and the SLOs TUNE_DEFAULT_SLO; no warm-up (--warmup 0):
+ * the search and --verify's live runs both start cold unless --warmup is given. */
 #define TUNE_DEFAULT_SLO "itl.p99.9<100ms,ttft.p99<2s"
 int tune_defaults(tune_config *tc, char *err);
 

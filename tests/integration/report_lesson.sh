@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The report of a run (issue 6): sim writes OUT/report.html and OUT/plots/ by default,
 # --no-report skips them, `report DIR` rebuilds the same page from the artifacts, every
-# plot has its size and its data, and the timeline carries one marker per injection.
+# plot has its size and its data, and the timeline carries one marker per injection; `report
+# DIR` on a directory of runs (out/ after the README's tour) names each with its report line
+# and rebuilds nothing (issue 28, point 2).
 set -euo pipefail
 bin=$1; dir=$2
 . "$(dirname "$0")/lib.bash"
@@ -109,4 +111,31 @@ set +e
 set -e
 [ $rc = 2 ] && grep -q "no token log" "$dir/empty.err" || fail "report on an empty dir: rc $rc"
 pass "report on an empty directory: exit 2"
+
+# 7. A directory of runs and sweeps, none its own: each named, nothing rebuilt (issue 28).
+P=$dir/parent
+"$bin" sim --users 4 --duration 2s --no-report --out "$P/a" >/dev/null
+"$bin" sweep --prompt-tokens 1k,2k --users 4 --duration 2s --no-report --out "$P/s" >/dev/null 2>&1
+mkdir -p "$P/notes"
+stamps() { find "$P" -type f -printf '%p %T@\n' | sort | md5sum; }
+before=$(stamps)
+"$bin" report "$P" >"$dir/index.out" 2>"$dir/index.err" ||
+  fail "report on a directory of runs: exit $?: $(cat "$dir/index.err")"
+grep -q "holds no run of its own but 2 run or sweep directories" "$dir/index.out" &&
+  grep -q "stallscope report $P/a  *# baseline + interference" "$dir/index.out" &&
+  grep -q "stallscope report $P/s  *# sweep, 2 points" "$dir/index.out" ||
+  fail "the index: $(cat "$dir/index.out")"
+! grep -q notes "$dir/index.out" || fail "the index names a directory without a run"
+[ ! -e "$P/a/report.html" ] && [ "$before" = "$(stamps)" ] ||
+  fail "report on a directory of runs rebuilt something"
+"$bin" report "$P" --json >"$dir/index.json"
+check "report --json: the runs by directory" \
+  '[r["dir"].rsplit("/", 1)[1] for r in a["runs"]] == ["a", "s"] and a["runs"][1]["holds"] == "sweep, 2 points"' \
+  "$dir/index.json"
+set +e
+"$bin" report "$P" --fail-if 'stalls>0' >/dev/null 2>"$dir/index-gate.err"; rc=$?
+set -e
+[ $rc = 2 ] && grep -q -- "--fail-if judges one run" "$dir/index-gate.err" ||
+  fail "--fail-if on a directory of runs: exit $rc, $(cat "$dir/index-gate.err")"
+pass "report on a directory of runs: each named with its report line, nothing rebuilt; --fail-if: exit 2"
 echo "report_lesson: all checks passed"

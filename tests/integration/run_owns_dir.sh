@@ -6,7 +6,10 @@
 #  3. `report` refuses a directory whose baseline and interference runs differ, naming the
 #     field (exit 2);
 #  4. a tokens.csv cut mid-row (a run killed while writing) is reported: the cut row dropped
-#     with a warning, the run marked incomplete.
+#     with a warning, the run marked incomplete;
+#  5. without --out a command's own directory holding an earlier run is kept: the new run goes
+#     to the next free name beside it (out/sim-2), said in one line (issue 28, point 1); with
+#     --force it replaces out/sim.
 # usage: run_owns_dir.sh STALLSCOPE_BINARY SCRATCH_DIR
 set -euo pipefail
 bin=$1; dir=$2
@@ -80,4 +83,22 @@ check "cut row: incomplete, every whole row kept" \
   "$dir/cut.json"
 check "summary.json rewritten as incomplete" 'a["complete"] is False' "$C/interference/summary.json"
 pass "a cut last row: dropped with a warning, the run reported incomplete"
+
+# ---- 5. the default OUT moves on to the next free name --------------------------------------
+W=$dir/cwd
+mkdir -p "$W"
+(cd "$W" && "$bin" sim --users 4 --duration 2s --no-baseline >/dev/null 2>"$dir/d1.err") ||
+  fail "first sim without --out: $(cat "$dir/d1.err")"
+(cd "$W" && "$bin" sim --users 2 --duration 2s --no-baseline >/dev/null 2>"$dir/d2.err") ||
+  fail "second sim without --out: $(cat "$dir/d2.err")"
+grep -q "out/sim holds an earlier run: this one goes to out/sim-2" "$dir/d2.err" ||
+  fail "the second sim did not say where it went: $(cat "$dir/d2.err")"
+check "the first run kept in out/sim, the second in out/sim-2" \
+  'a["users"] == 4 and b["users"] == 2' "$W/out/sim/interference/summary.json" \
+  "$W/out/sim-2/interference/summary.json"
+(cd "$W" && "$bin" sim --users 3 --duration 2s --no-baseline --force >/dev/null 2>"$dir/d3.err") ||
+  fail "--force without --out: $(cat "$dir/d3.err")"
+check "--force without --out replaced out/sim" 'a["users"] == 3' "$W/out/sim/interference/summary.json"
+[ ! -e "$W/out/sim-3" ] || fail "--force wrote out/sim-3"
+pass "without --out: out/sim, then out/sim-2 (said on stderr), --force replaces out/sim"
 echo "run_owns_dir: all checks passed"

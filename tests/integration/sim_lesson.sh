@@ -54,4 +54,31 @@ check "chunked: every injection's TTFT above mixed's" \
   "$dir/chunked.json" "$dir/mixed.json"
 "$bin" sim --preset lesson --policy chunked --max-num-batched-tokens 512 --out "$dir/chunked" --force \
   | grep -i "ttft" >/dev/null || fail "chunked table lacks TTFT"
+
+# The simulator warms up as run does (issue 28, point 12): by default the 32 users are mid-answer
+# at t = 0, carried over (t_send -1), and the cold start's prefill of all 32 first prompts is
+# not in the background TTFT; --warmup 0 starts cold, every user's first request sent at 0.
+carried() { python3 -c 'import csv,sys; print(sum(r["t_send_ns"] == sys.argv[2] for r in csv.DictReader(open(sys.argv[1]))))' "$1" "$2"; }
+[ "$(carried "$dir/lesson/baseline/requests.csv" -1)" = 32 ] &&
+  [ "$(carried "$dir/lesson/baseline/requests.csv" 0)" = 0 ] || fail "sim did not warm up: $(head -3 "$dir/lesson/baseline/requests.csv")"
+"$bin" sim --preset lesson --warmup 0 --no-report --out "$dir/cold" >/dev/null
+[ "$(carried "$dir/cold/baseline/requests.csv" 0)" = 32 ] &&
+  [ "$(carried "$dir/cold/baseline/requests.csv" -1)" = 0 ] || fail "--warmup 0 did not start cold"
+check "warm: background TTFT p99 one step (< 2 x p50); cold: the first prompts' prefill (> 5 x p50)" \
+  'a["ttft_ms"]["p99"] < 2 * a["ttft_ms"]["p50"] and b["ttft_ms"]["p99"] > 5 * b["ttft_ms"]["p50"]' \
+  "$dir/lesson/baseline/summary.json" "$dir/cold/baseline/summary.json"
+steps0=$(python3 -c 'import csv,sys; print(min(int(r["t_start_ns"]) for r in csv.DictReader(open(sys.argv[1]))))' "$dir/lesson/baseline/steps.csv")
+[ "$steps0" -ge 0 ] || fail "a step before t = 0 in steps.csv: $steps0"
+pass "sim warms up as run does; --warmup 0 starts cold"
+
+# A run too short for its first injection (at 5 s) says so (issue 28, point 11); one that
+# holds it, or has no injector, says nothing.
+"$bin" sim --duration 4s --users 4 --out "$dir/short" >/dev/null 2>"$dir/short.err"
+grep -q "warning: no injection falls inside the run: the first is planned at 5.00 s and the run lasts 4.00 s" \
+  "$dir/short.err" || fail "4 s run: no warning: $(cat "$dir/short.err")"
+check "4 s run: indeed no injection" 'a["interference"]["injections"] == []' "$dir/short/comparison.json"
+"$bin" sim --duration 6s --users 4 --out "$dir/six" >/dev/null 2>"$dir/six.err"
+"$bin" sim --duration 4s --users 4 --no-inject --out "$dir/none" >/dev/null 2>"$dir/none.err"
+! grep -q "no injection" "$dir/six.err" "$dir/none.err" || fail "a warning where an injection falls inside, or none is asked for"
+pass "a run with no injection inside warns, naming both times"
 echo "sim_lesson: all checks passed"

@@ -6,7 +6,8 @@
 # p50 is within 20 % of the prediction (the emulated engine sleeps to the same cost model)
 # and the measured max is no less than 80 % of the predicted one (the stall is there; a
 # loaded machine only adds). The ITL SLO (250 ms) parts one-step prefill (~376 ms predicted)
-# from chunked (26 to 52 ms) with room for a sanitizer build's hiccups on 2 shared cores. A server command that never serves is a candidate that did not run: exit 1.
+# from chunked (26 to 52 ms) with room for a sanitizer build's hiccups on 2 shared cores. A server command that never serves is a candidate that did not run: exit 1;
+# one whose program is not found, or with an unknown placeholder, is refused before the search.
 # A tiny workload: 8 users, 6 s, one 8000-token prompt at 5 s.
 set -euo pipefail
 bin=$1; dir=$2
@@ -60,6 +61,19 @@ rc=0
   >/dev/null 2>"$dir/bad.err" || rc=$?
 [ "$rc" = 2 ] && [ ! -e "$dir/bad" ] || fail "--verify without --server-cmd: exit $rc"
 pass "--verify without --server-cmd: exit 2, nothing written"
+# A server command whose program is not on PATH, or with an unknown placeholder: refused
+# before the search (issue 28, point 5; it failed with "sh: 1: ...: not found" after it).
+for bad in "no-such-server-xyz --port {port}" "'$bin' serve --port {prt}"; do
+  rc=0
+  timeout 60 "$bin" tune "${small[@]}" --verify --target "http://127.0.0.1:$port" \
+    --server-cmd "$bad" --out "$dir/bad" >"$dir/bad.out" 2>"$dir/bad.err" || rc=$?
+  [ "$rc" = 2 ] && [ ! -e "$dir/bad" ] && [ ! -s "$dir/bad.out" ] ||
+    fail "--server-cmd '$bad': exit $rc (want 2 before the search): $(cat "$dir/bad.err")"
+  grep -q -e "no-such-server-xyz: not found on PATH" -e "unknown placeholder {prt}" "$dir/bad.err" ||
+    fail "--server-cmd '$bad': unclear: $(cat "$dir/bad.err")"
+  ! grep -q "points" "$dir/bad.err" || fail "--server-cmd '$bad': the search ran first"
+done
+pass "--server-cmd with a missing program or an unknown placeholder: exit 2 before the search"
 
 # 3. A server that never serves: the candidate did not run, exit 1, said why.
 rc=0

@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/opts.h"
 #include "experiment/config.h"
@@ -127,11 +128,37 @@ static void test_client_threads_rule(void **state)
     assert_int_equal(sched_setaffinity(0, sizeof all, &all), 0);
 }
 
+/* An injector whose first injection is at or past the end of the run: said, with both times;
+ * one inside, a Poisson one from inside, or no injector: nothing. */
+static void test_no_injection_inside(void **state)
+{
+    (void)state;
+    experiment_config c;
+    experiment_defaults(&c, EXPERIMENT_SIM);
+    char why[512] = "";
+    assert_false(experiment_no_injection_inside(&c, why, sizeof why)); /* 5 s of 40 s */
+    c.wl.duration_ns = 4 * CLOCK_NS_PER_S;
+    assert_true(experiment_no_injection_inside(&c, why, sizeof why));
+    assert_non_null(strstr(why, "the first is planned at 5.00 s and the run lasts 4.00 s"));
+    c.wl.duration_ns = 5 * CLOCK_NS_PER_S; /* at the end: outside */
+    assert_true(experiment_no_injection_inside(&c, why, sizeof why));
+    c.wl.duration_ns = 5 * CLOCK_NS_PER_S + 1;
+    assert_false(experiment_no_injection_inside(&c, why, sizeof why));
+    c.wl.duration_ns = 4 * CLOCK_NS_PER_S;
+    c.wl.inject_at_ns = 3 * CLOCK_NS_PER_S;
+    c.wl.inject_poisson = true;
+    assert_false(experiment_no_injection_inside(&c, why, sizeof why));
+    c.wl.inject_at_ns = 5 * CLOCK_NS_PER_S;
+    c.wl.no_inject = true;
+    assert_false(experiment_no_injection_inside(&c, why, sizeof why));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_and_names),
         cmocka_unit_test(test_client_threads_rule),
+        cmocka_unit_test(test_no_injection_inside),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

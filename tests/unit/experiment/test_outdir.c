@@ -70,10 +70,50 @@ static void test_claim_dir(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* Without --out: the default directory while it is free, else the next free name beside it
+ * (an empty one is free), never an earlier run's; with --force the default itself. */
+static void test_default_dir(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "", root[] = "/tmp/test_default_XXXXXX", dir[128], chosen[200],
+         want[200];
+    assert_non_null(mkdtemp(root));
+    snprintf(dir, sizeof dir, "%s/out/sim", root);
+    assert_int_equal(experiment_default_dir(dir, false, chosen, sizeof chosen, err), 0);
+    assert_string_equal(chosen, dir); /* absent */
+    assert_false(present(dir, "."));  /* nothing created */
+    assert_int_equal(experiment_claim_dir(dir, false, err), 0);
+    assert_int_equal(experiment_default_dir(dir, false, chosen, sizeof chosen, err), 0);
+    assert_string_equal(chosen, dir); /* empty */
+    touch(dir, "comparison.json");
+    assert_int_equal(experiment_default_dir(dir, false, chosen, sizeof chosen, err), 0);
+    snprintf(want, sizeof want, "%s-2", dir);
+    assert_string_equal(chosen, want);
+    assert_int_equal(experiment_claim_dir(chosen, false, err), 0);
+    touch(chosen, "comparison.json");
+    snprintf(want, sizeof want, "%s-3", dir);
+    assert_int_equal(mkdir(want, 0777), 0); /* empty: taken */
+    assert_int_equal(experiment_default_dir(dir, false, chosen, sizeof chosen, err), 0);
+    assert_string_equal(chosen, want);
+    touch(want, "notes.txt"); /* someone's files: passed over too */
+    assert_int_equal(experiment_default_dir(dir, false, chosen, sizeof chosen, err), 0);
+    snprintf(want, sizeof want, "%s-4", dir);
+    assert_string_equal(chosen, want);
+    assert_int_equal(experiment_default_dir(dir, true, chosen, sizeof chosen, err), 0);
+    assert_string_equal(chosen, dir); /* --force: the default, replaced by the claim */
+    /* A name that does not fit: an error, never a cut name. */
+    assert_int_equal(experiment_default_dir(dir, false, chosen, strlen(dir) + 2, err), -1);
+    assert_non_null(strstr(err, "too long"));
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_claim_dir),
+        cmocka_unit_test(test_default_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

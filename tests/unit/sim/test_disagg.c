@@ -29,9 +29,7 @@
  * 1P:1D over a 1 GB/s link (no latency); mixed, budget 64. */
 static sim_config lone_injection(void)
 {
-    sim_config c;
-    memset(&c, 0, sizeof c);
-    workload_default(&c.wl);
+    sim_config c = toy_config();
     c.wl.users = 0;
     c.wl.duration_ns = 1000000;
     c.wl.inject = true;
@@ -39,23 +37,11 @@ static sim_config lone_injection(void)
     c.wl.inject_every_ns = c.wl.duration_ns;
     c.wl.prompt_tokens = 32;
     c.wl.inject_max_tokens = 4;
-    c.cost = toy_cost();
-    c.sched = (sched_config){.policy = SCHED_MIXED, .max_num_batched_tokens = 64,
-                             .max_num_seqs = 16, .max_model_len = 1024, .block_size = 16,
-                             .kv_blocks = 256};
     char err[ERR_LEN];
     if (sim_disagg_parse("1:1", &c.disagg, err) != 0 ||
         sim_kv_link_parse("1GB/s", &c.disagg, err) != 0)
         fail_msg("%s", err);
     return c;
-}
-
-static void run_or_fail(const sim_config *cfg, tokenlog *log, sim_stats *stats)
-{
-    char err[ERR_LEN] = "";
-    tokenlog_init(log);
-    if (sim_run(cfg, log, stats, err) != 0)
-        fail_msg("sim_run: %s", err);
 }
 
 static const tokenlog_request *injection_row(const tokenlog *log)

@@ -38,9 +38,7 @@
  * test needs it: 32 tokens, a 1-token answer), 50 us of virtual time; mixed, budget 64. */
 static sim_config small_config(void)
 {
-    sim_config c;
-    memset(&c, 0, sizeof c);
-    workload_default(&c.wl);
+    sim_config c = toy_config();
     c.wl.users = 1;
     c.wl.duration_ns = 50000;
     c.wl.inject = false;
@@ -51,19 +49,7 @@ static sim_config small_config(void)
     c.wl.prompt_len.a = c.wl.prompt_len.b = 8;
     c.wl.answer_len.a = c.wl.answer_len.b = 20;
     c.wl.seed = 1;
-    c.cost = toy_cost();
-    c.sched = (sched_config){.policy = SCHED_MIXED, .max_num_batched_tokens = 64,
-                             .max_num_seqs = 16, .max_model_len = 1024, .block_size = 16,
-                             .kv_blocks = 256};
     return c;
-}
-
-static void run_or_fail(const sim_config *cfg, tokenlog *log, sim_stats *stats)
-{
-    char err[ERR_LEN] = "";
-    tokenlog_init(log);
-    if (sim_run(cfg, log, stats, err) != 0)
-        fail_msg("sim_run: %s", err);
 }
 
 /* The end of decode k of a request (k = 1, 2, ...), counted from the request's start: the
@@ -315,76 +301,24 @@ static void test_chunked_injection_by_hand(void **state)
     tokenlog_free(&log);
 }
 
-/* ---- properties of bigger runs ----------------------------------------------------------- */
-
-/* Four users with drawn lengths, a 40-token prompt every 200 us from 50 us (10 of them)
- * under chunked prefill, 2 ms of virtual time (~370 steps): every mechanism at once, a few
- * milliseconds of CPU. */
-static sim_config busy_config(void)
-{
-    sim_config c = small_config();
-    c.wl.users = 4;
-    c.wl.duration_ns = 2000000;
-    c.wl.inject = true;
-    c.wl.inject_at_ns = 50000;
-    c.wl.inject_every_ns = 200000;
-    c.wl.prompt_tokens = 40;
-    c.wl.inject_max_tokens = 2;
-    c.wl.prompt_len.a = 4;
-    c.wl.prompt_len.b = 24;
-    c.wl.answer_len.a = 3;
-    c.wl.answer_len.b = 12;
-    c.sched.policy = SCHED_CHUNKED;
-    c.sched.max_num_batched_tokens = 16;
-    return c;
-}
-
-static bool logs_equal(const tokenlog *a, const tokenlog *b)
-{
-    if (a->n_events != b->n_events || a->n_requests != b->n_requests || a->n_steps != b->n_steps)
-        return false;
-    for (int64_t i = 0; i < a->n_events; i++) {
-        const tokenlog_event *x = &a->events[i], *y = &b->events[i];
-        if (x->t_ns != y->t_ns || x->request != y->request || x->user != y->user ||
-            x->n_tokens != y->n_tokens || x->kind != y->kind)
-            return false;
-    }
-    for (int64_t i = 0; i < a->n_requests; i++) {
-        const tokenlog_request *x = &a->requests[i], *y = &b->requests[i];
-        if (x->request != y->request || x->user != y->user || x->kind != y->kind ||
-            x->t_plan_ns != y->t_plan_ns || x->t_send_ns != y->t_send_ns ||
-            x->t_first_ns != y->t_first_ns || x->t_end_ns != y->t_end_ns ||
-            x->prompt_tokens != y->prompt_tokens ||
-            x->completion_tokens != y->completion_tokens ||
-            strcmp(x->finish_reason, y->finish_reason) != 0 || strcmp(x->error, y->error) != 0)
-            return false;
-    }
-    for (int64_t i = 0; i < a->n_steps; i++) {
-        const tokenlog_step *x = &a->steps[i], *y = &b->steps[i];
-        if (x->step != y->step || x->t_start_ns != y->t_start_ns || x->t_end_ns != y->t_end_ns ||
-            x->decode_tokens != y->decode_tokens || x->prefill_tokens != y->prefill_tokens ||
-            x->n_requests != y->n_requests || x->modeled_ns != y->modeled_ns)
-            return false;
-    }
-    return true;
-}
+/* ---- properties of bigger runs (toy_busy_config) ------------------------------------------ */
 
 static void test_deterministic(void **state)
 {
     (void)state;
-    const sim_config c = busy_config();
+    const sim_config c = toy_busy_config();
     tokenlog a, b, other;
     sim_stats sa, sb, so;
     run_or_fail(&c, &a, &sa);
     run_or_fail(&c, &b, &sb);
     assert_true(a.n_events > 100 && a.n_steps > 100);
-    assert_true(logs_equal(&a, &b));
+    assert_true(toy_logs_equal(&a, &b));
     assert_memory_equal(&sa, &sb, sizeof sa);
     /* the comparison can tell runs apart: another seed draws other lengths */
     sim_config d = c;
     d.wl.seed = 2;
     run_or_fail(&d, &other, &so);
-    assert_false(logs_equal(&a, &other));
+    assert_false(toy_logs_equal(&a, &other));
     tokenlog_free(&a);
     tokenlog_free(&b);
     tokenlog_free(&other);
@@ -396,7 +330,7 @@ static void test_deterministic(void **state)
 static void test_token_counts_match_the_workload(void **state)
 {
     (void)state;
-    const sim_config c = busy_config();
+    const sim_config c = toy_busy_config();
     tokenlog log;
     sim_stats st;
     run_or_fail(&c, &log, &st);
@@ -522,7 +456,7 @@ static int64_t tokens_unsampled(const tokenlog *log)
 static void test_stats_consistent_with_log(void **state)
 {
     (void)state;
-    sim_config c = busy_config();
+    sim_config c = toy_busy_config();
     c.sched.policy = SCHED_MIXED;
     c.sched.max_num_batched_tokens = 64;
     tokenlog log;
@@ -535,7 +469,7 @@ static void test_stats_consistent_with_log(void **state)
 
     /* the chunked run: the same counts, except that a chunk that does not end its prompt
      * stamps nothing, and the run may end with prompts partly fed */
-    c = busy_config();
+    c = toy_busy_config();
     run_or_fail(&c, &log, &st);
     assert_int_equal(st.preemptions, 0);
     check_stats_match_log(&c, &log, &st);
@@ -593,7 +527,7 @@ static void test_preemption_recomputes_without_losing_tokens(void **state)
 static void test_statistics_without_a_log(void **state)
 {
     (void)state;
-    const sim_config c = busy_config();
+    const sim_config c = toy_busy_config();
     tokenlog log;
     sim_stats with_log, without;
     run_or_fail(&c, &log, &with_log);
