@@ -153,6 +153,12 @@ typedef struct analysis_summary {
     char target[256];
     double duration_s;
     int users;
+    /* What users counts: the closed users (false), or streams (true: the workload had
+     * open-loop requests, each a stream of its own, and users is the distinct streams seen). */
+    bool users_are_streams;
+    /* One shard of a sharded run (--shard I/N): shard I of shards N, its share of the users
+     * only (the injector runs in shard 0); shards 0 when the run is not a shard. */
+    int shard, shards;
     int64_t tokens_received; /* sum of n_tokens over all events */
     /* tokens_received / duration_s (0 without a duration): every token streamed, whatever
      * became of its request — the server's output rate, where standard.all.output_throughput
@@ -212,6 +218,8 @@ typedef struct analysis_options {
     const char *target;
     double duration_s;
     int users;
+    bool users_are_streams; /* passed through (analysis_summary) */
+    int shard, shards;      /* passed through (analysis_summary) */
     double threshold_ms; /* 0: 5 x reference_p50_ms, or 5 x own p50 when that is 0 too */
     bool threshold_known; /* threshold_ms is the threshold even when 0 (a second pass that
                            * analysis_stream_end asked for: 5 x a p50 of 0) */
@@ -286,10 +294,10 @@ int analysis_stream_event(analysis_stream *s, const tokenlog_event *ev, char *er
 int analysis_stream_events(analysis_stream *s, const tokenlog_event *evs, int64_t n, char *err);
 /* The requests and steps held so far (what requests.csv and steps.csv hold). */
 const tokenlog *analysis_stream_log(const analysis_stream *s);
-/* The summary (opt: label, engine, target, users, complete, protocol_violations, stamps;
- * duration and threshold as given to begin). 0; -1 with err; or -2 when the threshold was
- * not given and more than stall_candidates_max gaps were longer than the run's own
- * 5 x p50 could rule out: *threshold_ms is then that threshold, and a second pass with it
+/* The summary (opt: label, engine, target, users, what they count and the shard, complete,
+ * protocol_violations, stamps; duration and threshold as given to begin). 0; -1 with err;
+ * or -2 when the threshold was not given and more than stall_candidates_max gaps were
+ * longer than the run's own 5 x p50 could rule out: *threshold_ms is then that threshold, and a second pass with it
  * as opt.threshold_ms (and opt.threshold_known) gives the exact summary. The stream is freed either way. */
 int analysis_stream_end(analysis_stream *s, const analysis_options *opt, analysis_summary *out,
                         double *threshold_ms, char *err);

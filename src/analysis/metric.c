@@ -102,7 +102,7 @@ static const metric ROWS[] = {
      "stalls during an injection's prefill", I64(stalls.aligned)},
     {"stalls.aligned_fraction", "stalls.aligned_fraction", NULL, "aligned fraction",
      METRIC_SHARE, "share of the stalls that fell during an injection's prefill",
-     F64(stalls.aligned_fraction)},
+     F64(stalls.aligned_fraction), COUNT(stalls.count)},
     {"stalls.fraction", "stalls.fraction_of_gaps", NULL, "stalls among gaps", METRIC_SHARE,
      "share of gaps that are stalls", F64(stalls.fraction_of_gaps)},
     {"stalls.time", "stalls.stalled_time_fraction", NULL, "stalled time %", METRIC_SHARE,

@@ -319,6 +319,9 @@ static int summary_head(const analysis_stream *s, const analysis_options *opt,
     out->tokens_csv_dropped = opt->tokens_csv_dropped;
     out->tokens_csv_max_events = opt->tokens_csv_max_events;
     out->gpus = opt->gpus;
+    out->users_are_streams = opt->users_are_streams;
+    out->shard = opt->shard;
+    out->shards = opt->shards;
     if (opt->users > 0)
         out->users = opt->users;
     else if (count_users(s, &out->users) != 0)

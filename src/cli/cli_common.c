@@ -12,6 +12,7 @@
 #include "common/fsio.h"
 #include "experiment/config.h"
 #include "experiment/outdir.h"
+#include "experiment/pair.h"
 #include "experiment/server_cmd.h"
 #include "experiment/result.h"
 
@@ -326,7 +327,9 @@ int cli_gate_finish(const cli_gate *gate, const experiment_config *cfg,
         return status;
     char err[ERR_LEN], run_dir[4200];
     if (gate->save_result[0]) {
-        if (fsio_join(run_dir, sizeof run_dir, out_dir, "interference", err) != 0 ||
+        /* The run's directory is its label: interference, or --no-inject's traffic. */
+        if (fsio_join(run_dir, sizeof run_dir, out_dir,
+                      summary->label[0] ? summary->label : EXPERIMENT_RUN_INTERFERENCE, err) != 0 ||
             experiment_save_result(gate->save_result, cfg, summary, run_dir, gate->save_detailed,
                                    err) != 0) {
             fprintf(stderr, "stallscope: --save-result: %s\n", err);

@@ -12,6 +12,7 @@
 #include "cli/cli.h"
 #include "common/clock.h"
 #include "common/err.h"
+#include "experiment/pair.h"
 #include "report/report.h"
 
 #define REPORT_MERGED_DIR "out/merged"
@@ -144,10 +145,13 @@ int cli_report(int argc, char **argv)
         status = CLI_EXIT_OK;
     }
     if (status == CLI_EXIT_OK && gate.given) {
-        /* The rules judge the interference run (the run itself when it has no pair). */
+        /* The rules judge the interference run (--no-inject's traffic run; the run itself
+         * when it has no pair). */
         const char *dir = flags.merge ? flags.out : positional[0];
         char path[4200];
-        snprintf(path, sizeof path, "%s/interference/summary.json", dir);
+        snprintf(path, sizeof path, "%s/" EXPERIMENT_RUN_INTERFERENCE "/summary.json", dir);
+        if (access(path, R_OK) != 0)
+            snprintf(path, sizeof path, "%s/" EXPERIMENT_RUN_TRAFFIC "/summary.json", dir);
         if (access(path, R_OK) != 0)
             snprintf(path, sizeof path, "%s/summary.json", dir);
         status = cli_gate_apply_file(&gate, path, status, flags.json ? stderr : stdout);

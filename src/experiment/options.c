@@ -122,7 +122,9 @@ static const opts_spec workload_specs[] = {
                   MAX_DURATION_NS),
     OPTS_FLAG("inject-poisson", "random (exponential) gaps with mean --inject-every", C,
               wl.inject_poisson),
-    OPTS_FLAG("no-inject", "no injector at all (a trace's own long prompts alone); no baseline",
+    OPTS_FLAG("no-inject",
+              "no injector at all (a trace's own long prompts alone): one run, OUT/traffic, "
+              "no baseline",
               C, wl.no_inject),
     OPTS_INT("prompt-tokens", "N", "tokens of each injected prompt (default 8000; 8k, 16k ...)", C,
              wl.prompt_tokens, 1, MAX_TOKENS),

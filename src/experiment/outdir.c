@@ -13,6 +13,7 @@
 #include "common/err.h"
 #include "common/fsio.h"
 #include "experiment/outdir.h"
+#include "experiment/pair.h"
 
 /* Names tried for a staging directory before giving up. */
 #define STAGE_ATTEMPTS 100
@@ -20,9 +21,11 @@
 /* What runs and sweeps write into OUT (and their .tmp siblings). */
 static bool ours(const char *name)
 {
-    static const char *const names[] = {"baseline",    "interference", "plots",
-                                        "comparison.json", "report.html", "sweep.json",
-                                        "sweep.csv",       "merge.json", "tune.json",
+    static const char *const names[] = {EXPERIMENT_RUN_BASELINE, EXPERIMENT_RUN_INTERFERENCE,
+                                        EXPERIMENT_RUN_TRAFFIC,  "plots",
+                                        "comparison.json",       "report.html",
+                                        "sweep.json",            "sweep.csv",
+                                        "merge.json",            "tune.json",
                                         "tune.html"};
     char base[256];
     snprintf(base, sizeof base, "%s", name);

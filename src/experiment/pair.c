@@ -34,6 +34,9 @@ static void run_options(const experiment_config *cfg, const workload_config *wl,
     *opt = (analysis_options){.label = label,
                               .duration_s = (double)wl->duration_ns / 1e9,
                               .users = workload_analysis_users(wl),
+                              .users_are_streams = workload_open_loop(wl),
+                              .shard = wl->shard.index,
+                              .shards = wl->shard.count,
                               .threshold_ms = (double)cfg->stall_threshold_ns / 1e6,
                               .reference_p50_ms = reference_p50,
                               .gap_digest = runner->streams,
@@ -213,10 +216,10 @@ int experiment_run_pair(const experiment_config *cfg, const experiment_runner *r
     char why[ERR_LEN];
     bool complete = true, failed = false;
     double reference_p50 = 0;
-    /* --no-inject: both runs would be one workload; the one run is the interference's. */
+    /* --no-inject: both runs would be one workload; the one run is the traffic alone. */
     if (!cfg->no_baseline && !cfg->wl.no_inject) {
-        if (one_run(cfg, runner, io, "baseline", false, 0, &pair->baseline, &complete, &failed,
-                    why, err) != 0)
+        if (one_run(cfg, runner, io, EXPERIMENT_RUN_BASELINE, false, 0, &pair->baseline,
+                    &complete, &failed, why, err) != 0)
             return -1;
         pair->have_baseline = true;
         if (!complete) {
@@ -228,13 +231,14 @@ int experiment_run_pair(const experiment_config *cfg, const experiment_runner *r
         }
         reference_p50 = pair->baseline.itl_ms.p50;
     }
-    if (one_run(cfg, runner, io, "interference", true, reference_p50, &pair->interference,
-                &complete, &failed, why, err) != 0)
+    const char *label = cfg->wl.no_inject ? EXPERIMENT_RUN_TRAFFIC : EXPERIMENT_RUN_INTERFERENCE;
+    if (one_run(cfg, runner, io, label, true, reference_p50, &pair->interference, &complete,
+                &failed, why, err) != 0)
         return -1;
     pair->have_interference = true;
     if (!complete) {
         pair->complete = false;
-        snprintf(pair->why, sizeof pair->why, "the interference run %s: %.255s",
+        snprintf(pair->why, sizeof pair->why, "the %s run %s: %.255s", label,
                  failed ? "failed" : "stopped early", why);
     }
     if (io->out_dir) {

@@ -11,6 +11,14 @@
 #include "experiment/config.h"
 #include "experiment/runner.h"
 
+/* The runs' labels: each run's name in the notes and tables, and its directory under OUT.
+ * The baseline is the workload without the injector, the interference run with it; with
+ * --no-inject there is no injector to compare against, and the one run is the workload's
+ * own traffic. */
+#define EXPERIMENT_RUN_BASELINE "baseline"
+#define EXPERIMENT_RUN_INTERFERENCE "interference"
+#define EXPERIMENT_RUN_TRAFFIC "traffic"
+
 typedef struct experiment_io {
     const char *out_dir;  /* artifacts root (created); NULL: in memory, summaries only */
     int argc;             /* the command line, for config.json */
@@ -32,7 +40,8 @@ typedef struct experiment_pair {
 } experiment_pair;
 
 /* Run cfg: the baseline (unless cfg->no_baseline), whose p50 sets the interference run's
- * stall threshold, then the interference run; each written to OUT/<label>/ with its
+ * stall threshold, then the interference run (with --no-inject: the traffic run alone, in
+ * pair->interference); each written to OUT/<label>/ with its
  * config.json (first, marked incomplete, so a killed run is still reportable) and
  * summary.json; then OUT/comparison.json. An incomplete baseline ends the pair there (no
  * comparison against half a baseline). Returns 0 when the runs took place (pair->complete

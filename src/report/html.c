@@ -40,16 +40,17 @@ static void describe_workload(const report_run *x, char *buf, size_t size)
     format_duration(wl->inject_every_ns, every, sizeof every);
     format_duration(wl->inject_at_ns, at, sizeof at);
     format_duration(wl->duration_ns, dur, sizeof dur);
-    char load[96];
+    char load[96], users[32] = "";
+    /* Open-loop requests replace the closed users unless both were asked for. */
+    if (wl->users > 0)
+        snprintf(users, sizeof users, "%d users + ", wl->users);
     if (wl->trace[0])
-        snprintf(load, sizeof load, "%d users + a trace (%s)", wl->users,
+        snprintf(load, sizeof load, "%sa trace (%s)", users,
                  trace_format_name((trace_format)wl->trace_format));
     else if (wl->request_rate > 0)
-        snprintf(load, sizeof load, "%d users + open loop %.3g req/s", wl->users,
-                 wl->request_rate);
+        snprintf(load, sizeof load, "%sopen loop %.3g req/s", users, wl->request_rate);
     else if (wl->num_prompts > 0)
-        snprintf(load, sizeof load, "%d users + %lld prompts at once", wl->users,
-                 (long long)wl->num_prompts);
+        snprintf(load, sizeof load, "%s%lld prompts at once", users, (long long)wl->num_prompts);
     else
         snprintf(load, sizeof load, "%d users", wl->users);
     if (workload_injects(wl))
@@ -83,15 +84,20 @@ static void write_injections(FILE *out, const report_run *run)
     const analysis_summary *x = &run->summary;
     fputs("<section id=\"injections\">\n<h2>Each injection</h2>\n", out);
     if (x->n_injections == 0) {
-        fputs("<p>No injections in this run.</p>\n</section>\n", out);
+        fputs(run->has_config && !workload_injects(&run->cfg.wl)
+                  ? "<p>The injector was off (<code>--no-inject</code>): the workload's own "
+                    "traffic alone.</p>\n</section>\n"
+                  : "<p>No injections in this run.</p>\n</section>\n",
+              out);
         return;
     }
-    fputs("<p class=\"note\">The longest and the median background gap that overlaps the "
-          "prompt's wait [sent, first token], and the users with a stall there.</p>\n"
-          "<table>\n<tr><th>#</th><th>planned (s)</th><th>sent (s)</th><th>prompt tokens</th>"
-          "<th>TTFT (ms)</th><th>longest gap (ms)</th><th>median gap (ms)</th>"
-          "<th>users stalled</th></tr>\n",
-          out);
+    const char *who = report_users_word(x);
+    fprintf(out, "<p class=\"note\">The longest and the median background gap that overlaps the "
+                 "prompt's wait [sent, first token], and the %s with a stall there.</p>\n"
+                 "<table>\n<tr><th>#</th><th>planned (s)</th><th>sent (s)</th><th>prompt tokens</th>"
+                 "<th>TTFT (ms)</th><th>longest gap (ms)</th><th>median gap (ms)</th>"
+                 "<th>%s stalled</th></tr>\n",
+            who, who);
     for (int i = 0; i < x->n_injections && i < MAX_INJECTION_ROWS; i++) {
         const analysis_injection *in = &x->injections[i];
         fprintf(out, "<tr><td>%d</td><td>%.3f</td><td>%.3f</td><td>%d</td>", i + 1, in->t_plan_s,
@@ -110,6 +116,19 @@ static void write_injections(FILE *out, const report_run *run)
         fprintf(out, "<p class=\"note\">First %d of %d; all are in summary.json.</p>\n",
                 MAX_INJECTION_ROWS, x->n_injections);
     fputs("</section>\n", out);
+}
+
+/* A standard figure's median and its p99 (k99 < 0: its max) in one cell, formatted by fmt
+ * (two doubles); a dash when it had no sample. */
+static void stat_cell(FILE *out, const standard_stat *st, int k99, const char *fmt)
+{
+    if (st->count == 0) {
+        fputs("<td>\xe2\x80\x94</td>", out);
+        return;
+    }
+    char text[64];
+    snprintf(text, sizeof text, fmt, st->median, k99 >= 0 ? st->p[k99] : st->max);
+    fprintf(out, "<td>%s</td>", text);
 }
 
 /* The benchmark world's figures: each request class, vLLM's meanings (analysis/standard.h). */
@@ -143,19 +162,23 @@ static void write_standard(FILE *out, const report_run *x)
     } rows[] = {{"all", &m->all}, {"background", &m->background}, {"injected", &m->injected}};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         const standard_class *c = rows[i].c;
+        /* A class without requests (no injector, or none sent yet) has no figures to show. */
+        if (c->completed + c->failed + c->unfinished == 0)
+            continue;
         char good[32] = "&mdash;";
         if (c->has_goodput)
             snprintf(good, sizeof good, "%.2f %%", c->goodput * 100);
         fprintf(out,
                 "<tr><td class=\"k\">%s</td><td>%lld</td><td>%lld</td><td>%lld</td><td>%.2f</td>"
-                "<td>%.1f</td><td>%s</td><td>%.1f / %.1f</td><td>%.2f / %.2f</td>"
-                "<td>%.2f / %.1f</td><td>%.0f / %.0f</td></tr>\n",
+                "<td>%.1f</td><td>%s</td>",
                 rows[i].name, (long long)c->completed, (long long)c->failed,
-                (long long)c->unfinished, c->request_throughput, c->output_throughput, good,
-                c->ttft_ms.median, k99 >= 0 ? c->ttft_ms.p[k99] : c->ttft_ms.max,
-                c->tpot_ms.median, k99 >= 0 ? c->tpot_ms.p[k99] : c->tpot_ms.max,
-                c->itl_ms.median, c->itl_ms.max, c->e2el_ms.median,
-                k99 >= 0 ? c->e2el_ms.p[k99] : c->e2el_ms.max);
+                (long long)c->unfinished, c->request_throughput, c->output_throughput, good);
+        /* TTFT, TPOT and E2E are the completed requests': a short run may have none. */
+        stat_cell(out, &c->ttft_ms, k99, "%.1f / %.1f");
+        stat_cell(out, &c->tpot_ms, k99, "%.2f / %.2f");
+        stat_cell(out, &c->itl_ms, -1, "%.2f / %.1f");
+        stat_cell(out, &c->e2el_ms, k99, "%.0f / %.0f");
+        fputs("</tr>\n", out);
     }
     fputs("</table>\n</section>\n", out);
 }
@@ -189,9 +212,10 @@ static void write_causes(FILE *out, const report_run *x)
                           "from the rest.");
     if (a->n_culprits == 0)
         return;
-    fputs("<h3>Who stalled whom</h3>\n<table>\n<tr><th>request</th><th class=\"k\">kind</th>"
-          "<th>prompt tokens</th><th>stalls</th><th>users stalled</th>"
-          "<th>frozen user-seconds</th></tr>\n", out);
+    fprintf(out, "<h3>Who stalled whom</h3>\n<table>\n<tr><th>request</th><th class=\"k\">kind</th>"
+                 "<th>prompt tokens</th><th>stalls</th><th>%s stalled</th>"
+                 "<th>frozen user-seconds</th></tr>\n",
+            report_users_word(s));
     for (int i = 0; i < a->n_culprits && i < 10; i++) {
         const analysis_culprit *c = &a->culprits[i];
         fprintf(out, "<tr><td>%lld</td><td class=\"k\">%s</td><td>%d</td><td>%lld</td><td>%d</td>"
@@ -294,15 +318,19 @@ static int write_prediction(FILE *out, const report_run *b, const report_run *x,
     char t_same[256], t_ref[256], t_b[96], t_x[96];
     snprintf(t_b, sizeof t_b, "measured %s", b ? b->label : "baseline");
     snprintf(t_x, sizeof t_x, "measured %s", x->label);
-    snprintf(t_same, sizeof t_same, "model, same profile (%s)", same.ok ? same.profile : "n/a");
-    snprintf(t_ref, sizeof t_ref, "model, reference (%s)", ref.ok ? ref.profile : "n/a");
-    pred_col cols[] = {
-        {t_b, b ? &b->summary : NULL},
-        {t_x, &x->summary},
-        {t_same, same.ok ? &same.pair.interference : NULL},
-        {t_ref, ref.ok ? &ref.pair.interference : NULL},
-    };
-    int n = 4;
+    snprintf(t_same, sizeof t_same, "model, same profile (%s)", same.profile);
+    snprintf(t_ref, sizeof t_ref, "model, reference (%s)", ref.profile);
+    /* Only the columns there are: no baseline, or no prediction, is said below the table,
+     * not shown as a column of dashes. */
+    pred_col cols[4];
+    int n = 0;
+    if (b)
+        cols[n++] = (pred_col){t_b, &b->summary};
+    cols[n++] = (pred_col){t_x, &x->summary};
+    if (same.ok)
+        cols[n++] = (pred_col){t_same, &same.pair.interference};
+    if (ref.ok)
+        cols[n++] = (pred_col){t_ref, &ref.pair.interference};
     fputs("<table>\n<tr><th class=\"k\">metric</th>", out);
     for (int i = 0; i < n; i++) {
         fputs("<th>", out);
@@ -310,12 +338,16 @@ static int write_prediction(FILE *out, const report_run *b, const report_run *x,
         fputs("</th>", out);
     }
     fputs("</tr>\n", out);
-    static const char *const rows[] = {"itl.p50",     "itl.p99", "itl.p999",
-                                       "itl.max",     "spike_ratio", "stalls",
-                                       "injection_ttft.p50", "injection_ttft.max"};
+    static const struct {
+        const char *id;
+        bool injections; /* a figure of the injections: none measured, no row */
+    } rows[] = {{"itl.p50", false},     {"itl.p99", false},
+                {"itl.p999", false},    {"itl.max", false},
+                {"spike_ratio", false}, {"stalls", false},
+                {"injection_ttft.p50", true}, {"injection_ttft.max", true}};
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
-        const metric *m = metric_find(rows[r]);
-        if (m)
+        const metric *m = metric_find(rows[r].id);
+        if (m && !(rows[r].injections && x->summary.n_injections == 0))
             pred_row(out, m, cols, n);
     }
     fputs("</table>\n", out);
@@ -579,10 +611,15 @@ static int write_timeline(FILE *out, const run_charts *c, char *err)
         if (built == 0 && metrics_drawn)
             chart.y_label_w = metrics.y_label_w =
                 fmax(plot_y_label_width(&chart), plot_y_label_width(&metrics)) + 2;
+        /* The markers are the injections: without any, the words about them go too. */
         rc = chart_figure(out, c, &chart, built, "timeline",
-                          "Each dot is a background user's gap between two tokens (ms, log "
-                          "scale), placed where the wait began; dashed purple lines are the long "
-                          "prompts' sends. The spikes stand on the markers.",
+                          x->summary.n_injections > 0
+                              ? "Each dot is a background stream's gap between two tokens (ms, "
+                                "log scale), placed where the wait began; the faint purple lines "
+                                "are the long prompts' sends, marked at the top. The spikes "
+                                "stand on the markers."
+                              : "Each dot is a background stream's gap between two tokens (ms, "
+                                "log scale), placed where the wait began.",
                           err);
     }
     if (rc == 0)
@@ -617,7 +654,11 @@ static int write_distributions(FILE *out, const run_charts *c, char *err)
     fputs("<section id=\"percentiles\">\n<h2>Percentiles</h2>\n", out);
     if (chart_figure(out, c, &chart,
                      plot_percentiles(&chart, NULL, c->runs, c->n_runs, c->note, err),
-                     "percentiles", "The median stays put; the tail is where the long prompts show.",
+                     "percentiles",
+                     c->x->summary.n_injections > 0
+                         ? "The median stays put; the tail is where the long prompts show."
+                         : "A long prompt's prefill shows in the tail (p99.9, max), never in the "
+                           "median.",
                      err) != 0)
         return -1;
     fputs("</section>\n", out);
@@ -660,7 +701,17 @@ static int write_causes_section(FILE *out, const run_charts *c, char *err)
                      "machine's pause whatever the machine took.",
                      err) != 0)
         return -1;
-    if (s->n_stall_list > 0 && s->attribution.by_cause[ANALYSIS_CAUSE_PREFILL].stalls > 0 &&
+    /* Against the prompt length only when there are lengths to compare: with one, the
+     * chart is a single column of dots in an empty frame. */
+    int32_t one_length;
+    const int lengths = plot_stall_prompt_lengths(s, &one_length);
+    if (lengths == 1)
+        fprintf(out, "<p class=\"note\">No chart of the stalls against their culprits' prompt "
+                     "length: every prefill stall's culprit had a prompt of %d tokens. A sweep "
+                     "over the length draws the spike against it (<code>stallscope sweep "
+                     "--prompt-tokens 4k,8k,16k</code>).</p>\n",
+                one_length);
+    if (lengths == 2 &&
         chart_figure(out, c, &chart, plot_stalls_vs_prompt(&chart, s, c->note, err),
                      "stalls_vs_prompt",
                      "Every prefill stall at its culprit's prompt length: longer prompts, longer "

@@ -113,7 +113,7 @@ static void write_summary_lines(FILE *out, const report_sweep *sw)
             if (sw->points[k].fig.ttft_ms.count > 0) {
                 char ttft[32];
                 report_format_ms(ttft, sizeof ttft, sw->points[k].fig.ttft_ms.p50);
-                fprintf(out, ", TTFT p50 %s ms", ttft);
+                fprintf(out, ", injected prompt's TTFT p50 %s ms", ttft);
             }
             fputs("]", out);
             first = false;

@@ -10,6 +10,7 @@
 #include "common/fsio.h"
 #include "common/units.h"
 #include "experiment/options.h"
+#include "experiment/pair.h"
 #include "report/load.h"
 
 static bool has_file(const char *dir, const char *name)
@@ -150,6 +151,9 @@ static void load_config(report_run *r, FILE *warn)
     /* A shard drove its share of the users; a merged run those of the shards it holds. */
     r->opt.users = r->meta.merge.shards > 0 ? r->meta.merge.users
                                             : workload_analysis_users(&r->cfg.wl);
+    r->opt.users_are_streams = workload_open_loop(&r->cfg.wl);
+    r->opt.shard = r->cfg.wl.shard.index; /* a merged run's config has no shard */
+    r->opt.shards = r->cfg.wl.shard.count;
     r->opt.complete = r->meta.complete;
     r->opt.protocol_violations = r->meta.protocol_violations;
     r->opt.gpus = experiment_gpus(&r->cfg);
@@ -268,14 +272,21 @@ static int64_t tokens_size(const char *dir)
     return stat(path, &st) == 0 ? (int64_t)st.st_size : -1;
 }
 
+/* The run a pair reports: the interference run, or --no-inject's traffic run. */
+static bool is_main_label(const char *label)
+{
+    return strcmp(label, EXPERIMENT_RUN_INTERFERENCE) == 0 ||
+           strcmp(label, EXPERIMENT_RUN_TRAFFIC) == 0;
+}
+
 /* The summary a run pair handed over for this run, when its tokens.csv was not kept. */
 static const analysis_summary *given_summary(const report_run *r, const report_given *given)
 {
     if (!given || has_file(r->dir, "tokens.csv"))
         return NULL;
-    return strcmp(r->label, "baseline") == 0       ? given->baseline
-           : strcmp(r->label, "interference") == 0 ? given->interference
-                                                   : NULL;
+    return strcmp(r->label, EXPERIMENT_RUN_BASELINE) == 0 ? given->baseline
+           : is_main_label(r->label)                     ? given->interference
+                                                          : NULL;
 }
 
 /* A run without tokens.csv whose summary.json says the file was not kept: say why the
@@ -344,9 +355,9 @@ int report_set_load_given(report_set *set, const char *root, double threshold_ms
                         r->dir, (long long)cut, cut == 1 ? "" : "s");
         }
         load_server_metrics(r, warn);
-        if (strcmp(r->label, "baseline") == 0 && set->baseline < 0)
+        if (strcmp(r->label, EXPERIMENT_RUN_BASELINE) == 0 && set->baseline < 0)
             set->baseline = i;
-        else if (strcmp(r->label, "interference") == 0 && set->interference < 0)
+        else if (is_main_label(r->label) && set->interference < 0)
             set->interference = i;
     }
     /* Two experiments in one directory (an earlier run's baseline beside a newer

@@ -57,7 +57,7 @@ typedef struct report_set {
     char root[4096];
     report_run *runs;          /* (n_runs) sorted by directory name */
     int n_runs, cap_runs;
-    int baseline, interference; /* indices, -1 when absent */
+    int baseline, interference; /* indices, -1 when absent (interference: or traffic) */
 } report_set;
 
 /* Load the runs under root (root itself when it holds tokens.csv or requests.csv, else
@@ -82,7 +82,8 @@ typedef struct report_given {
 int report_set_load_given(report_set *set, const char *root, double threshold_ms,
                           bool keep_logs, const report_given *given, FILE *warn, char *err);
 void report_set_free(report_set *set);
-/* The run to report as "interference": that label, else the only non-baseline run. */
+/* The run to report: the interference run (or --no-inject's traffic run), else the only
+ * non-baseline run. */
 const report_run *report_set_main(const report_set *set);
 /* Its baseline, when it has one that is not itself. */
 const report_run *report_set_baseline(const report_set *set);

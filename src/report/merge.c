@@ -15,11 +15,13 @@
 #include "client/chunk.h"
 #include "common/units.h"
 #include "experiment/outdir.h"
+#include "experiment/pair.h"
 #include "experiment/shard.h"
 #include "report/table.h"
 
+/* The runs of a shard's directory: its baseline, and its interference run (--no-inject's
+ * traffic run: experiment/pair.h). */
 #define N_LABELS 2
-static const char *const LABELS[N_LABELS] = {"baseline", "interference"};
 #define MAX_INJECTION_LINES 20
 
 /* A request of a shard's requests.csv, against its rows in tokens.csv (the cross-check). */
@@ -58,6 +60,7 @@ typedef struct merge_state {
     int *by_index;              /* shard index -> dir, -1 when not given */
     json_t *problems;           /* what keeps the merge partial, in words */
     bool label_complete[N_LABELS];
+    const char *label[N_LABELS]; /* the runs' labels (their directories' names) */
 } merge_state;
 
 static int bad_input(char *err, const char *fmt, ...)
@@ -95,8 +98,18 @@ static int load_dirs(merge_state *st, char *err)
         for (int l = 0; l < N_LABELS; l++) {
             shard_run *r = &st->runs[l][d];
             char path[4300], why[ERR_LEN];
-            snprintf(r->dir, sizeof r->dir, "%s/%s", opt->dirs[d], LABELS[l]);
+            snprintf(r->dir, sizeof r->dir, "%s/%s", opt->dirs[d], st->label[l]);
             snprintf(path, sizeof path, "%s/config.json", r->dir);
+            if (l == 1 && !is_file(path)) {
+                /* Shards run with --no-inject: the traffic run alone (the config check below
+                 * holds every shard to the first's). */
+                snprintf(path, sizeof path, "%s/" EXPERIMENT_RUN_TRAFFIC "/config.json",
+                         opt->dirs[d]);
+                if (is_file(path)) {
+                    st->label[l] = EXPERIMENT_RUN_TRAFFIC;
+                    snprintf(r->dir, sizeof r->dir, "%s/%s", opt->dirs[d], st->label[l]);
+                }
+            }
             if (!is_file(path))
                 continue;
             if (experiment_config_read(path, &r->cfg, &r->meta, why) != 0)
@@ -180,10 +193,10 @@ static int check_shards(merge_state *st, char *err)
             int d = st->by_index[i];
             if (d < 0)
                 add_problem(st, l, false, "shard %d/%d: not given (its %s run is missing)", i,
-                            st->count, LABELS[l]);
+                            st->count, st->label[l]);
             else if (!st->runs[l][d].present)
                 add_problem(st, l, false, "shard %d/%d (%s): no %s run (it stopped before it)", i,
-                            st->count, opt->dirs[d], LABELS[l]);
+                            st->count, opt->dirs[d], st->label[l]);
             else if (!st->runs[l][d].meta.complete)
                 add_problem(st, l, false,
                             "shard %d/%d (%s): incomplete (it stopped early, most of its "
@@ -583,7 +596,7 @@ static int merge_label(merge_state *st, int l, json_t **out, char *err)
     join_missing(st, runs, k, m.missing, sizeof m.missing);
 
     char dir[4300], config_path[4400];
-    snprintf(dir, sizeof dir, "%s/%s", st->dir, LABELS[l]);
+    snprintf(dir, sizeof dir, "%s/%s", st->dir, st->label[l]);
     snprintf(config_path, sizeof config_path, "%s/config.json", dir);
     if (fsio_mkdirs(dir, err) != 0)
         goto done;
@@ -642,9 +655,13 @@ static int merge_label(merge_state *st, int l, json_t **out, char *err)
         }
         char spread[32];
         units_format_duration(last_t0 - first_t0, spread, sizeof spread);
-        fprintf(opt->notes, "  %-13s shards %s: %d users, %lld requests, %lld token events; the "
+        /* Open-loop requests are streams of their own: m.users counts the closed users. */
+        char users[64] = "";
+        if (m.users > 0 || !workload_open_loop(&runs[0]->cfg.wl))
+            snprintf(users, sizeof users, "%d users, ", m.users);
+        fprintf(opt->notes, "  %-13s shards %s: %s%lld requests, %lld token events; the "
                             "shards' t = 0 within %s of each other\n",
-                LABELS[l], m.merged, m.users, (long long)requests, (long long)events, spread);
+                st->label[l], m.merged, users, (long long)requests, (long long)events, spread);
         if (m.missing[0])
             fprintf(opt->notes, "  %-13s left out: shard%s %s\n", "", strchr(m.missing, ',') ? "s" : "",
                     m.missing);
@@ -736,6 +753,8 @@ int report_merge(const report_merge_options *opt, bool *complete, char *err)
     merge_state st;
     memset(&st, 0, sizeof st);
     st.opt = opt;
+    st.label[0] = EXPERIMENT_RUN_BASELINE;
+    st.label[1] = EXPERIMENT_RUN_INTERFERENCE;
     st.problems = json_array();
     json_t *labels = json_object();
     /* Built beside --out and moved in whole: a merge that fails leaves --out as it was. */
@@ -776,7 +795,7 @@ int report_merge(const report_merge_options *opt, bool *complete, char *err)
             goto done;
         }
         if (got > 0)
-            json_object_set_new(labels, LABELS[l], part);
+            json_object_set_new(labels, st.label[l], part);
     }
     /* the shards left out, and what the merged shards' files said of themselves */
     const bool whole = json_array_size(st.problems) == 0;
@@ -841,9 +860,10 @@ void report_merge_print(FILE *out, const report_run *x)
     const analysis_summary *lo = x->has_bounds ? &x->bound_lo : s;
     const analysis_summary *hi = x->has_bounds ? &x->bound_hi : s;
     char r[80];
-    fprintf(out, "cross-shard figures (the injections against every shard's users), each with its "
+    const char *who = report_users_word(s);
+    fprintf(out, "cross-shard figures (the injections against every shard's %s), each with its "
                  "range for a clock offset within ±%s:\n",
-            u);
+            who, u);
     range_text(r, sizeof r, (double)lo->stalls.aligned, (double)hi->stalls.aligned, false);
     fprintf(out, "  stalls aligned with an injection: %lld of %lld (%s), %.1f %%\n",
             (long long)s->stalls.aligned, (long long)s->stalls.count, r,
@@ -855,8 +875,8 @@ void report_merge_print(FILE *out, const report_run *x)
                    false);
         report_format_ms(gap, sizeof gap, in->max_gap_ms);
         range_text(rg, sizeof rg, lo->injections[i].max_gap_ms, hi->injections[i].max_gap_ms, true);
-        fprintf(out, "  injection %d at %.3f s: users stalled %d/%d (%s), longest gap %s ms (%s)\n",
-                i + 1, in->t_send_s, in->users_stalled, s->users, r, gap, rg);
+        fprintf(out, "  injection %d at %.3f s: %s stalled %d/%d (%s), longest gap %s ms (%s)\n",
+                i + 1, in->t_send_s, who, in->users_stalled, s->users, r, gap, rg);
     }
     if (s->n_injections > MAX_INJECTION_LINES)
         fprintf(out, "  (first %d of %d injections; all are in summary.json)\n",

@@ -186,6 +186,10 @@ int plot_stall_ccdf(plot_chart *c, const analysis_summary *s, const char *note, 
 /* (g) each prefill stall's length (ms, log) against its longest culprit's prompt (tokens,
  * log): who stalled whom, and how the stall grows with the prompt. */
 int plot_stalls_vs_prompt(plot_chart *c, const analysis_summary *s, const char *note, char *err);
+/* The prompt lengths (g) would spread its stalls over: 0 (no prefill stall with a culprit),
+ * 1 (then *one is that length: a column of dots at one x, nothing to read a growth from) or
+ * 2 (two or more). */
+int plot_stall_prompt_lengths(const analysis_summary *s, int32_t *one);
 
 /* (h) the server's own metrics over the run (server_metrics.csv, plot_metrics.c), on the
  * timeline's time axis: requests running and waiting, prompt tokens per scrape interval

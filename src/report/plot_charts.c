@@ -374,6 +374,28 @@ int plot_stall_ccdf(plot_chart *c, const analysis_summary *s, const char *note, 
     return 0;
 }
 
+/* The longest culprit's prompt of a prefill stall, 0 when it has none to plot. */
+static int32_t stall_prompt(const analysis_stall *st)
+{
+    return st->cause == ANALYSIS_CAUSE_PREFILL && st->n_culprits > 0 && st->culprit_prompt[0] > 0
+               ? st->culprit_prompt[0]
+               : 0;
+}
+
+int plot_stall_prompt_lengths(const analysis_summary *s, int32_t *one)
+{
+    *one = 0;
+    for (int64_t i = 0; i < s->n_stall_list; i++) {
+        const int32_t tokens = stall_prompt(&s->stall_list[i]);
+        if (tokens == 0 || tokens == *one)
+            continue;
+        if (*one)
+            return 2;
+        *one = tokens;
+    }
+    return *one ? 1 : 0;
+}
+
 int plot_stalls_vs_prompt(plot_chart *c, const analysis_summary *s, const char *note, char *err)
 {
     plot_chart_init(c, "Each prefill stall against its culprit's prompt", 960, 420);
@@ -390,10 +412,8 @@ int plot_stalls_vs_prompt(plot_chart *c, const analysis_summary *s, const char *
         return OOM(err);
     ser->size = 4;
     for (int64_t i = 0; i < s->n_stall_list; i++) {
-        const analysis_stall *st = &s->stall_list[i];
-        if (st->cause != ANALYSIS_CAUSE_PREFILL || st->n_culprits == 0 || st->culprit_prompt[0] <= 0)
-            continue;
-        if (plot_series_push(ser, st->culprit_prompt[0], (double)st->gap_ns / 1e6) != 0)
+        const int32_t tokens = stall_prompt(&s->stall_list[i]);
+        if (tokens > 0 && plot_series_push(ser, tokens, (double)s->stall_list[i].gap_ns / 1e6) != 0)
             return OOM(err);
     }
     return 0;

@@ -25,6 +25,9 @@
 #define LABEL_GAP 6.0  /* between neighbouring labels, px */
 #define MAX_PLACED 512 /* point and value labels remembered for collision checks */
 #define MAX_SEGMENTS 4096 /* line segments labels must not cross */
+#define VMARK_ALPHA 0.35  /* an injection marker's line: faint, so the spike on it shows */
+#define FAINT(c) ((plot_color){(c).r, (c).g, (c).b, VMARK_ALPHA})
+#define VMARK_HEAD 7.0    /* the width and height of its head at the top, px */
 
 /* ---- text ------------------------------------------------------------------------------ */
 
@@ -43,6 +46,15 @@ typedef struct draw_ctx {
 static void set_color(cairo_t *cr, plot_color c)
 {
     cairo_set_source_rgba(cr, c.r, c.g, c.b, c.a);
+}
+
+/* A marker's head: a small triangle hanging from top at x (a path; the caller fills). */
+static void vmark_head(cairo_t *cr, double x, double top)
+{
+    cairo_move_to(cr, x - VMARK_HEAD / 2, top);
+    cairo_line_to(cr, x + VMARK_HEAD / 2, top);
+    cairo_line_to(cr, x, top + VMARK_HEAD);
+    cairo_close_path(cr);
 }
 
 static void set_font(cairo_t *cr, double pt, bool bold)
@@ -367,9 +379,12 @@ static void draw_legend(draw_ctx *d, const legend_item *items, int n, double x0,
             draw_mark(cr, it->mark, x + SWATCH_W / 2, cy, it->hollow ? 10 : 7);
             finish_marks(cr, it->hollow);
             break;
-        case SW_VMARK:
-            /* A fill, not a stroke: the SVG's injection strokes are the markers alone. */
-            cairo_rectangle(cr, x + SWATCH_W / 2 - 1, cy - 7, 2, 14);
+        case SW_VMARK: /* as drawn, in fills (the SVG's injection strokes are the markers) */
+            set_color(cr, FAINT(it->color));
+            cairo_rectangle(cr, x + SWATCH_W / 2 - 0.5, cy - 7, 1, 14);
+            cairo_fill(cr);
+            set_color(cr, it->color);
+            vmark_head(cr, x + SWATCH_W / 2, cy - 7);
             cairo_fill(cr);
             break;
         case SW_SPIKE:
@@ -591,6 +606,34 @@ static double fit_label_pt(cairo_t *cr, const char *s, double room)
     return pt;
 }
 
+/* The x (px, on a pixel: one crisp pixel wide) of the marker at v; false outside g. */
+static bool vmark_x(const panel_geom *g, double v, double *x)
+{
+    const double f = plot_axis_frac(&g->x, v);
+    *x = round(g->area.x + f * g->area.w) + 0.5;
+    return isfinite(f) && f >= -1e-9 && f <= 1 + 1e-9;
+}
+
+/* The injection markers, beneath the data: each a thin faint line the plot area's height
+ * (its own stroke: tests count them in the SVG) under a solid head at the top edge. A
+ * full-strength dashed line hid the very spike it marked. */
+static void draw_vmarks(cairo_t *cr, const panel_geom *g, const plot_panel *p)
+{
+    double x;
+    cairo_set_line_width(cr, 1);
+    for (int i = 0; i < p->n_vmarks; i++) {
+        if (!vmark_x(g, p->vmarks[i], &x))
+            continue;
+        set_color(cr, FAINT(PLOT_COLOR_INJECTION));
+        cairo_move_to(cr, x, g->area.y);
+        cairo_line_to(cr, x, g->area.y + g->area.h);
+        cairo_stroke(cr);
+        set_color(cr, PLOT_COLOR_INJECTION);
+        vmark_head(cr, x, g->area.y);
+        cairo_fill(cr);
+    }
+}
+
 static void draw_panel(draw_ctx *d, const plot_chart *c, const plot_panel *p, panel_geom *g,
                        bool x_labels, bool x_title)
 {
@@ -620,22 +663,7 @@ static void draw_panel(draw_ctx *d, const plot_chart *c, const plot_panel *p, pa
     cairo_save(cr);
     cairo_rectangle(cr, a.x, a.y, a.w, a.h);
     cairo_clip(cr);
-    /* Injection markers behind the data, so a spike on a marker stays visible; one stroke
-     * each (tests count them in the SVG). */
-    cairo_set_line_width(cr, 1.5);
-    double dash[] = {5, 3};
-    for (int i = 0; i < p->n_vmarks; i++) {
-        double f = plot_axis_frac(&g->x, p->vmarks[i]);
-        if (!isfinite(f) || f < -1e-9 || f > 1 + 1e-9)
-            continue;
-        double x = a.x + f * a.w;
-        set_color(cr, PLOT_COLOR_INJECTION);
-        cairo_set_dash(cr, dash, 2, 0);
-        cairo_move_to(cr, x, a.y);
-        cairo_line_to(cr, x, a.y + a.h);
-        cairo_stroke(cr);
-    }
-    cairo_set_dash(cr, NULL, 0, 0);
+    draw_vmarks(cr, g, p);
     bool any_data = false;
     for (int i = 0; i < p->n_series; i++) {
         const plot_series *s = &p->series[i];

@@ -11,9 +11,12 @@
 #define TIMES "\xc3\x97"
 #define DASH "\xe2\x80\x94"
 
+/* The TTFT columns are the injected prompts' (the legend says so): the background's TTFT is
+ * not in the sweep's table. */
 static const char *const COL_TITLES[REPORT_SWEEP_COLS] = {
-    "p50", "p99", "p99.9", "max", "max/p50", "stalls", "spike", "TTFT p50", "TTFT max", "step",
-    "model", "TPOT p50", "goodput"};
+    "p50", "p99", "p99.9", "max", "max/p50", "stalls", "spike", "inj. TTFT p50", "inj. TTFT max",
+    "step", "model", "TPOT p50", "goodput"};
+#define COL_MIN_WIDTH 8
 
 void report_sweep_cells(const report_sweep_point *pt, char cells[REPORT_SWEEP_COLS][32])
 {
@@ -61,9 +64,16 @@ void report_sweep_table_print(FILE *out, const report_sweep *sw)
                 w_axis[a] = w;
         }
     }
+    int w_col[REPORT_SWEEP_COLS];
+    for (int c = 0; c < REPORT_SWEEP_COLS; c++) {
+        w_col[c] = report_display_width(COL_TITLES[c]);
+        if (w_col[c] < COL_MIN_WIDTH)
+            w_col[c] = COL_MIN_WIDTH;
+    }
     fprintf(out, "gaps in ms (background users, interference run); spike = the longest gap each "
                  "injection caused, median over injections;\nstep = spike / the previous point's "
-                 "along %s; model = the same step in the cost model\n\n",
+                 "along %s; model = the same step in the cost model;\ninj. TTFT = the injected "
+                 "prompts' time to first token (ms); TPOT p50 = every completed request's\n\n",
             sw->axes[0]);
     report_print_padded(out, "point", w_label, false);
     for (int a = 0; a < sw->n_axes; a++) {
@@ -72,7 +82,7 @@ void report_sweep_table_print(FILE *out, const report_sweep *sw)
     }
     for (int c = 0; c < REPORT_SWEEP_COLS; c++) {
         fputs("  ", out);
-        report_print_padded(out, COL_TITLES[c], 8, true);
+        report_print_padded(out, COL_TITLES[c], w_col[c], true);
     }
     fputc('\n', out);
     for (int i = 0; i < sw->n_points; i++) {
@@ -90,7 +100,7 @@ void report_sweep_table_print(FILE *out, const report_sweep *sw)
         report_sweep_cells(pt, cells);
         for (int c = 0; c < REPORT_SWEEP_COLS; c++) {
             fputs("  ", out);
-            report_print_padded(out, cells[c], 8, true);
+            report_print_padded(out, cells[c], w_col[c], true);
         }
         fputc('\n', out);
     }

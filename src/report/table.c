@@ -94,8 +94,10 @@ void report_format_metric(char *buf, size_t size, metric_unit unit, double v)
     }
 }
 
-static void print_row(FILE *out, const char *label, metric_unit unit, int have_base, double base,
-                      int have_value, double value)
+/* One row; base_column false: the table has no baseline column (a run without a baseline,
+ * where a column of dashes would say nothing). */
+static void print_row(FILE *out, const char *label, metric_unit unit, bool base_column,
+                      int have_base, double base, int have_value, double value)
 {
     char b[32], v[32], c[32];
     if (have_base)
@@ -112,8 +114,10 @@ static void print_row(FILE *out, const char *label, metric_unit unit, int have_b
     else
         format_change(c, sizeof c, have_base && have_value, base, value);
     report_print_padded(out, label, COL_METRIC, false);
-    fputc(' ', out);
-    report_print_padded(out, b, COL_VALUE, true);
+    if (base_column) {
+        fputc(' ', out);
+        report_print_padded(out, b, COL_VALUE, true);
+    }
     fputc(' ', out);
     report_print_padded(out, v, COL_VALUE, true);
     if (c[0]) { /* no trailing blanks when there is no change to show */
@@ -131,11 +135,19 @@ static void format_threshold(char *buf, size_t size, double ms)
         snprintf(buf, size, "%.0f", ms);
 }
 
+const char *report_users_word(const analysis_summary *s)
+{
+    return s && s->users_are_streams ? "streams" : "users";
+}
+
 static void print_run_line(FILE *out, const char *role, const analysis_summary *s)
 {
-    fprintf(out, "%s: %s%s%s, %d users, %.1f s, %lld tokens%s\n", role,
+    char shard[48] = "";
+    if (s->shards > 0)
+        snprintf(shard, sizeof shard, " (shard %d/%d)", s->shard, s->shards);
+    fprintf(out, "%s: %s%s%s, %d %s%s, %.1f s, %lld tokens%s\n", role,
             s->label[0] ? s->label : role, s->engine[0] ? " on " : "", s->engine, s->users,
-            s->duration_s, (long long)s->tokens_received,
+            report_users_word(s), shard, s->duration_s, (long long)s->tokens_received,
             s->failed ? " (FAILED)" : s->complete ? "" : " (cut short)");
 }
 
@@ -158,6 +170,7 @@ typedef enum {
     ROW_IF_PRESENT, /* only when the interference run has the figure (goodput: an SLO) */
     ROW_IF_GPUS,    /* only when the interference run had several GPUs (a P + D split) */
     ROW_IF_NONZERO, /* only when a run's value is not 0 */
+    ROW_IF_INJECTED, /* only when the interference run had injections (else: no meaning) */
 } row_show;
 
 typedef struct table_row {
@@ -179,11 +192,11 @@ static const table_row ROWS[] = {
     {"stalls.server", ROW_CAUSE},
     {"stalls.client", ROW_CAUSE},
     {"stalls.unexplained", ROW_CAUSE},
-    {"stalls.aligned_fraction", ROW_ALWAYS},
+    {"stalls.aligned_fraction", ROW_IF_INJECTED},
     {"stalls.time", ROW_ALWAYS},
     {"spike_ratio", ROW_ALWAYS},
-    {"injection_ttft.p50", ROW_ALWAYS},
-    {"injection_ttft.max", ROW_ALWAYS},
+    {"injection_ttft.p50", ROW_IF_INJECTED},
+    {"injection_ttft.max", ROW_IF_INJECTED},
     {"ttft.p50", ROW_ALWAYS},
     {"ttft.p99", ROW_ALWAYS},
     /* The benchmark world's figures (summary.json "metrics", vLLM's meanings). */
@@ -217,7 +230,8 @@ static void print_metric_row(FILE *out, const table_row *row, const analysis_sum
     double bv, xv;
     const bool hb = table_value(m, b, &bv), hx = table_value(m, x, &xv);
     if ((row->show == ROW_IF_PRESENT && !hx) || (row->show == ROW_IF_GPUS && x->gpus <= 1) ||
-        (row->show == ROW_IF_NONZERO && !(xv != 0 || (hb && bv != 0))))
+        (row->show == ROW_IF_NONZERO && !(xv != 0 || (hb && bv != 0))) ||
+        (row->show == ROW_IF_INJECTED && x->n_injections == 0))
         return;
     char label[64], thr[32];
     if (row->show == ROW_THRESHOLD) {
@@ -226,7 +240,7 @@ static void print_metric_row(FILE *out, const table_row *row, const analysis_sum
     } else {
         snprintf(label, sizeof label, "%s%s", row->show == ROW_CAUSE ? "  " : "", m->label);
     }
-    print_row(out, label, m->unit, hb, bv, hx, xv);
+    print_row(out, label, m->unit, b != NULL, hb, bv, hx, xv);
 }
 
 void report_table_print(FILE *out, const analysis_summary *baseline,
@@ -236,26 +250,33 @@ void report_table_print(FILE *out, const analysis_summary *baseline,
     if (!x)
         return;
     int hb = b != NULL;
+    /* Each run by its label: baseline, interference, or --no-inject's traffic. */
+    const char *role_x = x->label[0] ? x->label : "interference";
     char title_b[COL_VALUE + 1], title_x[COL_VALUE + 1];
     clip(title_b, sizeof title_b, hb && b->label[0] ? b->label : "baseline");
-    clip(title_x, sizeof title_x, x->label[0] ? x->label : "interference");
+    clip(title_x, sizeof title_x, role_x);
 
     if (hb)
         print_failure(out, "baseline", b);
-    print_failure(out, "interference", x);
+    print_failure(out, role_x, x);
     if (hb)
         print_run_line(out, "baseline", b);
-    print_run_line(out, "interference", x);
+    print_run_line(out, role_x, x);
     fputc('\n', out);
     report_print_padded(out, "metric", COL_METRIC, false);
-    fputc(' ', out);
-    report_print_padded(out, title_b, COL_VALUE, true);
+    if (hb) {
+        fputc(' ', out);
+        report_print_padded(out, title_b, COL_VALUE, true);
+    }
     fputc(' ', out);
     report_print_padded(out, title_x, COL_VALUE, true);
-    fputs("  ", out);
-    report_print_padded(out, "change", COL_CHANGE, true);
+    if (hb) {
+        fputs("  ", out);
+        report_print_padded(out, "change", COL_CHANGE, true);
+    }
     fputc('\n', out);
-    for (int i = 0; i < COL_METRIC + COL_VALUE * 2 + COL_CHANGE + 4; i++)
+    const int width = hb ? COL_METRIC + COL_VALUE * 2 + COL_CHANGE + 4 : COL_METRIC + COL_VALUE + 1;
+    for (int i = 0; i < width; i++)
         fputc('-', out);
     fputc('\n', out);
 
@@ -318,6 +339,36 @@ static int describe_change(char *buf, size_t size, double base, double value, do
     return 0;
 }
 
+/* Who was hurt: the injections and the users (or streams) each one froze. */
+static void say_who_was_hurt(buf *text, const analysis_summary *x)
+{
+    if (x->n_injections == 0) {
+        buf_printf(text, "no injections");
+        return;
+    }
+    if (x->injections_with_stalls == 0) {
+        buf_printf(text, "0/%d injections stalled any user", x->n_injections);
+        return;
+    }
+    int lo = -1, hi = 0;
+    for (int i = 0; i < x->n_injections; i++) {
+        int u = x->injections[i].users_stalled;
+        if (u == 0)
+            continue;
+        if (lo < 0 || u < lo)
+            lo = u;
+        if (u > hi)
+            hi = u;
+    }
+    const char *who = report_users_word(x);
+    if (lo == hi)
+        buf_printf(text, "%d/%d injections each stalled %d/%d %s", x->injections_with_stalls,
+                   x->n_injections, hi, x->users, who);
+    else
+        buf_printf(text, "%d/%d injections stalled %d-%d of %d %s each",
+                   x->injections_with_stalls, x->n_injections, lo, hi, x->users, who);
+}
+
 void report_verdict(char *out, size_t size, const analysis_summary *baseline,
                     const analysis_summary *interference)
 {
@@ -330,6 +381,7 @@ void report_verdict(char *out, size_t size, const analysis_summary *baseline,
     /* Built whole, then cut to the caller's size: out of memory leaves a prefix, which
      * reads like a cut. */
     buf text = {0};
+    size_t sentence = 0; /* where a second sentence starts (a capital there), 0: none */
     char thr[32], ms[32], ch[64];
     format_threshold(thr, sizeof thr, x->stalls.threshold_ms);
 
@@ -344,37 +396,27 @@ void report_verdict(char *out, size_t size, const analysis_summary *baseline,
         }
         buf_printf(&text, ". The answers that came: ");
     }
-    /* Who was hurt: the injections and the users each one froze. */
-    if (x->n_injections == 0) {
-        buf_printf(&text, "no injections");
-    } else if (x->injections_with_stalls == 0) {
-        buf_printf(&text, "0/%d injections stalled any user", x->n_injections);
-    } else {
-        int lo = -1, hi = 0;
-        for (int i = 0; i < x->n_injections; i++) {
-            int u = x->injections[i].users_stalled;
-            if (u == 0)
-                continue;
-            if (lo < 0 || u < lo)
-                lo = u;
-            if (u > hi)
-                hi = u;
-        }
-        if (lo == hi)
-            buf_printf(&text, "%d/%d injections each stalled %d/%d users",
-                       x->injections_with_stalls, x->n_injections, hi, x->users);
-        else
-            buf_printf(&text, "%d/%d injections stalled %d-%d of %d users each",
-                       x->injections_with_stalls, x->n_injections, lo, hi, x->users);
+    /* One shard alone is not the experiment: its users only, and the injector only in
+     * shard 0. Said first, with where the experiment's figures come from. */
+    if (x->shards > 0) {
+        buf_printf(&text, "shard %d/%d alone: its own %d %s%s, not the experiment's (`stallscope "
+                          "report --merge` over the %d shards' directories gives those). ",
+                   x->shard, x->shards, x->users, report_users_word(x),
+                   x->shard == 0 ? "" : " and no injector (shard 0 sends the long prompts)",
+                   x->shards);
+        sentence = text.len;
     }
+    say_who_was_hurt(&text, x);
 
     /* How badly: stall count, and the longest gap against the median. */
     if (x->stalls.count == 0) {
         buf_printf(&text, "; no stalls above %s ms", thr);
     } else {
-        buf_printf(&text, "; %lld stall%s above %s ms, %.0f %% aligned with injections",
-                   (long long)x->stalls.count, x->stalls.count == 1 ? "" : "s", thr,
-                   x->stalls.aligned_fraction * 100);
+        buf_printf(&text, "; %lld stall%s above %s ms", (long long)x->stalls.count,
+                   x->stalls.count == 1 ? "" : "s", thr);
+        if (x->n_injections > 0) /* without any, "aligned" has nothing to align with */
+            buf_printf(&text, ", %.0f %% aligned with injections",
+                       x->stalls.aligned_fraction * 100);
     }
     if (x->itl_ms.count > 0) {
         format_ms_short(ms, sizeof ms, x->itl_ms.max);
@@ -448,6 +490,8 @@ said:
     snprintf(out, size, "%s", text.data ? text.data : "");
     buf_free(&text);
     /* Sentence case. */
-    if (out[0] >= 'a' && out[0] <= 'z')
-        out[0] = (char)(out[0] - 'a' + 'A');
+    const size_t starts[2] = {0, sentence};
+    for (int i = 0; i < 2; i++)
+        if (starts[i] < size && out[starts[i]] >= 'a' && out[starts[i]] <= 'z')
+            out[starts[i]] = (char)(out[starts[i]] - 'a' + 'A');
 }

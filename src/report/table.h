@@ -9,16 +9,23 @@
 #include "analysis/analysis.h"
 #include "analysis/metric.h"
 
-/* Side-by-side table: metric | baseline | interference | change. baseline may be NULL.
- * Rows: figures of the metric table (analysis/metric.h), by their labels: p50, p90, p99,
- * p99.9, max gap; stalls (count, causes, aligned fraction); spike ratio; injections' TTFT
- * p50/max; background TTFT p50/p99; the standard metrics and throughputs; errors. */
+/* Side-by-side table: metric | baseline | interference | change; without a baseline (NULL)
+ * the run's column alone. Rows: figures of the metric table (analysis/metric.h), by their
+ * labels: p50, p90, p99, p99.9, max gap; stalls (count, causes, aligned fraction); spike
+ * ratio; injections' TTFT p50/max; background TTFT p50/p99; the standard metrics and
+ * throughputs; errors. A run without injections has no aligned fraction nor injection
+ * TTFT rows. */
 void report_table_print(FILE *out, const analysis_summary *baseline,
                         const analysis_summary *interference);
 /* One paragraph, e.g. "4/4 injections each stalled 32/32 users; max gap 152 ms = 15x p50;
- * p99 unchanged (+0.4 %); p99.9 +38 %." Written into buf. */
+ * p99 unchanged (+0.4 %); p99.9 +38 %." Written into buf. A shard's opens by saying it is
+ * one shard of N and how to merge them. */
 void report_verdict(char *buf, size_t size, const analysis_summary *baseline,
                     const analysis_summary *interference);
+
+/* What a run's users figure counts, as a word: "users" (closed-loop users), or "streams"
+ * when the workload had open-loop requests, each a stream of its own. */
+const char *report_users_word(const analysis_summary *s);
 
 /* Milliseconds at the precision that suits the magnitude: "4.78", "14.6", "152". */
 void report_format_ms(char *buf, size_t size, double ms);

@@ -79,19 +79,21 @@ for y in range(h):
     rows.append(line); prev = line
 def near(px, rgb, tol=40):
     return all(abs(px[k] - rgb[k]) <= tol for k in range(3))
-nonwhite = orange = purple = 0
+# A marker: a faint line (35 % purple on white) under a solid purple head at the top.
+nonwhite = orange = purple = faint = 0
 for line in rows:
     for x in range(0, stride, bpp):
         px = line[x:x + 3]
         if px[0] < 235 or px[1] < 235 or px[2] < 235: nonwhite += 1
         if near(px, (217, 84, 26)): orange += 1
         if near(px, (153, 0, 153)): purple += 1
+        if near(px, (219, 166, 219), 20): faint += 1
 total = w * h
 print(f"screenshot {w}x{h}: {100 * nonwhite / total:.1f} % non-white, "
-      f"{orange} interference-dot pixels, {purple} marker pixels")
+      f"{orange} interference-dot pixels, {purple} marker-head and {faint} marker-line pixels")
 assert nonwhite > 0.03 * total, "blank"
 assert orange > 300, "no interference gaps drawn"
-assert purple > 100, "no injection markers drawn"
+assert purple > 40 and faint > 300, "no injection markers drawn"
 PY
 pass "screenshot: the timeline shows its gaps and markers"
 rm -rf "$dir"/profile.*

@@ -22,8 +22,8 @@ threads() { json "$1/config.json" "j['client']['threads'], j['client']['threads_
 # The default beside the embedded emulated server on two CPUs: one loop, no warning.
 taskset -c "$cpu0,$cpu1" "$bin" run --engine emulate "${short[@]}" --no-inject --out "$dir/two" \
     >"$dir/two.out" 2>&1 || { tail -20 "$dir/two.out"; fail "run on two CPUs"; }
-[ "$(threads "$dir/two/interference")" = "1 False" ] || fail "two CPUs: $(threads "$dir/two/interference")"
-grep -qF "[interference] client: 1 event loop (the default; 2 CPUs available, 1 busy in the embedded emulate server)" \
+[ "$(threads "$dir/two/traffic")" = "1 False" ] || fail "two CPUs: $(threads "$dir/two/traffic")"
+grep -qF "[traffic] client: 1 event loop (the default; 2 CPUs available, 1 busy in the embedded emulate server)" \
     "$dir/two.out" || { cat "$dir/two.out"; fail "two CPUs: the decision is not said"; }
 ! grep -q "warning: --client-threads" "$dir/two.out" || fail "two CPUs: a warning for the default"
 pass "two CPUs, emulate: $(grep -o 'client: 1 event loop.*' "$dir/two.out")"
@@ -45,8 +45,8 @@ start_server target
 taskset -c "$cpu0" "$bin" run --target "http://127.0.0.1:$PORT" "${short[@]}" --no-inject \
     --out "$dir/remote" >"$dir/remote.out" 2>&1 || { tail -20 "$dir/remote.out"; fail "run --target on one CPU"; }
 stop_server
-[ "$(threads "$dir/remote/interference")" = "1 False" ] ||
-  fail "--target on one CPU: $(threads "$dir/remote/interference") client threads, want 1"
+[ "$(threads "$dir/remote/traffic")" = "1 False" ] ||
+  fail "--target on one CPU: $(threads "$dir/remote/traffic") client threads, want 1"
 grep -qF "client: 1 event loop (the default; 1 CPU available, the server runs elsewhere)" "$dir/remote.out" ||
   { cat "$dir/remote.out"; fail "--target on one CPU: the decision is not said"; }
 pass "--target under taskset -c $cpu0: one client thread"

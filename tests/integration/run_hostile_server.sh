@@ -143,7 +143,7 @@ def check_run(name, want_rc, pattern):
     if rc != want_rc:
         problems.append(f"{where}, want {want_rc}; stderr: {err.strip().splitlines()[-1:]}")
         return
-    d = f"{work}/{name}/interference"
+    d = f"{work}/{name}/traffic"  # --no-inject: the one run is the traffic alone
     try:
         reqs = list(csv.DictReader(read(f"{d}/requests.csv").splitlines()))
         s = json.loads(read(f"{d}/summary.json"))
@@ -182,11 +182,11 @@ def check_run(name, want_rc, pattern):
     if failed:
         why = (f"{sum(errors.values())} of {len(reqs)} requests failed; the most common "
                f"error ({count}): {common}")
-        if not lines or lines[0] != f"interference FAILED: {why}":
+        if not lines or lines[0] != f"traffic FAILED: {why}":
             problems.append(f"{where}: the table's first line {lines[:1]}, want the failure")
         if not verdict.startswith(f"The run FAILED: {why}."):
             problems.append(f"{where}: verdict {verdict!r}")
-        if f"stallscope run: the interference run failed: {why}" not in err:
+        if f"stallscope run: the traffic run failed: {why}" not in err:
             problems.append(f"{where}: stderr does not say why: {err.strip().splitlines()[-2:]}")
     elif "FAILED" in out:
         problems.append(f"{where}: a run that went well says FAILED")
@@ -227,7 +227,7 @@ for name, want in (("all-r301-raw", "probe request failed: HTTP 301: the target 
                    ("all-gzip-curl", "probe request failed: the server compressed the stream "
                                      "(Content-Encoding: gzip)"),
                    ("baseline-e500-raw", "stallscope run: the baseline run failed: "),
-                   ("open-e500-curl", "stallscope run: the interference run failed: ")):
+                   ("open-e500-curl", "stallscope run: the traffic run failed: ")):
     rc = int(read(f"{work}/{name}.rc"))
     try:
         err = read(f"{work}/{name}.stderr")
@@ -259,7 +259,7 @@ rc=0
 "$BIN" report "$WORK/r301-location-empty-raw" >"$WORK/report-failed.stdout" \
   2>"$WORK/report-failed.stderr" || rc=$?
 [ "$rc" = 1 ] || { cat "$WORK/report-failed.stderr"; fail "report on a failed run exited $rc, not 1"; }
-grep -q "^stallscope report: the interference run failed: .* requests failed; the most common error" \
+grep -q "^stallscope report: the traffic run failed: .* requests failed; the most common error" \
   "$WORK/report-failed.stderr" || { cat "$WORK/report-failed.stderr"; fail "report did not say why the run failed"; }
 [ -s "$WORK/r301-location-empty-raw/report.html" ] || fail "report on a failed run wrote no report.html"
 rc=0

@@ -126,7 +126,7 @@ python3 - "$dir" <<'PY' || fail "the accepted traces' plans"
 import csv, glob, os, sys
 d = sys.argv[1]
 def plans(n):
-    rows = list(csv.DictReader(open(f"{d}/o{n}/interference/requests.csv")))
+    rows = list(csv.DictReader(open(f"{d}/o{n}/traffic/requests.csv")))
     return sorted(int(r["t_plan_ns"]) for r in rows if r["kind"] == "bg"), len({r["user"] for r in rows})
 for n, want in ((14, [100_000_000, 200_000_000, 300_000_000]), (15, [100_000_000] * 3)):
     got, streams = plans(n)

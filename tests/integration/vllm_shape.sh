@@ -23,7 +23,7 @@ jcheck() {
   --save-result "$dir/sim.json" >"$dir/sim.out" 2>&1 || { rc=$?; cat "$dir/sim.out"; fail "sim exited $rc"; }
 jcheck "$dir/sim.json" 'j["completed"] == 300 and j["num_prompts"] == 300 and j["request_rate"] == 2' \
   "sim --num-prompts 300 --request-rate 2: every request completed"
-jcheck "$dir/sim/interference/summary.json" 'j["duration_s"] > 140' \
+jcheck "$dir/sim/traffic/summary.json" 'j["duration_s"] > 140' \
   "the run lasted until the last request finished"
 
 # The usual vLLM command, against the embedded server: all at once through 3 slots.
@@ -38,7 +38,7 @@ jcheck "$dir/run.json" 'j["completed"] == 12 and j["num_prompts"] == 12 and j["r
   "run: vLLM's settings keys and per-request arrays"
 python3 "$PY_DIR/check_result.py" "$dir/run" "$dir/run.json" || fail "--save-result disagrees with the CSVs"
 # never more than 3 in flight: the 4th request is sent only once one has ended
-python3 - "$dir/run/interference/requests.csv" <<'PY' || fail "--max-concurrency 3 exceeded"
+python3 - "$dir/run/traffic/requests.csv" <<'PY' || fail "--max-concurrency 3 exceeded"
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 ev = sorted([(int(r["t_send_ns"]), 1) for r in rows] + [(int(r["t_end_ns"]), -1) for r in rows],

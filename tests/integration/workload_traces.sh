@@ -87,7 +87,7 @@ for f in azure burstgpt mooncake plain; do
   "$bin" sim --trace "$file" --no-inject --duration 4s --out "$dir/sim-$f" >"$dir/sim-$f.out" 2>&1 ||
     { cat "$dir/sim-$f.out"; fail "sim --trace $f"; }
   grep -q "5 requests planned" "$dir/sim-$f.out" || { cat "$dir/sim-$f.out"; fail "sim $f: plan line"; }
-  check_run "$dir/sim-$f/interference" 1 || fail "sim --trace $f"
+  check_run "$dir/sim-$f/traffic" 1 || fail "sim --trace $f"
 done
 grep -q "1 failed requests" "$dir/sim-burstgpt.out" || fail "BurstGPT's failed row not counted"
 pass "sim --trace in each format: 5 requests, own streams, the long prefill is the culprit"
@@ -98,7 +98,7 @@ for f in azure burstgpt mooncake plain; do
       --out "$dir/run-$f" >"$dir/run-$f.out" 2>&1 || { tail -20 "$dir/run-$f.out"; fail "run --trace $f"; }
   # the stall check on one format (a live run on 2 shared cores); the rest: every request sent
   want=0; [ "$f" = plain ] && want=1
-  check_run "$dir/run-$f/interference" "$want" || fail "run --trace $f"
+  check_run "$dir/run-$f/traffic" "$want" || fail "run --trace $f"
 done
 pass "run --trace (embedded emulate) in each format; the long prompt's stalls name it"
 
@@ -111,7 +111,7 @@ for i in $(seq 0 12); do echo "{\"t\": $((i * 5)), \"prompt_tokens\": 200, \"max
   { cat "$dir/sim-long.out"; fail "sim --trace without --duration"; }
 grep -q "0 at or after --duration, 0 over --max-requests; 13 requests planned" "$dir/sim-long.out" ||
   { cat "$dir/sim-long.out"; fail "sim: the whole trace is not planned"; }
-python3 - "$dir/sim-long/interference" <<'PY' || fail "sim: the run does not end with the trace's last request"
+python3 - "$dir/sim-long/traffic" <<'PY' || fail "sim: the run does not end with the trace's last request"
 import csv, json, sys
 d = sys.argv[1]
 reqs = [r for r in csv.DictReader(open(f"{d}/requests.csv")) if r["kind"] == "bg"]
@@ -126,8 +126,8 @@ start=$(date +%s)
 "$bin" run --engine emulate --trace "$dir/plain.jsonl" --no-inject --warmup 0 --out "$dir/run-whole" \
     >"$dir/run-whole.out" 2>&1 || { tail -20 "$dir/run-whole.out"; fail "run --trace without --duration"; }
 took=$(($(date +%s) - start))
-check_run "$dir/run-whole/interference" 0 || fail "run --trace without --duration"
-python3 - "$dir/run-whole/interference" <<'PY' || fail "run: a trace request was cut"
+check_run "$dir/run-whole/traffic" 0 || fail "run --trace without --duration"
+python3 - "$dir/run-whole/traffic" <<'PY' || fail "run: a trace request was cut"
 import csv, sys
 reqs = [r for r in csv.DictReader(open(f"{sys.argv[1]}/requests.csv")) if r["kind"] == "bg"]
 sys.exit(0 if all(r["finish_reason"] == "length" for r in reqs) else 1)
@@ -169,7 +169,7 @@ grep -q "open loop: [0-9]* requests at 4 req/s (Poisson), prompt lognormal:1730,
   { tail -20 "$dir/conc.out"; fail "run --request-rate --max-concurrency"; }
 grep -q "max concurrency 2: [1-9][0-9]* of [0-9]* open-loop requests waited for a slot" "$dir/conc.out" ||
   { cat "$dir/conc.out"; fail "the waits are not reported"; }
-python3 - "$dir/conc/interference/requests.csv" <<'PY' || fail "max concurrency not honoured"
+python3 - "$dir/conc/traffic/requests.csv" <<'PY' || fail "max concurrency not honoured"
 import csv, sys
 rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["kind"] == "bg"]
 ends = [(int(r["t_send_ns"]), int(r["t_end_ns"]) if int(r["t_end_ns"]) >= 0 else 1 << 62) for r in rows]
@@ -187,6 +187,6 @@ start_server target
 "$bin" run --target "http://127.0.0.1:$PORT" --trace "$dir/mooncake.jsonl" --no-inject \
     --duration 3s --warmup 0 --out "$dir/remote" >"$dir/remote.out" 2>&1 ||
   { tail -20 "$dir/remote.out"; fail "run --target --trace"; }
-check_run "$dir/remote/interference" 0 || fail "run --target --trace"
+check_run "$dir/remote/traffic" 0 || fail "run --target --trace"
 stop_server
 pass "run --target --trace: every trace request sent, each a stream of its own"

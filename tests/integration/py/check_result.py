@@ -2,16 +2,18 @@
 
     python3 check_result.py RUN_DIR RESULT_JSON
 
-Every value is worked out again here from RUN_DIR/interference/{requests,tokens}.csv with
+Every value is worked out again here from RUN_DIR/interference/{requests,tokens}.csv (a
+--no-inject run's RUN_DIR/traffic/) with
 vLLM's meanings: completed = sent at t >= 0, no error, ended with a finish reason other than
 abort; TTFT, E2E, TPOT = (E2E - TTFT) / (completion tokens - 1); ITL every gap between two
 token events of one request; numpy's interpolated percentiles; population std. With
 --save-detailed's arrays (input_lens, output_lens, ttfts, itls, start_times, latencies,
 errors), each request's entry again from the CSVs. Exit 1 on any difference beyond 1e-6
 (relative), listing them."""
-import csv, json, math, sys
+import csv, json, math, os, sys
 run, res = sys.argv[1], json.load(open(sys.argv[2]))
-reqs = {r["request"]: r for r in csv.DictReader(open(f"{run}/interference/requests.csv"))}
+run += "/traffic" if os.path.isdir(f"{run}/traffic") else "/interference"
+reqs = {r["request"]: r for r in csv.DictReader(open(f"{run}/requests.csv"))}
 def done(r):
     return (int(r["t_send_ns"]) >= 0 and not r["error"] and int(r["t_end_ns"]) >= 0 and
             int(r["t_first_ns"]) >= 0 and r["finish_reason"] not in ("", "abort"))
@@ -21,7 +23,7 @@ e2el = [(int(r["t_end_ns"]) - int(r["t_send_ns"])) / 1e6 for r in ok]
 tpot = [(e - t) / (int(r["completion_tokens"]) - 1) for r, t, e in zip(ok, ttft, e2el)
         if int(r["completion_tokens"]) > 1]
 last, itl = {}, []
-for ev in csv.DictReader(open(f"{run}/interference/tokens.csv")):
+for ev in csv.DictReader(open(f"{run}/tokens.csv")):
     r = reqs[ev["request"]]
     t = int(ev["t_ns"])
     if ev["request"] in last:
@@ -42,7 +44,7 @@ bad = [f"{k}: {res[k]} vs {v}" for k, v in want.items() if abs(res[k] - v) > 1e-
 if "ttfts" in res:
     sent = sorted((r for r in reqs.values() if int(r["t_send_ns"]) >= 0), key=lambda r: int(r["request"]))
     gaps, prev = {}, {}
-    for ev in csv.DictReader(open(f"{run}/interference/tokens.csv")):
+    for ev in csv.DictReader(open(f"{run}/tokens.csv")):
         k, t = ev["request"], int(ev["t_ns"])
         if k in prev:
             gaps.setdefault(k, []).append((t - prev[k]) / 1e9)

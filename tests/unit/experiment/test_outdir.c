@@ -65,6 +65,17 @@ static void test_claim_dir(void **state)
     assert_non_null(strstr(err, "notes.txt"));
     assert_true(present(dir, "report.html"));
     touch(dir, "point-x");
+    /* --no-inject's run is ours too (OUT/traffic): --force replaces it. */
+    char fresh[120];
+    snprintf(fresh, sizeof fresh, "%s/fresh", root);
+    snprintf(sub, sizeof sub, "%s/traffic", fresh);
+    assert_int_equal(experiment_claim_dir(fresh, false, err), 0);
+    assert_int_equal(mkdir(sub, 0777), 0);
+    touch(sub, "tokens.csv");
+    assert_int_equal(experiment_claim_dir(fresh, false, err), -1);
+    assert_non_null(strstr(err, "already holds an earlier run"));
+    assert_int_equal(experiment_claim_dir(fresh, true, err), 0);
+    assert_false(present(fresh, "traffic"));
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     assert_int_equal(system(cmd), 0);

@@ -85,10 +85,32 @@ static void test_run_pair(void **state)
     assert_float_equal(alone.interference.stalls.threshold_ms, 5 * alone.interference.itl_ms.p50,
                        1e-9);
     experiment_pair_free(&alone);
+
+    /* --no-inject: no injector to compare against, so the one run is the traffic alone
+     * (issue 28, point 9: it was labelled interference), in OUT/traffic/. */
+    c.no_baseline = false;
+    c.wl.no_inject = true;
+    char dir2[] = "/tmp/test_pair_XXXXXX";
+    assert_non_null(mkdtemp(dir2));
+    experiment_io io2 = {.out_dir = dir2, .argc = 2, .argv = argv};
+    experiment_pair traffic;
+    assert_int_equal(experiment_run_pair(&c, &sim, &io2, &traffic, err), 0);
+    assert_false(traffic.have_baseline);
+    assert_true(traffic.have_interference);
+    assert_string_equal(traffic.interference.label, EXPERIMENT_RUN_TRAFFIC);
+    assert_int_equal(traffic.interference.n_injections, 0);
+    snprintf(path, sizeof path, "%s/traffic/config.json", dir2);
+    assert_int_equal(experiment_config_read(path, &back, &meta, err), 0);
+    assert_string_equal(meta.label, "traffic");
+    experiment_meta_free(&meta);
+    snprintf(path, sizeof path, "%s/interference", dir2);
+    struct stat none;
+    assert_int_not_equal(stat(path, &none), 0);
+    experiment_pair_free(&traffic);
     experiment_pair_free(&mem);
     experiment_pair_free(&disk);
     char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", dir, dir2);
     assert_int_equal(system(cmd), 0);
 }
 

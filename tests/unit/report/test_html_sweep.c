@@ -95,6 +95,9 @@ static void test_sweep(void **state)
     assert_null(strstr(doc, "fig-tradeoff"));
     assert_non_null(strstr(doc, "refused: too long"));
     assert_null(strstr(doc, "<script"));
+    /* The points' TTFT is the injected prompt's (issue 28, point 8). */
+    assert_non_null(strstr(doc, "injected prompt's TTFT p50 "));
+    assert_null(strstr(doc, ", TTFT p50"));
     free(doc);
 
     char *table = NULL;
@@ -104,6 +107,21 @@ static void test_sweep(void **state)
     fclose(f);
     assert_non_null(strstr(table, "point-2  4k"));
     assert_non_null(strstr(table, "refused: too long"));
+    /* Issue 28, point 8: the TTFT columns are the injected prompts', and say so; each title
+     * ends where its column's values end. */
+    assert_non_null(strstr(table, "inj. TTFT = the injected prompts' time to first token"));
+    const char *head = strstr(table, "\npoint ");
+    assert_non_null(head);
+    head++;
+    const char *p50 = strstr(head, "  inj. TTFT p50  inj. TTFT max  ");
+    assert_non_null(p50);
+    const char *row = strstr(table, "\npoint-1 ");
+    assert_non_null(row);
+    row++;
+    /* The row's character under the title's last one is a digit (TTFT p50), the next a blank. */
+    const size_t end = (size_t)(p50 - head) + strlen("  inj. TTFT p50") - 1;
+    assert_true(row[end] >= '0' && row[end] <= '9');
+    assert_true(row[end + 1] == ' ');
     free(table);
     report_sweep_free(&sw);
     rm_rf(dir);

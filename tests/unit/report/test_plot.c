@@ -15,6 +15,7 @@
 
 #include "common/err.h"
 #include "report/plot.h"
+#include "report/plot_axis.h"
 
 #define MS 1000000LL
 
@@ -289,9 +290,10 @@ static void test_svg_structure(void **state)
     assert_non_null(strstr(svg, "width=\"400px\""));
     assert_non_null(strstr(svg, "height=\"300px\""));
     assert_non_null(strstr(svg, "viewBox=\"0 0 400 300\""));
-    /* One marker (the legend's swatch is a fill). */
+    /* One marker (the legend's swatch and the markers' heads are fills: the swatch's line
+     * and head, the heads one fill). */
     assert_int_equal(count(svg, MARKER_STROKE), 1);
-    assert_int_equal(count(svg, "fill:rgb(60%,0%,60%)"), 1);
+    assert_int_equal(count(svg, "fill:rgb(60%,0%,60%)"), 3);
     /* The data line (three points) and its legend swatch (two). */
     const char *green = "stroke:rgb(0%,50%,0%)";
     assert_int_equal(count(svg, green), 2);
@@ -400,7 +402,9 @@ static void test_png_size_and_data(void **state)
     assert_int_equal(data[1], 255);
     assert_int_equal(data[2], 255);
     assert_true(pixels_near(img, 217, 84, 26, 90) > 50); /* interference dots */
-    assert_true(pixels_near(img, 153, 0, 153, 90) > 100); /* three markers */
+    /* three markers: faint lines (35 % purple on white) under solid heads */
+    assert_true(pixels_near(img, 219, 166, 219, 90) > 100);
+    assert_true(pixels_near(img, 153, 0, 153, 90) > 30);
     cairo_surface_destroy(img);
     /* The SVG file is the buffer handed back. */
     snprintf(path, sizeof path, "%s/timeline.svg", dir);
@@ -417,6 +421,100 @@ static void test_png_size_and_data(void **state)
     plot_chart_free(&c);
     tokenlog_free(&x_log);
     plot_release_caches();
+}
+
+/* Issue 28, point 13: an injection marker must not hide the spike it marks (a full-strength
+ * dashed purple line did, on the timeline and the steps). The marker lies beneath the data
+ * (its stroke first in the SVG), faint (a 1 px line at 35 %), and only its head at the top is
+ * solid: across the middle of the plot no pixel is strongly purple, neither beside the spike
+ * nor where a marker stands over nothing, and the spike's own colour stands there. */
+static void test_marker_lets_spike_show(void **state)
+{
+    (void)state;
+    plot_chart c;
+    plot_chart_init(&c, "spike on a marker", 400, 300);
+    plot_panel *p = plot_chart_add_panel(&c, "");
+    assert_non_null(p);
+    plot_series *s = plot_panel_add_series(p, "step", PLOT_SPIKES, PLOT_COLOR_INTERFERENCE);
+    assert_non_null(s);
+    for (int i = 1; i <= 9; i++)
+        assert_int_equal(plot_series_push(s, i, i == 5 ? 100 : 5), 0);
+    assert_int_equal(plot_panel_add_vmark(p, 5), 0);   /* under the spike */
+    assert_int_equal(plot_panel_add_vmark(p, 7.5), 0); /* over nothing: the line alone */
+    snprintf(p->vmark_name, sizeof p->vmark_name, "injection");
+    char *svg = NULL;
+    char err[ERR_LEN];
+    assert_int_equal(plot_render_svg(&c, &svg, NULL, err), 0);
+    const char *marker = strstr(svg, MARKER_STROKE), *spike = strstr(svg, "stroke:rgb(85%,33%,10%)");
+    assert_non_null(marker);
+    assert_non_null(spike);
+    assert_true(marker < spike); /* beneath */
+    char *style_end = strchr(marker, '"');
+    assert_non_null(style_end);
+    char style[256];
+    snprintf(style, sizeof style, "%.*s", (int)(style_end - marker), marker);
+    assert_non_null(strstr(style, "stroke-opacity:0.35"));
+    free(svg);
+
+    char dir[] = "/tmp/test_plot_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[128];
+    snprintf(path, sizeof path, "%s/m.png", dir);
+    assert_int_equal(plot_render_file(&c, PLOT_PNG, path, err), 0);
+    cairo_surface_t *img = cairo_image_surface_create_from_png(path);
+    assert_int_equal(cairo_surface_status(img), CAIRO_STATUS_SUCCESS);
+    const int w = cairo_image_surface_get_width(img), h = cairo_image_surface_get_height(img);
+    const int stride = cairo_image_surface_get_stride(img);
+    const unsigned char *data = cairo_image_surface_get_data(img);
+    int strong_purple = 0, spike_px = 0;
+    for (int y = h / 2 - 40; y < h / 2 + 40; y++)
+        for (int x = 0; x < w; x++) {
+            uint32_t px;
+            memcpy(&px, data + (size_t)y * stride + (size_t)x * 4, 4);
+            const int r = (px >> 16) & 0xff, g = (px >> 8) & 0xff, b = px & 0xff;
+            strong_purple += g < 120 && r > g + 60 && b > g + 60;
+            spike_px += abs(r - 217) <= 3 && abs(g - 84) <= 3 && abs(b - 26) <= 3;
+        }
+    assert_int_equal(strong_purple, 0);
+    assert_true(spike_px >= 40); /* the spike's column, whole, across the band */
+    cairo_surface_destroy(img);
+    unlink(path);
+    rmdir(dir);
+    plot_chart_free(&c);
+    plot_release_caches();
+}
+
+/* The stalls against their culprits' prompt lengths: a chart only when there are two
+ * lengths or more (issue 28, point 13: with one it was a column of dots in an empty frame). */
+static void test_stall_prompt_lengths(void **state)
+{
+    (void)state;
+    analysis_stall st[4];
+    memset(st, 0, sizeof st);
+    for (int i = 0; i < 4; i++) {
+        st[i].cause = ANALYSIS_CAUSE_PREFILL;
+        st[i].n_culprits = 1;
+        st[i].culprit_prompt[0] = 8000;
+        st[i].gap_ns = 130 * MS;
+    }
+    st[3].cause = ANALYSIS_CAUSE_CLIENT; /* not a prefill: its culprit does not count */
+    st[3].culprit_prompt[0] = 2000;
+    analysis_summary s;
+    memset(&s, 0, sizeof s);
+    s.stall_list = st;
+    int32_t one = -1;
+    assert_int_equal(plot_stall_prompt_lengths(&s, &one), 0);
+    assert_int_equal(one, 0);
+    s.n_stall_list = 4;
+    assert_int_equal(plot_stall_prompt_lengths(&s, &one), 1);
+    assert_int_equal(one, 8000);
+    st[1].culprit_prompt[0] = 16000;
+    assert_int_equal(plot_stall_prompt_lengths(&s, &one), 2);
+    plot_chart c;
+    char err[ERR_LEN];
+    assert_int_equal(plot_stalls_vs_prompt(&c, &s, "tiny", err), 0);
+    assert_int_equal(c.panels[0].series[0].n, 3);
+    plot_chart_free(&c);
 }
 
 /* 100,000 gaps on one spot and one outlier: two marks in the SVG, the outlier kept. */
@@ -520,6 +618,46 @@ static void test_render_error(void **state)
     plot_release_caches();
 }
 
+/* Issue 28, point 13: tune's front once labelled its y axis at its ends and quarters
+ * ("2888", "3751"). Every automatic tick is a round number: a multiple of 1, 2 or 5 x 10^k,
+ * never an end of the range where that is not round. */
+static void test_round_ticks(void **state)
+{
+    (void)state;
+    static const struct {
+        double lo, hi;
+        bool log;
+    } data[] = {{3234.56, 3349.1, false}, {2580, 3350, false}, {3000, 3100, false},
+                {3000, 3100, true},        {3234.56, 3349.1, true}, {5.39, 61.2, true},
+                {3126, 6103, false},       {0.37, 0.52, false}};
+    for (size_t i = 0; i < sizeof data / sizeof data[0]; i++) {
+        plot_axis a;
+        memset(&a, 0, sizeof a);
+        a.log = data[i].log;
+        plot_axis_state st = {.a = &a};
+        plot_axis_range(&a, data[i].lo, data[i].hi, false, &st.lo, &st.hi);
+        plot_axis_ticks(&st);
+        assert_true(st.n_ticks >= 2);
+        /* Evenly spaced by a 1-2-5 step, each a multiple of it; or (a wide log axis) each
+         * 1, 2 or 5 x 10^k. */
+        const double step = st.ticks[1] - st.ticks[0];
+        bool even = st.n_ticks >= 2;
+        for (int k = 1; k < st.n_ticks && even; k++)
+            even = fabs(st.ticks[k] - st.ticks[k - 1] - step) < step * 1e-6;
+        for (int k = 0; k < st.n_ticks; k++) {
+            const double t = st.ticks[k];
+            const double m = t / pow(10, floor(log10(t) + 1e-9));
+            const bool round_tick = even ? fabs(plot_nice(step, true) - step) < step * 1e-9 &&
+                                               fabs(t / step - round(t / step)) < 1e-6
+                                         : fabs(m - 1) < 1e-9 || fabs(m - 2) < 1e-9 ||
+                                               fabs(m - 5) < 1e-9;
+            if (!round_tick)
+                fail_msg("data %g..%g (%s): tick %g is not round", data[i].lo, data[i].hi,
+                         data[i].log ? "log" : "linear", t);
+        }
+    }
+}
+
 static void test_nice(void **state)
 {
     (void)state;
@@ -540,10 +678,13 @@ int main(void)
         cmocka_unit_test(test_hollow_marks),
         cmocka_unit_test(test_png_size_and_data),
         cmocka_unit_test(test_dots_one_mark_per_cell),
+        cmocka_unit_test(test_marker_lets_spike_show),
+        cmocka_unit_test(test_stall_prompt_lengths),
         cmocka_unit_test(test_spike_chart),
         cmocka_unit_test(test_tradeoff_chart),
         cmocka_unit_test(test_render_error),
         cmocka_unit_test(test_nice),
+        cmocka_unit_test(test_round_ticks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -146,16 +146,132 @@ static void test_table_rows_and_width(void **state)
     }
     free(text);
 
-    /* Without a baseline its column is a dash and there is no change. */
+    /* Without a baseline there is no baseline column (a column of dashes says nothing) and
+     * no change. */
     text = NULL;
     f = open_memstream(&text, &len);
     report_table_print(f, NULL, &x);
     fclose(f);
-    expect_contains(text, "\xe2\x80\x94");
-    expect_contains(text, "gaps counted");
-    if (strstr(text, "\xc3\x97"))
-        fail_msg("no change column expected without a baseline:\n%s", text);
+    expect_contains(text, "\nmetric                      interference\n");
+    expect_contains(text, "\ngaps counted                      125900\n");
+    expect_contains(text, "\nmax gap (ms)                       152.0\n");
+    if (strstr(text, "\xc3\x97") || strstr(text, "change") || strstr(text, "baseline"))
+        fail_msg("no baseline nor change column expected without a baseline:\n%s", text);
     free(text);
+}
+
+static char *table_text(const analysis_summary *b, const analysis_summary *x)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    report_table_print(f, b, x);
+    fclose(f);
+    return text;
+}
+
+static void expect_absent(const char *text, const char *unwanted)
+{
+    if (strstr(text, unwanted))
+        fail_msg("'%s' in:\n%s", unwanted, text);
+}
+
+/* Issue 28, point 9: --no-inject's one run (labelled traffic) has no injections and no
+ * baseline: no column of dashes for the baseline, no aligned fraction, no injection TTFT,
+ * and the verdict does not call its stalls "0 % aligned with injections". */
+static void test_no_injections_no_injection_rows(void **state)
+{
+    (void)state;
+    analysis_summary b, x;
+    lesson_pair(&b, &x);
+    snprintf(x.label, sizeof x.label, "traffic");
+    x.injections = NULL;
+    x.n_injections = x.injections_with_stalls = 0;
+    x.stalls.aligned = 0;
+    x.stalls.aligned_fraction = 0;
+    char *text = table_text(NULL, &x);
+    expect_contains(text, "traffic: traffic, 32 users, 40.0 s");
+    expect_contains(text, "\nmetric                           traffic\n");
+    expect_contains(text, "\nstalls (>50.0 ms)                    128\n");
+    expect_absent(text, "aligned fraction");
+    expect_absent(text, "injection TTFT");
+    expect_absent(text, "baseline");
+    free(text);
+    char v[1024];
+    report_verdict(v, sizeof v, NULL, &x);
+    expect_contains(v, "No injections; 128 stalls above 50.0 ms; max gap");
+    expect_absent(v, "aligned");
+
+    /* With injections but no stall, "aligned" is 0 of 0: a dash, not 0.00 %. */
+    lesson_pair(&b, &x);
+    memset(&x.stalls, 0, sizeof x.stalls);
+    x.stalls.threshold_ms = 50;
+    text = table_text(&b, &x);
+    expect_contains(text, "\naligned fraction                       \xe2\x80\x94             \xe2\x80\x94\n");
+    expect_contains(text, "injection TTFT p50 (ms)");
+    free(text);
+}
+
+/* Issue 28, point 7: in open loop every request is a stream of its own; the run's count is
+ * of streams, not users ("2478 users", "stalled 5-30 of 2478 users each"). */
+static void test_open_loop_counts_streams(void **state)
+{
+    (void)state;
+    analysis_summary b, x;
+    lesson_pair(&b, &x);
+    b.users = x.users = 2478;
+    b.users_are_streams = x.users_are_streams = true;
+    injections[0].users_stalled = 5;
+    injections[2].users_stalled = 30;
+    char *text = table_text(&b, &x);
+    expect_contains(text, "interference: interference, 2478 streams, 40.0 s,");
+    expect_absent(text, "users");
+    free(text);
+    char v[1024];
+    report_verdict(v, sizeof v, &b, &x);
+    expect_contains(v, "4/4 injections stalled 5-32 of 2478 streams each");
+    expect_absent(v, "users");
+    /* Closed users stay users. */
+    x.users_are_streams = false;
+    report_verdict(v, sizeof v, &b, &x);
+    expect_contains(v, "of 2478 users each");
+}
+
+/* Issue 28, point 10: a shard's own report is one shard's users (and, past shard 0, no
+ * injector): its verdict says so first and points to report --merge. */
+static void test_shard_verdict_says_so(void **state)
+{
+    (void)state;
+    analysis_summary b, x;
+    lesson_pair(&b, &x);
+    b.users = x.users = 8;
+    b.shard = x.shard = 1;
+    b.shards = x.shards = 4;
+    x.injections = NULL;
+    x.n_injections = x.injections_with_stalls = 0;
+    char v[1024];
+    report_verdict(v, sizeof v, &b, &x);
+    const char *want = "Shard 1/4 alone: its own 8 users and no injector (shard 0 sends the long "
+                       "prompts), not the experiment's (`stallscope report --merge` over the 4 "
+                       "shards' directories gives those). No injections; 128 stalls above";
+    if (strncmp(v, want, strlen(want)) != 0)
+        fail_msg("verdict: %s", v);
+    char *text = table_text(&b, &x);
+    expect_contains(text, "interference: interference, 8 users (shard 1/4), 40.0 s,");
+    free(text);
+    /* Shard 0 sends the injections: no word of a missing injector. */
+    lesson_pair(&b, &x);
+    x.users = 8;
+    x.shard = 0;
+    x.shards = 4;
+    report_verdict(v, sizeof v, &b, &x);
+    expect_contains(v, "Shard 0/4 alone: its own 8 users, not the experiment's (`stallscope "
+                       "report --merge` over the 4 shards' directories gives those). 4/4 "
+                       "injections each stalled 32/8 users");
+    /* Not a shard: nothing said. */
+    x.shards = 0;
+    report_verdict(v, sizeof v, &b, &x);
+    expect_absent(v, "hard");
 }
 
 /* Issue 22, defect 11: a short run completes few requests, and vLLM's output throughput
@@ -175,10 +291,10 @@ static void test_table_streamed_beside_completed(void **state)
     FILE *f = open_memstream(&text, &len);
     report_table_print(f, NULL, &x);
     fclose(f);
-    const char *want[] = {"streamed tokens/s                      \xe2\x80\x94         699.0\n",
-                          "output tok/s (completed)               \xe2\x80\x94          23.1\n",
-                          "requests completed                     \xe2\x80\x94             2\n",
-                          "requests cut at the end                \xe2\x80\x94            32\n"};
+    const char *want[] = {"streamed tokens/s                  699.0\n",
+                          "output tok/s (completed)            23.1\n",
+                          "requests completed                     2\n",
+                          "requests cut at the end               32\n"};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         expect_contains(text, want[i]);
     if (strstr(text, "output tokens/s "))
@@ -286,6 +402,9 @@ int main(void)
         cmocka_unit_test(test_verdict_stalled_run),
         cmocka_unit_test(test_verdict_clean_run),
         cmocka_unit_test(test_table_rows_and_width),
+        cmocka_unit_test(test_no_injections_no_injection_rows),
+        cmocka_unit_test(test_open_loop_counts_streams),
+        cmocka_unit_test(test_shard_verdict_says_so),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
