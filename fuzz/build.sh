@@ -50,8 +50,10 @@ build fuzz_request "$S/server/openai.c" "$S/engine/vocab.c" "$S/common/buf.c" "$
   "$S/common/err.c" "$S/common/redact.c" &
 build fuzz_units "$S/common/units.c" "$S/common/err.c" "$S/common/redact.c" &
 build fuzz_http1 "$S/client/http1.c" &
-build fuzz_trace "$S/workload/trace.c" "$S/workload/tokenizer.c" "$S/workload/dist.c" "$S/common/units.c" \
-  "$S/common/rng.c" "$S/common/err.c" "$S/common/redact.c" &
+build fuzz_trace "$S/workload/trace.c" "$S/workload/tokenizer.c" "$S/workload/gguf.c" \
+  "$S/workload/dist.c" "$S/common/units.c" "$S/common/rng.c" "$S/common/buf.c" "$S/common/err.c" \
+  "$S/common/redact.c" &
+build fuzz_gguf "$S/workload/gguf.c" "$S/common/err.c" "$S/common/redact.c" &
 build fuzz_prom "$S/client/prom.c" "$S/common/err.c" "$S/common/redact.c" &
 build fuzz_redact "$S/common/err.c" "$S/common/redact.c" &
 # The framing checks every head it hands on with evhttp's own URI parser: libevent, not
@@ -59,6 +61,6 @@ build fuzz_redact "$S/common/err.c" "$S/common/redact.c" &
 # shellcheck disable=SC2046
 build fuzz_reqframe "$S/server/reqframe.c" $(pkg-config --libs libevent) &
 rc=0
-for _ in 1 2 3 4 5 6 7 8 9; do wait -n || rc=1; done
+for _ in 1 2 3 4 5 6 7 8 9 10; do wait -n || rc=1; done
 [ "$rc" = 0 ] || { echo "fuzz: a target failed to build" >&2; exit 1; }
-echo "fuzz: built fuzz_sse_split fuzz_sse_chunk fuzz_request fuzz_units fuzz_reqframe fuzz_http1 fuzz_trace fuzz_prom fuzz_redact in $OUT with $CC" >&2
+echo "fuzz: built fuzz_sse_split fuzz_sse_chunk fuzz_request fuzz_units fuzz_reqframe fuzz_http1 fuzz_trace fuzz_gguf fuzz_prom fuzz_redact in $OUT with $CC" >&2

@@ -53,11 +53,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int64_t n = -1;
     trace_counts counts;
     err[0] = '\0';
-    if (trace_load_buffer("fuzz", text, len, format, skip, NULL, &rows, &n, &counts, err) == 0) {
+    buf texts = {0};
+    if (trace_load_buffer("fuzz", text, len, format, skip, NULL, &texts, &rows, &n, &counts,
+                          err) == 0) {
         if (n < 0 || (n > 0 && !rows))
             fail("rows");
-        for (int64_t i = 0; i < n; i++)
+        for (int64_t i = 0; i < n; i++) {
             check_row(&rows[i], lines);
+            if (rows[i].text_len < 0 || rows[i].text_off < 0 ||
+                (size_t)rows[i].text_off + (size_t)rows[i].text_len > texts.len)
+                fail("a prompt text outside the texts kept");
+        }
         if (skip && n + counts.bad + counts.failed != counts.lines)
             fail("rows + bad + failed != lines");
         if (counts.format == TRACE_AUTO)
@@ -70,12 +76,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fail("rows left on error");
     }
     free(rows);
+    buf_free(&texts);
 
     /* The one-line parsers, on the whole input as one line. */
     trace_csv csv = {0, 1, 2};
     for (int f = TRACE_AZURE; f <= TRACE_JSONL; f++) {
         trace_row row;
-        int rc = trace_parse_line((trace_format)f, &csv, text, len, NULL, &row, err);
+        int rc = trace_parse_line((trace_format)f, &csv, text, len, NULL, NULL, &row, err);
         if (rc == TRACE_ROW)
             check_row(&row, -1);
         else if (rc != TRACE_EMPTY && rc != TRACE_FAILED && rc != TRACE_BAD)

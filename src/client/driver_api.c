@@ -66,37 +66,14 @@ static int64_t mix_index(uint64_t salt, int64_t index)
     return (int64_t)(((uint64_t)index) ^ (salt << 48));
 }
 
-char *driver_build_body(const driver_api *api, const workload_config *wl, uint64_t salt,
-                        int is_inject, int64_t index, int prompt_tokens, int max_tokens,
-                        size_t *len, char *err)
+/* The body around a prompt (taken: a JSON string or array of ids). */
+static char *wrap_body(const driver_api *api, json_t *prompt, int max_tokens, size_t *len,
+                       char *err)
 {
-    int n_ids = prompt_tokens;
-    if (!api->token_ids) {
-        double words = ((double)prompt_tokens - api->text_overhead) / api->text_per_word;
-        n_ids = words < 1 ? 1 : (int)lround(words);
-    }
-    int32_t *ids = malloc((size_t)n_ids * sizeof *ids);
-    char *text = NULL, *out = NULL;
-    json_t *root = json_object(), *prompt = NULL;
-    if (!ids || !root)
+    char *out = NULL;
+    json_t *root = json_object();
+    if (!root || !prompt)
         goto oom;
-    workload_prompt_ids(wl, is_inject, mix_index(salt, index), ids, n_ids,
-                        api->vocab > 0 ? api->vocab : UNKNOWN_VOCAB);
-    if (api->token_ids) {
-        if (!(prompt = json_array()))
-            goto oom;
-        for (int i = 0; i < n_ids; i++)
-            if (json_array_append_new(prompt, json_integer(ids[i])) != 0)
-                goto oom;
-    } else {
-        if (!(text = malloc((size_t)n_ids * 7 + 1)))
-            goto oom;
-        size_t off = 0;
-        for (int i = 0; i < n_ids; i++)
-            off += (size_t)append_word(text, off, ids[i]);
-        text[off] = '\0';
-        prompt = json_string(text);
-    }
     if (api->model[0])
         json_object_set_new(root, "model", json_string(api->model));
     if (api->endpoint == DRIVER_CHAT) {
@@ -133,16 +110,56 @@ char *driver_build_body(const driver_api *api, const workload_config *wl, uint64
         goto oom;
     *len = strlen(out);
     json_decref(root);
-    free(ids);
-    free(text);
     return out;
 oom:
     json_decref(prompt);
     json_decref(root);
-    free(ids);
-    free(text);
     err_set(err, "out of memory building a request");
     return NULL;
+}
+
+char *driver_build_body(const driver_api *api, const workload_config *wl, uint64_t salt,
+                        int is_inject, int64_t index, int prompt_tokens, int max_tokens,
+                        size_t *len, char *err)
+{
+    int n_ids = prompt_tokens;
+    if (!api->token_ids) {
+        double words = ((double)prompt_tokens - api->text_overhead) / api->text_per_word;
+        n_ids = words < 1 ? 1 : (int)lround(words);
+    }
+    int32_t *ids = malloc((size_t)n_ids * sizeof *ids);
+    char *text = NULL;
+    json_t *prompt = NULL;
+    if (!ids) {
+        err_set(err, "out of memory building a request");
+        return NULL;
+    }
+    workload_prompt_ids(wl, is_inject, mix_index(salt, index), ids, n_ids,
+                        api->vocab > 0 ? api->vocab : UNKNOWN_VOCAB);
+    if (api->token_ids) {
+        prompt = json_array();
+        for (int i = 0; prompt && i < n_ids; i++)
+            if (json_array_append_new(prompt, json_integer(ids[i])) != 0) {
+                json_decref(prompt);
+                prompt = NULL;
+            }
+    } else if ((text = malloc((size_t)n_ids * 7 + 1))) {
+        size_t off = 0;
+        for (int i = 0; i < n_ids; i++)
+            off += (size_t)append_word(text, off, ids[i]);
+        text[off] = '\0';
+        prompt = json_string(text);
+    }
+    free(ids);
+    free(text);
+    return wrap_body(api, prompt, max_tokens, len, err);
+}
+
+char *driver_build_body_text(const driver_api *api, const char *text, size_t text_len,
+                             int max_tokens, size_t *len, char *err)
+{
+    json_t *prompt = json_stringn_nocheck(text, text_len);
+    return wrap_body(api, prompt, max_tokens, len, err);
 }
 
 /* ---- probe ------------------------------------------------------------------------- */

@@ -48,5 +48,9 @@ int driver_probe(const transport *t, driver_api *api, const workload_config *wl,
 char *driver_build_body(const driver_api *api, const workload_config *wl, uint64_t salt,
                         int is_inject, int64_t index, int prompt_tokens, int max_tokens,
                         size_t *len, char *err);
+/* The same with a prompt given as text (a trace row's, valid UTF-8 as JSON decoded it),
+ * sent as it is: its length is whatever the server counts. */
+char *driver_build_body_text(const driver_api *api, const char *text, size_t text_len,
+                             int max_tokens, size_t *len, char *err);
 
 #endif

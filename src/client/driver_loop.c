@@ -148,10 +148,20 @@ static void start_bg(driver_loop *l, int slot)
                             : NULL;
 }
 
-/* The body of open-loop arrival `index` of the plan: its prompt unique by its stream. */
+/* The body of open-loop arrival `index` of the plan: its trace row's prompt text, else a
+ * made-up prompt unique by its stream. */
 static char *build_open(driver_loop *l, int64_t index, size_t *len)
 {
-    const workload_arrival *a = &l->ph->wplan.arrivals[index];
+    const workload_plan *plan = &l->ph->wplan;
+    const workload_arrival *a = &plan->arrivals[index];
+    if (a->text_len > 0) {
+        char err[ERR_LEN];
+        char *body = driver_build_body_text(l->ph->cfg->api, plan->texts.data + a->text_off,
+                                            (size_t)a->text_len, a->max_tokens, len, err);
+        if (!body)
+            phase_fail(l, "%s", err);
+        return body;
+    }
     const int32_t user = workload_arrival_user(l->ph->wl, index);
     return build(l, TOKENLOG_BG, (int64_t)user << 24, a->prompt_tokens, a->max_tokens, len);
 }

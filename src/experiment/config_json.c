@@ -93,6 +93,7 @@ static const field WORKLOAD_FIELDS[] = {
     FLD("max_requests", F_I64, workload_config, max_requests),
     FLD("num_prompts", F_I64, workload_config, num_prompts),
     FLD("tokenizer", F_TEXT, workload_config, tokenizer),
+    FLD("synthetic_prompts", F_BOOL, workload_config, synthetic_prompts),
 };
 
 static const field SCHED_FIELDS[] = {

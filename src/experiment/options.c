@@ -181,10 +181,15 @@ static const opts_spec workload_specs[] = {
                "meters them); with --trace its first N rows",
                C, wl.num_prompts, 1, WORKLOAD_MAX_ARRIVALS),
     OPTS_STRING("tokenizer", "FILE",
-                "the target's tokenizer.json (read here, never downloaded): a JSONL trace's "
-                "\"prompt\" texts are counted in its tokens (default: one per 4 bytes); "
-                "byte-level BPE only (GPT-2, Llama 3, Qwen 2 ...), no GGUF",
+                "the target's tokenizer.json or GGUF model file (read here, never downloaded): "
+                "a JSONL trace's \"prompt\" texts are counted in its tokens (default: one per "
+                "4 bytes); byte-level BPE only (GPT-2, Llama 3 ...)",
                 C, wl.tokenizer),
+    OPTS_FLAG("synthetic-prompts",
+              "send a made-up prompt of each JSONL row's length instead of its \"prompt\" text "
+              "(default: the text is sent; made-up prompts are unique, so no prefix cache "
+              "shortens a prefill)",
+              C, wl.synthetic_prompts),
     OPTS_FLAG("skip-bad-rows",
               "skip and count a trace's bad rows (default: the first is an error, FILE:LINE)", C,
               wl.skip_bad_rows),

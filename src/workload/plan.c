@@ -100,7 +100,8 @@ static int plan_trace(const workload_config *cfg, workload_plan *p, char *err)
     if (cfg->tokenizer[0] && workload_tokenizer_load(cfg->tokenizer, &tok, err) != 0)
         return -1;
     int loaded = trace_load_file(cfg->trace, (trace_format)cfg->trace_format, cfg->skip_bad_rows,
-                                 tok, &rows, &n, &counts, err);
+                                 tok, cfg->synthetic_prompts ? NULL : &p->texts, &rows, &n,
+                                 &counts, err);
     workload_tokenizer_free(tok);
     if (loaded != 0)
         return -1;
@@ -167,6 +168,8 @@ static int plan_trace(const workload_config *cfg, workload_plan *p, char *err)
             a.prompt_tokens = rows[i].prompt_tokens;
             a.max_tokens = rows[i].max_tokens;
             a.line = rows[i].line;
+            a.text_off = rows[i].text_off;
+            a.text_len = rows[i].text_len;
             if ((rc = push(p, &cap, &a, err)) != 0)
                 break;
         }
@@ -228,6 +231,7 @@ void workload_plan_free(workload_plan *p)
     free(p->arrivals);
     free(p->prompt_values);
     free(p->answer_values);
+    buf_free(&p->texts);
     memset(p, 0, sizeof *p);
 }
 

@@ -1,13 +1,16 @@
-/* tokenizer — byte-level BPE counts from a tokenizer.json (tokenizer.h). */
+/* tokenizer — byte-level BPE counts from a tokenizer.json or a GGUF file (tokenizer.h). */
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <jansson.h>
 
 #include "common/err.h"
+#include "workload/gguf.h"
 #include "workload/tokenizer.h"
 
 /* The split rules the pre-tokenizer names. */
@@ -382,33 +385,102 @@ static int read_model(workload_tokenizer *t, const json_t *model, char *err)
     return 0;
 }
 
+/* A GGUF file's vocabulary (llama.cpp's keys): a "gpt2" (byte-level BPE) model, its tokens
+ * and merges, the pre-tokenizer by name, and the BOS/EOS it adds (add_bos_token, when the
+ * file says; else llama.cpp's default: a BOS for Llama 3's pre-tokenizer only). */
+static int read_gguf(workload_tokenizer *t, const json_t *meta, char *why)
+{
+    const char *model = json_string_value(json_object_get(meta, "tokenizer.ggml.model"));
+    if (!model)
+        return err_set(why, "no tokenizer.ggml.model: a GGUF without a vocabulary");
+    if (strcmp(model, "gpt2") != 0)
+        return err_set(why, "GGUF tokenizer model %s is not supported (byte-level BPE, \"gpt2\", "
+                            "only; \"llama\" is SentencePiece)",
+                       model);
+    const char *pre = json_string_value(json_object_get(meta, "tokenizer.ggml.pre"));
+    if (!pre)
+        pre = "(none)";
+    const bool llama3 = strcmp(pre, "llama3") == 0 || strcmp(pre, "llama-v3") == 0 ||
+                        strcmp(pre, "llama-bpe") == 0;
+    if (!llama3 && strcmp(pre, "gpt-2") != 0)
+        return err_set(why, "GGUF pre-tokenizer %s is not supported (gpt-2, llama3, llama-bpe)",
+                       pre);
+    json_t *tokens = json_object_get(meta, "tokenizer.ggml.tokens");
+    json_t *merges = json_object_get(meta, "tokenizer.ggml.merges");
+    if (!json_is_array(tokens) || !json_is_array(merges))
+        return err_set(why, "a BPE vocabulary needs tokenizer.ggml.tokens and "
+                            "tokenizer.ggml.merges");
+    json_t *vocab = json_object();
+    for (size_t i = 0; vocab && i < json_array_size(tokens); i++)
+        if (json_object_set_new(vocab, json_string_value(json_array_get(tokens, i)),
+                                json_integer((json_int_t)i)) != 0) {
+            json_decref(vocab);
+            vocab = NULL;
+        }
+    json_t *bpe = vocab ? json_pack("{s:s, s:o, s:O, s:b}", "type", "BPE", "vocab", vocab,
+                                    "merges", merges, "ignore_merges", llama3)
+                        : NULL;
+    if (!bpe)
+        return err_set(why, "out of memory");
+    int rc = read_model(t, bpe, why);
+    json_decref(bpe);
+    t->split = llama3 ? SPLIT_LLAMA3 : SPLIT_GPT2;
+    const json_t *bos = json_object_get(meta, "tokenizer.ggml.add_bos_token");
+    t->specials = (bos ? json_is_true(bos) : llama3) +
+                  json_is_true(json_object_get(meta, "tokenizer.ggml.add_eos_token"));
+    return rc;
+}
+
+/* A tokenizer.json: a model, no normalizer, a pre-tokenizer, a post-processor's specials. */
+static int read_json(workload_tokenizer *t, const json_t *root, char *why)
+{
+    if (!json_is_object(root))
+        return err_set(why, "not a tokenizer.json (not an object)");
+    if (json_is_object(json_object_get(root, "normalizer")))
+        return err_set(why, "normalizer %s is not supported (byte-level BPE has none)",
+                       type_of(json_object_get(root, "normalizer")));
+    if (read_model(t, json_object_get(root, "model"), why) != 0 ||
+        read_pre_tokenizer(t, json_object_get(root, "pre_tokenizer"), why) != 0)
+        return -1;
+    t->specials = specials_of(json_object_get(root, "post_processor"));
+    return 0;
+}
+
 int workload_tokenizer_load(const char *path, workload_tokenizer **out, char *err)
 {
     *out = NULL;
-    json_error_t je;
-    json_t *root = json_load_file(path, 0, &je);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return err_set(err, "%s: %s", path, strerror(errno));
+    json_t *root = NULL;
+    struct stat st;
+    const bool gguf = workload_gguf_is(f);
+    if (gguf) {
+        if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode))
+            err_set(err, "%s: not a regular file", path);
+        else
+            root = workload_gguf_metadata(f, (int64_t)st.st_size, path, "tokenizer.", err);
+    } else {
+        json_error_t je;
+        if (!(root = json_loadf(f, 0, &je)))
+            err_set(err, "%s: %s (line %d)", path, je.text, je.line);
+    }
+    fclose(f);
     if (!root)
-        return err_set(err, "%s: %s (line %d)", path, je.text, je.line);
+        return -1;
     workload_tokenizer *t = calloc(1, sizeof *t);
     char why[ERR_LEN] = "";
-    if (!t) {
-        snprintf(why, sizeof why, "out of memory");
-    } else if (!json_is_object(root)) {
-        snprintf(why, sizeof why, "not a tokenizer.json (not an object)");
-    } else if (json_is_object(json_object_get(root, "normalizer"))) {
-        snprintf(why, sizeof why, "normalizer %s is not supported (byte-level BPE has none)",
-                 type_of(json_object_get(root, "normalizer")));
-    } else if (read_model(t, json_object_get(root, "model"), why) == 0 &&
-               read_pre_tokenizer(t, json_object_get(root, "pre_tokenizer"), why) == 0) {
-        t->specials = specials_of(json_object_get(root, "post_processor"));
-        byte_symbols(t);
-        json_decref(root);
-        *out = t;
-        return 0;
-    }
+    int rc = !t ? err_set(why, "out of memory")
+             : gguf ? read_gguf(t, root, why)
+                    : read_json(t, root, why);
     json_decref(root);
-    workload_tokenizer_free(t);
-    return err_set(err, "%s: %s", path, why);
+    if (rc != 0) {
+        workload_tokenizer_free(t);
+        return err_set(err, "%s: %s", path, why);
+    }
+    byte_symbols(t);
+    *out = t;
+    return 0;
 }
 
 void workload_tokenizer_free(workload_tokenizer *t)

@@ -363,7 +363,7 @@ static int json_time(const json_t *obj, const char *key, double ns_per_unit, int
 }
 
 /* A prompt given as text: its ids by the target's tokenizer (--tokenizer), else one token
- * per 4 bytes; at least 1 (the text itself is not sent). */
+ * per 4 bytes; at least 1. */
 static int32_t prompt_text_tokens(const workload_tokenizer *tok, const char *text, size_t bytes)
 {
     int64_t t = tok ? workload_tokenizer_count(tok, text, bytes) : (int64_t)(bytes + 3) / 4;
@@ -373,7 +373,7 @@ static int32_t prompt_text_tokens(const workload_tokenizer *tok, const char *tex
 }
 
 static int parse_json_row(trace_format f, const char *line, size_t len,
-                          const workload_tokenizer *tok, trace_row *row, char *err)
+                          const workload_tokenizer *tok, buf *texts, trace_row *row, char *err)
 {
     json_error_t jerr;
     json_t *obj = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -395,19 +395,27 @@ static int parse_json_row(trace_format f, const char *line, size_t len,
             json_tokens(obj, "max_tokens", &row->max_tokens, err) != 0)
             goto done;
         const json_t *text = json_object_get(obj, "prompt");
+        if (text && !json_is_string(text)) {
+            err_set(err, "\"prompt\" is not a string");
+            goto done;
+        }
         if (json_object_get(obj, "prompt_tokens")) {
             if (json_tokens(obj, "prompt_tokens", &row->prompt_tokens, err) != 0)
                 goto done;
         } else if (text) {
-            if (!json_is_string(text)) {
-                err_set(err, "\"prompt\" is not a string");
-                goto done;
-            }
             row->prompt_tokens =
                 prompt_text_tokens(tok, json_string_value(text), json_string_length(text));
         } else {
             err_set(err, "neither \"prompt_tokens\" nor \"prompt\"");
             goto done;
+        }
+        if (text && texts && json_string_length(text) > 0) {
+            row->text_off = (int64_t)texts->len;
+            row->text_len = (int32_t)json_string_length(text); /* < TRACE_MAX_LINE_BYTES */
+            if (buf_append(texts, json_string_value(text), json_string_length(text)) != 0) {
+                err_set(err, "out of memory keeping the prompt text");
+                goto done;
+            }
         }
     }
     rc = TRACE_ROW;
@@ -463,8 +471,7 @@ trace_format trace_sniff_why(const char *line, size_t len, char *why)
 }
 
 int trace_parse_line(trace_format f, const trace_csv *csv, const char *line, size_t len,
-                     const workload_tokenizer *tok,
-                     trace_row *row, char *err)
+                     const workload_tokenizer *tok, buf *texts, trace_row *row, char *err)
 {
     len = trim_cr(line, len);
     if (blank(line, len))
@@ -477,7 +484,7 @@ int trace_parse_line(trace_format f, const trace_csv *csv, const char *line, siz
         return parse_csv_row(f, csv, line, len, row, err);
     case TRACE_MOONCAKE:
     case TRACE_JSONL:
-        return parse_json_row(f, line, len, tok, row, err);
+        return parse_json_row(f, line, len, tok, texts, row, err);
     case TRACE_AUTO:
         break;
     }
@@ -551,8 +558,8 @@ static void drop_rows(trace_row **rows, int64_t *n)
 }
 
 int trace_load_buffer(const char *name, const char *data, size_t len, trace_format format,
-                      bool skip_bad, const workload_tokenizer *tok, trace_row **rows, int64_t *n,
-                      trace_counts *counts, char *err)
+                      bool skip_bad, const workload_tokenizer *tok, buf *texts, trace_row **rows,
+                      int64_t *n, trace_counts *counts, char *err)
 {
     *rows = NULL;
     *n = 0;
@@ -615,7 +622,8 @@ int trace_load_buffer(const char *name, const char *data, size_t len, trace_form
             return nul_error(name, lineno, (size_t)(nul - line) + 1, err);
         }
         trace_row row;
-        int rc = trace_parse_line(format, have_header ? &csv : NULL, line, llen, tok, &row, why);
+        int rc = trace_parse_line(format, have_header ? &csv : NULL, line, llen, tok, texts, &row,
+                                  why);
         if (rc == TRACE_EMPTY)
             continue;
         counts->lines++;
@@ -739,14 +747,15 @@ int trace_read_file(const char *path, char **data, size_t *len, char *err)
 }
 
 int trace_load_file(const char *path, trace_format format, bool skip_bad,
-                    const workload_tokenizer *tok, trace_row **rows, int64_t *n,
+                    const workload_tokenizer *tok, buf *texts, trace_row **rows, int64_t *n,
                     trace_counts *counts, char *err)
 {
     char *data;
     size_t len;
     if (trace_read_file(path, &data, &len, err) != 0)
         return -1;
-    int rc = trace_load_buffer(path, data, len, format, skip_bad, tok, rows, n, counts, err);
+    int rc = trace_load_buffer(path, data, len, format, skip_bad, tok, texts, rows, n, counts,
+                               err);
     free(data);
     return rc;
 }

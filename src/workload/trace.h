@@ -8,19 +8,22 @@
  *             request: skipped and counted (TRACE_FAILED)
  *   mooncake  Mooncake JSONL: {"timestamp": ms, "input_length": n, "output_length": m, ...}
  *             (hash_ids and other keys ignored)
- *   jsonl     {"t": seconds, "prompt_tokens": n, "max_tokens": m}, or "prompt": "text" for
- *             prompt_tokens: the text is not sent, its length is estimated as one token per
- *             4 bytes (at least 1) and a prompt of that many tokens is made
+ *   jsonl     {"t": seconds, "prompt_tokens": n, "max_tokens": m}, or "prompt": "text" in
+ *             place of (or beside) prompt_tokens: the text is what is sent; its length is
+ *             prompt_tokens when given, else counted by the target's tokenizer (--tokenizer),
+ *             else estimated as one token per 4 bytes (at least 1)
  *
  * CSV columns are found by name in the header line (any order, extra columns ignored);
  * fields may be quoted. The parsers are pure functions of one line (no allocation but the
- * JSON formats' parse tree, freed before they return) so a fuzzer can drive them. */
+ * JSON formats' parse tree, freed before they return, and the prompt texts they append to a
+ * sink the caller owns) so a fuzzer can drive them. */
 #ifndef STALLSCOPE_TRACE_H
 #define STALLSCOPE_TRACE_H
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/buf.h"
 #include "workload/tokenizer.h"
 
 typedef enum {
@@ -44,6 +47,8 @@ typedef struct trace_row {
     int32_t prompt_tokens; /* 1 .. TRACE_MAX_TOKENS */
     int32_t max_tokens;    /* 1 .. TRACE_MAX_TOKENS */
     int32_t line;          /* 1-based line in the file (the loader sets it) */
+    int32_t text_len;      /* a JSONL "prompt" text's bytes (0: none, or no sink was given) */
+    int64_t text_off;      /* where that text starts in the texts sink */
 } trace_row;
 
 /* A CSV header's columns (-1: absent). */
@@ -71,12 +76,14 @@ trace_format trace_sniff_why(const char *line, size_t len, char *why);
 /* The columns of a CSV format's header line. TRACE_BAD with err naming a missing column. */
 int trace_csv_header(trace_format f, const char *line, size_t len, trace_csv *out, char *err);
 /* One data line of format f (csv: its header's columns, CSV formats only; a JSONL row's
- * "prompt" text counted by tok, else one token per 4 bytes: tok may be NULL). Returns
+ * "prompt" text counted by tok, else one token per 4 bytes: tok may be NULL). A non-empty
+ * "prompt" text is appended to texts (may be NULL: not kept), its place in row->text_off
+ * and text_len; the sink is not NUL-separated, so offsets are all a reader needs. Returns
  * TRACE_ROW, TRACE_EMPTY, TRACE_FAILED or TRACE_BAD (err: what is wrong, without the file
  * and line, which the caller adds). line need not be NUL-terminated; a trailing CR is
  * ignored. */
 int trace_parse_line(trace_format f, const trace_csv *csv, const char *line, size_t len,
-                     const workload_tokenizer *tok, trace_row *row, char *err);
+                     const workload_tokenizer *tok, buf *texts, trace_row *row, char *err);
 
 /* What trace_load_buffer saw. */
 typedef struct trace_counts {
@@ -96,11 +103,11 @@ typedef struct trace_counts {
  * file"), skip_bad or not; so is a trace without a row to replay (empty, a header alone, or
  * every row bad or failed), like an empty file. 0, or -1 with err. */
 int trace_load_buffer(const char *name, const char *data, size_t len, trace_format format,
-                      bool skip_bad, const workload_tokenizer *tok, trace_row **rows, int64_t *n,
-                      trace_counts *counts, char *err);
+                      bool skip_bad, const workload_tokenizer *tok, buf *texts, trace_row **rows,
+                      int64_t *n, trace_counts *counts, char *err);
 /* The same for a file path. */
 int trace_load_file(const char *path, trace_format format, bool skip_bad,
-                    const workload_tokenizer *tok, trace_row **rows, int64_t *n,
+                    const workload_tokenizer *tok, buf *texts, trace_row **rows, int64_t *n,
                     trace_counts *counts, char *err);
 
 /* An empirical length file (workload_dist "empirical:FILE[@COL]"): one integer per line, or

@@ -135,9 +135,9 @@ int workload_check(const workload_config *cfg, char *err)
     /* A flag that would change nothing is refused, not ignored. */
     if (!cfg->trace[0] && (cfg->trace_from_ns || cfg->trace_to_ns || cfg->trace_loop ||
                            cfg->skip_bad_rows || cfg->trace_format != TRACE_AUTO ||
-                           cfg->speedup != 1.0 || cfg->tokenizer[0]))
-        return err_set(err, "--from, --to, --loop, --speedup, --trace-format, --skip-bad-rows and "
-                            "--tokenizer need --trace");
+                           cfg->speedup != 1.0 || cfg->tokenizer[0] || cfg->synthetic_prompts))
+        return err_set(err, "--from, --to, --loop, --speedup, --trace-format, --skip-bad-rows, "
+                            "--tokenizer and --synthetic-prompts need --trace");
     if (cfg->request_rate <= 0 && (cfg->ramp_up_ns > 0 || cfg->burstiness != 1.0))
         return err_set(err, "--ramp-up and --burstiness need --request-rate");
     if (!workload_open_loop(cfg) && (cfg->max_concurrency > 0 || cfg->max_requests > 0))

@@ -126,6 +126,9 @@ typedef struct workload_config {
     /* --tokenizer FILE: the target's tokenizer.json, counting a JSONL trace's "prompt"
      * texts as the target does (tokenizer.h; "": one token per 4 bytes) */
     char tokenizer[512];
+    /* --synthetic-prompts: a JSONL trace's "prompt" texts are counted, not sent: each
+     * request gets a made-up prompt of that length (unique, so no prefix cache shortens it) */
+    bool synthetic_prompts;
     /* --num-prompts (vllm bench serve's): exactly this many open-loop requests, the run
      * ending once every one has finished (until_trace_end; 0: none). Drawn at request_rate,
      * or all at t = 0 without one (vLLM's --request-rate inf; max_concurrency then meters
@@ -196,7 +199,9 @@ typedef struct workload_arrival {
     int32_t prompt_tokens;
     int32_t max_tokens;
     int32_t line;          /* its trace row's line (0: drawn at a rate) */
-    int32_t pad;
+    int32_t text_len;      /* its trace row's prompt text, in the plan's texts (0: none; a
+                            * prompt of prompt_tokens made-up tokens is sent) */
+    int64_t text_off;
 } workload_arrival;
 
 /* What a trace gave and what became of its rows (workload_plan_build). */
@@ -225,6 +230,7 @@ typedef struct workload_plan {
     int64_t n_prompt_values, n_answer_values;
     workload_trace_stats trace;
     bool has_trace;
+    buf texts;                              /* the trace's prompt texts (workload_arrival) */
 } workload_plan;
 
 /* Build cfg's plan: load the empirical files and the trace, draw the rate's arrivals. The

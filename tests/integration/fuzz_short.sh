@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A short, bounded fuzz run inside the test suite: the nine libFuzzer targets of fuzz/
+# A short, bounded fuzz run inside the test suite: the ten libFuzzer targets of fuzz/
 # (SSE splitter, SSE chunk decoder, the server's request parser and its request framing,
 # the units parsers, the client's HTTP/1.1 response parser, the trace readers, the Prometheus text parser, the redaction rule) built with clang into the scratch dir and run FUZZ_SHORT_SECONDS each
 # (default 15: about 135 s in all) on the seed corpus. Fails on any crash or sanitizer report. Without clang

@@ -188,5 +188,30 @@ start_server target
     --duration 3s --warmup 0 --out "$dir/remote" >"$dir/remote.out" 2>&1 ||
   { tail -20 "$dir/remote.out"; fail "run --target --trace"; }
 check_run "$dir/remote/traffic" 0 || fail "run --target --trace"
-stop_server
 pass "run --target --trace: every trace request sent, each a stream of its own"
+
+# A JSONL row's "prompt" text is what is sent: 40 one-letter words (80 bytes: 20 tokens by
+# the 4-byte estimate) are 40 tokens to the server's tokenizer, and usage says so; with
+# --synthetic-prompts a made-up prompt of the 20 counted tokens goes instead.
+words=$(python3 -c 'print(" ".join(["a"] * 40))')
+for t in 0.2 0.6 1.0; do
+  printf '{"t": %s, "prompt": "%s", "max_tokens": 8}\n' "$t" "$words"
+done >"$dir/text.jsonl"
+for mode in text synthetic; do
+  extra=()
+  [ "$mode" = synthetic ] && extra=(--synthetic-prompts)
+  "$bin" run --target "http://127.0.0.1:$PORT" --trace "$dir/text.jsonl" --no-inject \
+      --warmup 0 "${extra[@]}" --out "$dir/text-$mode" >"$dir/text-$mode.out" 2>&1 ||
+    { tail -20 "$dir/text-$mode.out"; fail "run --trace with prompt texts ($mode)"; }
+  want=40
+  [ "$mode" = synthetic ] && want=20
+  python3 - "$dir/text-$mode/traffic/requests.csv" "$want" <<'PY' || fail "the prompt sent ($mode)"
+import csv, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["kind"] == "bg"]
+got = sorted({(r["prompt_tokens_requested"], r["prompt_tokens"]) for r in rows})
+print(f"{len(rows)} requests: (planned, the server's count) {got}")
+sys.exit(0 if len(rows) == 3 and got == [("20", sys.argv[2])] else 1)
+PY
+done
+stop_server
+pass "a JSONL prompt text is sent as it is (the server counts 40 tokens, 20 planned); --synthetic-prompts sends 20 made-up ones"

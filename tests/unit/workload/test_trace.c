@@ -294,9 +294,9 @@ static void test_trace_nothing_to_replay(void **state)
     int64_t n;
     trace_counts counts;
     for (int skip = 0; skip < 2; skip++) {
-        assert_int_equal(trace_load_file(path, TRACE_AUTO, skip, NULL, &rows, &n, &counts, err), -1);
+        assert_int_equal(trace_load_file(path, TRACE_AUTO, skip, NULL, NULL, &rows, &n, &counts, err), -1);
         assert_non_null(strstr(err, ":2: a NUL byte (column 23): not a text file"));
-        assert_int_equal(trace_load_buffer("buf", nul, sizeof nul - 1, TRACE_AUTO, skip, NULL, &rows,
+        assert_int_equal(trace_load_buffer("buf", nul, sizeof nul - 1, TRACE_AUTO, skip, NULL, NULL, &rows,
                                            &n, &counts, err),
                          -1);
         assert_string_equal(err, "buf:2: a NUL byte (column 23): not a text file");
