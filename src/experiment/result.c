@@ -1,9 +1,11 @@
 /* result — `--save-result FILE`: the interference run in `vllm bench serve`'s result keys:
  * the run's settings as its command line would have spelled them (date, backend, model_id,
  * num_prompts, request_rate, burstiness, max_concurrency ...), the metric table's figures
- * (analysis/metric.h), with --save-detailed its per-request arrays (input_lens, output_lens,
- * ttfts, itls, start_times, latencies, errors) read back from the run's files, and
- * stallscope's own figures under "stallscope" (experiment.h). */
+ * (analysis/metric.h), vLLM's peak figures (max_output_tokens_per_s, max_concurrent_requests)
+ * and with --save-detailed its per-request arrays (input_lens, output_lens, ttfts, itls,
+ * start_times, latencies, errors), both read back from the run's files, and stallscope's own
+ * figures under "stallscope" (experiment.h). */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +14,7 @@
 #include <jansson.h>
 
 #include "analysis/metric.h"
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/fsio.h"
 #include "common/tokenlog.h"
@@ -91,41 +94,91 @@ static int cmp_request_id(const void *x, const void *y)
     return (a->request > b->request) - (a->request < b->request);
 }
 
+/* Sent at or after t = 0 and completed: vLLM's successful request (the figures' own rule). */
+static bool completed(const tokenlog_request *r)
+{
+    return r->t_send_ns >= 0 && !r->error[0] && r->t_end_ns >= 0 && r->t_first_ns >= 0 &&
+           r->finish_reason[0] && strcmp(r->finish_reason, "abort") != 0;
+}
+
+static const tokenlog_request *find_request(const tokenlog *log, int64_t id)
+{
+    tokenlog_request key = {.request = id};
+    return bsearch(&key, log->requests, (size_t)log->n_requests, sizeof *log->requests,
+                   cmp_request_id);
+}
+
+/* vLLM's peak figures over whole seconds from the first completed request's send: in each
+ * second, the token events of completed requests (one per streamed chunk, as vLLM counts its
+ * itls) and the completed requests in flight (from the second of its send to the second of
+ * its end, both counted); max_output_tokens_per_s and max_concurrent_requests are the
+ * largest of each (the two maxima may fall in different seconds). Both 0 without a completed
+ * request; null when the run lasted over PEAK_MAX_SECONDS. log's requests sorted by id. */
+#define PEAK_MAX_SECONDS (1 << 22)
+static void put_peaks(json_t *root, const tokenlog *log)
+{
+    int64_t start = INT64_MAX, end = INT64_MIN;
+    for (int64_t i = 0; i < log->n_requests; i++)
+        if (completed(&log->requests[i])) {
+            start = log->requests[i].t_send_ns < start ? log->requests[i].t_send_ns : start;
+            end = log->requests[i].t_end_ns > end ? log->requests[i].t_end_ns : end;
+        }
+    double max_tokens = 0;
+    int64_t max_requests = 0;
+    const int64_t span = start <= end ? end - start : 0;
+    const int64_t seconds = (span + CLOCK_NS_PER_S - 1) / CLOCK_NS_PER_S + 1;
+    int64_t *tokens = NULL, *flight = NULL;
+    if (start <= end && seconds <= PEAK_MAX_SECONDS &&
+        (tokens = calloc((size_t)seconds, sizeof *tokens)) &&
+        (flight = calloc((size_t)seconds, sizeof *flight))) {
+        for (int64_t e = 0; e < log->n_events; e++) {
+            const tokenlog_request *r = find_request(log, log->events[e].request);
+            const int64_t b = (log->events[e].t_ns - start) / CLOCK_NS_PER_S;
+            if (r && completed(r) && b >= 0 && b < seconds)
+                tokens[b]++;
+        }
+        for (int64_t i = 0; i < log->n_requests; i++) {
+            const tokenlog_request *r = &log->requests[i];
+            if (!completed(r))
+                continue;
+            for (int64_t b = (r->t_send_ns - start) / CLOCK_NS_PER_S;
+                 b <= (r->t_end_ns - start) / CLOCK_NS_PER_S && b < seconds; b++)
+                flight[b]++;
+        }
+        for (int64_t b = 0; b < seconds; b++) {
+            max_tokens = (double)tokens[b] > max_tokens ? (double)tokens[b] : max_tokens;
+            max_requests = flight[b] > max_requests ? flight[b] : max_requests;
+        }
+    }
+    const bool known = start > end || (tokens && flight);
+    json_object_set_new(root, "max_output_tokens_per_s", known ? json_real(max_tokens) : json_null());
+    json_object_set_new(root, "max_concurrent_requests",
+                        known ? json_integer(max_requests) : json_null());
+    free(tokens);
+    free(flight);
+}
+
 /* --save-detailed: one entry per request sent at or after t = 0 (the requests the figures
  * count, completed or not), in request order; times in seconds as vLLM writes them (ttft 0
  * and latency 0 for a request without one), itls every gap between two token events of the
  * request. */
-static int put_detail(json_t *root, const analysis_summary *run, const char *run_dir, char *err)
+static int put_detail(json_t *root, const tokenlog *log, char *err)
 {
-    if (run->tokens_csv_dropped)
-        return err_set(err, "--save-detailed: tokens.csv holds only the run's first %lld token "
-                            "events (--tokens-csv-max): raise it",
-                       (long long)run->tokens_csv_max_events);
-    tokenlog log;
-    tokenlog_init(&log);
-    if (tokenlog_read_dir(&log, run_dir, NULL, err) != 0) {
-        tokenlog_free(&log);
-        return -1;
-    }
-    qsort(log.requests, (size_t)log.n_requests, sizeof *log.requests, cmp_request_id);
-    json_t **gaps = calloc((size_t)(log.n_requests > 0 ? log.n_requests : 1), sizeof *gaps);
-    int64_t *last = malloc((size_t)(log.n_requests > 0 ? log.n_requests : 1) * sizeof *last);
+    json_t **gaps = calloc((size_t)(log->n_requests > 0 ? log->n_requests : 1), sizeof *gaps);
+    int64_t *last = malloc((size_t)(log->n_requests > 0 ? log->n_requests : 1) * sizeof *last);
     if (!gaps || !last) {
         free(gaps);
         free(last);
-        tokenlog_free(&log);
         return err_set(err, "out of memory");
     }
-    for (int64_t i = 0; i < log.n_requests; i++)
+    for (int64_t i = 0; i < log->n_requests; i++)
         last[i] = -1;
-    for (int64_t e = 0; e < log.n_events; e++) { /* events are in time order */
-        const tokenlog_event *ev = &log.events[e];
-        tokenlog_request key = {.request = ev->request};
-        const tokenlog_request *r = bsearch(&key, log.requests, (size_t)log.n_requests,
-                                            sizeof *log.requests, cmp_request_id);
+    for (int64_t e = 0; e < log->n_events; e++) { /* events are in time order */
+        const tokenlog_event *ev = &log->events[e];
+        const tokenlog_request *r = find_request(log, ev->request);
         if (!r)
             continue;
-        const int64_t i = r - log.requests;
+        const int64_t i = r - log->requests;
         if (last[i] >= 0) {
             if (!gaps[i])
                 gaps[i] = json_array();
@@ -136,8 +189,8 @@ static int put_detail(json_t *root, const analysis_summary *run, const char *run
     json_t *input = json_array(), *output = json_array(), *ttfts = json_array(),
            *itls = json_array(), *starts = json_array(), *latencies = json_array(),
            *errors = json_array();
-    for (int64_t i = 0; i < log.n_requests; i++) {
-        const tokenlog_request *r = &log.requests[i];
+    for (int64_t i = 0; i < log->n_requests; i++) {
+        const tokenlog_request *r = &log->requests[i];
         if (r->t_send_ns < 0) {
             json_decref(gaps[i]);
             continue;
@@ -166,7 +219,6 @@ static int put_detail(json_t *root, const analysis_summary *run, const char *run
     json_object_set_new(root, "errors", errors);
     free(gaps);
     free(last);
-    tokenlog_free(&log);
     return 0;
 }
 
@@ -174,28 +226,48 @@ int experiment_save_result(const char *path, const experiment_config *cfg,
                            const analysis_summary *run, const char *run_dir, bool detailed,
                            char *err)
 {
+    if (detailed && !run_dir)
+        return err_set(err, "--save-detailed needs the run's files");
+    if (detailed && run->tokens_csv_dropped)
+        return err_set(err, "--save-detailed: tokens.csv holds only the run's first %lld token "
+                            "events (--tokens-csv-max): raise it",
+                       (long long)run->tokens_csv_max_events);
+    /* The run's own files, for the peaks and the per-request arrays: none without a run
+     * directory, and a cut tokens.csv gives no peak (null). */
+    tokenlog log;
+    tokenlog_init(&log);
+    const bool have_log = run_dir && !run->tokens_csv_dropped;
+    if (have_log && tokenlog_read_dir(&log, run_dir, NULL, err) != 0) {
+        tokenlog_free(&log);
+        return -1;
+    }
+    if (log.n_requests > 1)
+        qsort(log.requests, (size_t)log.n_requests, sizeof *log.requests, cmp_request_id);
     json_t *root = json_object();
     json_t *figures = metric_vllm_result(run);
     json_t *ours = analysis_summary_to_json(run);
+    int rc = -1;
     if (!root || !figures || !ours) {
-        json_decref(root);
-        json_decref(figures);
-        json_decref(ours);
-        return err_set(err, "out of memory");
+        err_set(err, "out of memory");
+        goto done;
     }
     put_settings(root, cfg, run, run_dir);
     /* the figures after the settings, as vLLM merges them; never a --metadata key over one */
     json_object_update(root, figures);
-    json_decref(figures);
-    if (detailed && (!run_dir || put_detail(root, run, run_dir, err) != 0)) {
-        if (!run_dir)
-            err_set(err, "--save-detailed needs the run's files");
-        json_decref(root);
-        json_decref(ours);
-        return -1;
+    if (have_log) {
+        put_peaks(root, &log);
+    } else {
+        json_object_set_new(root, "max_output_tokens_per_s", json_null());
+        json_object_set_new(root, "max_concurrent_requests", json_null());
     }
-    json_object_set_new(root, "stallscope", ours);
-    int rc = fsio_write_json(path, root, JSON_INDENT(2) | JSON_REAL_PRECISION(10), err);
+    if (detailed && put_detail(root, &log, err) != 0)
+        goto done;
+    json_object_set(root, "stallscope", ours);
+    rc = fsio_write_json(path, root, JSON_INDENT(2) | JSON_REAL_PRECISION(10), err);
+done:
     json_decref(root);
+    json_decref(figures);
+    json_decref(ours);
+    tokenlog_free(&log);
     return rc;
 }

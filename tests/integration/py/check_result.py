@@ -6,7 +6,8 @@ Every value is worked out again here from RUN_DIR/interference/{requests,tokens}
 --no-inject run's RUN_DIR/traffic/) with
 vLLM's meanings: completed = sent at t >= 0, no error, ended with a finish reason other than
 abort; TTFT, E2E, TPOT = (E2E - TTFT) / (completion tokens - 1); ITL every gap between two
-token events of one request; numpy's interpolated percentiles; population std. With
+token events of one request; numpy's interpolated percentiles; population std; the peaks
+(max_output_tokens_per_s, max_concurrent_requests) over whole seconds. With
 --save-detailed's arrays (input_lens, output_lens, ttfts, itls, start_times, latencies,
 errors), each request's entry again from the CSVs. Exit 1 on any difference beyond 1e-6
 (relative), listing them."""
@@ -39,6 +40,24 @@ want = {"completed": len(ok), "total_output_tokens": sum(int(r["completion_token
         "p99_ttft_ms": pct(ttft, 99), "mean_tpot_ms": mean(tpot), "p90_tpot_ms": pct(tpot, 90),
         "mean_itl_ms": mean(itl), "p99_itl_ms": pct(itl, 99), "p99.9_itl_ms": pct(itl, 99.9),
         "median_e2el_ms": pct(e2el, 50), "std_e2el_ms": std(e2el)}
+# vLLM's peaks: whole seconds from the first completed request's send; token events of
+# completed requests per second, and completed requests in flight (send's second to end's).
+if ok:
+    start = min(int(r["t_send_ns"]) for r in ok)
+    span = max(int(r["t_end_ns"]) for r in ok) - start
+    nsec = -(-span // 1_000_000_000) + 1
+    per_s, flight = [0] * nsec, [0] * nsec
+    done_ids = {r["request"] for r in ok}
+    for ev in csv.DictReader(open(f"{run}/tokens.csv")):
+        b = (int(ev["t_ns"]) - start) // 1_000_000_000
+        if ev["request"] in done_ids and 0 <= b < nsec:
+            per_s[b] += 1
+    for r in ok:
+        for b in range((int(r["t_send_ns"]) - start) // 1_000_000_000,
+                       min((int(r["t_end_ns"]) - start) // 1_000_000_000 + 1, nsec)):
+            flight[b] += 1
+    want["max_output_tokens_per_s"] = max(per_s)
+    want["max_concurrent_requests"] = max(flight)
 bad = [f"{k}: {res[k]} vs {v}" for k, v in want.items() if abs(res[k] - v) > 1e-6 * max(1, abs(v))]
 # --save-detailed: one entry per request sent at t >= 0, in request order, seconds.
 if "ttfts" in res:
