@@ -299,7 +299,8 @@ static const opts_spec gate_specs[] = {
                 cli_gate, save_result),
     OPTS_FLAG("save-detailed",
               "--save-result also holds each request's input_lens, output_lens, ttfts, itls, "
-              "start_times, latencies and errors (vLLM's; no generated_texts: the text is not kept)",
+              "start_times, latencies, errors and generated_texts (vLLM's keys; the texts null: "
+              "the answers' text is not kept)",
               cli_gate, save_detailed),
     OPTS_FN("fail-if", "RULES",
             "exit 99 when any rule holds after the run, e.g. 'itl.max>200ms,stalls>0' "

@@ -3,7 +3,7 @@
  * num_prompts, request_rate, burstiness, max_concurrency ...), the metric table's figures
  * (analysis/metric.h), vLLM's peak figures (max_output_tokens_per_s, max_concurrent_requests)
  * and with --save-detailed its per-request arrays (input_lens, output_lens, ttfts, itls,
- * start_times, latencies, errors), both read back from the run's files, and stallscope's own
+ * start_times, latencies, generated_texts (null), errors), both read back from the run's files, and stallscope's own
  * figures under "stallscope" (experiment.h). */
 #include <stdbool.h>
 #include <stdio.h>
@@ -161,7 +161,7 @@ static void put_peaks(json_t *root, const tokenlog *log)
 /* --save-detailed: one entry per request sent at or after t = 0 (the requests the figures
  * count, completed or not), in request order; times in seconds as vLLM writes them (ttft 0
  * and latency 0 for a request without one), itls every gap between two token events of the
- * request. */
+ * request; generated_texts null (the key vLLM has, but stallscope keeps no answer text). */
 static int put_detail(json_t *root, const tokenlog *log, char *err)
 {
     json_t **gaps = calloc((size_t)(log->n_requests > 0 ? log->n_requests : 1), sizeof *gaps);
@@ -188,7 +188,7 @@ static int put_detail(json_t *root, const tokenlog *log, char *err)
     }
     json_t *input = json_array(), *output = json_array(), *ttfts = json_array(),
            *itls = json_array(), *starts = json_array(), *latencies = json_array(),
-           *errors = json_array();
+           *errors = json_array(), *texts = json_array();
     for (int64_t i = 0; i < log->n_requests; i++) {
         const tokenlog_request *r = &log->requests[i];
         if (r->t_send_ns < 0) {
@@ -206,6 +206,7 @@ static int put_detail(json_t *root, const tokenlog *log, char *err)
         json_array_append_new(starts, json_real((double)r->t_send_ns / 1e9));
         json_array_append_new(latencies,
                               json_real(ok ? (double)(r->t_end_ns - r->t_send_ns) / 1e9 : 0.0));
+        json_array_append_new(texts, json_null()); /* the answer's text is not kept */
         json_array_append_new(errors, json_string(r->error[0] ? r->error
                                                   : cut       ? "unfinished: cut at the run's end"
                                                               : ""));
@@ -216,6 +217,7 @@ static int put_detail(json_t *root, const tokenlog *log, char *err)
     json_object_set_new(root, "itls", itls);
     json_object_set_new(root, "start_times", starts);
     json_object_set_new(root, "latencies", latencies);
+    json_object_set_new(root, "generated_texts", texts);
     json_object_set_new(root, "errors", errors);
     free(gaps);
     free(last);

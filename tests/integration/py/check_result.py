@@ -77,6 +77,8 @@ if "ttfts" in res:
                             for r in sent],
               "errors": [r["error"] if r["error"] else "" if done(r)
                          else "unfinished: cut at the run's end" for r in sent]}
+    if res.get("generated_texts") != [None] * len(sent):
+        bad.append("generated_texts: not one null per request")
     flat = lambda v: [x for g in v for x in g]
     for k, v in detail.items():
         got = res.get(k)
