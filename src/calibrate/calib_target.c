@@ -432,14 +432,15 @@ static int probe_interference(calib_target *ct, calib_target_result *r, char *er
         if (calib_target_steady_gap(series, n, c->skip, prompt, send - SETTLE_NS, send, &st->gap_ns,
                                     &st->mean_context, &samples) != 0 ||
             calib_target_stall_of(series, n, send, first, STALLED_FACTOR * st->gap_ns,
-                                  &st->stall_ns, &st->streams_stalled) != 0)
+                                  &st->stall_ns, &st->streams_stalled, &st->queue_ns) != 0)
             continue;
         r->n_stall++;
         if (c->progress)
             fprintf(c->progress, "  interference: %d-token prompt into %d streams: stall %.2f ms "
-                    "(steady gap %.2f ms, %d of %d streams stalled), TTFT %.2f ms\n",
+                    "(steady gap %.2f ms, %d of %d streams stalled), TTFT %.2f ms (queued "
+                    "%.2f ms)\n",
                     st->prompt_tokens, n, st->stall_ns / 1e6, st->gap_ns / 1e6,
-                    st->streams_stalled, n, st->ttft_ns / 1e6);
+                    st->streams_stalled, n, st->ttft_ns / 1e6, st->queue_ns / 1e6);
     }
     rc = 0;
 done:

@@ -94,28 +94,43 @@ int calib_target_steady_gap(const calib_target_series *s, int n_streams, int ski
 }
 
 int calib_target_stall_of(const calib_target_series *s, int n_streams, int64_t send_ns,
-                          int64_t first_ns, double threshold_ns, double *stall_ns, int *stalled)
+                          int64_t first_ns, double threshold_ns, double *stall_ns, int *stalled,
+                          double *queue_ns)
 {
-    double *longest = malloc(sizeof *longest * (size_t)(n_streams > 0 ? n_streams : 1));
-    if (!longest)
+    const size_t cap = (size_t)(n_streams > 0 ? n_streams : 1);
+    double *longest = malloc(sizeof *longest * cap), *queue = malloc(sizeof *queue * cap);
+    if (!longest || !queue) {
+        free(longest);
+        free(queue);
         return -1;
-    int n = 0;
+    }
+    int n = 0, n_queue = 0;
     *stalled = 0;
+    *queue_ns = 0;
     for (int k = 0; k < n_streams; k++) {
-        double worst = -1;
+        double worst = -1, first_stall = -1;
         for (int i = 1; i < s[k].n; i++)
             if (s[k].t_ns[i] > send_ns && s[k].t_ns[i - 1] < first_ns) {
                 const double gap = (double)(s[k].t_ns[i] - s[k].t_ns[i - 1]);
                 worst = gap > worst ? gap : worst;
+                if (first_stall < 0 && gap > threshold_ns) {
+                    const int64_t wait = s[k].t_ns[i - 1] - send_ns;
+                    first_stall = wait > 0 ? (double)wait : 0;
+                }
             }
         if (worst < 0)
             continue;
         longest[n++] = worst;
         *stalled += worst > threshold_ns;
+        if (first_stall >= 0)
+            queue[n_queue++] = first_stall;
     }
     if (n > 0)
         *stall_ns = calib_target_median(longest, n);
+    if (n_queue > 0)
+        *queue_ns = calib_target_median(queue, n_queue);
     free(longest);
+    free(queue);
     return n > 0 ? 0 : -1;
 }
 
@@ -185,11 +200,19 @@ void calib_target_infer_policy(const cost_params *cost, const calib_target_stall
         const calib_target_stall *st = &stalls[i];
         const double one_step = (double)cost_injection_step_ns(
             cost, st->prompt_tokens, st->streams, (int)(st->mean_context + 0.5), 0);
+        const double own = st->ttft_ns - st->queue_ns;
         out->ratio[i] = one_step > 0 ? st->stall_ns / one_step : 0;
+        out->own_ratio[i] = own > 0 ? st->stall_ns / own : 0;
         out->n = i + 1;
-        if (st->stall_ns < CALIB_TARGET_NO_STALL * st->gap_ns)
+        if (st->stall_ns < CALIB_TARGET_NO_STALL * st->gap_ns) {
             n_no_stall++;
-        else if (out->ratio[i] >= CALIB_TARGET_ONE_STEP)
+            continue;
+        }
+        if (own < CALIB_TARGET_INFORMATIVE * st->gap_ns)
+            continue; /* a prefill of a few decode steps: its stall cannot tell */
+        out->informative[i] = true;
+        out->n_informative++;
+        if (out->own_ratio[i] >= CALIB_TARGET_ONE_STEP)
             one_step_longest = st->prompt_tokens > one_step_longest ? st->prompt_tokens
                                                                     : one_step_longest;
         else
@@ -208,7 +231,7 @@ void calib_target_infer_policy(const cost_params *cost, const calib_target_stall
         const int budget = (int)calib_target_median(b, n_chunked);
         snprintf(out->policy, sizeof out->policy, "chunked");
         out->budget = budget > one_step_longest ? budget : one_step_longest;
-    } else {
+    } else if (one_step_longest > 0) {
         snprintf(out->policy, sizeof out->policy, "mixed");
         out->budget = one_step_longest;
         out->budget_is_lower_bound = true;
@@ -289,8 +312,12 @@ json_t *calib_target_measured_json(const calib_target_result *r, const calib_tar
         json_object_set_new(o, "steady_gap_ms", json_real(r->stall[i].gap_ns / 1e6));
         json_object_set_new(o, "streams_stalled", json_integer(r->stall[i].streams_stalled));
         json_object_set_new(o, "ttft_ms", json_real(r->stall[i].ttft_ns / 1e6));
-        if (pol && i < pol->n)
+        json_object_set_new(o, "queue_ms", json_real(r->stall[i].queue_ns / 1e6));
+        if (pol && i < pol->n) {
             json_object_set_new(o, "ratio_to_one_step", json_real(pol->ratio[i]));
+            json_object_set_new(o, "ratio_to_own_prefill", json_real(pol->own_ratio[i]));
+            json_object_set_new(o, "informative", json_boolean(pol->informative[i]));
+        }
         json_array_append_new(st, o);
     }
     json_object_set_new(m, "decode", dec);

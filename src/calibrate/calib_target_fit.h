@@ -53,6 +53,8 @@ typedef struct calib_target_stall {
     double mean_context; /* the streams' mean context at the injection */
     int streams_stalled; /* streams whose longest overlapping gap > 3 x gap_ns */
     int streams;
+    double queue_ns;     /* send to the streams' first stalled gap (the prompt's first step
+                            began then): median over the stalled streams, 0 when none */
 } calib_target_stall;
 
 /* The probes' tokens, counted two ways over every token event of every probe stream. */
@@ -113,9 +115,13 @@ int calib_target_steady_gap(const calib_target_series *s, int n_streams, int ski
 
 /* The stall streams saw when a prompt was sent at send_ns and answered at first_ns: each
  * stream's longest gap overlapping [send_ns, first_ns]; their median in *stall_ns, and how
- * many exceed threshold_ns in *stalled. -1 when no stream has such a gap. */
+ * many exceed threshold_ns in *stalled. *queue_ns: the median over the stalled streams of
+ * their first gap over threshold_ns that overlaps, from send_ns to its start (0 when it
+ * started before the send, or no stream stalled) — where the prompt's first step began.
+ * -1 when no stream has such a gap. */
 int calib_target_stall_of(const calib_target_series *s, int n_streams, int64_t send_ns,
-                          int64_t first_ns, double threshold_ns, double *stall_ns, int *stalled);
+                          int64_t first_ns, double threshold_ns, double *stall_ns, int *stalled,
+                          double *queue_ns);
 
 /* Mark each prefill probe fitted or weight-bound (ttft >= factor x decode_1_ns). */
 void calib_target_mark_weight_bound(calib_target_result *r, double decode_1_ns, double factor);
@@ -129,20 +135,34 @@ typedef struct calib_target_policy {
     int budget;          /* chunked: the inferred token budget; mixed: its lower bound (the
                             longest prompt that went in one step); 0 unknown */
     bool budget_is_lower_bound;
-    double ratio[CALIB_TARGET_MAX_PROMPTS]; /* measured stall / fitted one-step stall */
+    double ratio[CALIB_TARGET_MAX_PROMPTS];     /* measured stall / fitted one-step stall */
+    double own_ratio[CALIB_TARGET_MAX_PROMPTS]; /* stall / the prompt's own prefill time
+                                                   (its TTFT less its queueing) */
+    bool informative[CALIB_TARGET_MAX_PROMPTS]; /* its prefill long enough to tell */
     int n;
+    int n_informative;
 } calib_target_policy;
 
-/* A prompt whose stall reaches this fraction of the fitted one-step stall went in one step. */
+/* A prompt whose stall reaches this fraction of its own prefill time (TTFT less queueing)
+ * went in one step: one step holds the whole prefill, so the streams wait all of it. */
 #define CALIB_TARGET_ONE_STEP 0.7
 /* No stall: the longest gap under this x the steady gap (prefill never in a decode's step). */
 #define CALIB_TARGET_NO_STALL 1.5
+/* A prompt tells the policy only when its own prefill time is at least this many steady
+ * gaps: a shorter one's stall is within the noise of a decode step. */
+#define CALIB_TARGET_INFORMATIVE 4.0
 
-/* Infer the policy and budget from the stalls with the fitted model cost (a cost_params
- * whose step model applies: cost_fit_applies): the one-step stall of a prompt is
- * cost_injection_step_ns(cost, n, streams, context, 0); a prompt under CALIB_TARGET_ONE_STEP
- * of it was chunked, and the budget b whose longest chunk step (cost_injection_step_ns(...,
- * b)) matches its stall is found by bisection; the median over those prompts is the budget. */
+/* Infer the policy and budget from the stalls. Each prompt is judged by its own measures,
+ * never by the fitted lone prefill alone (a server that keeps state makes a lone prefill
+ * slower or faster than the one beside the streams): one whose stall reaches
+ * CALIB_TARGET_ONE_STEP of its own prefill time (ttft_ns - queue_ns) went in one step; one
+ * under it was chunked; one whose prefill time is under CALIB_TARGET_INFORMATIVE steady gaps
+ * says nothing; one whose stall is under CALIB_TARGET_NO_STALL gaps never stalled. The
+ * chunked budget is the one whose longest chunk step under the fitted model cost (a
+ * cost_params whose step model applies: cost_fit_applies; cost_injection_step_ns(..., b))
+ * matches the stall, by bisection, the median over the chunked prompts, never below the
+ * longest one-step prompt. ratio[] keeps the stall against the fitted one-step stall for
+ * the record. No informative prompt: "" (unknown), unless none stalled ("none"). */
 void calib_target_infer_policy(const cost_params *cost, const calib_target_stall *stalls, int n,
                                calib_target_policy *out);
 

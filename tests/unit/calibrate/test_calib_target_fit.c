@@ -108,14 +108,25 @@ static void test_stall_of(void **state)
         for (int i = 30; i < 60 && k < 3; i++)
             s[k].t[i] += 373 * MS;
     }
-    double stall = 0;
+    double stall = 0, queue = -1;
     int stalled = 0;
     /* the prompt sent at 190 ms, its first token at 590 ms */
-    assert_int_equal(calib_target_stall_of(series, 4, 190 * MS, 590 * MS, 21 * MS, &stall, &stalled), 0);
+    assert_int_equal(calib_target_stall_of(series, 4, 190 * MS, 590 * MS, 21 * MS, &stall, &stalled,
+                                           &queue),
+                     0);
     assert_int_equal(stalled, 3);
     assert_true(fabs(stall - 380 * MS) < 1); /* median of {380, 380, 380, 7}: lower middle */
+    /* the stalled streams' step began at 203, 204, 205 ms: queued 14 ms (their median) */
+    assert_true(fabs(queue - 14 * MS) < 1);
+    /* sent after the step began: no queueing */
+    assert_int_equal(calib_target_stall_of(series, 4, 206 * MS, 590 * MS, 21 * MS, &stall, &stalled,
+                                           &queue),
+                     0);
+    assert_true(queue == 0);
     /* nothing overlaps a window past the streams */
-    assert_int_equal(calib_target_stall_of(series, 4, 9000 * MS, 9100 * MS, 21 * MS, &stall, &stalled), -1);
+    assert_int_equal(calib_target_stall_of(series, 4, 9000 * MS, 9100 * MS, 21 * MS, &stall,
+                                           &stalled, &queue),
+                     -1);
 }
 
 /* A fitted model of tiny (the terms do not matter, only that the same model makes the
@@ -146,6 +157,11 @@ static void synth_stalls(const cost_params *p, int budget, calib_target_stall *s
         st[i].mean_context = 150;
         st[i].gap_ns = (double)cost_decode_ns(p, 32, 150, NULL);
         st[i].stall_ns = (double)cost_injection_step_ns(p, LENGTHS[i], 32, 150, budget);
+        /* its TTFT: a few ms of queueing, then its steps (one, or one per chunk) */
+        const int chunk = budget > 0 ? budget - 32 : LENGTHS[i];
+        const int steps = (LENGTHS[i] + chunk - 1) / chunk;
+        st[i].queue_ns = 3e6;
+        st[i].ttft_ns = st[i].queue_ns + steps * st[i].stall_ns;
     }
 }
 
@@ -179,6 +195,43 @@ static void test_infer_policy(void **state)
             fail();
         }
     }
+
+    /* a server that keeps state (llama.cpp's unified cache): the lone prefills the fit saw
+     * were 5x slower than the prefill beside the streams, so every stall is a fifth of the
+     * fitted one-step stall; each prompt's stall is still its whole prefill: one step */
+    synth_stalls(&p, 0, st);
+    cost_params slow = p;
+    slow.gpu.fit.token_ns *= 5;
+    slow.gpu.fit.pair_ns *= 5;
+    calib_target_infer_policy(&slow, st, N_LENGTHS, &pol);
+    assert_true(pol.ratio[N_LENGTHS - 1] < 0.7); /* what the fitted stall alone would call chunked */
+    assert_string_equal(pol.policy, "mixed");
+    assert_int_equal(pol.budget, 8192);
+
+    /* short prompts within a decode step's noise (a prefill of under 4 steady gaps) say
+     * nothing, whatever their ratio: a one-step server stays one-step */
+    synth_stalls(&p, 0, st);
+    for (int i = 0; i < 2; i++) {
+        st[i].gap_ns = (st[i].ttft_ns - st[i].queue_ns) / 3.5; /* a stall, yet under 4 gaps */
+        st[i].stall_ns = 0.59 * (st[i].ttft_ns - st[i].queue_ns);
+    }
+    calib_target_infer_policy(&p, st, N_LENGTHS, &pol);
+    assert_false(pol.informative[0]);
+    assert_false(pol.informative[1]);
+    assert_int_equal(pol.n_informative, N_LENGTHS - 2);
+    assert_string_equal(pol.policy, "mixed");
+    /* only such prompts: unknown, not a guess */
+    calib_target_infer_policy(&p, st, 2, &pol);
+    assert_string_equal(pol.policy, "");
+
+    /* a prompt the scheduler admitted late (it waited for room beside the streams) is judged
+     * by its prefill, not its wait: queued 10 s, then one step */
+    synth_stalls(&p, 0, st);
+    st[N_LENGTHS - 1].queue_ns = 10e9;
+    st[N_LENGTHS - 1].ttft_ns += 10e9;
+    calib_target_infer_policy(&p, st, N_LENGTHS, &pol);
+    assert_string_equal(pol.policy, "mixed");
+    assert_int_equal(pol.budget, 8192);
 
     /* no stall: the streams never waited for a prompt */
     synth_stalls(&p, 0, st);
