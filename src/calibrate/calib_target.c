@@ -429,18 +429,24 @@ static int probe_interference(calib_target *ct, calib_target_result *r, char *er
         st->streams = n;
         series_of(bg, n, series);
         int64_t samples = 0;
+        calib_target_seen seen;
         if (calib_target_steady_gap(series, n, c->skip, prompt, send - SETTLE_NS, send, &st->gap_ns,
                                     &st->mean_context, &samples) != 0 ||
-            calib_target_stall_of(series, n, send, first, STALLED_FACTOR * st->gap_ns,
-                                  &st->stall_ns, &st->streams_stalled, &st->queue_ns) != 0)
+            calib_target_stall_of(series, n, send, first, st->gap_ns, STALLED_FACTOR * st->gap_ns,
+                                  &seen) != 0)
             continue;
+        st->stall_ns = seen.stall_ns;
+        st->streams_stalled = seen.stalled;
+        st->queue_ns = seen.queue_ns;
+        st->steps = seen.steps;
         r->n_stall++;
         if (c->progress)
             fprintf(c->progress, "  interference: %d-token prompt into %d streams: stall %.2f ms "
                     "(steady gap %.2f ms, %d of %d streams stalled), TTFT %.2f ms (queued "
-                    "%.2f ms)\n",
+                    "%.2f ms, %d step%s)\n",
                     st->prompt_tokens, n, st->stall_ns / 1e6, st->gap_ns / 1e6,
-                    st->streams_stalled, n, st->ttft_ns / 1e6, st->queue_ns / 1e6);
+                    st->streams_stalled, n, st->ttft_ns / 1e6, st->queue_ns / 1e6, st->steps,
+                    st->steps == 1 ? "" : "s");
     }
     rc = 0;
 done:

@@ -93,44 +93,69 @@ int calib_target_steady_gap(const calib_target_series *s, int n_streams, int ski
     return 0;
 }
 
+/* One stream's view: its longest overlapping gap (-1: none), where its first slowed gap (over
+ * slow_ns: a step that carried prefill) began from the send (-1: none), and its events from
+ * there to first + tol: the prefill's steps. */
+static void stream_seen(const calib_target_series *s, int64_t send_ns, int64_t first_ns,
+                        double slow_ns, double tol_ns, double *worst, double *wait, int *steps)
+{
+    *worst = -1;
+    *wait = -1;
+    int64_t from = send_ns;
+    for (int i = 1; i < s->n; i++)
+        if (s->t_ns[i] > send_ns && s->t_ns[i - 1] < first_ns) {
+            const double gap = (double)(s->t_ns[i] - s->t_ns[i - 1]);
+            *worst = gap > *worst ? gap : *worst;
+            if (*wait < 0 && gap > slow_ns) {
+                from = s->t_ns[i - 1] > send_ns ? s->t_ns[i - 1] : send_ns;
+                *wait = (double)(from - send_ns);
+            }
+        }
+    const int64_t to = first_ns + (int64_t)tol_ns;
+    int n = 0;
+    for (int i = 0; i < s->n; i++)
+        n += s->t_ns[i] > from && s->t_ns[i] <= to;
+    /* without a slowed gap, the first event after the send ended the step then in flight */
+    *steps = *wait < 0 && n > 0 ? n - 1 : n;
+}
+
 int calib_target_stall_of(const calib_target_series *s, int n_streams, int64_t send_ns,
-                          int64_t first_ns, double threshold_ns, double *stall_ns, int *stalled,
-                          double *queue_ns)
+                          int64_t first_ns, double gap_ns, double threshold_ns,
+                          calib_target_seen *out)
 {
     const size_t cap = (size_t)(n_streams > 0 ? n_streams : 1);
     double *longest = malloc(sizeof *longest * cap), *queue = malloc(sizeof *queue * cap);
-    if (!longest || !queue) {
+    double *steps = malloc(sizeof *steps * cap);
+    memset(out, 0, sizeof *out);
+    if (!longest || !queue || !steps) {
         free(longest);
         free(queue);
+        free(steps);
         return -1;
     }
     int n = 0, n_queue = 0;
-    *stalled = 0;
-    *queue_ns = 0;
     for (int k = 0; k < n_streams; k++) {
-        double worst = -1, first_stall = -1;
-        for (int i = 1; i < s[k].n; i++)
-            if (s[k].t_ns[i] > send_ns && s[k].t_ns[i - 1] < first_ns) {
-                const double gap = (double)(s[k].t_ns[i] - s[k].t_ns[i - 1]);
-                worst = gap > worst ? gap : worst;
-                if (first_stall < 0 && gap > threshold_ns) {
-                    const int64_t wait = s[k].t_ns[i - 1] - send_ns;
-                    first_stall = wait > 0 ? (double)wait : 0;
-                }
-            }
+        double worst, wait;
+        int k_steps;
+        stream_seen(&s[k], send_ns, first_ns, CALIB_TARGET_SLOWED * gap_ns, gap_ns / 2, &worst,
+                    &wait, &k_steps);
         if (worst < 0)
             continue;
+        steps[n] = k_steps;
         longest[n++] = worst;
-        *stalled += worst > threshold_ns;
-        if (first_stall >= 0)
-            queue[n_queue++] = first_stall;
+        out->stalled += worst > threshold_ns;
+        if (wait >= 0)
+            queue[n_queue++] = wait;
     }
-    if (n > 0)
-        *stall_ns = calib_target_median(longest, n);
+    if (n > 0) {
+        out->stall_ns = calib_target_median(longest, n);
+        out->steps = (int)calib_target_median(steps, n);
+    }
     if (n_queue > 0)
-        *queue_ns = calib_target_median(queue, n_queue);
+        out->queue_ns = calib_target_median(queue, n_queue);
     free(longest);
     free(queue);
+    free(steps);
     return n > 0 ? 0 : -1;
 }
 
@@ -191,11 +216,49 @@ static int budget_for_stall(const cost_params *cost, const calib_target_stall *s
     return lo;
 }
 
+bool calib_target_budget_bounds(const calib_target_stall *stalls, const bool *chunked, int n,
+                                double *lo, double *hi)
+{
+    double a[CALIB_TARGET_MAX_PROMPTS], b[CALIB_TARGET_MAX_PROMPTS];
+    int m = 0, streams = 0;
+    for (int i = 0; i < n && i < CALIB_TARGET_MAX_PROMPTS; i++) {
+        const int k = stalls[i].steps;
+        if (!chunked[i] || k < 2)
+            continue;
+        a[m] = (double)stalls[i].prompt_tokens / k;
+        b[m++] = (double)stalls[i].prompt_tokens / (k - 1);
+        streams = stalls[i].streams;
+    }
+    if (m == 0)
+        return false;
+    /* The chunk most counts agree on: of the intervals' left ends, the one inside the most
+     * intervals (the first of equals), and the intersection of those intervals. */
+    int best = -1, best_count = 0;
+    for (int x = 0; x < m; x++) {
+        int count = 0;
+        for (int j = 0; j < m; j++)
+            count += a[j] <= a[x] && a[x] < b[j];
+        if (count > best_count)
+            best = x, best_count = count;
+    }
+    *lo = 0;
+    *hi = 1e18;
+    for (int j = 0; j < m; j++)
+        if (a[j] <= a[best] && a[best] < b[j]) {
+            *lo = a[j] > *lo ? a[j] : *lo;
+            *hi = b[j] < *hi ? b[j] : *hi;
+        }
+    *lo += streams;
+    *hi += streams;
+    return true;
+}
+
 void calib_target_infer_policy(const cost_params *cost, const calib_target_stall *stalls, int n,
                                calib_target_policy *out)
 {
     memset(out, 0, sizeof *out);
     int budgets[CALIB_TARGET_MAX_PROMPTS], n_chunked = 0, one_step_longest = 0, n_no_stall = 0;
+    bool chunked[CALIB_TARGET_MAX_PROMPTS] = {false};
     for (int i = 0; i < n && i < CALIB_TARGET_MAX_PROMPTS; i++) {
         const calib_target_stall *st = &stalls[i];
         const double one_step = (double)cost_injection_step_ns(
@@ -215,8 +278,10 @@ void calib_target_infer_policy(const cost_params *cost, const calib_target_stall
         if (out->own_ratio[i] >= CALIB_TARGET_ONE_STEP)
             one_step_longest = st->prompt_tokens > one_step_longest ? st->prompt_tokens
                                                                     : one_step_longest;
-        else
+        else {
+            chunked[i] = true;
             budgets[n_chunked++] = budget_for_stall(cost, st);
+        }
     }
     if (out->n == 0)
         return;
@@ -228,9 +293,13 @@ void calib_target_infer_policy(const cost_params *cost, const calib_target_stall
         double b[CALIB_TARGET_MAX_PROMPTS];
         for (int i = 0; i < n_chunked; i++)
             b[i] = budgets[i];
-        const int budget = (int)calib_target_median(b, n_chunked);
+        double budget = calib_target_median(b, n_chunked), lo, hi;
+        if ((out->budget_counted = calib_target_budget_bounds(stalls, chunked, out->n, &lo, &hi))) {
+            if (budget < lo || budget >= hi) /* a fit the counts contradict: their middle */
+                budget = floor((lo + hi) / 2);
+        }
         snprintf(out->policy, sizeof out->policy, "chunked");
-        out->budget = budget > one_step_longest ? budget : one_step_longest;
+        out->budget = (int)budget > one_step_longest ? (int)budget : one_step_longest;
     } else if (one_step_longest > 0) {
         snprintf(out->policy, sizeof out->policy, "mixed");
         out->budget = one_step_longest;
@@ -313,6 +382,7 @@ json_t *calib_target_measured_json(const calib_target_result *r, const calib_tar
         json_object_set_new(o, "streams_stalled", json_integer(r->stall[i].streams_stalled));
         json_object_set_new(o, "ttft_ms", json_real(r->stall[i].ttft_ns / 1e6));
         json_object_set_new(o, "queue_ms", json_real(r->stall[i].queue_ns / 1e6));
+        json_object_set_new(o, "steps", json_integer(r->stall[i].steps));
         if (pol && i < pol->n) {
             json_object_set_new(o, "ratio_to_one_step", json_real(pol->ratio[i]));
             json_object_set_new(o, "ratio_to_own_prefill", json_real(pol->own_ratio[i]));
@@ -340,6 +410,7 @@ json_t *calib_target_measured_json(const calib_target_result *r, const calib_tar
         if (pol->budget > 0)
             json_object_set_new(m, "budget_inferred", json_integer(pol->budget));
         json_object_set_new(m, "budget_is_lower_bound", json_boolean(pol->budget_is_lower_bound));
+        json_object_set_new(m, "budget_counted", json_boolean(pol->budget_counted));
     }
     return m;
 }

@@ -55,6 +55,8 @@ typedef struct calib_target_stall {
     int streams;
     double queue_ns;     /* send to the streams' first stalled gap (the prompt's first step
                             began then): median over the stalled streams, 0 when none */
+    int steps;           /* the steps its prefill took: a stream's events from its prefill's
+                            first step to its first token (median over streams; 0 unknown) */
 } calib_target_stall;
 
 /* The probes' tokens, counted two ways over every token event of every probe stream. */
@@ -113,15 +115,28 @@ int calib_target_steady_gap(const calib_target_series *s, int n_streams, int ski
                             int64_t from_ns, int64_t to_ns, double *gap_ns,
                             double *mean_context, int64_t *samples);
 
-/* The stall streams saw when a prompt was sent at send_ns and answered at first_ns: each
- * stream's longest gap overlapping [send_ns, first_ns]; their median in *stall_ns, and how
- * many exceed threshold_ns in *stalled. *queue_ns: the median over the stalled streams of
- * their first gap over threshold_ns that overlaps, from send_ns to its start (0 when it
- * started before the send, or no stream stalled) — where the prompt's first step began.
- * -1 when no stream has such a gap. */
+/* A step that carried prefill: its gap over this x the steady gap. */
+#define CALIB_TARGET_SLOWED 1.25
+
+/* What the streams saw when a prompt was sent at send_ns and answered at first_ns. */
+typedef struct calib_target_seen {
+    double stall_ns; /* the median of each stream's longest gap overlapping [send, first] */
+    int stalled;     /* streams whose longest such gap exceeds the threshold */
+    double queue_ns; /* the median over the slowed streams of their first gap over
+                        CALIB_TARGET_SLOWED steady gaps that overlaps, from send_ns to its
+                        start (0 when it started before the send, or none slowed): where the
+                        prefill began */
+    int steps;       /* the median over streams of their events from that start (without a
+                        slowed gap: from the send, less the step then in flight) to first_ns
+                        plus half a steady gap (one step's events arrive apart): one per
+                        step, so the steps the prefill took */
+} calib_target_seen;
+
+/* Each stream's view of the injection (calib_target_seen), the streams' steady gap gap_ns.
+ * -1 when no stream has a gap overlapping [send_ns, first_ns]. */
 int calib_target_stall_of(const calib_target_series *s, int n_streams, int64_t send_ns,
-                          int64_t first_ns, double threshold_ns, double *stall_ns, int *stalled,
-                          double *queue_ns);
+                          int64_t first_ns, double gap_ns, double threshold_ns,
+                          calib_target_seen *out);
 
 /* Mark each prefill probe fitted or weight-bound (ttft >= factor x decode_1_ns). */
 void calib_target_mark_weight_bound(calib_target_result *r, double decode_1_ns, double factor);
@@ -139,6 +154,7 @@ typedef struct calib_target_policy {
     double own_ratio[CALIB_TARGET_MAX_PROMPTS]; /* stall / the prompt's own prefill time
                                                    (its TTFT less its queueing) */
     bool informative[CALIB_TARGET_MAX_PROMPTS]; /* its prefill long enough to tell */
+    bool budget_counted;  /* the steps counted bound the budget (else the fitted step alone) */
     int n;
     int n_informative;
 } calib_target_policy;
@@ -152,6 +168,13 @@ typedef struct calib_target_policy {
  * gaps: a shorter one's stall is within the noise of a decode step. */
 #define CALIB_TARGET_INFORMATIVE 4.0
 
+/* The chunked budgets the step counts allow, with the streams' decodes: a prompt of n tokens
+ * in k >= 2 steps had chunks c with n/k <= c < n/(k - 1); [*lo, *hi) is the intersection of
+ * the most such intervals that meet (all of them, unless a step was miscounted), plus the
+ * streams. false when no chunked prompt took 2 steps or more. */
+bool calib_target_budget_bounds(const calib_target_stall *stalls, const bool *chunked, int n,
+                                double *lo, double *hi);
+
 /* Infer the policy and budget from the stalls. Each prompt is judged by its own measures,
  * never by the fitted lone prefill alone (a server that keeps state makes a lone prefill
  * slower or faster than the one beside the streams): one whose stall reaches
@@ -160,8 +183,10 @@ typedef struct calib_target_policy {
  * says nothing; one whose stall is under CALIB_TARGET_NO_STALL gaps never stalled. The
  * chunked budget is the one whose longest chunk step under the fitted model cost (a
  * cost_params whose step model applies: cost_fit_applies; cost_injection_step_ns(..., b))
- * matches the stall, by bisection, the median over the chunked prompts, never below the
- * longest one-step prompt. ratio[] keeps the stall against the fitted one-step stall for
+ * matches the stall, by bisection, the median over the chunked prompts, when it lies within
+ * the bounds the steps each prefill took allow (calib_target_budget_bounds), else the middle
+ * of those bounds (a fit the server's state bent is not trusted where the counts contradict
+ * it); never below the longest one-step prompt. ratio[] keeps the stall against the fitted one-step stall for
  * the record. No informative prompt: "" (unknown), unless none stalled ("none"). */
 void calib_target_infer_policy(const cost_params *cost, const calib_target_stall *stalls, int n,
                                calib_target_policy *out);

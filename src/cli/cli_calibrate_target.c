@@ -166,14 +166,15 @@ static void print_policy(const calib_target_result *r, const calib_target_fitted
     printf("  interference (one prompt into %d streams): each prompt's stall against its own "
            "prefill time (TTFT less queueing)\n",
            r->stall[0].streams);
-    printf("    %8s %10s %10s %10s %7s %12s %7s\n", "prompt", "stall ms", "TTFT ms", "queued ms",
-           "ratio", "fitted 1-step", "ratio");
+    printf("    %8s %10s %10s %10s %6s %7s %12s %7s\n", "prompt", "stall ms", "TTFT ms",
+           "queued ms", "steps", "ratio", "fitted 1-step", "ratio");
     for (int i = 0; i < r->n_stall; i++) {
         const calib_target_stall *st = &r->stall[i];
         const double one = (double)cost_injection_step_ns(&m->cost, st->prompt_tokens, st->streams,
                                                           (int)(st->mean_context + 0.5), 0);
-        printf("    %8d %10.2f %10.2f %10.2f %7.2f %12.2f %7.2f%s\n", st->prompt_tokens,
-               st->stall_ns / 1e6, st->ttft_ns / 1e6, st->queue_ns / 1e6, pol->own_ratio[i],
+        printf("    %8d %10.2f %10.2f %10.2f %6d %7.2f %12.2f %7.2f%s\n", st->prompt_tokens,
+               st->stall_ns / 1e6, st->ttft_ns / 1e6, st->queue_ns / 1e6, st->steps,
+               pol->own_ratio[i],
                one / 1e6, pol->ratio[i],
                i < pol->n && !pol->informative[i] ? "  (too short to tell)" : "");
     }
@@ -182,7 +183,9 @@ static void print_policy(const calib_target_result *r, const calib_target_fitted
                "mixed or prefill-first), budget >= %d tokens\n", pol->budget);
     else if (strcmp(pol->policy, "chunked") == 0)
         printf("  policy inferred: chunked prefill (a stall is a part of the prompt's prefill), "
-               "budget ~%d tokens (the fitted step that long)\n", pol->budget);
+               "budget ~%d tokens (%s)\n", pol->budget,
+               pol->budget_counted ? "bounded by the steps each prefill took"
+                                   : "the fitted step that long");
     else if (strcmp(pol->policy, "none") == 0)
         printf("  policy inferred: none: no prompt stalled the streams (prefill runs elsewhere?)\n");
     else

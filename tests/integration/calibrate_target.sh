@@ -202,3 +202,18 @@ check "chunked target: policy chunked, budget within 10 % of 2048" \
 grep -q "simulate it with --policy chunked --max-num-batched-tokens" "$scratch/chunked.out" || fail "no sim flags for a chunked target"
 ! grep -q -e hunter2 -e k3y-chunked "$scratch/chunked.json" || fail "a secret reached the profile"
 check "the profile records the URL with its user:password masked" 'a["target"].startswith("http://***@127.0.0.1:")' "$scratch/chunked.json"
+
+# ---- a small chunked budget (512): the fitted step alone read it as ~250 (issue 24: the fit
+# over-predicts small chunks); the steps each prefill took (8192 tokens in 17 chunks of 504
+# beside 8 streams ...) hold it within 5 %
+start_server "$scratch/serve4.log" --policy chunked --max-num-batched-tokens 512
+[ -n "$url" ] || { cat "$scratch/serve4.log"; fail "serve (chunked 512) did not start"; }
+timeout 60 "$bin" calibrate --target "$url" --out "$scratch/chunked512.json" \
+    --max-streams 4 --long-context 512 --seconds 200ms --min-prompt-tokens 1024 --max-prompt-tokens 8192 \
+    --repeats 1 --interference-streams 8 >"$scratch/chunked512.out" 2>"$scratch/chunked512.err" ||
+  { cat "$scratch/chunked512.out" "$scratch/chunked512.err"; fail "calibrate a chunked/512 target exited $?"; }
+stop_server
+check "chunked target (512): budget within 5 %, bounded by the steps counted" \
+  '(a["measured"]["policy_inferred"] == "chunked" and abs(a["measured"]["budget_inferred"] / 512 - 1) <= 0.05 and
+    a["measured"]["budget_counted"] is True and
+    [p["steps"] for p in a["measured"]["interference"]][-1] == 17)' "$scratch/chunked512.json"

@@ -108,25 +108,22 @@ static void test_stall_of(void **state)
         for (int i = 30; i < 60 && k < 3; i++)
             s[k].t[i] += 373 * MS;
     }
-    double stall = 0, queue = -1;
-    int stalled = 0;
+    calib_target_seen seen;
     /* the prompt sent at 190 ms, its first token at 590 ms */
-    assert_int_equal(calib_target_stall_of(series, 4, 190 * MS, 590 * MS, 21 * MS, &stall, &stalled,
-                                           &queue),
-                     0);
-    assert_int_equal(stalled, 3);
-    assert_true(fabs(stall - 380 * MS) < 1); /* median of {380, 380, 380, 7}: lower middle */
+    assert_int_equal(calib_target_stall_of(series, 4, 190 * MS, 590 * MS, 7 * MS, 21 * MS, &seen), 0);
+    assert_int_equal(seen.stalled, 3);
+    assert_true(fabs(seen.stall_ns - 380 * MS) < 1); /* median of {380, 380, 380, 7}: lower middle */
     /* the stalled streams' step began at 203, 204, 205 ms: queued 14 ms (their median) */
-    assert_true(fabs(queue - 14 * MS) < 1);
+    assert_true(fabs(seen.queue_ns - 14 * MS) < 1);
+    /* its first token with the step's end (583 .. 585 ms): that one step; the stream that
+     * never stalled saw 56 steps end after the send, less the one then in flight */
+    assert_int_equal(calib_target_stall_of(series, 4, 190 * MS, 584 * MS, 7 * MS, 21 * MS, &seen), 0);
+    assert_int_equal(seen.steps, 1);
     /* sent after the step began: no queueing */
-    assert_int_equal(calib_target_stall_of(series, 4, 206 * MS, 590 * MS, 21 * MS, &stall, &stalled,
-                                           &queue),
-                     0);
-    assert_true(queue == 0);
+    assert_int_equal(calib_target_stall_of(series, 4, 206 * MS, 590 * MS, 7 * MS, 21 * MS, &seen), 0);
+    assert_true(seen.queue_ns == 0);
     /* nothing overlaps a window past the streams */
-    assert_int_equal(calib_target_stall_of(series, 4, 9000 * MS, 9100 * MS, 21 * MS, &stall,
-                                           &stalled, &queue),
-                     -1);
+    assert_int_equal(calib_target_stall_of(series, 4, 9000 * MS, 9100 * MS, 7 * MS, 21 * MS, &seen), -1);
 }
 
 /* A fitted model of tiny (the terms do not matter, only that the same model makes the
@@ -162,6 +159,7 @@ static void synth_stalls(const cost_params *p, int budget, calib_target_stall *s
         const int steps = (LENGTHS[i] + chunk - 1) / chunk;
         st[i].queue_ns = 3e6;
         st[i].ttft_ns = st[i].queue_ns + steps * st[i].stall_ns;
+        st[i].steps = steps;
     }
 }
 
@@ -207,6 +205,31 @@ static void test_infer_policy(void **state)
     assert_true(pol.ratio[N_LENGTHS - 1] < 0.7); /* what the fitted stall alone would call chunked */
     assert_string_equal(pol.policy, "mixed");
     assert_int_equal(pol.budget, 8192);
+
+    /* chunked under 512 with that bent fit: the fitted step alone puts the budget elsewhere;
+     * the steps each prefill took (1024 in 3, 2048 in 5, 4096 in 9, 8192 in 18 chunks of 480)
+     * hold it within [455, 482) + 32 streams */
+    synth_stalls(&p, 512, st);
+    calib_target_infer_policy(&slow, st, N_LENGTHS, &pol);
+    assert_string_equal(pol.policy, "chunked");
+    assert_true(pol.budget_counted);
+    if (!(pol.budget >= 487 && pol.budget < 514)) {
+        print_error("budget 512 with a bent fit inferred as %d\n", pol.budget);
+        fail();
+    }
+    {
+        double lo, hi;
+        bool chunked[N_LENGTHS] = {false, false, true, true, true, true};
+        assert_true(calib_target_budget_bounds(st, chunked, N_LENGTHS, &lo, &hi));
+        assert_true(fabs(lo - (4096.0 / 9 + 32)) < 1e-9 && fabs(hi - (8192.0 / 17 + 32)) < 1e-9);
+        /* a step miscounted (8192 in 19: [431, 455), which meets no other): the others' */
+        st[5].steps = 19;
+        assert_true(calib_target_budget_bounds(st, chunked, N_LENGTHS, &lo, &hi));
+        assert_true(fabs(lo - (4096.0 / 9 + 32)) < 1e-9 && fabs(hi - (2048.0 / 4 + 32)) < 1e-9);
+        /* no chunked prompt counted in 2 steps or more: no bounds */
+        bool none[N_LENGTHS] = {false};
+        assert_false(calib_target_budget_bounds(st, none, N_LENGTHS, &lo, &hi));
+    }
 
     /* short prompts within a decode step's noise (a prefill of under 4 steady gaps) say
      * nothing, whatever their ratio: a one-step server stays one-step */
