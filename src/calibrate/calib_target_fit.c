@@ -93,30 +93,38 @@ int calib_target_steady_gap(const calib_target_series *s, int n_streams, int ski
     return 0;
 }
 
-/* One stream's view: its longest overlapping gap (-1: none), where its first slowed gap (over
- * slow_ns: a step that carried prefill) began from the send (-1: none), and its events from
- * there to first + tol: the prefill's steps. */
+/* One stream's view: its longest gap overlapping [send, first] (-1: none), and the steps of
+ * the prefill counted back from the one that emitted the prompt's first token (this stream's
+ * event within tol of first_ns, or its last before): that step, then each step before it
+ * that was slowed (a gap over slow_ns: it carried prefill) and ended after the send. *wait:
+ * from the send to the first counted step's start (0 when it began before the send; -1
+ * when the stream has no event there). */
 static void stream_seen(const calib_target_series *s, int64_t send_ns, int64_t first_ns,
                         double slow_ns, double tol_ns, double *worst, double *wait, int *steps)
 {
     *worst = -1;
     *wait = -1;
-    int64_t from = send_ns;
-    for (int i = 1; i < s->n; i++)
+    *steps = 0;
+    int last = -1;
+    for (int i = 1; i < s->n; i++) {
         if (s->t_ns[i] > send_ns && s->t_ns[i - 1] < first_ns) {
             const double gap = (double)(s->t_ns[i] - s->t_ns[i - 1]);
             *worst = gap > *worst ? gap : *worst;
-            if (*wait < 0 && gap > slow_ns) {
-                from = s->t_ns[i - 1] > send_ns ? s->t_ns[i - 1] : send_ns;
-                *wait = (double)(from - send_ns);
-            }
         }
-    const int64_t to = first_ns + (int64_t)tol_ns;
-    int n = 0;
-    for (int i = 0; i < s->n; i++)
-        n += s->t_ns[i] > from && s->t_ns[i] <= to;
-    /* without a slowed gap, the first event after the send ended the step then in flight */
-    *steps = *wait < 0 && n > 0 ? n - 1 : n;
+        if ((double)s->t_ns[i] <= (double)first_ns + tol_ns && s->t_ns[i] > send_ns)
+            last = i;
+    }
+    if (last < 1)
+        return;
+    int i = last;
+    *steps = 1;
+    while (i - 1 >= 1 && s->t_ns[i - 1] > send_ns &&
+           (double)(s->t_ns[i - 1] - s->t_ns[i - 2]) > slow_ns) {
+        i--;
+        (*steps)++;
+    }
+    const int64_t start = s->t_ns[i - 1] - send_ns;
+    *wait = start > 0 ? (double)start : 0;
 }
 
 int calib_target_stall_of(const calib_target_series *s, int n_streams, int64_t send_ns,

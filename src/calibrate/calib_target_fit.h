@@ -53,10 +53,8 @@ typedef struct calib_target_stall {
     double mean_context; /* the streams' mean context at the injection */
     int streams_stalled; /* streams whose longest overlapping gap > 3 x gap_ns */
     int streams;
-    double queue_ns;     /* send to the streams' first stalled gap (the prompt's first step
-                            began then): median over the stalled streams, 0 when none */
-    int steps;           /* the steps its prefill took: a stream's events from its prefill's
-                            first step to its first token (median over streams; 0 unknown) */
+    double queue_ns;     /* send to the start of its prefill's first step (calib_target_seen) */
+    int steps;           /* the steps its prefill took (calib_target_seen; 0 unknown) */
 } calib_target_stall;
 
 /* The probes' tokens, counted two ways over every token event of every probe stream. */
@@ -122,14 +120,14 @@ int calib_target_steady_gap(const calib_target_series *s, int n_streams, int ski
 typedef struct calib_target_seen {
     double stall_ns; /* the median of each stream's longest gap overlapping [send, first] */
     int stalled;     /* streams whose longest such gap exceeds the threshold */
-    double queue_ns; /* the median over the slowed streams of their first gap over
-                        CALIB_TARGET_SLOWED steady gaps that overlaps, from send_ns to its
-                        start (0 when it started before the send, or none slowed): where the
-                        prefill began */
-    int steps;       /* the median over streams of their events from that start (without a
-                        slowed gap: from the send, less the step then in flight) to first_ns
-                        plus half a steady gap (one step's events arrive apart): one per
-                        step, so the steps the prefill took */
+    double queue_ns; /* from send_ns to the start of the prefill's first step, counted
+                        back from the first token (below), the median over the streams
+                        (0 when it began before the send) */
+    int steps;       /* the steps the prefill took, the median over the streams: the step
+                        that emitted the first token (a stream's event within half a steady
+                        gap of first_ns: one step's events arrive apart) and every step
+                        before it, back to the send, that was slowed (a gap over
+                        CALIB_TARGET_SLOWED steady gaps: it carried prefill) */
 } calib_target_seen;
 
 /* Each stream's view of the injection (calib_target_seen), the streams' steady gap gap_ns.
