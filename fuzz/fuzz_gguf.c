@@ -1,7 +1,8 @@
 /* libFuzzer target: the GGUF metadata reader (src/workload/gguf.c), which --tokenizer points
  * at a model file a user downloaded from anywhere.
  *
- * Input: the file's bytes, read through a memory stream. Checked: a read either gives a JSON
+ * Input: the file's bytes, read through a memory stream; an odd length keeps every pair, an
+ * even one only tokenizer.* (the rest passed over unread). Checked: a read either gives a JSON
  * object or fails with a message naming the file ("fuzz: ..."), never reads past the input
  * (ASan) and never allocates what a count asks for before the bytes are there (the RSS
  * limit); a file that reads also reads the same the second time (the reader holds no
@@ -25,7 +26,9 @@ static json_t *read_once(const uint8_t *data, size_t size, char *err)
     FILE *f = fmemopen((void *)data, size, "rb");
     if (!f)
         return NULL;
-    json_t *meta = workload_gguf_metadata(f, (int64_t)size, "fuzz", "", err);
+    /* every pair kept, or only tokenizer.* (the others passed over, as --tokenizer reads) */
+    json_t *meta = workload_gguf_metadata(f, (int64_t)size, "fuzz", size & 1 ? "" : "tokenizer.",
+                                          err);
     fclose(f);
     return meta;
 }

@@ -11,6 +11,12 @@
 #include "common/buf.h"
 #include "common/err.h"
 
+bool standard_request_completed(const tokenlog_request *r)
+{
+    return r->t_send_ns >= 0 && !r->error[0] && r->t_end_ns >= 0 && r->t_first_ns >= 0 &&
+           r->finish_reason[0] && strcmp(r->finish_reason, "abort") != 0;
+}
+
 void standard_defaults(standard_options *opt)
 {
     memset(opt, 0, sizeof *opt);
@@ -367,8 +373,7 @@ int standard_acc_end(standard_acc *a, const tokenlog *rows, double duration_s,
             c->out->failed++;
             continue;
         }
-        if (r->t_end_ns < 0 || r->t_first_ns < 0 || !r->finish_reason[0] ||
-            strcmp(r->finish_reason, "abort") == 0) {
+        if (!standard_request_completed(r)) {
             acc[0].out->unfinished++; /* cut by the run's end */
             c->out->unfinished++;
             continue;

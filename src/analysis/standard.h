@@ -55,6 +55,11 @@ typedef struct standard_metrics {
     standard_class all, background, injected;
 } standard_metrics;
 
+/* The request counts as completed (the rule above, the one --save-result's peaks and
+ * per-request arrays use too): sent at or after t = 0, no error, a first token, an end and a
+ * finish reason other than "abort". */
+bool standard_request_completed(const tokenlog_request *r);
+
 /* The default options: percentiles 50, 90, 99, 99.9; no SLO. */
 void standard_defaults(standard_options *opt);
 /* "50,90,99,99.9" into opt. 0, or -1 with err. */

@@ -3,8 +3,9 @@
  * num_prompts, request_rate, burstiness, max_concurrency ...), the metric table's figures
  * (analysis/metric.h), vLLM's peak figures (max_output_tokens_per_s, max_concurrent_requests)
  * and with --save-detailed its per-request arrays (input_lens, output_lens, ttfts, itls,
- * start_times, latencies, generated_texts (null), errors), both read back from the run's files, and stallscope's own
- * figures under "stallscope" (experiment.h). */
+ * start_times, latencies, generated_texts (null), errors), both read back from the run's
+ * files, and stallscope's own figures under "stallscope" (experiment.h). A request counts
+ * as completed by the analysis' own rule (standard_request_completed). */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include <jansson.h>
 
 #include "analysis/metric.h"
+#include "analysis/standard.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/fsio.h"
@@ -94,13 +96,6 @@ static int cmp_request_id(const void *x, const void *y)
     return (a->request > b->request) - (a->request < b->request);
 }
 
-/* Sent at or after t = 0 and completed: vLLM's successful request (the figures' own rule). */
-static bool completed(const tokenlog_request *r)
-{
-    return r->t_send_ns >= 0 && !r->error[0] && r->t_end_ns >= 0 && r->t_first_ns >= 0 &&
-           r->finish_reason[0] && strcmp(r->finish_reason, "abort") != 0;
-}
-
 static const tokenlog_request *find_request(const tokenlog *log, int64_t id)
 {
     tokenlog_request key = {.request = id};
@@ -119,7 +114,7 @@ static void put_peaks(json_t *root, const tokenlog *log)
 {
     int64_t start = INT64_MAX, end = INT64_MIN;
     for (int64_t i = 0; i < log->n_requests; i++)
-        if (completed(&log->requests[i])) {
+        if (standard_request_completed(&log->requests[i])) {
             start = log->requests[i].t_send_ns < start ? log->requests[i].t_send_ns : start;
             end = log->requests[i].t_end_ns > end ? log->requests[i].t_end_ns : end;
         }
@@ -134,12 +129,12 @@ static void put_peaks(json_t *root, const tokenlog *log)
         for (int64_t e = 0; e < log->n_events; e++) {
             const tokenlog_request *r = find_request(log, log->events[e].request);
             const int64_t b = (log->events[e].t_ns - start) / CLOCK_NS_PER_S;
-            if (r && completed(r) && b >= 0 && b < seconds)
+            if (r && standard_request_completed(r) && b >= 0 && b < seconds)
                 tokens[b]++;
         }
         for (int64_t i = 0; i < log->n_requests; i++) {
             const tokenlog_request *r = &log->requests[i];
-            if (!completed(r))
+            if (!standard_request_completed(r))
                 continue;
             for (int64_t b = (r->t_send_ns - start) / CLOCK_NS_PER_S;
                  b <= (r->t_end_ns - start) / CLOCK_NS_PER_S && b < seconds; b++)
@@ -195,8 +190,8 @@ static int put_detail(json_t *root, const tokenlog *log, char *err)
             json_decref(gaps[i]);
             continue;
         }
-        const bool cut = !r->error[0] && (r->t_end_ns < 0 || strcmp(r->finish_reason, "abort") == 0);
-        const bool ok = !r->error[0] && !cut;
+        const bool ok = standard_request_completed(r);
+        const bool cut = !r->error[0] && !ok;
         json_array_append_new(input, json_integer(r->prompt_tokens));
         json_array_append_new(output, json_integer(r->completion_tokens));
         json_array_append_new(ttfts, json_real(r->t_first_ns >= 0

@@ -81,6 +81,15 @@ static char *get_string(reader *r, size_t *n, const char *what)
     return s;
 }
 
+/* A string passed over: its length, then its bytes, never copied. */
+static int skip_string(reader *r, const char *what)
+{
+    uint64_t len;
+    if (get_u(r, 8, &len, what) != 0)
+        return -1;
+    return skip(r, len > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)len, what);
+}
+
 /* A fixed-size value of type t as JSON (NULL: a bad file, err set). */
 static json_t *get_scalar(reader *r, uint32_t t, const char *key)
 {
@@ -143,13 +152,20 @@ static json_t *get_array(reader *r, bool keep, const char *key)
         return NULL;
     }
     for (uint64_t i = 0; i < n; i++) {
+        if (!keep) {
+            if (skip_string(r, key) != 0) {
+                json_decref(out);
+                return NULL;
+            }
+            continue;
+        }
         size_t len;
         char *s = get_string(r, &len, key);
         if (!s) {
             json_decref(out);
             return NULL;
         }
-        if (keep && json_array_append_new(out, json_stringn(s, len)) != 0) {
+        if (json_array_append_new(out, json_stringn(s, len)) != 0) {
             free(s);
             json_decref(out);
             err_set(r->err, "%s: %s[%llu] is not UTF-8 text", r->name, key, (unsigned long long)i);
