@@ -25,6 +25,12 @@
  *  - sched_commit skips items whose request was finished or aborted after sched_next (the
  *    engine may end a request while its step runs); the memory must stay valid until then.
  *  - Every sched_next must be followed by sched_commit of that batch before the next one.
+ *  - The changes (sched_batch.changes): each request's `absence` says why it is out of the
+ *    steps. add_item brings it back (RESUMED after PREEMPTED, REJOINED after LEFT_OUT);
+ *    preempt() takes it out; at the end of sched_next the running requests with a token
+ *    that got no item are LEFT_OUT (one pass over the running list, which the decodes walk
+ *    anyway), and so are the prefilled requests that wait for a seat past their first step
+ *    (UNSEATED until then, counted, so the waiting queue is walked only while some are).
  */
 #include "engine/sched.h"
 
@@ -48,6 +54,18 @@ struct sched {
     int64_t n_preemptions;
     sched_item *items; /* the batch's items, reused every step */
     int items_capacity;
+    sched_change *changes; /* the batch's changes, reused every step: one per live request */
+    int changes_capacity;
+    int64_t n_steps;       /* sched_next calls so far: the step being built is n_steps */
+    int n_unseated;        /* prefilled requests waiting, not yet in a step nor LEFT_OUT */
+};
+
+/* sched_req.absence: why a live request is out of the steps. */
+enum {
+    PRESENT = 0,
+    ABSENT_PREEMPTED, /* preempted, not re-admitted yet */
+    ABSENT_LEFT_OUT,  /* left out (announced), not carried since */
+    ABSENT_UNSEATED,  /* prefilled, waiting, in no step yet and not announced */
 };
 
 /* ---- small helpers ---------------------------------------------------------------- */
@@ -115,6 +133,10 @@ static void release_blocks(sched *s, sched_req *req)
 /* Take a live request out of whichever queue holds it, free its blocks, set `final`. */
 static void leave(sched *s, sched_req *req, sched_state final)
 {
+    if (is_running_state(req->state) || req->state == SCHED_WAITING) {
+        s->n_unseated -= req->absence == ABSENT_UNSEATED;
+        req->absence = PRESENT;
+    }
     if (req->state == SCHED_WAITING) {
         list_remove(&s->waiting, req);
     } else if (is_running_state(req->state)) {
@@ -169,6 +191,22 @@ static int reserve_items(sched *s, int needed, char *err)
     return 0;
 }
 
+/* Room for one change per live request (a step changes each at most once). */
+static int reserve_changes(sched *s, int needed, char *err)
+{
+    if (needed <= s->changes_capacity)
+        return 0;
+    int capacity = s->changes_capacity > 0 ? s->changes_capacity : 16;
+    while (capacity < needed)
+        capacity *= 2;
+    sched_change *changes = realloc(s->changes, (size_t)capacity * sizeof *changes);
+    if (!changes)
+        return err_set(err, "out of memory for the changes of %d requests", capacity);
+    s->changes = changes;
+    s->changes_capacity = capacity;
+    return 0;
+}
+
 sched *sched_create(const sched_config *cfg, char *err)
 {
     if (sched_config_check(cfg, err) != 0)
@@ -192,6 +230,7 @@ void sched_free(sched *s)
     if (!s)
         return;
     free(s->items);
+    free(s->changes);
     free(s);
 }
 
@@ -238,7 +277,7 @@ static int add_request(sched *s, sched_req *req, bool prefilled, char *err)
                        (long long)max_blocks, (long long)cfg->kv_blocks);
     const int live_after = s->waiting.count + s->running.count + 1;
     const int running_bound = live_after < cfg->max_num_seqs ? live_after : cfg->max_num_seqs;
-    if (reserve_items(s, running_bound, err) != 0)
+    if (reserve_items(s, running_bound, err) != 0 || reserve_changes(s, live_after, err) != 0)
         return -1;
 
     req->state = SCHED_WAITING;
@@ -247,6 +286,9 @@ static int add_request(sched *s, sched_req *req, bool prefilled, char *err)
     req->n_blocks = 0;
     req->n_preemptions = 0;
     req->order = s->next_order++;
+    req->carried_in = -1;
+    req->absence = prefilled ? ABSENT_UNSEATED : PRESENT;
+    s->n_unseated += prefilled;
     list_push_back(&s->waiting, req);
     return 0;
 }
@@ -279,8 +321,21 @@ typedef struct step_builder {
     int budget_left;
 } step_builder;
 
+static void add_change(step_builder *b, sched_req *req, sched_change_kind kind)
+{
+    b->s->changes[b->batch->n_changes++] = (sched_change){req, kind};
+}
+
+/* The request is in this step: back from its absence, if it had one. */
 static void add_item(step_builder *b, sched_req *req, int new_tokens)
 {
+    if (req->absence == ABSENT_PREEMPTED)
+        add_change(b, req, SCHED_CHANGE_RESUMED);
+    else if (req->absence == ABSENT_LEFT_OUT)
+        add_change(b, req, SCHED_CHANGE_REJOINED);
+    b->s->n_unseated -= req->absence == ABSENT_UNSEATED;
+    req->absence = PRESENT;
+    req->carried_in = b->s->n_steps;
     sched_item *item = &b->batch->items[b->batch->n_items++];
     item->req = req;
     item->new_tokens = new_tokens;
@@ -307,6 +362,9 @@ static void preempt(step_builder *b, sched_req *victim)
         memmove(&batch->items[i], &batch->items[i + 1],
                 (size_t)(batch->n_items - i - 1) * sizeof batch->items[0]);
         batch->n_items--;
+        /* Its item may have announced a return (REJOINED): one change per request. */
+        if (batch->n_changes > 0 && s->changes[batch->n_changes - 1].req == victim)
+            batch->n_changes--;
         break;
     }
     if (victim->state == SCHED_PREFILLING)
@@ -319,6 +377,8 @@ static void preempt(step_builder *b, sched_req *victim)
     list_push_front(&s->waiting, victim);
     s->n_preemptions++;
     batch->n_preempted++;
+    victim->absence = ABSENT_PREEMPTED;
+    add_change(b, victim, SCHED_CHANGE_PREEMPTED);
 }
 
 /* Give a running request the blocks for `tokens_after` tokens in KV, preempting the most
@@ -434,6 +494,26 @@ static void schedule_waiting(step_builder *b)
     }
 }
 
+/* The requests with a token that this step leaves out: running ones without an item, and
+ * prefilled ones still waiting for their first seat. */
+static void note_left_out(step_builder *b)
+{
+    sched *s = b->s;
+    for (sched_req *req = s->running.head; req; req = req->next) {
+        if (req->carried_in == s->n_steps || req->generated == 0 || req->absence != PRESENT)
+            continue;
+        req->absence = ABSENT_LEFT_OUT;
+        add_change(b, req, SCHED_CHANGE_LEFT_OUT);
+    }
+    for (sched_req *req = s->waiting.head; req && s->n_unseated > 0; req = req->next) {
+        if (req->absence != ABSENT_UNSEATED)
+            continue;
+        s->n_unseated--;
+        req->absence = ABSENT_LEFT_OUT;
+        add_change(b, req, SCHED_CHANGE_LEFT_OUT);
+    }
+}
+
 int sched_next(sched *s, sched_batch *batch)
 {
     memset(batch, 0, sizeof *batch);
@@ -467,6 +547,10 @@ int sched_next(sched *s, sched_batch *batch)
         else
             batch->prefill_tokens += item->new_tokens;
     }
+    if (batch->n_items > 0)
+        note_left_out(&builder);
+    batch->changes = s->changes;
+    s->n_steps++;
     return batch->n_items;
 }
 

@@ -23,7 +23,13 @@
  * A request needs ceil(tokens_in_kv / block_size) KV blocks. When a running request needs a
  * block and none is free, the most recently admitted running request is preempted: its
  * blocks are freed, its progress reset (recompute) and it goes back to the front of the
- * waiting queue, as vLLM does. max_num_seqs caps the running set. */
+ * waiting queue, as vLLM does. max_num_seqs caps the running set.
+ *
+ * Each step also says what it did to a request's place in the steps (sched_batch.changes):
+ * who was preempted and who resumed, and who, having sampled a token already, was left out
+ * of the step without being preempted and who is back in (sched_change_kind). A caller that
+ * logs them (steps.csv's companion sched_events.csv) lets the analysis tell a stall spent
+ * preempted or left out from one the client caused. */
 #ifndef STALLSCOPE_SCHED_H
 #define STALLSCOPE_SCHED_H
 #include <stdbool.h>
@@ -66,7 +72,27 @@ typedef struct sched_req {
     int n_preemptions;
     int64_t order;      /* arrival sequence number (FCFS) */
     struct sched_req *next, *prev; /* intrusive list links, owned by sched */
+    int64_t carried_in; /* the last step (sched_next's count) that had an item for it */
+    int absence;        /* why it is out of the steps (sched.c), 0: it is not */
 } sched_req;
+
+/* What a step did to a request's place in the steps. Every preemption and the re-admission
+ * that follows it; and, for a request that has sampled a token (its stream is open, so a
+ * step without it is a gap its client sees), every step that leaves it out while it is live
+ * and not preempted (the token budget ran out before it, prefill-first's prefill-only steps,
+ * a prefilled request waiting for a seat or blocks), and the step that carries it again. */
+typedef enum {
+    SCHED_CHANGE_PREEMPTED, /* lost its KV in this step: out of the steps until RESUMED */
+    SCHED_CHANGE_RESUMED,   /* re-admitted after a preemption: this step recomputes its KV */
+    SCHED_CHANGE_LEFT_OUT,  /* live, not preempted, not in this step (nor the next ones,
+                               until REJOINED) */
+    SCHED_CHANGE_REJOINED,  /* in this step again after being left out */
+} sched_change_kind;
+
+typedef struct sched_change {
+    sched_req *req;
+    sched_change_kind kind;
+} sched_change;
 
 typedef struct sched_item {
     sched_req *req;
@@ -81,6 +107,10 @@ typedef struct sched_batch {
     int decode_tokens;  /* items with new_tokens == 1 that were already decoding */
     int prefill_tokens; /* everything else */
     int n_preempted;    /* preemptions while building this step */
+    /* What this step did to requests' places (owned by sched, valid until the next
+     * sched_next): at most one change per request, none when the step is empty. */
+    const sched_change *changes;
+    int n_changes;
 } sched_batch;
 
 typedef struct sched sched;

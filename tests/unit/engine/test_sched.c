@@ -669,6 +669,110 @@ static void test_mixed_recompute_longer_than_budget(void **state)
     sched_free(s);
 }
 
+/* ---- changes: who was preempted, resumed, left out, back in ---------------------------- */
+
+static void assert_changes(const sched_batch *batch, int n, const sched_req *const *reqs,
+                           const sched_change_kind *kinds)
+{
+    assert_int_equal(batch->n_changes, n);
+    for (int i = 0; i < n; i++) {
+        assert_ptr_equal(batch->changes[i].req, reqs[i]);
+        assert_int_equal(batch->changes[i].kind, kinds[i]);
+    }
+}
+
+/* test_preemption_recompute's run: b is PREEMPTED at step 18 and RESUMED at step 41 (with c,
+ * a new request: no change); no other step changes anything. */
+static void test_changes_preemption(void **state)
+{
+    (void)state;
+    sched_config cfg = make_config(SCHED_MIXED, 256, 256, 4);
+    sched *s = create_or_fail(&cfg);
+    sched_req a, b, c;
+    init_req(&a, 1, 16, 40);
+    init_req(&b, 2, 16, 40);
+    init_req(&c, 3, 16, 1);
+    add_or_fail(s, &a);
+    add_or_fail(s, &b);
+    sched_batch batch;
+    for (int k = 1; k <= 41; k++) {
+        sched_next(s, &batch);
+        if (k == 18)
+            assert_changes(&batch, 1, (const sched_req *[]){&b},
+                           (const sched_change_kind[]){SCHED_CHANGE_PREEMPTED});
+        else if (k == 41)
+            assert_changes(&batch, 1, (const sched_req *[]){&b},
+                           (const sched_change_kind[]){SCHED_CHANGE_RESUMED});
+        else
+            assert_int_equal(batch.n_changes, 0);
+        sched_commit(s, &batch);
+        if (k == 1)
+            add_or_fail(s, &c);
+    }
+    assert_int_equal(b.state, SCHED_DECODING);
+    sched_free(s);
+}
+
+/* Prefill-first: a prefill-only step leaves the two decoders out (LEFT_OUT once, however many
+ * prefill steps follow), the next decode step has them back (REJOINED). A request that has no
+ * token yet is never "left out": a waits through the decoders' steps without a change. */
+static void test_changes_left_out(void **state)
+{
+    (void)state;
+    sched_config cfg = make_config(SCHED_PREFILL_FIRST, 100, 256, 10000);
+    sched *s = create_or_fail(&cfg);
+    sched_req decoders[2], a, b;
+    start_decoders(s, decoders, 2, 1, 100);
+    const sched_req *both[] = {&decoders[0], &decoders[1]};
+
+    sched_batch batch;
+    init_req(&a, 10, 90, 10);
+    init_req(&b, 11, 50, 10); /* 90 + 50 > 100: its own prefill step */
+    add_or_fail(s, &a);
+    add_or_fail(s, &b);
+    assert_int_equal(step(s, &batch), 1);
+    assert_changes(&batch, 2, both,
+                   (const sched_change_kind[]){SCHED_CHANGE_LEFT_OUT, SCHED_CHANGE_LEFT_OUT});
+    assert_int_equal(step(s, &batch), 1); /* b: still out, nothing new; a has a token now */
+    assert_ptr_equal(batch.items[0].req, &b);
+    assert_changes(&batch, 1, (const sched_req *[]){&a},
+                   (const sched_change_kind[]){SCHED_CHANGE_LEFT_OUT});
+    assert_int_equal(step(s, &batch), 4); /* everyone decodes: the three left out are back */
+    assert_changes(&batch, 3, (const sched_req *[]){&decoders[0], &decoders[1], &a},
+                   (const sched_change_kind[]){SCHED_CHANGE_REJOINED, SCHED_CHANGE_REJOINED,
+                                               SCHED_CHANGE_REJOINED});
+    assert_int_equal(step(s, &batch), 4);
+    assert_int_equal(batch.n_changes, 0);
+    sched_free(s);
+
+    /* A prefilled request (its first token sampled elsewhere) waiting for a seat is left out
+     * of the first step it could have been in, and back when a seat frees. */
+    cfg = make_config(SCHED_CHUNKED, 100, 1, 10000);
+    s = create_or_fail(&cfg);
+    start_decoders(s, decoders, 1, 1, 3);
+    sched_req p;
+    init_req(&p, 20, 40, 5);
+    char err[ERR_LEN] = "";
+    assert_int_equal(sched_add_prefilled(s, &p, err), 0);
+    assert_int_equal(step(s, &batch), 1); /* the decoder's 2nd token; p has no seat */
+    assert_changes(&batch, 1, (const sched_req *[]){&p},
+                   (const sched_change_kind[]){SCHED_CHANGE_LEFT_OUT});
+    assert_int_equal(step(s, &batch), 1); /* its 3rd and last */
+    assert_int_equal(batch.n_changes, 0);
+    assert_int_equal(step(s, &batch), 1);
+    assert_ptr_equal(batch.items[0].req, &p);
+    assert_changes(&batch, 1, (const sched_req *[]){&p},
+                   (const sched_change_kind[]){SCHED_CHANGE_REJOINED});
+    sched_free(s);
+
+    /* Seated at once: no change at all. */
+    s = create_or_fail(&cfg);
+    assert_int_equal(sched_add_prefilled(s, &p, err), 0);
+    assert_int_equal(step(s, &batch), 1);
+    assert_int_equal(batch.n_changes, 0);
+    sched_free(s);
+}
+
 /* ---- randomized invariants ------------------------------------------------------------- */
 
 enum { POOL = 96 };
@@ -747,6 +851,59 @@ static void check_batch(const sched *s, const sched_batch *batch, sched_req *poo
         assert_true(decode == 0 || prefill == 0);
 }
 
+/* The changes against a model of each request's absence (0 present, 1 preempted, 2 left
+ * out): each follows from the one before, and a request with a token is out exactly when the
+ * step has no item for it. */
+static void check_changes(const sched_batch *batch, sched_req *pool, const bool *in_use,
+                          int *absence)
+{
+    bool changed[POOL] = {false}, carried[POOL] = {false};
+    for (int i = 0; i < batch->n_items; i++)
+        carried[batch->items[i].req - pool] = true;
+    if (batch->n_items == 0)
+        assert_int_equal(batch->n_changes, 0);
+    for (int i = 0; i < batch->n_changes; i++) {
+        const sched_change *c = &batch->changes[i];
+        const int k = (int)(c->req - pool);
+        assert_true(k >= 0 && k < POOL && in_use[k]);
+        assert_false(changed[k]); /* one change per request */
+        changed[k] = true;
+        switch (c->kind) {
+        case SCHED_CHANGE_PREEMPTED:
+            assert_int_equal(pool[k].state, SCHED_WAITING);
+            assert_false(carried[k]);
+            absence[k] = 1;
+            break;
+        case SCHED_CHANGE_RESUMED:
+            assert_int_equal(absence[k], 1);
+            assert_true(carried[k]);
+            absence[k] = 0;
+            break;
+        case SCHED_CHANGE_LEFT_OUT:
+            assert_int_equal(absence[k], 0);
+            assert_true(pool[k].generated >= 1);
+            assert_false(carried[k]);
+            absence[k] = 2;
+            break;
+        case SCHED_CHANGE_REJOINED:
+            assert_int_equal(absence[k], 2);
+            assert_true(carried[k]);
+            absence[k] = 0;
+            break;
+        default:
+            fail_msg("unknown change %d", (int)c->kind);
+        }
+    }
+    if (batch->n_items == 0)
+        return;
+    for (int k = 0; k < POOL; k++)
+        if (in_use[k] && pool[k].state <= SCHED_DECODING && pool[k].generated >= 1 &&
+            (absence[k] != 0) != !carried[k])
+            fail_msg("request %lld (state %d, generated %d, abs %d): absence %d, carried %d",
+                     (long long)pool[k].id, (int)pool[k].state, pool[k].generated,
+                     pool[k].absence, absence[k], (int)carried[k]);
+}
+
 static void run_random(sched_policy policy, uint64_t seed, int steps)
 {
     sched_config cfg = make_config(policy, 256, 24, 160); /* 2,560 tokens of KV */
@@ -757,6 +914,7 @@ static void run_random(sched_policy policy, uint64_t seed, int steps)
     assert_non_null(pool);
     uint64_t rng = seed;
     int64_t next_id = 1, added = 0, refused = 0, ended_early = 0, finished = 0;
+    int absence[POOL] = {0}, changes = 0;
     sched_batch batch;
 
     for (int t = 0; t < steps; t++) {
@@ -775,6 +933,7 @@ static void run_random(sched_policy policy, uint64_t seed, int steps)
             char err[ERR_LEN];
             if (sched_add(s, &pool[slot], err) == 0) {
                 in_use[slot] = true;
+                absence[slot] = 0;
                 added++;
             } else {
                 refused++; /* over the budget under mixed / prefill-first */
@@ -805,6 +964,8 @@ static void run_random(sched_policy policy, uint64_t seed, int steps)
                      sched_num_running(s), sched_num_waiting(s),
                      (long long)sched_blocks_used(s));
         check_batch(s, &batch, pool);
+        check_changes(&batch, pool, in_use, absence);
+        changes += batch.n_changes;
         /* sometimes a request ends while its step runs */
         if (n > 0 && rng_uniform(&rng) < 0.02) {
             sched_req *victim = batch.items[rng_range(&rng, 0, n - 1)].req;
@@ -826,6 +987,8 @@ static void run_random(sched_policy policy, uint64_t seed, int steps)
     int guard = 0;
     while (sched_next(s, &batch) > 0) {
         check_batch(s, &batch, pool);
+        check_changes(&batch, pool, in_use, absence);
+        changes += batch.n_changes;
         sched_commit(s, &batch);
         assert_true(++guard < 1000000);
     }
@@ -842,6 +1005,7 @@ static void run_random(sched_policy policy, uint64_t seed, int steps)
     assert_true(finished > 100);
     /* the cache is small on purpose: the run must have exercised preemption */
     assert_true(sched_num_preemptions(s) > 0);
+    assert_true(changes >= sched_num_preemptions(s));
     (void)refused;
     free(pool);
     sched_free(s);
@@ -868,6 +1032,8 @@ int main(void)
         cmocka_unit_test(test_prefill_first_steps),
         cmocka_unit_test(test_preemption_recompute),
         cmocka_unit_test(test_preemption_of_self),
+        cmocka_unit_test(test_changes_preemption),
+        cmocka_unit_test(test_changes_left_out),
         cmocka_unit_test(test_fcfs_no_starvation),
         cmocka_unit_test(test_max_num_seqs_cap),
         cmocka_unit_test(test_finish_and_abort),
