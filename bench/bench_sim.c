@@ -148,7 +148,7 @@ static int way_stream(const sim_config *cfg, char *err)
     analysis_stream *s = analysis_stream_begin(&opt, err);
     if (!s)
         return -1;
-    tokenlog_sink sink = {sink_event, sink_request, sink_step, s, sink_events};
+    tokenlog_sink sink = {sink_event, sink_request, sink_step, s, sink_events, NULL};
     if (sim_run_sink(cfg, &sink, NULL, err) != 0) {
         analysis_stream_free(s);
         return -1;

@@ -49,6 +49,10 @@ typedef struct analysis_stalls {
 
 /* Every stall gets one cause, in this order of evidence (docs/reference/report.md, "What caused the
  * stalls"):
+ *   PREEMPTED    the server had preempted the request (sched_events.csv): a preemption's
+ *                absence, from the step that preempted it to the one that re-admitted it to
+ *                recompute its KV, overlapped the gap. First: whatever else ran meanwhile,
+ *                the request was out of every step, and its own recompute is part of it.
  *   PREFILL      the server was prefilling: a step during the gap carried prompt tokens and
  *                lasted longer than the threshold (its model says so too, where there is
  *                one, at this machine's speed: the model times the median measured/modeled
@@ -61,17 +65,25 @@ typedef struct analysis_stalls {
  *   SERVER       a step during the gap lasted longer than the threshold while its modeled
  *                work (at this machine's speed, as above) was shorter: the server's machine,
  *                not its scheduler.
- *   CLIENT       the server kept stepping, every step short, all through the gap: it
- *                emitted on time and the client read late.
- *   UNEXPLAINED  none of the above (no step log and no long prefill, or no step at all). */
+ *   NOT_SCHEDULED  every step during the gap was short, and the server left the request out
+ *                of some of them without preempting it (sched_events.csv: left_out until
+ *                rejoined; the token budget, prefill-first's prefill-only steps, a seat).
+ *   CLIENT       the server kept stepping, every step short, all through the gap, and (where
+ *                the server logs its requests' places: the simulator, the embedded server)
+ *                carried the request in each: it emitted on time and the client read late.
+ *   UNEXPLAINED  none of the above (no step log and no long prefill, or no step at all).
+ * (The order of the enum is the order of summary.json's keys, older causes first.) */
 typedef enum {
     ANALYSIS_CAUSE_PREFILL,
     ANALYSIS_CAUSE_SERVER,
     ANALYSIS_CAUSE_CLIENT,
     ANALYSIS_CAUSE_UNEXPLAINED,
+    ANALYSIS_CAUSE_PREEMPTED,
+    ANALYSIS_CAUSE_NOT_SCHEDULED,
     ANALYSIS_N_CAUSES
 } analysis_cause;
-const char *analysis_cause_name(analysis_cause c); /* "prefill", "server", "client", "unexplained" */
+/* "prefill", "server", "client", "unexplained", "preempted", "not_scheduled" */
+const char *analysis_cause_name(analysis_cause c);
 
 #define ANALYSIS_MAX_CULPRITS 3 /* per stall, the longest prompts first */
 
@@ -286,13 +298,16 @@ analysis_stream *analysis_stream_begin(const analysis_options *opt, char *err);
 /* Add a request row, or replace the row with its id. -1 with err (out of memory). */
 int analysis_stream_request(analysis_stream *s, const tokenlog_request *r, char *err);
 int analysis_stream_step(analysis_stream *s, const tokenlog_step *st, char *err);
+/* What a step did to a request's place (sched_events.csv's row), in step order. */
+int analysis_stream_sched_event(analysis_stream *s, const tokenlog_sched_event *ev, char *err);
 /* One token event (inject events only count their tokens). -1 with err: out of memory, or
  * an event earlier than its request's previous one. */
 int analysis_stream_event(analysis_stream *s, const tokenlog_event *ev, char *err);
 /* The same for evs[0..n) in order, at once (a simulator's step: one instant, its requests'
  * gaps mostly equal, so most of the work is done once per run of equal gaps). */
 int analysis_stream_events(analysis_stream *s, const tokenlog_event *evs, int64_t n, char *err);
-/* The requests and steps held so far (what requests.csv and steps.csv hold). */
+/* The requests, steps and their events held so far (what requests.csv, steps.csv and
+ * sched_events.csv hold). */
 const tokenlog *analysis_stream_log(const analysis_stream *s);
 /* The summary (opt: label, engine, target, users, what they count and the shard, complete,
  * protocol_violations, stamps; duration and threshold as given to begin). 0; -1 with err;

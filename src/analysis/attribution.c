@@ -1,12 +1,24 @@
-/* attribution — every stall gets one cause (analysis.h: prefill, server, client,
- * unexplained) and, for a prefill, its culprits: the requests whose long wait for a first
- * token overlapped the gap, the dominant prompts among them (at least a quarter of the
- * longest: a short request that only queued behind the prefill waited long too). Then the totals a user of real traffic asks for: per cause, per
- * culprit ("who stalled whom"), per prompt length, and the rates.
+/* attribution — every stall gets one cause (analysis.h: preempted, prefill, server, not
+ * scheduled, client, unexplained) and, for any cause, its culprits: the requests whose long
+ * wait for a first token overlapped the gap, the dominant prompts among them (at least a
+ * quarter of the longest: a short request that only queued behind the prefill waited long
+ * too). Then the totals a user of real traffic asks for: per cause, per culprit ("who stalled
+ * whom"), per prompt length, and the rates.
  *
- * One pass over the stalls, each a binary search into two sorted lists: the long prefill
- * windows (requests whose [send, first token] lasted at least the threshold: few) and the
- * server's steps (sorted by start, back to back). */
+ * The rule, in order: the request's own absences first (sched_events.csv, where the server
+ * logs them): a preemption's absence [preempted, resumed) overlapping the gap makes it
+ * "preempted". Else the steps that ran during the gap: a long one carrying prompt tokens is a
+ * "prefill", a long one whose model says its work was short is the "server"'s. Else, the
+ * steps all short, a left-out absence [left_out, rejoined) overlapping the gap makes it "not
+ * scheduled"; else the server carried the request in every step and the client read late:
+ * "client". No step at all: "unexplained". A run without sched_events.csv (a server that is
+ * not ours, or one that never preempted nor left anyone out) keeps the rule without the
+ * absences.
+ *
+ * One pass over the stalls, each a binary search into three sorted lists: the long prefill
+ * windows (requests whose [send, first token] lasted at least the threshold: few), the
+ * server's steps (sorted by start, back to back) and the requests' absences (the sched events
+ * by request, then time). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,8 +32,8 @@ const int analysis_prompt_bucket_lo[ANALYSIS_PROMPT_BUCKETS] = {0, 1000, 2000, 4
 
 const char *analysis_cause_name(analysis_cause c)
 {
-    static const char *const names[ANALYSIS_N_CAUSES] = {"prefill", "server", "client",
-                                                         "unexplained"};
+    static const char *const names[ANALYSIS_N_CAUSES] = {
+        "prefill", "server", "client", "unexplained", "preempted", "not_scheduled"};
     return (unsigned)c < ANALYSIS_N_CAUSES ? names[c] : "?";
 }
 
@@ -130,6 +142,98 @@ static analysis_cause step_cause(const tokenlog *log, int64_t a, int64_t b, int6
            : overran ? ANALYSIS_CAUSE_SERVER
            : any     ? ANALYSIS_CAUSE_CLIENT
                      : ANALYSIS_CAUSE_UNEXPLAINED;
+}
+
+/* ---- absences: when a request was out of the steps --------------------------------------- */
+
+static int cmp_sched_event(const void *x, const void *y)
+{
+    const tokenlog_sched_event *a = x, *b = y;
+    if (a->request != b->request)
+        return (a->request > b->request) - (a->request < b->request);
+    if (a->t_ns != b->t_ns)
+        return (a->t_ns > b->t_ns) - (a->t_ns < b->t_ns);
+    return (a->step > b->step) - (a->step < b->step);
+}
+
+/* The sched events by request, then time: each request's absences in order. NULL (n 0)
+ * without any; -1 when out of memory. */
+static int absences_build(const tokenlog *log, tokenlog_sched_event **out)
+{
+    *out = NULL;
+    if (log->n_sched_events == 0)
+        return 0;
+    size_t size = (size_t)log->n_sched_events * sizeof **out;
+    if (!(*out = malloc(size)))
+        return -1;
+    memcpy(*out, log->sched_events, size);
+    qsort(*out, (size_t)log->n_sched_events, sizeof **out, cmp_sched_event);
+    return 0;
+}
+
+/* Whether request's absences overlap (a, b): ANALYSIS_CAUSE_PREEMPTED when one of its
+ * preemptions does ([preempted, resumed): out of every step until re-admitted, its recompute
+ * after), else ANALYSIS_CAUSE_NOT_SCHEDULED when one of its left-out stretches does
+ * ([left_out, rejoined or preempted)), else -1. An absence open at the log's end lasts to its
+ * end; a log whose first event for the request closes an absence (a warm start drops the
+ * steps before t = 0) had it open from the start. ev: the events by request, then time. */
+static int absence_cause(const tokenlog_sched_event *ev, int64_t n, int64_t request, int64_t a,
+                         int64_t b)
+{
+    /* The first event of the request after a: the absences before it ended by a. */
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (ev[mid].request < request || (ev[mid].request == request && ev[mid].t_ns <= a))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    int64_t k = lo;
+    /* The absence under way at a: what the event before k opened, or what k closes. */
+    int32_t state = -1; /* the tokenlog_sched_kind that opened the absence; -1 none */
+    int64_t since = INT64_MIN;
+    if (k > 0 && ev[k - 1].request == request) {
+        const int32_t last = ev[k - 1].event;
+        if (last == TOKENLOG_PREEMPTED || last == TOKENLOG_LEFT_OUT) {
+            state = last;
+            since = ev[k - 1].t_ns;
+        }
+    } else if (k < n && ev[k].request == request) {
+        state = ev[k].event == TOKENLOG_RESUMED   ? TOKENLOG_PREEMPTED
+                : ev[k].event == TOKENLOG_REJOINED ? TOKENLOG_LEFT_OUT
+                                                   : -1;
+    }
+    bool preempted = false, left_out = false;
+    for (;; k++) {
+        const bool more = k < n && ev[k].request == request;
+        const int64_t until = more ? ev[k].t_ns : INT64_MAX;
+        if (state >= 0 && since < b && until > a) {
+            preempted |= state == TOKENLOG_PREEMPTED;
+            left_out |= state == TOKENLOG_LEFT_OUT;
+        }
+        if (!more || until >= b)
+            break;
+        const int32_t e = ev[k].event;
+        state = e == TOKENLOG_PREEMPTED || e == TOKENLOG_LEFT_OUT ? e : -1;
+        since = until;
+    }
+    return preempted ? ANALYSIS_CAUSE_PREEMPTED : left_out ? ANALYSIS_CAUSE_NOT_SCHEDULED : -1;
+}
+
+/* A stall's cause (the rule at the top of this file). absent: absence_cause's. */
+static analysis_cause stall_cause(const tokenlog *log, const analysis_stall *st, int absent,
+                                  int64_t thr, double factor)
+{
+    if (absent == ANALYSIS_CAUSE_PREEMPTED)
+        return ANALYSIS_CAUSE_PREEMPTED;
+    if (log->n_steps == 0)
+        return st->n_culprits > 0 ? ANALYSIS_CAUSE_PREFILL : ANALYSIS_CAUSE_UNEXPLAINED;
+    analysis_cause c = step_cause(log, st->t_ns, st->t_ns + st->gap_ns, thr, factor);
+    if ((c == ANALYSIS_CAUSE_CLIENT || c == ANALYSIS_CAUSE_UNEXPLAINED) &&
+        absent == ANALYSIS_CAUSE_NOT_SCHEDULED)
+        return ANALYSIS_CAUSE_NOT_SCHEDULED;
+    return c;
 }
 
 /* Steps as given (a live server's log is in start order already); a copy sorted by start
@@ -327,17 +431,17 @@ int analysis_attribute(const tokenlog *log, const analysis_request_counts *count
         return err_set(err, "analysis: out of memory attributing stalls");
 
     windows w;
+    tokenlog_sched_event *absences = NULL;
     int rc = -1;
-    if (windows_build(log, thr, &w) != 0)
+    if (windows_build(log, thr, &w) != 0 || absences_build(log, &absences) != 0)
         goto done;
     for (int64_t k = 0; k < out->n_stall_list; k++) {
         analysis_stall *st = &out->stall_list[k];
         if (name_culprits(&w, st) != 0)
             goto done;
-        st->cause = at->step_log       ? (int32_t)step_cause(log, st->t_ns, st->t_ns + st->gap_ns,
-                                                             thr, factor)
-                    : st->n_culprits > 0 ? ANALYSIS_CAUSE_PREFILL
-                                         : ANALYSIS_CAUSE_UNEXPLAINED;
+        const int absent = absence_cause(absences, log->n_sched_events, st->request, st->t_ns,
+                                         st->t_ns + st->gap_ns);
+        st->cause = (int32_t)stall_cause(log, st, absent, thr, factor);
         count_stall(at, st);
     }
     if (culprit_table(&w, at) != 0)
@@ -346,6 +450,7 @@ int analysis_attribute(const tokenlog *log, const analysis_request_counts *count
     rc = 0;
 done:
     windows_free(&w);
+    free(absences);
     return rc == 0 ? 0 : err_set(err, "analysis: out of memory attributing stalls");
 }
 

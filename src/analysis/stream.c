@@ -252,6 +252,13 @@ int analysis_stream_step(analysis_stream *s, const tokenlog_step *st, char *err)
     return 0;
 }
 
+int analysis_stream_sched_event(analysis_stream *s, const tokenlog_sched_event *ev, char *err)
+{
+    if (tokenlog_add_sched_event(&s->log, ev) != 0)
+        return err_set(err, "analysis: out of memory for the step log");
+    return 0;
+}
+
 /* ---- events ---------------------------------------------------------------------------- */
 
 /* The largest ns whose ms is not above floor_ms (INT64_MIN for -inf), so that the hot test
@@ -514,6 +521,9 @@ int analysis_stream_add_log(analysis_stream *s, const tokenlog *log,
     }
     for (int64_t i = 0; i < log->n_steps; i++)
         if (analysis_stream_step(s, &log->steps[i], err) != 0)
+            return -1;
+    for (int64_t i = 0; i < log->n_sched_events; i++)
+        if (analysis_stream_sched_event(s, &log->sched_events[i], err) != 0)
             return -1;
     for (int64_t i = 0; i < log->n_events; i++)
         s->tokens += log->events[i].n_tokens;

@@ -52,7 +52,7 @@ struct analysis_stream {
     double reference_p50_ms;
     int64_t exact_gaps_max, candidates_max;
 
-    tokenlog log;              /* requests and steps; no events */
+    tokenlog log;              /* requests, steps, sched events; no token events */
     analysis_idmap row_of;     /* request id -> newest row (ids outside row_dense[]) */
     int64_t *row_dense;        /* (cap_row_dense) request id -> row, -1: the usual ids */
     int64_t cap_row_dense;

@@ -29,6 +29,7 @@ void tokenlog_free(tokenlog *log)
     free(log->events);
     free(log->requests);
     free(log->steps);
+    free(log->sched_events);
     tokenlog_init(log);
 }
 
@@ -62,9 +63,26 @@ int tokenlog_add_step(tokenlog *log, const tokenlog_step *st)
     return 0;
 }
 
+int tokenlog_add_sched_event(tokenlog *log, const tokenlog_sched_event *ev)
+{
+    if (log->n_sched_events == log->cap_sched_events &&
+        buf_grow_items((void **)&log->sched_events, &log->cap_sched_events,
+                       log->n_sched_events + 1, sizeof *ev) != 0)
+        return -1;
+    log->sched_events[log->n_sched_events++] = *ev;
+    return 0;
+}
+
 const char *tokenlog_kind_name(int kind)
 {
     return kind == TOKENLOG_INJECT ? "inject" : "bg";
+}
+
+const char *tokenlog_sched_event_name(int event)
+{
+    static const char *const names[TOKENLOG_N_SCHED_EVENTS] = {"preempted", "resumed",
+                                                               "left_out", "rejoined"};
+    return event >= 0 && event < TOKENLOG_N_SCHED_EVENTS ? names[event] : "?";
 }
 
 /* ---- rows ------------------------------------------------------------------------ */
@@ -209,6 +227,14 @@ static size_t format_step(char *out, size_t size, const tokenlog_step *st)
                       size);
 }
 
+static size_t format_sched_event(char *out, size_t size, const tokenlog_sched_event *ev)
+{
+    return row_length(snprintf(out, size, "%lld,%lld,%lld,%s\n", (long long)ev->step,
+                               (long long)ev->t_ns, (long long)ev->request,
+                               tokenlog_sched_event_name(ev->event)),
+                      size);
+}
+
 /* ---- writing with stdio ------------------------------------------------------------ */
 
 void tokenlog_write_events_header(FILE *f)
@@ -242,6 +268,17 @@ void tokenlog_write_step(FILE *f, const tokenlog_step *st)
 {
     char row[ROW_MAX];
     fwrite(row, 1, format_step(row, sizeof row, st), f);
+}
+
+void tokenlog_write_sched_events_header(FILE *f)
+{
+    fputs(TOKENLOG_SCHED_EVENTS_HEADER "\n", f);
+}
+
+void tokenlog_write_sched_event(FILE *f, const tokenlog_sched_event *ev)
+{
+    char row[ROW_MAX];
+    fwrite(row, 1, format_sched_event(row, sizeof row, ev), f);
 }
 
 /* ---- the incremental row writer ------------------------------------------------------ */
@@ -395,6 +432,11 @@ static int write_file(const tokenlog *log, const char *dir, const char *name, to
         for (int64_t i = 0; i < log->n_steps; i++)
             tokenlog_write_step(f, &log->steps[i]);
         break;
+    case TOKENLOG_SCHED_EVENTS_CSV:
+        tokenlog_write_sched_events_header(f);
+        for (int64_t i = 0; i < log->n_sched_events; i++)
+            tokenlog_write_sched_event(f, &log->sched_events[i]);
+        break;
     }
     return fsio_commit(&out, err);
 }
@@ -412,7 +454,12 @@ int tokenlog_write_steps(const tokenlog *log, const char *dir, char *err)
 {
     if (fsio_mkdirs(dir, err) != 0)
         return -1;
-    return log->n_steps > 0 ? write_file(log, dir, "steps.csv", TOKENLOG_STEPS_CSV, err) : 0;
+    if (log->n_steps > 0 && write_file(log, dir, "steps.csv", TOKENLOG_STEPS_CSV, err) != 0)
+        return -1;
+    if (log->n_sched_events > 0 &&
+        write_file(log, dir, "sched_events.csv", TOKENLOG_SCHED_EVENTS_CSV, err) != 0)
+        return -1;
+    return 0;
 }
 
 int tokenlog_write_dir_rows(const tokenlog *log, const char *dir, char *err)
@@ -420,7 +467,5 @@ int tokenlog_write_dir_rows(const tokenlog *log, const char *dir, char *err)
     if (fsio_mkdirs(dir, err) != 0 ||
         write_file(log, dir, "requests.csv", TOKENLOG_REQUESTS_CSV, err) != 0)
         return -1;
-    if (log->n_steps > 0 && write_file(log, dir, "steps.csv", TOKENLOG_STEPS_CSV, err) != 0)
-        return -1;
-    return 0;
+    return tokenlog_write_steps(log, dir, err);
 }

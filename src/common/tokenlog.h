@@ -7,10 +7,14 @@
  *                 prompt_tokens_requested,prompt_tokens,completion_tokens,finish_reason,error
  *   steps.csv     step,t_start_ns,t_end_ns,decode_tokens,prefill_tokens,n_requests,modeled_ns,
  *                 late_ns   (files without late_ns, the older format, read as late_ns 0)
+ *   sched_events.csv  step,t_ns,request,event   what a step did to a request's place in the
+ *                 steps (event: preempted, resumed, left_out, rejoined; t_ns the step's start),
+ *                 beside steps.csv when any step did something (a run without it: none did,
+ *                 or the engine did not say)
  *
  * Times are integer ns from the run's t = 0; -1 means "never happened" (no first token).
- * kind is "bg" or "inject"; the injector's user is -1. steps.csv exists only where the
- * engine is ours (sim, embedded server).
+ * kind is "bg" or "inject"; the injector's user is -1. steps.csv and sched_events.csv exist
+ * only where the engine is ours (sim, embedded server).
  *
  * One module, a file per job: tokenlog.c holds the log in memory and writes the format
  * (rows, whole files, the incremental writer); tokenlog_read.c reads it back (whole files,
@@ -31,7 +35,8 @@ typedef enum { TOKENLOG_BG = 0, TOKENLOG_INJECT = 1 } tokenlog_kind;
 typedef enum {
     TOKENLOG_TOKENS_CSV = 0,
     TOKENLOG_REQUESTS_CSV = 1,
-    TOKENLOG_STEPS_CSV = 2
+    TOKENLOG_STEPS_CSV = 2,
+    TOKENLOG_SCHED_EVENTS_CSV = 3
 } tokenlog_file;
 #define TOKENLOG_TOKENS_HEADER "t_ns,user,request,kind,n_tokens"
 #define TOKENLOG_REQUESTS_HEADER                                                          \
@@ -40,6 +45,7 @@ typedef enum {
 #define TOKENLOG_STEPS_HEADER_V1                                                          \
     "step,t_start_ns,t_end_ns,decode_tokens,prefill_tokens,n_requests,modeled_ns"
 #define TOKENLOG_STEPS_HEADER TOKENLOG_STEPS_HEADER_V1 ",late_ns"
+#define TOKENLOG_SCHED_EVENTS_HEADER "step,t_ns,request,event"
 
 typedef struct tokenlog_event {
     int64_t t_ns;
@@ -76,6 +82,23 @@ typedef struct tokenlog_step {
                            steps; 0 otherwise): the machine's delay, as the engine saw it */
 } tokenlog_step;
 
+/* What a step did to a request's place in the steps (the scheduler's changes, sched.h). */
+typedef enum {
+    TOKENLOG_PREEMPTED = 0, /* lost its KV: out of the steps until resumed */
+    TOKENLOG_RESUMED = 1,   /* re-admitted after a preemption: recomputes its KV from here */
+    TOKENLOG_LEFT_OUT = 2,  /* has a token, live, not preempted, yet not in this step (nor
+                               the next ones until rejoined) */
+    TOKENLOG_REJOINED = 3,  /* in this step again after being left out */
+    TOKENLOG_N_SCHED_EVENTS = 4
+} tokenlog_sched_kind;
+
+typedef struct tokenlog_sched_event {
+    int64_t step;    /* steps.csv's step */
+    int64_t t_ns;    /* that step's start */
+    int64_t request;
+    int32_t event;   /* tokenlog_sched_kind */
+} tokenlog_sched_event;
+
 typedef struct tokenlog {
     tokenlog_event *events;
     int64_t n_events, cap_events;
@@ -83,6 +106,8 @@ typedef struct tokenlog {
     int64_t n_requests, cap_requests;
     tokenlog_step *steps;
     int64_t n_steps, cap_steps;
+    tokenlog_sched_event *sched_events; /* in step order */
+    int64_t n_sched_events, cap_sched_events;
 } tokenlog;
 
 void tokenlog_init(tokenlog *log);
@@ -91,21 +116,27 @@ void tokenlog_free(tokenlog *log);
 int tokenlog_add_event(tokenlog *log, const tokenlog_event *ev);
 int tokenlog_add_request(tokenlog *log, const tokenlog_request *req, int64_t *index);
 int tokenlog_add_step(tokenlog *log, const tokenlog_step *st);
+int tokenlog_add_sched_event(tokenlog *log, const tokenlog_sched_event *ev);
 
 const char *tokenlog_kind_name(int kind);
+/* "preempted", "resumed", "left_out", "rejoined"; "?" otherwise. */
+const char *tokenlog_sched_event_name(int event);
 
 /* Where a producer hands its rows as they come, instead of into a tokenlog (a run too long to
  * hold: the analysis streams them). request() is called when a request is sent and again
  * whenever its row changes (first token, end), always with the whole row; each returns 0, or
  * -1 with err to stop the producer. events(), when not NULL, takes several events at once
  * (evs[0..n), in order: the same as event() on each; the simulator hands a step's events,
- * all at one instant, in one call), else the producer calls event() on each. */
+ * all at one instant, in one call), else the producer calls event() on each. sched_event(),
+ * when not NULL, takes what a step did to requests' places, after that step; NULL: they are
+ * not wanted. */
 typedef struct tokenlog_sink {
     int (*event)(void *ctx, const tokenlog_event *ev, char *err);
     int (*request)(void *ctx, const tokenlog_request *r, char *err);
     int (*step)(void *ctx, const tokenlog_step *st, char *err);
     void *ctx;
     int (*events)(void *ctx, const tokenlog_event *evs, int64_t n, char *err);
+    int (*sched_event)(void *ctx, const tokenlog_sched_event *ev, char *err);
 } tokenlog_sink;
 
 /* The decimal digits of v at out, as printf's "%lld" (at most 20 bytes, no terminator);
@@ -120,6 +151,8 @@ void tokenlog_write_requests_header(FILE *f);
 void tokenlog_write_request(FILE *f, const tokenlog_request *r);
 void tokenlog_write_steps_header(FILE *f);
 void tokenlog_write_step(FILE *f, const tokenlog_step *st);
+void tokenlog_write_sched_events_header(FILE *f);
+void tokenlog_write_sched_event(FILE *f, const tokenlog_sched_event *ev);
 
 /* ---- incremental files: whole rows only ----------------------------------------------
  *
@@ -160,19 +193,20 @@ int tokenlog_writer_flush(tokenlog_writer *w, char *err);
 /* Flush and close (a zeroed or closed writer: nothing). -1 with err as flush. */
 int tokenlog_writer_close(tokenlog_writer *w, char *err);
 
-/* Write tokens.csv, requests.csv and (when n_steps > 0) steps.csv into dir (created). */
+/* Write tokens.csv, requests.csv and (when n_steps > 0) steps.csv into dir (created), and
+ * sched_events.csv when n_sched_events > 0 (so do the two below). */
 int tokenlog_write_dir(const tokenlog *log, const char *dir, char *err);
 /* The same without tokens.csv (a producer that wrote its events as they came). */
 int tokenlog_write_dir_rows(const tokenlog *log, const char *dir, char *err);
 /* steps.csv alone (when n_steps > 0): a live run whose tokens.csv and requests.csv, written
  * as it went, are its record. */
 int tokenlog_write_steps(const tokenlog *log, const char *dir, char *err);
-/* Read them back (steps.csv optional). A file's last row cut short (no newline: a writer
- * killed mid-row) is dropped and counted in *cut_rows (may be NULL); any other malformed row
- * is -1 with "file:line: why". */
+/* Read them back (steps.csv and sched_events.csv optional). A file's last row cut short (no
+ * newline: a writer killed mid-row) is dropped and counted in *cut_rows (may be NULL); any
+ * other malformed row is -1 with "file:line: why". */
 int tokenlog_read_dir(tokenlog *log, const char *dir, int64_t *cut_rows, char *err);
-/* The same without tokens.csv: requests.csv and steps.csv (optional), for a run whose events
- * were not kept (a long simulation past --tokens-csv-max). */
+/* The same without tokens.csv: requests.csv, steps.csv and sched_events.csv (optional), for
+ * a run whose events were not kept (a long simulation past --tokens-csv-max). */
 int tokenlog_read_dir_rows(tokenlog *log, const char *dir, int64_t *cut_rows, char *err);
 /* Row by row, for a file too large to hold (a merge of shards reads several at once): the
  * header is checked at open, each call hands out the next row (1), 0 at the end, -1 with
@@ -191,6 +225,9 @@ int64_t tokenlog_reader_close(tokenlog_reader *r);
  * other malformed row is an error (-1, "file:line: why"). */
 int tokenlog_read_steps(tokenlog *log, const char *path, int64_t t0_ns, int64_t t_end_ns,
                         int64_t *cut_rows, char *err);
+/* The same for a live server's sched_events.csv (its rows whose t_ns lies in the window). */
+int tokenlog_read_sched_events(tokenlog *log, const char *path, int64_t t0_ns, int64_t t_end_ns,
+                               int64_t *cut_rows, char *err);
 
 /* ---- logs kept apart, put together (tokenlog_merge.c) ----------------------------------
  *

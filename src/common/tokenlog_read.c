@@ -229,6 +229,20 @@ static int step_fields(const csv_reader *r, tokenlog_step *st, char *err)
     return 0;
 }
 
+static int sched_event_fields(const csv_reader *r, tokenlog_sched_event *ev, char *err)
+{
+    memset(ev, 0, sizeof *ev);
+    if (parse_i64(r, 0, "step", &ev->step, err) != 0 ||
+        parse_i64(r, 1, "t_ns", &ev->t_ns, err) != 0 ||
+        parse_i64(r, 2, "request", &ev->request, err) != 0)
+        return -1;
+    for (ev->event = 0; ev->event < TOKENLOG_N_SCHED_EVENTS; ev->event++)
+        if (strcmp(r->fields[3], tokenlog_sched_event_name(ev->event)) == 0)
+            return 0;
+    return err_set(err, "%s:%lld: event is '%s', not preempted, resumed, left_out or rejoined",
+                   r->path, (long long)r->line_no, r->fields[3]);
+}
+
 /* How a file is read: every row as it is (artifacts), or a live server's step log (rows
  * rebased to the run's t = 0 and kept only inside the run's window). A writer killed
  * mid-row leaves its last row without a newline: with cut_tail_ok that row is dropped and
@@ -237,13 +251,14 @@ typedef struct read_opts {
     int optional;         /* a missing file is no error */
     int cut_tail_ok;
     int64_t rebase_ns;    /* subtracted from step times */
-    int64_t from_ns, to_ns; /* keep steps starting in [from, to] (before rebasing); to < from: all */
+    int64_t from_ns, to_ns; /* keep rows (a step by its start) in [from, to] (before
+                             * rebasing); to < from: all */
     int64_t cut_rows;     /* out: rows dropped as cut */
 } read_opts;
 
-static int keep_step(const tokenlog_step *st, const read_opts *o)
+static int in_window(int64_t t_ns, const read_opts *o)
 {
-    return o->to_ns < o->from_ns || (st->t_start_ns >= o->from_ns && st->t_start_ns <= o->to_ns);
+    return o->to_ns < o->from_ns || (t_ns >= o->from_ns && t_ns <= o->to_ns);
 }
 
 /* One file being read row by row: the header checked, every row parsed into its struct.
@@ -262,6 +277,7 @@ typedef union tokenlog_row {
     tokenlog_event ev;
     tokenlog_request req;
     tokenlog_step st;
+    tokenlog_sched_event sched;
 } tokenlog_row;
 
 static void reader_close(tokenlog_reader *r)
@@ -279,8 +295,8 @@ static int reader_open(tokenlog_reader *r, const char *path, tokenlog_file kind,
                        int cut_tail_ok, char *err)
 {
     static const char *const headers[] = {TOKENLOG_TOKENS_HEADER, TOKENLOG_REQUESTS_HEADER,
-                                          TOKENLOG_STEPS_HEADER};
-    static const int n_fields_of[] = {5, 12, 8};
+                                          TOKENLOG_STEPS_HEADER, TOKENLOG_SCHED_EVENTS_HEADER};
+    static const int n_fields_of[] = {5, 12, 8, 4};
     memset(r, 0, sizeof *r);
     r->kind = kind;
     r->n_fields = n_fields_of[kind];
@@ -334,6 +350,8 @@ static int reader_next(tokenlog_reader *r, tokenlog_row *row, char *err)
                     (long long)r->csv.line_no, r->csv.n_fields, r->n_fields);
         else if (r->kind == TOKENLOG_STEPS_CSV)
             bad = step_fields(&r->csv, &row->st, err) != 0;
+        else if (r->kind == TOKENLOG_SCHED_EVENTS_CSV)
+            bad = sched_event_fields(&r->csv, &row->sched, err) != 0;
         else if (r->kind == TOKENLOG_TOKENS_CSV)
             bad = event_fields(&r->csv, &row->ev, err) != 0;
         else
@@ -366,7 +384,12 @@ static int read_path(tokenlog *log, const char *path, tokenlog_file kind, read_o
             oom = tokenlog_add_event(log, &row.ev) != 0;
         } else if (kind == TOKENLOG_REQUESTS_CSV) {
             oom = tokenlog_add_request(log, &row.req, NULL) != 0;
-        } else if (keep_step(&row.st, o)) {
+        } else if (kind == TOKENLOG_SCHED_EVENTS_CSV) {
+            if (in_window(row.sched.t_ns, o)) {
+                row.sched.t_ns -= o->rebase_ns;
+                oom = tokenlog_add_sched_event(log, &row.sched) != 0;
+            }
+        } else if (in_window(row.st.t_start_ns, o)) {
             row.st.t_start_ns -= o->rebase_ns;
             row.st.t_end_ns -= o->rebase_ns;
             oom = tokenlog_add_step(log, &row.st) != 0;
@@ -439,13 +462,18 @@ static int read_file(tokenlog *log, const char *dir, const char *name, tokenlog_
     return read_path(log, path, kind, o, err);
 }
 
-int tokenlog_read_dir_rows(tokenlog *log, const char *dir, int64_t *cut_rows, char *err)
+/* A run directory's files into log (emptied first, and left empty on failure, so a caller
+ * may tokenlog_free it either way): tokens.csv when `tokens`, requests.csv, and steps.csv and
+ * sched_events.csv when present. */
+static int read_dir(tokenlog *log, const char *dir, bool tokens, int64_t *cut_rows, char *err)
 {
     tokenlog_init(log);
     read_opts rows = {.cut_tail_ok = 1, .to_ns = -1};
     read_opts steps = {.optional = 1, .cut_tail_ok = 1, .to_ns = -1};
-    if (read_file(log, dir, "requests.csv", TOKENLOG_REQUESTS_CSV, &rows, err) < 0 ||
-        read_file(log, dir, "steps.csv", TOKENLOG_STEPS_CSV, &steps, err) < 0) {
+    if ((tokens && read_file(log, dir, "tokens.csv", TOKENLOG_TOKENS_CSV, &rows, err) < 0) ||
+        read_file(log, dir, "requests.csv", TOKENLOG_REQUESTS_CSV, &rows, err) < 0 ||
+        read_file(log, dir, "steps.csv", TOKENLOG_STEPS_CSV, &steps, err) < 0 ||
+        read_file(log, dir, "sched_events.csv", TOKENLOG_SCHED_EVENTS_CSV, &steps, err) < 0) {
         tokenlog_free(log);
         return -1;
     }
@@ -454,31 +482,36 @@ int tokenlog_read_dir_rows(tokenlog *log, const char *dir, int64_t *cut_rows, ch
     return 0;
 }
 
+int tokenlog_read_dir_rows(tokenlog *log, const char *dir, int64_t *cut_rows, char *err)
+{
+    return read_dir(log, dir, false, cut_rows, err);
+}
+
 int tokenlog_read_dir(tokenlog *log, const char *dir, int64_t *cut_rows, char *err)
 {
-    /* Always start from an empty log, and leave it empty on failure, so a caller may
-     * tokenlog_free it either way. */
-    tokenlog_init(log);
-    read_opts rows = {.cut_tail_ok = 1, .to_ns = -1};
-    read_opts steps = {.optional = 1, .cut_tail_ok = 1, .to_ns = -1};
-    if (read_file(log, dir, "tokens.csv", TOKENLOG_TOKENS_CSV, &rows, err) < 0 ||
-        read_file(log, dir, "requests.csv", TOKENLOG_REQUESTS_CSV, &rows, err) < 0 ||
-        read_file(log, dir, "steps.csv", TOKENLOG_STEPS_CSV, &steps, err) < 0) {
-        tokenlog_free(log);
-        return -1;
-    }
+    return read_dir(log, dir, true, cut_rows, err);
+}
+
+/* A live server's log of kind, inside the window and rebased. */
+static int read_window(tokenlog *log, const char *path, tokenlog_file kind, int64_t t0_ns,
+                       int64_t t_end_ns, int64_t *cut_rows, char *err)
+{
+    read_opts o = {.optional = 1, .cut_tail_ok = 1, .rebase_ns = t0_ns, .from_ns = t0_ns,
+                   .to_ns = t_end_ns};
+    int rc = read_path(log, path, kind, &o, err);
     if (cut_rows)
-        *cut_rows = rows.cut_rows + steps.cut_rows;
-    return 0;
+        *cut_rows = o.cut_rows;
+    return rc < 0 ? -1 : 0;
 }
 
 int tokenlog_read_steps(tokenlog *log, const char *path, int64_t t0_ns, int64_t t_end_ns,
                         int64_t *cut_rows, char *err)
 {
-    read_opts o = {.optional = 1, .cut_tail_ok = 1, .rebase_ns = t0_ns, .from_ns = t0_ns,
-                   .to_ns = t_end_ns};
-    int rc = read_path(log, path, TOKENLOG_STEPS_CSV, &o, err);
-    if (cut_rows)
-        *cut_rows = o.cut_rows;
-    return rc < 0 ? -1 : 0;
+    return read_window(log, path, TOKENLOG_STEPS_CSV, t0_ns, t_end_ns, cut_rows, err);
+}
+
+int tokenlog_read_sched_events(tokenlog *log, const char *path, int64_t t0_ns, int64_t t_end_ns,
+                               int64_t *cut_rows, char *err)
+{
+    return read_window(log, path, TOKENLOG_SCHED_EVENTS_CSV, t0_ns, t_end_ns, cut_rows, err);
 }

@@ -64,6 +64,11 @@ static int sink_step(void *ctx, const tokenlog_step *st, char *err)
     return analysis_stream_step(((sim_sink *)ctx)->io->stream, st, err);
 }
 
+static int sink_sched_event(void *ctx, const tokenlog_sched_event *ev, char *err)
+{
+    return analysis_stream_sched_event(((sim_sink *)ctx)->io->stream, ev, err);
+}
+
 static int sim_streamed(const sim_config *sim, const workload_plan *plan,
                         const experiment_phase *ph, sim_stats *stats, char *err)
 {
@@ -76,13 +81,15 @@ static int sim_streamed(const sim_config *sim, const workload_plan *plan,
     tokenlog_init(&k.held);
     io->events = 0;
     io->tokens_csv_dropped = false;
-    tokenlog_sink sink = {.event = sink_event, .request = sink_request, .step = sink_step, .ctx = &k,
-                          .events = sink_events};
+    tokenlog_sink sink = {.event = sink_event,   .request = sink_request,
+                          .step = sink_step,     .ctx = &k,
+                          .events = sink_events, .sched_event = sink_sched_event};
     int rc = -1;
     if (sim_run_plan_sink(sim, plan, &sink, stats, err) != 0)
         goto done;
     if (ph->dir) {
-        /* tokens.csv from the held events, requests.csv and steps.csv from the stream's rows. */
+        /* tokens.csv from the held events, requests.csv, steps.csv and sched_events.csv from
+         * the stream's rows. */
         const tokenlog *rows = analysis_stream_log(io->stream);
         if (!k.holding && !io->tokens_csv_dropped) {
             /* Under the limit but past what was held: the events again, from the simulator. */

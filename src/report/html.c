@@ -190,12 +190,26 @@ static void write_causes(FILE *out, const report_run *x)
     fputs("<table>\n<tr><th class=\"k\">cause</th><th>stalls</th><th>share</th>"
           "<th>frozen user-seconds</th></tr>\n", out);
     static const char *const what[ANALYSIS_N_CAUSES] = {
-        "the server was prefilling a long prompt (culprits below)",
-        "a server step took far longer than its work: the server's machine",
-        "the server kept stepping on time: the client read late",
-        "no evidence either way"};
-    for (int c = 0; c < ANALYSIS_N_CAUSES; c++) {
+        [ANALYSIS_CAUSE_PREFILL] = "the server was prefilling a long prompt (culprits below)",
+        [ANALYSIS_CAUSE_SERVER] = "a server step took far longer than its work: the server's "
+                                  "machine",
+        [ANALYSIS_CAUSE_CLIENT] = "the server kept stepping on time and carried the request: "
+                                  "the client read late",
+        [ANALYSIS_CAUSE_UNEXPLAINED] = "no evidence either way",
+        [ANALYSIS_CAUSE_PREEMPTED] = "the server had preempted the request (its KV freed, "
+                                     "recomputed when re-admitted)",
+        [ANALYSIS_CAUSE_NOT_SCHEDULED] = "the server left the request out of its short steps "
+                                         "without preempting it (budget, seats)"};
+    /* In the rule's order of evidence (analysis.h); the causes only a server that preempts
+     * or leaves requests out has, only when there are such stalls. */
+    static const analysis_cause order[ANALYSIS_N_CAUSES] = {
+        ANALYSIS_CAUSE_PREEMPTED,     ANALYSIS_CAUSE_PREFILL, ANALYSIS_CAUSE_SERVER,
+        ANALYSIS_CAUSE_NOT_SCHEDULED, ANALYSIS_CAUSE_CLIENT,  ANALYSIS_CAUSE_UNEXPLAINED};
+    for (int i = 0; i < ANALYSIS_N_CAUSES; i++) {
+        const analysis_cause c = order[i];
         const analysis_cause_total *t = &a->by_cause[c];
+        if (t->stalls == 0 && (c == ANALYSIS_CAUSE_PREEMPTED || c == ANALYSIS_CAUSE_NOT_SCHEDULED))
+            continue;
         fprintf(out, "<tr><td class=\"k\"><b>%s</b> \xe2\x80\x94 %s</td><td>%lld</td>"
                      "<td>%.1f %%</td><td>%.2f</td></tr>\n",
                 analysis_cause_name((analysis_cause)c), what[c], (long long)t->stalls,

@@ -316,6 +316,8 @@ static const plot_color CAUSE_COLORS[ANALYSIS_N_CAUSES] = {
     {0.55, 0.35, 0.65, 1.0}, /* server */
     {0.20, 0.55, 0.75, 1.0}, /* client */
     {0.50, 0.50, 0.50, 1.0}, /* unexplained */
+    {0.80, 0.15, 0.35, 1.0}, /* preempted */
+    {0.25, 0.60, 0.35, 1.0}, /* not scheduled */
 };
 
 int plot_stall_ccdf(plot_chart *c, const analysis_summary *s, const char *note, char *err)

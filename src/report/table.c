@@ -167,6 +167,8 @@ typedef enum {
     ROW_ALWAYS,
     ROW_THRESHOLD,  /* the label names the interference run's stall threshold */
     ROW_CAUSE,      /* one cause of the stalls: indented under them */
+    ROW_CAUSE_IF_NONZERO, /* the same, only when a run has stalls of that cause (the causes
+                             only a server that preempts or leaves requests out has) */
     ROW_IF_PRESENT, /* only when the interference run has the figure (goodput: an SLO) */
     ROW_IF_GPUS,    /* only when the interference run had several GPUs (a P + D split) */
     ROW_IF_NONZERO, /* only when a run's value is not 0 */
@@ -187,9 +189,12 @@ static const table_row ROWS[] = {
     {"itl.mean", ROW_ALWAYS},
     {"itl.count", ROW_ALWAYS},
     {"stalls", ROW_THRESHOLD},
-    /* Each stall's cause (analysis.h): the rows show where the stalls came from. */
+    /* Each stall's cause (analysis.h), in its order of evidence: the rows show where the
+     * stalls came from. */
+    {"stalls.preempted", ROW_CAUSE_IF_NONZERO},
     {"stalls.prefill", ROW_CAUSE},
     {"stalls.server", ROW_CAUSE},
+    {"stalls.not_scheduled", ROW_CAUSE_IF_NONZERO},
     {"stalls.client", ROW_CAUSE},
     {"stalls.unexplained", ROW_CAUSE},
     {"stalls.aligned_fraction", ROW_IF_INJECTED},
@@ -230,7 +235,8 @@ static void print_metric_row(FILE *out, const table_row *row, const analysis_sum
     double bv, xv;
     const bool hb = table_value(m, b, &bv), hx = table_value(m, x, &xv);
     if ((row->show == ROW_IF_PRESENT && !hx) || (row->show == ROW_IF_GPUS && x->gpus <= 1) ||
-        (row->show == ROW_IF_NONZERO && !(xv != 0 || (hb && bv != 0))) ||
+        ((row->show == ROW_IF_NONZERO || row->show == ROW_CAUSE_IF_NONZERO) &&
+         !(xv != 0 || (hb && bv != 0))) ||
         (row->show == ROW_IF_INJECTED && x->n_injections == 0))
         return;
     char label[64], thr[32];
@@ -238,7 +244,8 @@ static void print_metric_row(FILE *out, const table_row *row, const analysis_sum
         format_threshold(thr, sizeof thr, x->stalls.threshold_ms);
         snprintf(label, sizeof label, "%s (>%s ms)", m->label, thr);
     } else {
-        snprintf(label, sizeof label, "%s%s", row->show == ROW_CAUSE ? "  " : "", m->label);
+        const bool cause = row->show == ROW_CAUSE || row->show == ROW_CAUSE_IF_NONZERO;
+        snprintf(label, sizeof label, "%s%s", cause ? "  " : "", m->label);
     }
     print_row(out, label, m->unit, b != NULL, hb, bv, hx, xv);
 }
@@ -458,7 +465,9 @@ void report_verdict(char *out, size_t size, const analysis_summary *baseline,
     /* What caused them, in one clause: the causes that have stalls, the largest first. */
     if (x->stalls.count > 0) {
         const analysis_attribution *a = &x->attribution;
-        int order[ANALYSIS_N_CAUSES] = {0, 1, 2, 3};
+        int order[ANALYSIS_N_CAUSES];
+        for (int i = 0; i < ANALYSIS_N_CAUSES; i++)
+            order[i] = i;
         for (int i = 1; i < ANALYSIS_N_CAUSES; i++)
             for (int j = i; j > 0 && a->by_cause[order[j]].stalls > a->by_cause[order[j - 1]].stalls; j--) {
                 int t = order[j];

@@ -21,6 +21,7 @@
 
 #include "common/buf.h"
 #include "common/err.h"
+#include "sim/steplog.h"
 
 /* ---- the KV-link catalog ------------------------------------------------------------- */
 
@@ -498,9 +499,7 @@ static int dg_start_step(dg_state *st, int i, int64_t t, char *err)
                               .decode_tokens = batch.decode_tokens,
                               .prefill_tokens = batch.prefill_tokens, .n_requests = n,
                               .modeled_ns = duration};
-        if (st->log && tokenlog_add_step(st->log, &step) != 0)
-            return err_set(err, "out of memory for the step log");
-        if (st->sink && st->sink->step(st->sink->ctx, &step, err) != 0)
+        if (sim_steplog_add(st->log, st->sink, &step, &batch, err) != 0)
             return -1;
     }
     st->stats->steps++;

@@ -5,6 +5,7 @@
 
 #include "common/err.h"
 #include "sim/disagg.h"
+#include "sim/steplog.h"
 #include "sim/warm.h"
 
 /* One simulated request; sched_req is embedded so the scheduler's pointer leads back. */
@@ -458,11 +459,7 @@ static int sim_run_core(const sim_config *cfg, const workload_plan *plan_in, tok
                                   .decode_tokens = batch.decode_tokens,
                                   .prefill_tokens = batch.prefill_tokens, .n_requests = n,
                                   .modeled_ns = duration};
-            if (log && tokenlog_add_step(log, &step) != 0) {
-                err_set(err, "out of memory for the step log");
-                goto done;
-            }
-            if (sink && sink->step(sink->ctx, &step, err) != 0)
+            if (sim_steplog_add(log, sink, &step, &batch, err) != 0)
                 goto done;
         }
         stats->steps++;

@@ -167,6 +167,26 @@ static int on_step(void *ctx, const tokenlog_step *st, char *err)
     return w->out->step(w->out->ctx, &kept, err);
 }
 
+/* What a step at or after t = 0 did to a kept request's place, rebased and renumbered. */
+static int on_sched_event(void *ctx, const tokenlog_sched_event *ev, char *err)
+{
+    sim_warm *w = ctx;
+    if (ev->t_ns < w->t0_ns)
+        return 0;
+    if (!w->recording && start_recording(w, err) != 0)
+        return -1;
+    if (ev->request < 0 || ev->request >= w->cap_ids || w->ids[ev->request] < 0)
+        return 0; /* ended before t = 0 */
+    tokenlog_sched_event kept = *ev;
+    kept.t_ns -= w->t0_ns;
+    kept.request = w->ids[ev->request];
+    if (w->log)
+        return tokenlog_add_sched_event(w->log, &kept) != 0
+                   ? err_set(err, "out of memory for the step log")
+                   : 0;
+    return w->out->sched_event ? w->out->sched_event(w->out->ctx, &kept, err) : 0;
+}
+
 int sim_warm_begin(sim_warm *w, const sim_config *cfg, const workload_plan *plan,
                    workload_plan *shifted, tokenlog *log, const tokenlog_sink *out, char *err)
 {
@@ -175,7 +195,7 @@ int sim_warm_begin(sim_warm *w, const sim_config *cfg, const workload_plan *plan
     w->log = log;
     w->out = out;
     w->sink = (tokenlog_sink){.event = on_event, .request = on_request, .step = on_step,
-                              .ctx = w, .events = on_events};
+                              .ctx = w, .events = on_events, .sched_event = on_sched_event};
     *shifted = *plan;
     if (plan->n_arrivals > 0) {
         w->arrivals = malloc((size_t)plan->n_arrivals * sizeof *w->arrivals);

@@ -6,8 +6,8 @@
  * start at 0, the injections and open-loop arrivals are planned from W (the plan's copy made
  * here), the run ends at W + duration. What it produces passes through this filter on its
  * way to the caller's log or sink:
- *   - steps that start before W, token events before W and the requests that ended before W
- *     are dropped;
+ *   - steps that start before W (and what they did to requests' places), token events
+ *     before W and the requests that ended before W are dropped;
  *   - the requests in flight at W are "carried over" (the driver's start_recording): their
  *     rows come first, when the first thing at or after W comes out, with t_plan, t_send and
  *     t_first -1 (sent before t = 0: they count for gaps, not TTFT), and their events from W

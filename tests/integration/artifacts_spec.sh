@@ -2,7 +2,8 @@
 # Every file a run writes against its spec, docs/reference/artifacts.md (check_artifacts.py):
 # each CSV's header row is the spec's columns in order, each JSON file's keys (top level and
 # every nested object) are the spec's. The files come from short runs of each writer: a
-# simulated pair (with SLOs, and once more past --tokens-csv-max), a sweep, a tune with a
+# simulated pair (with SLOs, once more past --tokens-csv-max, and a preempting run for
+# sched_events.csv), a sweep, a tune with a
 # disaggregated split, calibrate on this CPU (--no-fit: its rates; a fit costs seconds
 # under ASan, and calibrate --target gives the step model and probes); against one
 # `stallscope serve --engine emulate`: a run with --scrape-metrics, --fidelity and
@@ -25,6 +26,11 @@ trap '[ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; wait 2>/dev/null |
 "$bin" sim --users 4 --duration 3s --no-baseline --tokens-csv-max 10 --no-report --out drop \
   >drop.out 2>&1 || { cat drop.out; fail "sim --tokens-csv-max exited $?"; }
 [ ! -e drop/interference/tokens.csv ] || fail "sim --tokens-csv-max 10 kept tokens.csv"
+# A KV pool too small for 8 users preempts: sched_events.csv.
+"$bin" sim --users 8 --duration 4s --prompt-tokens 1k --inject-at 1s --kv-blocks 200 \
+  --policy chunked --no-baseline --no-report --out preempt >preempt.out 2>&1 ||
+  { cat preempt.out; fail "sim --kv-blocks 200 exited $?"; }
+[ -s preempt/interference/sched_events.csv ] || fail "a preempting sim wrote no sched_events.csv"
 "$bin" sweep --prompt-tokens 4k,8k --users 4 --duration 6s --no-report --out sweep \
   >sweep.out 2>&1 || { cat sweep.out; fail "sweep exited $?"; }
 "$bin" tune --users 4 --duration 6s --policies mixed,chunked --budgets 2048,16384 \
@@ -80,6 +86,8 @@ python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); del j["session"]["t
 all_files=(
   tokens.csv=sim/interference/tokens.csv requests.csv=sim/interference/requests.csv
   steps.csv=sim/interference/steps.csv stalls.csv=sim/interference/stalls.csv
+  sched_events.csv=preempt/interference/sched_events.csv
+  stalls.csv=preempt/interference/stalls.csv summary.json=preempt/interference/summary.json
   server_metrics.csv=run/interference/server_metrics.csv sweep.csv=sweep/sweep.csv
   summary.json=sim/baseline/summary.json summary.json=sim/interference/summary.json
   summary.json=drop/interference/summary.json summary.json=run/interference/summary.json

@@ -27,9 +27,9 @@ static void make_tmpdir(char *dir, size_t size)
 
 static void remove_tree(const char *dir)
 {
-    const char *names[] = {"tokens.csv", "requests.csv", "steps.csv"};
+    const char *names[] = {"tokens.csv", "requests.csv", "steps.csv", "sched_events.csv"};
     char path[512];
-    for (size_t i = 0; i < 3; i++) {
+    for (size_t i = 0; i < 4; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         unlink(path);
     }
@@ -243,6 +243,74 @@ static void test_reads_steps_without_late_ns(void **state)
     assert_int_equal(log.n_steps, 1);
     assert_int_equal(log.steps[0].modeled_ns, 9);
     assert_int_equal(log.steps[0].late_ns, 0);
+    tokenlog_free(&log);
+    remove_tree(dir);
+}
+
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    static char text[4096];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    return text;
+}
+
+/* sched_events.csv: written beside steps.csv when there are events (not otherwise), read back
+ * with the run's files, and a live server's copy read inside a window and rebased. */
+static void test_sched_events(void **state)
+{
+    (void)state;
+    char dir[64], path[256], err[ERR_LEN] = "";
+    make_tmpdir(dir, sizeof dir);
+    tokenlog log;
+    tokenlog_init(&log);
+    const tokenlog_sched_event evs[] = {
+        {.step = 7, .t_ns = 700, .request = 3, .event = TOKENLOG_PREEMPTED},
+        {.step = 9, .t_ns = 900, .request = 4, .event = TOKENLOG_LEFT_OUT},
+        {.step = 12, .t_ns = 1200, .request = 4, .event = TOKENLOG_REJOINED},
+        {.step = 15, .t_ns = 1500, .request = 3, .event = TOKENLOG_RESUMED},
+    };
+    for (size_t i = 0; i < 4; i++)
+        assert_int_equal(tokenlog_add_sched_event(&log, &evs[i]), 0);
+    tokenlog_request req = {.request = 3, .t_first_ns = -1, .t_end_ns = -1};
+    assert_int_equal(tokenlog_add_request(&log, &req, NULL), 0);
+    assert_int_equal(tokenlog_write_dir(&log, dir, err), 0);
+    snprintf(path, sizeof path, "%s/sched_events.csv", dir);
+    assert_string_equal(read_text(path), "step,t_ns,request,event\n7,700,3,preempted\n"
+                                         "9,900,4,left_out\n12,1200,4,rejoined\n"
+                                         "15,1500,3,resumed\n");
+    tokenlog back;
+    assert_int_equal(tokenlog_read_dir_rows(&back, dir, NULL, err), 0);
+    assert_int_equal(back.n_sched_events, 4);
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(back.sched_events[i].step, evs[i].step);
+        assert_int_equal(back.sched_events[i].t_ns, evs[i].t_ns);
+        assert_int_equal(back.sched_events[i].request, evs[i].request);
+        assert_int_equal(back.sched_events[i].event, evs[i].event);
+    }
+    tokenlog_free(&back);
+
+    /* A live server's: the rows in [800, 1300], rebased to 800. */
+    assert_int_equal(tokenlog_read_sched_events(&back, path, 800, 1300, NULL, err), 0);
+    assert_int_equal(back.n_sched_events, 2);
+    assert_int_equal(back.sched_events[0].t_ns, 100);
+    assert_int_equal(back.sched_events[1].t_ns, 400);
+    assert_int_equal(back.sched_events[1].event, TOKENLOG_REJOINED);
+    tokenlog_free(&back);
+
+    /* A bad event is an error naming the file and line. */
+    write_text(dir, "sched_events.csv", "step,t_ns,request,event\n1,2,3,evicted\n");
+    assert_int_equal(tokenlog_read_dir(&back, dir, NULL, err), -1);
+    assert_non_null(strstr(err, "sched_events.csv:2: event is 'evicted'"));
+
+    /* Without events, no file. */
+    unlink(path);
+    log.n_sched_events = 0;
+    assert_int_equal(tokenlog_write_dir(&log, dir, err), 0);
+    assert_int_equal(access(path, F_OK), -1);
     tokenlog_free(&log);
     remove_tree(dir);
 }
@@ -805,6 +873,7 @@ int main(void)
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_reader_tolerates_crlf_and_blank_lines),
         cmocka_unit_test(test_reads_steps_without_late_ns),
+        cmocka_unit_test(test_sched_events),
         cmocka_unit_test(test_read_errors_name_file_and_line),
         cmocka_unit_test(test_writer_whole_rows_always),
         cmocka_unit_test(test_writer_full_disk),

@@ -520,6 +520,32 @@ static void test_preemption_recomputes_without_losing_tokens(void **state)
         }
     }
     assert_true(finished >= 10);
+
+    /* sched_events.csv's rows: every preemption at the start of a step of the log, each
+     * victim out until resumed at a later step (all but at most one per user, still waiting
+     * at the end), and no token for it in between. */
+    int64_t preempted = 0, resumed = 0;
+    for (int64_t i = 0; i < log.n_sched_events; i++) {
+        const tokenlog_sched_event *e = &log.sched_events[i];
+        assert_true(e->step >= 0 && e->step < log.n_steps);
+        assert_int_equal(e->t_ns, log.steps[e->step].t_start_ns);
+        if (e->event != TOKENLOG_PREEMPTED)
+            continue;
+        preempted++;
+        int64_t back = -1;
+        for (int64_t j = i + 1; j < log.n_sched_events && back < 0; j++)
+            if (log.sched_events[j].request == e->request) {
+                assert_int_equal(log.sched_events[j].event, TOKENLOG_RESUMED);
+                back = log.sched_events[j].t_ns;
+            }
+        resumed += back >= 0;
+        for (int64_t k = 0; k < log.n_events; k++)
+            if (log.events[k].request == e->request)
+                assert_false(log.events[k].t_ns > e->t_ns &&
+                             (back < 0 || log.events[k].t_ns <= back));
+    }
+    assert_int_equal(preempted, st.preemptions);
+    assert_true(resumed >= preempted - c.wl.users);
     tokenlog_free(&log);
 }
 

@@ -77,6 +77,15 @@ static void reference(const sim_config *warm, tokenlog *out)
         s.t_end_ns -= W;
         assert_int_equal(tokenlog_add_step(out, &s), 0);
     }
+    /* what the steps from W on did to the kept requests' places */
+    for (int64_t i = 0; i < all.n_sched_events; i++) {
+        tokenlog_sched_event e = all.sched_events[i];
+        if (e.t_ns < W || ids[e.request] < 0)
+            continue;
+        e.request = ids[e.request];
+        e.t_ns -= W;
+        assert_int_equal(tokenlog_add_sched_event(out, &e), 0);
+    }
     free(ids);
     tokenlog_free(&all);
 }
@@ -112,6 +121,11 @@ static int col_step(void *ctx, const tokenlog_step *s, char *err)
     (void)err;
     return tokenlog_add_step(ctx, s);
 }
+static int col_sched_event(void *ctx, const tokenlog_sched_event *e, char *err)
+{
+    (void)err;
+    return tokenlog_add_sched_event(ctx, e);
+}
 
 /* The warm run against the reference, through the log and through a sink; its statistics
  * count what was kept; every closed user is carried over (a closed user is always mid-answer). */
@@ -124,7 +138,7 @@ static void check_warm(const sim_config *c)
     assert_logs_equal(&warm, &ref);
     tokenlog_init(&sunk);
     tokenlog_sink sink = {.event = col_event, .request = col_request, .step = col_step,
-                          .ctx = &sunk};
+                          .ctx = &sunk, .sched_event = col_sched_event};
     char err[ERR_LEN] = "";
     if (sim_run_sink(c, &sink, &st_sink, err) != 0)
         fail_msg("sim_run_sink: %s", err);
@@ -164,6 +178,27 @@ static void test_warm_is_the_cold_run_recorded_from_w(void **state)
     assert_true(differ);
     tokenlog_free(&a);
     tokenlog_free(&ref);
+}
+
+/* A cache too small for the workload (5 blocks): the steps preempt, and what they did to the
+ * kept requests' places (sched_events.csv) is kept too, rebased and renumbered. */
+static void test_warm_preempting(void **state)
+{
+    (void)state;
+    sim_config c = toy_busy_config();
+    c.warmup_ns = 300000;
+    c.sched.kv_blocks = 5;
+    check_warm(&c);
+    tokenlog log;
+    sim_stats st;
+    run_or_fail(&c, &log, &st);
+    int64_t preempted = 0;
+    for (int64_t i = 0; i < log.n_sched_events; i++)
+        preempted += log.sched_events[i].event == TOKENLOG_PREEMPTED;
+    if (!(preempted > 10 && preempted < st.preemptions)) /* some came before t = 0 */
+        fail_msg("%lld preempted in the log, %lld in all", (long long)preempted,
+                 (long long)st.preemptions);
+    tokenlog_free(&log);
 }
 
 static void test_warm_disaggregated(void **state)
@@ -241,6 +276,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_warm_is_the_cold_run_recorded_from_w),
+        cmocka_unit_test(test_warm_preempting),
         cmocka_unit_test(test_warm_disaggregated),
         cmocka_unit_test(test_warm_has_no_synchronized_start),
         cmocka_unit_test(test_warm_without_users_is_cold),

@@ -69,10 +69,11 @@ static inline sim_config toy_busy_config(void)
     return c;
 }
 
-/* Two logs alike, row for row: every field of every event, request and step. */
+/* Two logs alike, row for row: every field of every event, request, step and sched event. */
 static inline bool toy_logs_equal(const tokenlog *a, const tokenlog *b)
 {
-    if (a->n_events != b->n_events || a->n_requests != b->n_requests || a->n_steps != b->n_steps)
+    if (a->n_events != b->n_events || a->n_requests != b->n_requests || a->n_steps != b->n_steps ||
+        a->n_sched_events != b->n_sched_events)
         return false;
     for (int64_t i = 0; i < a->n_events; i++) {
         const tokenlog_event *x = &a->events[i], *y = &b->events[i];
@@ -95,6 +96,12 @@ static inline bool toy_logs_equal(const tokenlog *a, const tokenlog *b)
         if (x->step != y->step || x->t_start_ns != y->t_start_ns || x->t_end_ns != y->t_end_ns ||
             x->decode_tokens != y->decode_tokens || x->prefill_tokens != y->prefill_tokens ||
             x->n_requests != y->n_requests || x->modeled_ns != y->modeled_ns)
+            return false;
+    }
+    for (int64_t i = 0; i < a->n_sched_events; i++) {
+        const tokenlog_sched_event *x = &a->sched_events[i], *y = &b->sched_events[i];
+        if (x->step != y->step || x->t_ns != y->t_ns || x->request != y->request ||
+            x->event != y->event)
             return false;
     }
     return true;
