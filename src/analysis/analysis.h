@@ -49,10 +49,11 @@ typedef struct analysis_stalls {
 
 /* Every stall gets one cause, in this order of evidence (docs/reference/report.md, "What caused the
  * stalls"):
- *   PREEMPTED    the server had preempted the request (sched_events.csv): a preemption's
- *                absence, from the step that preempted it to the one that re-admitted it to
- *                recompute its KV, overlapped the gap. First: whatever else ran meanwhile,
- *                the request was out of every step, and its own recompute is part of it.
+ *   PREEMPTED    the server had preempted the request (sched_events.csv): it was out of
+ *                the steps when the gap began (a step carrying it after its token would have
+ *                sampled another), and preempted then or before the gap's end, out until
+ *                re-admitted to recompute its KV. First: whatever else ran meanwhile, the
+ *                request was out of every step, and its own recompute is part of its wait.
  *   PREFILL      the server was prefilling: a step during the gap carried prompt tokens and
  *                lasted longer than the threshold (its model says so too, where there is
  *                one, at this machine's speed: the model times the median measured/modeled
@@ -65,9 +66,10 @@ typedef struct analysis_stalls {
  *   SERVER       a step during the gap lasted longer than the threshold while its modeled
  *                work (at this machine's speed, as above) was shorter: the server's machine,
  *                not its scheduler.
- *   NOT_SCHEDULED  every step during the gap was short, and the server left the request out
- *                of some of them without preempting it (sched_events.csv: left_out until
- *                rejoined; the token budget, prefill-first's prefill-only steps, a seat).
+ *   NOT_SCHEDULED  every step during the gap was short, and the request was out of them when
+ *                the gap began, left out without being preempted (sched_events.csv:
+ *                left_out until rejoined; the token budget, prefill-first's prefill-only
+ *                steps, a seat).
  *   CLIENT       the server kept stepping, every step short, all through the gap, and (where
  *                the server logs its requests' places: the simulator, the embedded server)
  *                carried the request in each: it emitted on time and the client read late.

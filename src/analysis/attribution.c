@@ -6,14 +6,14 @@
  * whom"), per prompt length, and the rates.
  *
  * The rule, in order: the request's own absences first (sched_events.csv, where the server
- * logs them): a preemption's absence [preempted, resumed) overlapping the gap makes it
- * "preempted". Else the steps that ran during the gap: a long one carrying prompt tokens is a
- * "prefill", a long one whose model says its work was short is the "server"'s. Else, the
- * steps all short, a left-out absence [left_out, rejoined) overlapping the gap makes it "not
- * scheduled"; else the server carried the request in every step and the client read late:
- * "client". No step at all: "unexplained". A run without sched_events.csv (a server that is
- * not ours, or one that never preempted nor left anyone out) keeps the rule without the
- * absences.
+ * logs them): out of the steps when the gap began, preempted then or before the gap's end
+ * ([preempted, resumed)), the stall is "preempted". Else the steps that ran during the gap:
+ * a long one carrying prompt tokens is a "prefill", a long one whose model says its work was
+ * short is the "server"'s. Else, the steps all short, out of them when the gap began without
+ * a preemption (left out: [left_out, rejoined)) is "not scheduled"; else the server carried
+ * the request and the client read late: "client". No step at all: "unexplained". A run
+ * without sched_events.csv (a server that is not ours, or one that never preempted nor left
+ * anyone out) keeps the rule without the absences.
  *
  * One pass over the stalls, each a binary search into three sorted lists: the long prefill
  * windows (requests whose [send, first token] lasted at least the threshold: few), the
@@ -156,31 +156,74 @@ static int cmp_sched_event(const void *x, const void *y)
     return (a->step > b->step) - (a->step < b->step);
 }
 
-/* The sched events by request, then time: each request's absences in order. NULL (n 0)
- * without any; -1 when out of memory. */
-static int absences_build(const tokenlog *log, tokenlog_sched_event **out)
+/* Each request's absences in order (the sched events by request, then time), and each
+ * request's first token (by request), for a gap that begins there. */
+typedef struct absences {
+    tokenlog_sched_event *ev;
+    int64_t n;
+    analysis_pair *first; /* (request, t_first_ns) */
+    int64_t n_first;
+} absences;
+
+static void absences_free(absences *ab)
 {
-    *out = NULL;
+    free(ab->ev);
+    free(ab->first);
+}
+
+/* Empty without sched events. 0, or -1 when out of memory. */
+static int absences_build(const tokenlog *log, absences *ab)
+{
+    memset(ab, 0, sizeof *ab);
     if (log->n_sched_events == 0)
         return 0;
-    size_t size = (size_t)log->n_sched_events * sizeof **out;
-    if (!(*out = malloc(size)))
+    size_t size = (size_t)log->n_sched_events * sizeof *ab->ev;
+    ab->ev = malloc(size);
+    ab->first = malloc((size_t)(log->n_requests ? log->n_requests : 1) * sizeof *ab->first);
+    if (!ab->ev || !ab->first)
         return -1;
-    memcpy(*out, log->sched_events, size);
-    qsort(*out, (size_t)log->n_sched_events, sizeof **out, cmp_sched_event);
+    memcpy(ab->ev, log->sched_events, size);
+    ab->n = log->n_sched_events;
+    qsort(ab->ev, (size_t)ab->n, sizeof *ab->ev, cmp_sched_event);
+    for (int64_t i = 0; i < log->n_requests; i++)
+        ab->first[ab->n_first++] =
+            (analysis_pair){log->requests[i].request, log->requests[i].t_first_ns};
+    qsort(ab->first, (size_t)ab->n_first, sizeof *ab->first, analysis_cmp_pair);
     return 0;
 }
 
-/* Whether request's absences overlap (a, b): ANALYSIS_CAUSE_PREEMPTED when one of its
- * preemptions does ([preempted, resumed): out of every step until re-admitted, its recompute
- * after), else ANALYSIS_CAUSE_NOT_SCHEDULED when one of its left-out stretches does
- * ([left_out, rejoined or preempted)), else -1. An absence open at the log's end lasts to its
- * end; a log whose first event for the request closes an absence (a warm start drops the
- * steps before t = 0) had it open from the start. ev: the events by request, then time. */
-static int absence_cause(const tokenlog_sched_event *ev, int64_t n, int64_t request, int64_t a,
-                         int64_t b)
+/* Request's first token, -1 unknown. */
+static int64_t first_token(const absences *ab, int64_t request)
 {
-    /* The first event of the request after a: the absences before it ended by a. */
+    int64_t lo = 0, hi = ab->n_first;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (ab->first[mid].first < request)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < ab->n_first && ab->first[lo].first == request ? ab->first[lo].second : -1;
+}
+
+/* Whether request was out of the steps when the gap (a, b) began: ANALYSIS_CAUSE_PREEMPTED
+ * when that absence, or one before b, was a preemption ([preempted, resumed): out of every
+ * step until re-admitted, then recomputing), ANALYSIS_CAUSE_NOT_SCHEDULED when it was left
+ * out ([left_out, rejoined)), else -1. At or before a: a step that carried the request
+ * after its token at a would have sampled another (the simulator stamps a token at its
+ * step's end, where the next step starts; a live client reads it after the server sent it,
+ * and the next step started then), so an absence that only begins later in the gap follows
+ * tokens the client read late. Two cases begin with the gap: a request whose first token came
+ * from elsewhere (disaggregated prefill: it joins the decode instance then, and the step under
+ * way cannot carry it) is out from that token when its first event leaves it out; and a log
+ * whose first event for the request closes an absence (a live server's log is read from the
+ * run's t = 0) had it open from the start. An absence open at the log's end lasts to its end.
+ */
+static int absence_cause(const absences *ab, int64_t request, int64_t a, int64_t b)
+{
+    const tokenlog_sched_event *ev = ab->ev;
+    const int64_t n = ab->n;
+    /* The first event of the request after a: what came before it says where it was at a. */
     int64_t lo = 0, hi = n;
     while (lo < hi) {
         int64_t mid = lo + (hi - lo) / 2;
@@ -190,35 +233,25 @@ static int absence_cause(const tokenlog_sched_event *ev, int64_t n, int64_t requ
             hi = mid;
     }
     int64_t k = lo;
-    /* The absence under way at a: what the event before k opened, or what k closes. */
-    int32_t state = -1; /* the tokenlog_sched_kind that opened the absence; -1 none */
-    int64_t since = INT64_MIN;
+    int32_t at_a = -1; /* the tokenlog_sched_kind that opened its absence at a; -1 none */
     if (k > 0 && ev[k - 1].request == request) {
-        const int32_t last = ev[k - 1].event;
-        if (last == TOKENLOG_PREEMPTED || last == TOKENLOG_LEFT_OUT) {
-            state = last;
-            since = ev[k - 1].t_ns;
-        }
+        if (ev[k - 1].event == TOKENLOG_PREEMPTED || ev[k - 1].event == TOKENLOG_LEFT_OUT)
+            at_a = ev[k - 1].event;
     } else if (k < n && ev[k].request == request) {
-        state = ev[k].event == TOKENLOG_RESUMED   ? TOKENLOG_PREEMPTED
-                : ev[k].event == TOKENLOG_REJOINED ? TOKENLOG_LEFT_OUT
-                                                   : -1;
-    }
-    bool preempted = false, left_out = false;
-    for (;; k++) {
-        const bool more = k < n && ev[k].request == request;
-        const int64_t until = more ? ev[k].t_ns : INT64_MAX;
-        if (state >= 0 && since < b && until > a) {
-            preempted |= state == TOKENLOG_PREEMPTED;
-            left_out |= state == TOKENLOG_LEFT_OUT;
-        }
-        if (!more || until >= b)
-            break;
         const int32_t e = ev[k].event;
-        state = e == TOKENLOG_PREEMPTED || e == TOKENLOG_LEFT_OUT ? e : -1;
-        since = until;
+        at_a = e == TOKENLOG_RESUMED   ? TOKENLOG_PREEMPTED
+               : e == TOKENLOG_REJOINED ? TOKENLOG_LEFT_OUT
+               : (e == TOKENLOG_LEFT_OUT || e == TOKENLOG_PREEMPTED) && ev[k].t_ns < b &&
+                       first_token(ab, request) == a
+                   ? e
+                   : -1;
     }
-    return preempted ? ANALYSIS_CAUSE_PREEMPTED : left_out ? ANALYSIS_CAUSE_NOT_SCHEDULED : -1;
+    if (at_a < 0)
+        return -1;
+    bool preempted = at_a == TOKENLOG_PREEMPTED;
+    for (; !preempted && k < n && ev[k].request == request && ev[k].t_ns < b; k++)
+        preempted = ev[k].event == TOKENLOG_PREEMPTED;
+    return preempted ? ANALYSIS_CAUSE_PREEMPTED : ANALYSIS_CAUSE_NOT_SCHEDULED;
 }
 
 /* A stall's cause (the rule at the top of this file). absent: absence_cause's. */
@@ -431,16 +464,15 @@ int analysis_attribute(const tokenlog *log, const analysis_request_counts *count
         return err_set(err, "analysis: out of memory attributing stalls");
 
     windows w;
-    tokenlog_sched_event *absences = NULL;
+    absences ab = {0};
     int rc = -1;
-    if (windows_build(log, thr, &w) != 0 || absences_build(log, &absences) != 0)
+    if (windows_build(log, thr, &w) != 0 || absences_build(log, &ab) != 0)
         goto done;
     for (int64_t k = 0; k < out->n_stall_list; k++) {
         analysis_stall *st = &out->stall_list[k];
         if (name_culprits(&w, st) != 0)
             goto done;
-        const int absent = absence_cause(absences, log->n_sched_events, st->request, st->t_ns,
-                                         st->t_ns + st->gap_ns);
+        const int absent = absence_cause(&ab, st->request, st->t_ns, st->t_ns + st->gap_ns);
         st->cause = (int32_t)stall_cause(log, st, absent, thr, factor);
         count_stall(at, st);
     }
@@ -450,7 +482,7 @@ int analysis_attribute(const tokenlog *log, const analysis_request_counts *count
     rc = 0;
 done:
     windows_free(&w);
-    free(absences);
+    absences_free(&ab);
     return rc == 0 ? 0 : err_set(err, "analysis: out of memory attributing stalls");
 }
 

@@ -76,7 +76,8 @@ static int summarize_pass(const tokenlog *log, const analysis_timeline *tl,
 
 /* ---- a run's files ---------------------------------------------------------------------- */
 
-/* One pass: the rows (in memory) then tokens.csv from disk. 0, -1, or -2 (end's). */
+/* One pass: the rows (requests, steps, sched events: in memory) then tokens.csv from disk.
+ * 0, -1, or -2 (end's). */
 static int files_pass(const char *dir, const tokenlog *rows, const analysis_options *opt,
                       analysis_summary *out, double *threshold_ms, int64_t *cut, char *err)
 {
@@ -91,6 +92,9 @@ static int files_pass(const char *dir, const tokenlog *rows, const analysis_opti
             goto fail;
     for (int64_t i = 0; i < rows->n_steps; i++)
         if (analysis_stream_step(s, &rows->steps[i], err) != 0)
+            goto fail;
+    for (int64_t i = 0; i < rows->n_sched_events; i++)
+        if (analysis_stream_sched_event(s, &rows->sched_events[i], err) != 0)
             goto fail;
     tokenlog_reader *rd = tokenlog_reader_open(path, TOKENLOG_TOKENS_CSV, err);
     if (!rd)

@@ -147,7 +147,7 @@ static int post(calib_target *ct, probe_stream *s, int prompt_tokens, int max_to
 {
     size_t len = 0;
     char *body = driver_build_body(&ct->api, &ct->wl, ct->salt, 0, ct->next_index++, prompt_tokens,
-                                   max_tokens, &len, err);
+                                   max_tokens, -1, &len, err);
     if (!body)
         return -1;
     const transport_request req = {driver_endpoint_path(ct->api.endpoint), body, len, &ct->handlers,

@@ -38,6 +38,11 @@ static const opts_spec server_specs[] = {
                 server.model_name),
     OPTS_STRING("step-log", "FILE", "write steps.csv rows (CLOCK_MONOTONIC ns) for every engine step",
                 F, server.step_log_path),
+    OPTS_STRING("sched-events", "FILE",
+                "write sched_events.csv rows (CLOCK_MONOTONIC ns): each preemption, re-admission "
+                "and request left out of a step, naming the request by the id its body's "
+                "stallscope extension gave (\"request\"), else the server's own",
+                F, server.sched_log_path),
     OPTS_INT64("max-body-size", "BYTES", "largest request body (default 4M; larger: 413)", F,
                server.max_body_bytes, 1024, (int64_t)1 << 30),
     OPTS_INT("max-waiting", "N",

@@ -67,8 +67,8 @@ static int64_t mix_index(uint64_t salt, int64_t index)
 }
 
 /* The body around a prompt (taken: a JSON string or array of ids). */
-static char *wrap_body(const driver_api *api, json_t *prompt, int max_tokens, size_t *len,
-                       char *err)
+static char *wrap_body(const driver_api *api, json_t *prompt, int max_tokens, int64_t id,
+                       size_t *len, char *err)
 {
     char *out = NULL;
     json_t *root = json_object();
@@ -94,9 +94,13 @@ static char *wrap_body(const driver_api *api, json_t *prompt, int max_tokens, si
     json_object_set_new(so, "include_usage", json_true());
     json_object_set_new(so, "continuous_usage_stats", json_true());
     json_object_set_new(root, "stream_options", so);
-    if (api->timestamps) {
+    const bool named = api->request_ids && id >= 0;
+    if (api->timestamps || named) {
         json_t *ours = json_object();
-        json_object_set_new(ours, "timestamps", json_true());
+        if (api->timestamps)
+            json_object_set_new(ours, "timestamps", json_true());
+        if (named)
+            json_object_set_new(ours, "request", json_integer(id));
         json_object_set_new(root, "stallscope", ours);
     }
     if (api->extra_body && api->extra_body[0]) { /* checked an object when it was given */
@@ -120,7 +124,7 @@ oom:
 
 char *driver_build_body(const driver_api *api, const workload_config *wl, uint64_t salt,
                         int is_inject, int64_t index, int prompt_tokens, int max_tokens,
-                        size_t *len, char *err)
+                        int64_t id, size_t *len, char *err)
 {
     int n_ids = prompt_tokens;
     if (!api->token_ids) {
@@ -152,14 +156,14 @@ char *driver_build_body(const driver_api *api, const workload_config *wl, uint64
     }
     free(ids);
     free(text);
-    return wrap_body(api, prompt, max_tokens, len, err);
+    return wrap_body(api, prompt, max_tokens, id, len, err);
 }
 
 char *driver_build_body_text(const driver_api *api, const char *text, size_t text_len,
-                             int max_tokens, size_t *len, char *err)
+                             int max_tokens, int64_t id, size_t *len, char *err)
 {
     json_t *prompt = json_stringn_nocheck(text, text_len);
-    return wrap_body(api, prompt, max_tokens, len, err);
+    return wrap_body(api, prompt, max_tokens, id, len, err);
 }
 
 /* ---- probe ------------------------------------------------------------------------- */
@@ -190,7 +194,8 @@ static int probe_once(const transport *t, const driver_api *api, const workload_
     static const transport_handlers handlers = {NULL, probe_token, probe_end};
     memset(out, 0, sizeof *out);
     size_t len;
-    char *body = driver_build_body(api, wl, 0xfe, 0, prompt_tokens, prompt_tokens, 1, &len, err);
+    char *body =
+        driver_build_body(api, wl, 0xfe, 0, prompt_tokens, prompt_tokens, 1, -1, &len, err);
     if (!body)
         return -1;
     transport_request req = {driver_endpoint_path(api->endpoint), body, len, &handlers, out, 1};

@@ -28,6 +28,8 @@ typedef struct driver_api {
     bool text_calibrated; /* false: the server reported no usage, lengths unverified */
     int vocab;            /* ids are drawn from [100, vocab) */
     bool timestamps;      /* ask for stallscope's per-chunk emit_ns ("stallscope" field) */
+    bool request_ids;     /* name each request in the server's sched log by its id here
+                             ("stallscope": {"request": N}): the embedded server */
     const char *extra_body; /* a JSON object merged over every body (--extra-body); NULL: none */
 } driver_api;
 
@@ -44,13 +46,14 @@ int driver_probe(const transport *t, driver_api *api, const workload_config *wl,
                  FILE *notes, char *err);
 
 /* The JSON body of one request (malloc'ed, caller frees): prompt of prompt_tokens tokens,
- * unique per (salt, is_inject, index), answer of max_tokens. */
+ * unique per (salt, is_inject, index), answer of max_tokens; with api->request_ids and id >= 0,
+ * the request's id for the server's sched log. */
 char *driver_build_body(const driver_api *api, const workload_config *wl, uint64_t salt,
                         int is_inject, int64_t index, int prompt_tokens, int max_tokens,
-                        size_t *len, char *err);
+                        int64_t id, size_t *len, char *err);
 /* The same with a prompt given as text (a trace row's, valid UTF-8 as JSON decoded it),
  * sent as it is: its length is whatever the server counts. */
 char *driver_build_body_text(const driver_api *api, const char *text, size_t text_len,
-                             int max_tokens, size_t *len, char *err);
+                             int max_tokens, int64_t id, size_t *len, char *err);
 
 #endif

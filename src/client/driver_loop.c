@@ -34,6 +34,7 @@ typedef struct driver_loop_req {
     int user; /* -1: the injector */
     int kind;
     bool open; /* an open-loop request (holds a max_concurrency slot) */
+    int64_t id;  /* unique over the loops, given when its body was built (the body names it) */
     int64_t row; /* in the loop's segment, -1 when not recorded */
     int prompt_requested;
     int64_t t_last_ns; /* absolute, -1 none */
@@ -58,11 +59,13 @@ static void phase_fail(driver_loop *l, const char *fmt, ...)
 
 /* A row for r in the loop's segment. t_plan/t_send are -1 for a request carried over from
  * the warm-up (sent before t = 0): it contributes its gaps, not a TTFT. Its id (the
- * incremental files') is unique over the loops; the merge renumbers the rows in time order. */
+ * incremental files', the one its body gave the server) is unique over the loops; the merge
+ * renumbers the rows in time order and keeps it as sent_id. */
 static int add_row(driver_loop *l, driver_loop_req *r, int64_t t_plan_ns, int64_t t_send_ns)
 {
     tokenlog_request row = {0};
-    row.request = l->ph->first_request + atomic_fetch_add(&l->ph->next_request, 1);
+    row.request = r->id;
+    row.sent_id = r->id;
     row.user = r->user;
     row.kind = r->kind;
     row.t_plan_ns = t_plan_ns;
@@ -78,13 +81,22 @@ static int add_row(driver_loop *l, driver_loop_req *r, int64_t t_plan_ns, int64_
     return 0;
 }
 
+/* The id of a request about to be built: unique over the loops (every request has one, a
+ * warm-up's too: carried over, its row keeps the id its body gave the server). */
+static int64_t next_id(driver_loop *l)
+{
+    return l->ph->first_request + atomic_fetch_add(&l->ph->next_request, 1);
+}
+
+/* A body, and the id it names the request by (*id). */
 static char *build(driver_loop *l, int kind, int64_t index, int prompt_tokens, int max_tokens,
-                   size_t *len)
+                   int64_t *id, size_t *len)
 {
     char err[ERR_LEN];
     const driver_phase *cfg = l->ph->cfg;
+    *id = next_id(l);
     char *body = driver_build_body(cfg->api, cfg->wl, cfg->salt, kind == TOKENLOG_INJECT, index,
-                                   prompt_tokens, max_tokens, len, err);
+                                   prompt_tokens, max_tokens, *id, len, err);
     if (!body)
         phase_fail(l, "%s", err);
     return body;
@@ -92,7 +104,7 @@ static char *build(driver_loop *l, int kind, int64_t index, int prompt_tokens, i
 
 /* Send a built body (taken: freed here). */
 static driver_loop_req *send_request(driver_loop *l, int slot, int user, int kind, char *body,
-                                     size_t len, int prompt_tokens, int max_tokens,
+                                     size_t len, int64_t id, int prompt_tokens, int max_tokens,
                                      int64_t t_plan_ns)
 {
     char err[ERR_LEN];
@@ -111,6 +123,7 @@ static driver_loop_req *send_request(driver_loop *l, int slot, int user, int kin
     r->open = slot < 0 && kind == TOKENLOG_BG;
     r->prompt_requested = prompt_tokens;
     r->t_last_ns = -1;
+    r->id = id;
     r->row = -1;
     const int64_t now = l->t.now(l->t.impl);
     if (l->recording &&
@@ -141,29 +154,31 @@ static void start_bg(driver_loop *l, int slot)
     /* The index keeps (user, k) apart: each background prompt is unique too. t_plan is the
      * moment the user is ready (now): a closed loop has no other plan. */
     size_t len = 0;
+    int64_t id;
     char *body = build(l, TOKENLOG_BG, ((int64_t)user << 24) | (k & 0xffffff), bg.prompt_tokens,
-                       bg.max_tokens, &len);
-    l->current[slot] = body ? send_request(l, slot, user, TOKENLOG_BG, body, len,
+                       bg.max_tokens, &id, &len);
+    l->current[slot] = body ? send_request(l, slot, user, TOKENLOG_BG, body, len, id,
                                            bg.prompt_tokens, bg.max_tokens, -1)
                             : NULL;
 }
 
 /* The body of open-loop arrival `index` of the plan: its trace row's prompt text, else a
  * made-up prompt unique by its stream. */
-static char *build_open(driver_loop *l, int64_t index, size_t *len)
+static char *build_open(driver_loop *l, int64_t index, int64_t *id, size_t *len)
 {
     const workload_plan *plan = &l->ph->wplan;
     const workload_arrival *a = &plan->arrivals[index];
     if (a->text_len > 0) {
         char err[ERR_LEN];
+        *id = next_id(l);
         char *body = driver_build_body_text(l->ph->cfg->api, plan->texts.data + a->text_off,
-                                            (size_t)a->text_len, a->max_tokens, len, err);
+                                            (size_t)a->text_len, a->max_tokens, *id, len, err);
         if (!body)
             phase_fail(l, "%s", err);
         return body;
     }
     const int32_t user = workload_arrival_user(l->ph->wl, index);
-    return build(l, TOKENLOG_BG, (int64_t)user << 24, a->prompt_tokens, a->max_tokens, len);
+    return build(l, TOKENLOG_BG, (int64_t)user << 24, a->prompt_tokens, a->max_tokens, id, len);
 }
 
 /* Open loop: every arrival due by now goes out while a slot is free (max_concurrency), late
@@ -183,7 +198,7 @@ static void send_open(driver_loop *l, int64_t now)
             break;
         }
         if (!l->open_body)
-            l->open_body = build_open(l, index, &l->open_len);
+            l->open_body = build_open(l, index, &l->open_id, &l->open_len);
         if (l->open_body) {
             if (l->open_blocked) {
                 const int64_t wait = now - (ph->t0 + a->t_ns);
@@ -194,7 +209,8 @@ static void send_open(driver_loop *l, int64_t now)
             }
             l->open_blocked = false;
             if (send_request(l, -1, workload_arrival_user(ph->wl, index), TOKENLOG_BG,
-                             l->open_body, l->open_len, a->prompt_tokens, a->max_tokens,
+                             l->open_body, l->open_len, l->open_id, a->prompt_tokens,
+                             a->max_tokens,
                              a->t_ns))
                 l->open_in_flight++;
             l->res.open_requests++;
@@ -203,7 +219,7 @@ static void send_open(driver_loop *l, int64_t now)
         l->next_open++;
     }
     if (l->next_open < l->n_open && !l->open_body && !l->stopping)
-        l->open_body = build_open(l, l->open_idx[l->next_open], &l->open_len);
+        l->open_body = build_open(l, l->open_idx[l->next_open], &l->open_id, &l->open_len);
 }
 
 /* t = 0: the users are mid-answer (steady state, no synchronized start). Their answers in
@@ -412,17 +428,17 @@ static void send_injections(driver_loop *l, int64_t now)
     while (l->next_inj < ph->n_plan && now >= ph->t0 + ph->plan[l->next_inj] && !l->stopping) {
         if (!l->inj_body)
             l->inj_body = build(l, TOKENLOG_INJECT, l->next_inj, wl->prompt_tokens,
-                                wl->inject_max_tokens, &l->inj_len);
+                                wl->inject_max_tokens, &l->inj_id, &l->inj_len);
         if (l->inj_body)
-            send_request(l, -1, -1, TOKENLOG_INJECT, l->inj_body, l->inj_len, wl->prompt_tokens,
-                         wl->inject_max_tokens, ph->plan[l->next_inj]);
+            send_request(l, -1, -1, TOKENLOG_INJECT, l->inj_body, l->inj_len, l->inj_id,
+                         wl->prompt_tokens, wl->inject_max_tokens, ph->plan[l->next_inj]);
         l->inj_body = NULL;
         l->next_inj++;
         l->res.injections_sent = l->next_inj;
     }
     if (l->next_inj < ph->n_plan && !l->inj_body && !l->stopping)
         l->inj_body = build(l, TOKENLOG_INJECT, l->next_inj, wl->prompt_tokens,
-                            wl->inject_max_tokens, &l->inj_len);
+                            wl->inject_max_tokens, &l->inj_id, &l->inj_len);
 }
 
 /* Give the rows this loop collected since last time to the incremental files, and write

@@ -53,6 +53,7 @@ struct driver_loop {
     int next_inj; /* the injector: the next injection of the plan */
     char *inj_body;
     size_t inj_len;
+    int64_t inj_id; /* its request id (given when its body is built) */
     /* open-loop arrivals (an open loop): the plan's indices it sends, in time order */
     bool open_loop;
     const int64_t *open_idx;
@@ -61,6 +62,7 @@ struct driver_loop {
     bool open_blocked;              /* the next arrival is due and waits for a slot */
     char *open_body;                /* the next arrival's body, built ahead of its time */
     size_t open_len;
+    int64_t open_id;
     driver_result res; /* this loop's totals and fidelity samples */
     const char *first_violation; /* in words, NULL none; and when */
     int64_t first_violation_ns;
@@ -100,7 +102,8 @@ struct driver_shared {
     char last_error[128]; /* the last request's error, recorded or not */
     _Atomic int64_t consecutive_errors; /* requests ended in error, in a row, over all loops */
     int64_t error_limit;
-    _Atomic int64_t next_request;       /* the incremental files' request ids */
+    _Atomic int64_t next_request;       /* the request ids: the incremental files', and what
+                                           the embedded server's sched log names them by */
     _Atomic int64_t held_events;        /* over the loops, while log_events_max > 0 */
     atomic_bool dropping;               /* past log_events_max: events leave once written */
     /* A trace replayed to its end (wl.until_trace_end): this process's open-loop requests

@@ -19,7 +19,7 @@
  * One module, a file per job: tokenlog.c holds the log in memory and writes the format
  * (rows, whole files, the incremental writer); tokenlog_read.c reads it back (whole files,
  * row by row, a live server's step log); tokenlog_merge.c puts logs kept apart (one per
- * client thread) together in time order. */
+ * client thread) together in time order, and names a live server's sched log as they are. */
 #ifndef STALLSCOPE_TOKENLOG_H
 #define STALLSCOPE_TOKENLOG_H
 #include <stdbool.h>
@@ -68,6 +68,10 @@ typedef struct tokenlog_request {
     int32_t completion_tokens; /* as the server reported (usage), else as counted */
     char finish_reason[16];    /* "length", "stop", "abort", "" */
     char error[128];           /* "" when fine */
+    int64_t sent_id;           /* in memory only, no column: the id a live client's request
+                                  gave the server (the incremental files' id; the merge
+                                  renumbers `request`, not this), by which the embedded
+                                  server's sched log names it */
 } tokenlog_request;
 
 typedef struct tokenlog_step {
@@ -246,5 +250,11 @@ int tokenlog_merge_order(tokenlog *part, char *err);
  * naming those rows; of two rows in the same place, the earlier part's first. -1 with err
  * when out of memory. */
 int tokenlog_merge(tokenlog *const *parts, int n_parts, bool events, tokenlog *out, char *err);
+/* A live server's sched events (read into log, naming each request by the id the client sent
+ * it: its row's sent_id) named as the run's files name the requests: by the row's `request`
+ * (the merged log's), or by sent_id itself when `sent` (a run whose incremental files, which
+ * keep those ids, are its record). The events of a request without a row (a probe, a warm-up
+ * request that ended before t = 0) are dropped. -1 with err when out of memory. */
+int tokenlog_name_sched_events(tokenlog *log, bool sent, char *err);
 
 #endif

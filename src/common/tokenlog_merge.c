@@ -234,3 +234,42 @@ done:
     free(h.parts);
     return rc == 0 ? 0 : err_set(err, "out of memory merging the token log");
 }
+
+/* ---- a live server's sched log, named as the rows are ---------------------------------- */
+
+typedef struct sent_name {
+    int64_t sent, name;
+} sent_name;
+
+static int cmp_sent(const void *x, const void *y)
+{
+    const sent_name *a = x, *b = y;
+    return (a->sent > b->sent) - (a->sent < b->sent);
+}
+
+int tokenlog_name_sched_events(tokenlog *log, bool sent, char *err)
+{
+    if (log->n_sched_events == 0)
+        return 0;
+    sent_name *names = malloc((size_t)(log->n_requests ? log->n_requests : 1) * sizeof *names);
+    if (!names)
+        return err_set(err, "out of memory naming the sched log's requests");
+    for (int64_t i = 0; i < log->n_requests; i++)
+        names[i] = (sent_name){log->requests[i].sent_id,
+                               sent ? log->requests[i].sent_id : log->requests[i].request};
+    qsort(names, (size_t)log->n_requests, sizeof *names, cmp_sent);
+    int64_t kept = 0;
+    for (int64_t i = 0; i < log->n_sched_events; i++) {
+        tokenlog_sched_event ev = log->sched_events[i];
+        const sent_name key = {ev.request, 0};
+        const sent_name *found =
+            bsearch(&key, names, (size_t)log->n_requests, sizeof *names, cmp_sent);
+        if (!found)
+            continue;
+        ev.request = found->name;
+        log->sched_events[kept++] = ev;
+    }
+    log->n_sched_events = kept;
+    free(names);
+    return 0;
+}

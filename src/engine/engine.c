@@ -23,6 +23,7 @@
 
 #include "common/clock.h"
 #include "common/tokenlog.h"
+#include "engine/sched_events.h"
 
 struct engine {
     engine_config cfg;
@@ -332,6 +333,32 @@ static void handle_token(engine *e, const sched_item *item, int32_t token, int64
     r->finishing = (engine_finish)ev->finish;
 }
 
+/* Both logs' rows out at least once a second (and when the engine goes idle, and at exit). */
+static void flush_logs(engine *e, int64_t now_ns)
+{
+    if (e->cfg.step_log)
+        fflush(e->cfg.step_log);
+    if (e->cfg.sched_log)
+        fflush(e->cfg.sched_log);
+    e->last_flush_ns = now_ns;
+    e->log_dirty = false;
+}
+
+/* What the step did to requests' places, before any of them can end (their memory is the
+ * engine's until their final event is polled, after this step). */
+static void write_sched_log(engine *e, const sched_batch *batch, int64_t step, int64_t start_ns)
+{
+    if (!e->cfg.sched_log)
+        return;
+    for (int i = 0; i < batch->n_changes; i++) {
+        const sched_change *c = &batch->changes[i];
+        const tokenlog_sched_event row =
+            sched_events_row(c, step, start_ns, ((const engine_req *)c->req->user)->log_id);
+        tokenlog_write_sched_event(e->cfg.sched_log, &row);
+        e->log_dirty = true;
+    }
+}
+
 static void write_step_log(engine *e, int64_t step, const engine_step_info *info)
 {
     if (!e->cfg.step_log)
@@ -348,11 +375,8 @@ static void write_step_log(engine *e, int64_t step, const engine_step_info *info
     };
     tokenlog_write_step(e->cfg.step_log, &row);
     e->log_dirty = true;
-    if (info->t_end_ns - e->last_flush_ns >= CLOCK_NS_PER_S) {
-        fflush(e->cfg.step_log);
-        e->last_flush_ns = info->t_end_ns;
-        e->log_dirty = false;
-    }
+    if (info->t_end_ns - e->last_flush_ns >= CLOCK_NS_PER_S)
+        flush_logs(e, info->t_end_ns);
 }
 
 /* Run the batch starting at start_ns; returns when the next step may start. */
@@ -382,6 +406,7 @@ static int64_t run_step(engine *e, const sched_batch *batch, int64_t start_ns)
         publish(e);
         return t_end;
     }
+    write_sched_log(e, batch, step, start_ns);
 
     for (int i = 0; i < n; i++)
         if (batch->items[i].samples)
@@ -460,11 +485,8 @@ static engine_req *take_inbox(engine *e, bool *stopping)
  * the step log). */
 static void wait_for_work(engine *e)
 {
-    if (e->log_dirty && e->cfg.step_log) {
-        fflush(e->cfg.step_log);
-        e->log_dirty = false;
-        e->last_flush_ns = clock_now_ns();
-    }
+    if (e->log_dirty)
+        flush_logs(e, clock_now_ns());
     int64_t deadline = clock_now_ns() + CLOCK_NS_PER_S;
     struct timespec ts = {deadline / CLOCK_NS_PER_S, deadline % CLOCK_NS_PER_S};
     pthread_mutex_lock(&e->lock);
@@ -534,8 +556,7 @@ static void *engine_main(void *arg)
         }
         next_start = run_step(e, &batch, next_start);
     }
-    if (e->cfg.step_log)
-        fflush(e->cfg.step_log);
+    flush_logs(e, clock_now_ns());
     return NULL;
 }
 
@@ -573,6 +594,10 @@ engine *engine_create(const engine_config *cfg, char *err)
     if (cfg->step_log) {
         tokenlog_write_steps_header(cfg->step_log);
         fflush(cfg->step_log);
+    }
+    if (cfg->sched_log) {
+        tokenlog_write_sched_events_header(cfg->sched_log);
+        fflush(cfg->sched_log);
     }
     e->last_flush_ns = clock_now_ns();
     return e;

@@ -60,6 +60,7 @@ typedef struct engine_req {
     const char *const *stop; /* stop strings (caller-owned, non-empty), n_stop of them */
     int n_stop;
     void *user;              /* the caller's */
+    int64_t log_id;          /* the request in the sched log (sched_events.csv's request) */
 
     /* ---- output: written by the engine before the final event ---- */
     char error[ERR_LEN]; /* why, when the final event says ENGINE_FINISH_ERROR */
@@ -111,6 +112,8 @@ typedef struct engine_config {
     exec *executor;        /* owned by the engine from engine_create on (even on failure) */
     FILE *step_log;        /* NULL: none. Caller-owned; header + one row per step, flushed at
                               least once a second and at exit */
+    FILE *sched_log;       /* NULL: none. The same for sched_events.csv's rows: what each step
+                              did to requests' places (sched.h), naming each by its log_id */
     void (*notify)(void *arg); /* called on the engine thread when events become available */
     void *notify_arg;
     bool realtime; /* try SCHED_FIFO for the engine thread (precise step wake-ups) */

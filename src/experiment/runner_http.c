@@ -55,6 +55,7 @@ typedef struct embedded {
     char url[128];
     char log_path[4200];
     char step_log[4200];
+    char sched_log[4200];
 } embedded;
 
 /* Ready once it printed "listening on http://HOST:PORT" (its URL). */
@@ -104,11 +105,14 @@ static int embedded_start(const experiment_phase *ph, embedded *e, char *err)
     char config[4200];
     if (fsio_join(e->log_path, sizeof e->log_path, ph->dir, "server.log", err) != 0 ||
         fsio_join(e->step_log, sizeof e->step_log, ph->dir, "server_steps_raw.csv", err) != 0 ||
+        fsio_join(e->sched_log, sizeof e->sched_log, ph->dir, "server_sched_raw.csv", err) != 0 ||
         fsio_join(config, sizeof config, ph->dir, "config.json", err) != 0)
         return -1;
     unlink(e->step_log);
+    unlink(e->sched_log);
     char *argv[] = {"stallscope", "serve", "--host", "127.0.0.1", "--port", "0",
-                    "--step-log", e->step_log, "--config", config, NULL};
+                    "--step-log", e->step_log, "--sched-events", e->sched_log,
+                    "--config", config, NULL};
     proc_spec spec = {.argv = argv, .exe = "/proc/self/exe", .log_path = e->log_path,
                       .die_with_parent = true};
     if (proc_start(&e->child, &spec, err) != 0)
@@ -527,6 +531,7 @@ static int first_contact(http_runner *hr, const experiment_phase *ph, const tran
     /* Our own server: ids from the model's vocabulary, and its emit times. */
     hr->api.vocab = remote ? hr->api.vocab : cfg->cost.arch.vocab;
     hr->api.timestamps = remote ? cfg->client.fidelity : true;
+    hr->api.request_ids = !remote; /* its sched log names them as the run's files do */
     hr->api.extra_body = cfg->client.extra_body;
     if (cfg->client.model_name[0])
         snprintf(hr->api.model, sizeof hr->api.model, "%s", cfg->client.model_name);
@@ -703,12 +708,19 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
     if (!remote) {
         embedded_stop(&server, ph->notes);
         char why[ERR_LEN];
-        if (tokenlog_read_steps(log, server.step_log, res.t0_ns, res.t_end_ns, NULL, why) != 0) {
+        /* The server's steps and what they did to requests' places, in the run's window; the
+         * places' requests named as the run's files name them. */
+        if (tokenlog_read_steps(log, server.step_log, res.t0_ns, res.t_end_ns, NULL, why) != 0 ||
+            tokenlog_read_sched_events(log, server.sched_log, res.t0_ns, res.t_end_ns, NULL,
+                                       why) != 0 ||
+            tokenlog_name_sched_events(log, res.events_dropped, why) != 0) {
             err_set(err, "%s", why);
             goto done;
         }
-        if (res.complete)
+        if (res.complete) {
             unlink(server.step_log);
+            unlink(server.sched_log);
+        }
     }
     record_learned(hr, ph, &res, &shard_start, meta);
     if (write_record(ph, log, &res, meta, err) != 0)

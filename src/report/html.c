@@ -494,7 +494,8 @@ static void write_config(FILE *out, const report_run *x)
 
 static void write_files(FILE *out, const report_set *set, bool steps)
 {
-    static const char *const names[] = {"tokens.csv", "requests.csv", "steps.csv", "stalls.csv",
+    static const char *const names[] = {"tokens.csv", "requests.csv", "steps.csv",
+                                        "sched_events.csv", "stalls.csv",
                                         "summary.json", "config.json", "fidelity.json",
                                         "server_metrics.csv"};
     fputs("<section id=\"files\">\n<h2>Files</h2>\n<ul class=\"files\">\n", out);

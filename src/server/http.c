@@ -199,10 +199,18 @@ server *server_create(const server_config *cfg, exec *executor, char *err)
             goto error_executor;
         }
     }
+    if (cfg->sched_log_path[0]) {
+        s->sched_log = fopen(cfg->sched_log_path, "w");
+        if (!s->sched_log) {
+            err_set(err, "%s: %s", cfg->sched_log_path, strerror(errno));
+            goto error_executor;
+        }
+    }
     engine_config ecfg = {
         .sched = cfg->sched,
         .executor = executor,
         .step_log = s->step_log,
+        .sched_log = s->sched_log,
         .notify = streams_notify,
         .notify_arg = s,
         .realtime = cfg->realtime,
@@ -326,6 +334,8 @@ void server_free(server *s)
         event_base_free(s->base);
     if (s->step_log)
         fclose(s->step_log);
+    if (s->sched_log)
+        fclose(s->sched_log);
     sched_free(s->probe);
     buf_free(&s->scratch);
     free(s);

@@ -36,6 +36,7 @@ struct server {
     sched *probe; /* admission checks on the loop thread; never runs a step */
     conns *conns; /* request read deadlines (slowloris) */
     FILE *step_log;
+    FILE *sched_log;
     int port;
     int64_t next_id;
     int64_t created; /* Unix time at start, for /v1/models */

@@ -357,7 +357,16 @@ static int read_extension(json_t *root, openai_request *out, openai_error *error
         return openai_fail(error, 400, TYPE_INVALID, "stallscope",
                            "'stallscope' must be an object like {\"timestamps\": true}, not %s",
                            type_name(ext));
-    return read_bool(ext, "timestamps", &out->timestamps, error);
+    long long id = -1;
+    bool present = false;
+    if (read_bool(ext, "timestamps", &out->timestamps, error) != 0 ||
+        read_int(ext, "request", &id, &present, error) != 0)
+        return -1;
+    if (present && id < 0)
+        return openai_fail(error, 400, TYPE_INVALID, "request",
+                           "'stallscope.request' must be an integer >= 0, not %lld", id);
+    out->client_id = present ? id : -1;
+    return 0;
 }
 
 static int read_sampling(json_t *root, openai_request *out, openai_error *error)
@@ -465,6 +474,7 @@ int openai_parse_request(openai_endpoint endpoint, const char *body, size_t len,
                          const openai_limits *lim, openai_request *out, openai_error *error)
 {
     memset(out, 0, sizeof *out);
+    out->client_id = -1;
     out->endpoint = endpoint;
     out->temperature = 1.0; /* vLLM's default */
     json_error_t jerr;

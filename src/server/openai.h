@@ -17,7 +17,9 @@
  *                           of 1..1024 bytes), n (1 only)
  *   stallscope              extension: {"timestamps": true} adds to every SSE chunk
  *                           "stallscope": {"emit_ns": CLOCK_MONOTONIC ns when the server
- *                           wrote the chunk, "step": engine step index of its token}
+ *                           wrote the chunk, "step": engine step index of its token};
+ *                           {"request": N} (an integer >= 0) names the request in the
+ *                           server's sched log (serve --sched-events) by the client's id
  * Unknown fields are ignored (vLLM warns and goes on). Refused as unsupported: n > 1,
  * best_of > 1, echo: true.
  *
@@ -58,6 +60,7 @@ typedef struct openai_request {
     bool include_usage;
     bool continuous_usage;
     bool timestamps;
+    int64_t client_id; /* the stallscope extension's "request", -1 when not given */
     int prompt_tokens;
     int32_t *prompt_ids; /* malloc'd when the prompt was token ids, else NULL */
     uint64_t prompt_hash; /* FNV-1a of the prompt's bytes or ids: greedy answers follow it */

@@ -148,6 +148,8 @@ static void handle_generate(server *s, struct evhttp_request *hreq, openai_endpo
     st->conn = evhttp_request_get_connection(hreq);
     engine_req *er = &st->er;
     er->id = id;
+    /* The sched log names it as its client does, when the client says (runner_http). */
+    er->log_id = st->req.client_id >= 0 ? st->req.client_id : id;
     er->prompt_tokens = st->req.prompt_tokens;
     er->max_tokens = st->req.max_tokens;
     er->seq = (exec_seq){

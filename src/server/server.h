@@ -45,6 +45,7 @@ typedef struct server_config {
     int max_waiting; /* 0: SERVER_DEFAULT_MAX_WAITING (see above) */
     int64_t read_timeout_ns; /* 0: SERVER_DEFAULT_READ_TIMEOUT_S (see above) */
     char step_log_path[1024]; /* "": no step log */
+    char sched_log_path[1024]; /* "": no sched log (sched_events.csv's rows) */
     sched_config sched;
     bool handle_signals; /* SIGINT / SIGTERM start a graceful shutdown */
     bool realtime;       /* try SCHED_FIFO for the engine thread (engine_config.realtime) */

@@ -121,7 +121,12 @@ static int cmp_event(const void *x, const void *y)
  *      was out of every step: "preempted" (the prefill is still its culprit);
  *   5  carried through the long step: its gap 1200-1400 is a "prefill";
  *   6  resumed at 100 after a preemption before the log began (a live server's log is read
- *      from the run's t = 0; its token at 5 was read just after): "preempted". */
+ *      from the run's t = 0; its token at 5 was read just after): "preempted";
+ *   7  its token at 100, the next read only at 300: preempted at 150, so the steps from 100
+ *      to 150 carried it and their tokens were read late: "client";
+ *   8  its first token from elsewhere at 403 (disaggregated prefill: it joins the decode
+ *      instance mid-step), left out of the next step (410) for want of a seat, back at 600:
+ *      its gap 403-610 is "not scheduled". */
 static void test_causes_from_requests_places(void **state)
 {
     (void)state;
@@ -139,6 +144,10 @@ static void test_causes_from_requests_places(void **state)
     tokens(&log, 5, 4, 1400, 1500);
     tokens(&log, 6, 5, 5, 5);
     tokens(&log, 6, 5, 110, 200);
+    tokens(&log, 7, 6, 10, 100);
+    tokens(&log, 7, 6, 300, 300);
+    tokens(&log, 8, 7, 403, 403);
+    tokens(&log, 8, 7, 610, 700);
     qsort(log.events, (size_t)log.n_events, sizeof *log.events, cmp_event);
     tokenlog_request inject = {.request = 9, .user = -1, .kind = TOKENLOG_INJECT,
                                .t_plan_ns = 1195 * MS, .t_send_ns = 1195 * MS,
@@ -157,9 +166,13 @@ static void test_causes_from_requests_places(void **state)
         t = end;
     }
     sched_event(&log, 100, 6, TOKENLOG_RESUMED);
+    sched_event(&log, 150, 7, TOKENLOG_PREEMPTED);
+    sched_event(&log, 250, 7, TOKENLOG_RESUMED);
     sched_event(&log, 200, 1, TOKENLOG_PREEMPTED);
     sched_event(&log, 350, 1, TOKENLOG_RESUMED);
+    sched_event(&log, 410, 8, TOKENLOG_LEFT_OUT);
     sched_event(&log, 500, 2, TOKENLOG_LEFT_OUT);
+    sched_event(&log, 600, 8, TOKENLOG_REJOINED);
     sched_event(&log, 640, 2, TOKENLOG_REJOINED);
     sched_event(&log, 1190, 4, TOKENLOG_PREEMPTED);
     sched_event(&log, 1400, 4, TOKENLOG_RESUMED);
@@ -187,12 +200,14 @@ static void test_causes_from_requests_places(void **state)
                               "800000000,2,3,100.000000,client,\n"
                               "1190000000,3,4,220.000000,preempted,9:8000\n"
                               "1200000000,4,5,200.000000,prefill,9:8000\n"
-                              "5000000,5,6,105.000000,preempted,\n");
+                              "5000000,5,6,105.000000,preempted,\n"
+                              "100000000,6,7,200.000000,client,\n"
+                              "403000000,7,8,207.000000,not_scheduled,\n");
     const analysis_attribution *a = &s.attribution;
     assert_int_equal(a->by_cause[ANALYSIS_CAUSE_PREEMPTED].stalls, 3);
     assert_float_equal(a->by_cause[ANALYSIS_CAUSE_PREEMPTED].frozen_user_s, 0.485, 1e-9);
-    assert_int_equal(a->by_cause[ANALYSIS_CAUSE_NOT_SCHEDULED].stalls, 1);
-    assert_int_equal(a->by_cause[ANALYSIS_CAUSE_CLIENT].stalls, 1);
+    assert_int_equal(a->by_cause[ANALYSIS_CAUSE_NOT_SCHEDULED].stalls, 2);
+    assert_int_equal(a->by_cause[ANALYSIS_CAUSE_CLIENT].stalls, 2);
     assert_int_equal(a->by_cause[ANALYSIS_CAUSE_PREFILL].stalls, 1);
     analysis_summary_free(&s);
 
@@ -201,11 +216,12 @@ static void test_causes_from_requests_places(void **state)
     log.n_sched_events = 0;
     if (analysis_summarize(&log, &opt, &s, err) != 0)
         fail_msg("analysis_summarize: %s", err);
-    static const analysis_cause before[] = {ANALYSIS_CAUSE_CLIENT, ANALYSIS_CAUSE_CLIENT,
-                                            ANALYSIS_CAUSE_CLIENT, ANALYSIS_CAUSE_PREFILL,
-                                            ANALYSIS_CAUSE_PREFILL, ANALYSIS_CAUSE_CLIENT};
-    assert_int_equal(s.n_stall_list, 6);
-    for (int i = 0; i < 6; i++)
+    static const analysis_cause before[] = {ANALYSIS_CAUSE_CLIENT,  ANALYSIS_CAUSE_CLIENT,
+                                            ANALYSIS_CAUSE_CLIENT,  ANALYSIS_CAUSE_PREFILL,
+                                            ANALYSIS_CAUSE_PREFILL, ANALYSIS_CAUSE_CLIENT,
+                                            ANALYSIS_CAUSE_CLIENT,  ANALYSIS_CAUSE_CLIENT};
+    assert_int_equal(s.n_stall_list, 8);
+    for (int i = 0; i < 8; i++)
         assert_int_equal(s.stall_list[i].cause, before[i]);
     analysis_summary_free(&s);
     tokenlog_free(&log);

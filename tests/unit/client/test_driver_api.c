@@ -31,9 +31,9 @@ static void test_body(void **state)
     api.timestamps = true;
     char err[ERR_LEN];
     size_t len;
-    char *a = driver_build_body(&api, &wl, 1, 1, 0, 8000, 16, &len, err);
-    char *b = driver_build_body(&api, &wl, 1, 1, 1, 8000, 16, &len, err);
-    char *c = driver_build_body(&api, &wl, 0, 1, 0, 8000, 16, &len, err);
+    char *a = driver_build_body(&api, &wl, 1, 1, 0, 8000, 16, -1, &len, err);
+    char *b = driver_build_body(&api, &wl, 1, 1, 1, 8000, 16, -1, &len, err);
+    char *c = driver_build_body(&api, &wl, 0, 1, 0, 8000, 16, -1, &len, err);
     assert_non_null(a);
     json_t *root = json_loads(a, 0, NULL);
     assert_int_equal(json_array_size(json_object_get(root, "prompt")), 8000);
@@ -54,7 +54,7 @@ static void test_body(void **state)
     /* --extra-body: its members over ours (a model of the user's, sampling settings), the
      * rest of the body as before. */
     api.extra_body = "{\"temperature\":0.5,\"model\":\"other\",\"chat_template_kwargs\":{\"x\":1}}";
-    a = driver_build_body(&api, &wl, 1, 1, 0, 8000, 16, &len, err);
+    a = driver_build_body(&api, &wl, 1, 1, 0, 8000, 16, -1, &len, err);
     assert_non_null(a);
     root = json_loads(a, 0, NULL);
     assert_true(json_real_value(json_object_get(root, "temperature")) == 0.5);
@@ -72,7 +72,7 @@ static void test_body(void **state)
     api.timestamps = false;
     api.text_overhead = 10;
     api.text_per_word = 2;
-    a = driver_build_body(&api, &wl, 1, 0, 0, 110, 16, &len, err);
+    a = driver_build_body(&api, &wl, 1, 0, 0, 110, 16, -1, &len, err);
     root = json_loads(a, 0, NULL);
     json_t *msg = json_array_get(json_object_get(root, "messages"), 0);
     const char *text = json_string_value(json_object_get(msg, "content"));
@@ -80,6 +80,38 @@ static void test_body(void **state)
     for (const char *p = text; *p; p++)
         words += *p == ' ';
     assert_int_equal(words, 50); /* (110 - 10) / 2 */
+    assert_null(json_object_get(root, "stallscope"));
+    json_decref(root);
+    free(a);
+
+    /* The embedded server's sched log names the request by the id given (alone, or beside
+     * the timestamps); no id, or a server that is not ours: no "request". */
+    api.request_ids = true;
+    for (int stamps = 0; stamps < 2; stamps++) {
+        api.timestamps = stamps;
+        a = driver_build_body(&api, &wl, 1, 0, 0, 110, 16, 42, &len, err);
+        root = json_loads(a, 0, NULL);
+        json_t *ours = json_object_get(root, "stallscope");
+        assert_int_equal(json_integer_value(json_object_get(ours, "request")), 42);
+        assert_int_equal(json_is_true(json_object_get(ours, "timestamps")), stamps);
+        json_decref(root);
+        free(a);
+    }
+    a = driver_build_body_text(&api, "hi", 2, 16, 43, &len, err);
+    root = json_loads(a, 0, NULL);
+    json_t *ours = json_object_get(root, "stallscope");
+    assert_int_equal(json_integer_value(json_object_get(ours, "request")), 43);
+    json_decref(root);
+    free(a);
+    api.timestamps = false;
+    a = driver_build_body(&api, &wl, 1, 0, 0, 110, 16, -1, &len, err);
+    root = json_loads(a, 0, NULL);
+    assert_null(json_object_get(root, "stallscope"));
+    json_decref(root);
+    free(a);
+    api.request_ids = false;
+    a = driver_build_body(&api, &wl, 1, 0, 0, 110, 16, 42, &len, err);
+    root = json_loads(a, 0, NULL);
     assert_null(json_object_get(root, "stallscope"));
     json_decref(root);
     free(a);

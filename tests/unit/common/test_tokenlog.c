@@ -315,6 +315,37 @@ static void test_sched_events(void **state)
     remove_tree(dir);
 }
 
+/* A live server's sched log names requests by the ids their bodies gave (sent_id): named as
+ * the merged log's rows are (request), or kept (the incremental files' ids); the events of a
+ * request without a row (a probe) dropped. */
+static void test_name_sched_events(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "";
+    for (int sent = 0; sent < 2; sent++) {
+        tokenlog log;
+        tokenlog_init(&log);
+        const int64_t sent_ids[] = {17, 5, 9};
+        for (int i = 0; i < 3; i++) {
+            tokenlog_request r = {.request = i, .sent_id = sent_ids[i]};
+            assert_int_equal(tokenlog_add_request(&log, &r, NULL), 0);
+        }
+        const int64_t logged[] = {9, 3, 17, 5};
+        for (int i = 0; i < 4; i++) {
+            tokenlog_sched_event e = {.step = i, .t_ns = i, .request = logged[i],
+                                      .event = TOKENLOG_PREEMPTED};
+            assert_int_equal(tokenlog_add_sched_event(&log, &e), 0);
+        }
+        assert_int_equal(tokenlog_name_sched_events(&log, sent, err), 0);
+        assert_int_equal(log.n_sched_events, 3);
+        const int64_t want[2][3] = {{2, 0, 1}, {9, 17, 5}};
+        for (int i = 0; i < 3; i++)
+            assert_int_equal(log.sched_events[i].request, want[sent][i]);
+        assert_int_equal(log.sched_events[1].step, 2); /* 3's row, step 1, dropped */
+        tokenlog_free(&log);
+    }
+}
+
 /* Write the two files, read, and expect failure with `want` in the message. */
 static void expect_read_error(const char *tokens, const char *requests, const char *want)
 {
@@ -874,6 +905,7 @@ int main(void)
         cmocka_unit_test(test_reader_tolerates_crlf_and_blank_lines),
         cmocka_unit_test(test_reads_steps_without_late_ns),
         cmocka_unit_test(test_sched_events),
+        cmocka_unit_test(test_name_sched_events),
         cmocka_unit_test(test_read_errors_name_file_and_line),
         cmocka_unit_test(test_writer_whole_rows_always),
         cmocka_unit_test(test_writer_full_disk),

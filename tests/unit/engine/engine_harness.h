@@ -121,20 +121,27 @@ static inline sched_config small_sched(void)
                           .kv_blocks = 4096};
 }
 
-static inline void harness_start(harness *h, exec *x, sched_config sc, FILE *log)
+/* With its step log and its sched log (either NULL). */
+static inline void harness_start_logs(harness *h, exec *x, sched_config sc, FILE *log,
+                                      FILE *sched_log)
 {
     /* SCHED_FIFO where allowed, as the server asks: precise wake-ups on a busy machine. */
     const bool realtime = x->paced;
     memset(h, 0, sizeof *h);
     pthread_mutex_init(&h->lock, NULL);
     pthread_cond_init(&h->cond, NULL);
-    engine_config cfg = {.sched = sc, .executor = x, .step_log = log, .notify = on_notify,
-                         .notify_arg = h, .realtime = realtime};
+    engine_config cfg = {.sched = sc, .executor = x, .step_log = log, .sched_log = sched_log,
+                         .notify = on_notify, .notify_arg = h, .realtime = realtime};
     char err[ERR_LEN] = "";
     h->e = engine_create(&cfg, err);
     if (!h->e)
         fail_msg("engine_create: %s", err);
     assert_int_equal(engine_start(h->e, err), 0);
+}
+
+static inline void harness_start(harness *h, exec *x, sched_config sc, FILE *log)
+{
+    harness_start_logs(h, x, sc, log, NULL);
 }
 
 static inline void harness_stop(harness *h)

@@ -193,9 +193,58 @@ static void test_many_and_step_log(void **state)
         free(reqs[i]);
 }
 
+/* A cache too small for its requests (8 blocks of 16 tokens; each needs up to 4): the engine
+ * preempts, and its sched log (serve --sched-events) has a row for each preemption and each
+ * re-admission, after the header, naming the request by its log_id; every request still gets
+ * all its tokens. */
+static void test_sched_log(void **state)
+{
+    (void)state;
+    FILE *log = tmpfile();
+    harness h;
+    sched_config sc = small_sched();
+    sc.kv_blocks = 8;
+    harness_start_logs(&h, fake_exec(), sc, NULL, log);
+    enum { N = 6 };
+    engine_req *reqs[N];
+    got g[N];
+    memset(g, 0, sizeof g);
+    for (int i = 0; i < N; i++) {
+        reqs[i] = new_req(i, 16, 40);
+        reqs[i]->log_id = 1000 + i;
+        engine_submit(h.e, reqs[i]);
+    }
+    drain(&h, reqs, g, N);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(g[i].n_tokens, 40);
+    harness_stop(&h); /* flushes the log */
+    rewind(log);
+    char line[256];
+    assert_non_null(fgets(line, sizeof line, log));
+    assert_string_equal(line, "step,t_ns,request,event\n");
+    int preempted = 0, resumed = 0;
+    long long last_step = -1;
+    while (fgets(line, sizeof line, log)) {
+        long long step, t, request;
+        char event[32];
+        assert_int_equal(sscanf(line, "%lld,%lld,%lld,%31[a-z_]", &step, &t, &request, event), 4);
+        assert_true(request >= 1000 && request < 1000 + N);
+        assert_true(step >= last_step && t > 0);
+        last_step = step;
+        preempted += strcmp(event, "preempted") == 0;
+        resumed += strcmp(event, "resumed") == 0;
+    }
+    assert_true(preempted > 0);
+    assert_int_equal(resumed, preempted); /* every victim came back and finished */
+    fclose(log);
+    for (int i = 0; i < N; i++)
+        free(reqs[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sched_log),
         cmocka_unit_test(test_finish_reasons),
         cmocka_unit_test(test_stop_strings),
         cmocka_unit_test(test_cancel_refuse_shutdown),

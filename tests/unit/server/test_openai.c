@@ -80,11 +80,18 @@ static void test_completion_defaults(void **state)
     assert_int_equal(r.min_tokens, 2);
     assert_true(r.ignore_eos && r.stream && r.include_usage && r.continuous_usage);
     assert_true(r.timestamps);
+    assert_int_equal(r.client_id, -1); /* the client named no id */
     assert_true(r.has_seed);
     assert_int_equal(r.seed, 42);
     assert_int_equal(r.n_stop, 2);
     assert_string_equal(r.stop[1], "yy");
     uint64_t hash = r.prompt_hash;
+    openai_request_free(&r);
+    /* The client's id for the server's sched log. */
+    assert_int_equal(
+        parse(OPENAI_COMPLETIONS, "{\"prompt\":\"x\",\"stallscope\":{\"request\":41}}", &r, &e), 0);
+    assert_int_equal(r.client_id, 41);
+    assert_false(r.timestamps);
     openai_request_free(&r);
     /* A one-element batch is its element; the prompt hash follows the prompt. */
     assert_int_equal(parse(OPENAI_COMPLETIONS, "{\"prompt\":[[5,6,7]]}", &r, &e), 0);
@@ -218,6 +225,8 @@ static void test_errors(void **state)
     expect_error(C, "{\"prompt\":\"x\",\"echo\":true}", 400, "echo");
     expect_error(C, "{\"prompt\":\"x\",\"stallscope\":true}", 400, "stallscope");
     expect_error(C, "{\"prompt\":\"x\",\"stallscope\":{\"timestamps\":\"on\"}}", 400, "timestamps");
+    expect_error(C, "{\"prompt\":\"x\",\"stallscope\":{\"request\":-3}}", 400, "request");
+    expect_error(C, "{\"prompt\":\"x\",\"stallscope\":{\"request\":\"7\"}}", 400, "request");
     expect_error(CH, "{}", 400, "messages");
     expect_error(CH, "{\"messages\":[]}", 400, "messages");
     expect_error(CH, "{\"messages\":\"hi\"}", 400, "messages");
