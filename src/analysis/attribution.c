@@ -171,6 +171,12 @@ static void absences_free(absences *ab)
     free(ab->first);
 }
 
+static int cmp_request(const void *x, const void *y)
+{
+    const analysis_pair *a = x, *b = y;
+    return (a->first > b->first) - (a->first < b->first);
+}
+
 /* Empty without sched events. 0, or -1 when out of memory. */
 static int absences_build(const tokenlog *log, absences *ab)
 {
@@ -188,22 +194,17 @@ static int absences_build(const tokenlog *log, absences *ab)
     for (int64_t i = 0; i < log->n_requests; i++)
         ab->first[ab->n_first++] =
             (analysis_pair){log->requests[i].request, log->requests[i].t_first_ns};
-    qsort(ab->first, (size_t)ab->n_first, sizeof *ab->first, analysis_cmp_pair);
+    qsort(ab->first, (size_t)ab->n_first, sizeof *ab->first, cmp_request);
     return 0;
 }
 
 /* Request's first token, -1 unknown. */
 static int64_t first_token(const absences *ab, int64_t request)
 {
-    int64_t lo = 0, hi = ab->n_first;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (ab->first[mid].first < request)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < ab->n_first && ab->first[lo].first == request ? ab->first[lo].second : -1;
+    const analysis_pair key = {request, 0};
+    const analysis_pair *found =
+        bsearch(&key, ab->first, (size_t)ab->n_first, sizeof *ab->first, cmp_request);
+    return found ? found->second : -1;
 }
 
 /* Whether request was out of the steps when the gap (a, b) began: ANALYSIS_CAUSE_PREEMPTED

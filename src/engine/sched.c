@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "common/err.h"
 
 typedef struct req_list {
@@ -55,7 +56,7 @@ struct sched {
     sched_item *items; /* the batch's items, reused every step */
     int items_capacity;
     sched_change *changes; /* the batch's changes, reused every step: one per live request */
-    int changes_capacity;
+    int64_t changes_capacity;
     int64_t n_steps;       /* sched_next calls so far: the step being built is n_steps */
     int n_unseated;        /* prefilled requests waiting, not yet in a step nor LEFT_OUT */
 };
@@ -194,16 +195,8 @@ static int reserve_items(sched *s, int needed, char *err)
 /* Room for one change per live request (a step changes each at most once). */
 static int reserve_changes(sched *s, int needed, char *err)
 {
-    if (needed <= s->changes_capacity)
-        return 0;
-    int capacity = s->changes_capacity > 0 ? s->changes_capacity : 16;
-    while (capacity < needed)
-        capacity *= 2;
-    sched_change *changes = realloc(s->changes, (size_t)capacity * sizeof *changes);
-    if (!changes)
-        return err_set(err, "out of memory for the changes of %d requests", capacity);
-    s->changes = changes;
-    s->changes_capacity = capacity;
+    if (buf_grow_items((void **)&s->changes, &s->changes_capacity, needed, sizeof *s->changes))
+        return err_set(err, "out of memory for the changes of %d requests", needed);
     return 0;
 }
 

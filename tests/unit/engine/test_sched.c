@@ -339,12 +339,23 @@ static void test_prefill_first_steps(void **state)
     sched_free(s);
 }
 
+static void assert_changes(const sched_batch *batch, int n, const sched_req *const *reqs,
+                           const sched_change_kind *kinds)
+{
+    assert_int_equal(batch->n_changes, n);
+    for (int i = 0; i < n; i++) {
+        assert_ptr_equal(batch->changes[i].req, reqs[i]);
+        assert_int_equal(batch->changes[i].kind, kinds[i]);
+    }
+}
+
 /* 4 blocks of 16 tokens. a and b (prompt 16, 40 tokens each) are admitted together and take
  * 1 block each, then a 2nd each at context 16 (step 6): the cache is full. At step 18 a
  * (context 32) needs a 3rd block: b, the newest, is preempted (generated 17) and goes to the
  * front of the queue, ahead of c which was waiting for a block. b comes back after a
  * finishes (step 40), recomputing 16 + 17 = 33 tokens in 3 blocks; c (1 block) follows it
- * in the same step. */
+ * in the same step. The steps' changes: b PREEMPTED at step 18, RESUMED at step 41 (c is new:
+ * no change), nothing else. */
 static void test_preemption_recompute(void **state)
 {
     (void)state;
@@ -364,6 +375,7 @@ static void test_preemption_recompute(void **state)
     for (int k = 2; k <= 17; k++) {
         assert_int_equal(step(s, &batch), 2); /* c never gets in: no block for it */
         assert_int_equal(batch.n_preempted, 0);
+        assert_int_equal(batch.n_changes, 0);
     }
     assert_int_equal(sched_blocks_used(s), 4);
     assert_int_equal(c.state, SCHED_WAITING);
@@ -373,6 +385,8 @@ static void test_preemption_recompute(void **state)
     assert_ptr_equal(batch.items[0].req, &a);
     assert_int_equal(batch.items[0].context, 32);
     assert_int_equal(batch.n_preempted, 1);
+    assert_changes(&batch, 1, (const sched_req *[]){&b},
+                   (const sched_change_kind[]){SCHED_CHANGE_PREEMPTED});
     assert_int_equal(b.state, SCHED_WAITING);
     assert_int_equal(b.computed, 0);
     assert_int_equal(b.n_blocks, 0);
@@ -388,6 +402,7 @@ static void test_preemption_recompute(void **state)
     for (int k = 19; k <= 40; k++) {
         assert_int_equal(step(s, &batch), 1);
         assert_ptr_equal(batch.items[0].req, &a);
+        assert_int_equal(batch.n_changes, 0);
     }
     assert_int_equal(a.state, SCHED_FINISHED);
     assert_int_equal(a.generated, 40);
@@ -401,6 +416,8 @@ static void test_preemption_recompute(void **state)
     assert_true(batch.items[0].samples);
     assert_ptr_equal(batch.items[1].req, &c);
     assert_int_equal(batch.prefill_tokens, 49);
+    assert_changes(&batch, 1, (const sched_req *[]){&b},
+                   (const sched_change_kind[]){SCHED_CHANGE_RESUMED});
     assert_int_equal(b.n_blocks, 3);
     sched_commit(s, &batch);
     assert_int_equal(b.generated, 18);
@@ -670,48 +687,6 @@ static void test_mixed_recompute_longer_than_budget(void **state)
 }
 
 /* ---- changes: who was preempted, resumed, left out, back in ---------------------------- */
-
-static void assert_changes(const sched_batch *batch, int n, const sched_req *const *reqs,
-                           const sched_change_kind *kinds)
-{
-    assert_int_equal(batch->n_changes, n);
-    for (int i = 0; i < n; i++) {
-        assert_ptr_equal(batch->changes[i].req, reqs[i]);
-        assert_int_equal(batch->changes[i].kind, kinds[i]);
-    }
-}
-
-/* test_preemption_recompute's run: b is PREEMPTED at step 18 and RESUMED at step 41 (with c,
- * a new request: no change); no other step changes anything. */
-static void test_changes_preemption(void **state)
-{
-    (void)state;
-    sched_config cfg = make_config(SCHED_MIXED, 256, 256, 4);
-    sched *s = create_or_fail(&cfg);
-    sched_req a, b, c;
-    init_req(&a, 1, 16, 40);
-    init_req(&b, 2, 16, 40);
-    init_req(&c, 3, 16, 1);
-    add_or_fail(s, &a);
-    add_or_fail(s, &b);
-    sched_batch batch;
-    for (int k = 1; k <= 41; k++) {
-        sched_next(s, &batch);
-        if (k == 18)
-            assert_changes(&batch, 1, (const sched_req *[]){&b},
-                           (const sched_change_kind[]){SCHED_CHANGE_PREEMPTED});
-        else if (k == 41)
-            assert_changes(&batch, 1, (const sched_req *[]){&b},
-                           (const sched_change_kind[]){SCHED_CHANGE_RESUMED});
-        else
-            assert_int_equal(batch.n_changes, 0);
-        sched_commit(s, &batch);
-        if (k == 1)
-            add_or_fail(s, &c);
-    }
-    assert_int_equal(b.state, SCHED_DECODING);
-    sched_free(s);
-}
 
 /* Prefill-first: a prefill-only step leaves the two decoders out (LEFT_OUT once, however many
  * prefill steps follow), the next decode step has them back (REJOINED). A request that has no
@@ -1032,7 +1007,6 @@ int main(void)
         cmocka_unit_test(test_prefill_first_steps),
         cmocka_unit_test(test_preemption_recompute),
         cmocka_unit_test(test_preemption_of_self),
-        cmocka_unit_test(test_changes_preemption),
         cmocka_unit_test(test_changes_left_out),
         cmocka_unit_test(test_fcfs_no_starvation),
         cmocka_unit_test(test_max_num_seqs_cap),
