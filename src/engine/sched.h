@@ -23,7 +23,19 @@
  * A request needs ceil(tokens_in_kv / block_size) KV blocks. When a running request needs a
  * block and none is free, the most recently admitted running request is preempted: its
  * blocks are freed, its progress reset (recompute) and it goes back to the front of the
- * waiting queue, as vLLM does. max_num_seqs caps the running set. */
+ * waiting queue, as vLLM does. max_num_seqs caps the running set.
+ *
+ * Prefix caching (prefix_caching, vLLM's automatic prefix caching; kvcache.h): a request
+ * may name its prompt's full blocks by their hash chain (block_hashes). Once a block's
+ * tokens are computed it is cached; when the request leaves, its cached blocks stay (their
+ * KV kept) until the pool needs them and evicts them, least recently released first. A
+ * request admitted from the waiting queue (new or preempted) starts from the longest
+ * cached prefix of its chain: those tokens are computed already and skip prefill (capped
+ * one token short of what it must compute, so its first step still feeds a token, as vLLM
+ * recomputes the last block of a fully cached prompt). They are still in its context (the
+ * cost model charges attention over them). Blocks holding cached KV that nobody uses count
+ * as free for admission and growth (evicted on demand) but not as used. Off, or without
+ * hashes, nothing is shared and the scheduler behaves exactly as without a cache. */
 #ifndef STALLSCOPE_SCHED_H
 #define STALLSCOPE_SCHED_H
 #include <stdbool.h>
@@ -47,6 +59,7 @@ typedef struct sched_config {
     int max_model_len;          /* prompt + completion at most */
     int block_size;             /* tokens per KV block: 16 */
     int64_t kv_blocks;          /* total KV blocks */
+    bool prefix_caching;        /* reuse cached prefix blocks (see the top of this file) */
 } sched_config;
 
 /* A request as the scheduler sees it. The caller owns the memory (embed it in its own
@@ -58,12 +71,22 @@ typedef struct sched_req {
     int max_tokens;     /* completion tokens at most (>= 1) */
     int min_tokens;     /* engine must not finish early before this many (informational) */
     void *user;
+    /* the hash chain of its full blocks (kvcache_hash_blocks with block_size): the
+     * prompt's, and may go on over completion tokens the caller knows in advance or
+     * appends as they are sampled (up to (prompt_tokens + max_tokens - 1) / block_size; a
+     * block is cached once computed and hashed). NULL, 0: a prompt that shares nothing.
+     * Caller-owned, valid as long as the request. Read only with prefix_caching. */
+    const uint64_t *block_hashes;
+    int n_block_hashes;
     /* state, owned by sched */
     sched_state state;
     int generated;      /* completion tokens sampled so far */
     int computed;       /* tokens whose KV is in the cache */
     int64_t n_blocks;   /* KV blocks held */
     int n_preemptions;
+    int cached_tokens;  /* prompt tokens found cached at its first admission */
+    int n_shared;       /* its first n_shared blocks are cache entries (the rest its own) */
+    bool cache_counted; /* its lookup is in the queries/hits counters */
     int64_t order;      /* arrival sequence number (FCFS) */
     struct sched_req *next, *prev; /* intrusive list links, owned by sched */
 } sched_req;
@@ -81,6 +104,8 @@ typedef struct sched_batch {
     int decode_tokens;  /* items with new_tokens == 1 that were already decoding */
     int prefill_tokens; /* everything else */
     int n_preempted;    /* preemptions while building this step */
+    int prefix_queries; /* prompt tokens of the requests first admitted in this step */
+    int prefix_hits;    /* of them, found cached (prefix caching; fed by nobody) */
 } sched_batch;
 
 typedef struct sched sched;
@@ -116,6 +141,14 @@ int sched_num_waiting(const sched *s);
 int64_t sched_blocks_used(const sched *s);
 int64_t sched_blocks_total(const sched *s);
 int64_t sched_num_preemptions(const sched *s);
+/* Blocks holding cached KV that nobody uses (evictable; not in sched_blocks_used). */
+int64_t sched_blocks_cached(const sched *s);
+/* vLLM's prefix-cache counters, in tokens: every request's prompt at its first admission
+ * (queries) and the part of it found cached (hits). 0 without prefix_caching. */
+int64_t sched_prefix_queries(const sched *s);
+int64_t sched_prefix_hits(const sched *s);
+/* Forget every cached block nobody uses (vLLM's POST /reset_prefix_cache): the count. */
+int64_t sched_reset_prefix_cache(sched *s);
 const sched_config *sched_get_config(const sched *s);
 
 /* "mixed" | "chunked" | "prefill-first" */

@@ -103,6 +103,7 @@ static const field SCHED_FIELDS[] = {
     FLD("max_model_len", F_INT, sched_config, max_model_len),
     FLD("block_size", F_INT, sched_config, block_size),
     FLD("kv_blocks", F_I64, sched_config, kv_blocks),
+    FLD("prefix_caching", F_BOOL, sched_config, prefix_caching),
 };
 
 static const field DEVICE_FIELDS[] = {

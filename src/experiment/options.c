@@ -263,6 +263,13 @@ static int sch_chunked_off(void *c, const char *v, char *err)
     return 0;
 }
 
+static int sch_cache_off(void *c, const char *v, char *err)
+{
+    (void)v, (void)err;
+    ((experiment_config *)c)->sched.prefix_caching = false;
+    return 0;
+}
+
 static const opts_spec sched_specs[] = {
     OPTS_FN("policy", "P", "mixed | chunked | prefill-first (default mixed: one-step prefill)",
             sch_policy),
@@ -274,6 +281,12 @@ static const opts_spec sched_specs[] = {
              sched.max_model_len, 1, MAX_TOKENS),
     OPTS_INT64("kv-blocks", "N", "KV-cache blocks of 16 tokens (default: from GPU memory)", C,
                sched.kv_blocks, 1, (int64_t)1 << 32),
+    OPTS_FLAG("enable-prefix-caching",
+              "reuse cached prefix blocks across requests, vLLM's automatic prefix caching: a "
+              "prompt sharing full 16-token blocks with an earlier one skips their prefill "
+              "(default off here; on by default in vLLM V1 and SGLang)",
+              C, sched.prefix_caching),
+    OPTS_FN("no-enable-prefix-caching", NULL, "prefix caching off (the default)", sch_cache_off),
     OPTS_FN("enable-chunked-prefill", NULL, "alias for --policy chunked", sch_chunked_on),
     OPTS_FN("no-enable-chunked-prefill", NULL, "alias for --policy mixed", sch_chunked_off),
 };

@@ -112,6 +112,11 @@ void metrics_format(const metrics_state *m, const char *model_name, buf *out)
           m->kv_usage);
     counter(out, "vllm:num_preemptions", "Cumulative number of preemptions from the engine.",
             label, (double)m->preemptions);
+    counter(out, "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.", label,
+            (double)m->prefix_queries);
+    counter(out, "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+            label, (double)m->prefix_hits);
     counter(out, "vllm:prompt_tokens", "Number of prefill tokens processed.", label,
             (double)m->prompt_tokens);
     counter(out, "vllm:generation_tokens", "Number of generation tokens processed.", label,
