@@ -286,3 +286,9 @@ int workload_typical_context(const workload_config *cfg)
 {
     return workload_dist_median(&cfg->prompt_len) + workload_dist_median(&cfg->answer_len) / 2;
 }
+
+bool workload_shares_prefixes(const workload_config *cfg)
+{
+    (void)cfg;
+    return false; /* every prompt is made up unique (workload_prompt_ids) */
+}

@@ -262,6 +262,9 @@ int32_t workload_arrival_user(const workload_config *cfg, int64_t index);
  * 4 req/s (Poisson) ..." or the trace's counts. */
 void workload_plan_describe(const workload_plan *plan, const workload_config *cfg, char *buf,
                             size_t size);
+/* Whether requests of cfg share prompt prefixes token for token (a shared system prompt,
+ * multi-turn conversations, a trace's block identities): where prefix caching matters. */
+bool workload_shares_prefixes(const workload_config *cfg);
 /* Prompt token ids for a request, deterministic and unique per (seed, kind, index) so no
  * prefix cache can hide a prefill: fills ids[0..n). */
 void workload_prompt_ids(const workload_config *cfg, int is_inject, int64_t index, int32_t *ids,
