@@ -111,8 +111,8 @@ void engine_req_release(engine_req *req)
     req->n_hashes_max = req->n_pending = 0;
 }
 
-/* Prefix caching: name the prompt's full blocks (token-id prompts only: a text prompt's
- * ids are not kept) and keep the partial last block's ids so sampled tokens go on the
+/* Prefix caching: name the prompt's full blocks (by its token ids, or a text prompt's as the
+ * server tokenized them: cache_ids) and keep the partial last block's ids so sampled tokens go on the
  * chain. Without memory the request simply shares nothing. */
 static void hash_prompt(engine *e, engine_req *r)
 {
@@ -120,8 +120,9 @@ static void hash_prompt(engine *e, engine_req *r)
     r->hashes = NULL;
     r->pending = NULL;
     r->n_hashes_max = r->n_pending = 0;
-    if (!e->cfg.sched.prefix_caching || !r->seq.prompt_ids ||
-        r->seq.n_prompt_ids != r->prompt_tokens || r->max_tokens < 1)
+    const int32_t *ids = r->seq.prompt_ids ? r->seq.prompt_ids : r->cache_ids;
+    const int n_ids = r->seq.prompt_ids ? r->seq.n_prompt_ids : r->n_cache_ids;
+    if (!e->cfg.sched.prefix_caching || !ids || n_ids != r->prompt_tokens || r->max_tokens < 1)
         return;
     const int64_t most = ((int64_t)r->prompt_tokens + r->max_tokens - 1) / bs;
     if (most <= 0 || most > INT32_MAX)
@@ -133,9 +134,9 @@ static void hash_prompt(engine *e, engine_req *r)
         return;
     }
     r->n_hashes_max = (int)most;
-    const int64_t n = kvcache_hash_blocks(r->seq.prompt_ids, r->prompt_tokens, bs, r->hashes);
+    const int64_t n = kvcache_hash_blocks(ids, r->prompt_tokens, bs, r->hashes);
     r->n_pending = (int)(r->prompt_tokens - n * bs);
-    memcpy(r->pending, r->seq.prompt_ids + n * bs, (size_t)r->n_pending * sizeof *r->pending);
+    memcpy(r->pending, ids + n * bs, (size_t)r->n_pending * sizeof *r->pending);
     r->sr.block_hashes = r->hashes;
     r->sr.n_block_hashes = (int)n;
 }

@@ -57,6 +57,11 @@ typedef struct engine_req {
     int prompt_tokens;
     int max_tokens;          /* >= 1 */
     exec_seq seq;            /* sampling parameters for the executor */
+    /* Prefix caching of a text prompt: its ids as the server tokenized them (caller-owned,
+     * n_cache_ids == prompt_tokens, valid until the final event), which name its KV blocks
+     * (seq.prompt_ids does for a token-id prompt). NULL: a text prompt shares nothing. */
+    const int32_t *cache_ids;
+    int n_cache_ids;
     const char *const *stop; /* stop strings (caller-owned, non-empty), n_stop of them */
     int n_stop;
     void *user;              /* the caller's */
