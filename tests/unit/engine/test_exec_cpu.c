@@ -150,6 +150,17 @@ static sched_config make_sched(sched_policy policy, int budget, int64_t kv_block
                           .kv_blocks = kv_blocks};
 }
 
+/* The reference: the request alone on a fresh executor of 64 blocks, no prefix caching. */
+static void run_alone(client_req *r)
+{
+    client_req *one[1] = {r};
+    const int at[1] = {0};
+    exec *x = make_exec(1, 64, NULL);
+    const sched_config cfg = make_sched(SCHED_MIXED, 4096, 64);
+    drive(x, &cfg, one, at, 1, NULL);
+    x->destroy(x);
+}
+
 /* One request alone, then among others under every policy (chunked: its prompt in pieces;
  * a long prompt arriving mid-answer): the same greedy answer each time; every KV block
  * comes back. */
@@ -368,12 +379,8 @@ static void test_eviction_is_honest(void **state)
     /* the same request uninterrupted samples the same second token */
     client_req ref;
     init_req(&ref, 60, 40, 2, 1);
-    client_req *one[1] = {&ref};
-    const int at[1] = {0};
-    exec *y = make_exec(1, 64, NULL);
-    drive(y, &cfg, one, at, 1, NULL);
+    run_alone(&ref);
     assert_int_equal(tokens[0], ref.answer[1]);
-    y->destroy(y);
 }
 
 /* Greedy answers and first logits of a request equal the uncached run's. The logits are
@@ -400,6 +407,9 @@ static void assert_same_answer(const client_req *got, const client_req *want, in
         fail_msg("first logits differ by %g (largest %g)", (double)worst, (double)scale);
 }
 
+/* The prefix caching tests: a prompt of 9 full blocks and 6 tokens, 16 tokens answered. */
+enum { PROMPT = 150, ANSWER = 16 };
+
 /* Prefix caching: the same 150-token prompt three times, once uncached for reference. With
  * the cache, the first computes its 9 full blocks; the second, arriving while the first
  * runs, shares them (144 positions), the third, arriving after both left, finds them kept.
@@ -407,15 +417,10 @@ static void assert_same_answer(const client_req *got, const client_req *want, in
 static void test_cached_prefix_same_logits(void **state)
 {
     (void)state;
-    enum { PROMPT = 150, ANSWER = 16 };
     client_req ref;
     init_req(&ref, 1, PROMPT, ANSWER, 3);
-    client_req *one[1] = {&ref};
-    const int at0[1] = {0};
-    exec *plain = make_exec(1, 64, NULL);
+    run_alone(&ref);
     sched_config cfg = make_sched(SCHED_MIXED, 4096, 64);
-    drive(plain, &cfg, one, at0, 1, NULL);
-    plain->destroy(plain);
 
     client_req first, during, after;
     init_req(&first, 10, PROMPT, ANSWER, 3);
@@ -444,15 +449,10 @@ static void test_cached_prefix_same_logits(void **state)
 static void test_evicted_prefix_recomputed(void **state)
 {
     (void)state;
-    enum { PROMPT = 150, ANSWER = 16 };
     client_req ref;
     init_req(&ref, 1, PROMPT, ANSWER, 4);
-    client_req *one[1] = {&ref};
-    const int at0[1] = {0};
-    exec *plain = make_exec(1, 64, NULL);
+    run_alone(&ref);
     sched_config cfg = make_sched(SCHED_MIXED, 4096, 64);
-    drive(plain, &cfg, one, at0, 1, NULL);
-    plain->destroy(plain);
     cfg.prefix_caching = true;
 
     client_req first, second;
