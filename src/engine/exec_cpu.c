@@ -25,6 +25,7 @@ typedef struct cpu_seq {
     int cap_tokens;
     int kv_tokens;     /* positions whose K and V are in the cache */
     int n_shared;      /* its first n_shared KV blocks are prefix cache entries */
+    bool unnamed;      /* its request's hashes do not name its ids: it caches nothing */
     bool evicted;      /* blocks taken back while it was not scheduled */
     int64_t last_step; /* last step it was in */
     cpu_kv_seq kv;
@@ -219,6 +220,18 @@ static bool free_some(cpu_state *st)
 
 /* ---- the prefix cache -------------------------------------------------------------- */
 
+/* Does the request's hash of block i name the ids this sequence computes there? The engine
+ * may name a text prompt's blocks by the ids the server tokenized it into while the
+ * executor draws its ids from (seed, position) (exec_cpu.h): such a block must never be
+ * shared under that name. Blocks before i are checked already (entries are made and taken
+ * in chain order), so one link checks the whole prefix. */
+static bool names_own_ids(const cpu_seq *s, const sched_req *req, int i)
+{
+    const uint64_t prev = i > 0 ? req->block_hashes[i - 1] : KVCACHE_HASH_SEED;
+    return kvcache_hash_block(prev, s->tokens + (size_t)i * CPU_KV_BLOCK, CPU_KV_BLOCK) ==
+           req->block_hashes[i];
+}
+
 /* The sequence's computed full blocks that its request names become cache entries; a
  * block another sequence computed first is shared instead and its own copy goes back to
  * the pool (the scheduler counts it once, so must the pool). */
@@ -229,9 +242,13 @@ static void cache_computed(cpu_state *st, cpu_seq *s, const sched_req *req)
     int full = s->kv_tokens / CPU_KV_BLOCK;
     if (full > req->n_block_hashes)
         full = req->n_block_hashes;
-    for (; s->n_shared < full; s->n_shared++) {
+    for (; s->n_shared < full && !s->unnamed; s->n_shared++) {
         const uint64_t hash = req->block_hashes[s->n_shared];
         const int32_t own = s->kv.blocks[s->n_shared];
+        if (!names_own_ids(s, req, s->n_shared)) {
+            s->unnamed = true; /* its blocks from here on stay its own */
+            return;
+        }
         const kvcache_put put = kvcache_insert_tagged(st->cache, hash, own);
         if (put == KVCACHE_PRIVATE)
             return; /* out of memory: it stays its own (a miss later, never a wrong hit) */
@@ -265,7 +282,7 @@ static int rebuild_kv(cpu_state *st, cpu_seq *s, const sched_item *item, int *st
     for (; s->n_shared < most; s->n_shared++) {
         const uint64_t hash = req->block_hashes[s->n_shared];
         const int64_t block = kvcache_tag(st->cache, hash);
-        if (block < 0)
+        if (block < 0 || !names_own_ids(s, req, s->n_shared))
             break;
         if (cpu_kv_append(&s->kv, (int32_t)block, err) != 0)
             return -1;

@@ -24,7 +24,10 @@
  * entry (one another request computed first is shared instead, its own copy freed, so the
  * pool counts blocks as the scheduler does), and entries outlive the request until the
  * pool needs their memory (least recently released first, kvcache.h). Shared means the
- * block tables name the same pages: a full block is never written again.
+ * block tables name the same pages: a full block is never written again. A block is cached
+ * or shared only under a hash of the ids this executor computes there (the engine may name
+ * a text prompt's blocks by the ids the server tokenized while the ids here are drawn from
+ * the seed): otherwise the request caches nothing and a scheduler hit is recomputed.
  *
  * An item's context is what the scheduler says is in KV. When the sequence's cache does not
  * hold exactly [0, context) - a new request whose prefix the scheduler found cached, a

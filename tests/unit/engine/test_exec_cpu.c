@@ -488,6 +488,37 @@ static void test_evicted_prefix_recomputed(void **state)
     small->destroy(small);
 }
 
+/* Hashes that do not name the ids the executor computes (as when the engine names a text
+ * prompt's blocks by the server's ids while the executor draws its own): the second
+ * request, under the first one's names, is a scheduler hit, but the executor shares
+ * nothing, recomputes, and answers with its own ids. */
+static void test_foreign_names_not_shared(void **state)
+{
+    (void)state;
+    client_req ref;
+    init_req(&ref, 1, PROMPT, ANSWER, 5);
+    run_alone(&ref);
+    sched_config cfg = make_sched(SCHED_MIXED, 4096, 64);
+    cfg.prefix_caching = true;
+
+    client_req first, second;
+    init_req(&first, 10, PROMPT, ANSWER, 6); /* other ids */
+    init_req(&second, 11, PROMPT, ANSWER, 5);
+    name_blocks(&first);
+    memcpy(second.hashes, first.hashes, sizeof second.hashes); /* the first one's names */
+    second.sr.block_hashes = second.hashes;
+    second.sr.n_block_hashes = first.sr.n_block_hashes;
+    client_req *two[2] = {&first, &second};
+    const int at[2] = {0, 30};
+    exec *x = make_exec(1, 64, NULL);
+    drive(x, &cfg, two, at, 2, NULL);
+    assert_same_answer(&second, &ref, ANSWER);
+    assert_int_equal(exec_cpu_reused_tokens(x), 0);
+    assert_int_equal(exec_cpu_recomputed_tokens(x), 144);
+    assert_int_equal(exec_cpu_blocks_kept(x), 9); /* the first one's; the second kept none */
+    x->destroy(x);
+}
+
 static void test_text_and_tokens(void **state)
 {
     (void)state;
@@ -647,6 +678,7 @@ int main(void)
         cmocka_unit_test(test_eviction_is_honest),
         cmocka_unit_test(test_cached_prefix_same_logits),
         cmocka_unit_test(test_evicted_prefix_recomputed),
+        cmocka_unit_test(test_foreign_names_not_shared),
         cmocka_unit_test(test_text_and_tokens),
         cmocka_unit_test(test_text_prompt_and_modeled_ns),
         cmocka_unit_test(test_warm_start),
