@@ -17,6 +17,7 @@
 typedef struct kv_entry {
     uint64_t hash;
     int64_t refs;
+    int64_t tag; /* the caller's name for the block (kvcache_insert_tagged), or -1 */
     int32_t lru_prev, lru_next; /* in the LRU list while refs == 0 */
 } kv_entry;
 
@@ -236,6 +237,17 @@ void kvcache_ref(kvcache *c, uint64_t hash)
 
 kvcache_put kvcache_insert(kvcache *c, uint64_t hash)
 {
+    return kvcache_insert_tagged(c, hash, -1);
+}
+
+int64_t kvcache_tag(const kvcache *c, uint64_t hash)
+{
+    const int32_t e = find(c, hash);
+    return e == NIL ? -1 : c->entries[e].tag;
+}
+
+kvcache_put kvcache_insert_tagged(kvcache *c, uint64_t hash, int64_t tag)
+{
     const int32_t found = find(c, hash);
     if (found != NIL) {
         take_ref(c, found);
@@ -247,7 +259,8 @@ kvcache_put kvcache_insert(kvcache *c, uint64_t hash)
         return KVCACHE_PRIVATE;
     const int32_t e = c->free_head;
     c->free_head = c->entries[e].lru_next;
-    c->entries[e] = (kv_entry){.hash = hash, .refs = 1, .lru_prev = NIL, .lru_next = NIL};
+    c->entries[e] = (kv_entry){.hash = hash, .refs = 1, .tag = tag, .lru_prev = NIL,
+                               .lru_next = NIL};
     c->n_used++;
     table_put(c, e);
     return KVCACHE_NEW;
@@ -273,8 +286,15 @@ static void drop(kvcache *c, int32_t e)
 
 bool kvcache_evict(kvcache *c)
 {
+    return kvcache_evict_tagged(c, NULL);
+}
+
+bool kvcache_evict_tagged(kvcache *c, int64_t *tag)
+{
     if (c->lru_head == NIL)
         return false;
+    if (tag)
+        *tag = c->entries[c->lru_head].tag;
     drop(c, c->lru_head);
     return true;
 }

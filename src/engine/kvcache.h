@@ -39,11 +39,19 @@ void kvcache_ref(kvcache *c, uint64_t hash);
  *                   as a private one (a miss later, never a wrong hit). */
 typedef enum { KVCACHE_PRIVATE = -1, KVCACHE_SHARED = 0, KVCACHE_NEW = 1 } kvcache_put;
 kvcache_put kvcache_insert(kvcache *c, uint64_t hash);
+/* The same with a tag: the caller's name for the block (the cpu executor's KV block id, so
+ * it finds the KV of a cached hash). A new entry keeps the tag; a shared one keeps its own.
+ * Entries inserted without a tag have -1. */
+kvcache_put kvcache_insert_tagged(kvcache *c, uint64_t hash, int64_t tag);
+/* The tag of a cached hash; -1 when the hash is not cached. */
+int64_t kvcache_tag(const kvcache *c, uint64_t hash);
 /* Drop one reference; at zero the block joins the evictable pool as its most recent. */
 void kvcache_unref(kvcache *c, uint64_t hash);
 /* Evict the least recently released unreferenced block: its KV is gone, the pool has one
  * free block more. False when nothing is evictable. */
 bool kvcache_evict(kvcache *c);
+/* kvcache_evict, and *tag (may be NULL) gets the evicted entry's tag. */
+bool kvcache_evict_tagged(kvcache *c, int64_t *tag);
 /* Evict every unreferenced block (a reset: vLLM's /reset_prefix_cache); the count. */
 int64_t kvcache_evict_all(kvcache *c);
 int64_t kvcache_evictable(const kvcache *c); /* unreferenced entries */

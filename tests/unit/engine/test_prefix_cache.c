@@ -128,6 +128,30 @@ static void test_table_lru(void **state)
     kvcache_free(c);
 }
 
+/* Tags (the cpu executor's block ids): a new entry keeps its tag, a shared insert leaves
+ * the first one's, eviction hands the tag back; untagged entries and misses read -1. */
+static void test_table_tags(void **state)
+{
+    (void)state;
+    char err[ERR_LEN];
+    kvcache *c = kvcache_create(4, err);
+    assert_non_null(c);
+    assert_int_equal(kvcache_insert_tagged(c, 21, 7), KVCACHE_NEW);
+    assert_int_equal(kvcache_insert_tagged(c, 21, 9), KVCACHE_SHARED);
+    assert_int_equal(kvcache_insert(c, 22), KVCACHE_NEW);
+    assert_int_equal(kvcache_tag(c, 21), 7);
+    assert_int_equal(kvcache_tag(c, 22), -1);
+    assert_int_equal(kvcache_tag(c, 23), -1);
+    kvcache_unref(c, 21);
+    kvcache_unref(c, 21);
+    int64_t tag = 0;
+    assert_true(kvcache_evict_tagged(c, &tag));
+    assert_int_equal(tag, 7);
+    assert_int_equal(kvcache_tag(c, 21), -1);
+    assert_false(kvcache_evict_tagged(c, &tag)); /* 22 is referenced */
+    kvcache_free(c);
+}
+
 /* Many inserts and evictions against a plain array: the open-addressing table's deletion
  * must keep every remaining entry findable. */
 static void test_table_model(void **state)
@@ -382,6 +406,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hash_chain),
         cmocka_unit_test(test_table_lru),
+        cmocka_unit_test(test_table_tags),
         cmocka_unit_test(test_table_model),
         cmocka_unit_test(test_shared_prefix_skips_prefill),
         cmocka_unit_test(test_whole_prompt_cached_feeds_last_block),
