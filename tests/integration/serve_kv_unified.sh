@@ -9,6 +9,8 @@
 #    are modeled alike. The modeled figures come from the cost model, so they hold on any
 #    machine; each TTFT is at least its prefill's modeled duration (the emulated engine
 #    sleeps to the step's deadline; a loaded machine only makes it later);
+#  - /metrics' stallscope_kv_cells_occupied afterwards: 9,225 cells under unified (4,099 +
+#    4,099 + 1,027: each prompt and its answer but the last token), 0 under paged;
 #  - --kv-layout radix is refused: exit 2, the accepted values named, no ready line.
 set -euo pipefail
 BIN=$1
@@ -41,6 +43,13 @@ for n, first in ((4096, 1), (4096, 10001), (1024, 20001)):
     assert status == 200, out
     ttfts.append(time.monotonic_ns() - t0)  # non-streamed: the whole answer, >= TTFT
 json.dump(ttfts, open(f"{d}/client-{layout}.json", "w"))
+# The cells left: each request's prompt and all its answer but the last token, kept by its
+# slot (unified: 4,099 + 4,099 + 1,027); none under paged.
+want = 9225 if layout == "unified" else 0
+status, _, out = request(port, "/metrics", method="GET")
+line = [l for l in out.decode().splitlines() if l.startswith("stallscope_kv_cells_occupied{")]
+assert status == 200 and len(line) == 1 and line[0].endswith(f"}} {want}"), (layout, line)
+print(f"ok: {layout}: stallscope_kv_cells_occupied {want}")
 PY
 )"
   stop_server TERM
