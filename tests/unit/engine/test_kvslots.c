@@ -187,6 +187,52 @@ static void test_sched_preempted_slot_keeps_nothing(void **state)
     sched_free(s);
 }
 
+/* With prefix caching a request that finds its prefix cached takes the slot that holds it
+ * (llama.cpp's slot choice), so those cells are counted once. A: 64 tokens (4 blocks, hash
+ * chain 1..4) + 2 answer tokens, leaves 65 cells in slot 0; C (no hashes) 32 + 2, leaves 33
+ * in slot 1; B, A's prompt again, finds 3 blocks cached (one token short of its 64: 48
+ * tokens) and takes slot 0, dropping A's 65: its prefill sees C's 33 + its own 48 = 81. (The
+ * least recently released rule alone would give B a never used slot: 65 + 33 + 48 = 146.) */
+static void test_sched_cached_prefix_takes_its_slot(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "";
+    sched_config cfg = {
+        .policy = SCHED_MIXED,
+        .max_num_batched_tokens = 1024,
+        .max_num_seqs = 33,
+        .max_model_len = 4096,
+        .block_size = 16,
+        .kv_blocks = 256,
+        .prefix_caching = true,
+        .kv_layout = SCHED_KV_UNIFIED,
+    };
+    sched *s = sched_create(&cfg, err);
+    assert_non_null(s);
+    static const uint64_t chain[4] = {1, 2, 3, 4};
+    sched_req a = {.id = 1, .prompt_tokens = 64, .max_tokens = 2, .block_hashes = chain,
+                   .n_block_hashes = 4};
+    sched_req c = {.id = 2, .prompt_tokens = 32, .max_tokens = 2};
+    sched_req b = {.id = 3, .prompt_tokens = 64, .max_tokens = 2, .block_hashes = chain,
+                   .n_block_hashes = 4};
+    sched_req *order[3] = {&a, &c, &b};
+    sched_batch batch;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(sched_add(s, order[i], err), 0);
+        for (int steps = 0; order[i]->state != SCHED_FINISHED; steps++) {
+            assert_true(steps < 4);
+            assert_int_equal(sched_next(s, &batch), 1);
+            if (order[i] == &b && steps == 0) {
+                assert_int_equal(batch.items[0].context, 48);
+                assert_int_equal(batch.occupied_cells, 33 + 48);
+            }
+            sched_commit(s, &batch);
+        }
+    }
+    assert_int_equal(sched_cells_occupied(s), 33 + 65);
+    sched_free(s);
+}
+
 /* ---- the cost: attention over the occupied cells -------------------------------------- */
 
 static cost_params cpu_ref_params(void)
@@ -259,6 +305,7 @@ int main(void)
         cmocka_unit_test(test_slots_prefer_shared_prefix),
         cmocka_unit_test(test_sched_slots_keep_cells),
         cmocka_unit_test(test_sched_preempted_slot_keeps_nothing),
+        cmocka_unit_test(test_sched_cached_prefix_takes_its_slot),
         cmocka_unit_test(test_cost_charges_occupied_cells),
         cmocka_unit_test(test_order_effect),
     };
