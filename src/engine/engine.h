@@ -109,6 +109,7 @@ typedef struct engine_step_info {
     int64_t prefix_queries_total; /* vLLM's prefix-cache counters so far (sched.h) */
     int64_t prefix_hits_total;
     int64_t kv_blocks_cached;   /* blocks holding cached KV nobody uses (evictable) */
+    int64_t kv_cells_occupied;  /* --kv-layout unified: cells in the cache (sched.h); 0 paged */
 } engine_step_info;
 
 typedef struct engine_event {

@@ -404,7 +404,8 @@ static int cpu_step(exec *x, const sched_batch *batch, const exec_seq *const *se
     }
     st->last_samples = k;
     if (st->have_cost)
-        *modeled_ns = cost_step_ns(&st->cost, st->cost_seqs, n, NULL);
+        *modeled_ns =
+            cost_step_cells_ns(&st->cost, st->cost_seqs, n, batch->occupied_cells, NULL);
     return 0;
 }
 

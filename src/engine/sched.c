@@ -33,6 +33,7 @@
 
 #include "common/err.h"
 #include "engine/kvcache.h"
+#include "engine/kvslots.h"
 
 typedef struct req_list {
     sched_req *head, *tail;
@@ -48,6 +49,7 @@ struct sched {
     int64_t next_order;
     int64_t n_preemptions;
     kvcache *cache;    /* prefix_caching only, else NULL */
+    kvslots *slots;    /* the unified layout only, else NULL */
     int64_t prefix_queries, prefix_hits;
     sched_item *items; /* the batch's items, reused every step */
     int items_capacity;
@@ -164,6 +166,20 @@ static void cache_computed_blocks(sched *s, sched_req *req)
     }
 }
 
+/* Unified layout: a request leaving the running set gives its slot back, the slot keeping
+ * `cells` of its KV (0 when the KV was dropped) and the hashes of the full blocks among
+ * them. */
+static void release_slot(sched *s, sched_req *req, int64_t cells)
+{
+    if (!s->slots || req->slot < 0)
+        return;
+    int64_t n_hashes = cells / s->cfg.block_size;
+    if (n_hashes > req->n_block_hashes)
+        n_hashes = req->n_block_hashes;
+    kvslots_release(s->slots, req->slot, cells, req->block_hashes, (int)n_hashes);
+    req->slot = -1;
+}
+
 /* Take a live request out of whichever queue holds it, free its blocks, set `final`. */
 static void leave(sched *s, sched_req *req, sched_state final)
 {
@@ -174,6 +190,7 @@ static void leave(sched *s, sched_req *req, sched_state final)
             s->n_prefilling--;
         list_remove(&s->running, req);
         release_blocks(s, req);
+        release_slot(s, req, req->computed); /* its cells stay until the slot is reused */
     } else {
         return; /* already FINISHED or ABORTED: nothing to undo */
     }
@@ -200,6 +217,8 @@ int sched_config_check(const sched_config *cfg, char *err)
         return err_set(err, "block_size must be positive (got %d)", cfg->block_size);
     if (cfg->kv_blocks <= 0)
         return err_set(err, "kv_blocks must be positive (got %lld)", (long long)cfg->kv_blocks);
+    if (cfg->kv_layout != SCHED_KV_PAGED && cfg->kv_layout != SCHED_KV_UNIFIED)
+        return err_set(err, "unknown KV layout %d", (int)cfg->kv_layout);
     return 0;
 }
 
@@ -232,13 +251,11 @@ sched *sched_create(const sched_config *cfg, char *err)
     }
     s->cfg = *cfg;
     s->blocks_free = cfg->kv_blocks;
-    if (cfg->prefix_caching && !(s->cache = kvcache_create(cfg->kv_blocks, err))) {
-        free(s);
-        return NULL;
-    }
-    if (reserve_items(s, cfg->max_num_seqs < 16 ? cfg->max_num_seqs : 16, err) != 0) {
-        kvcache_free(s->cache);
-        free(s);
+    if ((cfg->prefix_caching && !(s->cache = kvcache_create(cfg->kv_blocks, err))) ||
+        (cfg->kv_layout == SCHED_KV_UNIFIED &&
+         !(s->slots = kvslots_create(cfg->max_num_seqs, err))) ||
+        reserve_items(s, cfg->max_num_seqs < 16 ? cfg->max_num_seqs : 16, err) != 0) {
+        sched_free(s);
         return NULL;
     }
     return s;
@@ -249,6 +266,7 @@ void sched_free(sched *s)
     if (!s)
         return;
     kvcache_free(s->cache);
+    kvslots_free(s->slots);
     free(s->items);
     free(s);
 }
@@ -306,6 +324,7 @@ static int add_request(sched *s, sched_req *req, bool prefilled, char *err)
     req->n_shared = 0;
     req->cached_tokens = 0;
     req->cache_counted = false;
+    req->slot = -1;
     req->n_preemptions = 0;
     if (req->n_block_hashes < 0 || !req->block_hashes)
         req->n_block_hashes = 0;
@@ -378,6 +397,7 @@ static void preempt(step_builder *b, sched_req *victim)
         s->n_prefilling--;
     list_remove(&s->running, victim);
     release_blocks(s, victim);
+    release_slot(s, victim, 0); /* recompute: its KV is gone */
     victim->computed = 0;
     victim->state = SCHED_WAITING;
     victim->n_preemptions++;
@@ -526,6 +546,8 @@ static void schedule_waiting(step_builder *b)
             b->batch->prefix_hits += a.computed;
         }
         take_blocks(s, a.new_blocks);
+        if (s->slots) /* a seat is free (head_admission), so is a slot */
+            req->slot = kvslots_take(s->slots, req->block_hashes, req->n_block_hashes);
         req->computed = a.computed;
         req->n_shared = (int)a.hits;
         req->n_blocks = a.hits + a.new_blocks;
@@ -566,6 +588,8 @@ int sched_next(sched *s, sched_batch *batch)
         else
             batch->prefill_tokens += item->new_tokens;
     }
+    if (batch->n_items > 0)
+        batch->occupied_cells = sched_cells_occupied(s);
     return batch->n_items;
 }
 
@@ -646,6 +670,16 @@ const sched_config *sched_get_config(const sched *s)
     return &s->cfg;
 }
 
+int64_t sched_cells_occupied(const sched *s)
+{
+    if (!s->slots)
+        return 0;
+    int64_t cells = kvslots_retained_cells(s->slots);
+    for (const sched_req *req = s->running.head; req; req = req->next)
+        cells += req->computed;
+    return cells;
+}
+
 int sched_policy_parse(const char *text, sched_policy *out, char *err)
 {
     static const sched_policy policies[] = {SCHED_MIXED, SCHED_CHUNKED, SCHED_PREFILL_FIRST};
@@ -665,6 +699,27 @@ const char *sched_policy_name(sched_policy p)
     case SCHED_MIXED: return "mixed";
     case SCHED_CHUNKED: return "chunked";
     case SCHED_PREFILL_FIRST: return "prefill-first";
+    }
+    return "unknown";
+}
+
+int sched_kv_layout_parse(const char *text, sched_kv_layout *out, char *err)
+{
+    static const sched_kv_layout layouts[] = {SCHED_KV_PAGED, SCHED_KV_UNIFIED};
+    for (size_t i = 0; text && i < sizeof layouts / sizeof layouts[0]; i++) {
+        if (strcmp(text, sched_kv_layout_name(layouts[i])) == 0) {
+            *out = layouts[i];
+            return 0;
+        }
+    }
+    return err_set(err, "unknown KV layout '%s' (expected paged or unified)", text ? text : "");
+}
+
+const char *sched_kv_layout_name(sched_kv_layout layout)
+{
+    switch (layout) {
+    case SCHED_KV_PAGED: return "paged";
+    case SCHED_KV_UNIFIED: return "unified";
     }
     return "unknown";
 }

@@ -35,13 +35,25 @@
  * recomputes the last block of a fully cached prompt). They are still in its context (the
  * cost model charges attention over them). Blocks holding cached KV that nobody uses count
  * as free for admission and growth (evicted on demand) but not as used. Off, or without
- * hashes, nothing is shared and the scheduler behaves exactly as without a cache. */
+ * hashes, nothing is shared and the scheduler behaves exactly as without a cache.
+ *
+ * KV layout (kv_layout). SCHED_KV_PAGED (vLLM, SGLang; the default): a request's KV is its
+ * own blocks and its attention spans its own context. SCHED_KV_UNIFIED (llama.cpp's server):
+ * max_num_seqs slots share one cache; a request takes a free slot at admission (kvslots.h:
+ * the one whose last prompt shares the longest prefix with its hash chain, else the least
+ * recently released) and when it leaves the slot keeps its cells (prompt and generated
+ * tokens) until the next request takes it. A step's attention spans the occupied cells,
+ * the running requests' KV and what the free slots retain: every batch carries their count
+ * (occupied_cells) and the cost model charges each sequence's attention over them (cost.h).
+ * Only the cost changes: admission, KV blocks and preemption are as under paged (a
+ * preempted request's slot keeps nothing: its KV was dropped). */
 #ifndef STALLSCOPE_SCHED_H
 #define STALLSCOPE_SCHED_H
 #include <stdbool.h>
 #include <stdint.h>
 
 typedef enum { SCHED_MIXED, SCHED_CHUNKED, SCHED_PREFILL_FIRST } sched_policy;
+typedef enum { SCHED_KV_PAGED, SCHED_KV_UNIFIED } sched_kv_layout;
 
 typedef enum {
     SCHED_WAITING,    /* queued, no KV blocks held (new, preempted, or prefilled elsewhere:
@@ -60,6 +72,7 @@ typedef struct sched_config {
     int block_size;             /* tokens per KV block: 16 */
     int64_t kv_blocks;          /* total KV blocks */
     bool prefix_caching;        /* reuse cached prefix blocks (see the top of this file) */
+    sched_kv_layout kv_layout;  /* paged (0, the default) or unified (see the top) */
 } sched_config;
 
 /* A request as the scheduler sees it. The caller owns the memory (embed it in its own
@@ -87,6 +100,7 @@ typedef struct sched_req {
     int cached_tokens;  /* prompt tokens found cached at its first admission */
     int n_shared;       /* its first n_shared blocks are cache entries (the rest its own) */
     bool cache_counted; /* its lookup is in the queries/hits counters */
+    int slot;           /* unified layout: the slot it holds while running, else -1 */
     int64_t order;      /* arrival sequence number (FCFS) */
     struct sched_req *next, *prev; /* intrusive list links, owned by sched */
 } sched_req;
@@ -106,6 +120,9 @@ typedef struct sched_batch {
     int n_preempted;    /* preemptions while building this step */
     int prefix_queries; /* prompt tokens of the requests first admitted in this step */
     int prefix_hits;    /* of them, found cached (prefix caching; fed by nobody) */
+    int64_t occupied_cells; /* unified layout: cells in the cache before the step (the
+                               running requests' KV and the free slots' retained cells);
+                               0 under paged */
 } sched_batch;
 
 typedef struct sched sched;
@@ -150,9 +167,15 @@ int64_t sched_prefix_hits(const sched *s);
 /* Forget every cached block nobody uses (vLLM's POST /reset_prefix_cache): the count. */
 int64_t sched_reset_prefix_cache(sched *s);
 const sched_config *sched_get_config(const sched *s);
+/* Unified layout: the cells in the cache now (the running requests' KV and the free slots'
+ * retained cells); 0 under paged. */
+int64_t sched_cells_occupied(const sched *s);
 
 /* "mixed" | "chunked" | "prefill-first" */
 int sched_policy_parse(const char *text, sched_policy *out, char *err);
 const char *sched_policy_name(sched_policy p);
+/* "paged" | "unified" */
+int sched_kv_layout_parse(const char *text, sched_kv_layout *out, char *err);
+const char *sched_kv_layout_name(sched_kv_layout layout);
 
 #endif

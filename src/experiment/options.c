@@ -270,6 +270,11 @@ static int sch_cache_off(void *c, const char *v, char *err)
     return 0;
 }
 
+static int sch_kv_layout(void *c, const char *v, char *err)
+{
+    return sched_kv_layout_parse(v, &((experiment_config *)c)->sched.kv_layout, err);
+}
+
 static const opts_spec sched_specs[] = {
     OPTS_FN("policy", "P", "mixed | chunked | prefill-first (default mixed: one-step prefill)",
             sch_policy),
@@ -287,6 +292,12 @@ static const opts_spec sched_specs[] = {
               "(default off here; on by default in vLLM V1 and SGLang)",
               C, sched.prefix_caching),
     OPTS_FN("no-enable-prefix-caching", NULL, "prefix caching off (the default)", sch_cache_off),
+    OPTS_FN("kv-layout", "L",
+            "paged (default: vLLM, SGLang; a request attends over its own context) | unified "
+            "(llama.cpp's server: max-num-seqs slots share one cache, a slot keeps its last "
+            "request's cells until the next takes it, and every step's attention spans all "
+            "occupied cells, so what earlier requests left behind slows later steps)",
+            sch_kv_layout),
     OPTS_FN("enable-chunked-prefill", NULL, "alias for --policy chunked", sch_chunked_on),
     OPTS_FN("no-enable-chunked-prefill", NULL, "alias for --policy mixed", sch_chunked_off),
 };

@@ -448,7 +448,8 @@ static int sim_run_core(const sim_config *cfg, const workload_plan *plan_in, tok
             st.seqs[i] = (cost_seq){.new_tokens = batch.items[i].new_tokens,
                                     .context = batch.items[i].context,
                                     .samples = batch.items[i].samples};
-        int64_t duration = cost_step_ns(&cfg->cost, st.seqs, n, NULL);
+        int64_t duration =
+            cost_step_cells_ns(&cfg->cost, st.seqs, n, batch.occupied_cells, NULL);
         if (duration < 1)
             duration = 1; /* time must move */
         int64_t t_end = t + duration;
