@@ -226,6 +226,7 @@ int experiment_resolve(experiment_config *cfg, char *err)
     if (cfg->sched.max_model_len <= 0)
         cfg->sched.max_model_len = cfg->cost.arch.max_position;
     cfg->wl.max_context = cfg->sched.max_model_len;
+    cfg->wl.max_prompt = cfg->sched.policy != SCHED_CHUNKED ? cfg->sched.max_num_batched_tokens : 0;
     if (cfg->sched.kv_blocks <= 0) {
         cfg->sched.kv_blocks = cost_kv_blocks(&cfg->cost, cfg->device.gpu_memory_utilization,
                                               cfg->sched.block_size);

@@ -547,7 +547,9 @@ static int sim_run_core(const sim_config *cfg, const workload_plan *plan_in, tok
             tokenlog_step step = {.step = stats->steps, .t_start_ns = t, .t_end_ns = t_end,
                                   .decode_tokens = batch.decode_tokens,
                                   .prefill_tokens = batch.prefill_tokens, .n_requests = n,
-                                  .modeled_ns = duration};
+                                  .modeled_ns = duration,
+                                  .prefix_queries = batch.prefix_queries,
+                                  .prefix_hits = batch.prefix_hits};
             if (log && tokenlog_add_step(log, &step) != 0) {
                 err_set(err, "out of memory for the step log");
                 goto done;

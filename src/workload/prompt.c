@@ -87,8 +87,11 @@ int workload_conv_next(const workload_plan *plan, const workload_config *cfg, wo
     /* A new conversation after the last turn, or when the history would overflow the
      * context (a conversation's first turn is never refused here: sim_check_plan and the
      * server judge a single turn as they judge any request). */
-    const int64_t whole = sys + c->history.tokens + turn.prompt_tokens + turn.max_tokens;
-    if (c->turn > 0 && (c->turn >= turns || (cfg->max_context > 0 && whole > cfg->max_context))) {
+    const int64_t next_prompt = sys + c->history.tokens + turn.prompt_tokens;
+    const bool too_long =
+        (cfg->max_context > 0 && next_prompt + turn.max_tokens > cfg->max_context) ||
+        (cfg->max_prompt > 0 && next_prompt > cfg->max_prompt);
+    if (c->turn > 0 && (c->turn >= turns || too_long)) {
         c->conversation++;
         c->turn = 0;
         workload_prompt_reset(&c->history);

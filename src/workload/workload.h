@@ -144,9 +144,12 @@ typedef struct workload_config {
     int system_prompt_tokens;
     int turns;
     int64_t think_time_ns;
-    /* A conversation ends early when its next prompt + answer would exceed this (the
-     * server's max_model_len, set by experiment_resolve; 0: no bound). Not a flag. */
+    /* A conversation ends early when its next prompt + answer would exceed max_context (the
+     * server's max_model_len), or its next prompt max_prompt (the token budget of a policy
+     * that prefills a prompt in one step). Set by experiment_resolve (0: no bound); not
+     * flags. */
     int max_context;
+    int max_prompt;
 } workload_config;
 
 typedef struct workload_bg_request {
@@ -341,7 +344,7 @@ typedef struct workload_conv {
  * prompt: system prompt + history + message) and its content in *prompt (reset first).
  * The message and answer lengths are workload_plan_bg's draws; the turn joins the history
  * (message, then answer). A conversation ends after cfg->turns turns, or before a turn
- * whose prompt + answer would exceed cfg->max_context. Unique ids (the index
+ * whose prompt + answer would exceed cfg->max_context or whose prompt cfg->max_prompt. Unique ids (the index
  * (user << 24) | k, as before conversations) when !workload_shares_prefixes. 0, or -1 out
  * of memory. */
 int workload_conv_next(const workload_plan *plan, const workload_config *cfg, workload_conv *c,

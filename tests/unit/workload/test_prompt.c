@@ -101,6 +101,15 @@ static void test_turns_bounded_by_context(void **state)
         assert_true(r.prompt_tokens + r.max_tokens <= cfg.max_context);
     }
     assert_int_equal(conv.conversation, 1);
+    /* a one-step prefill's budget bounds the prompt alone: 100, 400, then anew */
+    cfg.max_prompt = 500;
+    workload_conv_free(&conv);
+    memset(&conv, 0, sizeof conv);
+    const int want_budget[] = {100, 400, 100};
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(workload_conv_next(&plan, &cfg, &conv, 0, k, &r, &p), 0);
+        assert_int_equal(r.prompt_tokens, want_budget[k]);
+    }
     workload_conv_free(&conv);
     workload_prompt_free(&p);
     workload_plan_free(&plan);
