@@ -245,7 +245,7 @@ int sim_check_plan(const sim_config *cfg, const workload_plan *plan, char *err)
         return -1;
     if (cfg->disagg.prefill > 0 && (workload_shares_prefixes(&cfg->wl) ||
                                     cfg->wl.think_time_ns > 0))
-        return err_set(err, "--disagg does not model --system-prompt-tokens, --turns or "
+        return err_set(err, "--disaggregate does not model --system-prompt-tokens, --turns or "
                             "--think-time yet");
     sched *s = sched_create(&cfg->sched, err);
     if (!s)

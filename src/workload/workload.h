@@ -136,7 +136,7 @@ typedef struct workload_config {
      * them), or a trace's first rows. */
     int64_t num_prompts;
     workload_shard shard;     /* which users and injections this process runs */
-    /* Shared prefixes (docs/guide/workloads.md, "Shared prefixes"): every background
+    /* Shared prefixes (docs/guide/traces.md, "Shared prefixes"): every background
      * request starts with the same system_prompt_tokens tokens (0: none); each closed user
      * holds conversations of `turns` turns (1: single-turn requests), turn t's prompt the
      * system prompt, the earlier turns' messages and answers, and its own message; it waits

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Shared prefixes over HTTP (docs/guide/workloads.md, "Shared prefixes"): `run --turns 4
+# Shared prefixes over HTTP (docs/guide/traces.md, "Shared prefixes"): `run --turns 4
 # --system-prompt-tokens 512` against `serve --engine emulate --enable-prefix-caching` sends
 # each turn as token ids holding the system prompt and the conversation so far, so the
 # server's vllm:prefix_cache_hits_total matches what `sim` counts for the same workload
