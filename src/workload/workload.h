@@ -4,7 +4,9 @@
  * (ignore_eos, max_tokens), and starts its next request the moment an answer ends. Prompt
  * and answer lengths are drawn from the distributions prompt_len and answer_len (uniform
  * 32..128 and 256..1024 by default) by a hash of (seed, user, request index), so draws never
- * depend on timing and restarts never synchronise. Users start at t = 0.
+ * depend on timing and restarts never synchronise. Users start at t = 0. With turns > 1 a
+ * user's requests are the turns of conversations (each prompt the history so far plus the
+ * drawn message; workload_conv_next), with think_time_ns between an answer and the next.
  * Open-loop background (docs/guide/traces.md): requests arrive on their own schedule, whatever
  * is still running: at request_rate per second (gamma inter-arrival times of shape
  * `burstiness`, 1 = Poisson, the rate ramped up linearly over ramp_up_ns), or at the times a
