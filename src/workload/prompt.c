@@ -52,6 +52,15 @@ void workload_segment_ids(const workload_config *cfg, const workload_segment *se
         ids[i] = (int32_t)rng_range(&state, lo, vocab - 1);
 }
 
+void workload_prompt_ids(const workload_config *cfg, int is_inject, int64_t index, int32_t *ids,
+                         int n, int vocab)
+{
+    const workload_segment seg = {
+        .stream = is_inject ? WORKLOAD_SEG_INJECT : WORKLOAD_SEG_UNIQUE,
+        .index = (uint64_t)index, .tokens = n};
+    workload_segment_ids(cfg, &seg, 0, ids, n, vocab);
+}
+
 void workload_prompt_fill(const workload_config *cfg, const workload_prompt *p,
                           uint64_t index_salt, int32_t *ids, int vocab)
 {

@@ -284,15 +284,6 @@ workload_bg_request workload_bg(const workload_config *cfg, int user, int64_t k)
     return r;
 }
 
-void workload_prompt_ids(const workload_config *cfg, int is_inject, int64_t index, int32_t *ids,
-                         int n, int vocab)
-{
-    const workload_segment seg = {
-        .stream = is_inject ? WORKLOAD_SEG_INJECT : WORKLOAD_SEG_UNIQUE,
-        .index = (uint64_t)index, .tokens = n};
-    workload_segment_ids(cfg, &seg, 0, ids, n, vocab);
-}
-
 int workload_typical_context(const workload_config *cfg)
 {
     return workload_dist_median(&cfg->prompt_len) + workload_dist_median(&cfg->answer_len) / 2;
