@@ -346,9 +346,9 @@ typedef struct workload_conv {
  * prompt: system prompt + history + message) and its content in *prompt (reset first).
  * The message and answer lengths are workload_plan_bg's draws; the turn joins the history
  * (message, then answer). A conversation ends after cfg->turns turns, or before a turn
- * whose prompt + answer would exceed cfg->max_context or whose prompt cfg->max_prompt. Unique ids (the index
- * (user << 24) | k, as before conversations) when !workload_shares_prefixes. 0, or -1 out
- * of memory. */
+ * whose prompt + answer would exceed cfg->max_context or whose prompt cfg->max_prompt.
+ * Unique ids (the index (user << 24) | k, as before conversations) when
+ * !workload_shares_prefixes. 0, or -1 out of memory. */
 int workload_conv_next(const workload_plan *plan, const workload_config *cfg, workload_conv *c,
                        int user, int64_t k, workload_bg_request *req, workload_prompt *prompt);
 void workload_conv_free(workload_conv *c);
