@@ -95,6 +95,9 @@ static const field WORKLOAD_FIELDS[] = {
     FLD("num_prompts", F_I64, workload_config, num_prompts),
     FLD("tokenizer", F_TEXT, workload_config, tokenizer),
     FLD("synthetic_prompts", F_BOOL, workload_config, synthetic_prompts),
+    FLD("system_prompt_tokens", F_INT, workload_config, system_prompt_tokens),
+    FLD("turns", F_INT, workload_config, turns),
+    FLD("think_time_ns", F_I64, workload_config, think_time_ns),
 };
 
 static const field SCHED_FIELDS[] = {

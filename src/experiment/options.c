@@ -141,6 +141,19 @@ static const opts_spec workload_specs[] = {
             wl_bg_prompt),
     OPTS_FN("bg-answer-tokens", "MIN..MAX", "the same as --answer-len uniform:MIN-MAX",
             wl_bg_answer),
+    OPTS_INT("system-prompt-tokens", "N",
+             "every background request (closed users, rate and trace arrivals; not the "
+             "injector) starts with the same N tokens, a shared system prompt (default 0)",
+             C, wl.system_prompt_tokens, 0, MAX_TOKENS),
+    OPTS_INT("turns", "K",
+             "each closed user holds conversations of K turns, each turn's prompt the system "
+             "prompt, the earlier messages and answers and a new --prompt-len message; a "
+             "conversation ends early before --max-model-len would be exceeded (default 1)",
+             C, wl.turns, 1, WORKLOAD_MAX_TURNS),
+    OPTS_DURATION("think-time", "DUR",
+                  "a closed user waits DUR after each answer before its next request "
+                  "(default 0)",
+                  C, wl.think_time_ns, 0, MAX_DURATION_NS),
     OPTS_INT64("seed", "N", "seed of the length draws, arrivals and prompt ids (default 1)", C,
                wl.seed, 0, INT64_MAX),
     OPTS_FN("request-rate", "R",
