@@ -24,10 +24,10 @@
 #include "engine/vocab.h"
 #include "server/openai.h"
 
-static int64_t tokenize(void *ctx, const char *text, size_t len)
+static int64_t tokenize(void *ctx, const char *text, size_t len, int32_t *ids, int64_t max_ids)
 {
     (void)ctx;
-    return vocab_tokenize(text, len, NULL, 0, 0);
+    return vocab_tokenize(text, len, ids, max_ids, 128256);
 }
 
 static void fail(const char *what, const char *detail)
@@ -65,6 +65,9 @@ static void check_accepted(const openai_request *r, const openai_limits *lim)
         r->min_tokens > r->max_tokens || r->n_stop < 0 || r->n_stop > OPENAI_MAX_STOP ||
         !(r->temperature >= 0))
         fail("accepted request breaks the limits", NULL);
+    /* The prefix cache's ids: kept only when asked, one per counted token. */
+    if (r->text_ids && (!lim->keep_text_ids || r->prompt_ids || r->n_text_ids != r->prompt_tokens))
+        fail("text ids kept that do not match the prompt's tokens", NULL);
     for (int i = 0; r->prompt_ids && i < r->prompt_tokens; i++)
         if (r->prompt_ids[i] < 0 || r->prompt_ids[i] >= lim->vocab_size)
             fail("token id outside the vocabulary", NULL);
@@ -136,6 +139,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         .max_model_len = model_lens[(data[0] >> 1) & 7],
         .vocab_size = vocabs[(data[0] >> 4) & 3],
         .tokenize = tokenize,
+        .keep_text_ids = (data[0] >> 6) & 1, /* the prefix cache's ids */
     };
     const openai_endpoint ep = data[0] & 1 ? OPENAI_CHAT : OPENAI_COMPLETIONS;
     const size_t len = size - 1;

@@ -202,6 +202,12 @@ typedef struct analysis_summary {
     bool failed;
     int64_t protocol_violations; /* server events the client ignored (from the run's record) */
     analysis_stamps stamps;      /* from the run's record */
+    /* The engine's prefix cache (steps.csv's prefix columns; known only where the engine is
+     * ours and ran with --enable-prefix-caching): prompt tokens looked up at first admission
+     * and of them found cached, vLLM's prefix_cache_queries / prefix_cache_hits.
+     * summary.json: "prefix_cache" (absent when not known). */
+    bool prefix_cache;
+    int64_t prefix_queries, prefix_hits;
     bool complete;              /* false when the run was cut short or failed */
     analysis_attribution attribution;
     analysis_stall *stall_list; /* (n_stall_list) every stall, by request then time */

@@ -130,6 +130,14 @@ json_t *analysis_summary_to_json(const analysis_summary *s)
                                       all->has_goodput ? json_real(all->request_goodput / s->gpus)
                                                        : json_null()));
     }
+    if (root && s->prefix_cache)
+        json_object_set_new(root, "prefix_cache",
+                            json_pack("{s:I, s:I, s:o}", "queries", (json_int_t)s->prefix_queries,
+                                      "hits", (json_int_t)s->prefix_hits, "hit_rate",
+                                      s->prefix_queries > 0
+                                          ? json_real((double)s->prefix_hits /
+                                                      (double)s->prefix_queries)
+                                          : json_null()));
     if (root && s->stamps.known)
         json_object_set_new(root, "stamps",
                             json_pack("{s:s, s:I, s:I, s:I}", "transport", s->stamps.transport,

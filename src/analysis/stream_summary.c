@@ -453,6 +453,11 @@ static int attribute(const analysis_stream *s, double threshold, analysis_summar
         counts.stalled_100ms += s->states[k].longest > 100 * 1000000LL;
         counts.stalled_1s += s->states[k].longest > 1000 * 1000000LL;
     }
+    out->prefix_cache = s->log.prefix_cache;
+    for (int64_t k = 0; k < s->log.n_steps; k++) {
+        out->prefix_queries += s->log.steps[k].prefix_queries;
+        out->prefix_hits += s->log.steps[k].prefix_hits;
+    }
     return analysis_attribute(&s->log, &counts, threshold, out, err);
 }
 

@@ -176,11 +176,14 @@ int cli_serve(int argc, char **argv)
     fflush(stdout);
     fprintf(stderr,
             "stallscope serve: %s on %s (%s), policy %s, max_num_batched_tokens %d, "
-            "max_num_seqs %d, max_model_len %d, %lld KV blocks\n",
+            "max_num_seqs %d, max_model_len %d, %lld KV blocks%s%s\n",
             f.server.model_name, cfg.cost.gpu.name, cpu ? "cpu engine" : "emulated",
             sched_policy_name(f.server.sched.policy), f.server.sched.max_num_batched_tokens,
             f.server.sched.max_num_seqs, f.server.sched.max_model_len,
-            (long long)f.server.sched.kv_blocks);
+            (long long)f.server.sched.kv_blocks,
+            f.server.sched.prefix_caching ? ", prefix caching on" : "",
+            f.server.sched.kv_layout == SCHED_KV_UNIFIED ? ", unified KV cache (slots keep "
+                                                           "their cells)" : "");
     int rc = server_run(srv, err);
     if (rc != 0)
         fprintf(stderr, "stallscope serve: %s\n", err);

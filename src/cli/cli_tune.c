@@ -24,6 +24,7 @@ typedef struct tune_flags {
     char policies[128];
     char budgets[512];
     char max_num_seqs[256];
+    char prefix_caching[32];
     char disaggregate[256];
     char kv_link[64];
     bool all, verify;
@@ -45,6 +46,10 @@ static const opts_spec tune_specs[] = {
     OPTS_STRING("max-num-seqs", "LIST",
                 "max-num-seqs values to search (default 16,32,64,128,256)", tune_flags,
                 max_num_seqs),
+    OPTS_STRING("prefix-caching", "LIST",
+                "prefix caching settings to search: off, on or off,on (default: the "
+                "--enable-prefix-caching setting; off,on when the workload shares prefixes)",
+                tune_flags, prefix_caching),
     OPTS_STRING("disaggregate", "LIST",
                 "also search these prefill:decode splits (e.g. 1:1,2:1: P prefill and D decode "
                 "instances, each with the searched scheduler; the simulator only); the choice "
@@ -60,7 +65,8 @@ static const opts_spec tune_specs[] = {
               tune_flags, verify),
     OPTS_STRING("server-cmd", "TEMPLATE",
                 "shell command starting the target's server for one candidate; {policy} "
-                "{budget} {max_num_seqs} {chunked_prefill} {port} {host} {point}",
+                "{budget} {max_num_seqs} {chunked_prefill} {prefix_caching} {port} {host} "
+                "{point}",
                 tune_flags, server_cmd),
     OPTS_DURATION("server-timeout", "DUR",
                   "wait at most this for the server's /health (default 2m)", tune_flags,
@@ -165,10 +171,20 @@ static int tune(tune_config *tc, int argc, char **argv)
         (flags.policies[0] && tune_parse_policies(flags.policies, tc, err) != 0) ||
         (flags.budgets[0] && tune_parse_budgets(flags.budgets, tc, err) != 0) ||
         (flags.max_num_seqs[0] && tune_parse_max_num_seqs(flags.max_num_seqs, tc, err) != 0) ||
+        (flags.prefix_caching[0] &&
+         tune_parse_prefix_caching(flags.prefix_caching, tc, err) != 0) ||
         (flags.disaggregate[0] &&
          tune_parse_disaggregate(flags.disaggregate, flags.kv_link, tc, err) != 0) ||
         experiment_resolve(&tc->base, err) != 0)
         return cli_usage_error("tune", err);
+    bool said_caching = false;
+    for (int i = 0; i < argc; i++)
+        said_caching |= strcmp(argv[i], "--enable-prefix-caching") == 0 ||
+                        strcmp(argv[i], "--no-enable-prefix-caching") == 0;
+    if (flags.prefix_caching[0] && said_caching)
+        return cli_usage_error("tune", "--prefix-caching searches the setting: leave out "
+                                       "--enable-prefix-caching / --no-enable-prefix-caching");
+    tune_default_prefix_caching(tc, said_caching);
     if (flags.kv_link[0] && !flags.disaggregate[0])
         return cli_usage_error("tune", "--kv-link is the link of --disaggregate's splits: give "
                                        "--disaggregate P:D,... too");

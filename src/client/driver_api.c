@@ -61,11 +61,6 @@ static int append_word(char *buf, size_t off, int32_t id)
     return n;
 }
 
-static int64_t mix_index(uint64_t salt, int64_t index)
-{
-    return (int64_t)(((uint64_t)index) ^ (salt << 48));
-}
-
 /* The body around a prompt (taken: a JSON string or array of ids). */
 static char *wrap_body(const driver_api *api, json_t *prompt, int max_tokens, int64_t id,
                        size_t *len, char *err)
@@ -122,41 +117,67 @@ oom:
     return NULL;
 }
 
-char *driver_build_body(const driver_api *api, const workload_config *wl, uint64_t salt,
-                        int is_inject, int64_t index, int prompt_tokens, int max_tokens,
-                        int64_t id, size_t *len, char *err)
+char *driver_build_body_prompt(const driver_api *api, const workload_config *wl, uint64_t salt,
+                               const workload_prompt *p, int max_tokens, int64_t id,
+                               size_t *len, char *err)
 {
-    int n_ids = prompt_tokens;
-    if (!api->token_ids) {
-        double words = ((double)prompt_tokens - api->text_overhead) / api->text_per_word;
-        n_ids = words < 1 ? 1 : (int)lround(words);
-    }
-    int32_t *ids = malloc((size_t)n_ids * sizeof *ids);
-    char *text = NULL;
-    json_t *prompt = NULL;
-    if (!ids) {
+    /* Token ids: each segment's ids as they are. Text: each segment becomes its share of
+     * words (the calibrated tokens per word; the per-request overhead comes off the last),
+     * the same words wherever the segment recurs, so shared segments share text too. */
+    int64_t n_ids = 0;
+    int *words = malloc((size_t)(p->n_segs > 0 ? p->n_segs : 1) * sizeof *words);
+    if (!words) {
         err_set(err, "out of memory building a request");
         return NULL;
     }
-    workload_prompt_ids(wl, is_inject, mix_index(salt, index), ids, n_ids,
-                        api->vocab > 0 ? api->vocab : UNKNOWN_VOCAB);
+    for (int i = 0; i < p->n_segs; i++) {
+        words[i] = p->segs[i].tokens;
+        if (!api->token_ids) {
+            double w = ((double)p->segs[i].tokens -
+                        (i == p->n_segs - 1 ? api->text_overhead : 0)) / api->text_per_word;
+            words[i] = w < 1 ? 1 : (int)lround(w);
+        }
+        n_ids += words[i];
+    }
+    int32_t *ids = malloc((size_t)(n_ids > 0 ? n_ids : 1) * sizeof *ids);
+    char *text = NULL;
+    json_t *prompt = NULL;
+    if (!ids) {
+        free(words);
+        err_set(err, "out of memory building a request");
+        return NULL;
+    }
+    const int vocab = api->vocab > 0 ? api->vocab : UNKNOWN_VOCAB;
+    for (int i = 0, off = 0; i < p->n_segs; off += words[i], i++)
+        workload_segment_ids(wl, &p->segs[i], salt << 48, ids + off, words[i], vocab);
     if (api->token_ids) {
         prompt = json_array();
-        for (int i = 0; prompt && i < n_ids; i++)
+        for (int64_t i = 0; prompt && i < n_ids; i++)
             if (json_array_append_new(prompt, json_integer(ids[i])) != 0) {
                 json_decref(prompt);
                 prompt = NULL;
             }
     } else if ((text = malloc((size_t)n_ids * 7 + 1))) {
         size_t off = 0;
-        for (int i = 0; i < n_ids; i++)
+        for (int64_t i = 0; i < n_ids; i++)
             off += (size_t)append_word(text, off, ids[i]);
         text[off] = '\0';
         prompt = json_string(text);
     }
+    free(words);
     free(ids);
     free(text);
     return wrap_body(api, prompt, max_tokens, id, len, err);
+}
+
+char *driver_build_body(const driver_api *api, const workload_config *wl, uint64_t salt,
+                        int is_inject, int64_t index, int prompt_tokens, int max_tokens,
+                        int64_t id, size_t *len, char *err)
+{
+    workload_segment seg = {.stream = is_inject ? WORKLOAD_SEG_INJECT : WORKLOAD_SEG_UNIQUE,
+                            .index = (uint64_t)index, .tokens = prompt_tokens};
+    const workload_prompt p = {.segs = &seg, .n_segs = 1, .cap_segs = 1, .tokens = prompt_tokens};
+    return driver_build_body_prompt(api, wl, salt, &p, max_tokens, id, len, err);
 }
 
 char *driver_build_body_text(const driver_api *api, const char *text, size_t text_len,

@@ -51,6 +51,13 @@ int driver_probe(const transport *t, driver_api *api, const workload_config *wl,
 char *driver_build_body(const driver_api *api, const workload_config *wl, uint64_t salt,
                         int is_inject, int64_t index, int prompt_tokens, int max_tokens,
                         int64_t id, size_t *len, char *err);
+/* The same for a prompt described by its segments (workload_prompt): its ids, or as text
+ * one pseudo-word per id with each segment scaled by the calibrated tokens per word (the
+ * same segment gives the same words in every request). salt keeps runs apart (every
+ * segment's index is xor-ed with salt << 48). */
+char *driver_build_body_prompt(const driver_api *api, const workload_config *wl, uint64_t salt,
+                               const workload_prompt *p, int max_tokens, int64_t id,
+                               size_t *len, char *err);
 /* The same with a prompt given as text (a trace row's, valid UTF-8 as JSON decoded it),
  * sent as it is: its length is whatever the server counts. */
 char *driver_build_body_text(const driver_api *api, const char *text, size_t text_len,

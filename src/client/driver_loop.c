@@ -146,24 +146,46 @@ static driver_loop_req *send_request(driver_loop *l, int slot, int user, int kin
     return r;
 }
 
+/* The body of a prompt described by segments (phase_fail on failure), and the id it names
+ * the request by (*id). */
+static char *build_prompt(driver_loop *l, const workload_prompt *p, int max_tokens, int64_t *id,
+                          size_t *len)
+{
+    char err[ERR_LEN];
+    const driver_phase *cfg = l->ph->cfg;
+    *id = next_id(l);
+    char *body =
+        driver_build_body_prompt(cfg->api, cfg->wl, cfg->salt, p, max_tokens, *id, len, err);
+    if (!body)
+        phase_fail(l, "%s", err);
+    return body;
+}
+
 static void start_bg(driver_loop *l, int slot)
 {
     const int user = l->users[slot];
     int64_t k = l->next_k[slot]++;
-    workload_bg_request bg = workload_plan_bg(&l->ph->wplan, l->ph->wl, user, k);
-    /* The index keeps (user, k) apart: each background prompt is unique too. t_plan is the
-     * moment the user is ready (now): a closed loop has no other plan. */
+    workload_bg_request bg;
+    /* The user's conversation says what its prompt holds; without turns or a system prompt
+     * the index (user, k) keeps each background prompt unique. t_plan is the moment the user
+     * is ready (now): a closed loop has no other plan. */
+    if (workload_conv_next(&l->ph->wplan, l->ph->wl, &l->convs[slot], user, k, &bg,
+                           &l->prompt) != 0) {
+        phase_fail(l, "out of memory");
+        l->current[slot] = NULL;
+        return;
+    }
     size_t len = 0;
     int64_t id;
-    char *body = build(l, TOKENLOG_BG, ((int64_t)user << 24) | (k & 0xffffff), bg.prompt_tokens,
-                       bg.max_tokens, &id, &len);
+    char *body = build_prompt(l, &l->prompt, bg.max_tokens, &id, &len);
     l->current[slot] = body ? send_request(l, slot, user, TOKENLOG_BG, body, len, id,
                                            bg.prompt_tokens, bg.max_tokens, -1)
                             : NULL;
 }
 
 /* The body of open-loop arrival `index` of the plan: its trace row's prompt text, else a
- * made-up prompt unique by its stream. */
+ * made-up prompt unique by its stream (after the system prompt and a Mooncake row's
+ * blocks). */
 static char *build_open(driver_loop *l, int64_t index, int64_t *id, size_t *len)
 {
     const workload_plan *plan = &l->ph->wplan;
@@ -177,8 +199,11 @@ static char *build_open(driver_loop *l, int64_t index, int64_t *id, size_t *len)
             phase_fail(l, "%s", err);
         return body;
     }
-    const int32_t user = workload_arrival_user(l->ph->wl, index);
-    return build(l, TOKENLOG_BG, (int64_t)user << 24, a->prompt_tokens, a->max_tokens, id, len);
+    if (workload_arrival_prompt(plan, l->ph->wl, index, &l->prompt) != 0) {
+        phase_fail(l, "out of memory");
+        return NULL;
+    }
+    return build_prompt(l, &l->prompt, a->max_tokens, id, len);
 }
 
 /* Open loop: every arrival due by now goes out while a slot is free (max_concurrency), late
@@ -208,9 +233,11 @@ static void send_open(driver_loop *l, int64_t now)
                     l->res.open_wait_max_ns = wait;
             }
             l->open_blocked = false;
+            /* A made-up prompt starts with the system prompt (a trace's text is sent as is). */
+            const int prompt =
+                a->prompt_tokens + (a->text_len > 0 ? 0 : ph->wl->system_prompt_tokens);
             if (send_request(l, -1, workload_arrival_user(ph->wl, index), TOKENLOG_BG,
-                             l->open_body, l->open_len, l->open_id, a->prompt_tokens,
-                             a->max_tokens,
+                             l->open_body, l->open_len, l->open_id, prompt, a->max_tokens,
                              a->t_ns))
                 l->open_in_flight++;
             l->res.open_requests++;
@@ -393,6 +420,11 @@ static void on_end(void *ctx, void *user, const transport_end *end)
      * back-off when it failed (see RETRY_FIRST_NS). */
     if (is_error) {
         retry_later(l, slot, end);
+    } else if (l->ph->wl->think_time_ns > 0) {
+        /* The user reads the answer first: it waits in retry_at like a back-off. */
+        l->failures[slot] = 0;
+        l->retry_at[slot] = l->t.now(l->t.impl) + l->ph->wl->think_time_ns;
+        l->n_retrying++;
     } else {
         l->failures[slot] = 0;
         start_bg(l, slot);
@@ -624,7 +656,8 @@ int driver_loop_init(driver_shared *ph, int index)
     l->current = calloc(n, sizeof *l->current);
     l->retry_at = calloc(n, sizeof *l->retry_at);
     l->failures = calloc(n, sizeof *l->failures);
-    return l->next_k && l->current && l->retry_at && l->failures ? 0 : -1;
+    l->convs = calloc(n, sizeof *l->convs);
+    return l->next_k && l->current && l->retry_at && l->failures && l->convs ? 0 : -1;
 }
 
 void driver_loop_free(driver_loop *l)
@@ -633,6 +666,10 @@ void driver_loop_free(driver_loop *l)
     free(l->current);
     free(l->retry_at);
     free(l->failures);
+    for (int s = 0; l->convs && s < l->n_users; s++)
+        workload_conv_free(&l->convs[s]);
+    free(l->convs);
+    workload_prompt_free(&l->prompt);
     free(l->ended);
     free(l->inj_body);
     free(l->open_body);

@@ -48,6 +48,8 @@ struct driver_loop {
     driver_loop_req **current; /* its request in flight, NULL none */
     int64_t *retry_at; /* when it sends again after a failure, 0: not waiting */
     int *failures;     /* its failed requests in a row */
+    workload_conv *convs; /* its conversation (turns, system prompt) */
+    workload_prompt prompt; /* scratch: the prompt being built */
     int n_retrying;    /* users waiting in retry_at */
     bool recording, stopping;
     int next_inj; /* the injector: the next injection of the plan */

@@ -60,6 +60,8 @@ int tokenlog_add_step(tokenlog *log, const tokenlog_step *st)
         buf_grow_items((void **)&log->steps, &log->cap_steps, log->n_steps + 1, sizeof *st) != 0)
         return -1;
     log->steps[log->n_steps++] = *st;
+    if (st->prefix_queries > 0)
+        log->prefix_cache = true;
     return 0;
 }
 
@@ -204,14 +206,16 @@ static size_t format_request(char *out, size_t size, const tokenlog_request *r)
     return at;
 }
 
-static size_t format_step(char *out, size_t size, const tokenlog_step *st)
+static size_t format_step(char *out, size_t size, const tokenlog_step *st, bool prefix)
 {
-    if (size >= 192) { /* 5 x 20 digits and signs, 3 x 11, 7 commas, a newline */
+    if (size >= 224) { /* 5 x 20 digits and signs, 5 x 11, 9 commas, a newline */
         const int64_t fields[] = {st->step,          st->t_start_ns,     st->t_end_ns,
                                   st->decode_tokens, st->prefill_tokens, st->n_requests,
-                                  st->modeled_ns,    st->late_ns};
+                                  st->modeled_ns,    st->late_ns,        st->prefix_queries,
+                                  st->prefix_hits};
+        const size_t n_fields = sizeof fields / sizeof fields[0] - (prefix ? 0 : 2);
         char *p = out;
-        for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        for (size_t i = 0; i < n_fields; i++) {
             if (i > 0)
                 *p++ = ',';
             p = put_i64(p, fields[i]);
@@ -220,6 +224,13 @@ static size_t format_step(char *out, size_t size, const tokenlog_step *st)
         *p = '\0';
         return (size_t)(p - out);
     }
+    if (prefix)
+        return row_length(snprintf(out, size, "%lld,%lld,%lld,%d,%d,%d,%lld,%lld,%d,%d\n",
+                                   (long long)st->step, (long long)st->t_start_ns,
+                                   (long long)st->t_end_ns, st->decode_tokens,
+                                   st->prefill_tokens, st->n_requests, (long long)st->modeled_ns,
+                                   (long long)st->late_ns, st->prefix_queries, st->prefix_hits),
+                          size);
     return row_length(snprintf(out, size, "%lld,%lld,%lld,%d,%d,%d,%lld,%lld\n",
                                (long long)st->step, (long long)st->t_start_ns,
                                (long long)st->t_end_ns, st->decode_tokens, st->prefill_tokens,
@@ -259,15 +270,15 @@ void tokenlog_write_request(FILE *f, const tokenlog_request *r)
     fwrite(row, 1, format_request(row, sizeof row, r), f);
 }
 
-void tokenlog_write_steps_header(FILE *f)
+void tokenlog_write_steps_header(FILE *f, bool prefix)
 {
-    fputs(TOKENLOG_STEPS_HEADER "\n", f);
+    fputs(prefix ? TOKENLOG_STEPS_HEADER_PREFIX "\n" : TOKENLOG_STEPS_HEADER "\n", f);
 }
 
-void tokenlog_write_step(FILE *f, const tokenlog_step *st)
+void tokenlog_write_step(FILE *f, const tokenlog_step *st, bool prefix)
 {
     char row[ROW_MAX];
-    fwrite(row, 1, format_step(row, sizeof row, st), f);
+    fwrite(row, 1, format_step(row, sizeof row, st, prefix), f);
 }
 
 void tokenlog_write_sched_events_header(FILE *f)
@@ -428,9 +439,9 @@ static int write_file(const tokenlog *log, const char *dir, const char *name, to
             tokenlog_write_request(f, &log->requests[i]);
         break;
     case TOKENLOG_STEPS_CSV:
-        tokenlog_write_steps_header(f);
+        tokenlog_write_steps_header(f, log->prefix_cache);
         for (int64_t i = 0; i < log->n_steps; i++)
-            tokenlog_write_step(f, &log->steps[i]);
+            tokenlog_write_step(f, &log->steps[i], log->prefix_cache);
         break;
     case TOKENLOG_SCHED_EVENTS_CSV:
         tokenlog_write_sched_events_header(f);

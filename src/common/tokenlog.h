@@ -6,7 +6,9 @@
  *   requests.csv  request,user,kind,t_plan_ns,t_send_ns,t_first_ns,t_end_ns,
  *                 prompt_tokens_requested,prompt_tokens,completion_tokens,finish_reason,error
  *   steps.csv     step,t_start_ns,t_end_ns,decode_tokens,prefill_tokens,n_requests,modeled_ns,
- *                 late_ns   (files without late_ns, the older format, read as late_ns 0)
+ *                 late_ns[,prefix_queries,prefix_hits]   (files without late_ns, the older
+ *                 format, read as late_ns 0; the prefix columns only where the engine ran
+ *                 with prefix caching: tokenlog.prefix_cache)
  *   sched_events.csv  step,t_ns,request,event   what a step did to a request's place in the
  *                 steps (event: preempted, resumed, left_out, rejoined; t_ns the step's start),
  *                 beside steps.csv when any step did something (a run without it: none did,
@@ -45,6 +47,7 @@ typedef enum {
 #define TOKENLOG_STEPS_HEADER_V1                                                          \
     "step,t_start_ns,t_end_ns,decode_tokens,prefill_tokens,n_requests,modeled_ns"
 #define TOKENLOG_STEPS_HEADER TOKENLOG_STEPS_HEADER_V1 ",late_ns"
+#define TOKENLOG_STEPS_HEADER_PREFIX TOKENLOG_STEPS_HEADER ",prefix_queries,prefix_hits"
 #define TOKENLOG_SCHED_EVENTS_HEADER "step,t_ns,request,event"
 
 typedef struct tokenlog_event {
@@ -84,6 +87,8 @@ typedef struct tokenlog_step {
     int64_t modeled_ns; /* the cost model's duration for this batch (0 if unknown) */
     int64_t late_ns;    /* how late the engine woke past the step's deadline (emulated
                            steps; 0 otherwise): the machine's delay, as the engine saw it */
+    int32_t prefix_queries; /* prompt tokens of the requests first admitted in this step */
+    int32_t prefix_hits;    /* of them, found in the prefix cache (prefill skipped) */
 } tokenlog_step;
 
 /* What a step did to a request's place in the steps (the scheduler's changes, sched.h). */
@@ -110,6 +115,7 @@ typedef struct tokenlog {
     int64_t n_requests, cap_requests;
     tokenlog_step *steps;
     int64_t n_steps, cap_steps;
+    bool prefix_cache; /* the steps carry prefix_queries/prefix_hits (steps.csv's columns) */
     tokenlog_sched_event *sched_events; /* in step order */
     int64_t n_sched_events, cap_sched_events;
 } tokenlog;
@@ -153,8 +159,9 @@ void tokenlog_write_events_header(FILE *f);
 void tokenlog_write_event(FILE *f, const tokenlog_event *ev);
 void tokenlog_write_requests_header(FILE *f);
 void tokenlog_write_request(FILE *f, const tokenlog_request *r);
-void tokenlog_write_steps_header(FILE *f);
-void tokenlog_write_step(FILE *f, const tokenlog_step *st);
+/* prefix: with the prefix-cache columns (the engine ran with prefix caching). */
+void tokenlog_write_steps_header(FILE *f, bool prefix);
+void tokenlog_write_step(FILE *f, const tokenlog_step *st, bool prefix);
 void tokenlog_write_sched_events_header(FILE *f);
 void tokenlog_write_sched_event(FILE *f, const tokenlog_sched_event *ev);
 

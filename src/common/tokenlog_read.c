@@ -224,7 +224,9 @@ static int step_fields(const csv_reader *r, tokenlog_step *st, char *err)
         parse_i32(r, 4, "prefill_tokens", &st->prefill_tokens, err) != 0 ||
         parse_i32(r, 5, "n_requests", &st->n_requests, err) != 0 ||
         parse_i64(r, 6, "modeled_ns", &st->modeled_ns, err) != 0 ||
-        (r->n_fields > 7 && parse_i64(r, 7, "late_ns", &st->late_ns, err) != 0))
+        (r->n_fields > 7 && parse_i64(r, 7, "late_ns", &st->late_ns, err) != 0) ||
+        (r->n_fields > 8 && (parse_i32(r, 8, "prefix_queries", &st->prefix_queries, err) != 0 ||
+                             parse_i32(r, 9, "prefix_hits", &st->prefix_hits, err) != 0)))
         return -1;
     return 0;
 }
@@ -328,6 +330,8 @@ static int reader_open(tokenlog_reader *r, const char *path, tokenlog_file kind,
                                 r->csv.fields[i]);
     if (kind == TOKENLOG_STEPS_CSV && strcmp(joined, TOKENLOG_STEPS_HEADER_V1) == 0) {
         r->n_fields = 7; /* written before late_ns */
+    } else if (kind == TOKENLOG_STEPS_CSV && strcmp(joined, TOKENLOG_STEPS_HEADER_PREFIX) == 0) {
+        r->n_fields = 10; /* an engine with prefix caching */
     } else if (strcmp(joined, headers[kind]) != 0) {
         err_set(err, "%s:%lld: header is '%.60s', expected '%s'", path,
                 (long long)r->csv.line_no, joined, headers[kind]);
@@ -376,6 +380,8 @@ static int read_path(tokenlog *log, const char *path, tokenlog_file kind, read_o
     int rc = reader_open(&r, path, kind, o->optional, o->cut_tail_ok, err);
     if (rc <= 0)
         return rc;
+    if (kind == TOKENLOG_STEPS_CSV && r.n_fields == 10)
+        log->prefix_cache = true;
     tokenlog_row row;
     int got;
     while ((got = reader_next(&r, &row, err)) == 1) {

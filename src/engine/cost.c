@@ -15,6 +15,7 @@
  *   token costs 2 x override FLOPs (LM head included), weights weigh override x
  *   bytes_per_param both read and resident. Attention and KV traffic still come from the
  *   architecture: the lesson adds causal attention on top of its 16 GFLOP per token. */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -185,22 +186,41 @@ static int64_t sums_finish(const cost_params *p, const step_sums *s, cost_breakd
     return b.total_ns;
 }
 
+/* The context a sequence's attention spans: its own, or under a unified cache the
+ * occupied cells when they are more (they include its own). */
+static int attended_context(int context, int64_t occupied_cells)
+{
+    if (occupied_cells > context)
+        return occupied_cells > INT_MAX ? INT_MAX : (int)occupied_cells;
+    return context;
+}
+
+static void sums_add_batch(step_sums *s, const cost_seq *seqs, int n, int64_t occupied_cells)
+{
+    memset(s, 0, sizeof *s);
+    for (int i = 0; i < n; i++)
+        sums_add(s, seqs[i].new_tokens, attended_context(seqs[i].context, occupied_cells),
+                 seqs[i].samples, 1);
+}
+
 void cost_step_features(const cost_seq *seqs, int n, cost_features *out)
 {
     step_sums s;
-    memset(&s, 0, sizeof s);
-    for (int i = 0; i < n; i++)
-        sums_add(&s, seqs[i].new_tokens, seqs[i].context, seqs[i].samples, 1);
+    sums_add_batch(&s, seqs, n, 0);
     *out = s.fit;
+}
+
+int64_t cost_step_cells_ns(const cost_params *p, const cost_seq *seqs, int n,
+                           int64_t occupied_cells, cost_breakdown *out)
+{
+    step_sums s;
+    sums_add_batch(&s, seqs, n, occupied_cells);
+    return sums_finish(p, &s, out);
 }
 
 int64_t cost_step_ns(const cost_params *p, const cost_seq *seqs, int n, cost_breakdown *out)
 {
-    step_sums s;
-    memset(&s, 0, sizeof s);
-    for (int i = 0; i < n; i++)
-        sums_add(&s, seqs[i].new_tokens, seqs[i].context, seqs[i].samples, 1);
-    return sums_finish(p, &s, out);
+    return cost_step_cells_ns(p, seqs, n, 0, out);
 }
 
 int64_t cost_prefill_ns(const cost_params *p, int prompt_tokens, cost_breakdown *out)

@@ -143,8 +143,17 @@ void cost_step_features(const cost_seq *seqs, int n, cost_features *out);
 double cost_fit_variable_ns(const cost_step_fit *fit, const cost_features *x);
 
 /* Duration of one step over n seqs (breakdown may be NULL). With a fitted step model the
- * breakdown's compute_ns is the fitted variable part and memory_ns 0. */
+ * breakdown's compute_ns is the fitted variable part and memory_ns 0. Each sequence's
+ * attention spans its own context (a paged KV cache: vLLM, SGLang). */
 int64_t cost_step_ns(const cost_params *p, const cost_seq *seqs, int n, cost_breakdown *out);
+/* The same step in a unified KV cache (llama.cpp's server: every slot's cells in one cache,
+ * sched.h "KV layout") holding occupied_cells cells before the step: each sequence's
+ * attention spans them instead of its own context (the KQ product covers the occupied part
+ * of the cache; masking the other slots' cells saves nothing), so the context terms above
+ * (attention pairs, KV read, a fitted model's decode context and pairs) take
+ * max(context, occupied_cells). occupied_cells 0: cost_step_ns. */
+int64_t cost_step_cells_ns(const cost_params *p, const cost_seq *seqs, int n,
+                           int64_t occupied_cells, cost_breakdown *out);
 
 /* Convenience: one fresh prompt of n tokens prefilled alone (samples its first token). */
 int64_t cost_prefill_ns(const cost_params *p, int prompt_tokens, cost_breakdown *out);

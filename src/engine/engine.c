@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -23,6 +24,7 @@
 
 #include "common/clock.h"
 #include "common/tokenlog.h"
+#include "engine/kvcache.h"
 #include "engine/sched_events.h"
 
 struct engine {
@@ -103,6 +105,56 @@ static void live_remove(engine *e, engine_req *r)
 void engine_req_release(engine_req *req)
 {
     buf_free(&req->tail);
+    free(req->hashes);
+    free(req->pending);
+    req->hashes = NULL;
+    req->pending = NULL;
+    req->n_hashes_max = req->n_pending = 0;
+}
+
+/* Prefix caching: name the prompt's full blocks (by its token ids, or a text prompt's as the
+ * server tokenized them: cache_ids) and keep the partial last block's ids so sampled tokens go on the
+ * chain. Without memory the request simply shares nothing. */
+static void hash_prompt(engine *e, engine_req *r)
+{
+    const int bs = e->cfg.sched.block_size;
+    r->hashes = NULL;
+    r->pending = NULL;
+    r->n_hashes_max = r->n_pending = 0;
+    const int32_t *ids = r->seq.prompt_ids ? r->seq.prompt_ids : r->cache_ids;
+    const int n_ids = r->seq.prompt_ids ? r->seq.n_prompt_ids : r->n_cache_ids;
+    if (!e->cfg.sched.prefix_caching || !ids || n_ids != r->prompt_tokens || r->max_tokens < 1)
+        return;
+    const int64_t most = ((int64_t)r->prompt_tokens + r->max_tokens - 1) / bs;
+    if (most <= 0 || most > INT32_MAX)
+        return;
+    r->hashes = malloc((size_t)most * sizeof *r->hashes);
+    r->pending = malloc((size_t)bs * sizeof *r->pending);
+    if (!r->hashes || !r->pending) {
+        engine_req_release(r);
+        return;
+    }
+    r->n_hashes_max = (int)most;
+    const int64_t n = kvcache_hash_blocks(ids, r->prompt_tokens, bs, r->hashes);
+    r->n_pending = (int)(r->prompt_tokens - n * bs);
+    memcpy(r->pending, ids + n * bs, (size_t)r->n_pending * sizeof *r->pending);
+    r->sr.block_hashes = r->hashes;
+    r->sr.n_block_hashes = (int)n;
+}
+
+/* A sampled token joins the block being filled; a full block extends the chain. */
+static void hash_token(engine *e, engine_req *r, int32_t token)
+{
+    const int bs = e->cfg.sched.block_size;
+    if (!r->hashes || r->sr.n_block_hashes >= r->n_hashes_max)
+        return;
+    r->pending[r->n_pending++] = token;
+    if (r->n_pending < bs)
+        return;
+    const int n = r->sr.n_block_hashes;
+    r->hashes[n] = kvcache_hash_block(n > 0 ? r->hashes[n - 1] : KVCACHE_HASH_SEED, r->pending, bs);
+    r->sr.n_block_hashes = n + 1;
+    r->n_pending = 0;
 }
 
 /* ---- events --------------------------------------------------------------------------- */
@@ -203,6 +255,7 @@ static void admit(engine *e, engine_req *r, int64_t now_ns)
     r->tail = (buf){0};
     r->max_stop_len = r->n_stop > 0 ? max_stop_len(r) : 0;
     r->error[0] = '\0';
+    hash_prompt(e, r);
     if (atomic_load(&r->cancel)) {
         emit_final(e, r, ENGINE_FINISH_ABORT, now_ns);
         return;
@@ -311,6 +364,7 @@ static void handle_token(engine *e, const sched_item *item, int32_t token, int64
     ev->t_ns = t_end_ns;
     ev->token = token;
     ev->completion_tokens = (int32_t)position + 1;
+    hash_token(e, r, token);
 
     size_t len = 0;
     const char *text = e->x->token_text(e->x, token, &len);
@@ -372,8 +426,10 @@ static void write_step_log(engine *e, int64_t step, const engine_step_info *info
         .n_requests = info->n_requests,
         .modeled_ns = info->modeled_ns,
         .late_ns = info->late_ns,
+        .prefix_queries = info->prefix_queries,
+        .prefix_hits = info->prefix_hits,
     };
-    tokenlog_write_step(e->cfg.step_log, &row);
+    tokenlog_write_step(e->cfg.step_log, &row, e->cfg.sched.prefix_caching);
     e->log_dirty = true;
     if (info->t_end_ns - e->last_flush_ns >= CLOCK_NS_PER_S)
         flush_logs(e, info->t_end_ns);
@@ -443,6 +499,12 @@ static int64_t run_step(engine *e, const sched_batch *batch, int64_t start_ns)
         .kv_blocks_total = sched_blocks_total(e->sched),
         .preemptions_total = sched_num_preemptions(e->sched),
         .slips_total = e->slips,
+        .prefix_queries = batch->prefix_queries,
+        .prefix_hits = batch->prefix_hits,
+        .prefix_queries_total = sched_prefix_queries(e->sched),
+        .prefix_hits_total = sched_prefix_hits(e->sched),
+        .kv_blocks_cached = sched_blocks_cached(e->sched),
+        .kv_cells_occupied = sched_cells_occupied(e->sched),
     };
     summary->info = info;
     write_step_log(e, step, &info);
@@ -468,6 +530,10 @@ static void push_idle_summary(engine *e, int64_t now_ns)
         .kv_blocks_total = sched_blocks_total(e->sched),
         .preemptions_total = sched_num_preemptions(e->sched),
         .slips_total = e->slips,
+        .prefix_queries_total = sched_prefix_queries(e->sched),
+        .prefix_hits_total = sched_prefix_hits(e->sched),
+        .kv_blocks_cached = sched_blocks_cached(e->sched),
+        .kv_cells_occupied = sched_cells_occupied(e->sched),
     };
 }
 
@@ -592,7 +658,7 @@ engine *engine_create(const engine_config *cfg, char *err)
     pthread_mutex_init(&e->lock, NULL);
     atomic_init(&e->cancel_gen, 0);
     if (cfg->step_log) {
-        tokenlog_write_steps_header(cfg->step_log);
+        tokenlog_write_steps_header(cfg->step_log, cfg->sched.prefix_caching);
         fflush(cfg->step_log);
     }
     if (cfg->sched_log) {

@@ -57,6 +57,11 @@ typedef struct engine_req {
     int prompt_tokens;
     int max_tokens;          /* >= 1 */
     exec_seq seq;            /* sampling parameters for the executor */
+    /* Prefix caching of a text prompt: its ids as the server tokenized them (caller-owned,
+     * n_cache_ids == prompt_tokens, valid until the final event), which name its KV blocks
+     * (seq.prompt_ids does for a token-id prompt). NULL: a text prompt shares nothing. */
+    const int32_t *cache_ids;
+    int n_cache_ids;
     const char *const *stop; /* stop strings (caller-owned, non-empty), n_stop of them */
     int n_stop;
     void *user;              /* the caller's */
@@ -71,6 +76,13 @@ typedef struct engine_req {
     engine_finish finishing; /* decided during this step, applied after commit */
     buf tail;                /* last bytes of the text, for stop strings */
     size_t max_stop_len;
+    /* prefix caching: the hash chain of its blocks (sched_req.block_hashes), the prompt's
+     * and then its answer's as tokens are sampled (a later turn that sends the answer back
+     * finds it cached); ids of the block being filled */
+    uint64_t *hashes;
+    int n_hashes_max;
+    int32_t *pending;
+    int n_pending;
     struct engine_req *inbox_next;
     struct engine_req *live_next, *live_prev;
 } engine_req;
@@ -93,6 +105,12 @@ typedef struct engine_step_info {
     int64_t kv_blocks_total;
     int64_t preemptions_total;
     int64_t slips_total;
+    int32_t prefix_queries;     /* this step's admissions: prompt tokens (sched_batch) */
+    int32_t prefix_hits;        /* of them, found in the prefix cache */
+    int64_t prefix_queries_total; /* vLLM's prefix-cache counters so far (sched.h) */
+    int64_t prefix_hits_total;
+    int64_t kv_blocks_cached;   /* blocks holding cached KV nobody uses (evictable) */
+    int64_t kv_cells_occupied;  /* --kv-layout unified: cells in the cache (sched.h); 0 paged */
 } engine_step_info;
 
 typedef struct engine_event {

@@ -12,6 +12,7 @@
 #include "engine/cpu/cpu_kv.h"
 #include "engine/cpu/cpu_pool.h"
 #include "engine/cpu/cpu_sample.h"
+#include "engine/kvcache.h"
 #include "engine/vocab.h"
 
 #define PROMPT_SALT 0x70726f6d7074ULL /* "prompt" */
@@ -23,6 +24,8 @@ typedef struct cpu_seq {
     int n_tokens;
     int cap_tokens;
     int kv_tokens;     /* positions whose K and V are in the cache */
+    int n_shared;      /* its first n_shared KV blocks are prefix cache entries */
+    bool unnamed;      /* its request's hashes do not name its ids: it caches nothing */
     bool evicted;      /* blocks taken back while it was not scheduled */
     int64_t last_step; /* last step it was in */
     cpu_kv_seq kv;
@@ -33,6 +36,13 @@ typedef struct cpu_state {
     cpu_runstate run;
     cpu_kv kv;
     cpu_pool *pool;
+    /* The prefix cache (prefix caching: requests that name their blocks by hash): full
+     * blocks by hash, the KV block id as the tag, kept after their requests leave until the
+     * pool needs them (least recently released first, as the scheduler's). */
+    kvcache *cache;
+    uint64_t *block_hash; /* (kv blocks,) the hash a block is the cache entry of */
+    int64_t reused_tokens, recomputed_tokens;
+    int last_samples;     /* sampling rows of the last step's logits */
     int threads;
     bool have_cost;
     cost_params cost;
@@ -89,9 +99,20 @@ static int seq_map_grow(cpu_state *st)
     return 0;
 }
 
+/* Give back a sequence's KV: its cache entries stay cached (deepest first in the eviction
+ * order, as the scheduler releases them), its own blocks go back to the pool. */
+static void seq_drop_kv(cpu_state *st, cpu_seq *s)
+{
+    for (int i = s->n_shared - 1; i >= 0; i--)
+        kvcache_unref(st->cache, st->block_hash[s->kv.blocks[i]]);
+    cpu_kv_release_from(&st->kv, &s->kv, s->n_shared);
+    s->n_shared = 0;
+    s->kv_tokens = 0;
+}
+
 static void seq_destroy(cpu_state *st, cpu_seq *s)
 {
-    cpu_kv_release(&st->kv, &s->kv);
+    seq_drop_kv(st, s);
     cpu_kv_seq_free(&s->kv);
     free(s->tokens);
     free(s);
@@ -179,10 +200,99 @@ static bool evict_one(cpu_state *st)
     }
     if (!victim)
         return false;
-    cpu_kv_release(&st->kv, &victim->kv);
-    victim->kv_tokens = 0;
+    seq_drop_kv(st, victim);
     victim->evicted = true;
     return true;
+}
+
+/* A block for a reservation that found the pool dry: a kept cache block nobody uses (least
+ * recently released first), else the blocks of the least recently scheduled sequence not
+ * in this step. */
+static bool free_some(cpu_state *st)
+{
+    int64_t block = -1;
+    if (kvcache_evict_tagged(st->cache, &block)) {
+        cpu_kv_give_back(&st->kv, (int32_t)block);
+        return true;
+    }
+    return evict_one(st);
+}
+
+/* ---- the prefix cache -------------------------------------------------------------- */
+
+/* Does the request's hash of block i name the ids this sequence computes there? The engine
+ * may name a text prompt's blocks by the ids the server tokenized it into while the
+ * executor draws its ids from (seed, position) (exec_cpu.h): such a block must never be
+ * shared under that name. Blocks before i are checked already (entries are made and taken
+ * in chain order), so one link checks the whole prefix. */
+static bool names_own_ids(const cpu_seq *s, const sched_req *req, int i)
+{
+    const uint64_t prev = i > 0 ? req->block_hashes[i - 1] : KVCACHE_HASH_SEED;
+    return kvcache_hash_block(prev, s->tokens + (size_t)i * CPU_KV_BLOCK, CPU_KV_BLOCK) ==
+           req->block_hashes[i];
+}
+
+/* The sequence's computed full blocks that its request names become cache entries; a
+ * block another sequence computed first is shared instead and its own copy goes back to
+ * the pool (the scheduler counts it once, so must the pool). */
+static void cache_computed(cpu_state *st, cpu_seq *s, const sched_req *req)
+{
+    if (!req->block_hashes)
+        return;
+    int full = s->kv_tokens / CPU_KV_BLOCK;
+    if (full > req->n_block_hashes)
+        full = req->n_block_hashes;
+    for (; s->n_shared < full && !s->unnamed; s->n_shared++) {
+        const uint64_t hash = req->block_hashes[s->n_shared];
+        const int32_t own = s->kv.blocks[s->n_shared];
+        if (!names_own_ids(s, req, s->n_shared)) {
+            s->unnamed = true; /* its blocks from here on stay its own */
+            return;
+        }
+        const kvcache_put put = kvcache_insert_tagged(st->cache, hash, own);
+        if (put == KVCACHE_PRIVATE)
+            return; /* out of memory: it stays its own (a miss later, never a wrong hit) */
+        if (put == KVCACHE_NEW) {
+            st->block_hash[own] = hash;
+        } else {
+            s->kv.blocks[s->n_shared] = (int32_t)kvcache_tag(st->cache, hash);
+            cpu_kv_give_back(&st->kv, own);
+        }
+    }
+}
+
+/* The item continues from item->context. When the sequence's KV does not hold exactly
+ * [0, context) (a new request whose prefix the scheduler found cached, one whose blocks
+ * the pool took back, one preempted and readmitted), rebuild it: the longest run of
+ * cached blocks its request names is shared (pages, not copies: a full block is never
+ * written again, and the scheduler counts a shared block once), and the positions after
+ * it up to context are recomputed in this step, fed before the item's own tokens. *start
+ * gets the first position the step feeds. 0, or -1 with err. */
+static int rebuild_kv(cpu_state *st, cpu_seq *s, const sched_item *item, int *start, char *err)
+{
+    *start = item->context;
+    if (!s->evicted && s->kv_tokens == item->context)
+        return 0;
+    seq_drop_kv(st, s);
+    s->evicted = false;
+    const sched_req *req = item->req;
+    int most = item->context / CPU_KV_BLOCK;
+    if (!req->block_hashes || most > req->n_block_hashes)
+        most = req->block_hashes ? req->n_block_hashes : 0;
+    for (; s->n_shared < most; s->n_shared++) {
+        const uint64_t hash = req->block_hashes[s->n_shared];
+        const int64_t block = kvcache_tag(st->cache, hash);
+        if (block < 0 || !names_own_ids(s, req, s->n_shared))
+            break;
+        if (cpu_kv_append(&s->kv, (int32_t)block, err) != 0)
+            return -1;
+        kvcache_ref(st->cache, hash);
+    }
+    s->kv_tokens = s->n_shared * CPU_KV_BLOCK;
+    st->reused_tokens += s->kv_tokens;
+    st->recomputed_tokens += item->context - s->kv_tokens;
+    *start = s->kv_tokens;
+    return 0;
 }
 
 /* ---- the step ---------------------------------------------------------------------- */
@@ -221,29 +331,20 @@ static cpu_seq *claim_item(cpu_state *st, const sched_item *item, const exec_seq
     return s;
 }
 
-/* Check the item continues where the sequence's cache ends, and make the cache cover the
- * step's positions. */
-static int prepare_item(cpu_state *st, cpu_seq *s, const sched_item *item, char *err)
+/* Make the sequence's cache hold [0, context) (rebuild_kv) and cover the step's
+ * positions; *start gets the first position the step feeds. */
+static int prepare_item(cpu_state *st, cpu_seq *s, const sched_item *item, int *start, char *err)
 {
     const sched_req *req = item->req;
-    if (item->context == 0 && s->kv_tokens > 0) { /* preempted: recompute from the start */
-        cpu_kv_release(&st->kv, &s->kv);
-        s->kv_tokens = 0;
-    }
-    if (item->context == 0)
-        s->evicted = false;
-    if (s->evicted || item->context != s->kv_tokens)
-        return err_set(err, "request %lld: the step continues from position %d but the cache "
-                            "holds %d%s", (long long)req->id, item->context, s->kv_tokens,
-                       s->evicted ? " (its blocks were taken back: the KV pool ran dry while it "
-                                    "was not scheduled)" : "");
     const int end = item->context + item->new_tokens;
     if (end > s->n_tokens)
         return err_set(err, "request %lld: the step feeds positions up to %d but only %d tokens "
                             "are known", (long long)req->id, end - 1, s->n_tokens);
+    if (rebuild_kv(st, s, item, start, err) != 0)
+        return -1;
     char why[ERR_LEN];
     while (cpu_kv_reserve(&st->kv, &s->kv, end, why) != 0)
-        if (!evict_one(st))
+        if (!free_some(st))
             return err_set(err, "request %lld: %s", (long long)req->id, why);
     return 0;
 }
@@ -266,10 +367,12 @@ static int cpu_step(exec *x, const sched_batch *batch, const exec_seq *const *se
     for (int i = 0; i < n; i++) {
         const sched_item *item = &batch->items[i];
         cpu_seq *s = st->batch_seqs[i];
-        if (prepare_item(st, s, item, err) != 0)
+        int start = 0;
+        if (prepare_item(st, s, item, &start, err) != 0)
             return -1;
-        st->batch[i] = (cpu_batch_seq){s->tokens + item->context, item->context, item->new_tokens,
-                                       &s->kv, item->samples};
+        st->batch[i] = (cpu_batch_seq){s->tokens + start, start,
+                                       item->context + item->new_tokens - start, &s->kv,
+                                       item->samples};
         st->cost_seqs[i] = (cost_seq){item->new_tokens, item->context, item->samples};
     }
     if (cpu_forward(&st->model, &st->run, &st->kv, st->pool, st->batch, n, err) != 0)
@@ -281,6 +384,7 @@ static int cpu_step(exec *x, const sched_batch *batch, const exec_seq *const *se
         const sched_item *item = &batch->items[i];
         cpu_seq *s = st->batch_seqs[i];
         s->kv_tokens = item->context + item->new_tokens;
+        cache_computed(st, s, item->req);
         if (!item->samples)
             continue;
         const exec_seq *es = seqs ? seqs[i] : NULL;
@@ -298,8 +402,10 @@ static int cpu_step(exec *x, const sched_batch *batch, const exec_seq *const *se
         if (generated + 1 >= item->req->max_tokens || token == CPU_EOS_ID)
             seq_remove(st, s);
     }
+    st->last_samples = k;
     if (st->have_cost)
-        *modeled_ns = cost_step_ns(&st->cost, st->cost_seqs, n, NULL);
+        *modeled_ns =
+            cost_step_cells_ns(&st->cost, st->cost_seqs, n, batch->occupied_cells, NULL);
     return 0;
 }
 
@@ -418,6 +524,8 @@ static void cpu_destroy(exec *x)
         free(st->batch_seqs);
         free(st->cost_seqs);
         cpu_free_runstate(&st->run);
+        kvcache_free(st->cache);
+        free(st->block_hash);
         cpu_kv_free(&st->kv);
         cpu_free_model(&st->model);
         cpu_pool_free(st->pool);
@@ -442,7 +550,41 @@ int exec_cpu_threads(const exec *x)
 int64_t exec_cpu_blocks_used(const exec *x)
 {
     const cpu_state *st = x->state;
-    return st->kv.n_blocks - st->kv.n_free;
+    return st->kv.n_blocks - st->kv.n_free - kvcache_evictable(st->cache);
+}
+
+int64_t exec_cpu_blocks_kept(const exec *x)
+{
+    return kvcache_evictable(((const cpu_state *)x->state)->cache);
+}
+
+int64_t exec_cpu_drop_kept(exec *x)
+{
+    cpu_state *st = x->state;
+    int64_t n = 0, block = -1;
+    while (kvcache_evict_tagged(st->cache, &block)) {
+        cpu_kv_give_back(&st->kv, (int32_t)block);
+        n++;
+    }
+    return n;
+}
+
+int64_t exec_cpu_reused_tokens(const exec *x)
+{
+    return ((const cpu_state *)x->state)->reused_tokens;
+}
+
+int64_t exec_cpu_recomputed_tokens(const exec *x)
+{
+    return ((const cpu_state *)x->state)->recomputed_tokens;
+}
+
+const float *exec_cpu_logits(const exec *x, int k)
+{
+    const cpu_state *st = x->state;
+    if (k < 0 || k >= st->last_samples)
+        return NULL;
+    return st->run.logits + (size_t)k * st->model.config.vocab_size;
 }
 
 int exec_cpu_create(const exec_cpu_config *cfg, exec **out, char *err)
@@ -470,7 +612,9 @@ int exec_cpu_create(const exec_cpu_config *cfg, exec **out, char *err)
     if (!(st->pool = cpu_pool_create(st->threads, err)) ||
         cpu_build_model(&st->model, &config, err) != 0 ||
         cpu_build_runstate(&st->run, &st->model, st->threads, err) != 0 ||
-        cpu_kv_init(&st->kv, &config, cfg->kv_blocks, err) != 0 || seq_map_grow(st) != 0) {
+        cpu_kv_init(&st->kv, &config, cfg->kv_blocks, err) != 0 || seq_map_grow(st) != 0 ||
+        !(st->cache = kvcache_create(cfg->kv_blocks, err)) ||
+        !(st->block_hash = calloc((size_t)cfg->kv_blocks, sizeof *st->block_hash))) {
         if (!err || !err[0])
             err_set(err, "out of memory creating the cpu executor");
         goto fail;

@@ -14,13 +14,30 @@
  * what the model says, never how long it takes.
  *
  * Sequences: the executor keeps, per request id, the token history (prompt and sampled
- * ids) and the block table. A request that comes back with context 0 was preempted: its
- * blocks are freed and it is recomputed from its history. A request's blocks are freed
- * when its last token is sampled (max_tokens reached, EOS), when exec_cpu_release is called
- * (the engine's hook for stop strings and aborts), or, when the pool runs dry, taken back
- * from the least recently scheduled requests that are not in the step; such a request
- * coming back with context > 0 fails the step with a clear error rather than computing
- * on lost keys.
+ * ids) and the block table. A request's blocks are freed when its last token is sampled
+ * (max_tokens reached, EOS), when exec_cpu_release is called (the engine's hook for stop
+ * strings and aborts), or, when the pool runs dry, taken back from the least recently
+ * scheduled requests that are not in the step.
+ *
+ * Prefix caching (the scheduler's, sched.h): a request that names its full blocks by hash
+ * (sched_req.block_hashes) leaves them cached: each full block it computes becomes a cache
+ * entry (one another request computed first is shared instead, its own copy freed, so the
+ * pool counts blocks as the scheduler does), and entries outlive the request until the
+ * pool needs their memory (least recently released first, kvcache.h). Shared means the
+ * block tables name the same pages: a full block is never written again. A block is cached
+ * or shared only under a hash of the ids this executor computes there (the engine may name
+ * a text prompt's blocks by the ids the server tokenized while the ids here are drawn from
+ * the seed): otherwise the request caches nothing and a scheduler hit is recomputed.
+ *
+ * An item's context is what the scheduler says is in KV. When the sequence's cache does not
+ * hold exactly [0, context) - a new request whose prefix the scheduler found cached, a
+ * request preempted (context 0) or readmitted, one whose blocks the pool took back - its
+ * KV is rebuilt before the forward pass: the longest run of cached blocks its hashes name
+ * is shared (exec_cpu_reused_tokens counts those positions), and the positions after it
+ * up to context are recomputed from its token history in the same step
+ * (exec_cpu_recomputed_tokens): correct always, only slower. The two LRUs (the
+ * scheduler's and this pool's) may disagree, e.g. when requests are aborted or the pools
+ * differ in size; then a scheduler hit is a recompute here.
  *
  * Threads: cfg->threads (default: the CPUs this process may run on - 1, at least 1:
  * cpu_pool_default_threads) run the step; OpenBLAS is set to one thread for the whole
@@ -53,7 +70,20 @@ void exec_cpu_release(exec *x, int64_t request_id);
 
 /* Threads the executor runs on. */
 int exec_cpu_threads(const exec *x);
-/* KV blocks in use / in the pool (for tests). */
+/* KV blocks requests hold (for tests): kept cache blocks nobody uses are not counted. */
 int64_t exec_cpu_blocks_used(const exec *x);
+/* Prefix caching: cache blocks kept that no request uses (evicted when the pool needs
+ * them). */
+int64_t exec_cpu_blocks_kept(const exec *x);
+/* Evict every kept block now (the scheduler is not told: tests force the recompute path
+ * with it). The count. */
+int64_t exec_cpu_drop_kept(exec *x);
+/* Positions whose KV was shared from cache blocks / recomputed because the sequence's
+ * cache did not hold [0, context) (see above), since creation. */
+int64_t exec_cpu_reused_tokens(const exec *x);
+int64_t exec_cpu_recomputed_tokens(const exec *x);
+/* The logits (vocab_size floats) of the k-th sampling item of the last step, NULL when k is
+ * out of range; valid until the next step (for tests). */
+const float *exec_cpu_logits(const exec *x, int k);
 
 #endif

@@ -40,7 +40,8 @@ static int emulate_step(exec *x, const sched_batch *batch, const exec_seq *const
         else
             tokens[i] = vocab_word(seq->seed, position);
     }
-    const int64_t duration_ns = cost_step_ns(&st->cost, st->seqs, batch->n_items, NULL);
+    const int64_t duration_ns = cost_step_cells_ns(&st->cost, st->seqs, batch->n_items,
+                                                      batch->occupied_cells, NULL);
     *modeled_ns = duration_ns;
     const int64_t deadline_ns = step_start_ns + duration_ns;
     clock_sleep_until_ns(deadline_ns);

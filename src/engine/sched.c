@@ -39,6 +39,8 @@
 
 #include "common/buf.h"
 #include "common/err.h"
+#include "engine/kvcache.h"
+#include "engine/kvslots.h"
 
 typedef struct req_list {
     sched_req *head, *tail;
@@ -53,6 +55,9 @@ struct sched {
     int64_t blocks_free;
     int64_t next_order;
     int64_t n_preemptions;
+    kvcache *cache;    /* prefix_caching only, else NULL */
+    kvslots *slots;    /* the unified layout only, else NULL */
+    int64_t prefix_queries, prefix_hits;
     sched_item *items; /* the batch's items, reused every step */
     int items_capacity;
     sched_change *changes; /* the batch's changes, reused every step: one per live request */
@@ -125,10 +130,73 @@ static bool is_running_state(sched_state state)
     return state == SCHED_PREFILLING || state == SCHED_DECODING;
 }
 
+/* Blocks a request may take: the free ones and the cached ones nobody uses (evicted when
+ * taken). */
+static int64_t blocks_available(const sched *s)
+{
+    return s->blocks_free + (s->cache ? kvcache_evictable(s->cache) : 0);
+}
+
+/* Take n blocks for a request, evicting cached ones least recently released first when the
+ * free ones run short. The caller checked blocks_available. */
+static void take_blocks(sched *s, int64_t n)
+{
+    while (s->blocks_free < n && s->cache && kvcache_evict(s->cache))
+        s->blocks_free++;
+    s->blocks_free -= n;
+}
+
+/* Its own blocks go back to the pool; its cached ones stay cached, deepest first in the
+ * eviction order. */
 static void release_blocks(sched *s, sched_req *req)
 {
-    s->blocks_free += req->n_blocks;
+    for (int i = req->n_shared - 1; i >= 0; i--)
+        kvcache_unref(s->cache, req->block_hashes[i]);
+    s->blocks_free += req->n_blocks - req->n_shared;
     req->n_blocks = 0;
+    req->n_shared = 0;
+}
+
+/* The prompt's blocks the request may look up: whole blocks of its hash chain, one token
+ * short of what it has to compute (its first step feeds at least one token). */
+static int64_t lookup_blocks(const sched *s, const sched_req *req)
+{
+    if (!s->cache || !req->block_hashes)
+        return 0;
+    const int64_t most = (known_tokens(req) - 1) / s->cfg.block_size;
+    return req->n_block_hashes < most ? req->n_block_hashes : most;
+}
+
+/* Its computed full prompt blocks become cache entries (or references to equal ones). */
+static void cache_computed_blocks(sched *s, sched_req *req)
+{
+    if (!s->cache || !req->block_hashes)
+        return;
+    int64_t full = req->computed / s->cfg.block_size;
+    if (full > req->n_block_hashes)
+        full = req->n_block_hashes;
+    while (req->n_shared < full) {
+        const kvcache_put put = kvcache_insert(s->cache, req->block_hashes[req->n_shared]);
+        if (put == KVCACHE_PRIVATE)
+            return;
+        if (put == KVCACHE_SHARED)
+            s->blocks_free++; /* its own copy of the block is not needed */
+        req->n_shared++;
+    }
+}
+
+/* Unified layout: a request leaving the running set gives its slot back, the slot keeping
+ * `cells` of its KV (0 when the KV was dropped) and the hashes of the full blocks among
+ * them. */
+static void release_slot(sched *s, sched_req *req, int64_t cells)
+{
+    if (!s->slots || req->slot < 0)
+        return;
+    int64_t n_hashes = cells / s->cfg.block_size;
+    if (n_hashes > req->n_block_hashes)
+        n_hashes = req->n_block_hashes;
+    kvslots_release(s->slots, req->slot, cells, req->block_hashes, (int)n_hashes);
+    req->slot = -1;
 }
 
 /* Take a live request out of whichever queue holds it, free its blocks, set `final`. */
@@ -145,6 +213,7 @@ static void leave(sched *s, sched_req *req, sched_state final)
             s->n_prefilling--;
         list_remove(&s->running, req);
         release_blocks(s, req);
+        release_slot(s, req, req->computed); /* its cells stay until the slot is reused */
     } else {
         return; /* already FINISHED or ABORTED: nothing to undo */
     }
@@ -171,6 +240,8 @@ int sched_config_check(const sched_config *cfg, char *err)
         return err_set(err, "block_size must be positive (got %d)", cfg->block_size);
     if (cfg->kv_blocks <= 0)
         return err_set(err, "kv_blocks must be positive (got %lld)", (long long)cfg->kv_blocks);
+    if (cfg->kv_layout != SCHED_KV_PAGED && cfg->kv_layout != SCHED_KV_UNIFIED)
+        return err_set(err, "unknown KV layout %d", (int)cfg->kv_layout);
     return 0;
 }
 
@@ -211,8 +282,11 @@ sched *sched_create(const sched_config *cfg, char *err)
     }
     s->cfg = *cfg;
     s->blocks_free = cfg->kv_blocks;
-    if (reserve_items(s, cfg->max_num_seqs < 16 ? cfg->max_num_seqs : 16, err) != 0) {
-        free(s);
+    if ((cfg->prefix_caching && !(s->cache = kvcache_create(cfg->kv_blocks, err))) ||
+        (cfg->kv_layout == SCHED_KV_UNIFIED &&
+         !(s->slots = kvslots_create(cfg->max_num_seqs, err))) ||
+        reserve_items(s, cfg->max_num_seqs < 16 ? cfg->max_num_seqs : 16, err) != 0) {
+        sched_free(s);
         return NULL;
     }
     return s;
@@ -222,6 +296,8 @@ void sched_free(sched *s)
 {
     if (!s)
         return;
+    kvcache_free(s->cache);
+    kvslots_free(s->slots);
     free(s->items);
     free(s->changes);
     free(s);
@@ -277,7 +353,15 @@ static int add_request(sched *s, sched_req *req, bool prefilled, char *err)
     req->generated = prefilled ? 1 : 0;
     req->computed = prefilled ? req->prompt_tokens : 0;
     req->n_blocks = 0;
+    req->n_shared = 0;
+    req->cached_tokens = 0;
+    req->cache_counted = false;
+    req->slot = -1;
     req->n_preemptions = 0;
+    if (req->n_block_hashes < 0 || !req->block_hashes)
+        req->n_block_hashes = 0;
+    if (req->n_block_hashes > max_kv_tokens / cfg->block_size)
+        req->n_block_hashes = (int)(max_kv_tokens / cfg->block_size);
     req->order = s->next_order++;
     req->carried_in = -1;
     req->absence = prefilled ? ABSENT_UNSEATED : PRESENT;
@@ -364,6 +448,7 @@ static void preempt(step_builder *b, sched_req *victim)
         s->n_prefilling--;
     list_remove(&s->running, victim);
     release_blocks(s, victim);
+    release_slot(s, victim, 0); /* recompute: its KV is gone */
     victim->computed = 0;
     victim->state = SCHED_WAITING;
     victim->n_preemptions++;
@@ -385,13 +470,13 @@ static bool grow_running(step_builder *b, sched_req *req, int64_t tokens_after)
     const int64_t needed = blocks_for_tokens(s, tokens_after) - req->n_blocks;
     if (needed <= 0)
         return true;
-    while (s->blocks_free < needed) {
+    while (blocks_available(s) < needed) {
         sched_req *victim = s->running.tail;
         preempt(b, victim);
         if (victim == req)
             return false;
     }
-    s->blocks_free -= needed;
+    take_blocks(s, needed);
     req->n_blocks += needed;
     return true;
 }
@@ -436,13 +521,13 @@ static void schedule_continuations(step_builder *b)
     }
 }
 
-/* How many tokens a waiting request would feed if admitted with `budget_left`; 0 when it
- * does not fit under the policy. */
-static int admission_chunk(const sched *s, const sched_req *req, int budget_left)
+/* How many tokens a waiting request would feed if admitted with `budget_left` from
+ * `computed` tokens in KV; 0 when it does not fit under the policy. */
+static int admission_chunk(const sched *s, const sched_req *req, int computed, int budget_left)
 {
     if (budget_left <= 0)
         return 0;
-    const int remaining = known_tokens(req) - req->computed;
+    const int remaining = known_tokens(req) - computed;
     if (s->cfg.policy == SCHED_CHUNKED)
         return remaining < budget_left ? remaining : budget_left;
     if (remaining <= budget_left)
@@ -454,13 +539,37 @@ static int admission_chunk(const sched *s, const sched_req *req, int budget_left
     return 0;
 }
 
-static bool head_admissible(const sched *s, int budget_left)
+/* What admitting the head would take: its cached prefix blocks (`hits`, tokens computed
+ * already), the tokens it feeds, and the blocks it needs besides the cached ones. */
+typedef struct admission {
+    int64_t hits;
+    int computed;
+    int chunk;
+    int64_t new_blocks;
+} admission;
+
+static bool head_admission(const sched *s, int budget_left, admission *a)
 {
     const sched_req *head = s->waiting.head;
     if (!head || s->running.count >= s->cfg.max_num_seqs)
         return false;
-    const int chunk = admission_chunk(s, head, budget_left);
-    return chunk > 0 && blocks_for_tokens(s, (int64_t)head->computed + chunk) <= s->blocks_free;
+    /* Only a prefilled request (sched_add_prefilled) waits with KV; it looks nothing up. */
+    a->hits = head->computed > 0 ? 0
+                                 : kvcache_match(s->cache, head->block_hashes,
+                                                 lookup_blocks(s, head));
+    a->computed = head->computed > 0 ? head->computed : (int)(a->hits * s->cfg.block_size);
+    a->chunk = admission_chunk(s, head, a->computed, budget_left);
+    a->new_blocks = blocks_for_tokens(s, (int64_t)a->computed + a->chunk) - a->hits;
+    /* Cached blocks it takes nobody used are no longer evictable once it holds them. */
+    const int64_t taken = a->hits ? kvcache_unreferenced(s->cache, head->block_hashes, a->hits)
+                                  : 0;
+    return a->chunk > 0 && a->new_blocks <= blocks_available(s) - taken;
+}
+
+static bool head_admissible(const sched *s, int budget_left)
+{
+    admission a;
+    return head_admission(s, budget_left, &a);
 }
 
 /* Waiting requests FCFS: the first one that does not fit (budget, blocks, seats) stops
@@ -468,22 +577,34 @@ static bool head_admissible(const sched *s, int budget_left)
 static void schedule_waiting(step_builder *b)
 {
     sched *s = b->s;
-    while (head_admissible(s, b->budget_left)) {
+    admission a;
+    while (head_admission(s, b->budget_left, &a)) {
         sched_req *req = s->waiting.head;
-        const int chunk = admission_chunk(s, req, b->budget_left);
-        const int64_t blocks = blocks_for_tokens(s, (int64_t)req->computed + chunk);
         list_remove(&s->waiting, req);
         list_push_back(&s->running, req);
-        /* Only a prefilled request (sched_add_prefilled) waits with KV: it decodes at once. */
         if (req->computed > 0) {
             req->state = SCHED_DECODING;
         } else {
             req->state = SCHED_PREFILLING;
             s->n_prefilling++;
         }
-        s->blocks_free -= blocks;
-        req->n_blocks = blocks;
-        add_item(b, req, chunk);
+        for (int64_t i = 0; i < a.hits; i++)
+            kvcache_ref(s->cache, req->block_hashes[i]);
+        if (s->cache && !req->cache_counted) {
+            req->cache_counted = true;
+            req->cached_tokens = a.computed;
+            s->prefix_queries += req->prompt_tokens;
+            s->prefix_hits += a.computed;
+            b->batch->prefix_queries += req->prompt_tokens;
+            b->batch->prefix_hits += a.computed;
+        }
+        take_blocks(s, a.new_blocks);
+        if (s->slots) /* a seat is free (head_admission), so is a slot */
+            req->slot = kvslots_take(s->slots, req->block_hashes, req->n_block_hashes);
+        req->computed = a.computed;
+        req->n_shared = (int)a.hits;
+        req->n_blocks = a.hits + a.new_blocks;
+        add_item(b, req, a.chunk);
     }
 }
 
@@ -540,8 +661,10 @@ int sched_next(sched *s, sched_batch *batch)
         else
             batch->prefill_tokens += item->new_tokens;
     }
-    if (batch->n_items > 0)
+    if (batch->n_items > 0) {
+        batch->occupied_cells = sched_cells_occupied(s);
         note_left_out(&builder);
+    }
     batch->changes = s->changes;
     s->n_steps++;
     return batch->n_items;
@@ -555,6 +678,7 @@ void sched_commit(sched *s, const sched_batch *batch)
         if (!is_running_state(req->state))
             continue; /* finished or aborted while the step ran */
         req->computed += item->new_tokens;
+        cache_computed_blocks(s, req);
         if (!item->samples)
             continue;
         req->generated++;
@@ -581,7 +705,31 @@ int sched_num_waiting(const sched *s)
 
 int64_t sched_blocks_used(const sched *s)
 {
-    return s->cfg.kv_blocks - s->blocks_free;
+    return s->cfg.kv_blocks - blocks_available(s);
+}
+
+int64_t sched_blocks_cached(const sched *s)
+{
+    return s->cache ? kvcache_evictable(s->cache) : 0;
+}
+
+int64_t sched_prefix_queries(const sched *s)
+{
+    return s->prefix_queries;
+}
+
+int64_t sched_prefix_hits(const sched *s)
+{
+    return s->prefix_hits;
+}
+
+int64_t sched_reset_prefix_cache(sched *s)
+{
+    if (!s->cache)
+        return 0;
+    const int64_t n = kvcache_evict_all(s->cache);
+    s->blocks_free += n;
+    return n;
 }
 
 int64_t sched_blocks_total(const sched *s)
@@ -597,6 +745,16 @@ int64_t sched_num_preemptions(const sched *s)
 const sched_config *sched_get_config(const sched *s)
 {
     return &s->cfg;
+}
+
+int64_t sched_cells_occupied(const sched *s)
+{
+    if (!s->slots)
+        return 0;
+    int64_t cells = kvslots_retained_cells(s->slots);
+    for (const sched_req *req = s->running.head; req; req = req->next)
+        cells += req->computed;
+    return cells;
 }
 
 int sched_policy_parse(const char *text, sched_policy *out, char *err)
@@ -618,6 +776,27 @@ const char *sched_policy_name(sched_policy p)
     case SCHED_MIXED: return "mixed";
     case SCHED_CHUNKED: return "chunked";
     case SCHED_PREFILL_FIRST: return "prefill-first";
+    }
+    return "unknown";
+}
+
+int sched_kv_layout_parse(const char *text, sched_kv_layout *out, char *err)
+{
+    static const sched_kv_layout layouts[] = {SCHED_KV_PAGED, SCHED_KV_UNIFIED};
+    for (size_t i = 0; text && i < sizeof layouts / sizeof layouts[0]; i++) {
+        if (strcmp(text, sched_kv_layout_name(layouts[i])) == 0) {
+            *out = layouts[i];
+            return 0;
+        }
+    }
+    return err_set(err, "unknown KV layout '%s' (expected paged or unified)", text ? text : "");
+}
+
+const char *sched_kv_layout_name(sched_kv_layout layout)
+{
+    switch (layout) {
+    case SCHED_KV_PAGED: return "paged";
+    case SCHED_KV_UNIFIED: return "unified";
     }
     return "unknown";
 }

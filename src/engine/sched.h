@@ -25,6 +25,29 @@
  * blocks are freed, its progress reset (recompute) and it goes back to the front of the
  * waiting queue, as vLLM does. max_num_seqs caps the running set.
  *
+ * Prefix caching (prefix_caching, vLLM's automatic prefix caching; kvcache.h): a request
+ * may name its prompt's full blocks by their hash chain (block_hashes). Once a block's
+ * tokens are computed it is cached; when the request leaves, its cached blocks stay (their
+ * KV kept) until the pool needs them and evicts them, least recently released first. A
+ * request admitted from the waiting queue (new or preempted) starts from the longest
+ * cached prefix of its chain: those tokens are computed already and skip prefill (capped
+ * one token short of what it must compute, so its first step still feeds a token, as vLLM
+ * recomputes the last block of a fully cached prompt). They are still in its context (the
+ * cost model charges attention over them). Blocks holding cached KV that nobody uses count
+ * as free for admission and growth (evicted on demand) but not as used. Off, or without
+ * hashes, nothing is shared and the scheduler behaves exactly as without a cache.
+ *
+ * KV layout (kv_layout). SCHED_KV_PAGED (vLLM, SGLang; the default): a request's KV is its
+ * own blocks and its attention spans its own context. SCHED_KV_UNIFIED (llama.cpp's server):
+ * max_num_seqs slots share one cache; a request takes a free slot at admission (kvslots.h:
+ * the one whose last prompt shares the longest prefix with its hash chain, else the least
+ * recently released) and when it leaves the slot keeps its cells (prompt and generated
+ * tokens) until the next request takes it. A step's attention spans the occupied cells,
+ * the running requests' KV and what the free slots retain: every batch carries their count
+ * (occupied_cells) and the cost model charges each sequence's attention over them (cost.h).
+ * Only the cost changes: admission, KV blocks and preemption are as under paged (a
+ * preempted request's slot keeps nothing: its KV was dropped).
+ *
  * Each step also says what it did to a request's place in the steps (sched_batch.changes):
  * who was preempted and who resumed, and who, having sampled a token already, was left out
  * of the step without being preempted and who is back in (sched_change_kind). A caller that
@@ -36,6 +59,7 @@
 #include <stdint.h>
 
 typedef enum { SCHED_MIXED, SCHED_CHUNKED, SCHED_PREFILL_FIRST } sched_policy;
+typedef enum { SCHED_KV_PAGED, SCHED_KV_UNIFIED } sched_kv_layout;
 
 typedef enum {
     SCHED_WAITING,    /* queued, no KV blocks held (new, preempted, or prefilled elsewhere:
@@ -53,6 +77,8 @@ typedef struct sched_config {
     int max_model_len;          /* prompt + completion at most */
     int block_size;             /* tokens per KV block: 16 */
     int64_t kv_blocks;          /* total KV blocks */
+    bool prefix_caching;        /* reuse cached prefix blocks (see the top of this file) */
+    sched_kv_layout kv_layout;  /* paged (0, the default) or unified (see the top) */
 } sched_config;
 
 /* A request as the scheduler sees it. The caller owns the memory (embed it in its own
@@ -64,12 +90,23 @@ typedef struct sched_req {
     int max_tokens;     /* completion tokens at most (>= 1) */
     int min_tokens;     /* engine must not finish early before this many (informational) */
     void *user;
+    /* the hash chain of its full blocks (kvcache_hash_blocks with block_size): the
+     * prompt's, and may go on over completion tokens the caller knows in advance or
+     * appends as they are sampled (up to (prompt_tokens + max_tokens - 1) / block_size; a
+     * block is cached once computed and hashed). NULL, 0: a prompt that shares nothing.
+     * Caller-owned, valid as long as the request. Read only with prefix_caching. */
+    const uint64_t *block_hashes;
+    int n_block_hashes;
     /* state, owned by sched */
     sched_state state;
     int generated;      /* completion tokens sampled so far */
     int computed;       /* tokens whose KV is in the cache */
     int64_t n_blocks;   /* KV blocks held */
     int n_preemptions;
+    int cached_tokens;  /* prompt tokens found cached at its first admission */
+    int n_shared;       /* its first n_shared blocks are cache entries (the rest its own) */
+    bool cache_counted; /* its lookup is in the queries/hits counters */
+    int slot;           /* unified layout: the slot it holds while running, else -1 */
     int64_t order;      /* arrival sequence number (FCFS) */
     struct sched_req *next, *prev; /* intrusive list links, owned by sched */
     int64_t carried_in; /* the last step (sched_next's count) that had an item for it */
@@ -107,6 +144,11 @@ typedef struct sched_batch {
     int decode_tokens;  /* items with new_tokens == 1 that were already decoding */
     int prefill_tokens; /* everything else */
     int n_preempted;    /* preemptions while building this step */
+    int prefix_queries; /* prompt tokens of the requests first admitted in this step */
+    int prefix_hits;    /* of them, found cached (prefix caching; fed by nobody) */
+    int64_t occupied_cells; /* unified layout: cells in the cache before the step (the
+                               running requests' KV and the free slots' retained cells);
+                               0 under paged */
     /* What this step did to requests' places (owned by sched, valid until the next
      * sched_next): at most one change per request, none when the step is empty. */
     const sched_change *changes;
@@ -146,10 +188,24 @@ int sched_num_waiting(const sched *s);
 int64_t sched_blocks_used(const sched *s);
 int64_t sched_blocks_total(const sched *s);
 int64_t sched_num_preemptions(const sched *s);
+/* Blocks holding cached KV that nobody uses (evictable; not in sched_blocks_used). */
+int64_t sched_blocks_cached(const sched *s);
+/* vLLM's prefix-cache counters, in tokens: every request's prompt at its first admission
+ * (queries) and the part of it found cached (hits). 0 without prefix_caching. */
+int64_t sched_prefix_queries(const sched *s);
+int64_t sched_prefix_hits(const sched *s);
+/* Forget every cached block nobody uses (vLLM's POST /reset_prefix_cache): the count. */
+int64_t sched_reset_prefix_cache(sched *s);
 const sched_config *sched_get_config(const sched *s);
+/* Unified layout: the cells in the cache now (the running requests' KV and the free slots'
+ * retained cells); 0 under paged. */
+int64_t sched_cells_occupied(const sched *s);
 
 /* "mixed" | "chunked" | "prefill-first" */
 int sched_policy_parse(const char *text, sched_policy *out, char *err);
 const char *sched_policy_name(sched_policy p);
+/* "paged" | "unified" */
+int sched_kv_layout_parse(const char *text, sched_kv_layout *out, char *err);
+const char *sched_kv_layout_name(sched_kv_layout layout);
 
 #endif

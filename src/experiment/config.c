@@ -208,6 +208,7 @@ int experiment_resolve(experiment_config *cfg, char *err)
         if (!cfg->client.target[0])
             return err_set(err, "a remote engine needs --target URL");
         memset(&cfg->cost, 0, sizeof cfg->cost); /* someone else's hardware */
+        cfg->wl.max_context = cfg->sched.max_model_len; /* --max-model-len, else unbounded */
         /* A profile of that server (--hardware) is what the report predicts it with: a
          * malformed one is bad input now, not a note after the run. */
         if (cfg->device.hardware[0]) {
@@ -224,6 +225,8 @@ int experiment_resolve(experiment_config *cfg, char *err)
         return -1;
     if (cfg->sched.max_model_len <= 0)
         cfg->sched.max_model_len = cfg->cost.arch.max_position;
+    cfg->wl.max_context = cfg->sched.max_model_len;
+    cfg->wl.max_prompt = cfg->sched.policy != SCHED_CHUNKED ? cfg->sched.max_num_batched_tokens : 0;
     if (cfg->sched.kv_blocks <= 0) {
         cfg->sched.kv_blocks = cost_kv_blocks(&cfg->cost, cfg->device.gpu_memory_utilization,
                                               cfg->sched.block_size);

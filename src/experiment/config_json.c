@@ -35,6 +35,7 @@ typedef enum {
     F_URL,      /* char[size], a URL: written and read back redacted (common/redact.h) */
     F_SOURCE,   /* const char *: written; read back as "config.json" (provenance) */
     F_POLICY,   /* sched_policy, by name */
+    F_KV_LAYOUT, /* sched_kv_layout, by name */
     F_ENDPOINT, /* driver_endpoint, by name */
     F_TRANSPORT, /* transport_kind, by name */
     F_DIST,     /* workload_dist, as --prompt-len spells it */
@@ -94,6 +95,9 @@ static const field WORKLOAD_FIELDS[] = {
     FLD("num_prompts", F_I64, workload_config, num_prompts),
     FLD("tokenizer", F_TEXT, workload_config, tokenizer),
     FLD("synthetic_prompts", F_BOOL, workload_config, synthetic_prompts),
+    FLD("system_prompt_tokens", F_INT, workload_config, system_prompt_tokens),
+    FLD("turns", F_INT, workload_config, turns),
+    FLD("think_time_ns", F_I64, workload_config, think_time_ns),
 };
 
 static const field SCHED_FIELDS[] = {
@@ -103,6 +107,8 @@ static const field SCHED_FIELDS[] = {
     FLD("max_model_len", F_INT, sched_config, max_model_len),
     FLD("block_size", F_INT, sched_config, block_size),
     FLD("kv_blocks", F_I64, sched_config, kv_blocks),
+    FLD("prefix_caching", F_BOOL, sched_config, prefix_caching),
+    FLD("kv_layout", F_KV_LAYOUT, sched_config, kv_layout),
 };
 
 static const field DEVICE_FIELDS[] = {
@@ -290,6 +296,8 @@ static json_t *field_json(const field *f, const void *base)
         return json_string(*(const char *const *)p ? *(const char *const *)p : "");
     case F_POLICY:
         return json_string(sched_policy_name(*(const sched_policy *)p));
+    case F_KV_LAYOUT:
+        return json_string(sched_kv_layout_name(*(const sched_kv_layout *)p));
     case F_ENDPOINT:
         return json_string(*(const driver_endpoint *)p == DRIVER_CHAT ? "chat" : "completions");
     case F_TRANSPORT:
@@ -418,6 +426,11 @@ static int read_field(const json_t *v, const field *f, void *base, const char *w
     case F_POLICY:
         if (!json_is_string(v) || sched_policy_parse(json_string_value(v), (sched_policy *)p, why) != 0)
             return bad(err, where, f, "not a policy (mixed, chunked, prefill-first)");
+        return 0;
+    case F_KV_LAYOUT:
+        if (!json_is_string(v) ||
+            sched_kv_layout_parse(json_string_value(v), (sched_kv_layout *)p, why) != 0)
+            return bad(err, where, f, "not a KV layout (paged, unified)");
         return 0;
     case F_ENDPOINT:
         if (!json_is_string(v) ||

@@ -141,6 +141,19 @@ static const opts_spec workload_specs[] = {
             wl_bg_prompt),
     OPTS_FN("bg-answer-tokens", "MIN..MAX", "the same as --answer-len uniform:MIN-MAX",
             wl_bg_answer),
+    OPTS_INT("system-prompt-tokens", "N",
+             "every background request (closed users, rate and trace arrivals; not the "
+             "injector) starts with the same N tokens, a shared system prompt (default 0)",
+             C, wl.system_prompt_tokens, 0, MAX_TOKENS),
+    OPTS_INT("turns", "K",
+             "each closed user holds conversations of K turns, each turn's prompt the system "
+             "prompt, the earlier messages and answers and a new --prompt-len message; a "
+             "conversation ends early before --max-model-len would be exceeded (default 1)",
+             C, wl.turns, 1, WORKLOAD_MAX_TURNS),
+    OPTS_DURATION("think-time", "DUR",
+                  "a closed user waits DUR after each answer before its next request "
+                  "(default 0)",
+                  C, wl.think_time_ns, 0, MAX_DURATION_NS),
     OPTS_INT64("seed", "N", "seed of the length draws, arrivals and prompt ids (default 1)", C,
                wl.seed, 0, INT64_MAX),
     OPTS_FN("request-rate", "R",
@@ -263,6 +276,18 @@ static int sch_chunked_off(void *c, const char *v, char *err)
     return 0;
 }
 
+static int sch_cache_off(void *c, const char *v, char *err)
+{
+    (void)v, (void)err;
+    ((experiment_config *)c)->sched.prefix_caching = false;
+    return 0;
+}
+
+static int sch_kv_layout(void *c, const char *v, char *err)
+{
+    return sched_kv_layout_parse(v, &((experiment_config *)c)->sched.kv_layout, err);
+}
+
 static const opts_spec sched_specs[] = {
     OPTS_FN("policy", "P", "mixed | chunked | prefill-first (default mixed: one-step prefill)",
             sch_policy),
@@ -274,6 +299,18 @@ static const opts_spec sched_specs[] = {
              sched.max_model_len, 1, MAX_TOKENS),
     OPTS_INT64("kv-blocks", "N", "KV-cache blocks of 16 tokens (default: from GPU memory)", C,
                sched.kv_blocks, 1, (int64_t)1 << 32),
+    OPTS_FLAG("enable-prefix-caching",
+              "reuse cached prefix blocks across requests, vLLM's automatic prefix caching: a "
+              "prompt sharing full 16-token blocks with an earlier one skips their prefill "
+              "(default off here; on by default in vLLM V1 and SGLang)",
+              C, sched.prefix_caching),
+    OPTS_FN("no-enable-prefix-caching", NULL, "prefix caching off (the default)", sch_cache_off),
+    OPTS_FN("kv-layout", "L",
+            "paged (default: vLLM, SGLang; a request attends over its own context) | unified "
+            "(llama.cpp's server: max-num-seqs slots share one cache, a slot keeps its last "
+            "request's cells until the next takes it, and every step's attention spans all "
+            "occupied cells, so what earlier requests left behind slows later steps)",
+            sch_kv_layout),
     OPTS_FN("enable-chunked-prefill", NULL, "alias for --policy chunked", sch_chunked_on),
     OPTS_FN("no-enable-chunked-prefill", NULL, "alias for --policy mixed", sch_chunked_off),
 };

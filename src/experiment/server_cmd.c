@@ -34,7 +34,7 @@ static int expand_template(const char *tmpl, const char *const *keys, const char
             if (k < 0)
                 return err_set(err, "--server-cmd: unknown placeholder {%.*s} (known: {policy} "
                                     "{max_num_batched_tokens} {budget} {max_num_seqs} "
-                                    "{chunked_prefill} {port} {host} {point})",
+                                    "{chunked_prefill} {prefix_caching} {port} {host} {point})",
                                (int)klen, p + 1);
             int w = snprintf(out + len, size - len, "%s", vals[k]);
             if (w < 0 || (size_t)w >= size - len)
@@ -100,10 +100,12 @@ int experiment_server_command(const char *tmpl, const experiment_config *cfg, co
     snprintf(budget, sizeof budget, "%d", cfg->sched.max_num_batched_tokens);
     snprintf(seqs, sizeof seqs, "%d", cfg->sched.max_num_seqs);
     const char *keys[] = {"policy", "max_num_batched_tokens", "budget", "max_num_seqs",
-                          "chunked_prefill", "port", "host", "point"};
+                          "chunked_prefill", "prefix_caching", "port", "host", "point"};
     const char *vals[] = {sched_policy_name(cfg->sched.policy), budget, budget, seqs,
                           cfg->sched.policy == SCHED_CHUNKED ? "--enable-chunked-prefill"
                                                              : "--no-enable-chunked-prefill",
+                          cfg->sched.prefix_caching ? "--enable-prefix-caching"
+                                                    : "--no-enable-prefix-caching",
                           port, host, point};
     return expand_template(tmpl, keys, vals, (int)(sizeof keys / sizeof keys[0]), out, size, err);
 }

@@ -65,6 +65,15 @@ void experiment_print_server_setting(FILE *out, const char *indent, sched_policy
             indent, sched_policy_name(policy), budget, seqs_ours);
 }
 
+void experiment_print_prefix_caching(FILE *out, const char *indent)
+{
+    fprintf(out, "%sprefix caching on: vLLM --enable-prefix-caching (V1's default); SGLang's radix "
+                 "cache (its default; --disable-radix-cache is off); llama.cpp keeps each slot's "
+                 "prompt (cache_prompt) but shares nothing across slots; TGI caches prefixes by "
+                 "default (v3); stallscope serve --enable-prefix-caching\n",
+            indent);
+}
+
 void experiment_print_server_flags(FILE *out, const char *indent, sched_policy policy, int budget,
                                    const workload_config *wl)
 {

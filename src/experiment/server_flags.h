@@ -16,6 +16,8 @@ void experiment_print_server_flags(FILE *out, const char *indent, sched_policy p
  * servers' defaults (llama.cpp: a slot per stream), as experiment_print_server_flags does. */
 void experiment_print_server_setting(FILE *out, const char *indent, sched_policy policy,
                                      int budget, int max_num_seqs, const workload_config *wl);
+/* The setting's prefix caching (on), in the same servers' words. */
+void experiment_print_prefix_caching(FILE *out, const char *indent);
 /* The run's --print-server-flags: one-step prefill (the problem) and chunked prefill (the
  * fix) side by side, then how to point stallscope at the server. */
 void experiment_print_server_guide(FILE *out, const experiment_config *cfg);

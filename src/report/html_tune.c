@@ -263,6 +263,8 @@ static void print_flags(FILE *f, const void *a, const void *b)
     const tune_point *pt = b;
     experiment_print_server_setting(f, "", pt->policy, pt->max_num_batched_tokens,
                                     pt->max_num_seqs, &tc->base.wl);
+    if (pt->prefix_caching)
+        experiment_print_prefix_caching(f, "");
 }
 
 static void verify_row(FILE *out, const char *figure, double p, double m)

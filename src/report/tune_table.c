@@ -277,6 +277,8 @@ void tune_table_print(FILE *out, const tune_config *tc, const tune_result *res, 
                     pt->disagg.decode);
         experiment_print_server_setting(out, "  ", pt->policy, pt->max_num_batched_tokens,
                                         pt->max_num_seqs, &tc->base.wl);
+        if (pt->prefix_caching)
+            experiment_print_prefix_caching(out, "  ");
     }
     if (res->n_verified > 0) {
         fprintf(out, "\n");

@@ -112,6 +112,11 @@ void metrics_format(const metrics_state *m, const char *model_name, buf *out)
           m->kv_usage);
     counter(out, "vllm:num_preemptions", "Cumulative number of preemptions from the engine.",
             label, (double)m->preemptions);
+    counter(out, "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.", label,
+            (double)m->prefix_queries);
+    counter(out, "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+            label, (double)m->prefix_hits);
     counter(out, "vllm:prompt_tokens", "Number of prefill tokens processed.", label,
             (double)m->prompt_tokens);
     counter(out, "vllm:generation_tokens", "Number of generation tokens processed.", label,
@@ -122,6 +127,9 @@ void metrics_format(const metrics_state *m, const char *model_name, buf *out)
               "Histogram of time to first token in seconds.", label, &m->ttft);
     histogram(out, "vllm:inter_token_latency_seconds",
               "Histogram of inter-token latency in seconds.", label, &m->itl);
+    gauge(out, "stallscope_kv_cells_occupied",
+          "KV cells in a unified cache (--kv-layout unified; 0 under paged).", label,
+          (double)m->kv_cells_occupied);
     counter(out, "stallscope_engine_steps", "Engine steps run.", label, (double)m->steps);
     counter(out, "stallscope_engine_slips",
             "Times the emulated schedule fell more than 2 ms behind and restarted from now.",

@@ -13,6 +13,14 @@
  *                                            token
  *   vllm:generation_tokens_total   counter   tokens generated
  *   vllm:num_preemptions_total     counter   recompute preemptions
+ *   vllm:prefix_cache_queries_total  counter  prompt tokens looked up in the prefix cache
+ *                                            (each request once, at its first admission;
+ *                                            0 without --enable-prefix-caching)
+ *   vllm:prefix_cache_hits_total   counter   of them, found cached (prefill skipped)
+ *   stallscope_kv_cells_occupied   gauge     --kv-layout unified: KV cells in the cache, the
+ *                                            running requests' and those the free slots
+ *                                            keep (what every step's attention spans; 0
+ *                                            under paged)
  *   stallscope_engine_steps_total  counter   engine steps
  *   stallscope_engine_slips_total  counter   times the emulated schedule fell > 2 ms behind
  *   stallscope_engine_realtime     gauge     1 when the engine thread got SCHED_FIFO
@@ -52,6 +60,8 @@ typedef struct metrics_state {
     int64_t running, waiting;
     double kv_usage;
     uint64_t prompt_tokens, generation_tokens, preemptions, steps, slips;
+    uint64_t prefix_queries, prefix_hits;
+    int64_t kv_cells_occupied;
     bool realtime; /* the engine thread runs SCHED_FIFO */
     int64_t requests_open;
     uint64_t rejected_queue_full;

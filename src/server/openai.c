@@ -159,10 +159,51 @@ static uint64_t fnv_bytes(uint64_t h, const void *data, size_t len)
     return h;
 }
 
-static int count_text(const openai_limits *lim, const char *text, size_t len, int64_t *total,
-                      uint64_t *hash)
+/* Room for n more kept ids; false (and the ids dropped: nothing is cached) without memory
+ * or past INT_MAX / 2. */
+static bool text_ids_room(openai_request *out, int64_t n)
 {
-    *total += lim->tokenize(lim->tokenize_ctx, text, len);
+    if (!out->text_ids && out->cap_text_ids < 0)
+        return false; /* dropped earlier */
+    const int64_t need = (int64_t)out->n_text_ids + n;
+    if (need <= out->cap_text_ids)
+        return true;
+    int64_t cap = out->cap_text_ids > 0 ? out->cap_text_ids : 256;
+    while (cap < need)
+        cap *= 2;
+    int32_t *grown = cap <= INT_MAX / 2 ? realloc(out->text_ids, (size_t)cap * sizeof *grown)
+                                        : NULL;
+    if (!grown) {
+        free(out->text_ids);
+        out->text_ids = NULL;
+        out->n_text_ids = 0;
+        out->cap_text_ids = -1;
+        return false;
+    }
+    out->text_ids = grown;
+    out->cap_text_ids = (int)cap;
+    return true;
+}
+
+/* n made-up ids standing for template tokens named by `what` (a role, "bos"). */
+static void keep_template_ids(const openai_limits *lim, openai_request *out, const char *what,
+                              size_t len, int n)
+{
+    if (!lim->keep_text_ids || !text_ids_room(out, n))
+        return;
+    const uint64_t h = fnv_bytes(FNV_OFFSET, what, len);
+    for (int i = 0; i < n; i++)
+        out->text_ids[out->n_text_ids++] = (int32_t)((h + (uint64_t)i) % (uint64_t)lim->vocab_size);
+}
+
+static int count_text(const openai_limits *lim, openai_request *out, const char *text, size_t len,
+                      int64_t *total, uint64_t *hash)
+{
+    const int64_t n = lim->tokenize(lim->tokenize_ctx, text, len, NULL, 0);
+    if (lim->keep_text_ids && n > 0 && text_ids_room(out, n))
+        out->n_text_ids += (int)lim->tokenize(lim->tokenize_ctx, text, len,
+                                              out->text_ids + out->n_text_ids, n);
+    *total += n;
     *hash = fnv_bytes(*hash, text, len);
     return 0;
 }
@@ -210,7 +251,8 @@ static int read_prompt(json_t *root, const openai_limits *lim, openai_request *o
     if (json_is_string(prompt)) {
         int64_t total = 0;
         uint64_t hash = FNV_OFFSET;
-        count_text(lim, json_string_value(prompt), json_string_length(prompt), &total, &hash);
+        count_text(lim, out, json_string_value(prompt), json_string_length(prompt), &total,
+                   &hash);
         if (total > INT_MAX / 2)
             return openai_fail(error, 400, TYPE_INVALID, "prompt", "prompt is too long");
         out->prompt_tokens = (int)total;
@@ -244,6 +286,7 @@ static int read_messages(json_t *root, const openai_limits *lim, openai_request 
         return openai_fail(error, 400, TYPE_INVALID, "messages", "'messages' is empty");
     int64_t total = CHAT_BOS_TOKENS + CHAT_ASSISTANT_HEADER_TOKENS;
     uint64_t hash = FNV_OFFSET;
+    keep_template_ids(lim, out, "bos", 3, CHAT_BOS_TOKENS);
     size_t i;
     json_t *msg;
     json_array_foreach(messages, i, msg) {
@@ -256,11 +299,13 @@ static int read_messages(json_t *root, const openai_limits *lim, openai_request 
                                "messages[%zu].role must be a string", i);
         hash = fnv_bytes(hash, json_string_value(role), json_string_length(role));
         total += CHAT_TOKENS_PER_MESSAGE;
+        keep_template_ids(lim, out, json_string_value(role), json_string_length(role),
+                          CHAT_TOKENS_PER_MESSAGE);
         json_t *content = json_object_get(msg, "content");
         if (!content || json_is_null(content))
             continue; /* an assistant turn with tool calls only */
         if (json_is_string(content)) {
-            count_text(lim, json_string_value(content), json_string_length(content), &total,
+            count_text(lim, out, json_string_value(content), json_string_length(content), &total,
                        &hash);
         } else if (json_is_array(content)) {
             size_t k;
@@ -274,7 +319,7 @@ static int read_messages(json_t *root, const openai_limits *lim, openai_request 
                                        "messages[%zu].content[%zu]: only {\"type\": \"text\", "
                                        "\"text\": ...} parts are supported",
                                        i, k);
-                count_text(lim, json_string_value(text), json_string_length(text), &total,
+                count_text(lim, out, json_string_value(text), json_string_length(text), &total,
                            &hash);
             }
         } else {
@@ -286,6 +331,7 @@ static int read_messages(json_t *root, const openai_limits *lim, openai_request 
         if (total > INT_MAX / 2)
             return openai_fail(error, 400, TYPE_INVALID, "messages", "messages are too long");
     }
+    keep_template_ids(lim, out, "assistant-header", 16, CHAT_ASSISTANT_HEADER_TOKENS);
     out->prompt_tokens = (int)total;
     out->prompt_hash = hash;
     return 0;
@@ -523,6 +569,9 @@ void openai_request_free(openai_request *r)
 {
     free(r->prompt_ids);
     r->prompt_ids = NULL;
+    free(r->text_ids);
+    r->text_ids = NULL;
+    r->n_text_ids = r->cap_text_ids = 0;
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     r->n_stop = 0;

@@ -49,9 +49,12 @@ typedef struct openai_limits {
     const char *model_name;
     int max_model_len;
     int32_t vocab_size;
-    /* Tokens of a text (any thread, pure). */
-    int64_t (*tokenize)(void *ctx, const char *text, size_t len);
+    /* Tokens of a text (any thread, pure); ids (may be NULL) gets the first max_ids. */
+    int64_t (*tokenize)(void *ctx, const char *text, size_t len, int32_t *ids, int64_t max_ids);
     void *tokenize_ctx;
+    /* Keep a text prompt's token ids (openai_request.text_ids): the engine's prefix cache
+     * names blocks by them. */
+    bool keep_text_ids;
 } openai_limits;
 
 typedef struct openai_request {
@@ -63,6 +66,12 @@ typedef struct openai_request {
     int64_t client_id; /* the stallscope extension's "request", -1 when not given */
     int prompt_tokens;
     int32_t *prompt_ids; /* malloc'd when the prompt was token ids, else NULL */
+    /* A text prompt's ids as the server counted them (keep_text_ids): the text's tokens,
+     * and for chat one made-up id per template token (the BOS, each message's role
+     * header, the assistant header), so equal conversations give equal ids; n_text_ids ==
+     * prompt_tokens. NULL otherwise (or without memory: nothing is cached then). */
+    int32_t *text_ids;
+    int n_text_ids, cap_text_ids;
     uint64_t prompt_hash; /* FNV-1a of the prompt's bytes or ids: greedy answers follow it */
     int max_tokens;
     int min_tokens;

@@ -34,10 +34,11 @@
 size_t __sanitizer_get_current_allocated_bytes(void); /* <sanitizer/allocator_interface.h> */
 #endif
 
-static int64_t tokenize_cb(void *ctx, const char *text, size_t len)
+static int64_t tokenize_cb(void *ctx, const char *text, size_t len, int32_t *ids,
+                           int64_t max_ids)
 {
     exec *x = ctx;
-    return x->tokenize(x, text, len, NULL, 0);
+    return x->tokenize(x, text, len, ids, max_ids);
 }
 
 /* Seed of the emulated sampler: greedy (temperature 0) answers follow the prompt, seeded
@@ -112,6 +113,7 @@ static void handle_generate(server *s, struct evhttp_request *hreq, openai_endpo
         .vocab_size = s->x->vocab_size,
         .tokenize = tokenize_cb,
         .tokenize_ctx = s->x,
+        .keep_text_ids = s->cfg.sched.prefix_caching,
     };
     if (openai_parse_request(endpoint, body, len, &limits, &st->req, &error) != 0) {
         free(st);
@@ -160,6 +162,11 @@ static void handle_generate(server *s, struct evhttp_request *hreq, openai_endpo
         .prompt_ids = st->req.prompt_ids,
         .n_prompt_ids = st->req.prompt_ids ? st->req.prompt_tokens : 0,
     };
+    /* A text prompt's ids name its blocks for the prefix cache (only when they add up). */
+    if (!st->req.prompt_ids && st->req.text_ids && st->req.n_text_ids == st->req.prompt_tokens) {
+        er->cache_ids = st->req.text_ids;
+        er->n_cache_ids = st->req.n_text_ids;
+    }
     er->stop = (const char *const *)st->req.stop;
     er->n_stop = st->req.n_stop;
     er->user = st;

@@ -177,6 +177,9 @@ static void on_step_info(server *s, const engine_event *ev)
                       ? (double)info->kv_blocks_used / (double)info->kv_blocks_total
                       : 0;
     m->preemptions = (uint64_t)info->preemptions_total;
+    m->prefix_queries = (uint64_t)info->prefix_queries_total;
+    m->prefix_hits = (uint64_t)info->prefix_hits_total;
+    m->kv_cells_occupied = info->kv_cells_occupied;
     m->slips = (uint64_t)info->slips_total;
     m->realtime = engine_is_realtime(s->engine);
     if (!info->is_step)

@@ -473,7 +473,8 @@ static int dg_start_step(dg_state *st, int i, int64_t t, char *err)
         st->seqs[k] = (cost_seq){.new_tokens = batch.items[k].new_tokens,
                                  .context = batch.items[k].context,
                                  .samples = batch.items[k].samples};
-    int64_t duration = cost_step_ns(&st->cfg->cost, st->seqs, n, NULL);
+    int64_t duration =
+        cost_step_cells_ns(&st->cfg->cost, st->seqs, n, batch.occupied_cells, NULL);
     if (duration < 1)
         duration = 1; /* time must move */
     sched_commit(in->sched, &batch);

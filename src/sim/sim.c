@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "engine/kvcache.h"
 #include "sim/disagg.h"
 #include "sim/steplog.h"
 #include "sim/warm.h"
@@ -19,7 +20,12 @@ typedef struct sim_req {
     int64_t t_plan_ns; /* an open-loop request waits past its plan under max_concurrency */
     int64_t t_send_ns;
     int64_t t_first_ns;
+    uint64_t *hashes; /* its prompt's block hashes (prefix caching, shared content), or NULL */
 } sim_req;
+
+/* The ids a request's prompt is hashed from: any vocabulary names the same segments alike
+ * (the hits depend on which segments are shared, not on the ids). */
+#define SIM_HASH_VOCAB 32000
 
 typedef struct sim_state {
     const sim_config *cfg;
@@ -43,6 +49,12 @@ typedef struct sim_state {
     cost_seq *seqs;
     int cap_seqs;
     int64_t next_id;
+    workload_conv *convs;  /* per user: its conversation (turns, system prompt) */
+    int64_t *ready_at;     /* per user: when it sends again after thinking (-1: not waiting) */
+    int n_thinking;
+    workload_prompt prompt; /* scratch: the prompt being built */
+    int32_t *ids;           /* scratch: its ids */
+    int64_t cap_ids;
 } sim_state;
 
 static sim_req *sim_new_req(sim_state *st)
@@ -104,12 +116,42 @@ static int sim_submit(sim_state *st, sim_req *r, int64_t t_plan_ns, int64_t t_ns
     return 0;
 }
 
+/* With prefix caching, a prompt that may share content gets its block hashes, so the
+ * scheduler reuses prefixes as the embedded server does for the same ids over HTTP. A unique
+ * prompt shares nothing: it goes unhashed (the counters are the same, the run faster). */
+static int sim_hash_prompt(sim_state *st, sim_req *r, char *err)
+{
+    const workload_prompt *p = &st->prompt;
+    const int bs = st->cfg->sched.block_size;
+    if (!st->cfg->sched.prefix_caching || !workload_prompt_shared(p) || bs <= 0 ||
+        p->tokens < bs)
+        return 0;
+    if (p->tokens > st->cap_ids) {
+        int32_t *grown = realloc(st->ids, (size_t)p->tokens * sizeof *grown);
+        if (!grown)
+            return err_set(err, "out of memory");
+        st->ids = grown;
+        st->cap_ids = p->tokens;
+    }
+    workload_prompt_fill(&st->cfg->wl, p, 0, st->ids, SIM_HASH_VOCAB);
+    if (!(r->hashes = malloc((size_t)(p->tokens / bs) * sizeof *r->hashes)))
+        return err_set(err, "out of memory");
+    r->sr.block_hashes = r->hashes;
+    r->sr.n_block_hashes = (int)kvcache_hash_blocks(st->ids, p->tokens, bs, r->hashes);
+    return 0;
+}
+
 static int sim_start_bg(sim_state *st, int user, int64_t t_ns, char *err)
 {
     sim_req *r = sim_new_req(st);
     if (!r)
         return err_set(err, "out of memory");
-    workload_bg_request w = workload_plan_bg(st->plan, &st->cfg->wl, user, st->next_k[user]);
+    workload_bg_request w;
+    if (workload_conv_next(st->plan, &st->cfg->wl, &st->convs[user], user, st->next_k[user], &w,
+                           &st->prompt) != 0)
+        return err_set(err, "out of memory");
+    if (sim_hash_prompt(st, r, err) != 0)
+        return -1;
     r->user = user;
     r->kind = TOKENLOG_BG;
     r->k = st->next_k[user]++;
@@ -131,7 +173,11 @@ static int sim_start_open(sim_state *st, int64_t index, int64_t t_send_ns, char 
     r->kind = TOKENLOG_BG;
     r->open = true;
     r->k = index;
-    r->sr.prompt_tokens = a->prompt_tokens;
+    if (workload_arrival_prompt(st->plan, &st->cfg->wl, index, &st->prompt) != 0)
+        return err_set(err, "out of memory");
+    if (sim_hash_prompt(st, r, err) != 0)
+        return -1;
+    r->sr.prompt_tokens = (int)st->prompt.tokens;
     r->sr.max_tokens = a->max_tokens;
     r->sr.min_tokens = a->max_tokens;
     st->open_in_flight++;
@@ -198,6 +244,10 @@ int sim_check_plan(const sim_config *cfg, const workload_plan *plan, char *err)
 {
     if (workload_check(&cfg->wl, err) != 0 || sim_disagg_check(&cfg->disagg, err) != 0)
         return -1;
+    if (cfg->disagg.prefill > 0 && (workload_shares_prefixes(&cfg->wl) ||
+                                    cfg->wl.think_time_ns > 0))
+        return err_set(err, "--disaggregate does not model --system-prompt-tokens, --turns or "
+                            "--think-time yet");
     sched *s = sched_create(&cfg->sched, err);
     if (!s)
         return -1;
@@ -258,8 +308,16 @@ static int sim_flush_events(sim_state *st, char *err)
 static void sim_free_state(sim_state *st)
 {
     free(st->pending);
-    for (int64_t i = 0; i < st->n_reqs; i++)
+    for (int64_t i = 0; i < st->n_reqs; i++) {
+        free(st->reqs[i]->hashes);
         free(st->reqs[i]);
+    }
+    for (int u = 0; st->convs && u < st->cfg->wl.users; u++)
+        workload_conv_free(&st->convs[u]);
+    free(st->convs);
+    free(st->ready_at);
+    free(st->ids);
+    workload_prompt_free(&st->prompt);
     free(st->reqs);
     free(st->next_k);
     free(st->seqs);
@@ -335,12 +393,37 @@ static int sim_finish_step(sim_state *st, const sched_batch *b, int64_t t_end, c
         return -1;
     for (int i = 0; i < n_finished; i++) {
         sim_req *r = st->finished[i];
-        if (r->open)
+        if (r->open) {
             st->open_in_flight--;
-        else if (r->kind == TOKENLOG_BG && sim_start_bg(st, r->user, t_end, err) != 0)
+        } else if (r->kind == TOKENLOG_BG && st->cfg->wl.think_time_ns > 0) {
+            st->ready_at[r->user] = t_end + st->cfg->wl.think_time_ns;
+            st->n_thinking++;
+        } else if (r->kind == TOKENLOG_BG && sim_start_bg(st, r->user, t_end, err) != 0) {
             return -1;
+        }
     }
     return 0;
+}
+
+/* The users whose think time is over by t send their next request (at their own time);
+ * the earliest still thinking, INT64_MAX when none. */
+static int64_t sim_wake_users(sim_state *st, int64_t t, char *err)
+{
+    int64_t next = INT64_MAX;
+    for (int u = 0; u < st->cfg->wl.users && st->n_thinking > 0; u++) {
+        const int64_t at = st->ready_at[u];
+        if (at < 0)
+            continue;
+        if (at > t) {
+            next = at < next ? at : next;
+            continue;
+        }
+        st->ready_at[u] = -1;
+        st->n_thinking--;
+        if (sim_start_bg(st, u, at, err) != 0)
+            return -1;
+    }
+    return next;
 }
 
 static int sim_run_core(const sim_config *cfg, const workload_plan *plan_in, tokenlog *log,
@@ -393,8 +476,10 @@ static int sim_run_core(const sim_config *cfg, const workload_plan *plan_in, tok
 
     st.sched = sched_create(&cfg->sched, err);
     st.next_k = calloc((size_t)cfg->wl.users + 1, sizeof *st.next_k);
+    st.convs = calloc((size_t)cfg->wl.users + 1, sizeof *st.convs);
+    st.ready_at = malloc(((size_t)cfg->wl.users + 1) * sizeof *st.ready_at);
     inject_times = malloc(sizeof *inject_times * WORKLOAD_MAX_INJECTIONS);
-    if (!st.sched || !st.next_k || !inject_times) {
+    if (!st.sched || !st.next_k || !st.convs || !st.ready_at || !inject_times) {
         if (st.sched)
             err_set(err, "out of memory");
         goto done;
@@ -403,9 +488,11 @@ static int sim_run_core(const sim_config *cfg, const workload_plan *plan_in, tok
     for (int i = 0; i < n_inject; i++)
         inject_times[i] += cfg->t0_ns; /* planned from t = 0 (a warm start's) */
 
-    for (int u = 0; u < cfg->wl.users; u++)
+    for (int u = 0; u < cfg->wl.users; u++) {
+        st.ready_at[u] = -1;
         if (sim_start_bg(&st, u, 0, err) != 0)
             goto done;
+    }
 
     int64_t t = 0;
     int next_inject = 0;
@@ -420,12 +507,15 @@ static int sim_run_core(const sim_config *cfg, const workload_plan *plan_in, tok
         }
         if (sim_admit_open(&st, t, false, err) != 0)
             goto done;
+        int64_t next_wake = st.n_thinking > 0 ? sim_wake_users(&st, t, err) : INT64_MAX;
+        if (next_wake < 0)
+            goto done;
         if (sink && sim_flush_events(&st, err) != 0)
             goto done;
         int n = sched_next(st.sched, &batch);
         if (n == 0) {
             /* Idle until the next arrival (nothing runs, so no arrival waits for a slot). */
-            int64_t next = INT64_MAX;
+            int64_t next = next_wake;
             if (next_inject < n_inject)
                 next = inject_times[next_inject];
             if (st.next_open < plan.n_arrivals && plan.arrivals[st.next_open].t_ns < next)
@@ -449,7 +539,8 @@ static int sim_run_core(const sim_config *cfg, const workload_plan *plan_in, tok
             st.seqs[i] = (cost_seq){.new_tokens = batch.items[i].new_tokens,
                                     .context = batch.items[i].context,
                                     .samples = batch.items[i].samples};
-        int64_t duration = cost_step_ns(&cfg->cost, st.seqs, n, NULL);
+        int64_t duration =
+            cost_step_cells_ns(&cfg->cost, st.seqs, n, batch.occupied_cells, NULL);
         if (duration < 1)
             duration = 1; /* time must move */
         int64_t t_end = t + duration;
@@ -458,7 +549,9 @@ static int sim_run_core(const sim_config *cfg, const workload_plan *plan_in, tok
             tokenlog_step step = {.step = stats->steps, .t_start_ns = t, .t_end_ns = t_end,
                                   .decode_tokens = batch.decode_tokens,
                                   .prefill_tokens = batch.prefill_tokens, .n_requests = n,
-                                  .modeled_ns = duration};
+                                  .modeled_ns = duration,
+                                  .prefix_queries = batch.prefix_queries,
+                                  .prefix_hits = batch.prefix_hits};
             if (sim_steplog_add(log, sink, &step, &batch, err) != 0)
                 goto done;
         }

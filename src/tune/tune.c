@@ -30,6 +30,7 @@ int tune_defaults(tune_config *tc, char *err)
     for (int s = 16; s <= 256; s *= 2)
         tc->max_num_seqs[tc->n_max_num_seqs++] = s;
     tc->n_setups = 1; /* one instance: setups[0] is all zero */
+    tc->n_prefix_caching = 0; /* tune_default_prefix_caching decides */
     return tune_parse_slo(TUNE_DEFAULT_SLO, &tc->slo, err);
 }
 
@@ -124,6 +125,43 @@ int tune_parse_budgets(const char *text, tune_config *tc, char *err)
     return each_item("budgets", text, add_count, &l, err);
 }
 
+static int add_prefix_setting(const char *item, void *ctx, char *err)
+{
+    tune_config *tc = ctx;
+    bool on;
+    if (strcmp(item, "on") == 0)
+        on = true;
+    else if (strcmp(item, "off") == 0)
+        on = false;
+    else
+        return err_set(err, "--prefix-caching: '%s' is not off or on", item);
+    for (int i = 0; i < tc->n_prefix_caching; i++)
+        if (tc->prefix_caching[i] == on)
+            return err_set(err, "--prefix-caching: '%s' is given twice", item);
+    tc->prefix_caching[tc->n_prefix_caching++] = on;
+    return 0;
+}
+
+int tune_parse_prefix_caching(const char *text, tune_config *tc, char *err)
+{
+    tc->n_prefix_caching = 0;
+    return each_item("prefix-caching", text, add_prefix_setting, tc, err);
+}
+
+void tune_default_prefix_caching(tune_config *tc, bool said)
+{
+    if (tc->n_prefix_caching > 0)
+        return;
+    if (!said && workload_shares_prefixes(&tc->base.wl)) {
+        tc->prefix_caching[0] = false;
+        tc->prefix_caching[1] = true;
+        tc->n_prefix_caching = 2;
+        return;
+    }
+    tc->prefix_caching[0] = tc->base.sched.prefix_caching;
+    tc->n_prefix_caching = 1;
+}
+
 int tune_parse_max_num_seqs(const char *text, tune_config *tc, char *err)
 {
     tc->n_max_num_seqs = 0;
@@ -173,8 +211,8 @@ void tune_point_name(const tune_point *pt, char *buf, size_t size)
     char split[32] = "";
     if (pt->disagg.prefill > 0)
         snprintf(split, sizeof split, "%dP:%dD ", pt->disagg.prefill, pt->disagg.decode);
-    snprintf(buf, size, "%s%s/%d/%d", split, sched_policy_name(pt->policy),
-             pt->max_num_batched_tokens, pt->max_num_seqs);
+    snprintf(buf, size, "%s%s/%d/%d%s", split, sched_policy_name(pt->policy),
+             pt->max_num_batched_tokens, pt->max_num_seqs, pt->prefix_caching ? "+pc" : "");
 }
 
 void tune_engine_name(const tune_config *tc, char *buf, size_t size)
@@ -188,6 +226,7 @@ void tune_point_config(const tune_config *tc, const tune_point *pt, experiment_c
     cfg->sched.policy = pt->policy;
     cfg->sched.max_num_batched_tokens = pt->max_num_batched_tokens;
     cfg->sched.max_num_seqs = pt->max_num_seqs;
+    cfg->sched.prefix_caching = pt->prefix_caching;
     cfg->disagg = pt->disagg;
     cfg->no_baseline = true;
 }
@@ -262,7 +301,8 @@ int tune_search(const tune_config *tc, tune_result *res, FILE *progress,
     memset(res, 0, sizeof *res);
     res->choice = res->closest = res->binding_slo = -1;
     const int n_setups = tc->n_setups > 0 ? tc->n_setups : 1;
-    const int n = n_setups * tc->n_policies * tc->n_budgets * tc->n_max_num_seqs;
+    const int n_pc = tc->n_prefix_caching > 0 ? tc->n_prefix_caching : 1;
+    const int n = n_setups * tc->n_policies * tc->n_budgets * tc->n_max_num_seqs * n_pc;
     if (n == 0)
         return err_set(err, "nothing to search: a list is empty");
     if (!(res->points = calloc((size_t)n, sizeof *res->points)))
@@ -277,12 +317,16 @@ int tune_search(const tune_config *tc, tune_result *res, FILE *progress,
     for (int d = 0; d < n_setups && rc == 0; d++)
         for (int p = 0; p < tc->n_policies && rc == 0; p++)
             for (int b = 0; b < tc->n_budgets && rc == 0; b++)
-                for (int s = 0; s < tc->n_max_num_seqs && rc == 0; s++) {
+                for (int q = 0; q < tc->n_max_num_seqs * n_pc && rc == 0; q++) {
+                    const int s = q / n_pc;
                     tune_point *pt = &res->points[res->n_points++];
                     pt->disagg = tc->setups[d];
                     pt->policy = tc->policies[p];
                     pt->max_num_batched_tokens = tc->budgets[b];
                     pt->max_num_seqs = tc->max_num_seqs[s];
+                    pt->prefix_caching = tc->n_prefix_caching > 0
+                                             ? tc->prefix_caching[q % n_pc]
+                                             : tc->base.sched.prefix_caching;
                     pt->same_as = pt->worst_slo = -1;
                     experiment_config cfg;
                     tune_point_config(tc, pt, &cfg);
@@ -657,9 +701,10 @@ static json_t *setting_json(const tune_point *pt)
 {
     char name[64];
     tune_point_name(pt, name, sizeof name);
-    json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:i}", "name", name, "policy",
+    json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:b, s:i}", "name", name, "policy",
                           sched_policy_name(pt->policy), "max_num_batched_tokens",
-                          pt->max_num_batched_tokens, "max_num_seqs", pt->max_num_seqs, "gpus",
+                          pt->max_num_batched_tokens, "max_num_seqs", pt->max_num_seqs,
+                          "prefix_caching", (int)pt->prefix_caching, "gpus",
                           sim_disagg_gpus(&pt->disagg));
     if (o && pt->disagg.prefill > 0) {
         char split[32];
@@ -689,6 +734,10 @@ json_t *tune_to_json(const tune_config *tc, const tune_result *res)
     json_object_set_new(search, "policies", pol);
     json_object_set_new(search, "budgets", bud);
     json_object_set_new(search, "max_num_seqs", seq);
+    json_t *pcs = json_array();
+    for (int i = 0; i < tc->n_prefix_caching; i++)
+        json_array_append_new(pcs, json_boolean(tc->prefix_caching[i]));
+    json_object_set_new(search, "prefix_caching", pcs);
     json_t *splits = json_array();
     for (int i = 1; i < tc->n_setups; i++) {
         char split[32];

@@ -1,7 +1,8 @@
 /* tune — the scheduler setting a workload needs under its SLOs, found in the simulator and
  * checked live:
  *
- *     policy x max_num_batched_tokens x max_num_seqs  ->  one interference run each, in
+ *     policy x max_num_batched_tokens x max_num_seqs (x prefix caching off/on, --prefix-caching)
+ *     ->  one interference run each, in
  *     memory, in virtual time (the lesson: tens of ms)  ->  predicted figures  ->  the SLOs
  *     (gate rules that must hold)  ->  the Pareto front and the choice  ->  --verify: the top
  *     K candidates run live against a --target whose server is started per candidate
@@ -56,6 +57,7 @@ typedef struct tune_point {
     sched_policy policy;
     int max_num_batched_tokens;
     int max_num_seqs;
+    bool prefix_caching; /* --enable-prefix-caching for this point */
     bool servable;      /* false: the engine could not serve the workload so (why_not) */
     char why_not[256];
     tune_figures predicted;
@@ -76,6 +78,10 @@ typedef struct tune_config {
     int n_budgets;
     int max_num_seqs[TUNE_MAX_SEQS];
     int n_max_num_seqs;
+    /* Prefix caching off and/or on (--prefix-caching off|on|off,on): default the base's
+     * setting alone (--enable-prefix-caching), both where the workload shares prefixes. */
+    bool prefix_caching[2];
+    int n_prefix_caching;
     /* The serving setups: setups[0] is one instance (prefill 0); --disaggregate adds P:D
      * splits (sim.h), each searched over the same policy x budget x max_num_seqs (each
      * instance gets that scheduler). The objective is then output tokens/s per GPU. */
@@ -119,6 +125,12 @@ int tune_parse_slo(const char *text, gate_rules *out, char *err);
 int tune_parse_policies(const char *text, tune_config *tc, char *err);
 int tune_parse_budgets(const char *text, tune_config *tc, char *err);
 int tune_parse_max_num_seqs(const char *text, tune_config *tc, char *err);
+/* "off", "on", "off,on" (either order, no repeat). */
+int tune_parse_prefix_caching(const char *text, tune_config *tc, char *err);
+/* After the flags: with no --prefix-caching, the base's setting alone, or off and on when
+ * the workload shares prefixes (workload_shares_prefixes) and --enable-prefix-caching was
+ * not given either way. */
+void tune_default_prefix_caching(tune_config *tc, bool said);
 
 /* --disaggregate "1:1,2:1" over --kv-link L (NULL or "": sim.h's default): the splits to
  * search beside one instance. 0, or -1 with err (bad input: a split or link sim.h refuses,
@@ -127,7 +139,7 @@ int tune_parse_disaggregate(const char *splits, const char *kv_link, tune_config
 
 /* The GPUs of a point's setting: 1, or P + D disaggregated. */
 int tune_point_gpus(const tune_point *pt);
-/* "chunked/2048/64", "1P:1D chunked/2048/64" */
+/* "chunked/2048/64", "1P:1D chunked/2048/64", "chunked/2048/64+pc" (prefix caching on) */
 void tune_point_name(const tune_point *pt, char *buf, size_t size);
 /* "sim h100-sxm llama-3.1-8b": the device and model the search priced steps with. */
 void tune_engine_name(const tune_config *tc, char *buf, size_t size);

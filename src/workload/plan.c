@@ -170,6 +170,8 @@ static int plan_trace(const workload_config *cfg, workload_plan *p, char *err)
             a.line = rows[i].line;
             a.text_off = rows[i].text_off;
             a.text_len = rows[i].text_len;
+            a.n_hash_ids = rows[i].n_hash_ids;
+            a.hash_off = rows[i].hash_off;
             if ((rc = push(p, &cap, &a, err)) != 0)
                 break;
         }
@@ -266,6 +268,12 @@ void workload_plan_largest(const workload_plan *p, const workload_config *cfg,
             longest_total->prompt_tokens + longest_total->max_tokens)
             *longest_total = *a;
     }
+    /* Every background request starts with the system prompt (a conversation's later turns
+     * are bounded by max_context: workload_conv_next). */
+    if (longest_prompt->prompt_tokens > 0)
+        longest_prompt->prompt_tokens += cfg->system_prompt_tokens;
+    if (longest_total->prompt_tokens > 0)
+        longest_total->prompt_tokens += cfg->system_prompt_tokens;
 }
 
 void workload_plan_describe(const workload_plan *p, const workload_config *cfg, char *buf,

@@ -372,6 +372,33 @@ static int32_t prompt_text_tokens(const workload_tokenizer *tok, const char *tex
     return t > TRACE_MAX_TOKENS ? TRACE_MAX_TOKENS : (int32_t)t;
 }
 
+/* Mooncake's "hash_ids": the prompt's 512-token blocks by identity (rows sharing a prefix
+ * share its first ids). Kept in texts as int64s; absent or without a sink: none. */
+static int mooncake_hash_ids(const json_t *obj, buf *texts, trace_row *row, char *err)
+{
+    const json_t *ids = json_object_get(obj, "hash_ids");
+    if (!ids)
+        return 0;
+    if (!json_is_array(ids))
+        return err_set(err, "\"hash_ids\" is not an array");
+    const size_t n = json_array_size(ids);
+    if (n > TRACE_MAX_HASH_IDS)
+        return err_set(err, "\"hash_ids\" has %zu ids (at most %d)", n, TRACE_MAX_HASH_IDS);
+    for (size_t i = 0; i < n; i++)
+        if (!json_is_integer(json_array_get(ids, i)))
+            return err_set(err, "\"hash_ids\"[%zu] is not an integer", i);
+    if (!texts || n == 0)
+        return 0;
+    row->hash_off = (int64_t)texts->len;
+    row->n_hash_ids = (int32_t)n;
+    for (size_t i = 0; i < n; i++) {
+        const int64_t id = (int64_t)json_integer_value(json_array_get(ids, i));
+        if (buf_append(texts, &id, sizeof id) != 0)
+            return err_set(err, "out of memory keeping hash_ids");
+    }
+    return 0;
+}
+
 static int parse_json_row(trace_format f, const char *line, size_t len,
                           const workload_tokenizer *tok, buf *texts, trace_row *row, char *err)
 {
@@ -388,7 +415,8 @@ static int parse_json_row(trace_format f, const char *line, size_t len,
     if (f == TRACE_MOONCAKE) {
         if (json_time(obj, "timestamp", 1e6, &row->t_ns, err) != 0 ||
             json_tokens(obj, "input_length", &row->prompt_tokens, err) != 0 ||
-            json_tokens(obj, "output_length", &row->max_tokens, err) != 0)
+            json_tokens(obj, "output_length", &row->max_tokens, err) != 0 ||
+            mooncake_hash_ids(obj, texts, row, err) != 0)
             goto done;
     } else {
         if (json_time(obj, "t", 1e9, &row->t_ns, err) != 0 ||

@@ -6,8 +6,9 @@
  *   burstgpt  BurstGPT CSV: Timestamp,Model,Request tokens,Response tokens,Total tokens,
  *             Log Type; Timestamp in seconds; a row with Response tokens 0 is a failed
  *             request: skipped and counted (TRACE_FAILED)
- *   mooncake  Mooncake JSONL: {"timestamp": ms, "input_length": n, "output_length": m, ...}
- *             (hash_ids and other keys ignored)
+ *   mooncake  Mooncake JSONL: {"timestamp": ms, "input_length": n, "output_length": m,
+ *             "hash_ids": [...]}: hash_ids (optional, at most TRACE_MAX_HASH_IDS integers)
+ *             name the prompt's 512-token blocks; other keys ignored
  *   jsonl     {"t": seconds, "prompt_tokens": n, "max_tokens": m}, or "prompt": "text" in
  *             place of (or beside) prompt_tokens: the text is what is sent; its length is
  *             prompt_tokens when given, else counted by the target's tokenizer (--tokenizer),
@@ -35,6 +36,7 @@ typedef enum {
 } trace_format;
 
 #define TRACE_MAX_TOKENS (1 << 24)
+#define TRACE_MAX_HASH_IDS 65536
 /* The reader's limits (trace_read_file): a longer line or a larger file is refused with its
  * line or size, at once, and so is a NUL byte (no text trace has one): a device that never
  * ends (/dev/zero) or a binary file is never read whole. */
@@ -49,6 +51,8 @@ typedef struct trace_row {
     int32_t line;          /* 1-based line in the file (the loader sets it) */
     int32_t text_len;      /* a JSONL "prompt" text's bytes (0: none, or no sink was given) */
     int64_t text_off;      /* where that text starts in the texts sink */
+    int32_t n_hash_ids;    /* a Mooncake row's hash_ids, kept in the texts sink as int64s */
+    int64_t hash_off;      /* where they start there (0 ids: none, or no sink was given) */
 } trace_row;
 
 /* A CSV header's columns (-1: absent). */
@@ -78,7 +82,8 @@ int trace_csv_header(trace_format f, const char *line, size_t len, trace_csv *ou
 /* One data line of format f (csv: its header's columns, CSV formats only; a JSONL row's
  * "prompt" text counted by tok, else one token per 4 bytes: tok may be NULL). A non-empty
  * "prompt" text is appended to texts (may be NULL: not kept), its place in row->text_off
- * and text_len; the sink is not NUL-separated, so offsets are all a reader needs. Returns
+ * and text_len (a Mooncake row's hash_ids too, as int64s: hash_off, n_hash_ids); the sink
+ * is not NUL-separated, so offsets are all a reader needs. Returns
  * TRACE_ROW, TRACE_EMPTY, TRACE_FAILED or TRACE_BAD (err: what is wrong, without the file
  * and line, which the caller adds). line need not be NUL-terminated; a trailing CR is
  * ignored. */

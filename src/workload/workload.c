@@ -21,6 +21,7 @@ void workload_default(workload_config *cfg)
     cfg->prompt_len = (workload_dist){.kind = WORKLOAD_DIST_UNIFORM, .a = 32, .b = 128};
     cfg->answer_len = (workload_dist){.kind = WORKLOAD_DIST_UNIFORM, .a = 256, .b = 1024};
     cfg->seed = 1;
+    cfg->turns = 1;
     cfg->burstiness = 1.0;
     cfg->speedup = 1.0;
 }
@@ -163,6 +164,17 @@ int workload_check(const workload_config *cfg, char *err)
             return err_set(err, "shards need a fixed --duration (every shard stops at the same "
                                 "time): not --num-prompts, nor a trace without --duration");
     }
+    if (cfg->system_prompt_tokens < 0 || cfg->system_prompt_tokens > WORKLOAD_MAX_LEN)
+        return err_set(err, "system-prompt-tokens must be between 0 and %d (got %d)",
+                       WORKLOAD_MAX_LEN, cfg->system_prompt_tokens);
+    if (cfg->turns < 0 || cfg->turns > WORKLOAD_MAX_TURNS)
+        return err_set(err, "turns must be between 1 and %d (got %d)", WORKLOAD_MAX_TURNS,
+                       cfg->turns);
+    if (cfg->think_time_ns < 0)
+        return err_set(err, "think-time must not be negative");
+    if (cfg->users == 0 && (cfg->turns > 1 || cfg->think_time_ns > 0))
+        return err_set(err, "--turns and --think-time shape the closed users' conversations: "
+                            "they need --users");
     if (cfg->shard.count < 0 || cfg->shard.count > WORKLOAD_MAX_SHARDS)
         return err_set(err, "shard count must be between 1 and %d (got %d)", WORKLOAD_MAX_SHARDS,
                        cfg->shard.count);
@@ -270,16 +282,6 @@ workload_bg_request workload_bg(const workload_config *cfg, int user, int64_t k)
     r.prompt_tokens = workload_dist_draw(&cfg->prompt_len, NULL, 0, &state);
     r.max_tokens = workload_dist_draw(&cfg->answer_len, NULL, 0, &state);
     return r;
-}
-
-void workload_prompt_ids(const workload_config *cfg, int is_inject, int64_t index, int32_t *ids,
-                         int n, int vocab)
-{
-    uint64_t state = rng_hash3(cfg->seed, is_inject ? 0x1a7ec7ULL : 0xb9ULL, (uint64_t)index);
-    /* Keep away from id 0..99, which servers often reserve for special tokens. */
-    int lo = vocab > 1000 ? 100 : 0;
-    for (int i = 0; i < n; i++)
-        ids[i] = (int32_t)rng_range(&state, lo, vocab - 1);
 }
 
 int workload_typical_context(const workload_config *cfg)

@@ -4,7 +4,9 @@
  * (ignore_eos, max_tokens), and starts its next request the moment an answer ends. Prompt
  * and answer lengths are drawn from the distributions prompt_len and answer_len (uniform
  * 32..128 and 256..1024 by default) by a hash of (seed, user, request index), so draws never
- * depend on timing and restarts never synchronise. Users start at t = 0.
+ * depend on timing and restarts never synchronise. Users start at t = 0. With turns > 1 a
+ * user's requests are the turns of conversations (each prompt the history so far plus the
+ * drawn message; workload_conv_next), with think_time_ns between an answer and the next.
  * Open-loop background (docs/guide/traces.md): requests arrive on their own schedule, whatever
  * is still running: at request_rate per second (gamma inter-arrival times of shape
  * `burstiness`, 1 = Poisson, the rate ramped up linearly over ramp_up_ns), or at the times a
@@ -28,6 +30,7 @@
 /* Open-loop requests of one run at most (24 bytes each in the plan). */
 #define WORKLOAD_MAX_ARRIVALS 10000000
 #define WORKLOAD_MAX_SHARDS 4096
+#define WORKLOAD_MAX_TURNS 10000
 /* A trace replayed to its end (until_trace_end) lasts at most this long after its last
  * request's planned send: a server that never finishes it cannot hold the run forever. */
 #define WORKLOAD_TRACE_TAIL_NS (600LL * 1000000000LL)
@@ -135,6 +138,20 @@ typedef struct workload_config {
      * them), or a trace's first rows. */
     int64_t num_prompts;
     workload_shard shard;     /* which users and injections this process runs */
+    /* Shared prefixes (docs/guide/traces.md, "Shared prefixes"): every background
+     * request starts with the same system_prompt_tokens tokens (0: none); each closed user
+     * holds conversations of `turns` turns (1: single-turn requests), turn t's prompt the
+     * system prompt, the earlier turns' messages and answers, and its own message; it waits
+     * think_time_ns after each answer before its next request (0: at once). */
+    int system_prompt_tokens;
+    int turns;
+    int64_t think_time_ns;
+    /* A conversation ends early when its next prompt + answer would exceed max_context (the
+     * server's max_model_len), or its next prompt max_prompt (the token budget of a policy
+     * that prefills a prompt in one step). Set by experiment_resolve (0: no bound); not
+     * flags. */
+    int max_context;
+    int max_prompt;
 } workload_config;
 
 typedef struct workload_bg_request {
@@ -202,6 +219,9 @@ typedef struct workload_arrival {
     int32_t text_len;      /* its trace row's prompt text, in the plan's texts (0: none; a
                             * prompt of prompt_tokens made-up tokens is sent) */
     int64_t text_off;
+    int32_t n_hash_ids;    /* its Mooncake row's hash_ids (int64 each, in the plan's texts at
+                            * hash_off; 0: none) */
+    int64_t hash_off;
 } workload_arrival;
 
 /* What a trace gave and what became of its rows (workload_plan_build). */
@@ -263,8 +283,80 @@ int32_t workload_arrival_user(const workload_config *cfg, int64_t index);
 void workload_plan_describe(const workload_plan *plan, const workload_config *cfg, char *buf,
                             size_t size);
 /* Prompt token ids for a request, deterministic and unique per (seed, kind, index) so no
- * prefix cache can hide a prefill: fills ids[0..n). */
+ * prefix cache can hide a prefill: fills ids[0..n). (One WORKLOAD_SEG_UNIQUE or
+ * WORKLOAD_SEG_INJECT segment of workload_segment_ids.) */
 void workload_prompt_ids(const workload_config *cfg, int is_inject, int64_t index, int32_t *ids,
                          int n, int vocab);
+
+/* ---- a prompt's content (src/workload/prompt.c) ------------------------------------------
+ * A prompt is a sequence of segments; a segment's ids are a function of (seed, stream,
+ * index) alone, so the same segment has the same ids in every request and every process
+ * (the simulator's block hashes and the live client's token ids agree). A prompt without a
+ * shared segment is one UNIQUE segment: today's ids, unique per request. */
+enum {
+    WORKLOAD_SEG_UNIQUE = 0xb9,       /* a background request's own tokens */
+    WORKLOAD_SEG_INJECT = 0x1a7ec7,   /* an injection's */
+    WORKLOAD_SEG_SYSTEM = 0x5157e3,   /* the system prompt (index 0) */
+    WORKLOAD_SEG_MESSAGE = 0x3e55a6e, /* a conversation turn's message */
+    WORKLOAD_SEG_ANSWER = 0xa45e3,    /* a conversation turn's answer, sent back */
+    WORKLOAD_SEG_BLOCK = 0x3c0cace,   /* a Mooncake hash_id's 512-token block */
+};
+/* Mooncake's block: hash_ids[j] names prompt tokens [512 j, 512 (j + 1)). */
+#define WORKLOAD_MOONCAKE_BLOCK 512
+
+typedef struct workload_segment {
+    uint64_t stream; /* WORKLOAD_SEG_* */
+    uint64_t index;  /* which one of the stream */
+    int32_t tokens;
+} workload_segment;
+
+typedef struct workload_prompt {
+    workload_segment *segs; /* malloc'ed; workload_prompt_free */
+    int n_segs, cap_segs;
+    int64_t tokens;         /* the segments' sum */
+} workload_prompt;
+
+/* Append a segment (tokens > 0; 0 appends nothing). 0, or -1 out of memory. */
+int workload_prompt_add(workload_prompt *p, uint64_t stream, uint64_t index, int32_t tokens);
+void workload_prompt_reset(workload_prompt *p);
+void workload_prompt_free(workload_prompt *p);
+/* Whether another request may share a segment of p (anything but one unique segment). */
+bool workload_prompt_shared(const workload_prompt *p);
+/* A segment's first n ids (n may differ from its tokens: a text prompt's words), in
+ * [100, vocab) for vocab > 1000 (servers reserve low ids for special tokens), else [0, vocab).
+ * index_salt is xor-ed into the index (the live client's per-run salt; 0 in the simulator). */
+void workload_segment_ids(const workload_config *cfg, const workload_segment *seg,
+                          uint64_t index_salt, int32_t *ids, int n, int vocab);
+/* All of p's ids, ids[0 .. p->tokens). */
+void workload_prompt_fill(const workload_config *cfg, const workload_prompt *p,
+                          uint64_t index_salt, int32_t *ids, int vocab);
+
+/* Whether closed users' prompts share content (a system prompt or more than one turn). */
+bool workload_shares_prefixes(const workload_config *cfg);
+
+/* A closed user's conversation (turns, system prompt): the caller keeps one per user,
+ * zeroed to start, and asks it for the user's requests in order. */
+typedef struct workload_conv {
+    int64_t conversation; /* the user's conversations so far */
+    int turn;             /* turns done in the current one */
+    workload_prompt history; /* its earlier messages and answers */
+} workload_conv;
+
+/* The user's k-th request (k counts up from 0): its lengths (prompt_tokens the whole
+ * prompt: system prompt + history + message) and its content in *prompt (reset first).
+ * The message and answer lengths are workload_plan_bg's draws; the turn joins the history
+ * (message, then answer). A conversation ends after cfg->turns turns, or before a turn
+ * whose prompt + answer would exceed cfg->max_context or whose prompt cfg->max_prompt.
+ * Unique ids (the index (user << 24) | k, as before conversations) when
+ * !workload_shares_prefixes. 0, or -1 out of memory. */
+int workload_conv_next(const workload_plan *plan, const workload_config *cfg, workload_conv *c,
+                       int user, int64_t k, workload_bg_request *req, workload_prompt *prompt);
+void workload_conv_free(workload_conv *c);
+/* Open-loop request `index` of the plan: the system prompt (not before a trace row's own
+ * text, sent as it is), its Mooncake blocks (hash_ids[j] the ids of its tokens
+ * [512 j, 512 (j + 1)); a last partial block is its own) and its own tokens. 0, or -1 out
+ * of memory. */
+int workload_arrival_prompt(const workload_plan *plan, const workload_config *cfg,
+                            int64_t index, workload_prompt *prompt);
 
 #endif

@@ -70,21 +70,29 @@ void cpu_kv_free(cpu_kv *kv)
     memset(kv, 0, sizeof *kv);
 }
 
+/* Room in s's table for `needed` blocks. */
+static int grow_table(cpu_kv_seq *s, int needed, char *err)
+{
+    if (needed <= s->cap_blocks)
+        return 0;
+    int cap = s->cap_blocks ? s->cap_blocks : 8;
+    while (cap < needed)
+        cap *= 2;
+    int32_t *grown = realloc(s->blocks, (size_t)cap * sizeof *grown);
+    if (!grown)
+        return err_set(err, "out of memory for a block table of %d blocks", cap);
+    s->blocks = grown;
+    s->cap_blocks = cap;
+    return 0;
+}
+
 int cpu_kv_reserve(cpu_kv *kv, cpu_kv_seq *s, int n_tokens, char *err)
 {
     const int needed = (n_tokens + CPU_KV_BLOCK - 1) / CPU_KV_BLOCK;
     if (needed <= s->n_blocks)
         return 0;
-    if (needed > s->cap_blocks) {
-        int cap = s->cap_blocks ? s->cap_blocks : 8;
-        while (cap < needed)
-            cap *= 2;
-        int32_t *grown = realloc(s->blocks, (size_t)cap * sizeof *grown);
-        if (!grown)
-            return err_set(err, "out of memory for a block table of %d blocks", cap);
-        s->blocks = grown;
-        s->cap_blocks = cap;
-    }
+    if (grow_table(s, needed, err) != 0)
+        return -1;
     if (needed - s->n_blocks > kv->n_free)
         return err_set(err, "KV cache exhausted: %d more blocks wanted, %lld free of %lld",
                        needed - s->n_blocks, (long long)kv->n_free, (long long)kv->n_blocks);
@@ -103,8 +111,27 @@ int cpu_kv_reserve(cpu_kv *kv, cpu_kv_seq *s, int n_tokens, char *err)
 
 void cpu_kv_release(cpu_kv *kv, cpu_kv_seq *s)
 {
-    while (s->n_blocks > 0)
-        kv->free_blocks[kv->n_free++] = s->blocks[--s->n_blocks];
+    cpu_kv_release_from(kv, s, 0);
+}
+
+void cpu_kv_release_from(cpu_kv *kv, cpu_kv_seq *s, int first)
+{
+    while (s->n_blocks > first)
+        cpu_kv_give_back(kv, s->blocks[--s->n_blocks]);
+    s->n_blocks = 0;
+}
+
+int cpu_kv_append(cpu_kv_seq *s, int32_t block, char *err)
+{
+    if (grow_table(s, s->n_blocks + 1, err) != 0)
+        return -1;
+    s->blocks[s->n_blocks++] = block;
+    return 0;
+}
+
+void cpu_kv_give_back(cpu_kv *kv, int32_t block)
+{
+    kv->free_blocks[kv->n_free++] = block;
 }
 
 void cpu_kv_seq_free(cpu_kv_seq *s)

@@ -10,7 +10,9 @@
  * Token at position p of a sequence lives in block table[p / 16], slot p % 16.
  * The pool is allocated once (its pages are touched when first used, or all at once by
  * cpu_kv_touch at a warm start); free blocks are a stack,
- * so recently freed (cache-warm) blocks are reused first. */
+ * so recently freed (cache-warm) blocks are reused first.
+ * A table may name blocks it does not own (a prefix cache's shared blocks, exec_cpu.c):
+ * cpu_kv_append adds one, cpu_kv_release_from gives back only the table's own ones. */
 #ifndef STALLSCOPE_CPU_KV_H
 #define STALLSCOPE_CPU_KV_H
 #include <stddef.h>
@@ -42,7 +44,7 @@ typedef struct cpu_kv_seq {
 int cpu_kv_init(cpu_kv *kv, const cpu_config *c, int64_t n_blocks, char *err);
 void cpu_kv_free(cpu_kv *kv);
 /* Write every byte of the pool (zeros), so no page of it is first touched inside a step;
- * the bytes touched. Block contents carry no meaning between sequences. */
+ * the bytes touched. Call it before any block holds KV. */
 double cpu_kv_touch(cpu_kv *kv);
 /* Bytes the pool occupies when every block is in use. */
 double cpu_kv_bytes(const cpu_config *c, int64_t n_blocks);
@@ -51,6 +53,14 @@ double cpu_kv_bytes(const cpu_config *c, int64_t n_blocks);
 int cpu_kv_reserve(cpu_kv *kv, cpu_kv_seq *s, int n_tokens, char *err);
 /* Return all of s's blocks to the pool (the table's memory is kept for reuse). */
 void cpu_kv_release(cpu_kv *kv, cpu_kv_seq *s);
+/* Empty s's table, returning only blocks [first, n_blocks) to the pool: the first ones
+ * belong to someone else (shared). */
+void cpu_kv_release_from(cpu_kv *kv, cpu_kv_seq *s, int first);
+/* Append a block the caller holds elsewhere (a shared, full one) to s's table. 0, or -1
+ * with err (memory). */
+int cpu_kv_append(cpu_kv_seq *s, int32_t block, char *err);
+/* Return one block that no table names any more to the pool. */
+void cpu_kv_give_back(cpu_kv *kv, int32_t block);
 /* Free the table's memory (after release). */
 void cpu_kv_seq_free(cpu_kv_seq *s);
 

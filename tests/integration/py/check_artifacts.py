@@ -4,7 +4,8 @@
 
 NAME is what a table heading of SPEC names (tokens.csv, summary.json, hardware profile,
 --save-result ...); PATH one file of it. A CSV's header row must be the table's columns in
-order (<axes> stands for --axes); a JSON file's keys, at the top and in every nested object
+order (<axes> stands for --axes), or without its trailing columns whose meaning starts
+"optional:" (written together or not at all); a JSON file's keys, at the top and in every nested object
 and array element, must be those of its table: every key present "always", no key the
 table lacks, each nested object or array of objects described by a table of its own (or
 one its type names: "(as `FILE` `PATH`)"). Every file of SPEC must be given at least once.
@@ -61,6 +62,7 @@ def parse_spec(path):
             for name in expand(n.group(1)):
                 rows.append({"name": name, "type": c.get("type", ""),
                              "required": c.get("present", "always") == "always",
+                             "optional": c.get("meaning", "").startswith("optional:"),
                              "ref": (ref.group(1), ref.group(2) or "") if ref else None})
             i += 1
         if key in tables:
@@ -84,7 +86,12 @@ class Checker:
         with open(path, newline="", encoding="utf-8") as f:
             got = next(csv.reader(f), [])
         self.used.add((name, ""))
-        if got != want:
+        n_optional = 0
+        for r in reversed(t["rows"]):
+            if not r["optional"]:
+                break
+            n_optional += 1
+        if got != want and got != want[:len(want) - n_optional]:
             self.fail(path, f"header {','.join(got)}\n    spec   {','.join(want)}")
 
     def table_for(self, name, spath, child):

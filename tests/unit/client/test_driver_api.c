@@ -117,6 +117,67 @@ static void test_body(void **state)
     free(a);
 }
 
+/* A conversation's bodies: turn 2's prompt starts with turn 1's whole prompt, id for id, and
+ * as text word for word; a salt (another run) shares nothing with it. */
+static void test_body_shares_prefixes(void **state)
+{
+    (void)state;
+    workload_config wl;
+    small_workload(&wl);
+    wl.turns = 3;
+    wl.system_prompt_tokens = 50;
+    workload_plan plan;
+    char err[ERR_LEN];
+    if (workload_plan_build(&wl, &plan, err) != 0)
+        fail_msg("%s", err);
+    driver_api api;
+    driver_api_defaults(&api);
+    api.token_ids = true;
+    workload_conv conv = {0};
+    workload_prompt p = {0};
+    workload_bg_request r1, r2;
+    size_t len;
+    assert_int_equal(workload_conv_next(&plan, &wl, &conv, 0, 0, &r1, &p), 0);
+    char *a = driver_build_body_prompt(&api, &wl, 1, &p, r1.max_tokens, -1, &len, err);
+    char *a_other_run = driver_build_body_prompt(&api, &wl, 2, &p, r1.max_tokens, -1, &len, err);
+    assert_int_equal(workload_conv_next(&plan, &wl, &conv, 0, 1, &r2, &p), 0);
+    char *b = driver_build_body_prompt(&api, &wl, 1, &p, r2.max_tokens, -1, &len, err);
+    json_t *ra = json_loads(a, 0, NULL), *rb = json_loads(b, 0, NULL),
+           *ro = json_loads(a_other_run, 0, NULL);
+    json_t *ja = json_object_get(ra, "prompt"), *jb = json_object_get(rb, "prompt"),
+           *jo = json_object_get(ro, "prompt");
+    assert_int_equal(json_array_size(ja), r1.prompt_tokens);
+    assert_int_equal(json_array_size(jb), r2.prompt_tokens);
+    for (size_t i = 0; i < json_array_size(ja); i++)
+        assert_int_equal(json_integer_value(json_array_get(ja, i)),
+                         json_integer_value(json_array_get(jb, i)));
+    assert_int_not_equal(json_integer_value(json_array_get(ja, 0)),
+                         json_integer_value(json_array_get(jo, 0)));
+    json_decref(ra), json_decref(rb), json_decref(ro);
+    free(a), free(b), free(a_other_run);
+    /* as text: turn 1's words begin turn 2's */
+    api.token_ids = false;
+    api.text_per_word = 1.3;
+    workload_prompt_free(&p);
+    workload_conv_free(&conv);
+    memset(&conv, 0, sizeof conv);
+    assert_int_equal(workload_conv_next(&plan, &wl, &conv, 0, 0, &r1, &p), 0);
+    a = driver_build_body_prompt(&api, &wl, 1, &p, r1.max_tokens, -1, &len, err);
+    assert_int_equal(workload_conv_next(&plan, &wl, &conv, 0, 1, &r2, &p), 0);
+    b = driver_build_body_prompt(&api, &wl, 1, &p, r2.max_tokens, -1, &len, err);
+    const char *ta = strstr(a, "\"prompt\":\""), *tb = strstr(b, "\"prompt\":\"");
+    assert_non_null(ta);
+    assert_non_null(tb);
+    const size_t n = (size_t)(strchr(ta + 10, '"') - ta);
+    assert_true(n > 100);
+    assert_memory_equal(ta, tb, n);
+    assert_int_equal(tb[n], ' '); /* turn 2 goes on with the answer's words */
+    free(a), free(b);
+    workload_prompt_free(&p);
+    workload_conv_free(&conv);
+    workload_plan_free(&plan);
+}
+
 static void test_probe(void **state)
 {
     (void)state;
@@ -147,6 +208,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_body),
+        cmocka_unit_test(test_body_shares_prefixes),
         cmocka_unit_test(test_probe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

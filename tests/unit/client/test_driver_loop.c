@@ -103,6 +103,45 @@ static void test_open_and_closed_loop(void **state)
     check_open_and_closed_loop(3);
 }
 
+/* Conversations with think time: a user's next turn leaves --think-time after its answer
+ * ended, its prompt the last turn's prompt + answer + a new message (a new conversation
+ * after --turns). */
+static void test_turns_and_think_time(void **state)
+{
+    (void)state;
+    phase_setup s;
+    setup_phase(&s);
+    s.wl.turns = 2;
+    s.wl.think_time_ns = 50 * CLOCK_NS_PER_MS;
+    s.wl.inject = false;
+    char err[ERR_LEN];
+    driver_phase ph = {.wl = &s.wl, .api = &s.api, .salt = 1, .record = true, .threads = 1};
+    driver_result res;
+    assert_int_equal(driver_run_phase(&s.t, &ph, &s.log, &res, err), 0);
+    for (int u = 0; u < s.wl.users; u++) {
+        const tokenlog_request *prev = NULL;
+        int64_t k = 0;
+        for (int64_t i = 0; i < s.log.n_requests; i++) {
+            const tokenlog_request *r = &s.log.requests[i];
+            if (r->kind != TOKENLOG_BG || r->user != u)
+                continue;
+            const workload_bg_request want = workload_bg(&s.wl, u, k);
+            if (prev)
+                assert_int_equal(r->t_send_ns, prev->t_end_ns + s.wl.think_time_ns);
+            if (k % 2 == 1) /* the second turn */
+                assert_int_equal(r->prompt_tokens_requested,
+                                 prev->prompt_tokens_requested + prev->completion_tokens +
+                                     want.prompt_tokens);
+            else
+                assert_int_equal(r->prompt_tokens_requested, want.prompt_tokens);
+            prev = r;
+            k++;
+        }
+        assert_true(k >= 3);
+    }
+    free_phase(&s, &res);
+}
+
 /* Open-loop arrivals (a rate) beside closed users: each sent exactly at its planned time
  * from the open loops (virtual time), a stream of its own (users + its index), lengths as
  * planned; with --max-concurrency at most that many in flight, a late one first come, first
@@ -390,6 +429,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_and_closed_loop),
+        cmocka_unit_test(test_turns_and_think_time),
         cmocka_unit_test(test_open_loop_rate),
         cmocka_unit_test(test_trace_ends_the_phase),
         cmocka_unit_test(test_overload_burst),

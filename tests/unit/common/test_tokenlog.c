@@ -480,7 +480,7 @@ static void test_writers_match_printf(void **state)
                             .prefill_tokens = (int32_t)random_i64(),
                             .n_requests = (int32_t)random_i64(), .modeled_ns = random_i64(),
                             .late_ns = random_i64()};
-        tokenlog_write_step(f, &st);
+        tokenlog_write_step(f, &st, false);
         fprintf(w, "%lld,%lld,%lld,%d,%d,%d,%lld,%lld\n", (long long)st.step,
                 (long long)st.t_start_ns, (long long)st.t_end_ns, st.decode_tokens,
                 st.prefill_tokens, st.n_requests, (long long)st.modeled_ns, (long long)st.late_ns);

@@ -64,6 +64,7 @@ static void distinctive(experiment_config *c, experiment_meta *m)
     c->sched.max_model_len = 9999;
     c->sched.block_size = 32;
     c->sched.kv_blocks = 123456789012LL;
+    c->sched.kv_layout = SCHED_KV_UNIFIED;
     snprintf(c->device.gpu, sizeof c->device.gpu, "a100-80g");
     snprintf(c->device.model, sizeof c->device.model, "qwen");
     snprintf(c->device.model_config, sizeof c->device.model_config, "/m/config.json");
@@ -230,6 +231,7 @@ static void test_config_reader_refuses(void **state)
         {"workload", "users", "\"seven\"", "workload.users: not an integer"},
         {"workload", "users", "1e20", "workload.users: not an integer"},
         {"sched", "policy", "\"fastest\"", "sched.policy: not a policy"},
+        {"sched", "kv_layout", "\"radix\"", "sched.kv_layout: not a KV layout"},
         {"device", "gpu", "\"0123456789012345678901234567890123456789\"", "device.gpu: too long"},
         {"client", "endpoint", "\"grpc\"", "client.endpoint"},
         {"experiment", "no_baseline", "1", "not true or false"},

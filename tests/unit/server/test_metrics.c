@@ -39,6 +39,7 @@ static void test_format(void **state)
     m.generation_tokens = 42;
     m.preemptions = 2;
     m.heap_bytes = 716800;
+    m.kv_cells_occupied = 16414;
     metrics_hist_observe(&m.itl, 0.005);
     metrics_hist_observe(&m.itl, 0.146);
     metrics_hist_observe(&m.iteration_tokens, 8032);
@@ -60,6 +61,7 @@ static void test_format(void **state)
     HAS("vllm:generation_tokens_total%s} 42\n");
     HAS("vllm:num_preemptions_total%s} 2\n");
     HAS("stallscope_heap_bytes%s} 716800\n");
+    HAS("stallscope_kv_cells_occupied%s} 16414\n");
     HAS("vllm:inter_token_latency_seconds_bucket%s,le=\"0.01\"} 1\n");
     HAS("vllm:inter_token_latency_seconds_bucket%s,le=\"0.15\"} 2\n"); /* cumulative */
     HAS("vllm:inter_token_latency_seconds_bucket%s,le=\"+Inf\"} 2\n");

@@ -16,10 +16,10 @@
 #include "engine/vocab.h"
 #include "server/openai.h"
 
-static int64_t tokenize(void *ctx, const char *text, size_t len)
+static int64_t tokenize(void *ctx, const char *text, size_t len, int32_t *ids, int64_t max_ids)
 {
     (void)ctx;
-    return vocab_tokenize(text, len, NULL, 0, 0);
+    return vocab_tokenize(text, len, ids, max_ids, 128256);
 }
 
 static const openai_limits limits = {
@@ -103,6 +103,41 @@ static void test_completion_defaults(void **state)
     assert_int_equal(r.prompt_tokens, 2);
     assert_int_equal(r.n_stop, 1);
     openai_request_free(&r);
+}
+
+/* With keep_text_ids a text prompt keeps its ids, one per counted token (template tokens
+ * made up), and a conversation that grows by a turn keeps the earlier turns' ids as its
+ * prefix: the engine's prefix cache names blocks by them. */
+static void test_text_ids_kept(void **state)
+{
+    (void)state;
+    openai_limits keep = limits;
+    keep.keep_text_ids = true;
+    keep.max_model_len = 100000;
+    const char *one = "{\"model\": \"llama-3.1-8b\", \"messages\": [{\"role\": \"system\", "
+                      "\"content\": \"you are a careful assistant who answers briefly\"}, "
+                      "{\"role\": \"user\", \"content\": \"what is a stall\"}]}";
+    const char *two = "{\"model\": \"llama-3.1-8b\", \"messages\": [{\"role\": \"system\", "
+                      "\"content\": \"you are a careful assistant who answers briefly\"}, "
+                      "{\"role\": \"user\", \"content\": \"what is a stall\"}, {\"role\": "
+                      "\"assistant\", \"content\": \"a long gap between tokens\"}, "
+                      "{\"role\": \"user\", \"content\": \"and its cause\"}]}";
+    openai_request a, b;
+    openai_error e;
+    assert_int_equal(openai_parse_request(OPENAI_CHAT, one, strlen(one), &keep, &a, &e), 0);
+    assert_int_equal(openai_parse_request(OPENAI_CHAT, two, strlen(two), &keep, &b, &e), 0);
+    assert_non_null(a.text_ids);
+    assert_int_equal(a.n_text_ids, a.prompt_tokens);
+    assert_int_equal(b.n_text_ids, b.prompt_tokens);
+    assert_true(b.prompt_tokens > a.prompt_tokens);
+    /* Everything before a's assistant header (its last 3 ids) is b's prefix. */
+    assert_memory_equal(a.text_ids, b.text_ids, (size_t)(a.n_text_ids - 3) * sizeof(int32_t));
+    openai_request_free(&a);
+    openai_request_free(&b);
+    /* Without keep_text_ids nothing is kept. */
+    assert_int_equal(openai_parse_request(OPENAI_CHAT, one, strlen(one), &limits, &a, &e), 0);
+    assert_null(a.text_ids);
+    openai_request_free(&a);
 }
 
 static void test_chat(void **state)
@@ -521,6 +556,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_completion_defaults), cmocka_unit_test(test_chat),
+        cmocka_unit_test(test_text_ids_kept),
         cmocka_unit_test(test_errors),              cmocka_unit_test(test_lengths),
         cmocka_unit_test(test_error_messages_are_utf8),
         cmocka_unit_test(test_prefixes),            cmocka_unit_test(test_page_guard),

@@ -134,6 +134,31 @@ static void test_lists(void **state)
     assert_int_equal(tc->policies[1], SCHED_PREFILL_FIRST);
     assert_int_equal(tune_parse_max_num_seqs("32", tc, err), 0);
     assert_int_equal(tc->max_num_seqs[0], 32);
+    /* Prefix caching: the base's setting alone by default (the lesson shares no prefix);
+     * a list searches each. */
+    tune_default_prefix_caching(tc, false);
+    assert_int_equal(tc->n_prefix_caching, 1);
+    assert_false(tc->prefix_caching[0]);
+    assert_int_equal(tune_parse_prefix_caching("on, off", tc, err), 0);
+    assert_int_equal(tc->n_prefix_caching, 2);
+    assert_true(tc->prefix_caching[0]);
+    assert_false(tc->prefix_caching[1]);
+    tune_default_prefix_caching(tc, false); /* given: kept */
+    assert_int_equal(tc->n_prefix_caching, 2);
+    assert_int_equal(tune_parse_prefix_caching("on,on", tc, err), -1);
+    assert_non_null(strstr(err, "twice"));
+    assert_int_equal(tune_parse_prefix_caching("yes", tc, err), -1);
+    assert_non_null(strstr(err, "not off or on"));
+    tune_point pc = {.policy = SCHED_CHUNKED, .max_num_batched_tokens = 2048,
+                     .max_num_seqs = 64, .prefix_caching = true};
+    char pc_name[64];
+    tune_point_name(&pc, pc_name, sizeof pc_name);
+    assert_string_equal(pc_name, "chunked/2048/64+pc");
+    experiment_config *pc_cfg = calloc(1, sizeof *pc_cfg);
+    assert_non_null(pc_cfg);
+    tune_point_config(tc, &pc, pc_cfg);
+    assert_true(pc_cfg->sched.prefix_caching);
+    free(pc_cfg);
     const struct {
         int which; /* 0 budgets, 1 policies, 2 max-num-seqs, 3 slo */
         const char *text, *want;
