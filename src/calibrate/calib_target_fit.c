@@ -315,6 +315,42 @@ void calib_target_infer_policy(const cost_params *cost, const calib_target_stall
     }
 }
 
+void calib_target_check_probes(const cost_params *cost, const calib_target_policy *pol,
+                               const calib_target_stall *stalls, int n, double max_miss,
+                               calib_target_check *out)
+{
+    memset(out, 0, sizeof *out);
+    out->worst = -1;
+    out->ok = true;
+    const bool mixed = strcmp(pol->policy, "mixed") == 0;
+    const bool chunked = strcmp(pol->policy, "chunked") == 0;
+    double worst_miss = 0;
+    for (int i = 0; i < n && i < CALIB_TARGET_MAX_PROMPTS; i++) {
+        const calib_target_stall *st = &stalls[i];
+        int64_t longest = 0;
+        out->prefill_ns[i] = (double)cost_injection_prefill_ns(
+            cost, st->prompt_tokens, st->streams, (int)(st->mean_context + 0.5),
+            chunked ? pol->budget : 0, &longest);
+        out->stall_ns[i] = (double)longest;
+        const double own = st->ttft_ns - st->queue_ns;
+        out->stall_miss[i] = st->stall_ns > 0 ? out->stall_ns[i] / st->stall_ns - 1 : 0;
+        out->prefill_miss[i] = own > 0 ? out->prefill_ns[i] / own - 1 : 0;
+        out->n = i + 1;
+        if (!(mixed || chunked) || i >= pol->n || !pol->informative[i])
+            continue;
+        out->judged[i] = true;
+        out->n_judged++;
+        const double s = fabs(out->stall_miss[i]), f = fabs(out->prefill_miss[i]);
+        if (s > max_miss || f > max_miss)
+            out->ok = false;
+        if (s > worst_miss || f > worst_miss || out->worst < 0) {
+            out->worst = i;
+            out->worst_is_stall = s >= f;
+            worst_miss = s > f ? s : f;
+        }
+    }
+}
+
 bool calib_target_fit_ok(const fit_result *fr, const double *residual, int n, double max_rms,
                          int *worst)
 {
@@ -350,7 +386,8 @@ int calib_target_arch(const char *served, cost_arch *out, char *err)
                    served);
 }
 
-json_t *calib_target_measured_json(const calib_target_result *r, const calib_target_policy *pol)
+json_t *calib_target_measured_json(const calib_target_result *r, const calib_target_policy *pol,
+                                   const calib_target_check *check)
 {
     json_t *m = json_object(), *dec = json_array(), *pre = json_array(), *st = json_array();
     if (!m || !dec || !pre || !st) {
@@ -396,6 +433,11 @@ json_t *calib_target_measured_json(const calib_target_result *r, const calib_tar
             json_object_set_new(o, "ratio_to_own_prefill", json_real(pol->own_ratio[i]));
             json_object_set_new(o, "informative", json_boolean(pol->informative[i]));
         }
+        if (check && i < check->n) {
+            json_object_set_new(o, "predicted_stall_ms", json_real(check->stall_ns[i] / 1e6));
+            json_object_set_new(o, "predicted_prefill_ms", json_real(check->prefill_ns[i] / 1e6));
+            json_object_set_new(o, "judged", json_boolean(check->judged[i]));
+        }
         json_array_append_new(st, o);
     }
     json_object_set_new(m, "decode", dec);
@@ -438,6 +480,8 @@ int calib_target_fit_model(const calib_target_result *r, const cost_arch *arch, 
     out->gpu.fit = out->fit.fit;
     cost_params_init(&out->cost, &out->gpu, arch);
     calib_target_infer_policy(&out->cost, r->stall, r->n_stall, &out->policy);
+    calib_target_check_probes(&out->cost, &out->policy, r->stall, r->n_stall,
+                              CALIB_TARGET_MAX_MISS, &out->check);
     out->accepted = calib_target_fit_ok(&out->fit, out->residual, out->n, max_rms, &out->worst);
     return 0;
 }
@@ -449,7 +493,7 @@ json_t *calib_target_profile_json(const calib_target_result *r, const calib_targ
     snprintf(info.source, sizeof info.source, "%s", PROFILE_SOURCE_TARGET);
     snprintf(info.target, sizeof info.target, "%s", target_shown);
     json_t *root = profile_to_json(&m->gpu, &info, &m->fit, m->probes, m->residual, m->n);
-    json_t *measured = root ? calib_target_measured_json(r, &m->policy) : NULL;
+    json_t *measured = root ? calib_target_measured_json(r, &m->policy, &m->check) : NULL;
     if (!measured) {
         json_decref(root);
         return NULL;
@@ -459,7 +503,9 @@ json_t *calib_target_profile_json(const calib_target_result *r, const calib_targ
     json_object_set_new(measured, "when", json_string(when));
     json_object_set_new(measured, "fit_model", json_string(arch->name));
     json_object_set_new(measured, "max_rms", json_real(m->max_rms));
-    json_object_set_new(measured, "accepted", json_boolean(m->accepted));
+    json_object_set_new(measured, "max_miss", json_real(CALIB_TARGET_MAX_MISS));
+    json_object_set_new(measured, "predicts_probes", json_boolean(m->check.ok));
+    json_object_set_new(measured, "accepted", json_boolean(m->accepted && m->check.ok));
     json_object_set_new(root, "measured", measured);
     return root;
 }

@@ -5,7 +5,10 @@
  *
  * Every probe is printed with its fitted time and residual; a fit whose decode or prefill
  * rms relative residual passes --max-rms is refused (exit 1, nothing written, the probe that
- * disagreed most named) unless --force-profile; so is one whose gaps the target's usage
+ * disagreed most named) unless --force-profile; so is one that predicts its own
+ * interference probes' stall or prefill time 25 % off or more (calib_target_check: each probe
+ * beside its prediction is printed either way, the probe that missed most named); and one
+ * whose gaps the target's usage
  * counts differently from the stream (exit 1, nothing written) unless --count-tokens says
  * which to trust. Bad input (an unreachable target, a model the catalog does not know, bad
  * flags): one line, exit 2, nothing written. --target, --model-name, --insecure and
@@ -107,7 +110,8 @@ static const opts_spec target_specs[] = {
             "more than 2 % or breaks the protocol) | stream (the events, whatever usage says) | "
             "usage (usage's count: a server that sends several tokens per event)",
             apply_count_tokens),
-    OPTS_FLAG("force-profile", "write the profile even when the fit is refused (exit 0; "
+    OPTS_FLAG("force-profile", "write the profile even when it is refused (a fit over "
+              "--max-rms, or one that misses its own interference probes by over 25 %: exit 0; "
               "\"measured\".\"accepted\" false)", O, force),
     OPTS_POSITIVE("mem-bytes", "B", "the target's memory for weights + KV cache, which sizes "
                   "the simulated KV cache (default 80e9)", O, mem_bytes),
@@ -195,6 +199,48 @@ static void print_policy(const calib_target_result *r, const calib_target_fitted
         printf("  note: %s\n", r->stall_note);
 }
 
+/* Each interference probe beside what the profile predicts of it (calib_target_check). */
+static void print_check(const calib_target_result *r, const calib_target_fitted *m)
+{
+    const calib_target_check *ck = &m->check;
+    if (ck->n == 0)
+        return;
+    printf("  the profile against its own interference probes (%s; a miss over %.0f %% "
+           "refuses it):\n",
+           strcmp(m->policy.policy, "chunked") == 0 ? "chunked at the budget inferred"
+                                                    : "one-step prefill",
+           CALIB_TARGET_MAX_MISS * 100);
+    printf("    %8s %10s %10s %8s %11s %10s %8s\n", "prompt", "stall ms", "predicted", "miss",
+           "prefill ms", "predicted", "miss");
+    for (int i = 0; i < ck->n; i++) {
+        const calib_target_stall *st = &r->stall[i];
+        printf("    %8d %10.2f %10.2f %+7.1f%% %11.2f %10.2f %+7.1f%%%s\n", st->prompt_tokens,
+               st->stall_ns / 1e6, ck->stall_ns[i] / 1e6, ck->stall_miss[i] * 100,
+               (st->ttft_ns - st->queue_ns) / 1e6, ck->prefill_ns[i] / 1e6,
+               ck->prefill_miss[i] * 100, ck->judged[i] ? "" : "  (not judged)");
+    }
+    if (ck->n_judged == 0)
+        printf("  note: no probe judged (%s)\n", m->policy.policy[0] ? "no prompt stalled the streams"
+                                                                      : "no policy inferred");
+}
+
+/* A profile that misses its own probes: said with the probe that missed most. */
+static void say_missed(const calib_target_result *r, const calib_target_fitted *m, bool force)
+{
+    const calib_target_check *ck = &m->check;
+    const int w = ck->worst;
+    const calib_target_stall *st = &r->stall[w];
+    const bool stall = ck->worst_is_stall;
+    fprintf(stderr, "stallscope calibrate: the profile misses its own interference probes: the "
+            "%d-token prompt into %d streams: %s measured %.2f ms, predicted %.2f ms (%+.0f %%, "
+            "over %.0f %%)%s\n",
+            st->prompt_tokens, st->streams, stall ? "stall" : "prefill (TTFT less queueing)",
+            stall ? st->stall_ns / 1e6 : (st->ttft_ns - st->queue_ns) / 1e6,
+            (stall ? ck->stall_ns[w] : ck->prefill_ns[w]) / 1e6,
+            (stall ? ck->stall_miss[w] : ck->prefill_miss[w]) * 100, CALIB_TARGET_MAX_MISS * 100,
+            force ? "; written anyway (--force-profile)" : "; nothing written");
+}
+
 static const char HELP[] =
     "Fit the step model of a server stallscope cannot see inside, from "
     "probes it sends itself:\n"
@@ -212,7 +258,8 @@ static const char HELP[] =
     "hardware profile\n(version 2, source \"target\") that model, sim and run "
     "take as --hardware FILE; without\n--model they run the model it was "
     "fitted on. A fit with residuals over --max-rms is\nrefused: exit 1, "
-    "nothing written. Gaps are divided by the tokens streamed, one per "
+    "nothing written; so is one that misses its own interference probes\n(stall or "
+    "prefill) by over 25 %. Gaps are divided by the tokens streamed, one per "
     "event;\nwhen the target's usage says otherwise the fit is refused "
     "too, unless --count-tokens\nsays which to trust. Takes about a minute "
     "against an emulated A100; progress on stderr.";
@@ -277,11 +324,13 @@ static int fit_and_write(const target_opts *o, const calib_target_result *r, con
     if (r->prefill_note[0])
         printf("  note: the prefill range shrank: %s\n", r->prefill_note);
     print_policy(r, &m);
-    if (!m.accepted) {
+    print_check(r, &m);
+    if (!m.accepted)
         say_refused(&m, o->force);
-        if (!o->force)
-            return CLI_EXIT_FAIL;
-    }
+    if (!m.check.ok)
+        say_missed(r, &m, o->force);
+    if ((!m.accepted || !m.check.ok) && !o->force)
+        return CLI_EXIT_FAIL;
     json_t *root = calib_target_profile_json(r, &m, arch, shown);
     if (!root) {
         fprintf(stderr, "stallscope calibrate: out of memory\n");

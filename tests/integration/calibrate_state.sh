@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# ctest: run-serial
+# calibrate_state — `stallscope calibrate --target` against servers that keep state (issue 24),
+# a fake one engine loop in Python (py/stateful_server.py) on a small probe range (about 6 s a
+# calibration): a server that behaves as its lone probes say is predicted and the profile is
+# written; one whose stall beside the streams is 2x what its lone probes imply is refused
+# (exit 1, the probe named, nothing written; --force-profile writes it, "accepted" false).
+# About 20 s on the 2-core VM.
+# usage: calibrate_state.sh STALLSCOPE_BINARY SCRATCH_DIR
+set -euo pipefail
+
+bin=$1
+scratch=$2
+rm -rf "$scratch"; mkdir -p "$scratch"
+# shellcheck source=lib.bash
+source "$(dirname "$0")/lib.bash"
+export ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=0"
+
+fake_pid=
+cleanup() { [ -z "$fake_pid" ] || kill "$fake_pid" 2>/dev/null || true; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+# start_fake NAME ARGS...: the fake server on a free port; its URL in $url.
+start_fake() {
+  local name=$1; shift
+  local port; port=$(free_port)
+  timeout 120 python3 "$PY_DIR/stateful_server.py" "$port" "$@" >"$scratch/$name.server" 2>&1 &
+  fake_pid=$!
+  for _ in $(seq 100); do grep -qs ready "$scratch/$name.server" && break; sleep 0.1; done
+  grep -qs ready "$scratch/$name.server" || { cat "$scratch/$name.server"; fail "$name: the fake server did not start"; }
+  url=http://127.0.0.1:$port
+}
+stop_fake() { kill "$fake_pid" 2>/dev/null || true; wait "$fake_pid" 2>/dev/null || true; fake_pid=; }
+small=(--max-streams 4 --long-context 256 --seconds 200ms --min-prompt-tokens 1024
+       --max-prompt-tokens 4096 --repeats 1 --interference-streams 8)
+# calibrate NAME ARGS...: calibrate $url into $scratch/NAME.json; its exit status in $rc.
+calibrate() {
+  local name=$1; shift
+  set +e
+  timeout 90 "$bin" calibrate --target "$url" --out "$scratch/$name.json" "${small[@]}" "$@" \
+      >"$scratch/$name.out" 2>"$scratch/$name.err"
+  rc=$?
+  set -e
+}
+
+# ---- a server that behaves as its lone probes say: its own probes predicted, written -------
+start_fake plain
+calibrate plain
+stop_fake
+[ "$rc" = 0 ] || { cat "$scratch/plain.out" "$scratch/plain.err"; fail "plain: exit $rc, not 0"; }
+grep -qE "^ +4096 +[0-9.]+ +[0-9.]+ +[-+][0-9.]+% +[0-9.]+ +[0-9.]+ +[-+][0-9.]+%$" "$scratch/plain.out" ||
+  { cat "$scratch/plain.out"; fail "plain: no predicted-vs-measured row for the 4096-token probe"; }
+check "plain: every judged probe within 25 % of its prediction, the profile accepted" \
+  '(a["measured"]["accepted"] is True and a["measured"]["predicts_probes"] is True and
+    a["measured"]["max_miss"] == 0.25 and
+    all(abs(p["predicted_stall_ms"] / p["stall_ms"] - 1) <= 0.25 for p in a["measured"]["interference"] if p["judged"]) and
+    sum(p["judged"] for p in a["measured"]["interference"]) == 3)' "$scratch/plain.json"
+
+# ---- a server whose stall beside the streams is 2x its lone prefill: refused, the probe named
+start_fake twice --stall-factor 2
+calibrate twice
+[ "$rc" = 1 ] || { cat "$scratch/twice.out" "$scratch/twice.err"; fail "2x stall: exit $rc, not 1"; }
+grep -qE "the profile misses its own interference probes: the [0-9]+-token prompt into 8 streams: (stall|prefill \(TTFT less queueing\)) measured [0-9.]+ ms, predicted [0-9.]+ ms \(-[4-5][0-9] %, over 25 %\); nothing written" \
+  "$scratch/twice.err" || { cat "$scratch/twice.err"; fail "2x stall: the refusal does not name the probe"; }
+[ ! -e "$scratch/twice.json" ] || fail "2x stall: a profile was written"
+calibrate twice --force-profile
+stop_fake
+[ "$rc" = 0 ] || { cat "$scratch/twice.out" "$scratch/twice.err"; fail "2x stall, --force-profile: exit $rc"; }
+grep -q "written anyway (--force-profile)" "$scratch/twice.err" || fail "2x stall, --force-profile: not said"
+check "2x stall, --force-profile: written, not accepted, the probes mispredicted" \
+  '(a["measured"]["accepted"] is False and a["measured"]["predicts_probes"] is False)' "$scratch/twice.json"
+pass "a profile that misses its own probes: refused, the probe named; --force-profile writes it"
