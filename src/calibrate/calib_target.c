@@ -35,6 +35,7 @@ void calib_target_config_init(calib_target_config *cfg)
     cfg->repeats = 3;
     cfg->skip = 4;
     cfg->weight_bound = 4;
+    cfg->max_drift = 0.10;
     cfg->timeout_ns = 120 * CLOCK_NS_PER_S;
 }
 
@@ -346,6 +347,54 @@ static int probe_prefill(calib_target *ct, int prompt_tokens, double *ttft_ns, c
     }
     *ttft_ns = calib_target_median(ttft, repeats);
     return 0;
+}
+
+/* The sentinel (calib_target_state.h): lone fresh prompts of r->sentinel_tokens, answered
+ * CALIB_TARGET_SENTINEL_ANSWER tokens each; their median TTFT and median gap, recorded as
+ * following stage `after`. 0, or -1 with err (a sentinel the target did not answer). */
+static int probe_sentinel(calib_target *ct, calib_target_result *r, const char *after, char *err)
+{
+    if (r->n_sentinel == CALIB_TARGET_MAX_SENTINELS)
+        return 0;
+    const calib_target_config *c = &ct->cfg;
+    probe_stream s[CALIB_TARGET_SENTINEL_REPEATS];
+    calib_target_series series[CALIB_TARGET_SENTINEL_REPEATS];
+    double ttft[CALIB_TARGET_SENTINEL_REPEATS];
+    memset(s, 0, sizeof s);
+    int rc = 0;
+    for (int k = 0; k < CALIB_TARGET_SENTINEL_REPEATS && rc == 0; k++) {
+        rc = post(ct, &s[k], r->sentinel_tokens, CALIB_TARGET_SENTINEL_ANSWER, err);
+        if (rc == 0)
+            rc = pump(ct, clock_now_ns() + c->timeout_ns, ended, &s[k], err);
+        if (rc == 0 && (s[k].n < 2 || s[k].failed))
+            rc = err_set(err, "the sentinel after %s (a %d-token prompt alone, %d tokens): %s",
+                         after, r->sentinel_tokens, CALIB_TARGET_SENTINEL_ANSWER,
+                         s[k].failed ? s[k].error : "fewer than 2 tokens within the timeout");
+        ttft[k] = s[k].n > 0 ? (double)(s[k].t_ns[0] - s[k].t_post) : 0;
+    }
+    calib_target_sentinel *out = &r->sentinel[r->n_sentinel];
+    int64_t samples = 0;
+    double context = 0;
+    series_of(s, CALIB_TARGET_SENTINEL_REPEATS, series);
+    if (rc == 0 && calib_target_steady_gap(series, CALIB_TARGET_SENTINEL_REPEATS, 1,
+                                           r->sentinel_tokens, INT64_MIN, INT64_MAX, &out->step_ns,
+                                           &context, &samples) != 0)
+        rc = err_set(err, "the sentinel after %s: no token gap", after);
+    if (rc == 0) {
+        out->ttft_ns = calib_target_median(ttft, CALIB_TARGET_SENTINEL_REPEATS);
+        snprintf(out->after, sizeof out->after, "%s", after);
+        r->n_sentinel++;
+        if (c->progress)
+            fprintf(c->progress, "  sentinel (%s): %d-token prompt alone: TTFT %.2f ms, step %.3f "
+                    "ms\n", after, r->sentinel_tokens, out->ttft_ns / 1e6, out->step_ns / 1e6);
+    }
+    if (finish(ct, rc < 0 ? NULL : err) != 0)
+        rc = -1;
+    for (int k = 0; k < CALIB_TARGET_SENTINEL_REPEATS; k++) {
+        free(s[k].t_ns);
+        free(s[k].cum);
+    }
+    return rc;
 }
 
 typedef struct inject_wait {
@@ -689,10 +738,20 @@ int calib_target_run(calib_target *ct, calib_target_result *out, char *err)
     snprintf(out->served_model, sizeof out->served_model, "%s", ct->api.model);
     out->max_model_len = ct->max_model_len;
     out->token_ids = ct->api.token_ids;
+    out->max_drift = ct->cfg.max_drift;
+    out->sentinel_tokens = CALIB_TARGET_SENTINEL_TOKENS;
+    if (ct->max_model_len > 0 &&
+        ct->max_model_len - CALIB_TARGET_SENTINEL_ANSWER - 1 < out->sentinel_tokens)
+        out->sentinel_tokens = (int)(ct->max_model_len - CALIB_TARGET_SENTINEL_ANSWER - 1);
+    if (out->sentinel_tokens < 16)
+        out->sentinel_tokens = 16;
     const int64_t start = clock_now_ns();
-    if (decode_grid(ct, out, start, err) != 0 || prefill_range(ct, out, start, err) != 0)
+    if (probe_sentinel(ct, out, "start", err) != 0 || decode_grid(ct, out, start, err) != 0 ||
+        probe_sentinel(ct, out, "decode", err) != 0 || prefill_range(ct, out, start, err) != 0 ||
+        probe_sentinel(ct, out, "prefill", err) != 0)
         return -1;
-    if (ct->cfg.interference_streams > 0 && probe_interference(ct, out, err) != 0)
+    if (ct->cfg.interference_streams > 0 && (probe_interference(ct, out, err) != 0 ||
+                                             probe_sentinel(ct, out, "interference", err) != 0))
         return err_prefix(err, "interference probes");
     if (tokens_checked(ct, out, err) != 0)
         return -1;

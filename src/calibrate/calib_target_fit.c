@@ -386,6 +386,31 @@ int calib_target_arch(const char *served, cost_arch *out, char *err)
                    served);
 }
 
+/* "sentinel": the series and its drift (calib_target_state.h); NULL when none ran. */
+static json_t *sentinel_json(const calib_target_result *r)
+{
+    if (r->n_sentinel == 0)
+        return NULL;
+    json_t *points = json_array();
+    for (int i = 0; i < r->n_sentinel; i++)
+        json_array_append_new(points, json_pack("{s:s, s:f, s:f}", "after", r->sentinel[i].after,
+                                                "ttft_ms", r->sentinel[i].ttft_ns / 1e6,
+                                                "step_ms", r->sentinel[i].step_ns / 1e6));
+    calib_target_drift d;
+    calib_target_drift_of(r->sentinel, r->n_sentinel, r->max_drift, &d);
+    json_t *o = json_pack("{s:i, s:i, s:o, s:f, s:f, s:f}", "prompt_tokens", r->sentinel_tokens,
+                          "answer_tokens", CALIB_TARGET_SENTINEL_ANSWER, "points", points,
+                          "max_drift", r->max_drift, "ttft_drift", d.ttft, "step_drift", d.step);
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "moved_after",
+                        d.moved >= 0 ? json_string(r->sentinel[d.moved].after) : json_null());
+    json_object_set_new(o, "moved", d.moved >= 0 ? json_string(d.moved_ttft ? "ttft" : "step")
+                                                  : json_null());
+    json_object_set_new(o, "moved_by", d.moved >= 0 ? json_real(d.by) : json_null());
+    return o;
+}
+
 json_t *calib_target_measured_json(const calib_target_result *r, const calib_target_policy *pol,
                                    const calib_target_check *check)
 {
@@ -455,6 +480,9 @@ json_t *calib_target_measured_json(const calib_target_result *r, const calib_tar
                                   (json_int_t)r->tokens.streamed, "usage",
                                   (json_int_t)r->tokens.usage, "protocol_violations",
                                   (json_int_t)r->tokens.violations));
+    json_t *sentinel = sentinel_json(r);
+    if (sentinel)
+        json_object_set_new(m, "sentinel", sentinel);
     if (pol && pol->policy[0]) {
         json_object_set_new(m, "policy_inferred", json_string(pol->policy));
         if (pol->budget > 0)

@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 
+#include "calibrate/calib_target_state.h"
 #include "engine/cost.h"
 #include "engine/fit.h"
 
@@ -88,6 +89,10 @@ typedef struct calib_target_result {
     char decode_note[512];   /* why the decode grid stopped early; "" it did not */
     char stall_note[512];    /* why the interference probes stopped early */
     calib_target_tokens tokens; /* the tokens streamed and what usage said of them */
+    calib_target_sentinel sentinel[CALIB_TARGET_MAX_SENTINELS]; /* start, after each stage */
+    int n_sentinel;
+    int sentinel_tokens;     /* its prompt (CALIB_TARGET_SENTINEL_TOKENS within the context) */
+    double max_drift;        /* --max-drift: a sentinel moved past it is reported */
     double seconds;          /* the probing took */
 } calib_target_result;
 

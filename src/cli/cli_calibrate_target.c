@@ -41,9 +41,9 @@ typedef struct target_opts {
     bool json;
 } target_opts;
 
-static int apply_max_rms(void *ctx, const char *value, char *err)
+/* A fraction (0.15) or a percentage (15%) in (0, 10] into *out. 0, or -1 with err. */
+static int parse_fraction(const char *value, double *out, char *err)
 {
-    target_opts *o = ctx;
     char *end = NULL;
     double x = strtod(value, &end);
     if (end != value && strcmp(end, "%") == 0)
@@ -51,10 +51,19 @@ static int apply_max_rms(void *ctx, const char *value, char *err)
     else if (end == value || *end)
         x = -1;
     if (!(x > 0 && x <= 10))
-        return err_set(err, "'%s' is not a fraction (0.15) or a percentage (15%%)",
-                       value);
-    o->max_rms = x;
+        return err_set(err, "'%s' is not a fraction (0.15) or a percentage (15%%)", value);
+    *out = x;
     return 0;
+}
+
+static int apply_max_rms(void *ctx, const char *value, char *err)
+{
+    return parse_fraction(value, &((target_opts *)ctx)->max_rms, err);
+}
+
+static int apply_max_drift(void *ctx, const char *value, char *err)
+{
+    return parse_fraction(value, &((target_opts *)ctx)->cfg.max_drift, err);
 }
 
 static int apply_count_tokens(void *ctx, const char *value, char *err)
@@ -105,6 +114,9 @@ static const opts_spec target_specs[] = {
                   CLOCK_NS_PER_S, 3600 * CLOCK_NS_PER_S),
     OPTS_FN("max-rms", "F", "refuse a fit whose decode or prefill rms relative residual is above "
             "F (default 15%)", apply_max_rms),
+    OPTS_FN("max-drift", "F", "report a drift of the sentinel (a 512-token prompt alone, at the "
+            "start, after each stage and at the end) over F, naming the stage after which the "
+            "server moved (default 10%)", apply_max_drift),
     OPTS_FN("count-tokens", "C", "what a gap is divided by: auto (default: the tokens streamed, "
             "one per event; exit 1, nothing written, when usage.completion_tokens disagrees by "
             "more than 2 % or breaks the protocol) | stream (the events, whatever usage says) | "
@@ -224,6 +236,31 @@ static void print_check(const calib_target_result *r, const calib_target_fitted 
                                                                       : "no policy inferred");
 }
 
+/* The sentinel's series and whether the server drifted, and after which stage. */
+static void print_sentinel(const calib_target_result *r)
+{
+    if (r->n_sentinel == 0)
+        return;
+    printf("  sentinel (a %d-token prompt alone, %d tokens answered, %d times):", r->sentinel_tokens,
+           CALIB_TARGET_SENTINEL_ANSWER, CALIB_TARGET_SENTINEL_REPEATS);
+    for (int i = 0; i < r->n_sentinel; i++)
+        printf("%s %s TTFT %.2f ms step %.3f ms", i ? ";" : "",
+               i ? r->sentinel[i].after : "start", r->sentinel[i].ttft_ns / 1e6,
+               r->sentinel[i].step_ns / 1e6);
+    printf("\n");
+    calib_target_drift d;
+    calib_target_drift_of(r->sentinel, r->n_sentinel, r->max_drift, &d);
+    if (d.moved < 0)
+        printf("  drift: TTFT %.1f %%, step %.1f %% (within --max-drift %.0f %%)\n", d.ttft * 100,
+               d.step * 100, r->max_drift * 100);
+    else
+        printf("  drift: the server moved after the %s probes: the sentinel's %s %+.1f %% from the "
+               "start (over --max-drift %.0f %%); the probes after it were measured on another "
+               "server than those before\n",
+               r->sentinel[d.moved].after, d.moved_ttft ? "TTFT" : "step", d.by * 100,
+               r->max_drift * 100);
+}
+
 /* A profile that misses its own probes: said with the probe that missed most. */
 static void say_missed(const calib_target_result *r, const calib_target_fitted *m, bool force)
 {
@@ -325,6 +362,7 @@ static int fit_and_write(const target_opts *o, const calib_target_result *r, con
         printf("  note: the prefill range shrank: %s\n", r->prefill_note);
     print_policy(r, &m);
     print_check(r, &m);
+    print_sentinel(r);
     if (!m.accepted)
         say_refused(&m, o->force);
     if (!m.check.ok)

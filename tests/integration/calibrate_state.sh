@@ -4,8 +4,9 @@
 # a fake one engine loop in Python (py/stateful_server.py) on a small probe range (about 6 s a
 # calibration): a server that behaves as its lone probes say is predicted and the profile is
 # written; one whose stall beside the streams is 2x what its lone probes imply is refused
-# (exit 1, the probe named, nothing written; --force-profile writes it, "accepted" false).
-# About 20 s on the 2-core VM.
+# (exit 1, the probe named, nothing written; --force-profile writes it, "accepted" false); a
+# server that slows by 30 % from its 22nd request: the sentinel says after which stage.
+# About 30 s on the 2-core VM.
 # usage: calibrate_state.sh STALLSCOPE_BINARY SCRATCH_DIR
 set -euo pipefail
 
@@ -55,6 +56,22 @@ check "plain: every judged probe within 25 % of its prediction, the profile acce
     a["measured"]["max_miss"] == 0.25 and
     all(abs(p["predicted_stall_ms"] / p["stall_ms"] - 1) <= 0.25 for p in a["measured"]["interference"] if p["judged"]) and
     sum(p["judged"] for p in a["measured"]["interference"]) == 3)' "$scratch/plain.json"
+check "plain: the sentinel at the start and after the decode, prefill and interference probes" \
+  '([p["after"] for p in a["measured"]["sentinel"]["points"]] == ["start", "decode", "prefill", "interference"] and
+    a["measured"]["sentinel"]["prompt_tokens"] == 512 and a["measured"]["sentinel"]["max_drift"] == 0.10 and
+    all(p["ttft_ms"] > 20 and 7 < p["step_ms"] < 10 for p in a["measured"]["sentinel"]["points"]))' "$scratch/plain.json"
+
+# ---- a server that slows by 30 % from its 22nd completion (the first prefill probe): the
+# sentinel after the prefill probes moved, and says so
+start_fake drift --drift-after 21 --drift 1.3
+calibrate drift --max-drift 15%
+stop_fake
+[ "$rc" = 0 ] || { cat "$scratch/drift.out" "$scratch/drift.err"; fail "drift: exit $rc, not 0"; }
+grep -qE "drift: the server moved after the prefill probes: the sentinel's (TTFT|step) \+(2[0-9]|3[0-9])\.[0-9] % from the start \(over --max-drift 15 %\)" \
+  "$scratch/drift.out" || { cat "$scratch/drift.out"; fail "drift: not reported with the stage"; }
+check "drift: recorded, moved after the prefill probes" \
+  '(a["measured"]["sentinel"]["moved_after"] == "prefill" and 0.2 <= a["measured"]["sentinel"]["moved_by"] <= 0.4 and
+    a["measured"]["sentinel"]["max_drift"] == 0.15 and a["measured"]["sentinel"]["step_drift"] >= 0.2)' "$scratch/drift.json"
 
 # ---- a server whose stall beside the streams is 2x its lone prefill: refused, the probe named
 start_fake twice --stall-factor 2

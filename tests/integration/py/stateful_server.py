@@ -106,7 +106,7 @@ class Handler(BaseHTTPRequestHandler):
         elif self.path == "/metrics":
             with lock:
                 used = sum(r.prompt_len + r.sent for r in state["active"]) + sum(state["retained"])
-                page = ("# TYPE vllm:kv_cache_usage_perc gauge\n"
+                page = (f"# completions asked: {state['asked']}\n# TYPE vllm:kv_cache_usage_perc gauge\n"
                         f'vllm:kv_cache_usage_perc{{model_name="llama-3.1-8b"}} {used / CAPACITY}\n'
                         "# TYPE vllm:prefix_cache_queries_total counter\n"
                         f'vllm:prefix_cache_queries_total{{model_name="llama-3.1-8b"}} {state["queries"]}\n'

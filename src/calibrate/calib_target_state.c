@@ -1,0 +1,25 @@
+/* calib_target_state — a server's state as the probes of calibrate --target saw it
+ * (calib_target_state.h). Pure. */
+#include "calibrate/calib_target_state.h"
+
+#include <math.h>
+#include <string.h>
+
+void calib_target_drift_of(const calib_target_sentinel *s, int n, double max_drift,
+                           calib_target_drift *out)
+{
+    memset(out, 0, sizeof *out);
+    out->moved = -1;
+    if (n < 2 || !(s[0].ttft_ns > 0) || !(s[0].step_ns > 0))
+        return;
+    for (int i = 1; i < n; i++) {
+        const double ttft = s[i].ttft_ns / s[0].ttft_ns - 1, step = s[i].step_ns / s[0].step_ns - 1;
+        out->ttft = fabs(ttft) > out->ttft ? fabs(ttft) : out->ttft;
+        out->step = fabs(step) > out->step ? fabs(step) : out->step;
+        if (out->moved < 0 && (fabs(ttft) > max_drift || fabs(step) > max_drift)) {
+            out->moved = i;
+            out->moved_ttft = fabs(ttft) >= fabs(step);
+            out->by = out->moved_ttft ? ttft : step;
+        }
+    }
+}
