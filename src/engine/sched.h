@@ -117,6 +117,10 @@ int64_t sched_blocks_used(const sched *s);
 int64_t sched_blocks_total(const sched *s);
 int64_t sched_num_preemptions(const sched *s);
 const sched_config *sched_get_config(const sched *s);
+/* Drop every cached prefix block no running request holds (vLLM's POST
+ * /reset_prefix_cache). The blocks dropped; 0: nothing cached (this scheduler caches no
+ * prefix yet: a stub the prefix cache fills in). */
+int sched_reset_prefix_cache(sched *s);
 
 /* "mixed" | "chunked" | "prefill-first" */
 int sched_policy_parse(const char *text, sched_policy *out, char *err);
