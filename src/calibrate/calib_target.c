@@ -72,6 +72,7 @@ struct calib_target {
     uint64_t salt;
     int64_t next_index;
     int64_t max_model_len;
+    calib_target_kept *kept; /* the result's, while calib_target_run runs: the reset */
     /* The last decode probe's ramp (all streams started): bounds the next one's wait */
     int64_t last_ramp_ns;
     double last_ramp_tokens; /* its streams x prompt */
@@ -143,11 +144,12 @@ static bool interrupted(const calib_target *ct)
     return ct->cfg.interrupted && *ct->cfg.interrupted;
 }
 
-/* Post one stream of a prompt_tokens prompt asking max_tokens. 0, or -1 with err. */
-static int post(calib_target *ct, probe_stream *s, int prompt_tokens, int max_tokens, char *err)
+/* Post one stream of the index-th prompt (prompt_tokens) asking max_tokens. 0, or -1 with err. */
+static int post_index(calib_target *ct, probe_stream *s, int64_t index, int prompt_tokens,
+                      int max_tokens, char *err)
 {
     size_t len = 0;
-    char *body = driver_build_body(&ct->api, &ct->wl, ct->salt, 0, ct->next_index++, prompt_tokens,
+    char *body = driver_build_body(&ct->api, &ct->wl, ct->salt, 0, index, prompt_tokens,
                                    max_tokens, &len, err);
     if (!body)
         return -1;
@@ -157,6 +159,12 @@ static int post(calib_target *ct, probe_stream *s, int prompt_tokens, int max_to
     const int rc = ct->t.post(ct->t.impl, &req, err);
     free(body);
     return rc;
+}
+
+/* Post a fresh prompt: every probe's prompt is its own (calib_target.h). */
+static int post(calib_target *ct, probe_stream *s, int prompt_tokens, int max_tokens, char *err)
+{
+    return post_index(ct, s, ct->next_index++, prompt_tokens, max_tokens, err);
 }
 
 /* Pump the transport until done(ctx) or until_ns. 0, or -1 with err (transport, interrupt). */
@@ -182,6 +190,47 @@ static int finish(calib_target *ct, char *err)
     char scratch[ERR_LEN];
     ct->t.cancel_all(ct->t.impl, "");
     return pump(ct, clock_now_ns() + SETTLE_NS, NULL, NULL, err ? err : scratch);
+}
+
+/* The resets a server may offer, tried in this order (a 2xx: offered; else not). */
+static const struct {
+    const char *path, *server;
+} RESETS[] = {
+    {"/reset_prefix_cache", "vLLM"},
+    {"/flush_cache", "SGLang"},
+    {"/slots/0?action=erase", "llama.cpp"},
+};
+
+/* Which reset the target offers, into ct->kept (none: ""). Never an error: a server that
+ * offers none is probed without. */
+static void find_reset(calib_target *ct)
+{
+    for (size_t i = 0; i < sizeof RESETS / sizeof RESETS[0]; i++) {
+        int status = 0;
+        char *body = NULL, why[ERR_LEN];
+        const int rc = fetch_http(&ct->so, "POST", RESETS[i].path, NULL, MODELS_TIMEOUT_NS,
+                                  &status, &body, why);
+        free(body);
+        if (rc == 0 && status >= 200 && status < 300) {
+            snprintf(ct->kept->reset_path, sizeof ct->kept->reset_path, "%s", RESETS[i].path);
+            snprintf(ct->kept->reset_server, sizeof ct->kept->reset_server, "%s", RESETS[i].server);
+            return;
+        }
+    }
+}
+
+/* Reset the server's cache where it offers one (a failed reset only goes uncounted). */
+static void reset_state(calib_target *ct)
+{
+    if (!ct->kept || !ct->kept->reset_path[0])
+        return;
+    int status = 0;
+    char *body = NULL, why[ERR_LEN];
+    if (fetch_http(&ct->so, "POST", ct->kept->reset_path, NULL, MODELS_TIMEOUT_NS, &status, &body,
+                   why) == 0 &&
+        status >= 200 && status < 300)
+        ct->kept->resets++;
+    free(body);
 }
 
 typedef struct ramp_ctx {
@@ -313,19 +362,22 @@ static bool ended(void *ctx)
     return ((const probe_stream *)ctx)->ended;
 }
 
-/* One prefill probe: the median TTFT of `repeats` lone prompts. 0, 1 (refused: note), -1. */
-static int probe_prefill(calib_target *ct, int prompt_tokens, double *ttft_ns, char *note,
-                         size_t note_size, char *err)
+/* The median TTFT of `repeats` lone prompts, each the index-th prompt (-1: a fresh one each),
+ * each after a reset where offered when reset. 0, 1 (refused: note), -1. */
+static int probe_lone(calib_target *ct, int prompt_tokens, int64_t index, int repeats_asked,
+                      bool reset, double *ttft_ns, char *note, size_t note_size, char *err)
 {
     const calib_target_config *c = &ct->cfg;
     double ttft[16];
-    const int repeats = c->repeats < 16 ? c->repeats : 16;
+    const int repeats = repeats_asked < 16 ? repeats_asked : 16;
     for (int k = 0; k < repeats; k++) {
         probe_stream s;
         memset(&s, 0, sizeof s);
         /* the 1-token answer's end follows its token at once: wait for it, so the next
-         * prompt finds the server idle */
-        int rc = post(ct, &s, prompt_tokens, 1, err);
+         * prompt finds the server idle (and, where it offers a reset, emptied) */
+        if (reset)
+            reset_state(ct);
+        int rc = post_index(ct, &s, index >= 0 ? index : ct->next_index++, prompt_tokens, 1, err);
         if (rc == 0)
             rc = pump(ct, clock_now_ns() + c->timeout_ns, ended, &s, err);
         if (!s.ended)
@@ -349,6 +401,13 @@ static int probe_prefill(calib_target *ct, int prompt_tokens, double *ttft_ns, c
     return 0;
 }
 
+/* One prefill probe: the median TTFT of `repeats` fresh lone prompts. 0, 1 (refused), -1. */
+static int probe_prefill(calib_target *ct, int prompt_tokens, double *ttft_ns, char *note,
+                         size_t note_size, char *err)
+{
+    return probe_lone(ct, prompt_tokens, -1, ct->cfg.repeats, true, ttft_ns, note, note_size, err);
+}
+
 /* The sentinel (calib_target_state.h): lone fresh prompts of r->sentinel_tokens, answered
  * CALIB_TARGET_SENTINEL_ANSWER tokens each; their median TTFT and median gap, recorded as
  * following stage `after`. 0, or -1 with err (a sentinel the target did not answer). */
@@ -363,6 +422,7 @@ static int probe_sentinel(calib_target *ct, calib_target_result *r, const char *
     memset(s, 0, sizeof s);
     int rc = 0;
     for (int k = 0; k < CALIB_TARGET_SENTINEL_REPEATS && rc == 0; k++) {
+        reset_state(ct);
         rc = post(ct, &s[k], r->sentinel_tokens, CALIB_TARGET_SENTINEL_ANSWER, err);
         if (rc == 0)
             rc = pump(ct, clock_now_ns() + c->timeout_ns, ended, &s[k], err);
@@ -503,6 +563,59 @@ done:
         rc = -1;
     streams_free(bg, n);
     free(series);
+    return rc;
+}
+
+/* The prompt the state probes send: the longest prefill probe up to 4096 tokens (else the
+ * shortest), with its quiet TTFT. 0 when no prefill probe ran. */
+static int state_prompt(const calib_target_result *r, double *quiet_ns)
+{
+    int pick = -1;
+    for (int i = 0; i < r->n_prefill; i++)
+        if (pick < 0 || (r->prefill[i].prompt_tokens <= 4096 &&
+                         r->prefill[i].prompt_tokens > r->prefill[pick].prompt_tokens))
+            pick = i;
+    if (pick < 0)
+        return 0;
+    *quiet_ns = r->prefill[pick].ttft_ns;
+    return r->prefill[pick].prompt_tokens;
+}
+
+/* Prefix caching: one fresh prompt twice, alone, after a reset where offered. 0, or -1. */
+static int probe_caching(calib_target *ct, calib_target_result *r, char *err)
+{
+    calib_target_kept *k = &r->kept;
+    if (!(k->prompt_tokens = state_prompt(r, &k->quiet_ns)))
+        return 0;
+    reset_state(ct);
+    const int64_t index = ct->next_index++;
+    char note[256] = "";
+    int rc = probe_lone(ct, k->prompt_tokens, index, 1, false, &k->cache_first_ns, note,
+                        sizeof note, err);
+    if (rc == 0)
+        rc = probe_lone(ct, k->prompt_tokens, index, 1, false, &k->cache_second_ns, note,
+                        sizeof note, err);
+    if (rc < 0)
+        return -1;
+    if (rc > 0)
+        return err_set(err, "the prefix-caching probe: %s", note);
+    if (ct->cfg.progress)
+        fprintf(ct->cfg.progress, "  caching: the same %d-token prompt twice, alone: TTFT %.2f ms, "
+                "then %.2f ms\n", k->prompt_tokens, k->cache_first_ns / 1e6,
+                k->cache_second_ns / 1e6);
+    return 0;
+}
+
+/* What the interference probes left behind: a fresh lone prompt at once, no reset. */
+static int probe_after_fill(calib_target *ct, calib_target_result *r, char *err)
+{
+    calib_target_kept *k = &r->kept;
+    char note[256] = "";
+    const int rc = k->prompt_tokens == 0 ? 0
+                                         : probe_lone(ct, k->prompt_tokens, -1, 1, false,
+                                                      &k->after_fill_ns, note, sizeof note, err);
+    if (rc > 0)
+        return err_set(err, "the prefill after the interference probes: %s", note);
     return rc;
 }
 
@@ -746,13 +859,30 @@ int calib_target_run(calib_target *ct, calib_target_result *out, char *err)
     if (out->sentinel_tokens < 16)
         out->sentinel_tokens = 16;
     const int64_t start = clock_now_ns();
+    ct->kept = &out->kept;
+    find_reset(ct);
+    if (ct->cfg.progress)
+        fprintf(ct->cfg.progress, "  reset: %s%s%s\n",
+                out->kept.reset_path[0] ? out->kept.reset_server : "none offered (tried POST "
+                                                                   "/reset_prefix_cache, "
+                                                                   "/flush_cache, /slots/0?action=erase)",
+                out->kept.reset_path[0] ? "'s POST " : "", out->kept.reset_path);
+    int rc = -1;
     if (probe_sentinel(ct, out, "start", err) != 0 || decode_grid(ct, out, start, err) != 0 ||
         probe_sentinel(ct, out, "decode", err) != 0 || prefill_range(ct, out, start, err) != 0 ||
-        probe_sentinel(ct, out, "prefill", err) != 0)
-        return -1;
+        probe_caching(ct, out, err) != 0 || probe_sentinel(ct, out, "prefill", err) != 0)
+        goto done;
     if (ct->cfg.interference_streams > 0 && (probe_interference(ct, out, err) != 0 ||
-                                             probe_sentinel(ct, out, "interference", err) != 0))
-        return err_prefix(err, "interference probes");
+                                             probe_after_fill(ct, out, err) != 0 ||
+                                             probe_sentinel(ct, out, "interference", err) != 0)) {
+        err_prefix(err, "interference probes");
+        goto done;
+    }
+    rc = 0;
+done:
+    ct->kept = NULL;
+    if (rc != 0)
+        return -1;
     if (tokens_checked(ct, out, err) != 0)
         return -1;
     out->seconds = (double)(clock_now_ns() - start) / 1e9;

@@ -411,6 +411,33 @@ static json_t *sentinel_json(const calib_target_result *r)
     return o;
 }
 
+/* "state": the reset used, the prefix-caching probe, the prefill after a fill. */
+static json_t *kept_json(const calib_target_kept *k)
+{
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "reset", k->reset_path[0] ? json_string(k->reset_path) : json_null());
+    json_object_set_new(o, "reset_server",
+                        k->reset_path[0] ? json_string(k->reset_server) : json_null());
+    json_object_set_new(o, "resets", json_integer(k->resets));
+    json_object_set_new(o, "prompt_tokens", json_integer(k->prompt_tokens));
+    const int caching = calib_target_prefix_caching(k);
+    json_object_set_new(o, "prefix_caching", caching < 0 ? json_null() : json_boolean(caching));
+    json_object_set_new(o, "first_ttft_ms",
+                        k->cache_first_ns > 0 ? json_real(k->cache_first_ns / 1e6) : json_null());
+    json_object_set_new(o, "repeat_ttft_ms",
+                        k->cache_second_ns > 0 ? json_real(k->cache_second_ns / 1e6) : json_null());
+    json_object_set_new(o, "quiet_ttft_ms",
+                        k->quiet_ns > 0 ? json_real(k->quiet_ns / 1e6) : json_null());
+    json_object_set_new(o, "after_fill_ttft_ms",
+                        k->after_fill_ns > 0 ? json_real(k->after_fill_ns / 1e6) : json_null());
+    json_object_set_new(o, "after_fill_ratio", k->after_fill_ns > 0 && k->quiet_ns > 0
+                                                   ? json_real(k->after_fill_ns / k->quiet_ns)
+                                                   : json_null());
+    return o;
+}
+
 json_t *calib_target_measured_json(const calib_target_result *r, const calib_target_policy *pol,
                                    const calib_target_check *check)
 {
@@ -483,6 +510,9 @@ json_t *calib_target_measured_json(const calib_target_result *r, const calib_tar
     json_t *sentinel = sentinel_json(r);
     if (sentinel)
         json_object_set_new(m, "sentinel", sentinel);
+    json_t *kept = kept_json(&r->kept);
+    if (kept)
+        json_object_set_new(m, "state", kept);
     if (pol && pol->policy[0]) {
         json_object_set_new(m, "policy_inferred", json_string(pol->policy));
         if (pol->budget > 0)
@@ -517,7 +547,8 @@ int calib_target_fit_model(const calib_target_result *r, const cost_arch *arch, 
 json_t *calib_target_profile_json(const calib_target_result *r, const calib_target_fitted *m,
                                   const cost_arch *arch, const char *target_shown)
 {
-    profile_info info = {.version = PROFILE_VERSION};
+    profile_info info = {.version = PROFILE_VERSION,
+                         .prefix_caching = calib_target_prefix_caching(&r->kept)};
     snprintf(info.source, sizeof info.source, "%s", PROFILE_SOURCE_TARGET);
     snprintf(info.target, sizeof info.target, "%s", target_shown);
     json_t *root = profile_to_json(&m->gpu, &info, &m->fit, m->probes, m->residual, m->n);

@@ -91,6 +91,7 @@ typedef struct calib_target_result {
     calib_target_tokens tokens; /* the tokens streamed and what usage said of them */
     calib_target_sentinel sentinel[CALIB_TARGET_MAX_SENTINELS]; /* start, after each stage */
     int n_sentinel;
+    calib_target_kept kept;  /* the reset used, prefix caching, the prefill after a fill */
     int sentinel_tokens;     /* its prompt (CALIB_TARGET_SENTINEL_TOKENS within the context) */
     double max_drift;        /* --max-drift: a sentinel moved past it is reported */
     double seconds;          /* the probing took */

@@ -23,3 +23,10 @@ void calib_target_drift_of(const calib_target_sentinel *s, int n, double max_dri
         }
     }
 }
+
+int calib_target_prefix_caching(const calib_target_kept *k)
+{
+    if (!(k->cache_first_ns > 0) || !(k->cache_second_ns > 0))
+        return -1;
+    return k->cache_second_ns < CALIB_TARGET_CACHED * k->cache_first_ns;
+}

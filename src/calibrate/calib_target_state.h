@@ -6,6 +6,13 @@
  *             times) at the start, after each stage and so at the end: its TTFT and decode
  *             step. Drift is either one's largest move from the start; the first sentinel
  *             past --max-drift names the stage after which the server moved.
+ *   reset     the first of vLLM's POST /reset_prefix_cache, SGLang's POST /flush_cache and
+ *             llama.cpp's POST /slots/0?action=erase the server answers 2xx, used before
+ *             every lone prefill probe, sentinel and caching probe.
+ *   caching   one fresh prompt sent twice, alone (after a reset where offered): a second TTFT
+ *             under CALIB_TARGET_CACHED x the first is a prefix cache.
+ *   fill      a lone fresh prompt right after the interference probes (no reset: what they
+ *             left behind kept), beside the same length measured quiet.
  * Internal to src/calibrate/ (calib_target_fit.h gathers it). */
 #ifndef STALLSCOPE_CALIB_TARGET_STATE_H
 #define STALLSCOPE_CALIB_TARGET_STATE_H
@@ -28,6 +35,22 @@ typedef struct calib_target_drift {
     bool moved_ttft;   /* at moved: the TTFT moved most (else the step) */
     double by;         /* at moved: that figure / its start - 1 */
 } calib_target_drift;
+
+/* A second TTFT of the same prompt under this x the first: a prefix cache served it. */
+#define CALIB_TARGET_CACHED 0.5
+
+typedef struct calib_target_kept {
+    char reset_path[32];    /* the reset offered ("" none) */
+    char reset_server[16];  /* whose it is: "vLLM", "SGLang", "llama.cpp" */
+    int resets;             /* resets sent */
+    int prompt_tokens;      /* the caching and fill probes' prompt (0: not run) */
+    double cache_first_ns, cache_second_ns; /* the same prompt's TTFTs (0: not measured) */
+    double quiet_ns;        /* that length's lone TTFT among the prefill probes */
+    double after_fill_ns;   /* a fresh one right after the interference probes (0: not run) */
+} calib_target_kept;
+
+/* 1: a prefix cache (second < CALIB_TARGET_CACHED x first), 0: none, -1: not measured. */
+int calib_target_prefix_caching(const calib_target_kept *k);
 
 /* The drift of n sentinels (the first the start) against max_drift. n < 2: none. */
 void calib_target_drift_of(const calib_target_sentinel *s, int n, double max_drift,

@@ -261,6 +261,26 @@ static void print_sentinel(const calib_target_result *r)
                r->max_drift * 100);
 }
 
+/* The server's state as the probes saw it: the reset, prefix caching, a prefill after a fill. */
+static void print_kept(const calib_target_kept *k)
+{
+    if (k->reset_path[0])
+        printf("  reset: %s's POST %s, before every lone prefill and sentinel (%d sent)\n",
+               k->reset_server, k->reset_path, k->resets);
+    else
+        printf("  reset: none offered (POST /reset_prefix_cache, /flush_cache, "
+               "/slots/0?action=erase): lone probes measured after whatever came before\n");
+    const int caching = calib_target_prefix_caching(k);
+    if (caching >= 0)
+        printf("  prefix caching: %s: the same %d-token prompt twice: TTFT %.2f ms, then %.2f ms "
+               "(%.2fx)\n", caching ? "on" : "off", k->prompt_tokens, k->cache_first_ns / 1e6,
+               k->cache_second_ns / 1e6, k->cache_second_ns / k->cache_first_ns);
+    if (k->after_fill_ns > 0 && k->quiet_ns > 0)
+        printf("  retained state: a fresh %d-token prompt alone right after the interference "
+               "probes: TTFT %.2f ms, quiet %.2f ms (%.2fx)\n", k->prompt_tokens,
+               k->after_fill_ns / 1e6, k->quiet_ns / 1e6, k->after_fill_ns / k->quiet_ns);
+}
+
 /* A profile that misses its own probes: said with the probe that missed most. */
 static void say_missed(const calib_target_result *r, const calib_target_fitted *m, bool force)
 {
@@ -363,6 +383,7 @@ static int fit_and_write(const target_opts *o, const calib_target_result *r, con
     print_policy(r, &m);
     print_check(r, &m);
     print_sentinel(r);
+    print_kept(&r->kept);
     if (!m.accepted)
         say_refused(&m, o->force);
     if (!m.check.ok)

@@ -4,9 +4,12 @@
 # a fake one engine loop in Python (py/stateful_server.py) on a small probe range (about 6 s a
 # calibration): a server that behaves as its lone probes say is predicted and the profile is
 # written; one whose stall beside the streams is 2x what its lone probes imply is refused
-# (exit 1, the probe named, nothing written; --force-profile writes it, "accepted" false); a
-# server that slows by 30 % from its 22nd request: the sentinel says after which stage.
-# About 30 s on the 2-core VM.
+# (exit 1, the probe named, nothing written); a
+# server that slows by 30 % from its 22nd request: the sentinel says after which stage; one
+# that keeps state as llama.cpp does (a reset offered and used, prefix caching detected, a
+# prefill slower after the interference probes than quiet, its own probes missed for it:
+# --force-profile writes it, "accepted" false).
+# About 50 s on the 2-core VM.
 # usage: calibrate_state.sh STALLSCOPE_BINARY SCRATCH_DIR
 set -euo pipefail
 
@@ -61,6 +64,37 @@ check "plain: the sentinel at the start and after the decode, prefill and interf
     a["measured"]["sentinel"]["prompt_tokens"] == 512 and a["measured"]["sentinel"]["max_drift"] == 0.10 and
     all(p["ttft_ms"] > 20 and 7 < p["step_ms"] < 10 for p in a["measured"]["sentinel"]["points"]))' "$scratch/plain.json"
 
+check "plain: no reset offered, no prefix caching, nothing retained" \
+  '(a["measured"]["state"]["reset"] is None and a["measured"]["state"]["resets"] == 0 and
+    a["prefix_caching"] is False and a["measured"]["state"]["prefix_caching"] is False and
+    a["measured"]["state"]["prompt_tokens"] == 4096 and a["measured"]["state"]["after_fill_ratio"] < 1.15)' "$scratch/plain.json"
+grep -q "reset: none offered" "$scratch/plain.out" || fail "plain: no reset line"
+
+# ---- llama.cpp-shaped: a unified KV cache that keeps the last requests' cells (a prefill
+# slows with them), a prefix cache, and POST /slots/0?action=erase: the reset found and used,
+# caching detected, the prefill after the interference probes slower than the quiet one
+start_fake kept --cache --retain 4000 --reset llamacpp
+calibrate kept --force-profile
+stop_fake
+[ "$rc" = 0 ] || { cat "$scratch/kept.out" "$scratch/kept.err"; fail "kept: exit $rc"; }
+grep -q "reset: llama.cpp's POST /slots/0?action=erase, before every lone prefill and sentinel" "$scratch/kept.out" ||
+  { cat "$scratch/kept.out"; fail "kept: the reset is not said"; }
+grep -qE "prefix caching: on: the same 4096-token prompt twice: TTFT [0-9.]+ ms, then [0-9.]+ ms" "$scratch/kept.out" ||
+  fail "kept: prefix caching not said"
+grep -qE "retained state: a fresh 4096-token prompt alone right after the interference probes" "$scratch/kept.out" ||
+  fail "kept: the prefill after the fill not said"
+check "kept: the reset recorded, caching on (sim reads it), the prefill after the fill slower" \
+  '(a["measured"]["state"]["reset"] == "/slots/0?action=erase" and a["measured"]["state"]["reset_server"] == "llama.cpp" and
+    a["measured"]["state"]["resets"] >= 12 and a["prefix_caching"] is True and
+    a["measured"]["state"]["repeat_ttft_ms"] < 0.5 * a["measured"]["state"]["first_ttft_ms"] and
+    a["measured"]["state"]["after_fill_ratio"] > 1.15)' "$scratch/kept.json"
+# the cells it keeps slow the prompts beside the streams past what its lone (reset) probes
+# imply: the profile misses its own probes, and --force-profile writes it, not accepted
+grep -q "the profile misses its own interference probes: .*; written anyway (--force-profile)" "$scratch/kept.err" ||
+  { cat "$scratch/kept.err"; fail "kept, --force-profile: the miss not said"; }
+check "kept, --force-profile: written, not accepted, the probes mispredicted" \
+  '(a["measured"]["accepted"] is False and a["measured"]["predicts_probes"] is False)' "$scratch/kept.json"
+
 # ---- a server that slows by 30 % from its 22nd completion (the first prefill probe): the
 # sentinel after the prefill probes moved, and says so
 start_fake drift --drift-after 21 --drift 1.3
@@ -80,10 +114,5 @@ calibrate twice
 grep -qE "the profile misses its own interference probes: the [0-9]+-token prompt into 8 streams: (stall|prefill \(TTFT less queueing\)) measured [0-9.]+ ms, predicted [0-9.]+ ms \(-[4-5][0-9] %, over 25 %\); nothing written" \
   "$scratch/twice.err" || { cat "$scratch/twice.err"; fail "2x stall: the refusal does not name the probe"; }
 [ ! -e "$scratch/twice.json" ] || fail "2x stall: a profile was written"
-calibrate twice --force-profile
 stop_fake
-[ "$rc" = 0 ] || { cat "$scratch/twice.out" "$scratch/twice.err"; fail "2x stall, --force-profile: exit $rc"; }
-grep -q "written anyway (--force-profile)" "$scratch/twice.err" || fail "2x stall, --force-profile: not said"
-check "2x stall, --force-profile: written, not accepted, the probes mispredicted" \
-  '(a["measured"]["accepted"] is False and a["measured"]["predicts_probes"] is False)' "$scratch/twice.json"
-pass "a profile that misses its own probes: refused, the probe named; --force-profile writes it"
+pass "a profile that misses its own probes: refused, the probe named, nothing written"

@@ -65,6 +65,9 @@ check "interference: 4 prompts into 8 streams, one-step prefill inferred (budget
   '(len(a["measured"]["interference"]) == 4 and a["measured"]["policy_inferred"] == "mixed" and
     a["measured"]["budget_inferred"] == 8192 and a["measured"]["budget_is_lower_bound"] is True and
     a["measured"]["predicts_probes"] is True)' "$profile"
+check "the emulate server offers vLLM's reset, used between probes; no prefix caching detected" \
+  '(a["measured"]["state"]["reset"] == "/reset_prefix_cache" and a["measured"]["state"]["reset_server"] == "vLLM" and
+    a["measured"]["state"]["resets"] > 4 and a["prefix_caching"] is False)' "$profile"
 
 # ---- a proxy that doubles usage.completion_tokens (the stream untouched), issue 22 defect 1:
 # refused by default (exit 1, nothing written, both counts said); --count-tokens stream fits

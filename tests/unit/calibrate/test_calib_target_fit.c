@@ -515,6 +515,21 @@ static void test_fit_model_profile(void **state)
     assert_non_null(when);
     assert_int_equal(strlen(when), 20); /* 2026-12-01T10:00:00Z */
     assert_true(when[10] == 'T' && when[19] == 'Z');
+    assert_true(json_is_null(json_object_get(root, "prefix_caching"))); /* not measured */
+    json_decref(root);
+    /* the same prompt a second time in a fifth of the time: prefix caching, for sim to read */
+    r->kept.prompt_tokens = 4096;
+    r->kept.cache_first_ns = 100e6;
+    r->kept.cache_second_ns = 20e6;
+    root = calib_target_profile_json(r, &m, &arch, "http://host:8000");
+    assert_true(json_is_true(json_object_get(root, "prefix_caching")));
+    json_t *st = json_object_get(json_object_get(root, "measured"), "state");
+    assert_true(json_is_true(json_object_get(st, "prefix_caching")));
+    assert_true(json_is_null(json_object_get(st, "reset")));
+    json_decref(root);
+    r->kept.cache_second_ns = 60e6; /* 0.6 x: no cache */
+    root = calib_target_profile_json(r, &m, &arch, "http://host:8000");
+    assert_true(json_is_false(json_object_get(root, "prefix_caching")));
     json_decref(root);
 
     /* one probe off by 30 %: refused under 1 %, and it is the one named */
