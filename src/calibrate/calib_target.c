@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "calibrate/calib_target_admin.h"
 #include "client/driver.h"
 #include "client/fetch.h"
 #include "common/clock.h"
@@ -73,6 +74,7 @@ struct calib_target {
     int64_t next_index;
     int64_t max_model_len;
     calib_target_kept *kept; /* the result's, while calib_target_run runs: the reset */
+    bool no_metrics;         /* /metrics did not answer: not asked again */
     /* The last decode probe's ramp (all streams started): bounds the next one's wait */
     int64_t last_ramp_ns;
     double last_ramp_tokens; /* its streams x prompt */
@@ -192,45 +194,20 @@ static int finish(calib_target *ct, char *err)
     return pump(ct, clock_now_ns() + SETTLE_NS, NULL, NULL, err ? err : scratch);
 }
 
-/* The resets a server may offer, tried in this order (a 2xx: offered; else not). */
-static const struct {
-    const char *path, *server;
-} RESETS[] = {
-    {"/reset_prefix_cache", "vLLM"},
-    {"/flush_cache", "SGLang"},
-    {"/slots/0?action=erase", "llama.cpp"},
-};
-
-/* Which reset the target offers, into ct->kept (none: ""). Never an error: a server that
- * offers none is probed without. */
-static void find_reset(calib_target *ct)
-{
-    for (size_t i = 0; i < sizeof RESETS / sizeof RESETS[0]; i++) {
-        int status = 0;
-        char *body = NULL, why[ERR_LEN];
-        const int rc = fetch_http(&ct->so, "POST", RESETS[i].path, NULL, MODELS_TIMEOUT_NS,
-                                  &status, &body, why);
-        free(body);
-        if (rc == 0 && status >= 200 && status < 300) {
-            snprintf(ct->kept->reset_path, sizeof ct->kept->reset_path, "%s", RESETS[i].path);
-            snprintf(ct->kept->reset_server, sizeof ct->kept->reset_server, "%s", RESETS[i].server);
-            return;
-        }
-    }
-}
-
-/* Reset the server's cache where it offers one (a failed reset only goes uncounted). */
+/* Reset the server's cache where it offers one (calib_target_admin.h). */
 static void reset_state(calib_target *ct)
 {
-    if (!ct->kept || !ct->kept->reset_path[0])
-        return;
-    int status = 0;
-    char *body = NULL, why[ERR_LEN];
-    if (fetch_http(&ct->so, "POST", ct->kept->reset_path, NULL, MODELS_TIMEOUT_NS, &status, &body,
-                   why) == 0 &&
-        status >= 200 && status < 300)
-        ct->kept->resets++;
-    free(body);
+    if (ct->kept)
+        calib_target_reset(&ct->so, MODELS_TIMEOUT_NS, ct->kept);
+}
+
+/* /metrics into *out where the target offers it (all -1 once it did not answer). */
+static void scrape(calib_target *ct, calib_target_metrics *out)
+{
+    char why[ERR_LEN];
+    *out = (calib_target_metrics){-1, -1, -1};
+    if (!ct->no_metrics && calib_target_metrics_scrape(&ct->so, MODELS_TIMEOUT_NS, out, why) != 0)
+        ct->no_metrics = true;
 }
 
 typedef struct ramp_ctx {
@@ -363,9 +340,11 @@ static bool ended(void *ctx)
 }
 
 /* The median TTFT of `repeats` lone prompts, each the index-th prompt (-1: a fresh one each),
- * each after a reset where offered when reset. 0, 1 (refused: note), -1. */
+ * each after a reset where offered when reset; /metrics before the first into *before. 0, 1
+ * (refused: note), -1. */
 static int probe_lone(calib_target *ct, int prompt_tokens, int64_t index, int repeats_asked,
-                      bool reset, double *ttft_ns, char *note, size_t note_size, char *err)
+                      bool reset, calib_target_metrics *before, double *ttft_ns, char *note,
+                      size_t note_size, char *err)
 {
     const calib_target_config *c = &ct->cfg;
     double ttft[16];
@@ -377,6 +356,8 @@ static int probe_lone(calib_target *ct, int prompt_tokens, int64_t index, int re
          * prompt finds the server idle (and, where it offers a reset, emptied) */
         if (reset)
             reset_state(ct);
+        if (k == 0)
+            scrape(ct, before);
         int rc = post_index(ct, &s, index >= 0 ? index : ct->next_index++, prompt_tokens, 1, err);
         if (rc == 0)
             rc = pump(ct, clock_now_ns() + c->timeout_ns, ended, &s, err);
@@ -402,10 +383,11 @@ static int probe_lone(calib_target *ct, int prompt_tokens, int64_t index, int re
 }
 
 /* One prefill probe: the median TTFT of `repeats` fresh lone prompts. 0, 1 (refused), -1. */
-static int probe_prefill(calib_target *ct, int prompt_tokens, double *ttft_ns, char *note,
-                         size_t note_size, char *err)
+static int probe_prefill(calib_target *ct, int prompt_tokens, calib_target_metrics *before,
+                         double *ttft_ns, char *note, size_t note_size, char *err)
 {
-    return probe_lone(ct, prompt_tokens, -1, ct->cfg.repeats, true, ttft_ns, note, note_size, err);
+    return probe_lone(ct, prompt_tokens, -1, ct->cfg.repeats, true, before, ttft_ns, note,
+                      note_size, err);
 }
 
 /* The sentinel (calib_target_state.h): lone fresh prompts of r->sentinel_tokens, answered
@@ -420,9 +402,12 @@ static int probe_sentinel(calib_target *ct, calib_target_result *r, const char *
     calib_target_series series[CALIB_TARGET_SENTINEL_REPEATS];
     double ttft[CALIB_TARGET_SENTINEL_REPEATS];
     memset(s, 0, sizeof s);
+    calib_target_sentinel *out = &r->sentinel[r->n_sentinel];
     int rc = 0;
     for (int k = 0; k < CALIB_TARGET_SENTINEL_REPEATS && rc == 0; k++) {
         reset_state(ct);
+        if (k == 0)
+            scrape(ct, &out->metrics);
         rc = post(ct, &s[k], r->sentinel_tokens, CALIB_TARGET_SENTINEL_ANSWER, err);
         if (rc == 0)
             rc = pump(ct, clock_now_ns() + c->timeout_ns, ended, &s[k], err);
@@ -432,7 +417,6 @@ static int probe_sentinel(calib_target *ct, calib_target_result *r, const char *
                          s[k].failed ? s[k].error : "fewer than 2 tokens within the timeout");
         ttft[k] = s[k].n > 0 ? (double)(s[k].t_ns[0] - s[k].t_post) : 0;
     }
-    calib_target_sentinel *out = &r->sentinel[r->n_sentinel];
     int64_t samples = 0;
     double context = 0;
     series_of(s, CALIB_TARGET_SENTINEL_REPEATS, series);
@@ -590,11 +574,11 @@ static int probe_caching(calib_target *ct, calib_target_result *r, char *err)
     reset_state(ct);
     const int64_t index = ct->next_index++;
     char note[256] = "";
-    int rc = probe_lone(ct, k->prompt_tokens, index, 1, false, &k->cache_first_ns, note,
-                        sizeof note, err);
+    int rc = probe_lone(ct, k->prompt_tokens, index, 1, false, &k->before_first,
+                        &k->cache_first_ns, note, sizeof note, err);
     if (rc == 0)
-        rc = probe_lone(ct, k->prompt_tokens, index, 1, false, &k->cache_second_ns, note,
-                        sizeof note, err);
+        rc = probe_lone(ct, k->prompt_tokens, index, 1, false, &k->before_repeat,
+                        &k->cache_second_ns, note, sizeof note, err);
     if (rc < 0)
         return -1;
     if (rc > 0)
@@ -613,7 +597,8 @@ static int probe_after_fill(calib_target *ct, calib_target_result *r, char *err)
     char note[256] = "";
     const int rc = k->prompt_tokens == 0 ? 0
                                          : probe_lone(ct, k->prompt_tokens, -1, 1, false,
-                                                      &k->after_fill_ns, note, sizeof note, err);
+                                                      &k->before_fill, &k->after_fill_ns, note,
+                                                      sizeof note, err);
     if (rc > 0)
         return err_set(err, "the prefill after the interference probes: %s", note);
     return rc;
@@ -805,7 +790,8 @@ static int prefill_range(calib_target *ct, calib_target_result *out, int64_t sta
     for (int p = 0; p < n_prompts; p++) {
         calib_target_prefill *f = &out->prefill[out->n_prefill];
         char note[256] = "";
-        const int rc = probe_prefill(ct, prompts[p], &f->ttft_ns, note, sizeof note, err);
+        const int rc = probe_prefill(ct, prompts[p], &f->metrics, &f->ttft_ns, note, sizeof note,
+                                     err);
         if (rc < 0)
             return -1;
         if (rc > 0) {
@@ -860,7 +846,7 @@ int calib_target_run(calib_target *ct, calib_target_result *out, char *err)
         out->sentinel_tokens = 16;
     const int64_t start = clock_now_ns();
     ct->kept = &out->kept;
-    find_reset(ct);
+    calib_target_find_reset(&ct->so, MODELS_TIMEOUT_NS, &out->kept);
     if (ct->cfg.progress)
         fprintf(ct->cfg.progress, "  reset: %s%s%s\n",
                 out->kept.reset_path[0] ? out->kept.reset_server : "none offered (tried POST "

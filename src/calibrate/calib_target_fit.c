@@ -386,6 +386,20 @@ int calib_target_arch(const char *served, cost_arch *out, char *err)
                    served);
 }
 
+/* A number, or null where it is negative (not said). */
+static json_t *said(double x, double scale)
+{
+    return x < 0 ? json_null() : json_real(x * scale);
+}
+
+/* What /metrics said before a probe, flattened into its object o. */
+static void metrics_into(json_t *o, const calib_target_metrics *m)
+{
+    json_object_set_new(o, "kv_usage", said(m->kv_usage, 1));
+    json_object_set_new(o, "prefix_cache_queries", said(m->cache_queries, 1));
+    json_object_set_new(o, "prefix_cache_hits", said(m->cache_hits, 1));
+}
+
 /* "sentinel": the series and its drift (calib_target_state.h); NULL when none ran. */
 static json_t *sentinel_json(const calib_target_result *r)
 {
@@ -393,9 +407,13 @@ static json_t *sentinel_json(const calib_target_result *r)
         return NULL;
     json_t *points = json_array();
     for (int i = 0; i < r->n_sentinel; i++)
-        json_array_append_new(points, json_pack("{s:s, s:f, s:f}", "after", r->sentinel[i].after,
-                                                "ttft_ms", r->sentinel[i].ttft_ns / 1e6,
-                                                "step_ms", r->sentinel[i].step_ns / 1e6));
+    {
+        json_t *p = json_pack("{s:s, s:f, s:f}", "after", r->sentinel[i].after, "ttft_ms",
+                              r->sentinel[i].ttft_ns / 1e6, "step_ms", r->sentinel[i].step_ns / 1e6);
+        if (p)
+            metrics_into(p, &r->sentinel[i].metrics);
+        json_array_append_new(points, p);
+    }
     calib_target_drift d;
     calib_target_drift_of(r->sentinel, r->n_sentinel, r->max_drift, &d);
     json_t *o = json_pack("{s:i, s:i, s:o, s:f, s:f, s:f}", "prompt_tokens", r->sentinel_tokens,
@@ -432,6 +450,7 @@ static json_t *kept_json(const calib_target_kept *k)
                         k->quiet_ns > 0 ? json_real(k->quiet_ns / 1e6) : json_null());
     json_object_set_new(o, "after_fill_ttft_ms",
                         k->after_fill_ns > 0 ? json_real(k->after_fill_ns / 1e6) : json_null());
+    json_object_set_new(o, "kv_usage_before_fill", said(k->before_fill.kv_usage, 1));
     json_object_set_new(o, "after_fill_ratio", k->after_fill_ns > 0 && k->quiet_ns > 0
                                                    ? json_real(k->after_fill_ns / k->quiet_ns)
                                                    : json_null());
@@ -468,6 +487,7 @@ json_t *calib_target_measured_json(const calib_target_result *r, const calib_tar
         json_object_set_new(o, "prompt_tokens", json_integer(r->prefill[i].prompt_tokens));
         json_object_set_new(o, "ttft_ms", json_real(r->prefill[i].ttft_ns / 1e6));
         json_object_set_new(o, "fitted", json_boolean(r->prefill[i].fitted));
+        metrics_into(o, &r->prefill[i].metrics);
         json_array_append_new(pre, o);
     }
     for (int i = 0; i < r->n_stall; i++) {
@@ -510,6 +530,10 @@ json_t *calib_target_measured_json(const calib_target_result *r, const calib_tar
     json_t *sentinel = sentinel_json(r);
     if (sentinel)
         json_object_set_new(m, "sentinel", sentinel);
+    calib_target_metrics pm[CALIB_TARGET_MAX_PROMPTS];
+    for (int i = 0; i < r->n_prefill; i++)
+        pm[i] = r->prefill[i].metrics;
+    json_object_set_new(m, "kv_usage_spread", said(calib_target_kv_spread(pm, r->n_prefill), 1));
     json_t *kept = kept_json(&r->kept);
     if (kept)
         json_object_set_new(m, "state", kept);

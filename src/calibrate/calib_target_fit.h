@@ -44,6 +44,7 @@ typedef struct calib_target_prefill {
     int prompt_tokens;
     double ttft_ns;      /* median over the repeats */
     bool fitted;         /* false: weight-bound (see the top), shown but not fitted */
+    calib_target_metrics metrics; /* /metrics before it (-1s: not offered) */
 } calib_target_prefill;
 
 typedef struct calib_target_stall {

@@ -30,3 +30,17 @@ int calib_target_prefix_caching(const calib_target_kept *k)
         return -1;
     return k->cache_second_ns < CALIB_TARGET_CACHED * k->cache_first_ns;
 }
+
+double calib_target_kv_spread(const calib_target_metrics *m, int n)
+{
+    double lo = 0, hi = 0;
+    int said = 0;
+    for (int i = 0; i < n; i++) {
+        if (m[i].kv_usage < 0)
+            continue;
+        lo = said == 0 || m[i].kv_usage < lo ? m[i].kv_usage : lo;
+        hi = said == 0 || m[i].kv_usage > hi ? m[i].kv_usage : hi;
+        said++;
+    }
+    return said >= 2 ? hi - lo : -1;
+}

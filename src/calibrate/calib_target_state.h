@@ -13,6 +13,9 @@
  *             under CALIB_TARGET_CACHED x the first is a prefix cache.
  *   fill      a lone fresh prompt right after the interference probes (no reset: what they
  *             left behind kept), beside the same length measured quiet.
+ *   metrics   the target's /metrics, where offered, before each lone prefill probe, each
+ *             sentinel and each state probe: KV usage and the prefix cache's counters; KV
+ *             usage that moves across the lone prefill probes is occupancy the fit saw move.
  * Internal to src/calibrate/ (calib_target_fit.h gathers it). */
 #ifndef STALLSCOPE_CALIB_TARGET_STATE_H
 #define STALLSCOPE_CALIB_TARGET_STATE_H
@@ -23,10 +26,19 @@
 #define CALIB_TARGET_SENTINEL_REPEATS 3
 #define CALIB_TARGET_MAX_SENTINELS 6
 
+/* What /metrics said (calib_target_admin.h reads it); -1: not said. */
+typedef struct calib_target_metrics {
+    double kv_usage;      /* 0..1: the fullest KV cache (client/scrape.h's kv_usage) */
+    double cache_queries; /* prefix cache: tokens looked up, cumulative (vLLM's
+                             prefix_cache_queries_total) */
+    double cache_hits;    /* tokens found (prefix_cache_hits_total) */
+} calib_target_metrics;
+
 typedef struct calib_target_sentinel {
     char after[16];  /* "start", or the stage it followed: "decode", "prefill", "interference" */
     double ttft_ns;  /* the median TTFT of its repeats */
     double step_ns;  /* the median gap of their answers */
+    calib_target_metrics metrics; /* before it */
 } calib_target_sentinel;
 
 typedef struct calib_target_drift {
@@ -35,6 +47,13 @@ typedef struct calib_target_drift {
     bool moved_ttft;   /* at moved: the TTFT moved most (else the step) */
     double by;         /* at moved: that figure / its start - 1 */
 } calib_target_drift;
+
+/* KV usage moved across the lone prefill probes by more than this (5 points): said. */
+#define CALIB_TARGET_OCCUPANCY_MOVED 0.05
+
+/* The largest minus the smallest KV usage of n scrapes (those that said it); -1 when fewer
+ * than two said it. */
+double calib_target_kv_spread(const calib_target_metrics *m, int n);
 
 /* A second TTFT of the same prompt under this x the first: a prefix cache served it. */
 #define CALIB_TARGET_CACHED 0.5
@@ -47,6 +66,7 @@ typedef struct calib_target_kept {
     double cache_first_ns, cache_second_ns; /* the same prompt's TTFTs (0: not measured) */
     double quiet_ns;        /* that length's lone TTFT among the prefill probes */
     double after_fill_ns;   /* a fresh one right after the interference probes (0: not run) */
+    calib_target_metrics before_first, before_repeat, before_fill; /* /metrics before each */
 } calib_target_kept;
 
 /* 1: a prefix cache (second < CALIB_TARGET_CACHED x first), 0: none, -1: not measured. */

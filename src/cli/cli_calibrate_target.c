@@ -261,9 +261,34 @@ static void print_sentinel(const calib_target_result *r)
                r->max_drift * 100);
 }
 
-/* The server's state as the probes saw it: the reset, prefix caching, a prefill after a fill. */
-static void print_kept(const calib_target_kept *k)
+/* The target's KV usage over the lone prefill probes (/metrics, where offered). */
+static void print_occupancy(const calib_target_result *r)
 {
+    calib_target_metrics m[CALIB_TARGET_MAX_PROMPTS];
+    double lo = 2, hi = -1;
+    for (int i = 0; i < r->n_prefill; i++) {
+        m[i] = r->prefill[i].metrics;
+        if (m[i].kv_usage >= 0) {
+            lo = m[i].kv_usage < lo ? m[i].kv_usage : lo;
+            hi = m[i].kv_usage > hi ? m[i].kv_usage : hi;
+        }
+    }
+    const double spread = calib_target_kv_spread(m, r->n_prefill);
+    if (spread < 0)
+        printf("  /metrics: no KV usage said before the lone prefill probes\n");
+    else if (spread > CALIB_TARGET_OCCUPANCY_MOVED)
+        printf("  occupancy moved: KV usage %.0f %% .. %.0f %% before the lone prefill probes (%.0f "
+               "points): the prefill fit saw a cache that filled, not one state (not fitted "
+               "against it)\n", lo * 100, hi * 100, spread * 100);
+    else
+        printf("  /metrics: KV usage %.0f %% .. %.0f %% before the lone prefill probes\n", lo * 100,
+               hi * 100);
+}
+
+/* The server's state as the probes saw it: the reset, prefix caching, a prefill after a fill. */
+static void print_kept(const calib_target_result *r)
+{
+    const calib_target_kept *k = &r->kept;
     if (k->reset_path[0])
         printf("  reset: %s's POST %s, before every lone prefill and sentinel (%d sent)\n",
                k->reset_server, k->reset_path, k->resets);
@@ -383,7 +408,8 @@ static int fit_and_write(const target_opts *o, const calib_target_result *r, con
     print_policy(r, &m);
     print_check(r, &m);
     print_sentinel(r);
-    print_kept(&r->kept);
+    print_kept(r);
+    print_occupancy(r);
     if (!m.accepted)
         say_refused(&m, o->force);
     if (!m.check.ok)

@@ -64,6 +64,13 @@ check "plain: the sentinel at the start and after the decode, prefill and interf
     a["measured"]["sentinel"]["prompt_tokens"] == 512 and a["measured"]["sentinel"]["max_drift"] == 0.10 and
     all(p["ttft_ms"] > 20 and 7 < p["step_ms"] < 10 for p in a["measured"]["sentinel"]["points"]))' "$scratch/plain.json"
 
+check "plain: /metrics read before each lone prefill (KV usage, the prefix cache counters), occupancy still" \
+  '(all(0 <= p["kv_usage"] < 0.05 and p["prefix_cache_queries"] >= 0 and p["prefix_cache_hits"] == 0
+        for p in a["measured"]["prefill"]) and
+    0 <= a["measured"]["kv_usage_spread"] < 0.05 and
+    all(p["kv_usage"] is not None for p in a["measured"]["sentinel"]["points"]))' "$scratch/plain.json"
+grep -qE "/metrics: KV usage [0-9]+ % .. [0-9]+ % before the lone prefill probes" "$scratch/plain.out" ||
+  { cat "$scratch/plain.out"; fail "plain: the KV usage not said"; }
 check "plain: no reset offered, no prefix caching, nothing retained" \
   '(a["measured"]["state"]["reset"] is None and a["measured"]["state"]["resets"] == 0 and
     a["prefix_caching"] is False and a["measured"]["state"]["prefix_caching"] is False and
@@ -97,15 +104,20 @@ check "kept, --force-profile: written, not accepted, the probes mispredicted" \
 
 # ---- a server that slows by 30 % from its 22nd completion (the first prefill probe): the
 # sentinel after the prefill probes moved, and says so
-start_fake drift --drift-after 21 --drift 1.3
+start_fake drift --drift-after 21 --drift 1.3 --capacity 10000
 calibrate drift --max-drift 15%
 stop_fake
 [ "$rc" = 0 ] || { cat "$scratch/drift.out" "$scratch/drift.err"; fail "drift: exit $rc, not 0"; }
 grep -qE "drift: the server moved after the prefill probes: the sentinel's (TTFT|step) \+(2[0-9]|3[0-9])\.[0-9] % from the start \(over --max-drift 15 %\)" \
   "$scratch/drift.out" || { cat "$scratch/drift.out"; fail "drift: not reported with the stage"; }
+# its cache of 10k tokens keeps the last 4 requests' cells (no reset): they fill it as the
+# prefill probes go, and the occupancy that moved is said
+grep -qE "occupancy moved: KV usage [0-9]+ % .. [0-9]+ % before the lone prefill probes \([0-9]+ points\)" "$scratch/drift.out" ||
+  { cat "$scratch/drift.out"; fail "drift: the occupancy that moved is not said"; }
 check "drift: recorded, moved after the prefill probes" \
   '(a["measured"]["sentinel"]["moved_after"] == "prefill" and 0.2 <= a["measured"]["sentinel"]["moved_by"] <= 0.4 and
-    a["measured"]["sentinel"]["max_drift"] == 0.15 and a["measured"]["sentinel"]["step_drift"] >= 0.2)' "$scratch/drift.json"
+    a["measured"]["sentinel"]["max_drift"] == 0.15 and a["measured"]["sentinel"]["step_drift"] >= 0.2 and
+    a["measured"]["kv_usage_spread"] > 0.05)' "$scratch/drift.json"
 
 # ---- a server whose stall beside the streams is 2x its lone prefill: refused, the probe named
 start_fake twice --stall-factor 2

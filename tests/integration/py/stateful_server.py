@@ -14,7 +14,8 @@ A step lasts --step-ms + --seq-ms per stream, plus --token-us per new prompt tok
                       and a prefill costs (1 + retained / SCALE) x more
   --reset KIND        vllm (POST /reset_prefix_cache), sglang (POST /flush_cache), llamacpp
                       (POST /slots/0?action=erase), none (404): clears the cache and the cells
-GET /metrics says vllm:kv_cache_usage_perc (running and retained tokens over 100k) and the
+GET /metrics says vllm:kv_cache_usage_perc (running and retained tokens over --capacity, 100k)
+and the
 prefix cache's queries and hits. Usage rides on every chunk. Stops by itself after 300 s."""
 import argparse
 import json
@@ -34,10 +35,11 @@ ap.add_argument("--drift", type=float, default=1)
 ap.add_argument("--cache", action="store_true")
 ap.add_argument("--retain", type=float, default=0)
 ap.add_argument("--reset", default="none")
+ap.add_argument("--capacity", type=int, default=100000)
 args = ap.parse_args()
 RESET_PATHS = {"vllm": "/reset_prefix_cache", "sglang": "/flush_cache",
                "llamacpp": "/slots/0?action=erase"}
-CAPACITY = 100000
+CAPACITY = args.capacity
 DEADLINE = time.monotonic() + 300
 
 lock = threading.Condition()

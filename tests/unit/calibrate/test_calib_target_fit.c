@@ -372,10 +372,10 @@ static void test_fit_probes(void **state)
     r.decode[1] = (calib_target_decode){32, 64, 140, 7.1 * MS, 100};
     r.decode[2] = (calib_target_decode){32, 1024, 1100, 8 * MS, 100};
     r.n_decode = 3;
-    r.prefill[0] = (calib_target_prefill){256, 12.9 * MS, true};
-    r.prefill[1] = (calib_target_prefill){512, 22.4 * MS, true};
-    r.prefill[2] = (calib_target_prefill){1024, 44.2 * MS, true};
-    r.prefill[3] = (calib_target_prefill){2048, 89.4 * MS, true};
+    r.prefill[0] = (calib_target_prefill){.prompt_tokens = 256, .ttft_ns = 12.9 * MS, .fitted = true};
+    r.prefill[1] = (calib_target_prefill){.prompt_tokens = 512, .ttft_ns = 22.4 * MS, .fitted = true};
+    r.prefill[2] = (calib_target_prefill){.prompt_tokens = 1024, .ttft_ns = 44.2 * MS, .fitted = true};
+    r.prefill[3] = (calib_target_prefill){.prompt_tokens = 2048, .ttft_ns = 89.4 * MS, .fitted = true};
     r.n_prefill = 4;
     calib_target_mark_weight_bound(&r, 7 * MS, 4);
     assert_false(r.prefill[0].fitted);
