@@ -533,7 +533,7 @@ json_t *calib_target_measured_json(const calib_target_result *r, const calib_tar
     calib_target_metrics pm[CALIB_TARGET_MAX_PROMPTS];
     for (int i = 0; i < r->n_prefill; i++)
         pm[i] = r->prefill[i].metrics;
-    json_object_set_new(m, "kv_usage_spread", said(calib_target_kv_spread(pm, r->n_prefill), 1));
+    json_object_set_new(m, "kv_usage_spread", said(calib_target_kv_spread(pm, r->n_prefill, NULL, NULL), 1));
     json_t *kept = kept_json(&r->kept);
     if (kept)
         json_object_set_new(m, "state", kept);

@@ -31,7 +31,7 @@ int calib_target_prefix_caching(const calib_target_kept *k)
     return k->cache_second_ns < CALIB_TARGET_CACHED * k->cache_first_ns;
 }
 
-double calib_target_kv_spread(const calib_target_metrics *m, int n)
+double calib_target_kv_spread(const calib_target_metrics *m, int n, double *lo_out, double *hi_out)
 {
     double lo = 0, hi = 0;
     int said = 0;
@@ -42,5 +42,9 @@ double calib_target_kv_spread(const calib_target_metrics *m, int n)
         hi = said == 0 || m[i].kv_usage > hi ? m[i].kv_usage : hi;
         said++;
     }
+    if (lo_out)
+        *lo_out = lo;
+    if (hi_out)
+        *hi_out = hi;
     return said >= 2 ? hi - lo : -1;
 }

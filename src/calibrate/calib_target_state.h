@@ -51,9 +51,9 @@ typedef struct calib_target_drift {
 /* KV usage moved across the lone prefill probes by more than this (5 points): said. */
 #define CALIB_TARGET_OCCUPANCY_MOVED 0.05
 
-/* The largest minus the smallest KV usage of n scrapes (those that said it); -1 when fewer
- * than two said it. */
-double calib_target_kv_spread(const calib_target_metrics *m, int n);
+/* The largest minus the smallest KV usage of n scrapes (those that said it; the two into
+ * *lo and *hi, either may be NULL); -1 when fewer than two said it. */
+double calib_target_kv_spread(const calib_target_metrics *m, int n, double *lo, double *hi);
 
 /* A second TTFT of the same prompt under this x the first: a prefix cache served it. */
 #define CALIB_TARGET_CACHED 0.5

@@ -265,15 +265,10 @@ static void print_sentinel(const calib_target_result *r)
 static void print_occupancy(const calib_target_result *r)
 {
     calib_target_metrics m[CALIB_TARGET_MAX_PROMPTS];
-    double lo = 2, hi = -1;
-    for (int i = 0; i < r->n_prefill; i++) {
+    for (int i = 0; i < r->n_prefill; i++)
         m[i] = r->prefill[i].metrics;
-        if (m[i].kv_usage >= 0) {
-            lo = m[i].kv_usage < lo ? m[i].kv_usage : lo;
-            hi = m[i].kv_usage > hi ? m[i].kv_usage : hi;
-        }
-    }
-    const double spread = calib_target_kv_spread(m, r->n_prefill);
+    double lo = 0, hi = 0;
+    const double spread = calib_target_kv_spread(m, r->n_prefill, &lo, &hi);
     if (spread < 0)
         printf("  /metrics: no KV usage said before the lone prefill probes\n");
     else if (spread > CALIB_TARGET_OCCUPANCY_MOVED)

@@ -88,8 +88,10 @@ static void test_metrics(void **state)
 
     /* the spread over the scrapes that said it */
     calib_target_metrics v[4] = {{0.02, -1, -1}, {-1, -1, -1}, {0.41, -1, -1}, {0.10, -1, -1}};
-    assert_true(fabs(calib_target_kv_spread(v, 4) - 0.39) < 1e-12);
-    assert_true(calib_target_kv_spread(v, 2) == -1); /* one said it */
+    double lo = 0, hi = 0;
+    assert_true(fabs(calib_target_kv_spread(v, 4, &lo, &hi) - 0.39) < 1e-12);
+    assert_true(lo == 0.02 && hi == 0.41);
+    assert_true(calib_target_kv_spread(v, 2, NULL, NULL) == -1); /* one said it */
 }
 
 int main(void)
