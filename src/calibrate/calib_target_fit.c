@@ -421,6 +421,8 @@ static json_t *sentinel_json(const calib_target_result *r)
                           "max_drift", r->max_drift, "ttft_drift", d.ttft, "step_drift", d.step);
     if (!o)
         return NULL;
+    if (r->sentinel_note[0])
+        json_object_set_new(o, "note", json_string(r->sentinel_note));
     json_object_set_new(o, "moved_after",
                         d.moved >= 0 ? json_string(r->sentinel[d.moved].after) : json_null());
     json_object_set_new(o, "moved", d.moved >= 0 ? json_string(d.moved_ttft ? "ttft" : "step")

@@ -89,6 +89,7 @@ typedef struct calib_target_result {
     char prefill_note[512];  /* why the prefill range shrank; "" it did not */
     char decode_note[512];   /* why the decode grid stopped early; "" it did not */
     char stall_note[512];    /* why the interference probes stopped early */
+    char sentinel_note[256]; /* the last sentinel skipped, and why; "" none */
     calib_target_tokens tokens; /* the tokens streamed and what usage said of them */
     calib_target_sentinel sentinel[CALIB_TARGET_MAX_SENTINELS]; /* start, after each stage */
     int n_sentinel;

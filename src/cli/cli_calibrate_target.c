@@ -248,6 +248,8 @@ static void print_sentinel(const calib_target_result *r)
                i ? r->sentinel[i].after : "start", r->sentinel[i].ttft_ns / 1e6,
                r->sentinel[i].step_ns / 1e6);
     printf("\n");
+    if (r->sentinel_note[0])
+        printf("  note: %s\n", r->sentinel_note);
     calib_target_drift d;
     calib_target_drift_of(r->sentinel, r->n_sentinel, r->max_drift, &d);
     if (d.moved < 0)
