@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "calibrate/calib_target_admin.h"
 #include "client/driver.h"
 #include "client/fetch.h"
 #include "common/clock.h"
@@ -35,6 +36,7 @@ void calib_target_config_init(calib_target_config *cfg)
     cfg->repeats = 3;
     cfg->skip = 4;
     cfg->weight_bound = 4;
+    cfg->max_drift = 0.10;
     cfg->timeout_ns = 120 * CLOCK_NS_PER_S;
 }
 
@@ -71,6 +73,8 @@ struct calib_target {
     uint64_t salt;
     int64_t next_index;
     int64_t max_model_len;
+    calib_target_kept *kept; /* the result's, while calib_target_run runs: the reset */
+    bool no_metrics;         /* /metrics did not answer: not asked again */
     /* The last decode probe's ramp (all streams started): bounds the next one's wait */
     int64_t last_ramp_ns;
     double last_ramp_tokens; /* its streams x prompt */
@@ -142,11 +146,12 @@ static bool interrupted(const calib_target *ct)
     return ct->cfg.interrupted && *ct->cfg.interrupted;
 }
 
-/* Post one stream of a prompt_tokens prompt asking max_tokens. 0, or -1 with err. */
-static int post(calib_target *ct, probe_stream *s, int prompt_tokens, int max_tokens, char *err)
+/* Post one stream of the index-th prompt (prompt_tokens) asking max_tokens. 0, or -1 with err. */
+static int post_index(calib_target *ct, probe_stream *s, int64_t index, int prompt_tokens,
+                      int max_tokens, char *err)
 {
     size_t len = 0;
-    char *body = driver_build_body(&ct->api, &ct->wl, ct->salt, 0, ct->next_index++, prompt_tokens,
+    char *body = driver_build_body(&ct->api, &ct->wl, ct->salt, 0, index, prompt_tokens,
                                    max_tokens, -1, &len, err);
     if (!body)
         return -1;
@@ -156,6 +161,12 @@ static int post(calib_target *ct, probe_stream *s, int prompt_tokens, int max_to
     const int rc = ct->t.post(ct->t.impl, &req, err);
     free(body);
     return rc;
+}
+
+/* Post a fresh prompt: every probe's prompt is its own (calib_target.h). */
+static int post(calib_target *ct, probe_stream *s, int prompt_tokens, int max_tokens, char *err)
+{
+    return post_index(ct, s, ct->next_index++, prompt_tokens, max_tokens, err);
 }
 
 /* Pump the transport until done(ctx) or until_ns. 0, or -1 with err (transport, interrupt). */
@@ -181,6 +192,22 @@ static int finish(calib_target *ct, char *err)
     char scratch[ERR_LEN];
     ct->t.cancel_all(ct->t.impl, "");
     return pump(ct, clock_now_ns() + SETTLE_NS, NULL, NULL, err ? err : scratch);
+}
+
+/* Reset the server's cache where it offers one (calib_target_admin.h). */
+static void reset_state(calib_target *ct)
+{
+    if (ct->kept)
+        calib_target_reset(&ct->so, MODELS_TIMEOUT_NS, ct->kept);
+}
+
+/* /metrics into *out where the target offers it (all -1 once it did not answer). */
+static void scrape(calib_target *ct, calib_target_metrics *out)
+{
+    char why[ERR_LEN];
+    *out = (calib_target_metrics){-1, -1, -1};
+    if (!ct->no_metrics && calib_target_metrics_scrape(&ct->so, MODELS_TIMEOUT_NS, out, why) != 0)
+        ct->no_metrics = true;
 }
 
 typedef struct ramp_ctx {
@@ -312,19 +339,26 @@ static bool ended(void *ctx)
     return ((const probe_stream *)ctx)->ended;
 }
 
-/* One prefill probe: the median TTFT of `repeats` lone prompts. 0, 1 (refused: note), -1. */
-static int probe_prefill(calib_target *ct, int prompt_tokens, double *ttft_ns, char *note,
-                         size_t note_size, char *err)
+/* The median TTFT of `repeats` lone prompts, each the index-th prompt (-1: a fresh one each),
+ * each after a reset where offered when reset; /metrics before the first into *before. 0, 1
+ * (refused: note), -1. */
+static int probe_lone(calib_target *ct, int prompt_tokens, int64_t index, int repeats_asked,
+                      bool reset, calib_target_metrics *before, double *ttft_ns, char *note,
+                      size_t note_size, char *err)
 {
     const calib_target_config *c = &ct->cfg;
     double ttft[16];
-    const int repeats = c->repeats < 16 ? c->repeats : 16;
+    const int repeats = repeats_asked < 16 ? repeats_asked : 16;
     for (int k = 0; k < repeats; k++) {
         probe_stream s;
         memset(&s, 0, sizeof s);
         /* the 1-token answer's end follows its token at once: wait for it, so the next
-         * prompt finds the server idle */
-        int rc = post(ct, &s, prompt_tokens, 1, err);
+         * prompt finds the server idle (and, where it offers a reset, emptied) */
+        if (reset)
+            reset_state(ct);
+        if (k == 0)
+            scrape(ct, before);
+        int rc = post_index(ct, &s, index >= 0 ? index : ct->next_index++, prompt_tokens, 1, err);
         if (rc == 0)
             rc = pump(ct, clock_now_ns() + c->timeout_ns, ended, &s, err);
         if (!s.ended)
@@ -346,6 +380,70 @@ static int probe_prefill(calib_target *ct, int prompt_tokens, double *ttft_ns, c
     }
     *ttft_ns = calib_target_median(ttft, repeats);
     return 0;
+}
+
+/* One prefill probe: the median TTFT of `repeats` fresh lone prompts. 0, 1 (refused), -1. */
+static int probe_prefill(calib_target *ct, int prompt_tokens, calib_target_metrics *before,
+                         double *ttft_ns, char *note, size_t note_size, char *err)
+{
+    return probe_lone(ct, prompt_tokens, -1, ct->cfg.repeats, true, before, ttft_ns, note,
+                      note_size, err);
+}
+
+/* The sentinel (calib_target_state.h): lone fresh prompts of r->sentinel_tokens, answered
+ * CALIB_TARGET_SENTINEL_ANSWER tokens each; their median TTFT and median gap, recorded as
+ * following stage `after`; one the target did not answer (or whose tokens came with no gap)
+ * is skipped, and r->sentinel_note says so. 0, or -1 with err (transport, interrupt). */
+static int probe_sentinel(calib_target *ct, calib_target_result *r, const char *after, char *err)
+{
+    if (r->n_sentinel == CALIB_TARGET_MAX_SENTINELS)
+        return 0;
+    const calib_target_config *c = &ct->cfg;
+    probe_stream s[CALIB_TARGET_SENTINEL_REPEATS];
+    calib_target_series series[CALIB_TARGET_SENTINEL_REPEATS];
+    double ttft[CALIB_TARGET_SENTINEL_REPEATS];
+    memset(s, 0, sizeof s);
+    calib_target_sentinel *out = &r->sentinel[r->n_sentinel];
+    char skipped[160] = ""; /* a sentinel the target did not answer is skipped, not fatal */
+    int rc = 0;
+    for (int k = 0; k < CALIB_TARGET_SENTINEL_REPEATS && rc == 0 && !skipped[0]; k++) {
+        reset_state(ct);
+        if (k == 0)
+            scrape(ct, &out->metrics);
+        rc = post(ct, &s[k], r->sentinel_tokens, CALIB_TARGET_SENTINEL_ANSWER, err);
+        if (rc == 0)
+            rc = pump(ct, clock_now_ns() + c->timeout_ns, ended, &s[k], err);
+        if (rc == 0 && (s[k].n == 0 || s[k].failed))
+            snprintf(skipped, sizeof skipped, "%s", s[k].failed ? s[k].error : "no token");
+        ttft[k] = s[k].n > 0 ? (double)(s[k].t_ns[0] - s[k].t_post) : 0;
+    }
+    int64_t samples = 0;
+    double context = 0;
+    series_of(s, CALIB_TARGET_SENTINEL_REPEATS, series);
+    if (rc == 0 && !skipped[0] &&
+        calib_target_steady_gap(series, CALIB_TARGET_SENTINEL_REPEATS, 1, r->sentinel_tokens,
+                                INT64_MIN, INT64_MAX, &out->step_ns, &context, &samples) != 0)
+        snprintf(skipped, sizeof skipped, "no token gap (its answers came in one read each)");
+    if (rc == 0 && skipped[0]) {
+        snprintf(r->sentinel_note, sizeof r->sentinel_note, "the sentinel after %s was skipped: %s",
+                 after, skipped);
+        if (c->progress)
+            fprintf(c->progress, "  sentinel (%s): skipped: %s\n", after, skipped);
+    } else if (rc == 0) {
+        out->ttft_ns = calib_target_median(ttft, CALIB_TARGET_SENTINEL_REPEATS);
+        snprintf(out->after, sizeof out->after, "%s", after);
+        r->n_sentinel++;
+        if (c->progress)
+            fprintf(c->progress, "  sentinel (%s): %d-token prompt alone: TTFT %.2f ms, step %.3f "
+                    "ms\n", after, r->sentinel_tokens, out->ttft_ns / 1e6, out->step_ns / 1e6);
+    }
+    if (finish(ct, rc < 0 ? NULL : err) != 0)
+        rc = -1;
+    for (int k = 0; k < CALIB_TARGET_SENTINEL_REPEATS; k++) {
+        free(s[k].t_ns);
+        free(s[k].cum);
+    }
+    return rc;
 }
 
 typedef struct inject_wait {
@@ -454,6 +552,60 @@ done:
         rc = -1;
     streams_free(bg, n);
     free(series);
+    return rc;
+}
+
+/* The prompt the state probes send: the longest prefill probe up to 4096 tokens (else the
+ * shortest), with its quiet TTFT. 0 when no prefill probe ran. */
+static int state_prompt(const calib_target_result *r, double *quiet_ns)
+{
+    int pick = -1;
+    for (int i = 0; i < r->n_prefill; i++)
+        if (pick < 0 || (r->prefill[i].prompt_tokens <= 4096 &&
+                         r->prefill[i].prompt_tokens > r->prefill[pick].prompt_tokens))
+            pick = i;
+    if (pick < 0)
+        return 0;
+    *quiet_ns = r->prefill[pick].ttft_ns;
+    return r->prefill[pick].prompt_tokens;
+}
+
+/* Prefix caching: one fresh prompt twice, alone, after a reset where offered. 0, or -1. */
+static int probe_caching(calib_target *ct, calib_target_result *r, char *err)
+{
+    calib_target_kept *k = &r->kept;
+    if (!(k->prompt_tokens = state_prompt(r, &k->quiet_ns)))
+        return 0;
+    reset_state(ct);
+    const int64_t index = ct->next_index++;
+    char note[256] = "";
+    int rc = probe_lone(ct, k->prompt_tokens, index, 1, false, &k->before_first,
+                        &k->cache_first_ns, note, sizeof note, err);
+    if (rc == 0)
+        rc = probe_lone(ct, k->prompt_tokens, index, 1, false, &k->before_repeat,
+                        &k->cache_second_ns, note, sizeof note, err);
+    if (rc < 0)
+        return -1;
+    if (rc > 0)
+        return err_set(err, "the prefix-caching probe: %s", note);
+    if (ct->cfg.progress)
+        fprintf(ct->cfg.progress, "  caching: the same %d-token prompt twice, alone: TTFT %.2f ms, "
+                "then %.2f ms\n", k->prompt_tokens, k->cache_first_ns / 1e6,
+                k->cache_second_ns / 1e6);
+    return 0;
+}
+
+/* What the interference probes left behind: a fresh lone prompt at once, no reset. */
+static int probe_after_fill(calib_target *ct, calib_target_result *r, char *err)
+{
+    calib_target_kept *k = &r->kept;
+    char note[256] = "";
+    const int rc = k->prompt_tokens == 0 ? 0
+                                         : probe_lone(ct, k->prompt_tokens, -1, 1, false,
+                                                      &k->before_fill, &k->after_fill_ns, note,
+                                                      sizeof note, err);
+    if (rc > 0)
+        return err_set(err, "the prefill after the interference probes: %s", note);
     return rc;
 }
 
@@ -643,7 +795,8 @@ static int prefill_range(calib_target *ct, calib_target_result *out, int64_t sta
     for (int p = 0; p < n_prompts; p++) {
         calib_target_prefill *f = &out->prefill[out->n_prefill];
         char note[256] = "";
-        const int rc = probe_prefill(ct, prompts[p], &f->ttft_ns, note, sizeof note, err);
+        const int rc = probe_prefill(ct, prompts[p], &f->metrics, &f->ttft_ns, note, sizeof note,
+                                     err);
         if (rc < 0)
             return -1;
         if (rc > 0) {
@@ -689,11 +842,38 @@ int calib_target_run(calib_target *ct, calib_target_result *out, char *err)
     snprintf(out->served_model, sizeof out->served_model, "%s", ct->api.model);
     out->max_model_len = ct->max_model_len;
     out->token_ids = ct->api.token_ids;
+    out->max_drift = ct->cfg.max_drift;
+    out->sentinel_tokens = CALIB_TARGET_SENTINEL_TOKENS;
+    if (ct->max_model_len > 0 &&
+        ct->max_model_len - CALIB_TARGET_SENTINEL_ANSWER - 1 < out->sentinel_tokens)
+        out->sentinel_tokens = (int)(ct->max_model_len - CALIB_TARGET_SENTINEL_ANSWER - 1);
+    if (out->sentinel_tokens < 16)
+        out->sentinel_tokens = 16;
     const int64_t start = clock_now_ns();
-    if (decode_grid(ct, out, start, err) != 0 || prefill_range(ct, out, start, err) != 0)
+    ct->kept = &out->kept;
+    calib_target_find_reset(&ct->so, MODELS_TIMEOUT_NS, &out->kept);
+    if (ct->cfg.progress)
+        fprintf(ct->cfg.progress, "  reset: %s%s%s\n",
+                out->kept.reset_path[0] ? out->kept.reset_server : "none offered (tried POST "
+                                                                   "/reset_prefix_cache, "
+                                                                   "/flush_cache, /slots/0?action=erase)",
+                out->kept.reset_path[0] ? "'s POST " : "", out->kept.reset_path);
+    int rc = -1;
+    if (probe_sentinel(ct, out, "start", err) != 0 || decode_grid(ct, out, start, err) != 0 ||
+        probe_sentinel(ct, out, "decode", err) != 0 || prefill_range(ct, out, start, err) != 0 ||
+        probe_caching(ct, out, err) != 0 || probe_sentinel(ct, out, "prefill", err) != 0)
+        goto done;
+    if (ct->cfg.interference_streams > 0 && (probe_interference(ct, out, err) != 0 ||
+                                             probe_after_fill(ct, out, err) != 0 ||
+                                             probe_sentinel(ct, out, "interference", err) != 0)) {
+        err_prefix(err, "interference probes");
+        goto done;
+    }
+    rc = 0;
+done:
+    ct->kept = NULL;
+    if (rc != 0)
         return -1;
-    if (ct->cfg.interference_streams > 0 && probe_interference(ct, out, err) != 0)
-        return err_prefix(err, "interference probes");
     if (tokens_checked(ct, out, err) != 0)
         return -1;
     out->seconds = (double)(clock_now_ns() - start) / 1e9;

@@ -24,6 +24,9 @@
  *                 Compared with the fitted model (calib_target_infer_policy): did the
  *                 prompt share one step with the decodes (mixed) or come in chunks
  *                 (chunked, and the budget that makes the fitted step that long)?
+ *   sentinel     a small fixed lone probe at the start, after each stage above and so at
+ *                the end (calib_target_state.h): a server that drifts is seen, and the
+ *                stage after which it moved named.
  * A gap is divided by the tokens its event carried, counted from the stream: one per event
  * (--count-tokens, calib_target_count). Every probe stream's usage.completion_tokens is
  * counted beside it; when the two disagree (calib_target_tokens_agree) the run stops and
@@ -54,6 +57,7 @@ typedef struct calib_target_config {
     int repeats;                       /* prefill: median of (3) */
     int skip;                          /* decode: tokens dropped at each stream's start (4) */
     double weight_bound;               /* prefill fitted when TTFT >= this x decode(1) (4) */
+    double max_drift;                  /* the sentinel's drift reported past this (0.10) */
     int64_t timeout_ns;                /* a probe's longest wait (120 s) */
     FILE *progress;                    /* a line per probe (stderr); NULL: quiet */
     const volatile sig_atomic_t *interrupted; /* may be NULL */

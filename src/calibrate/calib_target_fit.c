@@ -315,6 +315,42 @@ void calib_target_infer_policy(const cost_params *cost, const calib_target_stall
     }
 }
 
+void calib_target_check_probes(const cost_params *cost, const calib_target_policy *pol,
+                               const calib_target_stall *stalls, int n, double max_miss,
+                               calib_target_check *out)
+{
+    memset(out, 0, sizeof *out);
+    out->worst = -1;
+    out->ok = true;
+    const bool mixed = strcmp(pol->policy, "mixed") == 0;
+    const bool chunked = strcmp(pol->policy, "chunked") == 0;
+    double worst_miss = 0;
+    for (int i = 0; i < n && i < CALIB_TARGET_MAX_PROMPTS; i++) {
+        const calib_target_stall *st = &stalls[i];
+        int64_t longest = 0;
+        out->prefill_ns[i] = (double)cost_injection_prefill_ns(
+            cost, st->prompt_tokens, st->streams, (int)(st->mean_context + 0.5),
+            chunked ? pol->budget : 0, &longest);
+        out->stall_ns[i] = (double)longest;
+        const double own = st->ttft_ns - st->queue_ns;
+        out->stall_miss[i] = st->stall_ns > 0 ? out->stall_ns[i] / st->stall_ns - 1 : 0;
+        out->prefill_miss[i] = own > 0 ? out->prefill_ns[i] / own - 1 : 0;
+        out->n = i + 1;
+        if (!(mixed || chunked) || i >= pol->n || !pol->informative[i])
+            continue;
+        out->judged[i] = true;
+        out->n_judged++;
+        const double s = fabs(out->stall_miss[i]), f = fabs(out->prefill_miss[i]);
+        if (s > max_miss || f > max_miss)
+            out->ok = false;
+        if (s > worst_miss || f > worst_miss || out->worst < 0) {
+            out->worst = i;
+            out->worst_is_stall = s >= f;
+            worst_miss = s > f ? s : f;
+        }
+    }
+}
+
 bool calib_target_fit_ok(const fit_result *fr, const double *residual, int n, double max_rms,
                          int *worst)
 {
@@ -350,7 +386,81 @@ int calib_target_arch(const char *served, cost_arch *out, char *err)
                    served);
 }
 
-json_t *calib_target_measured_json(const calib_target_result *r, const calib_target_policy *pol)
+/* A number, or null where it is negative (not said). */
+static json_t *said(double x, double scale)
+{
+    return x < 0 ? json_null() : json_real(x * scale);
+}
+
+/* What /metrics said before a probe, flattened into its object o. */
+static void metrics_into(json_t *o, const calib_target_metrics *m)
+{
+    json_object_set_new(o, "kv_usage", said(m->kv_usage, 1));
+    json_object_set_new(o, "prefix_cache_queries", said(m->cache_queries, 1));
+    json_object_set_new(o, "prefix_cache_hits", said(m->cache_hits, 1));
+}
+
+/* "sentinel": the series and its drift (calib_target_state.h); NULL when none ran. */
+static json_t *sentinel_json(const calib_target_result *r)
+{
+    if (r->n_sentinel == 0)
+        return NULL;
+    json_t *points = json_array();
+    for (int i = 0; i < r->n_sentinel; i++)
+    {
+        json_t *p = json_pack("{s:s, s:f, s:f}", "after", r->sentinel[i].after, "ttft_ms",
+                              r->sentinel[i].ttft_ns / 1e6, "step_ms", r->sentinel[i].step_ns / 1e6);
+        if (p)
+            metrics_into(p, &r->sentinel[i].metrics);
+        json_array_append_new(points, p);
+    }
+    calib_target_drift d;
+    calib_target_drift_of(r->sentinel, r->n_sentinel, r->max_drift, &d);
+    json_t *o = json_pack("{s:i, s:i, s:o, s:f, s:f, s:f}", "prompt_tokens", r->sentinel_tokens,
+                          "answer_tokens", CALIB_TARGET_SENTINEL_ANSWER, "points", points,
+                          "max_drift", r->max_drift, "ttft_drift", d.ttft, "step_drift", d.step);
+    if (!o)
+        return NULL;
+    if (r->sentinel_note[0])
+        json_object_set_new(o, "note", json_string(r->sentinel_note));
+    json_object_set_new(o, "moved_after",
+                        d.moved >= 0 ? json_string(r->sentinel[d.moved].after) : json_null());
+    json_object_set_new(o, "moved", d.moved >= 0 ? json_string(d.moved_ttft ? "ttft" : "step")
+                                                  : json_null());
+    json_object_set_new(o, "moved_by", d.moved >= 0 ? json_real(d.by) : json_null());
+    return o;
+}
+
+/* "state": the reset used, the prefix-caching probe, the prefill after a fill. */
+static json_t *kept_json(const calib_target_kept *k)
+{
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "reset", k->reset_path[0] ? json_string(k->reset_path) : json_null());
+    json_object_set_new(o, "reset_server",
+                        k->reset_path[0] ? json_string(k->reset_server) : json_null());
+    json_object_set_new(o, "resets", json_integer(k->resets));
+    json_object_set_new(o, "prompt_tokens", json_integer(k->prompt_tokens));
+    const int caching = calib_target_prefix_caching(k);
+    json_object_set_new(o, "prefix_caching", caching < 0 ? json_null() : json_boolean(caching));
+    json_object_set_new(o, "first_ttft_ms",
+                        k->cache_first_ns > 0 ? json_real(k->cache_first_ns / 1e6) : json_null());
+    json_object_set_new(o, "repeat_ttft_ms",
+                        k->cache_second_ns > 0 ? json_real(k->cache_second_ns / 1e6) : json_null());
+    json_object_set_new(o, "quiet_ttft_ms",
+                        k->quiet_ns > 0 ? json_real(k->quiet_ns / 1e6) : json_null());
+    json_object_set_new(o, "after_fill_ttft_ms",
+                        k->after_fill_ns > 0 ? json_real(k->after_fill_ns / 1e6) : json_null());
+    json_object_set_new(o, "kv_usage_before_fill", said(k->before_fill.kv_usage, 1));
+    json_object_set_new(o, "after_fill_ratio", k->after_fill_ns > 0 && k->quiet_ns > 0
+                                                   ? json_real(k->after_fill_ns / k->quiet_ns)
+                                                   : json_null());
+    return o;
+}
+
+json_t *calib_target_measured_json(const calib_target_result *r, const calib_target_policy *pol,
+                                   const calib_target_check *check)
 {
     json_t *m = json_object(), *dec = json_array(), *pre = json_array(), *st = json_array();
     if (!m || !dec || !pre || !st) {
@@ -379,6 +489,7 @@ json_t *calib_target_measured_json(const calib_target_result *r, const calib_tar
         json_object_set_new(o, "prompt_tokens", json_integer(r->prefill[i].prompt_tokens));
         json_object_set_new(o, "ttft_ms", json_real(r->prefill[i].ttft_ns / 1e6));
         json_object_set_new(o, "fitted", json_boolean(r->prefill[i].fitted));
+        metrics_into(o, &r->prefill[i].metrics);
         json_array_append_new(pre, o);
     }
     for (int i = 0; i < r->n_stall; i++) {
@@ -395,6 +506,11 @@ json_t *calib_target_measured_json(const calib_target_result *r, const calib_tar
             json_object_set_new(o, "ratio_to_one_step", json_real(pol->ratio[i]));
             json_object_set_new(o, "ratio_to_own_prefill", json_real(pol->own_ratio[i]));
             json_object_set_new(o, "informative", json_boolean(pol->informative[i]));
+        }
+        if (check && i < check->n) {
+            json_object_set_new(o, "predicted_stall_ms", json_real(check->stall_ns[i] / 1e6));
+            json_object_set_new(o, "predicted_prefill_ms", json_real(check->prefill_ns[i] / 1e6));
+            json_object_set_new(o, "judged", json_boolean(check->judged[i]));
         }
         json_array_append_new(st, o);
     }
@@ -413,6 +529,16 @@ json_t *calib_target_measured_json(const calib_target_result *r, const calib_tar
                                   (json_int_t)r->tokens.streamed, "usage",
                                   (json_int_t)r->tokens.usage, "protocol_violations",
                                   (json_int_t)r->tokens.violations));
+    json_t *sentinel = sentinel_json(r);
+    if (sentinel)
+        json_object_set_new(m, "sentinel", sentinel);
+    calib_target_metrics pm[CALIB_TARGET_MAX_PROMPTS];
+    for (int i = 0; i < r->n_prefill; i++)
+        pm[i] = r->prefill[i].metrics;
+    json_object_set_new(m, "kv_usage_spread", said(calib_target_kv_spread(pm, r->n_prefill, NULL, NULL), 1));
+    json_t *kept = kept_json(&r->kept);
+    if (kept)
+        json_object_set_new(m, "state", kept);
     if (pol && pol->policy[0]) {
         json_object_set_new(m, "policy_inferred", json_string(pol->policy));
         if (pol->budget > 0)
@@ -438,6 +564,8 @@ int calib_target_fit_model(const calib_target_result *r, const cost_arch *arch, 
     out->gpu.fit = out->fit.fit;
     cost_params_init(&out->cost, &out->gpu, arch);
     calib_target_infer_policy(&out->cost, r->stall, r->n_stall, &out->policy);
+    calib_target_check_probes(&out->cost, &out->policy, r->stall, r->n_stall,
+                              CALIB_TARGET_MAX_MISS, &out->check);
     out->accepted = calib_target_fit_ok(&out->fit, out->residual, out->n, max_rms, &out->worst);
     return 0;
 }
@@ -445,11 +573,12 @@ int calib_target_fit_model(const calib_target_result *r, const cost_arch *arch, 
 json_t *calib_target_profile_json(const calib_target_result *r, const calib_target_fitted *m,
                                   const cost_arch *arch, const char *target_shown)
 {
-    profile_info info = {.version = PROFILE_VERSION};
+    profile_info info = {.version = PROFILE_VERSION,
+                         .prefix_caching = calib_target_prefix_caching(&r->kept)};
     snprintf(info.source, sizeof info.source, "%s", PROFILE_SOURCE_TARGET);
     snprintf(info.target, sizeof info.target, "%s", target_shown);
     json_t *root = profile_to_json(&m->gpu, &info, &m->fit, m->probes, m->residual, m->n);
-    json_t *measured = root ? calib_target_measured_json(r, &m->policy) : NULL;
+    json_t *measured = root ? calib_target_measured_json(r, &m->policy, &m->check) : NULL;
     if (!measured) {
         json_decref(root);
         return NULL;
@@ -459,7 +588,9 @@ json_t *calib_target_profile_json(const calib_target_result *r, const calib_targ
     json_object_set_new(measured, "when", json_string(when));
     json_object_set_new(measured, "fit_model", json_string(arch->name));
     json_object_set_new(measured, "max_rms", json_real(m->max_rms));
-    json_object_set_new(measured, "accepted", json_boolean(m->accepted));
+    json_object_set_new(measured, "max_miss", json_real(CALIB_TARGET_MAX_MISS));
+    json_object_set_new(measured, "predicts_probes", json_boolean(m->check.ok));
+    json_object_set_new(measured, "accepted", json_boolean(m->accepted && m->check.ok));
     json_object_set_new(root, "measured", measured);
     return root;
 }

@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 
+#include "calibrate/calib_target_state.h"
 #include "engine/cost.h"
 #include "engine/fit.h"
 
@@ -43,6 +44,7 @@ typedef struct calib_target_prefill {
     int prompt_tokens;
     double ttft_ns;      /* median over the repeats */
     bool fitted;         /* false: weight-bound (see the top), shown but not fitted */
+    calib_target_metrics metrics; /* /metrics before it (-1s: not offered) */
 } calib_target_prefill;
 
 typedef struct calib_target_stall {
@@ -87,7 +89,13 @@ typedef struct calib_target_result {
     char prefill_note[512];  /* why the prefill range shrank; "" it did not */
     char decode_note[512];   /* why the decode grid stopped early; "" it did not */
     char stall_note[512];    /* why the interference probes stopped early */
+    char sentinel_note[256]; /* the last sentinel skipped, and why; "" none */
     calib_target_tokens tokens; /* the tokens streamed and what usage said of them */
+    calib_target_sentinel sentinel[CALIB_TARGET_MAX_SENTINELS]; /* start, after each stage */
+    int n_sentinel;
+    calib_target_kept kept;  /* the reset used, prefix caching, the prefill after a fill */
+    int sentinel_tokens;     /* its prompt (CALIB_TARGET_SENTINEL_TOKENS within the context) */
+    double max_drift;        /* --max-drift: a sentinel moved past it is reported */
     double seconds;          /* the probing took */
 } calib_target_result;
 
@@ -189,6 +197,32 @@ bool calib_target_budget_bounds(const calib_target_stall *stalls, const bool *ch
 void calib_target_infer_policy(const cost_params *cost, const calib_target_stall *stalls, int n,
                                calib_target_policy *out);
 
+/* ---- the profile against its own interference probes ----------------------------------- */
+
+/* A profile that misses a probe's stall or prefill time by more than this is refused. */
+#define CALIB_TARGET_MAX_MISS 0.25
+
+/* Each interference probe as the fitted profile predicts it under the inferred policy. */
+typedef struct calib_target_check {
+    double stall_ns[CALIB_TARGET_MAX_PROMPTS];    /* the longest step carrying the prompt */
+    double prefill_ns[CALIB_TARGET_MAX_PROMPTS];  /* its whole prefill: the step, or every
+                                                     chunk's step (cost_injection_prefill_ns) */
+    double stall_miss[CALIB_TARGET_MAX_PROMPTS];  /* predicted / measured - 1 */
+    double prefill_miss[CALIB_TARGET_MAX_PROMPTS]; /* against its TTFT less its queueing */
+    bool judged[CALIB_TARGET_MAX_PROMPTS]; /* informative, under a policy the model runs */
+    int n, n_judged;
+    int worst;            /* the judged probe with the largest miss; -1 none judged */
+    bool worst_is_stall;  /* its stall missed most (else its prefill time) */
+    bool ok;              /* no judged miss over max_miss */
+} calib_target_check;
+
+/* Predict each stall under cost and pol (mixed: one step; chunked: pol->budget; "none" or
+ * unknown: nothing judged) and judge the informative probes (pol->informative) against
+ * max_miss. */
+void calib_target_check_probes(const cost_params *cost, const calib_target_policy *pol,
+                               const calib_target_stall *stalls, int n, double max_miss,
+                               calib_target_check *out);
+
 /* Is the fit good enough to write? Both stages' rms relative residual <= max_rms. *worst
  * gets the probe with the largest |residual| (-1 when n is 0). */
 bool calib_target_fit_ok(const fit_result *fr, const double *residual, int n, double max_rms,
@@ -215,24 +249,28 @@ typedef struct calib_target_fitted {
     cost_gpu gpu;        /* the profile's device: its name, memory and the step model */
     cost_params cost;    /* gpu on arch: the fitted model, for the policy and the table */
     calib_target_policy policy;
+    calib_target_check check; /* the interference probes predicted (CALIB_TARGET_MAX_MISS) */
     bool accepted;       /* calib_target_fit_ok under max_rms */
     int worst;           /* the probe with the largest |residual| */
     double max_rms;
 } calib_target_fitted;
 
 /* Fit r's probes for arch (the profile named name, mem_bytes for the KV cache), infer the
- * policy, judge the fit against max_rms. 0, or -1 with err (the fit failed: too few probes,
+ * policy, judge the fit against max_rms and the interference probes it predicts against
+ * CALIB_TARGET_MAX_MISS. 0, or -1 with err (the fit failed: too few probes,
  * a singular system). */
 int calib_target_fit_model(const calib_target_result *r, const cost_arch *arch, const char *name,
                            double mem_bytes, double max_rms, calib_target_fitted *out, char *err);
 
-/* The profile's "measured" object: the target, the served model, every probe as measured,
- * the notes, the policy inference, the tokens ("tokens": {"counted_from", "streamed",
+/* The profile's "measured" object: the target, the served model, every probe as measured
+ * (an interference probe with its predicted stall and prefill, check may be NULL), the
+ * notes, the policy inference, the tokens ("tokens": {"counted_from", "streamed",
  * "usage", "protocol_violations"}). NULL when out of memory. */
-json_t *calib_target_measured_json(const calib_target_result *r, const calib_target_policy *pol);
+json_t *calib_target_measured_json(const calib_target_result *r, const calib_target_policy *pol,
+                                   const calib_target_check *check);
 /* The whole profile: profile_to_json of the model (source "target", target: the URL as
  * redact_url shows it) with the "measured" object, its time, the model fitted, max_rms and
- * whether the fit was accepted. NULL when out of memory. */
+ * whether the profile was accepted (the fit under max_rms and its probes predicted). NULL when out of memory. */
 json_t *calib_target_profile_json(const calib_target_result *r, const calib_target_fitted *m,
                                   const cost_arch *arch, const char *target_shown);
 

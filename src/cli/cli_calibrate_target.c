@@ -5,7 +5,10 @@
  *
  * Every probe is printed with its fitted time and residual; a fit whose decode or prefill
  * rms relative residual passes --max-rms is refused (exit 1, nothing written, the probe that
- * disagreed most named) unless --force-profile; so is one whose gaps the target's usage
+ * disagreed most named) unless --force-profile; so is one that predicts its own
+ * interference probes' stall or prefill time 25 % off or more (calib_target_check: each probe
+ * beside its prediction is printed either way, the probe that missed most named); and one
+ * whose gaps the target's usage
  * counts differently from the stream (exit 1, nothing written) unless --count-tokens says
  * which to trust. Bad input (an unreachable target, a model the catalog does not know, bad
  * flags): one line, exit 2, nothing written. --target, --model-name, --insecure and
@@ -38,9 +41,9 @@ typedef struct target_opts {
     bool json;
 } target_opts;
 
-static int apply_max_rms(void *ctx, const char *value, char *err)
+/* A fraction (0.15) or a percentage (15%) in (0, 10] into *out. 0, or -1 with err. */
+static int parse_fraction(const char *value, double *out, char *err)
 {
-    target_opts *o = ctx;
     char *end = NULL;
     double x = strtod(value, &end);
     if (end != value && strcmp(end, "%") == 0)
@@ -48,10 +51,19 @@ static int apply_max_rms(void *ctx, const char *value, char *err)
     else if (end == value || *end)
         x = -1;
     if (!(x > 0 && x <= 10))
-        return err_set(err, "'%s' is not a fraction (0.15) or a percentage (15%%)",
-                       value);
-    o->max_rms = x;
+        return err_set(err, "'%s' is not a fraction (0.15) or a percentage (15%%)", value);
+    *out = x;
     return 0;
+}
+
+static int apply_max_rms(void *ctx, const char *value, char *err)
+{
+    return parse_fraction(value, &((target_opts *)ctx)->max_rms, err);
+}
+
+static int apply_max_drift(void *ctx, const char *value, char *err)
+{
+    return parse_fraction(value, &((target_opts *)ctx)->cfg.max_drift, err);
 }
 
 static int apply_count_tokens(void *ctx, const char *value, char *err)
@@ -102,12 +114,16 @@ static const opts_spec target_specs[] = {
                   CLOCK_NS_PER_S, 3600 * CLOCK_NS_PER_S),
     OPTS_FN("max-rms", "F", "refuse a fit whose decode or prefill rms relative residual is above "
             "F (default 15%)", apply_max_rms),
+    OPTS_FN("max-drift", "F", "report a drift of the sentinel (a 512-token prompt alone, at the "
+            "start, after each stage and at the end) over F, naming the stage after which the "
+            "server moved (default 10%)", apply_max_drift),
     OPTS_FN("count-tokens", "C", "what a gap is divided by: auto (default: the tokens streamed, "
             "one per event; exit 1, nothing written, when usage.completion_tokens disagrees by "
             "more than 2 % or breaks the protocol) | stream (the events, whatever usage says) | "
             "usage (usage's count: a server that sends several tokens per event)",
             apply_count_tokens),
-    OPTS_FLAG("force-profile", "write the profile even when the fit is refused (exit 0; "
+    OPTS_FLAG("force-profile", "write the profile even when it is refused (a fit over "
+              "--max-rms, or one that misses its own interference probes by over 25 %: exit 0; "
               "\"measured\".\"accepted\" false)", O, force),
     OPTS_POSITIVE("mem-bytes", "B", "the target's memory for weights + KV cache, which sizes "
                   "the simulated KV cache (default 80e9)", O, mem_bytes),
@@ -195,6 +211,115 @@ static void print_policy(const calib_target_result *r, const calib_target_fitted
         printf("  note: %s\n", r->stall_note);
 }
 
+/* Each interference probe beside what the profile predicts of it (calib_target_check). */
+static void print_check(const calib_target_result *r, const calib_target_fitted *m)
+{
+    const calib_target_check *ck = &m->check;
+    if (ck->n == 0)
+        return;
+    printf("  the profile against its own interference probes (%s; a miss over %.0f %% "
+           "refuses it):\n",
+           strcmp(m->policy.policy, "chunked") == 0 ? "chunked at the budget inferred"
+                                                    : "one-step prefill",
+           CALIB_TARGET_MAX_MISS * 100);
+    printf("    %8s %10s %10s %8s %11s %10s %8s\n", "prompt", "stall ms", "predicted", "miss",
+           "prefill ms", "predicted", "miss");
+    for (int i = 0; i < ck->n; i++) {
+        const calib_target_stall *st = &r->stall[i];
+        printf("    %8d %10.2f %10.2f %+7.1f%% %11.2f %10.2f %+7.1f%%%s\n", st->prompt_tokens,
+               st->stall_ns / 1e6, ck->stall_ns[i] / 1e6, ck->stall_miss[i] * 100,
+               (st->ttft_ns - st->queue_ns) / 1e6, ck->prefill_ns[i] / 1e6,
+               ck->prefill_miss[i] * 100, ck->judged[i] ? "" : "  (not judged)");
+    }
+    if (ck->n_judged == 0)
+        printf("  note: no probe judged (%s)\n", m->policy.policy[0] ? "no prompt stalled the streams"
+                                                                      : "no policy inferred");
+}
+
+/* The sentinel's series and whether the server drifted, and after which stage. */
+static void print_sentinel(const calib_target_result *r)
+{
+    if (r->n_sentinel == 0)
+        return;
+    printf("  sentinel (a %d-token prompt alone, %d tokens answered, %d times):", r->sentinel_tokens,
+           CALIB_TARGET_SENTINEL_ANSWER, CALIB_TARGET_SENTINEL_REPEATS);
+    for (int i = 0; i < r->n_sentinel; i++)
+        printf("%s %s TTFT %.2f ms step %.3f ms", i ? ";" : "",
+               i ? r->sentinel[i].after : "start", r->sentinel[i].ttft_ns / 1e6,
+               r->sentinel[i].step_ns / 1e6);
+    printf("\n");
+    if (r->sentinel_note[0])
+        printf("  note: %s\n", r->sentinel_note);
+    calib_target_drift d;
+    calib_target_drift_of(r->sentinel, r->n_sentinel, r->max_drift, &d);
+    if (d.moved < 0)
+        printf("  drift: TTFT %.1f %%, step %.1f %% (within --max-drift %.0f %%)\n", d.ttft * 100,
+               d.step * 100, r->max_drift * 100);
+    else
+        printf("  drift: the server moved after the %s probes: the sentinel's %s %+.1f %% from the "
+               "start (over --max-drift %.0f %%); the probes after it were measured on another "
+               "server than those before\n",
+               r->sentinel[d.moved].after, d.moved_ttft ? "TTFT" : "step", d.by * 100,
+               r->max_drift * 100);
+}
+
+/* The target's KV usage over the lone prefill probes (/metrics, where offered). */
+static void print_occupancy(const calib_target_result *r)
+{
+    calib_target_metrics m[CALIB_TARGET_MAX_PROMPTS];
+    for (int i = 0; i < r->n_prefill; i++)
+        m[i] = r->prefill[i].metrics;
+    double lo = 0, hi = 0;
+    const double spread = calib_target_kv_spread(m, r->n_prefill, &lo, &hi);
+    if (spread < 0)
+        printf("  /metrics: no KV usage said before the lone prefill probes\n");
+    else if (spread > CALIB_TARGET_OCCUPANCY_MOVED)
+        printf("  occupancy moved: KV usage %.0f %% .. %.0f %% before the lone prefill probes (%.0f "
+               "points): the prefill fit saw a cache that filled, not one state (not fitted "
+               "against it)\n", lo * 100, hi * 100, spread * 100);
+    else
+        printf("  /metrics: KV usage %.0f %% .. %.0f %% before the lone prefill probes\n", lo * 100,
+               hi * 100);
+}
+
+/* The server's state as the probes saw it: the reset, prefix caching, a prefill after a fill. */
+static void print_kept(const calib_target_result *r)
+{
+    const calib_target_kept *k = &r->kept;
+    if (k->reset_path[0])
+        printf("  reset: %s's POST %s, before every lone prefill and sentinel (%d sent)\n",
+               k->reset_server, k->reset_path, k->resets);
+    else
+        printf("  reset: none offered (POST /reset_prefix_cache, /flush_cache, "
+               "/slots/0?action=erase): lone probes measured after whatever came before\n");
+    const int caching = calib_target_prefix_caching(k);
+    if (caching >= 0)
+        printf("  prefix caching: %s: the same %d-token prompt twice: TTFT %.2f ms, then %.2f ms "
+               "(%.2fx)\n", caching ? "on" : "off", k->prompt_tokens, k->cache_first_ns / 1e6,
+               k->cache_second_ns / 1e6, k->cache_second_ns / k->cache_first_ns);
+    if (k->after_fill_ns > 0 && k->quiet_ns > 0)
+        printf("  retained state: a fresh %d-token prompt alone right after the interference "
+               "probes: TTFT %.2f ms, quiet %.2f ms (%.2fx)\n", k->prompt_tokens,
+               k->after_fill_ns / 1e6, k->quiet_ns / 1e6, k->after_fill_ns / k->quiet_ns);
+}
+
+/* A profile that misses its own probes: said with the probe that missed most. */
+static void say_missed(const calib_target_result *r, const calib_target_fitted *m, bool force)
+{
+    const calib_target_check *ck = &m->check;
+    const int w = ck->worst;
+    const calib_target_stall *st = &r->stall[w];
+    const bool stall = ck->worst_is_stall;
+    fprintf(stderr, "stallscope calibrate: the profile misses its own interference probes: the "
+            "%d-token prompt into %d streams: %s measured %.2f ms, predicted %.2f ms (%+.0f %%, "
+            "over %.0f %%)%s\n",
+            st->prompt_tokens, st->streams, stall ? "stall" : "prefill (TTFT less queueing)",
+            stall ? st->stall_ns / 1e6 : (st->ttft_ns - st->queue_ns) / 1e6,
+            (stall ? ck->stall_ns[w] : ck->prefill_ns[w]) / 1e6,
+            (stall ? ck->stall_miss[w] : ck->prefill_miss[w]) * 100, CALIB_TARGET_MAX_MISS * 100,
+            force ? "; written anyway (--force-profile)" : "; nothing written");
+}
+
 static const char HELP[] =
     "Fit the step model of a server stallscope cannot see inside, from "
     "probes it sends itself:\n"
@@ -208,11 +333,20 @@ static const char HELP[] =
     "prompt of each length "
     "arrives\n"
     "                -> one-step or chunked prefill, and the token budget\n"
+    "  state         a sentinel (a 512-token prompt alone) at the start and after "
+    "each stage\n"
+    "                (drift over --max-drift said, with the stage); the server's "
+    "cache reset\n"
+    "                (vLLM, SGLang, llama.cpp) used between lone probes; prefix "
+    "caching (one\n"
+    "                prompt twice); a prefill right after the interference probes; "
+    "/metrics\n"
     "Prints every probe with its fitted time and residual, and writes a "
     "hardware profile\n(version 2, source \"target\") that model, sim and run "
     "take as --hardware FILE; without\n--model they run the model it was "
     "fitted on. A fit with residuals over --max-rms is\nrefused: exit 1, "
-    "nothing written. Gaps are divided by the tokens streamed, one per "
+    "nothing written; so is one that misses its own interference probes\n(stall or "
+    "prefill) by over 25 %. Gaps are divided by the tokens streamed, one per "
     "event;\nwhen the target's usage says otherwise the fit is refused "
     "too, unless --count-tokens\nsays which to trust. Takes about a minute "
     "against an emulated A100; progress on stderr.";
@@ -277,11 +411,16 @@ static int fit_and_write(const target_opts *o, const calib_target_result *r, con
     if (r->prefill_note[0])
         printf("  note: the prefill range shrank: %s\n", r->prefill_note);
     print_policy(r, &m);
-    if (!m.accepted) {
+    print_check(r, &m);
+    print_sentinel(r);
+    print_kept(r);
+    print_occupancy(r);
+    if (!m.accepted)
         say_refused(&m, o->force);
-        if (!o->force)
-            return CLI_EXIT_FAIL;
-    }
+    if (!m.check.ok)
+        say_missed(r, &m, o->force);
+    if ((!m.accepted || !m.check.ok) && !o->force)
+        return CLI_EXIT_FAIL;
     json_t *root = calib_target_profile_json(r, &m, arch, shown);
     if (!root) {
         fprintf(stderr, "stallscope calibrate: out of memory\n");

@@ -238,8 +238,8 @@ int64_t cost_decode_ns(const cost_params *p, int batch, int context, cost_breakd
     return sums_finish(p, &s, out);
 }
 
-int64_t cost_injection_step_ns(const cost_params *p, int prompt_tokens, int decodes, int context,
-                               int chunk_budget)
+int64_t cost_injection_prefill_ns(const cost_params *p, int prompt_tokens, int decodes,
+                                  int context, int chunk_budget, int64_t *longest_ns)
 {
     if (decodes < 0)
         decodes = 0;
@@ -249,7 +249,7 @@ int64_t cost_injection_step_ns(const cost_params *p, int prompt_tokens, int deco
         if (chunk < 1)
             chunk = 1;
     }
-    int64_t longest = 0;
+    int64_t longest = 0, total = 0;
     for (int done = 0; done < prompt_tokens; done += chunk) {
         int c = prompt_tokens - done < chunk ? prompt_tokens - done : chunk;
         /* The batch as cost_step_ns would sum it: the prompt's chunk, then each decode. */
@@ -259,8 +259,19 @@ int64_t cost_injection_step_ns(const cost_params *p, int prompt_tokens, int deco
         for (int i = 0; i < decodes; i++)
             sums_add(&s, 1, context, true, 1);
         int64_t ns = sums_finish(p, &s, NULL);
+        total += ns;
         if (ns > longest)
             longest = ns;
     }
+    if (longest_ns)
+        *longest_ns = longest;
+    return total;
+}
+
+int64_t cost_injection_step_ns(const cost_params *p, int prompt_tokens, int decodes, int context,
+                               int chunk_budget)
+{
+    int64_t longest = 0;
+    cost_injection_prefill_ns(p, prompt_tokens, decodes, context, chunk_budget, &longest);
     return longest;
 }

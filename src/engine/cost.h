@@ -167,5 +167,9 @@ int64_t cost_decode_ns(const cost_params *p, int batch, int context, cost_breakd
  * what they leave (at least 1 token), and the longest of those steps counts. ns. */
 int64_t cost_injection_step_ns(const cost_params *p, int prompt_tokens, int decodes, int context,
                                int chunk_budget);
+/* The same steps summed: the whole prefill's time beside the decodes (one step, or every
+ * chunk's step), ns; *longest_ns (may be NULL) gets cost_injection_step_ns's figure. */
+int64_t cost_injection_prefill_ns(const cost_params *p, int prompt_tokens, int decodes,
+                                  int context, int chunk_budget, int64_t *longest_ns);
 
 #endif

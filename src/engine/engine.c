@@ -45,10 +45,13 @@ struct engine {
     size_t cap_spare;
 
     atomic_uint cancel_gen;
+    atomic_uint reset_gen;     /* engine_reset_prefix_cache's asks */
+    atomic_uint resets_applied;
     atomic_bool is_realtime;
 
     /* engine thread only */
     unsigned seen_cancel_gen;
+    unsigned seen_reset_gen;
     engine_req *live_head, *live_tail;
     engine_event *pending; /* this step's events */
     size_t n_pending, cap_pending;
@@ -556,7 +559,8 @@ static void wait_for_work(engine *e)
     int64_t deadline = clock_now_ns() + CLOCK_NS_PER_S;
     struct timespec ts = {deadline / CLOCK_NS_PER_S, deadline % CLOCK_NS_PER_S};
     pthread_mutex_lock(&e->lock);
-    while (!e->inbox_head && !e->stopping && atomic_load(&e->cancel_gen) == e->seen_cancel_gen) {
+    while (!e->inbox_head && !e->stopping && atomic_load(&e->cancel_gen) == e->seen_cancel_gen &&
+           atomic_load(&e->reset_gen) == e->seen_reset_gen) {
         if (pthread_cond_timedwait(&e->wake, &e->lock, &ts) == ETIMEDOUT)
             break;
     }
@@ -597,6 +601,12 @@ static void *engine_main(void *arg)
             admit(e, r, now);
         }
         apply_cancels(e, now);
+        const unsigned reset = atomic_load(&e->reset_gen);
+        if (reset != e->seen_reset_gen) { /* a step boundary: no step holds a block */
+            e->seen_reset_gen = reset;
+            sched_reset_prefix_cache(e->sched);
+            atomic_fetch_add(&e->resets_applied, 1);
+        }
         if (stopping) {
             end_all(e, ENGINE_FINISH_ABORT, NULL, now);
             publish(e);
@@ -657,6 +667,8 @@ engine *engine_create(const engine_config *cfg, char *err)
     pthread_condattr_destroy(&attr);
     pthread_mutex_init(&e->lock, NULL);
     atomic_init(&e->cancel_gen, 0);
+    atomic_init(&e->reset_gen, 0);
+    atomic_init(&e->resets_applied, 0);
     if (cfg->step_log) {
         tokenlog_write_steps_header(cfg->step_log, cfg->sched.prefix_caching);
         fflush(cfg->step_log);
@@ -733,6 +745,19 @@ void engine_cancel(engine *e, engine_req *req)
     pthread_mutex_lock(&e->lock);
     pthread_cond_signal(&e->wake);
     pthread_mutex_unlock(&e->lock);
+}
+
+void engine_reset_prefix_cache(engine *e)
+{
+    atomic_fetch_add(&e->reset_gen, 1);
+    pthread_mutex_lock(&e->lock); /* as engine_cancel: an idle engine cannot miss it */
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->lock);
+}
+
+unsigned engine_prefix_cache_resets(engine *e)
+{
+    return atomic_load(&e->resets_applied);
 }
 
 size_t engine_poll(engine *e, engine_event **events)

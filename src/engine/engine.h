@@ -146,6 +146,11 @@ int engine_start(engine *e, char *err);
 void engine_submit(engine *e, engine_req *req);
 /* Any thread, until the caller has polled req's final event. */
 void engine_cancel(engine *e, engine_req *req);
+/* Any thread: queue a reset of the prefix cache; the engine thread applies it at the next
+ * step boundary (sched_reset_prefix_cache), before the step that follows, idle or not.
+ * engine_prefix_cache_resets counts the resets applied. */
+void engine_reset_prefix_cache(engine *e);
+unsigned engine_prefix_cache_resets(engine *e);
 /* Consumer thread (one): take every queued event. *events stays valid until the next
  * engine_poll. Returns the count. */
 size_t engine_poll(engine *e, engine_event **events);

@@ -87,6 +87,7 @@ int profile_read(const char *path, cost_gpu *out, profile_info *info, char *err)
     profile_info pi;
     memset(&g, 0, sizeof g);
     memset(&pi, 0, sizeof pi);
+    pi.prefix_caching = -1;
     double overhead = 0, threads = 0;
     if (!json_is_object(doc)) {
         err_set(err, "%s: not a JSON object", path);
@@ -130,6 +131,12 @@ int profile_read(const char *path, cost_gpu *out, profile_info *info, char *err)
             json_t *target = json_object_get(doc, "target");
             if (json_is_string(target))
                 snprintf(pi.target, sizeof pi.target, "%s", json_string_value(target));
+            json_t *caching = json_object_get(doc, "prefix_caching");
+            if (caching && !json_is_boolean(caching) && !json_is_null(caching)) {
+                err_set(err, "%s: \"prefix_caching\" must be true, false or null", path);
+                goto done;
+            }
+            pi.prefix_caching = json_is_boolean(caching) ? json_is_true(caching) : -1;
         }
         /* A rates-only profile (calibrate --no-fit) is a roofline device; a server's profile
          * is nothing but its step model. */
@@ -185,8 +192,12 @@ json_t *profile_to_json(const cost_gpu *g, const profile_info *info, const fit_r
     json_object_set_new(root, "name", json_string(g->name));
     json_object_set_new(root, "kind", json_string(target ? "server" : "cpu"));
     json_object_set_new(root, "source", json_string(info->source));
-    if (target)
+    if (target) {
         json_object_set_new(root, "target", json_string(info->target));
+        json_object_set_new(root, "prefix_caching", info->prefix_caching < 0
+                                                        ? json_null()
+                                                        : json_boolean(info->prefix_caching));
+    }
     if (g->peak_flops > 0)
         json_object_set_new(root, "peak_flops", json_real(g->peak_flops));
     if (g->attention_flops > 0)

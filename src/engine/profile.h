@@ -9,6 +9,8 @@
  *   { "format": "stallscope-hardware-profile", "version": 2,
  *     "name": "cpu-1t", "kind": "cpu" | "server", "source": "cpu-engine" | "target",
  *     "target": URL                                   (source "target" only)
+ *     "prefix_caching": true | false | null           (source "target", optional: whether
+ *                                                      the server reused a repeated prompt)
  *     "step_model": {"model", "step_ns", "seq_ns", "ctx_ns", "token_ns", "pair_ns",
  *                    "decode_rms", "prefill_rms"}     (fit.h, cost.h; required for
                                                       "target", absent after --no-fit)
@@ -41,6 +43,9 @@ typedef struct profile_info {
     int version;     /* 1 or 2 */
     char source[32]; /* "cpu-engine", "target"; "" for version 1 */
     char target[512];
+    int prefix_caching; /* source "target": 1 the server caches prefixes, 0 it does not, -1
+                           unknown (calibrate --target's detection; "prefix_caching": true,
+                           false or null, absent before issue 24) */
 } profile_info;
 
 /* Read path into *out (and *info when not NULL). 0, or -1 with err. */

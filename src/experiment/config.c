@@ -12,6 +12,7 @@
 #include "engine/cpu/cpu_pool.h"
 #include "engine/exec_cpu.h"
 #include "engine/exec_emulate.h"
+#include "engine/profile.h"
 #include "experiment/config.h"
 #include "sim/sim.h"
 
@@ -103,8 +104,13 @@ int experiment_resolve_cost(experiment_config *cfg, char *err)
     cost_gpu gpu;
     cost_arch arch;
     if (d->hardware[0]) {
-        if (cost_gpu_from_profile(d->hardware, &gpu, err) != 0)
+        profile_info info;
+        if (profile_read(d->hardware, &gpu, &info, err) != 0)
             return -1;
+        /* calibrate --target found the server caching prefixes (or not): the simulator
+         * does as the server does, unless the command line said. */
+        if (info.prefix_caching >= 0 && !cfg->prefix_caching_said)
+            cfg->sched.prefix_caching = info.prefix_caching == 1;
         /* A server's profile holds its step model alone: no rates for another model. */
         if (!(gpu.peak_flops > 0 && gpu.mem_bandwidth > 0) && gpu.fit.model[0] &&
             (d->model_config[0] || (d->model[0] && strcmp(d->model, gpu.fit.model) != 0)))

@@ -81,6 +81,9 @@ typedef struct experiment_config {
     cost_params cost;         /* resolved from device (unused for EXPERIMENT_REMOTE) */
     experiment_client client;
     bool no_baseline;         /* the interference run alone */
+    /* --enable-prefix-caching or --no-enable-prefix-caching was given: a --hardware
+     * profile's detected prefix caching does not override it (experiment_resolve_cost) */
+    bool prefix_caching_said;
     int64_t stall_threshold_ns; /* 0: 5 x the baseline's p50 (the run's own without one) */
     experiment_shard shard;   /* --start-at (with --shard I/N, which sets wl.shard) */
     char label[128];          /* --label: the user's name for this experiment */

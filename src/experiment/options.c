@@ -276,10 +276,18 @@ static int sch_chunked_off(void *c, const char *v, char *err)
     return 0;
 }
 
+static int sch_cache_on(void *c, const char *v, char *err)
+{
+    (void)v, (void)err;
+    ((experiment_config *)c)->sched.prefix_caching = true;
+    ((experiment_config *)c)->prefix_caching_said = true;
+    return 0;
+}
 static int sch_cache_off(void *c, const char *v, char *err)
 {
     (void)v, (void)err;
     ((experiment_config *)c)->sched.prefix_caching = false;
+    ((experiment_config *)c)->prefix_caching_said = true;
     return 0;
 }
 
@@ -299,11 +307,12 @@ static const opts_spec sched_specs[] = {
              sched.max_model_len, 1, MAX_TOKENS),
     OPTS_INT64("kv-blocks", "N", "KV-cache blocks of 16 tokens (default: from GPU memory)", C,
                sched.kv_blocks, 1, (int64_t)1 << 32),
-    OPTS_FLAG("enable-prefix-caching",
-              "reuse cached prefix blocks across requests, vLLM's automatic prefix caching: a "
-              "prompt sharing full 16-token blocks with an earlier one skips their prefill "
-              "(default off here; on by default in vLLM V1 and SGLang)",
-              C, sched.prefix_caching),
+    OPTS_FN("enable-prefix-caching", NULL,
+            "reuse cached prefix blocks across requests, vLLM's automatic prefix caching: a "
+            "prompt sharing full 16-token blocks with an earlier one skips their prefill "
+            "(default off here, unless a --hardware profile found the server caching; on by "
+            "default in vLLM V1 and SGLang)",
+            sch_cache_on),
     OPTS_FN("no-enable-prefix-caching", NULL, "prefix caching off (the default)", sch_cache_off),
     OPTS_FN("kv-layout", "L",
             "paged (default: vLLM, SGLang; a request attends over its own context) | unified "

@@ -242,7 +242,27 @@ static void handle_metrics(server *s, struct evhttp_request *hreq)
     buf_free(&b);
 }
 
-typedef enum { ROUTE_COMPLETIONS, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_METRICS } route_id;
+/* POST /reset_prefix_cache, as vLLM's: the engine drops its cached prefix blocks at its next
+ * step boundary (engine_reset_prefix_cache); 200 at once. calibrate --target resets between
+ * probes where a server offers it. */
+static void handle_reset_prefix_cache(server *s, struct evhttp_request *hreq)
+{
+    if (s->stopping) {
+        answer_unavailable(s, hreq, "the server is shutting down");
+        return;
+    }
+    engine_reset_prefix_cache(s->engine);
+    answer_body(s, hreq, 200, "application/json", "", 0);
+}
+
+typedef enum {
+    ROUTE_COMPLETIONS,
+    ROUTE_CHAT,
+    ROUTE_MODELS,
+    ROUTE_HEALTH,
+    ROUTE_METRICS,
+    ROUTE_RESET_PREFIX_CACHE
+} route_id;
 
 static const struct route {
     const char *path;
@@ -256,6 +276,7 @@ static const struct route {
     {"/v1/models", ROUTE_MODELS, EVHTTP_REQ_GET, "GET, HEAD", true},
     {"/health", ROUTE_HEALTH, EVHTTP_REQ_GET, "GET, HEAD", false},
     {"/metrics", ROUTE_METRICS, EVHTTP_REQ_GET, "GET, HEAD", false},
+    {"/reset_prefix_cache", ROUTE_RESET_PREFIX_CACHE, EVHTTP_REQ_POST, "POST", true},
 };
 
 /* "Authorization: Bearer <key>", the scheme case-insensitive. */
@@ -317,5 +338,6 @@ void routes_on_request(struct evhttp_request *hreq, void *arg)
     case ROUTE_MODELS: handle_models(s, hreq); break;
     case ROUTE_HEALTH: handle_health(s, hreq); break;
     case ROUTE_METRICS: handle_metrics(s, hreq); break;
+    case ROUTE_RESET_PREFIX_CACHE: handle_reset_prefix_cache(s, hreq); break;
     }
 }

@@ -165,7 +165,12 @@ vals = {l.split(" ")[0]: float(l.split(" ")[1]) for l in text.splitlines()
 assert vals['vllm:num_requests_running{model_name="llama-3.1-8b"}'] == 0
 assert vals['vllm:kv_cache_usage_perc{model_name="llama-3.1-8b"}'] == 0
 assert vals['vllm:generation_tokens_total{model_name="llama-3.1-8b"}'] > 100
-print("ok: continuous usage, timestamps, stop strings, EOS, min_tokens, models, health, metrics")
+# vLLM's POST /reset_prefix_cache: 200 (calibrate --target resets between probes); GET: 405
+status, _, body = request(port, "/reset_prefix_cache", method="POST")
+assert status == 200, (status, body)
+status, h, body = request(port, "/reset_prefix_cache", method="GET")
+assert status == 405 and h["allow"] == "POST", (status, h)
+print("ok: continuous usage, timestamps, stop strings, EOS, min_tokens, models, health, metrics, reset")
 PY
 )"
 stop_server TERM
@@ -187,6 +192,8 @@ st, _, b = request(port, "/v1/completions", body, headers={"Authorization": "Bea
 assert st == 200 and json.loads(b)["model"] == "my-model", b
 st, _, b = request(port, "/health", method="GET")
 assert st == 200  # /health and /metrics stay open, as vLLM's
+st, _, b = request(port, "/reset_prefix_cache", method="POST")
+assert st == 401  # the reset is not open
 print("ok: --api-key")
 PY
 )"

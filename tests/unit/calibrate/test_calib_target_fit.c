@@ -158,7 +158,8 @@ static void synth_stalls(const cost_params *p, int budget, calib_target_stall *s
         const int chunk = budget > 0 ? budget - 32 : LENGTHS[i];
         const int steps = (LENGTHS[i] + chunk - 1) / chunk;
         st[i].queue_ns = 3e6;
-        st[i].ttft_ns = st[i].queue_ns + steps * st[i].stall_ns;
+        st[i].ttft_ns = st[i].queue_ns +
+                        (double)cost_injection_prefill_ns(p, LENGTHS[i], 32, 150, budget, NULL);
         st[i].steps = steps;
     }
 }
@@ -268,6 +269,80 @@ static void test_infer_policy(void **state)
     assert_string_equal(pol.policy, "");
 }
 
+/* The profile against its own interference probes: a server that behaves as fitted is
+ * predicted exactly; one whose stall beside the streams is 2x what its lone probes imply is
+ * missed, and the probe named; short prompts and a policy the model cannot run are not
+ * judged. */
+static void test_check_probes(void **state)
+{
+    (void)state;
+    cost_params p;
+    fitted_cost(&p);
+    calib_target_stall st[N_LENGTHS];
+    calib_target_policy pol;
+    calib_target_check ck;
+    static const int budgets[] = {0, 2048};
+    for (int b = 0; b < 2; b++) {
+        synth_stalls(&p, budgets[b], st);
+        calib_target_infer_policy(&p, st, N_LENGTHS, &pol);
+        calib_target_check_probes(&p, &pol, st, N_LENGTHS, CALIB_TARGET_MAX_MISS, &ck);
+        assert_true(ck.ok);
+        assert_int_equal(ck.n, N_LENGTHS);
+        assert_true(ck.n_judged >= 4);
+        for (int i = 0; i < N_LENGTHS; i++)
+            if (ck.judged[i] && (fabs(ck.stall_miss[i]) > 0.03 || fabs(ck.prefill_miss[i]) > 0.03)) {
+                print_error("budget %d, prompt %d: stall miss %g, prefill miss %g\n", budgets[b],
+                            LENGTHS[i], ck.stall_miss[i], ck.prefill_miss[i]);
+                fail();
+            }
+    }
+
+    /* one-step, but every stall and prefill beside the streams 2x the fitted one: refused,
+     * the worst probe a judged one, its stall predicted at half */
+    synth_stalls(&p, 0, st);
+    for (int i = 0; i < N_LENGTHS; i++) {
+        st[i].stall_ns *= 2;
+        st[i].ttft_ns = st[i].queue_ns + 2 * (st[i].ttft_ns - st[i].queue_ns);
+    }
+    calib_target_infer_policy(&p, st, N_LENGTHS, &pol);
+    assert_string_equal(pol.policy, "mixed");
+    calib_target_check_probes(&p, &pol, st, N_LENGTHS, CALIB_TARGET_MAX_MISS, &ck);
+    assert_false(ck.ok);
+    assert_true(ck.worst >= 0 && ck.judged[ck.worst]);
+    assert_true(fabs(ck.stall_miss[ck.worst] + 0.5) < 0.02);
+
+    /* only the last prompt's stall 1.4x (predicted 29 % short): it is the one named; 1.2x passes */
+    synth_stalls(&p, 0, st);
+    st[N_LENGTHS - 1].stall_ns *= 1.4;
+    calib_target_infer_policy(&p, st, N_LENGTHS, &pol);
+    calib_target_check_probes(&p, &pol, st, N_LENGTHS, CALIB_TARGET_MAX_MISS, &ck);
+    assert_false(ck.ok);
+    assert_int_equal(ck.worst, N_LENGTHS - 1);
+    assert_true(ck.worst_is_stall);
+    st[N_LENGTHS - 1].stall_ns *= 1.2 / 1.4;
+    calib_target_check_probes(&p, &pol, st, N_LENGTHS, CALIB_TARGET_MAX_MISS, &ck);
+    assert_true(ck.ok);
+
+    /* a short prompt off by 3x is not judged (too short to tell) */
+    synth_stalls(&p, 0, st);
+    st[0].gap_ns = (st[0].ttft_ns - st[0].queue_ns) / 3.5;
+    st[0].stall_ns *= 3;
+    calib_target_infer_policy(&p, st, N_LENGTHS, &pol);
+    calib_target_check_probes(&p, &pol, st, N_LENGTHS, CALIB_TARGET_MAX_MISS, &ck);
+    assert_false(ck.judged[0]);
+    assert_true(ck.ok);
+
+    /* no stall (prefill elsewhere): the model runs no such server, nothing judged */
+    synth_stalls(&p, 0, st);
+    for (int i = 0; i < N_LENGTHS; i++)
+        st[i].stall_ns = 1.1 * st[i].gap_ns;
+    calib_target_infer_policy(&p, st, N_LENGTHS, &pol);
+    calib_target_check_probes(&p, &pol, st, N_LENGTHS, CALIB_TARGET_MAX_MISS, &ck);
+    assert_int_equal(ck.n_judged, 0);
+    assert_int_equal(ck.worst, -1);
+    assert_true(ck.ok);
+}
+
 static void test_fit_ok(void **state)
 {
     (void)state;
@@ -297,10 +372,10 @@ static void test_fit_probes(void **state)
     r.decode[1] = (calib_target_decode){32, 64, 140, 7.1 * MS, 100};
     r.decode[2] = (calib_target_decode){32, 1024, 1100, 8 * MS, 100};
     r.n_decode = 3;
-    r.prefill[0] = (calib_target_prefill){256, 12.9 * MS, true};
-    r.prefill[1] = (calib_target_prefill){512, 22.4 * MS, true};
-    r.prefill[2] = (calib_target_prefill){1024, 44.2 * MS, true};
-    r.prefill[3] = (calib_target_prefill){2048, 89.4 * MS, true};
+    r.prefill[0] = (calib_target_prefill){.prompt_tokens = 256, .ttft_ns = 12.9 * MS, .fitted = true};
+    r.prefill[1] = (calib_target_prefill){.prompt_tokens = 512, .ttft_ns = 22.4 * MS, .fitted = true};
+    r.prefill[2] = (calib_target_prefill){.prompt_tokens = 1024, .ttft_ns = 44.2 * MS, .fitted = true};
+    r.prefill[3] = (calib_target_prefill){.prompt_tokens = 2048, .ttft_ns = 89.4 * MS, .fitted = true};
     r.n_prefill = 4;
     calib_target_mark_weight_bound(&r, 7 * MS, 4);
     assert_false(r.prefill[0].fitted);
@@ -428,6 +503,11 @@ static void test_fit_model_profile(void **state)
     assert_string_equal(json_string_value(json_object_get(root, "target")), "http://***@host:8000");
     json_t *measured = json_object_get(root, "measured");
     assert_true(json_is_true(json_object_get(measured, "accepted")));
+    assert_true(json_is_true(json_object_get(measured, "predicts_probes")));
+    json_t *last = json_array_get(json_object_get(measured, "interference"), N_LENGTHS - 1);
+    assert_true(json_is_true(json_object_get(last, "judged")));
+    assert_true(fabs(json_real_value(json_object_get(last, "predicted_stall_ms")) /
+                     json_real_value(json_object_get(last, "stall_ms")) - 1) < 0.02);
     assert_string_equal(json_string_value(json_object_get(measured, "fit_model")), "tiny");
     assert_true(json_real_value(json_object_get(measured, "max_rms")) == 0.15);
     assert_string_equal(json_string_value(json_object_get(measured, "policy_inferred")), "chunked");
@@ -435,6 +515,21 @@ static void test_fit_model_profile(void **state)
     assert_non_null(when);
     assert_int_equal(strlen(when), 20); /* 2026-12-01T10:00:00Z */
     assert_true(when[10] == 'T' && when[19] == 'Z');
+    assert_true(json_is_null(json_object_get(root, "prefix_caching"))); /* not measured */
+    json_decref(root);
+    /* the same prompt a second time in a fifth of the time: prefix caching, for sim to read */
+    r->kept.prompt_tokens = 4096;
+    r->kept.cache_first_ns = 100e6;
+    r->kept.cache_second_ns = 20e6;
+    root = calib_target_profile_json(r, &m, &arch, "http://host:8000");
+    assert_true(json_is_true(json_object_get(root, "prefix_caching")));
+    json_t *st = json_object_get(json_object_get(root, "measured"), "state");
+    assert_true(json_is_true(json_object_get(st, "prefix_caching")));
+    assert_true(json_is_null(json_object_get(st, "reset")));
+    json_decref(root);
+    r->kept.cache_second_ns = 60e6; /* 0.6 x: no cache */
+    root = calib_target_profile_json(r, &m, &arch, "http://host:8000");
+    assert_true(json_is_false(json_object_get(root, "prefix_caching")));
     json_decref(root);
 
     /* one probe off by 30 %: refused under 1 %, and it is the one named */
@@ -453,6 +548,7 @@ int main(void)
         cmocka_unit_test(test_steady_gap),
         cmocka_unit_test(test_stall_of),
         cmocka_unit_test(test_infer_policy),
+        cmocka_unit_test(test_check_probes),
         cmocka_unit_test(test_fit_ok),
         cmocka_unit_test(test_fit_probes),
         cmocka_unit_test(test_arch),

@@ -454,6 +454,15 @@ static void test_injection_step_chunked(void **state)
      *            = 1,472                                                      step 7,040
      *   longest: the middle chunk, 10,880 ns. */
     assert_int_equal(cost_injection_step_ns(&p, 40, 0, 0, 16), 10880);
+
+    /* The whole prefill is those steps summed (calibrate --target predicts a probe's TTFT
+     * with it): 6,768 + 9,904 + 11,200 and 6,784 + 10,880 + 7,040; one step is itself. */
+    int64_t longest = 0;
+    assert_int_equal(cost_injection_prefill_ns(&p, 40, 2, 10, 16, &longest), 27872);
+    assert_int_equal(longest, 11200);
+    assert_int_equal(cost_injection_prefill_ns(&p, 40, 0, 0, 16, &longest), 24704);
+    assert_int_equal(longest, 10880);
+    assert_int_equal(cost_injection_prefill_ns(&p, 40, 2, 10, 0, NULL), 25760);
 }
 
 /* ---- catalog ------------------------------------------------------------------- */

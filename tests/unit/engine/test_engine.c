@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -143,6 +144,33 @@ static void test_cancel_refuse_shutdown(void **state)
     free(after);
 }
 
+/* engine_reset_prefix_cache from another thread: applied by the engine thread, idle or
+ * between steps, once per ask (bounded: 2 s). */
+static void test_reset_prefix_cache(void **state)
+{
+    (void)state;
+    harness h;
+    harness_start(&h, fake_exec(), small_sched(), NULL);
+    assert_int_equal(engine_prefix_cache_resets(h.e), 0);
+    engine_reset_prefix_cache(h.e); /* idle: the engine wakes for it */
+    for (int i = 0; i < 200 && engine_prefix_cache_resets(h.e) < 1; i++)
+        usleep(10000);
+    assert_int_equal(engine_prefix_cache_resets(h.e), 1);
+    engine_req *r = new_req(1, 8, 50);
+    engine_req *reqs[] = {r};
+    got g[1];
+    memset(g, 0, sizeof g);
+    engine_submit(h.e, r);
+    engine_reset_prefix_cache(h.e); /* busy: at a step boundary; the request runs on */
+    drain(&h, reqs, g, 1);
+    for (int i = 0; i < 200 && engine_prefix_cache_resets(h.e) < 2; i++)
+        usleep(10000);
+    assert_int_equal(engine_prefix_cache_resets(h.e), 2);
+    assert_int_equal(g[0].finish, ENGINE_FINISH_LENGTH);
+    harness_stop(&h);
+    free(r);
+}
+
 static void test_many_and_step_log(void **state)
 {
     (void)state;
@@ -248,6 +276,7 @@ int main(void)
         cmocka_unit_test(test_finish_reasons),
         cmocka_unit_test(test_stop_strings),
         cmocka_unit_test(test_cancel_refuse_shutdown),
+        cmocka_unit_test(test_reset_prefix_cache),
         cmocka_unit_test(test_many_and_step_log),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

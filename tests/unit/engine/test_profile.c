@@ -124,6 +124,26 @@ static void test_target(void **state)
     assert_string_equal(info.target, "http://gpu:8000");
     assert_true(g.peak_flops == 0);
     assert_string_equal(g.fit.model, "llama-3.1-8b");
+    assert_int_equal(info.prefix_caching, -1); /* absent (before issue 24): unknown */
+
+    /* calibrate --target's prefix-caching detection: true, false, null; anything else refused */
+    static const char *const values[] = {"true", "false", "null", "\"yes\""};
+    static const int want[] = {1, 0, -1, 99};
+    for (int i = 0; i < 4; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "{\"format\": \"stallscope-hardware-profile\", \"version\": 2, "
+                 "\"source\": \"target\", \"mem_bytes\": 8e10, \"prefix_caching\": %s, "
+                 "\"step_model\": {\"model\": \"llama-3.1-8b\", \"step_ns\": 4e6, \"seq_ns\": 3e4, "
+                 "\"ctx_ns\": 1, \"token_ns\": 1.6e4, \"pair_ns\": 0.002}}", values[i]);
+        write_text(text);
+        if (want[i] == 99) {
+            assert_int_equal(profile_read(path, &g, &info, err), -1);
+            assert_non_null(strstr(err, "\"prefix_caching\" must be true, false or null"));
+        } else {
+            assert_int_equal(profile_read(path, &g, &info, err), 0);
+            assert_int_equal(info.prefix_caching, want[i]);
+        }
+    }
 }
 
 /* Each malformed profile is refused, and the reason names what is wrong. */

@@ -6,7 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -53,6 +55,36 @@ static void test_defaults_and_names(void **state)
     assert_int_equal(experiment_check(&c, err), -1);
     c.sched.policy = SCHED_CHUNKED;
     assert_int_equal(experiment_check(&c, err), 0);
+}
+
+/* A --hardware profile that found its server caching prefixes (calibrate --target) turns
+ * the simulator's prefix caching on, unless the command line said either way. */
+static void test_profile_prefix_caching(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/stallscope-test-profile-XXXXXX";
+    const int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    fputs("{\"format\": \"stallscope-hardware-profile\", \"version\": 2, \"source\": "
+          "\"target\", \"mem_bytes\": 8e10, \"prefix_caching\": true, \"step_model\": "
+          "{\"model\": \"llama-3.1-8b\", \"step_ns\": 4e6, \"seq_ns\": 3e4, \"ctx_ns\": 1, "
+          "\"token_ns\": 1.6e4, \"pair_ns\": 0.002}}",
+          f);
+    fclose(f);
+    char err[ERR_LEN] = "";
+    experiment_config c;
+    experiment_defaults(&c, EXPERIMENT_SIM);
+    snprintf(c.device.hardware, sizeof c.device.hardware, "%s", path);
+    assert_int_equal(experiment_resolve(&c, err), 0);
+    assert_true(c.sched.prefix_caching);
+    experiment_defaults(&c, EXPERIMENT_SIM);
+    snprintf(c.device.hardware, sizeof c.device.hardware, "%s", path);
+    c.prefix_caching_said = true; /* --no-enable-prefix-caching */
+    assert_int_equal(experiment_resolve(&c, err), 0);
+    assert_false(c.sched.prefix_caching);
+    unlink(path);
 }
 
 /* The load generator's threads: what --client-threads says, else the CPUs the server
@@ -157,6 +189,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_and_names),
+        cmocka_unit_test(test_profile_prefix_caching),
         cmocka_unit_test(test_client_threads_rule),
         cmocka_unit_test(test_no_injection_inside),
     };

@@ -1,0 +1,95 @@
+/* calib_target_admin — a target's resets and /metrics for calibrate --target
+ * (calib_target_admin.h). */
+#include "calibrate/calib_target_admin.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/fetch.h"
+#include "client/prom.h"
+#include "client/scrape.h"
+#include "common/err.h"
+
+/* Several series of one counter (label sets) are summed, as scrape.c does. */
+static int on_sample(void *ctx, const prom_sample *s)
+{
+    calib_target_metrics *m = ctx;
+    double *into = NULL;
+    if (prom_name_is(s, "vllm:prefix_cache_queries_total") ||
+        prom_name_is(s, "vllm:gpu_prefix_cache_queries_total"))
+        into = &m->cache_queries;
+    else if (prom_name_is(s, "vllm:prefix_cache_hits_total") ||
+             prom_name_is(s, "vllm:gpu_prefix_cache_hits_total"))
+        into = &m->cache_hits;
+    if (into)
+        *into = (*into < 0 ? 0 : *into) + s->value;
+    return 0;
+}
+
+int calib_target_metrics_parse(const char *text, size_t len, calib_target_metrics *out,
+                               char *err)
+{
+    *out = (calib_target_metrics){-1, -1, -1};
+    scrape_frame f;
+    if (scrape_frame_parse(&f, text, len, err) != 0 || prom_parse(text, len, on_sample, out, err) != 0) {
+        *out = (calib_target_metrics){-1, -1, -1};
+        return -1;
+    }
+    if (f.has[SCRAPE_KV_USAGE])
+        out->kv_usage = f.value[SCRAPE_KV_USAGE];
+    return 0;
+}
+
+int calib_target_metrics_scrape(const transport_options *so, int64_t timeout_ns,
+                                calib_target_metrics *out, char *err)
+{
+    *out = (calib_target_metrics){-1, -1, -1};
+    int status = 0;
+    char *body = NULL;
+    if (fetch_http(so, "GET", "/metrics", NULL, timeout_ns, &status, &body, err) != 0)
+        return -1;
+    int rc = -1;
+    if (status != 200)
+        err_set(err, "GET /metrics: HTTP %d", status);
+    else
+        rc = calib_target_metrics_parse(body ? body : "", body ? strlen(body) : 0, out, err);
+    free(body);
+    return rc;
+}
+
+/* The resets a server may offer, tried in this order (a 2xx: offered; else not). */
+static const struct {
+    const char *path, *server;
+} RESETS[] = {
+    {"/reset_prefix_cache", "vLLM"},
+    {"/flush_cache", "SGLang"},
+    {"/slots/0?action=erase", "llama.cpp"},
+};
+
+/* POST path: did it answer 2xx? */
+static bool post_ok(const transport_options *so, const char *path, int64_t timeout_ns)
+{
+    int status = 0;
+    char *body = NULL, why[ERR_LEN];
+    const int rc = fetch_http(so, "POST", path, NULL, timeout_ns, &status, &body, why);
+    free(body);
+    return rc == 0 && status >= 200 && status < 300;
+}
+
+void calib_target_find_reset(const transport_options *so, int64_t timeout_ns,
+                             calib_target_kept *kept)
+{
+    for (size_t i = 0; i < sizeof RESETS / sizeof RESETS[0]; i++)
+        if (post_ok(so, RESETS[i].path, timeout_ns)) {
+            snprintf(kept->reset_path, sizeof kept->reset_path, "%s", RESETS[i].path);
+            snprintf(kept->reset_server, sizeof kept->reset_server, "%s", RESETS[i].server);
+            return;
+        }
+}
+
+void calib_target_reset(const transport_options *so, int64_t timeout_ns, calib_target_kept *kept)
+{
+    if (kept->reset_path[0] && post_ok(so, kept->reset_path, timeout_ns))
+        kept->resets++;
+}

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# ctest: run-serial
+# calibrate_state — `stallscope calibrate --target` against servers that keep state (issue 24),
+# a fake one engine loop in Python (py/stateful_server.py) on a small probe range (about 6 s a
+# calibration): a server that behaves as its lone probes say is predicted and the profile is
+# written; one whose stall beside the streams is 2x what its lone probes imply is refused
+# (exit 1, the probe named, nothing written); a
+# server that slows by 30 % from its 22nd request: the sentinel says after which stage; one
+# that keeps state as llama.cpp does (a reset offered and used, prefix caching detected, a
+# prefill slower after the interference probes than quiet, its own probes missed for it:
+# --force-profile writes it, "accepted" false).
+# About 50 s on the 2-core VM.
+# usage: calibrate_state.sh STALLSCOPE_BINARY SCRATCH_DIR
+set -euo pipefail
+
+bin=$1
+scratch=$2
+rm -rf "$scratch"; mkdir -p "$scratch"
+# shellcheck source=lib.bash
+source "$(dirname "$0")/lib.bash"
+export ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=0"
+
+fake_pid=
+cleanup() { [ -z "$fake_pid" ] || kill "$fake_pid" 2>/dev/null || true; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+# start_fake NAME ARGS...: the fake server on a free port; its URL in $url.
+start_fake() {
+  local name=$1; shift
+  local port; port=$(free_port)
+  timeout 120 python3 "$PY_DIR/stateful_server.py" "$port" "$@" >"$scratch/$name.server" 2>&1 &
+  fake_pid=$!
+  for _ in $(seq 100); do grep -qs ready "$scratch/$name.server" && break; sleep 0.1; done
+  grep -qs ready "$scratch/$name.server" || { cat "$scratch/$name.server"; fail "$name: the fake server did not start"; }
+  url=http://127.0.0.1:$port
+}
+stop_fake() { kill "$fake_pid" 2>/dev/null || true; wait "$fake_pid" 2>/dev/null || true; fake_pid=; }
+small=(--max-streams 4 --long-context 256 --seconds 200ms --min-prompt-tokens 1024
+       --max-prompt-tokens 4096 --repeats 1 --interference-streams 8)
+# calibrate NAME ARGS...: calibrate $url into $scratch/NAME.json; its exit status in $rc.
+calibrate() {
+  local name=$1; shift
+  set +e
+  timeout 90 "$bin" calibrate --target "$url" --out "$scratch/$name.json" "${small[@]}" "$@" \
+      >"$scratch/$name.out" 2>"$scratch/$name.err"
+  rc=$?
+  set -e
+}
+
+# ---- a server that behaves as its lone probes say: its own probes predicted, written -------
+start_fake plain
+calibrate plain
+stop_fake
+[ "$rc" = 0 ] || { cat "$scratch/plain.out" "$scratch/plain.err"; fail "plain: exit $rc, not 0"; }
+grep -qE "^ +4096 +[0-9.]+ +[0-9.]+ +[-+][0-9.]+% +[0-9.]+ +[0-9.]+ +[-+][0-9.]+%$" "$scratch/plain.out" ||
+  { cat "$scratch/plain.out"; fail "plain: no predicted-vs-measured row for the 4096-token probe"; }
+check "plain: every judged probe within 25 % of its prediction, the profile accepted" \
+  '(a["measured"]["accepted"] is True and a["measured"]["predicts_probes"] is True and
+    a["measured"]["max_miss"] == 0.25 and
+    all(abs(p["predicted_stall_ms"] / p["stall_ms"] - 1) <= 0.25 for p in a["measured"]["interference"] if p["judged"]) and
+    sum(p["judged"] for p in a["measured"]["interference"]) == 3)' "$scratch/plain.json"
+check "plain: the sentinel at the start and after the decode, prefill and interference probes" \
+  '([p["after"] for p in a["measured"]["sentinel"]["points"]] == ["start", "decode", "prefill", "interference"] and
+    a["measured"]["sentinel"]["prompt_tokens"] == 512 and a["measured"]["sentinel"]["max_drift"] == 0.10 and
+    all(p["ttft_ms"] > 20 and 7 < p["step_ms"] < 10 for p in a["measured"]["sentinel"]["points"]))' "$scratch/plain.json"
+
+check "plain: /metrics read before each lone prefill (KV usage, the prefix cache counters), occupancy still" \
+  '(all(0 <= p["kv_usage"] < 0.05 and p["prefix_cache_queries"] >= 0 and p["prefix_cache_hits"] == 0
+        for p in a["measured"]["prefill"]) and
+    0 <= a["measured"]["kv_usage_spread"] < 0.05 and
+    all(p["kv_usage"] is not None for p in a["measured"]["sentinel"]["points"]))' "$scratch/plain.json"
+grep -qE "/metrics: KV usage [0-9]+ % .. [0-9]+ % before the lone prefill probes" "$scratch/plain.out" ||
+  { cat "$scratch/plain.out"; fail "plain: the KV usage not said"; }
+check "plain: no reset offered, no prefix caching, nothing retained" \
+  '(a["measured"]["state"]["reset"] is None and a["measured"]["state"]["resets"] == 0 and
+    a["prefix_caching"] is False and a["measured"]["state"]["prefix_caching"] is False and
+    a["measured"]["state"]["prompt_tokens"] == 4096 and a["measured"]["state"]["after_fill_ratio"] < 1.15)' "$scratch/plain.json"
+grep -q "reset: none offered" "$scratch/plain.out" || fail "plain: no reset line"
+
+# ---- llama.cpp-shaped: a unified KV cache that keeps the last requests' cells (a prefill
+# slows with them), a prefix cache, and POST /slots/0?action=erase: the reset found and used,
+# caching detected, the prefill after the interference probes slower than the quiet one
+start_fake kept --cache --retain 4000 --reset llamacpp
+calibrate kept --force-profile
+stop_fake
+[ "$rc" = 0 ] || { cat "$scratch/kept.out" "$scratch/kept.err"; fail "kept: exit $rc"; }
+grep -q "reset: llama.cpp's POST /slots/0?action=erase, before every lone prefill and sentinel" "$scratch/kept.out" ||
+  { cat "$scratch/kept.out"; fail "kept: the reset is not said"; }
+grep -qE "prefix caching: on: the same 4096-token prompt twice: TTFT [0-9.]+ ms, then [0-9.]+ ms" "$scratch/kept.out" ||
+  fail "kept: prefix caching not said"
+grep -qE "retained state: a fresh 4096-token prompt alone right after the interference probes" "$scratch/kept.out" ||
+  fail "kept: the prefill after the fill not said"
+check "kept: the reset recorded, caching on (sim reads it), the prefill after the fill slower" \
+  '(a["measured"]["state"]["reset"] == "/slots/0?action=erase" and a["measured"]["state"]["reset_server"] == "llama.cpp" and
+    a["measured"]["state"]["resets"] >= 12 and a["prefix_caching"] is True and
+    a["measured"]["state"]["repeat_ttft_ms"] < 0.5 * a["measured"]["state"]["first_ttft_ms"] and
+    a["measured"]["state"]["after_fill_ratio"] > 1.15)' "$scratch/kept.json"
+# the cells it keeps slow the prompts beside the streams past what its lone (reset) probes
+# imply: the profile misses its own probes, and --force-profile writes it, not accepted
+grep -q "the profile misses its own interference probes: .*; written anyway (--force-profile)" "$scratch/kept.err" ||
+  { cat "$scratch/kept.err"; fail "kept, --force-profile: the miss not said"; }
+check "kept, --force-profile: written, not accepted, the probes mispredicted" \
+  '(a["measured"]["accepted"] is False and a["measured"]["predicts_probes"] is False)' "$scratch/kept.json"
+
+# ---- a server that slows by 30 % from its 22nd completion (the first prefill probe): the
+# sentinel after the prefill probes moved, and says so
+start_fake drift --drift-after 21 --drift 1.3 --capacity 10000
+calibrate drift --max-drift 15%
+stop_fake
+[ "$rc" = 0 ] || { cat "$scratch/drift.out" "$scratch/drift.err"; fail "drift: exit $rc, not 0"; }
+grep -qE "drift: the server moved after the prefill probes: the sentinel's (TTFT|step) \+(2[0-9]|3[0-9])\.[0-9] % from the start \(over --max-drift 15 %\)" \
+  "$scratch/drift.out" || { cat "$scratch/drift.out"; fail "drift: not reported with the stage"; }
+# its cache of 10k tokens keeps the last 4 requests' cells (no reset): they fill it as the
+# prefill probes go, and the occupancy that moved is said
+grep -qE "occupancy moved: KV usage [0-9]+ % .. [0-9]+ % before the lone prefill probes \([0-9]+ points\)" "$scratch/drift.out" ||
+  { cat "$scratch/drift.out"; fail "drift: the occupancy that moved is not said"; }
+check "drift: recorded, moved after the prefill probes" \
+  '(a["measured"]["sentinel"]["moved_after"] == "prefill" and 0.2 <= a["measured"]["sentinel"]["moved_by"] <= 0.4 and
+    a["measured"]["sentinel"]["max_drift"] == 0.15 and a["measured"]["sentinel"]["step_drift"] >= 0.2 and
+    a["measured"]["kv_usage_spread"] > 0.05)' "$scratch/drift.json"
+
+# ---- a server whose stall beside the streams is 2x its lone prefill: refused, the probe named
+start_fake twice --stall-factor 2
+calibrate twice
+[ "$rc" = 1 ] || { cat "$scratch/twice.out" "$scratch/twice.err"; fail "2x stall: exit $rc, not 1"; }
+grep -qE "the profile misses its own interference probes: the [0-9]+-token prompt into 8 streams: (stall|prefill \(TTFT less queueing\)) measured [0-9.]+ ms, predicted [0-9.]+ ms \(-[4-5][0-9] %, over 25 %\); nothing written" \
+  "$scratch/twice.err" || { cat "$scratch/twice.err"; fail "2x stall: the refusal does not name the probe"; }
+[ ! -e "$scratch/twice.json" ] || fail "2x stall: a profile was written"
+stop_fake
+pass "a profile that misses its own probes: refused, the probe named, nothing written"
