@@ -26,7 +26,7 @@ typedef struct sweep_flags {
 static const opts_spec sweep_specs[] = {
     OPTS_STRING("server-cmd", "TEMPLATE",
                 "shell command starting the target's server for each point; {policy} "
-                "{max_num_batched_tokens} {chunked_prefill} {port} {host} {point}",
+                "{max_num_batched_tokens} {chunked_prefill} {prefix_caching} {port} {host} {point}",
                 sweep_flags, server_cmd),
     OPTS_DURATION("server-timeout", "DUR", "wait at most this for the server's /health (default 10m)",
                   sweep_flags, server_timeout_ns, 1, 24 * 3600 * CLOCK_NS_PER_S),

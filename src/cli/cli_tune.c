@@ -106,7 +106,8 @@ static opts_group sched_group_rest(experiment_config *cfg)
     for (int i = 0; i < g.n_specs && n < (int)(sizeof sched_left / sizeof sched_left[0]); i++) {
         const char *name = g.specs[i].name;
         if (strcmp(name, "policy") == 0 || strcmp(name, "max-num-batched-tokens") == 0 ||
-            strcmp(name, "max-num-seqs") == 0 || strstr(name, "chunked-prefill"))
+            strcmp(name, "max-num-seqs") == 0 || strstr(name, "chunked-prefill") ||
+            strcmp(name, "prefix-caching") == 0)
             continue;
         sched_left[n++] = g.specs[i];
     }

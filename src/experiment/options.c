@@ -291,6 +291,15 @@ static int sch_cache_off(void *c, const char *v, char *err)
     return 0;
 }
 
+static int sch_cache_value(void *c, const char *v, char *err)
+{
+    if (strcmp(v, "on") == 0)
+        return sch_cache_on(c, v, err);
+    if (strcmp(v, "off") == 0)
+        return sch_cache_off(c, v, err);
+    return err_set(err, "--prefix-caching: '%s' is not off or on", v);
+}
+
 static int sch_kv_layout(void *c, const char *v, char *err)
 {
     return sched_kv_layout_parse(v, &((experiment_config *)c)->sched.kv_layout, err);
@@ -314,6 +323,9 @@ static const opts_spec sched_specs[] = {
             "default in vLLM V1 and SGLang)",
             sch_cache_on),
     OPTS_FN("no-enable-prefix-caching", NULL, "prefix caching off (the default)", sch_cache_off),
+    OPTS_FN("prefix-caching", "off|on",
+            "the same as a value (sweep --prefix-caching off,on runs both side by side)",
+            sch_cache_value),
     OPTS_FN("kv-layout", "L",
             "paged (default: vLLM, SGLang; a request attends over its own context) | unified "
             "(llama.cpp's server: max-num-seqs slots share one cache, a slot keeps its last "

@@ -28,7 +28,7 @@ static const struct {
     {"prompt-tokens", false},  {"inject-every", false},          {"users", false},
     {"policy", true},          {"max-num-batched-tokens", true}, {"step-overhead", true},
     {"request-rate", false},   {"max-concurrency", false},       {"burstiness", false},
-    {"num-prompts", false},
+    {"num-prompts", false},    {"prefix-caching", true},
 };
 #define N_SWEEPABLE ((int)(sizeof SWEEPABLE / sizeof SWEEPABLE[0]))
 
