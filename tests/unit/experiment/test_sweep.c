@@ -78,8 +78,20 @@ static void test_sweep_saturation(void **state)
     assert_true(pc.wl.until_trace_end);
     char names[512];
     experiment_axes_names(names, sizeof names);
-    assert_non_null(strstr(names, "--request-rate, --max-concurrency, --burstiness and "
-                                  "--num-prompts"));
+    assert_non_null(strstr(names, "--request-rate, --max-concurrency, --burstiness, "
+                                  "--num-prompts and --prefix-caching"));
+    /* prefix caching varies as a server setting, off and on */
+    experiment_sweep *sw2 = calloc(1, sizeof *sw2);
+    assert_non_null(sw2);
+    char *argv2[] = {"--prefix-caching", "off,on"};
+    char *rest2[2];
+    int n_rest2 = 0;
+    assert_int_equal(experiment_axes_from_argv(2, argv2, sw2->axes, &sw2->n_axes, rest2,
+                                               &n_rest2, err), 0);
+    assert_int_equal(sw2->n_axes, 1);
+    assert_true(sw2->axes[0].server_side);
+    assert_int_equal(sw2->axes[0].n_values, 2);
+    free(sw2);
 
     /* --rate-search 3 in the simulator: 30 prompts at once, then three rates up to it */
     memset(sw, 0, sizeof *sw);
