@@ -131,7 +131,8 @@ static int sim_phase(void *impl, const experiment_phase *ph, tokenlog *log, expe
         return err_set(err, "the simulator needs a cost model: a remote target has none");
     /* The client's warm-up, in virtual time: the simulator starts as a live run does. */
     sim_config sim = {.wl = *ph->wl, .cost = cfg->cost, .sched = cfg->sched,
-                      .disagg = cfg->disagg, .warmup_ns = cfg->client.warmup_ns};
+                      .disagg = cfg->disagg, .warmup_ns = cfg->client.warmup_ns,
+                      .client_turnaround_ns = SIM_CLIENT_TURNAROUND_NS};
     sim_stats stats;
     workload_plan plan;
     if (workload_plan_build(ph->wl, &plan, err) != 0)

@@ -27,6 +27,11 @@ typedef struct sim_req {
  * (the hits depend on which segments are shared, not on the ids). */
 #define SIM_HASH_VOCAB 32000
 
+typedef struct sim_ready {
+    int user;
+    int64_t at;
+} sim_ready;
+
 typedef struct sim_state {
     const sim_config *cfg;
     sched *sched;
@@ -50,12 +55,22 @@ typedef struct sim_state {
     int cap_seqs;
     int64_t next_id;
     workload_conv *convs;  /* per user: its conversation (turns, system prompt) */
-    int64_t *ready_at;     /* per user: when it sends again after thinking (-1: not waiting) */
-    int n_thinking;
+    /* Closed users between two requests (the client's turnaround, then --think-time), in
+     * the order they send again: every wait is the same, so the queue stays sorted. */
+    sim_ready *ready;
+    int ready_head, n_thinking;
     workload_prompt prompt; /* scratch: the prompt being built */
     int32_t *ids;           /* scratch: its ids */
     int64_t cap_ids;
 } sim_state;
+
+/* A closed user sends its next request at `at`. */
+static void sim_ready_push(sim_state *st, int user, int64_t at)
+{
+    const int cap = st->cfg->wl.users + 1;
+    st->ready[(st->ready_head + st->n_thinking) % cap] = (sim_ready){user, at};
+    st->n_thinking++;
+}
 
 static sim_req *sim_new_req(sim_state *st)
 {
@@ -315,7 +330,7 @@ static void sim_free_state(sim_state *st)
     for (int u = 0; st->convs && u < st->cfg->wl.users; u++)
         workload_conv_free(&st->convs[u]);
     free(st->convs);
-    free(st->ready_at);
+    free(st->ready);
     free(st->ids);
     workload_prompt_free(&st->prompt);
     free(st->reqs);
@@ -395,35 +410,29 @@ static int sim_finish_step(sim_state *st, const sched_batch *b, int64_t t_end, c
         sim_req *r = st->finished[i];
         if (r->open) {
             st->open_in_flight--;
-        } else if (r->kind == TOKENLOG_BG && st->cfg->wl.think_time_ns > 0) {
-            st->ready_at[r->user] = t_end + st->cfg->wl.think_time_ns;
-            st->n_thinking++;
-        } else if (r->kind == TOKENLOG_BG && sim_start_bg(st, r->user, t_end, err) != 0) {
-            return -1;
+        } else if (r->kind == TOKENLOG_BG) {
+            sim_ready_push(st, r->user,
+                           t_end + st->cfg->client_turnaround_ns + st->cfg->wl.think_time_ns);
         }
     }
     return 0;
 }
 
-/* The users whose think time is over by t send their next request (at their own time);
- * the earliest still thinking, INT64_MAX when none. */
+/* The users whose wait is over by t send their next request (at their own time); the
+ * earliest still waiting, INT64_MAX when none. */
 static int64_t sim_wake_users(sim_state *st, int64_t t, char *err)
 {
-    int64_t next = INT64_MAX;
-    for (int u = 0; u < st->cfg->wl.users && st->n_thinking > 0; u++) {
-        const int64_t at = st->ready_at[u];
-        if (at < 0)
-            continue;
-        if (at > t) {
-            next = at < next ? at : next;
-            continue;
-        }
-        st->ready_at[u] = -1;
+    const int cap = st->cfg->wl.users + 1;
+    while (st->n_thinking > 0) {
+        const sim_ready next = st->ready[st->ready_head];
+        if (next.at > t)
+            return next.at;
+        st->ready_head = (st->ready_head + 1) % cap;
         st->n_thinking--;
-        if (sim_start_bg(st, u, at, err) != 0)
+        if (sim_start_bg(st, next.user, next.at, err) != 0)
             return -1;
     }
-    return next;
+    return INT64_MAX;
 }
 
 static int sim_run_core(const sim_config *cfg, const workload_plan *plan_in, tokenlog *log,
@@ -477,9 +486,9 @@ static int sim_run_core(const sim_config *cfg, const workload_plan *plan_in, tok
     st.sched = sched_create(&cfg->sched, err);
     st.next_k = calloc((size_t)cfg->wl.users + 1, sizeof *st.next_k);
     st.convs = calloc((size_t)cfg->wl.users + 1, sizeof *st.convs);
-    st.ready_at = malloc(((size_t)cfg->wl.users + 1) * sizeof *st.ready_at);
+    st.ready = malloc(((size_t)cfg->wl.users + 1) * sizeof *st.ready);
     inject_times = malloc(sizeof *inject_times * WORKLOAD_MAX_INJECTIONS);
-    if (!st.sched || !st.next_k || !st.convs || !st.ready_at || !inject_times) {
+    if (!st.sched || !st.next_k || !st.convs || !st.ready || !inject_times) {
         if (st.sched)
             err_set(err, "out of memory");
         goto done;
@@ -489,7 +498,6 @@ static int sim_run_core(const sim_config *cfg, const workload_plan *plan_in, tok
         inject_times[i] += cfg->t0_ns; /* planned from t = 0 (a warm start's) */
 
     for (int u = 0; u < cfg->wl.users; u++) {
-        st.ready_at[u] = -1;
         if (sim_start_bg(&st, u, 0, err) != 0)
             goto done;
     }
@@ -500,15 +508,17 @@ static int sim_run_core(const sim_config *cfg, const workload_plan *plan_in, tok
     while (t < cfg->t0_ns + cfg->wl.duration_ns) {
         if (cfg->wl.until_trace_end && st.next_open >= plan.n_arrivals && st.open_in_flight == 0)
             break; /* the trace's last request has finished: the run ends with it */
+        /* Closed users first: their requests were sent during the step that just ended, before
+         * anything planned at its end (a warm start keeps them in send order). */
+        int64_t next_wake = st.n_thinking > 0 ? sim_wake_users(&st, t, err) : INT64_MAX;
+        if (next_wake < 0)
+            goto done;
         while (next_inject < n_inject && inject_times[next_inject] <= t) {
             if (sim_start_inject(&st, next_inject, inject_times[next_inject], err) != 0)
                 goto done;
             next_inject++;
         }
         if (sim_admit_open(&st, t, false, err) != 0)
-            goto done;
-        int64_t next_wake = st.n_thinking > 0 ? sim_wake_users(&st, t, err) : INT64_MAX;
-        if (next_wake < 0)
             goto done;
         if (sink && sim_flush_events(&st, err) != 0)
             goto done;

@@ -1,7 +1,11 @@
 /* sim — the discrete-event simulator: the workload drives the real scheduler (sched_*)
  * and the cost model (cost_*) under a virtual clock. No thread, no sleep: a 40 s run takes
  * milliseconds. Every step takes cost_step_ns(batch); every token of a step is stamped at
- * the step's end; a background user's next request arrives the instant its answer ends;
+ * the step's end; a background user's next request arrives client_turnaround_ns (plus
+ * --think-time) after its answer ended: the runs' SIM_CLIENT_TURNAROUND_NS puts it in the
+ * step after the one that starts at that end, as over HTTP, where the engine starts its next
+ * step the moment the last one ends and the client's next request, sent on reading the
+ * answer's last token, lands during it (0: it joins the step starting at that end);
  * an injection or an open-loop request arrives at its planned time and joins the first step
  * that starts after it. With max_concurrency, an open-loop arrival that finds every slot
  * taken waits (first come, first served) until a request ends and is sent then: its
@@ -34,10 +38,19 @@
  * steps.csv holds every instance's steps, in start order (ties: prefill instances first, by
  * index); the row has no instance column (steps.csv, docs/reference/artifacts.md), but a prefill
  * instance's steps carry prefill tokens only and a decode instance's decode tokens only (save a
- * preempted request's recompute). Everything else (rows, events, their order) is as above. */
+ * preempted request's recompute). A closed user's next request arrives at its answer's end
+ * (client_turnaround_ns is not modeled there). Everything else (rows, events, their order)
+ * is as above. */
 #ifndef STALLSCOPE_SIM_H
 #define STALLSCOPE_SIM_H
 #include "common/tokenlog.h"
+
+/* The runs' closed-user turnaround (sim_config.client_turnaround_ns): from the end of the
+ * step that sampled an answer's last token to the user's next request's arrival (a loopback
+ * client reads the token and sends again in about a tenth of a millisecond). Any positive
+ * value puts the request after the step already under way; an idle engine takes it at
+ * once. */
+#define SIM_CLIENT_TURNAROUND_NS (100 * 1000LL)
 #include "sim/disagg.h"
 #include "sim/sim_types.h"
 #include "workload/workload.h"

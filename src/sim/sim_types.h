@@ -32,6 +32,10 @@ typedef struct sim_config {
      * warms up (run --warmup): at t = 0 they are mid-answer (sim.h, "Warm start"). 0: they
      * all start at t = 0 (cold). */
     int64_t warmup_ns;
+    /* A closed user's turnaround: its next request arrives this long (plus --think-time)
+     * after the step that ended its answer (sim.h; the runs use SIM_CLIENT_TURNAROUND_NS).
+     * 0: at that step's end, in time for the next step. */
+    int64_t client_turnaround_ns;
     /* The simulator's own (callers leave it 0): the virtual time of t = 0 during a warm
      * start; injections and open-loop arrivals are planned from it, the run ends at
      * t0_ns + duration. */

@@ -82,14 +82,19 @@ static int early_row(sim_warm *w, const tokenlog_request *row, char *err)
         w->early[w->n_early].live = false;
     w->early[id].row = *row;
     w->early[id].live = row->t_end_ns < 0 || row->t_end_ns >= w->t0_ns;
+    /* Recording: kept already, or sent before t = 0 but told only now (a closed user's next
+     * request, sent during the step that crossed t = 0 and handed over at its end): carried
+     * over, as start_recording would have. */
+    if (w->recording)
+        return (id < w->cap_ids && w->ids[id] >= 0) || w->early[id].live
+                   ? keep_row(w, row, true, err)
+                   : 0;
     const int64_t at = row->t_end_ns >= 0 ? row->t_end_ns
                        : row->t_first_ns >= 0 ? row->t_first_ns
                                               : row->t_send_ns;
     if (at < w->t0_ns)
         return 0;
-    if (!w->recording)
-        return start_recording(w, err); /* this row among them */
-    return id < w->cap_ids && w->ids[id] >= 0 ? keep_row(w, row, true, err) : 0;
+    return start_recording(w, err); /* this row among them */
 }
 
 static int on_request(void *ctx, const tokenlog_request *row, char *err)

@@ -64,8 +64,11 @@ carried() { python3 -c 'import csv,sys; print(sum(r["t_send_ns"] == sys.argv[2] 
 "$bin" sim --preset lesson --warmup 0 --no-report --out "$dir/cold" >/dev/null
 [ "$(carried "$dir/cold/baseline/requests.csv" 0)" = 32 ] &&
   [ "$(carried "$dir/cold/baseline/requests.csv" -1)" = 0 ] || fail "--warmup 0 did not start cold"
-check "warm: background TTFT p99 one step (< 2 x p50); cold: the first prompts' prefill (> 5 x p50)" \
-  'a["ttft_ms"]["p99"] < 2 * a["ttft_ms"]["p50"] and b["ttft_ms"]["p99"] > 5 * b["ttft_ms"]["p50"]' \
+# A background TTFT is the step under way when the request lands (the client's turnaround:
+# sim.h) and its own prefill's step, about two decode steps; the cold start's first prompts
+# wait for one step holding all 32 prefills, several times that.
+check "warm: background TTFT p99 about p50 (< 2 x p50); cold: the first prompts' prefill (> 3 x p50)" \
+  'a["ttft_ms"]["p99"] < 2 * a["ttft_ms"]["p50"] and b["ttft_ms"]["p99"] > 3 * b["ttft_ms"]["p50"]' \
   "$dir/lesson/baseline/summary.json" "$dir/cold/baseline/summary.json"
 steps0=$(python3 -c 'import csv,sys; print(min(int(r["t_start_ns"]) for r in csv.DictReader(open(sys.argv[1]))))' "$dir/lesson/baseline/steps.csv")
 [ "$steps0" -ge 0 ] || fail "a step before t = 0 in steps.csv: $steps0"
