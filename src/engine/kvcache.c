@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/rng.h"
 
 #define NIL (-1)
 
@@ -33,14 +34,10 @@ struct kvcache {
     int64_t n_evictable;
 };
 
+/* 64 well-mixed bits of x: one splitmix64 step from it (common/rng.h). */
 static uint64_t mix64(uint64_t x)
 {
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return x;
+    return rng_next(&x);
 }
 
 uint64_t kvcache_hash_block(uint64_t prev, const int32_t *ids, int block_size)
