@@ -77,6 +77,19 @@ static bool post_ok(const transport_options *so, const char *path, int64_t timeo
     return rc == 0 && status >= 200 && status < 300;
 }
 
+/* llama.cpp's erase of slot `slot`. */
+static bool erase_slot(const transport_options *so, int slot, int64_t timeout_ns)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/slots/%d?action=erase", slot);
+    return post_ok(so, path, timeout_ns);
+}
+
+static bool is_llamacpp(const calib_target_kept *kept)
+{
+    return strcmp(kept->reset_path, "/slots/0?action=erase") == 0;
+}
+
 void calib_target_find_reset(const transport_options *so, int64_t timeout_ns,
                              calib_target_kept *kept)
 {
@@ -84,12 +97,22 @@ void calib_target_find_reset(const transport_options *so, int64_t timeout_ns,
         if (post_ok(so, RESETS[i].path, timeout_ns)) {
             snprintf(kept->reset_path, sizeof kept->reset_path, "%s", RESETS[i].path);
             snprintf(kept->reset_server, sizeof kept->reset_server, "%s", RESETS[i].server);
+            kept->reset_slots = 1;
+            if (is_llamacpp(kept))
+                while (kept->reset_slots < CALIB_TARGET_MAX_SLOTS &&
+                       erase_slot(so, kept->reset_slots, timeout_ns))
+                    kept->reset_slots++;
             return;
         }
 }
 
 void calib_target_reset(const transport_options *so, int64_t timeout_ns, calib_target_kept *kept)
 {
-    if (kept->reset_path[0] && post_ok(so, kept->reset_path, timeout_ns))
+    if (!kept->reset_path[0])
+        return;
+    bool ok = post_ok(so, kept->reset_path, timeout_ns);
+    for (int slot = 1; ok && is_llamacpp(kept) && slot < kept->reset_slots; slot++)
+        ok = erase_slot(so, slot, timeout_ns);
+    if (ok)
         kept->resets++;
 }

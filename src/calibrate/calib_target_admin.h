@@ -21,10 +21,14 @@ int calib_target_metrics_scrape(const transport_options *so, int64_t timeout_ns,
 
 /* Which reset the target offers: the first of vLLM's POST /reset_prefix_cache, SGLang's
  * POST /flush_cache, llama.cpp's POST /slots/0?action=erase to answer 2xx, into
- * kept->reset_path and reset_server (none: ""). Never an error. */
+ * kept->reset_path and reset_server (none: ""). llama.cpp erases one slot at a time: the
+ * slots answering 2xx from 0 on (at most CALIB_TARGET_MAX_SLOTS; it refuses an id past its
+ * last) are kept->reset_slots, and every reset erases them all. Never an error. */
+#define CALIB_TARGET_MAX_SLOTS 512
 void calib_target_find_reset(const transport_options *so, int64_t timeout_ns,
                              calib_target_kept *kept);
-/* POST kept's reset, when one (a 2xx counts in kept->resets; a failure only goes uncounted). */
+/* POST kept's reset, when one, to each slot for llama.cpp (a reset whose every POST answered
+ * 2xx counts in kept->resets; a failure only goes uncounted). */
 void calib_target_reset(const transport_options *so, int64_t timeout_ns, calib_target_kept *kept);
 
 #endif

@@ -441,6 +441,8 @@ static json_t *kept_json(const calib_target_kept *k)
     json_object_set_new(o, "reset_server",
                         k->reset_path[0] ? json_string(k->reset_server) : json_null());
     json_object_set_new(o, "resets", json_integer(k->resets));
+    json_object_set_new(o, "reset_slots", k->reset_path[0] ? json_integer(k->reset_slots)
+                                                           : json_null());
     json_object_set_new(o, "prompt_tokens", json_integer(k->prompt_tokens));
     const int caching = calib_target_prefix_caching(k);
     json_object_set_new(o, "prefix_caching", caching < 0 ? json_null() : json_boolean(caching));

@@ -62,6 +62,7 @@ typedef struct calib_target_kept {
     char reset_path[32];    /* the reset offered ("" none) */
     char reset_server[16];  /* whose it is: "vLLM", "SGLang", "llama.cpp" */
     int resets;             /* resets sent */
+    int reset_slots;        /* llama.cpp: the slots erased by each reset (ids 0 .. n - 1) */
     int prompt_tokens;      /* the caching and fill probes' prompt (0: not run) */
     double cache_first_ns, cache_second_ns; /* the same prompt's TTFTs (0: not measured) */
     double quiet_ns;        /* that length's lone TTFT among the prefill probes */

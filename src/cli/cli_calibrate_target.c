@@ -286,7 +286,11 @@ static void print_occupancy(const calib_target_result *r)
 static void print_kept(const calib_target_result *r)
 {
     const calib_target_kept *k = &r->kept;
-    if (k->reset_path[0])
+    if (k->reset_path[0] && k->reset_slots > 1)
+        printf("  reset: %s's POST /slots/{0..%d}?action=erase (every slot), before every lone "
+               "prefill and sentinel (%d sent)\n",
+               k->reset_server, k->reset_slots - 1, k->resets);
+    else if (k->reset_path[0])
         printf("  reset: %s's POST %s, before every lone prefill and sentinel (%d sent)\n",
                k->reset_server, k->reset_path, k->resets);
     else

@@ -84,7 +84,7 @@ start_fake kept --cache --retain 4000 --reset llamacpp
 calibrate kept --force-profile
 stop_fake
 [ "$rc" = 0 ] || { cat "$scratch/kept.out" "$scratch/kept.err"; fail "kept: exit $rc"; }
-grep -q "reset: llama.cpp's POST /slots/0?action=erase, before every lone prefill and sentinel" "$scratch/kept.out" ||
+grep -q "reset: llama.cpp's POST /slots/{0..3}?action=erase (every slot), before every lone prefill and sentinel" "$scratch/kept.out" ||
   { cat "$scratch/kept.out"; fail "kept: the reset is not said"; }
 grep -qE "prefix caching: on: the same 4096-token prompt twice: TTFT [0-9.]+ ms, then [0-9.]+ ms" "$scratch/kept.out" ||
   fail "kept: prefix caching not said"
@@ -92,6 +92,7 @@ grep -qE "retained state: a fresh 4096-token prompt alone right after the interf
   fail "kept: the prefill after the fill not said"
 check "kept: the reset recorded, caching on (sim reads it), the prefill after the fill slower" \
   '(a["measured"]["state"]["reset"] == "/slots/0?action=erase" and a["measured"]["state"]["reset_server"] == "llama.cpp" and
+    a["measured"]["state"]["reset_slots"] == 4 and
     a["measured"]["state"]["resets"] >= 12 and a["prefix_caching"] is True and
     a["measured"]["state"]["repeat_ttft_ms"] < 0.5 * a["measured"]["state"]["first_ttft_ms"] and
     a["measured"]["state"]["after_fill_ratio"] > 1.15)' "$scratch/kept.json"

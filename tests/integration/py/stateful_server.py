@@ -19,6 +19,7 @@ and the
 prefix cache's queries and hits. Usage rides on every chunk. Stops by itself after 300 s."""
 import argparse
 import json
+import re
 import queue
 import threading
 import time
@@ -36,6 +37,7 @@ ap.add_argument("--cache", action="store_true")
 ap.add_argument("--retain", type=float, default=0)
 ap.add_argument("--reset", default="none")
 ap.add_argument("--capacity", type=int, default=100000)
+ap.add_argument("--slots", type=int, default=4)  # llama.cpp: ids 0 .. slots-1 erase, others 400
 args = ap.parse_args()
 RESET_PATHS = {"vllm": "/reset_prefix_cache", "sglang": "/flush_cache",
                "llamacpp": "/slots/0?action=erase"}
@@ -125,7 +127,15 @@ class Handler(BaseHTTPRequestHandler):
             with lock:
                 state["seen"].clear()
                 state["retained"] = []
+                state["erased"] = state.get("erased", 0) + 1
             self.send_json(200, {"ok": True})
+            return
+        slot = re.fullmatch(r"/slots/(\d+)\?action=erase", self.path)
+        if args.reset == "llamacpp" and slot:
+            ok = int(slot.group(1)) < args.slots
+            with lock:
+                state["erased"] = state.get("erased", 0) + (1 if ok else 0)
+            self.send_json(200 if ok else 400, {"ok": True} if ok else {"error": "Invalid slot ID"})
             return
         if self.path != "/v1/completions":
             self.send_json(404, {"error": "not found"})
