@@ -178,14 +178,10 @@ static int tune(tune_config *tc, int argc, char **argv)
          tune_parse_disaggregate(flags.disaggregate, flags.kv_link, tc, err) != 0) ||
         experiment_resolve(&tc->base, err) != 0)
         return cli_usage_error("tune", err);
-    bool said_caching = false;
-    for (int i = 0; i < argc; i++)
-        said_caching |= strcmp(argv[i], "--enable-prefix-caching") == 0 ||
-                        strcmp(argv[i], "--no-enable-prefix-caching") == 0;
-    if (flags.prefix_caching[0] && said_caching)
+    if (flags.prefix_caching[0] && tc->base.prefix_caching_said)
         return cli_usage_error("tune", "--prefix-caching searches the setting: leave out "
                                        "--enable-prefix-caching / --no-enable-prefix-caching");
-    tune_default_prefix_caching(tc, said_caching);
+    tune_default_prefix_caching(tc, tc->base.prefix_caching_said);
     if (flags.kv_link[0] && !flags.disaggregate[0])
         return cli_usage_error("tune", "--kv-link is the link of --disaggregate's splits: give "
                                        "--disaggregate P:D,... too");

@@ -506,7 +506,6 @@ static int64_t run_step(engine *e, const sched_batch *batch, int64_t start_ns)
         .prefix_hits = batch->prefix_hits,
         .prefix_queries_total = sched_prefix_queries(e->sched),
         .prefix_hits_total = sched_prefix_hits(e->sched),
-        .kv_blocks_cached = sched_blocks_cached(e->sched),
         .kv_cells_occupied = sched_cells_occupied(e->sched),
     };
     summary->info = info;
@@ -535,7 +534,6 @@ static void push_idle_summary(engine *e, int64_t now_ns)
         .slips_total = e->slips,
         .prefix_queries_total = sched_prefix_queries(e->sched),
         .prefix_hits_total = sched_prefix_hits(e->sched),
-        .kv_blocks_cached = sched_blocks_cached(e->sched),
         .kv_cells_occupied = sched_cells_occupied(e->sched),
     };
 }

@@ -58,8 +58,8 @@ typedef struct engine_req {
     int max_tokens;          /* >= 1 */
     exec_seq seq;            /* sampling parameters for the executor */
     /* Prefix caching of a text prompt: its ids as the server tokenized them (caller-owned,
-     * n_cache_ids == prompt_tokens, valid until the final event), which name its KV blocks
-     * (seq.prompt_ids does for a token-id prompt). NULL: a text prompt shares nothing. */
+     * valid until the final event), which name its KV blocks (seq.prompt_ids does for a
+     * token-id prompt, and wins). NULL, or n_cache_ids != prompt_tokens: it shares nothing. */
     const int32_t *cache_ids;
     int n_cache_ids;
     const char *const *stop; /* stop strings (caller-owned, non-empty), n_stop of them */
@@ -109,7 +109,6 @@ typedef struct engine_step_info {
     int32_t prefix_hits;        /* of them, found in the prefix cache */
     int64_t prefix_queries_total; /* vLLM's prefix-cache counters so far (sched.h) */
     int64_t prefix_hits_total;
-    int64_t kv_blocks_cached;   /* blocks holding cached KV nobody uses (evictable) */
     int64_t kv_cells_occupied;  /* --kv-layout unified: cells in the cache (sched.h); 0 paged */
 } engine_step_info;
 

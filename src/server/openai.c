@@ -196,13 +196,22 @@ static void keep_template_ids(const openai_limits *lim, openai_request *out, con
         out->text_ids[out->n_text_ids++] = (int32_t)((h + (uint64_t)i) % (uint64_t)lim->vocab_size);
 }
 
+/* The text's tokens, counted; kept too with keep_text_ids: in one pass when room for one per
+ * byte holds them (every tokenizer here gives at most that), else a second one. */
 static int count_text(const openai_limits *lim, openai_request *out, const char *text, size_t len,
                       int64_t *total, uint64_t *hash)
 {
-    const int64_t n = lim->tokenize(lim->tokenize_ctx, text, len, NULL, 0);
-    if (lim->keep_text_ids && n > 0 && text_ids_room(out, n))
-        out->n_text_ids += (int)lim->tokenize(lim->tokenize_ctx, text, len,
-                                              out->text_ids + out->n_text_ids, n);
+    int64_t n;
+    const int64_t room = (int64_t)len + 1;
+    if (lim->keep_text_ids && text_ids_room(out, room)) {
+        n = lim->tokenize(lim->tokenize_ctx, text, len, out->text_ids + out->n_text_ids, room);
+        if (n > room && text_ids_room(out, n))
+            lim->tokenize(lim->tokenize_ctx, text, len, out->text_ids + out->n_text_ids, n);
+        if (out->text_ids)
+            out->n_text_ids += (int)n;
+    } else {
+        n = lim->tokenize(lim->tokenize_ctx, text, len, NULL, 0);
+    }
     *total += n;
     *hash = fnv_bytes(*hash, text, len);
     return 0;

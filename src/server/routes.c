@@ -162,11 +162,9 @@ static void handle_generate(server *s, struct evhttp_request *hreq, openai_endpo
         .prompt_ids = st->req.prompt_ids,
         .n_prompt_ids = st->req.prompt_ids ? st->req.prompt_tokens : 0,
     };
-    /* A text prompt's ids name its blocks for the prefix cache (only when they add up). */
-    if (!st->req.prompt_ids && st->req.text_ids && st->req.n_text_ids == st->req.prompt_tokens) {
-        er->cache_ids = st->req.text_ids;
-        er->n_cache_ids = st->req.n_text_ids;
-    }
+    /* A text prompt's ids name its blocks for the prefix cache (the engine checks them). */
+    er->cache_ids = st->req.text_ids;
+    er->n_cache_ids = st->req.n_text_ids;
     er->stop = (const char *const *)st->req.stop;
     er->n_stop = st->req.n_stop;
     er->user = st;
