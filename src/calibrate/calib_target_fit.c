@@ -96,7 +96,11 @@ int calib_target_steady_gap(const calib_target_series *s, int n_streams, int ski
 /* One stream's view: its longest gap overlapping [send, first] (-1: none), and the steps of
  * the prefill counted back from the one that emitted the prompt's first token (this stream's
  * event within tol of first_ns, or its last before): that step, then each step before it
- * that was slowed (a gap over slow_ns: it carried prefill) and ended after the send. *wait:
+ * that was slowed (a gap over slow_ns: it carried prefill) and ended after the send, and that
+ * took at least CALIB_TARGET_CHUNK_ALIKE of the steps counted after it (the final step for the
+ * first one counted, the shortest of the others after that): a prompt's chunks are the same
+ * size and cost alike step to step, while a decode step the machine slowed before the first
+ * chunk is far shorter than one — counted, it would add a step to every stream. *wait:
  * from the send to the first counted step's start (0 when it began before the send; -1
  * when the stream has no event there). */
 static void stream_seen(const calib_target_series *s, int64_t send_ns, int64_t first_ns,
@@ -118,8 +122,12 @@ static void stream_seen(const calib_target_series *s, int64_t send_ns, int64_t f
         return;
     int i = last;
     *steps = 1;
-    while (i - 1 >= 1 && s->t_ns[i - 1] > send_ns &&
-           (double)(s->t_ns[i - 1] - s->t_ns[i - 2]) > slow_ns) {
+    double alike = (double)(s->t_ns[last] - s->t_ns[last - 1]); /* the final step's gap */
+    for (bool first_counted = true; i - 1 >= 1 && s->t_ns[i - 1] > send_ns; first_counted = false) {
+        const double gap = (double)(s->t_ns[i - 1] - s->t_ns[i - 2]);
+        if (gap <= slow_ns || gap < CALIB_TARGET_CHUNK_ALIKE * alike)
+            break;
+        alike = first_counted || gap < alike ? gap : alike;
         i--;
         (*steps)++;
     }
@@ -240,13 +248,15 @@ bool calib_target_budget_bounds(const calib_target_stall *stalls, const bool *ch
     if (m == 0)
         return false;
     /* The chunk most counts agree on: of the intervals' left ends, the one inside the most
-     * intervals (the first of equals), and the intersection of those intervals. */
+     * intervals, and the intersection of those intervals. Of equals, the largest chunk: a
+     * count errs by a step added (a decode step the machine slowed), which shrinks its chunk,
+     * far more often than by one lost (a chunk step would have to look like a decode step). */
     int best = -1, best_count = 0;
     for (int x = 0; x < m; x++) {
         int count = 0;
         for (int j = 0; j < m; j++)
             count += a[j] <= a[x] && a[x] < b[j];
-        if (count > best_count)
+        if (count > best_count || (count == best_count && a[x] > a[best]))
             best = x, best_count = count;
     }
     *lo = 0;

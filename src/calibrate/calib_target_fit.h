@@ -123,6 +123,10 @@ int calib_target_steady_gap(const calib_target_series *s, int n_streams, int ski
 
 /* A step that carried prefill: its gap over this x the steady gap. */
 #define CALIB_TARGET_SLOWED 1.25
+/* A step counted into a prefill takes at least this x the shortest prefill step counted after
+ * it: consecutive chunks of one prompt differ by the attention over one more chunk, a few
+ * percent (under half only for chunks near a small model's whole width). */
+#define CALIB_TARGET_CHUNK_ALIKE 0.5
 
 /* What the streams saw when a prompt was sent at send_ns and answered at first_ns. */
 typedef struct calib_target_seen {

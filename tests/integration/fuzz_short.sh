@@ -2,7 +2,7 @@
 # A short, bounded fuzz run inside the test suite: the ten libFuzzer targets of fuzz/
 # (SSE splitter, SSE chunk decoder, the server's request parser and its request framing,
 # the units parsers, the client's HTTP/1.1 response parser, the trace readers, the Prometheus text parser, the redaction rule) built with clang into the scratch dir and run FUZZ_SHORT_SECONDS each
-# (default 15: about 135 s in all) on the seed corpus. Fails on any crash or sanitizer report. Without clang
+# (default 8) on the seed corpus. Fails on any crash or sanitizer report. Without clang
 # or libFuzzer: a failure as root or with CI=true (scripts/deps.sh test installs clang and
 # libclang-rt-14-dev there), skipped (exit 77, reason printed) otherwise. Longer runs: make
 # fuzz (FUZZ_SECONDS=300 per target by default), figures in docs/results/fuzzing.md.
@@ -17,7 +17,7 @@ rm -rf "$WORK"
 mkdir -p "$WORK"
 set +e
 # The ctest environment asks ASan for leak checks; run.sh sets its own options.
-bash "$SRC/fuzz/run.sh" "$WORK" "${FUZZ_SHORT_SECONDS:-15}"
+bash "$SRC/fuzz/run.sh" "$WORK" "${FUZZ_SHORT_SECONDS:-8}"
 rc=$?
 set -e
 # 77: fuzz/build.sh found no clang, no libFuzzer runtime or no jansson (it said which).

@@ -40,6 +40,11 @@ env = {}
 for i, path in enumerate(sys.argv[2:]):
     env["abcdefgh"[i]] = json.load(open(path))
 ok = eval(expr, {}, env)
+if not ok:
+    # what was read, so a failure says why (the "measured" part when there is one)
+    for k, v in env.items():
+        shown = v.get("measured", v) if isinstance(v, dict) else v
+        print(f"  {k}: {json.dumps(shown, sort_keys=True)[:3000]}", file=sys.stderr)
 sys.exit(0 if ok else 1)
 PY
   pass "$name"

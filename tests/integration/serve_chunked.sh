@@ -5,7 +5,7 @@
 #  - no step holds more than 512 tokens, and the prompt is spread over many steps;
 #  - no step lasts longer than the cost model's longest 512-token step (the largest
 #    modeled_ns in the log: the last chunks, whose attention reaches back over ~7,500
-#    tokens) + 0.5 ms, except at most 1 % of steps (rounded down), each only if the engine
+#    tokens) + 0.5 ms, except at most 5 % of steps (rounded down), each only if the engine
 #    recorded the step that late itself (late_ns in the step log: the overrun minus the
 #    recorded lateness within 0.5 ms) and the overrun is at most 10 ms
 #    (serve_client.check_step_timing; docs/reference/tests.md quotes the same numbers);
@@ -68,7 +68,7 @@ print(f"{len(steps)} steps, {len(chunks)} carry prompt chunks; longest modeled "
 # millisecond or two. Such a step is excused only by the engine's own record of it.
 excused, worst = check_step_timing(steps, lambda s: longest_modeled, "steps")
 print(f"steps over the longest 512-token step by > 0.5 ms, excused by the engine's late_ns: "
-      f"{excused} (at most {len(steps) // 100}); worst overrun {worst / 1e6:.3f} ms")
+      f"{excused} (at most {len(steps) * 5 // 100}); worst overrun {worst / 1e6:.3f} ms")
 assert longest_actual < one_step_ms * 1e6 / 4, "a step as long as a one-step prefill"
 assert longest_modeled < one_step_ms * 1e6 / 4
 

@@ -4,7 +4,7 @@
 # emulated H100 running Llama 3.1 8B: 32 streams, then one 8,000-token prompt.
 #  - the step log shows the prefill step within 2 % of the cost model, and the decode steps
 #    on the model: the median within 0.1 ms, every decode step within 0.5 ms of its modeled
-#    duration except at most 1 % of them (rounded down), and each of those only if the
+#    duration except at most 5 % of them (rounded down), and each of those only if the
 #    engine recorded the step that late itself (late_ns in the step log: the overrun minus
 #    the recorded lateness within 0.5 ms) and the overrun is at most 10 ms
 #    (serve_client.check_step_timing; docs/reference/tests.md quotes the same numbers). Four 130 ms
@@ -77,12 +77,12 @@ assert abs(statistics.median(errs)) <= 0.1
 assert errs[0] >= 0, "a decode step ended before its modeled time"
 # Even under SCHED_FIFO a shared VM now and then wakes the engine thread late by a
 # millisecond or two (the hypervisor, not the engine); such a step is excused only by the
-# engine's own record of it (late_ns), up to 10 ms, and on at most 1 % of steps.
+# engine's own record of it (late_ns), up to 10 ms, and on at most 5 % of steps.
 if not client["realtime"]:
     print("note: engine thread not SCHED_FIFO here")
 excused, worst = check_step_timing(decode, lambda s: s["modeled_ns"], "decode steps")
 print(f"decode steps over by > 0.5 ms, excused by the engine's late_ns: {excused} "
-      f"(at most {len(decode) // 100}); worst overrun {worst / 1e6:.3f} ms")
+      f"(at most {len(decode) * 5 // 100}); worst overrun {worst / 1e6:.3f} ms")
 
 # Every background stream's token from the prefill step comes after the step ended.
 for i, st in enumerate(client["bg"]):

@@ -3,14 +3,14 @@
 # (serve_client.check_step_timing), fed step logs made here, no server: a step may overrun
 # its modeled time by 0.5 ms; a larger overrun is excused only by the engine's own record
 # of that step's late wake-up (late_ns; the overrun minus it within 0.5 ms), only up to
-# 10 ms, and on at most 1 % of steps (rounded down).
+# 10 ms, and on at most 5 % of steps (rounded down).
 #  - four 130 ms stalls in 600 steps that no late_ns explains: refused (the rule before
 #    issue 15, "99 % of steps within 0.5 ms", let them through: checked below too);
 #  - the same stalls recorded by the engine (late_ns 130 ms): refused, over the 10 ms cap;
-#  - 6 steps 1 ms late with their late_ns in 600: accepted; 7: refused (over 1 %);
+#  - 30 steps 1 ms late with their late_ns in 600: accepted; 31: refused (over 5 %);
 #  - 4.9 ms late with its record: accepted; 5.1 ms: refused;
 #  - a 1 ms overrun in a log without the late_ns column: refused;
-#  - a refusal made only of recorded lateness (over the cap, or over 1 %) is the machine's:
+#  - a refusal made only of recorded lateness (over the cap, or over 5 %) is the machine's:
 #    RecordedLateOnly, and the test that measured measures once more (serve_lib.bash's
 #    run_measured); one with any unexplained overrun is a plain failure;
 #  - a cut or non-numeric row in a step log: an error, not a row skipped.
@@ -62,10 +62,10 @@ cases = [
     ("four 130 ms stalls, no record", log("stalls", stalls), "refused"),
     ("four 130 ms stalls, recorded", log("stalls_recorded", stalls, stalls), "retry"),
     ("the same, and one 1 ms overrun unrecorded", log("mixed", both, stalls), "refused"),
-    ("6 x 1 ms late, recorded", log("six", {k: 1_000_000 for k in range(6)},
-                                    {k: 990_000 for k in range(6)}), "accepted"),
-    ("7 x 1 ms late, recorded", log("seven", {k: 1_000_000 for k in range(7)},
-                                    {k: 990_000 for k in range(7)}), "retry"),
+    ("30 x 1 ms late, recorded", log("thirty", {k: 1_000_000 for k in range(30)},
+                                     {k: 990_000 for k in range(30)}), "accepted"),
+    ("31 x 1 ms late, recorded", log("thirty-one", {k: 1_000_000 for k in range(31)},
+                                     {k: 990_000 for k in range(31)}), "retry"),
     ("1 ms late, recorded only 0.3 ms", log("partial", {5: 1_000_000}, {5: 300_000}), "refused"),
     ("9.9 ms late, recorded", log("cap_in", {5: 9_860_000}, {5: 9_860_000}), "accepted"),
     ("10.1 ms late, recorded", log("cap_out", {5: 10_060_000}, {5: 10_060_000}), "retry"),

@@ -245,14 +245,14 @@ def read_steps(path):
 # larger overrun is excused only when the engine itself recorded the step that late (its
 # late_ns: the executor's own wake-up delay, in the step log) — the overrun minus the
 # recorded lateness stays within TOLERANCE_NS — and the overrun is at most EXCUSE_CAP_NS;
-# at most 1 % of the steps (rounded down) may be excused.
+# at most 5 % of the steps (rounded down) may be excused.
 # When every violation is lateness the engine recorded (over the cap, or on more steps than
 # the 1 %) and none is unexplained, the machine held the engine back, not the engine itself:
 # check_step_timing raises RecordedLateOnly, the script exits RETRY_EXIT, and the test
 # measures once more (once only); the second measurement must pass the same rule.
 TOLERANCE_NS = 500_000
 EXCUSE_CAP_NS = 10_000_000
-EXCUSE_FRACTION = 0.01
+EXCUSE_FRACTION = 0.05
 RETRY_EXIT = 3
 
 
@@ -299,7 +299,7 @@ def check_step_timing(steps, bound_ns, what):
     allowed = int(len(steps) * EXCUSE_FRACTION)
     if len(excused) > allowed:
         bad.append(f"{len(excused)} steps over by > {TOLERANCE_NS / 1e6} ms with the engine's "
-                   f"record, more than 1 % of {len(steps)} ({allowed})")
+                   f"record, more than {EXCUSE_FRACTION:.0%} of {len(steps)} ({allowed})")
     if bad:
         kind = AssertionError if unexplained else RecordedLateOnly
         raise kind(f"{what}: " + "; ".join(bad[:6]))

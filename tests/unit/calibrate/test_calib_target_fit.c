@@ -126,6 +126,53 @@ static void test_stall_of(void **state)
     assert_int_equal(calib_target_stall_of(series, 4, 9000 * MS, 9100 * MS, 7 * MS, 21 * MS, &seen), -1);
 }
 
+/* A chunked prefill's steps counted from the streams: chunks cost alike step to step, so a
+ * decode step the machine slowed just before the first chunk (over 1.25 x the steady gap,
+ * under half a chunk step) is not counted as one; nor, before a one-step prefill, as a
+ * second step. */
+static void test_stall_steps(void **state)
+{
+    (void)state;
+    synth s[3];
+    calib_target_series series[3];
+    for (int k = 0; k < 3; k++) {
+        synth_fill(&s[k], &series[k], 60, k * MS, 7 * MS);
+        /* the step in flight at the send (event 29) slowed from 7 to 10 ms, then four 30 ms
+         * chunk steps (events 30..33) and a final 20 ms one (event 34, the first token) */
+        const int64_t extra[6] = {3, 23, 23, 23, 23, 13};
+        int64_t shift = 0;
+        for (int i = 29; i < 60; i++) {
+            shift += i - 29 < 6 ? extra[i - 29] * MS : 0;
+            s[k].t[i] += shift;
+        }
+    }
+    calib_target_seen seen;
+    const int64_t send = s[0].t[28] + 1 * MS, first = s[0].t[34];
+    assert_int_equal(calib_target_stall_of(series, 3, send, first, 7 * MS, 21 * MS, &seen), 0);
+    assert_int_equal(seen.steps, 5);
+    /* the chunk steps need not be equal: one slowed to 50 ms still counts */
+    for (int k = 0; k < 3; k++)
+        for (int i = 31; i < 60; i++)
+            s[k].t[i] += 20 * MS;
+    assert_int_equal(calib_target_stall_of(series, 3, send, s[0].t[34], 7 * MS, 21 * MS, &seen), 0);
+    assert_int_equal(seen.steps, 5);
+    /* a slowed step as long as half a chunk step is one */
+    for (int k = 0; k < 3; k++)
+        for (int i = 29; i < 60; i++)
+            s[k].t[i] += 6 * MS;
+    assert_int_equal(calib_target_stall_of(series, 3, send, s[0].t[34], 7 * MS, 21 * MS, &seen), 0);
+    assert_int_equal(seen.steps, 6);
+
+    /* one 380 ms prefill step after the slowed one: one step */
+    for (int k = 0; k < 3; k++) {
+        synth_fill(&s[k], &series[k], 60, k * MS, 7 * MS);
+        for (int i = 29; i < 60; i++)
+            s[k].t[i] += (i == 29 ? 3 : 3 + 373) * MS;
+    }
+    assert_int_equal(calib_target_stall_of(series, 3, send, s[0].t[30], 7 * MS, 21 * MS, &seen), 0);
+    assert_int_equal(seen.steps, 1);
+}
+
 /* A fitted model of tiny (the terms do not matter, only that the same model makes the
  * synthetic stalls and infers from them). */
 static void fitted_cost(cost_params *p)
@@ -227,6 +274,14 @@ static void test_infer_policy(void **state)
         st[5].steps = 19;
         assert_true(calib_target_budget_bounds(st, chunked, N_LENGTHS, &lo, &hi));
         assert_true(fabs(lo - (4096.0 / 9 + 32)) < 1e-9 && fabs(hi - (2048.0 / 4 + 32)) < 1e-9);
+        /* 4096 counted in 10 ([410, 455)) and 8192 in 18 again: two sets of three agree
+         * ([410, 455) and [455, 482)); of equals the larger chunk, where a step added by
+         * noise would have put the other */
+        st[5].steps = 18;
+        st[4].steps = 10;
+        assert_true(calib_target_budget_bounds(st, chunked, N_LENGTHS, &lo, &hi));
+        assert_true(fabs(lo - (8192.0 / 18 + 32)) < 1e-9 && fabs(hi - (8192.0 / 17 + 32)) < 1e-9);
+        st[4].steps = 9;
         /* no chunked prompt counted in 2 steps or more: no bounds */
         bool none[N_LENGTHS] = {false};
         assert_false(calib_target_budget_bounds(st, none, N_LENGTHS, &lo, &hi));
@@ -547,6 +602,7 @@ int main(void)
         cmocka_unit_test(test_prompts),
         cmocka_unit_test(test_steady_gap),
         cmocka_unit_test(test_stall_of),
+        cmocka_unit_test(test_stall_steps),
         cmocka_unit_test(test_infer_policy),
         cmocka_unit_test(test_check_probes),
         cmocka_unit_test(test_fit_ok),
