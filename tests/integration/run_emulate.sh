@@ -10,6 +10,9 @@
 # machine (a step measured > threshold with modeled work < threshold, or steps on time
 # through the gap: the client read late), at most 3 pause events per run, each gap at most
 # 1,000 ms (EXCUSED_EVENTS, EXCUSED_GAP_MS below; docs/reference/tests.md quotes the same).
+# Measured once more, once, when only timing checks failed and the records pin it on the
+# machine (no unaligned stall behind a long modeled step or none, every injection's prefill
+# step within 2 % of its model in the step log); the second measurement must pass.
 set -euo pipefail
 BIN=$1
 WORK=$2
@@ -35,6 +38,10 @@ WORKLOAD=(--users 32 --duration 10s --inject-at 2s --inject-every 3s --prompt-to
 
 "$BIN" model --gpu h100-sxm --model llama-3.1-8b --prompt-tokens 8000 --json >"$WORK/model.json"
 
+# One measurement (both ways) and its checks; measured once more when the checks failed only
+# on timing the run's own records pin on the machine (RETRY_EXIT below).
+measure() {
+rm -rf "$WORK/embedded" "$WORK/target" "$WORK/classifier" "$WORK/serve_steps.csv"
 # 1. The embedded default, with --json: stdout is comparison.json.
 timeout 120 "$BIN" run "${ENGINE[@]}" "${WORKLOAD[@]}" --out "$WORK/embedded" --json \
   >"$WORK/embedded.stdout" 2>"$WORK/embedded.stderr" || {
@@ -56,11 +63,14 @@ kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=
 python3 - "$WORK" <<'EOF'
 import bisect, csv, json, os, sys
 work = sys.argv[1]
-failures = []
-def check(ok, what):
+RETRY_EXIT = int(os.environ["RETRY_EXIT"])
+failures, timing_failures = [], []
+def check(ok, what, timing=False):
+    """timing: a check the machine's scheduling can fail (a stall's length or place, a gap);
+    the others (files, counts, transport) it cannot."""
     print(("ok   " if ok else "FAIL ") + what)
     if not ok:
-        failures.append(what)
+        (timing_failures if timing else failures).append(what)
 
 prefill_ms = json.load(open(f"{work}/model.json"))["prompts"][0]["total_ms"]
 stdout_cmp = json.load(open(f"{work}/embedded.stdout"))
@@ -174,7 +184,7 @@ def selfcheck():
     n_ok, events, within = excused([s for s in unaligned_stalls(f"{work}/classifier", "embedded", 50.0)])
     check(n_ok == 2 and events == 2 and within, "classifier: only the machine's two are excused")
 
-aligned_ok = {}
+aligned_ok, machine_only = {}, {}
 selfcheck()
 results = {}
 for way in ("embedded", "target"):
@@ -200,7 +210,8 @@ for way in ("embedded", "target"):
     ok = st["count"] > 0 and within and n_ok == len(stalls) and st["count"] - n_ok == aligned
     check(ok, f"{way}: aligned_fraction {st['aligned_fraction']} == 1.0 ({st['count']} stalls"
               + (f"; unaligned by cause {causes}, {events} pause event(s) excused of at most "
-                 f"{EXCUSED_EVENTS})" if stalls else ")"))
+                 f"{EXCUSED_EVENTS})" if stalls else ")"), timing=True)
+    machine_only[way] = causes["prefill"] == 0 and causes["unexplained"] == 0
     aligned_ok[way] = ok
     # The spike of an injection: each user's longest gap across [send, first token], the
     # median over users (one token read late under a loaded machine moves one user's gap,
@@ -221,20 +232,22 @@ for way in ("embedded", "target"):
         spike = spikes[len(spikes) // 2]
         check(abs(spike - prefill_ms) <= 0.05 * prefill_ms,
               f"{way}: spike {spike:.1f} ms (max {inj['max_gap_ms']:.1f}) within 5 % of the "
-              f"model's prefill {prefill_ms:.1f} ms")
+              f"model's prefill {prefill_ms:.1f} ms", timing=True)
         # A user between two answers at that moment is not mid-answer: it cannot stall.
         check(inj["users_stalled"] >= 30, f"{way}: injection stalled {inj['users_stalled']}/32 users")
         check(abs(inj["t_send_s"] - inj["t_plan_s"]) < 0.02,
               f"{way}: injection sent {1e3 * (inj['t_send_s'] - inj['t_plan_s']):.2f} ms after plan")
     p50b, p50i = base["itl_ms"]["p50"], inter["itl_ms"]["p50"]
-    check(abs(p50i - p50b) <= 0.05 * p50b, f"{way}: p50 {p50i:.3f} within 5 % of baseline {p50b:.3f}")
+    check(abs(p50i - p50b) <= 0.05 * p50b, f"{way}: p50 {p50i:.3f} within 5 % of baseline {p50b:.3f}",
+          timing=True)
     check(inter["itl_ms"]["max"] >= 10 * p50i,
-          f"{way}: max {inter['itl_ms']['max']:.1f} >= 10 x p50 {p50i:.2f}")
+          f"{way}: max {inter['itl_ms']['max']:.1f} >= 10 x p50 {p50i:.2f}", timing=True)
     if way == "embedded":
         for label in ("baseline", "interference"):
             p99, n = gap_vs_steps(f"{out}/{label}")
             bound = float(os.environ["GAP_BOUND_MS"])
-            check(p99 <= bound, f"{way}/{label}: |gap - steps| p99 {p99:.3f} ms <= {bound} ms over {n} gaps")
+            check(p99 <= bound, f"{way}/{label}: |gap - steps| p99 {p99:.3f} ms <= {bound} ms over {n} gaps",
+                  timing=True)
     fid = json.load(open(f"{out}/interference/fidelity.json"))
     print(f"     {way}: client timestamp error p50 {fid['p50_us']:.0f} us p99 {fid['p99_us']:.0f} us "
           f"max {fid['max_us']:.0f} us")
@@ -251,13 +264,43 @@ for way in ("embedded", "target"):
 e, t = results["embedded"], results["target"]
 # The same experiment, the same conclusions: the bulk, the spikes, their alignment.
 a, b = e["itl_ms"]["p50"], t["itl_ms"]["p50"]
-check(abs(a - b) <= 0.05 * a, f"same result: p50 {a:.3f} vs {b:.3f} ms")
+check(abs(a - b) <= 0.05 * a, f"same result: p50 {a:.3f} vs {b:.3f} ms", timing=True)
 a = max(i["max_gap_ms"] for i in e["injections"]); b = max(i["max_gap_ms"] for i in t["injections"])
-check(abs(a - b) <= 0.05 * a, f"same result: spike {a:.1f} vs {b:.1f} ms")
+check(abs(a - b) <= 0.05 * a, f"same result: spike {a:.1f} vs {b:.1f} ms", timing=True)
 check(aligned_ok.get("embedded") and aligned_ok.get("target"),
-      "same result: every stall the server caused aligned with an injection")
+      "same result: every stall the server caused aligned with an injection", timing=True)
 a, b = e["injections_with_stalls"], t["injections_with_stalls"]
 check(a == b == 3, f"same result: injections with stalls {a} vs {b}")
-print(f"{len(failures)} failed")
-sys.exit(1 if failures else 0)
+# The server's own step log: each injection's prefill step within 2 % of its modeled time
+# (the engine did its part; a stall measured otherwise was the delivery, on the machine).
+def prefills_on_time(out, way):
+    rows = [r for r in steps_of(out, way) if r[3] >= 1000]  # the injections' 8,000-token prefills
+    return len(rows) >= 3 and all(abs((b - a) / m - 1) <= 0.02 for a, b, m, _ in rows)
+
+print(f"{len(failures) + len(timing_failures)} failed")
+if failures:
+    sys.exit(1)
+if timing_failures:
+    # Only timing failed. Measured once more (once: RETRY_EXIT) only when the records pin it on
+    # the machine: every unaligned stall the server paused or the client read late (none on a
+    # long modeled step, none unexplained) and every prefill step on its model in the step log.
+    machine = all(machine_only.get(w, False) for w in ("embedded", "target")) and \
+        all(prefills_on_time(f"{work}/{w}", w) for w in ("embedded", "target"))
+    print("the timing checks failed on what the records pin on the machine" if machine else
+          "the timing checks failed and the records do not pin it on the machine")
+    sys.exit(RETRY_EXIT if machine else 1)
+sys.exit(0)
 EOF
+}
+
+# RETRY_EXIT: the checks failed on timing alone, and the run's records (the unaligned stalls'
+# causes, the step log's prefill steps) put it on the machine: measure once more, once; the
+# second measurement must pass every check. Anything else fails at once.
+RETRY_EXIT=3
+export RETRY_EXIT
+rc=0; measure || rc=$?
+if [ "$rc" = "$RETRY_EXIT" ]; then
+  echo "note: measuring once more (the first measurement failed on the machine's timing only)"
+  rc=0; measure || rc=$?
+fi
+[ "$rc" = 0 ] || fail "run_emulate: the checks failed (exit $rc)"
