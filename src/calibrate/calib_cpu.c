@@ -106,7 +106,7 @@ int calib_cpu_fit(calib_cpu_result *r, char *err)
     if (!r->fitted)
         return 0;
     cost_gpu *g = &r->gpu;
-    if (fit_step_model(r->probes, CALIB_CPU_PROBES, r->arch.name, &r->fit, r->residual, err) != 0)
+    if (fit_step_model(r->probes, CALIB_CPU_PROBES, r->arch.name, false, &r->fit, r->residual, err) != 0)
         return -1;
     g->fit = r->fit.fit;
 

@@ -272,6 +272,8 @@ static int probe_decode(calib_target *ct, int batch, int prompt_tokens, calib_ta
         return err_set(err, "out of memory for %d streams", batch);
     int rc = -1;
     const int answer = answer_tokens(ct, prompt_tokens);
+    /* on a clean cache: under a unified one the cells are then the streams' own */
+    reset_state(ct);
     for (int i = 0; i < batch; i++)
         if (post(ct, &s[i], prompt_tokens, answer, err) != 0)
             goto done;
@@ -477,6 +479,7 @@ static int probe_interference(calib_target *ct, calib_target_result *r, char *er
         goto done;
     }
     const int answer = answer_tokens(ct, prompt);
+    reset_state(ct);
     for (int i = 0; i < n; i++)
         if (post(ct, &bg[i], prompt, answer, err) != 0)
             goto done;
@@ -493,6 +496,9 @@ static int probe_interference(calib_target *ct, calib_target_result *r, char *er
         }
         probe_stream inj;
         memset(&inj, 0, sizeof inj);
+        /* what the last injection left behind goes (a unified cache's free slots): each
+         * prompt meets the streams alone */
+        reset_state(ct);
         if (post(ct, &inj, r->prefill[p].prompt_tokens, 1, err) != 0)
             goto done;
         inject_wait w = {&inj, bg, n};

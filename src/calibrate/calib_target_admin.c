@@ -111,8 +111,9 @@ void calib_target_reset(const transport_options *so, int64_t timeout_ns, calib_t
     if (!kept->reset_path[0])
         return;
     bool ok = post_ok(so, kept->reset_path, timeout_ns);
-    for (int slot = 1; ok && is_llamacpp(kept) && slot < kept->reset_slots; slot++)
-        ok = erase_slot(so, slot, timeout_ns);
+    /* every slot, whatever one answered: a slot busy with a stream may refuse its erase */
+    for (int slot = 1; is_llamacpp(kept) && slot < kept->reset_slots; slot++)
+        ok = erase_slot(so, slot, timeout_ns) && ok;
     if (ok)
         kept->resets++;
 }

@@ -27,8 +27,9 @@ int calib_target_metrics_scrape(const transport_options *so, int64_t timeout_ns,
 #define CALIB_TARGET_MAX_SLOTS 512
 void calib_target_find_reset(const transport_options *so, int64_t timeout_ns,
                              calib_target_kept *kept);
-/* POST kept's reset, when one, to each slot for llama.cpp (a reset whose every POST answered
- * 2xx counts in kept->resets; a failure only goes uncounted). */
+/* POST kept's reset, when one, to each slot for llama.cpp, every one whatever another
+ * answered (a slot busy with a stream may refuse); a reset whose every POST answered 2xx counts
+ * in kept->resets, a failure only goes uncounted. */
 void calib_target_reset(const transport_options *so, int64_t timeout_ns, calib_target_kept *kept);
 
 #endif

@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "engine/profile.h"
+#include "engine/sched.h"
 #include "experiment/shard.h"
 
 static const char *const COUNT_NAMES[] = {"auto", "stream", "usage"};
@@ -199,13 +200,16 @@ void calib_target_mark_weight_bound(calib_target_result *r, double decode_1_ns, 
         r->prefill[i].fitted = r->prefill[i].ttft_ns >= factor * decode_1_ns;
 }
 
-int calib_target_fit_probes(const calib_target_result *r, fit_probe *out, int cap)
+int calib_target_fit_probes(const calib_target_result *r, bool unified, fit_probe *out, int cap)
 {
     int n = 0;
-    for (int i = 0; i < r->n_decode && n < cap; i++)
+    for (int i = 0; i < r->n_decode && n < cap; i++) {
+        /* unified: each of the B sequences attends over the cells of all B */
+        const double cells = r->decode[i].batch * r->decode[i].mean_context;
         out[n++] = (fit_probe){.batch = r->decode[i].batch,
-                               .context_sum = r->decode[i].batch * r->decode[i].mean_context,
+                               .context_sum = unified ? r->decode[i].batch * cells : cells,
                                .ns = r->decode[i].gap_ns};
+    }
     for (int i = 0; i < r->n_prefill && n < cap; i++)
         if (r->prefill[i].fitted)
             out[n++] = (fit_probe){.batch = 1,
@@ -223,8 +227,10 @@ static int budget_for_stall(const cost_params *cost, const calib_target_stall *s
     int lo = decodes + 1, hi = st->prompt_tokens + decodes;
     for (int iter = 0; iter < 40 && lo < hi; iter++) {
         const int mid = lo + (hi - lo) / 2;
-        if ((double)cost_injection_step_ns(cost, st->prompt_tokens, decodes, context, mid) <
-            st->stall_ns)
+        int64_t longest = 0;
+        cost_injection_prefill_cells_ns(cost, st->prompt_tokens, decodes, context, mid,
+                                        (int64_t)st->occupied_cells, &longest);
+        if ((double)longest < st->stall_ns)
             lo = mid + 1;
         else
             hi = mid;
@@ -279,8 +285,11 @@ void calib_target_infer_policy(const cost_params *cost, const calib_target_stall
     bool chunked[CALIB_TARGET_MAX_PROMPTS] = {false};
     for (int i = 0; i < n && i < CALIB_TARGET_MAX_PROMPTS; i++) {
         const calib_target_stall *st = &stalls[i];
-        const double one_step = (double)cost_injection_step_ns(
-            cost, st->prompt_tokens, st->streams, (int)(st->mean_context + 0.5), 0);
+        int64_t one_step_ns = 0;
+        cost_injection_prefill_cells_ns(cost, st->prompt_tokens, st->streams,
+                                        (int)(st->mean_context + 0.5), 0,
+                                        (int64_t)st->occupied_cells, &one_step_ns);
+        const double one_step = (double)one_step_ns;
         const double own = st->ttft_ns - st->queue_ns;
         out->ratio[i] = one_step > 0 ? st->stall_ns / one_step : 0;
         out->own_ratio[i] = own > 0 ? st->stall_ns / own : 0;
@@ -338,9 +347,9 @@ void calib_target_check_probes(const cost_params *cost, const calib_target_polic
     for (int i = 0; i < n && i < CALIB_TARGET_MAX_PROMPTS; i++) {
         const calib_target_stall *st = &stalls[i];
         int64_t longest = 0;
-        out->prefill_ns[i] = (double)cost_injection_prefill_ns(
+        out->prefill_ns[i] = (double)cost_injection_prefill_cells_ns(
             cost, st->prompt_tokens, st->streams, (int)(st->mean_context + 0.5),
-            chunked ? pol->budget : 0, &longest);
+            chunked ? pol->budget : 0, (int64_t)st->occupied_cells, &longest);
         out->stall_ns[i] = (double)longest;
         const double own = st->ttft_ns - st->queue_ns;
         out->stall_miss[i] = st->stall_ns > 0 ? out->stall_ns[i] / st->stall_ns - 1 : 0;
@@ -563,21 +572,83 @@ json_t *calib_target_measured_json(const calib_target_result *r, const calib_tar
 
 /* ---- the fit and the profile ---------------------------------------------------------------- */
 
+/* The judged probes' rms miss (stalls and prefills alike); -1 when none was judged. */
+static double check_rms(const calib_target_check *ck)
+{
+    double sum = 0;
+    int n = 0;
+    for (int i = 0; i < ck->n; i++)
+        if (ck->judged[i]) {
+            sum += ck->stall_miss[i] * ck->stall_miss[i] + ck->prefill_miss[i] * ck->prefill_miss[i];
+            n += 2;
+        }
+    return n > 0 ? sqrt(sum / n) : -1;
+}
+
 int calib_target_fit_model(const calib_target_result *r, const cost_arch *arch, const char *name,
                            double mem_bytes, double max_rms, calib_target_fitted *out, char *err)
 {
     memset(out, 0, sizeof *out);
     out->max_rms = max_rms;
-    out->n = calib_target_fit_probes(r, out->probes, CALIB_TARGET_MAX_PROBES);
-    if (fit_step_model(out->probes, out->n, arch->name, &out->fit, out->residual, err) != 0)
+    out->kv_layout = SCHED_KV_PAGED;
+    out->paged_decode_rms = out->unified_decode_rms = -1;
+    out->n = calib_target_fit_probes(r, false, out->probes, CALIB_TARGET_MAX_PROBES);
+    if (fit_step_model(out->probes, out->n, arch->name, false, &out->fit, out->residual, err) != 0)
         return -1;
+    out->paged_decode_rms = out->fit.decode_rms;
+    if (calib_target_retained_ratio(&r->kept) >= CALIB_TARGET_RETAINED) {
+        /* what the streams left slowed a fresh prompt: fit the decode steps over the cells */
+        fit_probe probes[CALIB_TARGET_MAX_PROBES];
+        double residual[CALIB_TARGET_MAX_PROBES];
+        fit_result fit;
+        char why[ERR_LEN];
+        const int n = calib_target_fit_probes(r, true, probes, CALIB_TARGET_MAX_PROBES);
+        if (fit_step_model(probes, n, arch->name, false, &fit, residual, why) == 0) {
+            out->unified_decode_rms = fit.decode_rms;
+            if (fit.decode_rms < out->fit.decode_rms) {
+                out->kv_layout = SCHED_KV_UNIFIED;
+                out->fit = fit;
+                memcpy(out->probes, probes, sizeof probes);
+                memcpy(out->residual, residual, sizeof residual);
+            }
+        }
+    }
+    for (int i = 0; i < r->n_stall && i < CALIB_TARGET_MAX_PROMPTS; i++) {
+        out->stall[i] = r->stall[i];
+        out->stall[i].occupied_cells = out->kv_layout == SCHED_KV_UNIFIED
+                                           ? r->stall[i].streams * r->stall[i].mean_context
+                                           : 0;
+    }
     snprintf(out->gpu.name, sizeof out->gpu.name, "%s", name);
     out->gpu.mem_bytes = mem_bytes;
-    out->gpu.fit = out->fit.fit;
-    cost_params_init(&out->cost, &out->gpu, arch);
-    calib_target_infer_policy(&out->cost, r->stall, r->n_stall, &out->policy);
-    calib_target_check_probes(&out->cost, &out->policy, r->stall, r->n_stall,
-                              CALIB_TARGET_MAX_MISS, &out->check);
+    /* the step model's terms added, then overlapped (fitted so): the mixed steps measured
+     * decide */
+    fit_result fits[2];
+    double residuals[2][CALIB_TARGET_MAX_PROBES], miss[2] = {-1, -1};
+    fits[0] = out->fit;
+    memcpy(residuals[0], out->residual, sizeof residuals[0]);
+    char why[ERR_LEN];
+    const bool overlap_fitted = fit_step_model(out->probes, out->n, arch->name, true, &fits[1],
+                                               residuals[1], why) == 0;
+    for (int k = overlap_fitted ? 1 : 0; k >= 0; k--) {
+        out->gpu.fit = fits[k].fit;
+        cost_params_init(&out->cost, &out->gpu, arch);
+        calib_target_infer_policy(&out->cost, out->stall, r->n_stall, &out->policy);
+        calib_target_check_probes(&out->cost, &out->policy, out->stall, r->n_stall,
+                                  CALIB_TARGET_MAX_MISS, &out->check);
+        miss[k] = check_rms(&out->check);
+    }
+    out->sum_miss = miss[0];
+    out->overlap_miss = miss[1];
+    if (miss[1] >= 0 && miss[1] < miss[0]) { /* overlapped: redo its policy and check */
+        out->fit = fits[1];
+        memcpy(out->residual, residuals[1], sizeof out->residual);
+        out->gpu.fit = fits[1].fit;
+        cost_params_init(&out->cost, &out->gpu, arch);
+        calib_target_infer_policy(&out->cost, out->stall, r->n_stall, &out->policy);
+        calib_target_check_probes(&out->cost, &out->policy, out->stall, r->n_stall,
+                                  CALIB_TARGET_MAX_MISS, &out->check);
+    }
     out->accepted = calib_target_fit_ok(&out->fit, out->residual, out->n, max_rms, &out->worst);
     return 0;
 }
@@ -586,7 +657,11 @@ json_t *calib_target_profile_json(const calib_target_result *r, const calib_targ
                                   const cost_arch *arch, const char *target_shown)
 {
     profile_info info = {.version = PROFILE_VERSION,
-                         .prefix_caching = calib_target_prefix_caching(&r->kept)};
+                         .prefix_caching = calib_target_prefix_caching(&r->kept),
+                         .kv_layout = m->kv_layout,
+                         .slots = m->kv_layout == SCHED_KV_UNIFIED && r->kept.reset_slots > 1
+                                      ? r->kept.reset_slots
+                                      : 0};
     snprintf(info.source, sizeof info.source, "%s", PROFILE_SOURCE_TARGET);
     snprintf(info.target, sizeof info.target, "%s", target_shown);
     json_t *root = profile_to_json(&m->gpu, &info, &m->fit, m->probes, m->residual, m->n);
@@ -602,6 +677,18 @@ json_t *calib_target_profile_json(const calib_target_result *r, const calib_targ
     json_object_set_new(measured, "max_rms", json_real(m->max_rms));
     json_object_set_new(measured, "max_miss", json_real(CALIB_TARGET_MAX_MISS));
     json_object_set_new(measured, "predicts_probes", json_boolean(m->check.ok));
+    json_t *layout = json_object();
+    json_object_set_new(layout, "inferred",
+                        json_string(sched_kv_layout_name((sched_kv_layout)m->kv_layout)));
+    json_object_set_new(layout, "retained_ratio", json_real(calib_target_retained_ratio(&r->kept)));
+    json_object_set_new(layout, "paged_decode_rms", said(m->paged_decode_rms, 1));
+    json_object_set_new(layout, "unified_decode_rms", said(m->unified_decode_rms, 1));
+    json_object_set_new(measured, "kv_layout", layout);
+    json_t *mixed = json_object();
+    json_object_set_new(mixed, "overlap", json_boolean(m->gpu.fit.overlap));
+    json_object_set_new(mixed, "sum_miss_rms", said(m->sum_miss, 1));
+    json_object_set_new(mixed, "overlap_miss_rms", said(m->overlap_miss, 1));
+    json_object_set_new(measured, "mixed_step", mixed);
     json_object_set_new(measured, "accepted", json_boolean(m->accepted && m->check.ok));
     json_object_set_new(root, "measured", measured);
     return root;

@@ -57,6 +57,9 @@ typedef struct calib_target_stall {
     int streams;
     double queue_ns;     /* send to the start of its prefill's first step (calib_target_seen) */
     int steps;           /* the steps its prefill took (calib_target_seen; 0 unknown) */
+    double occupied_cells; /* a unified KV cache's cells when it arrived (the streams'; 0 under
+                              paged): the fitted model's attention spans them (set by
+                              calib_target_fit_model in its copy, never measured) */
 } calib_target_stall;
 
 /* The probes' tokens, counted two ways over every token event of every probe stream. */
@@ -151,8 +154,10 @@ int calib_target_stall_of(const calib_target_series *s, int n_streams, int64_t s
 /* Mark each prefill probe fitted or weight-bound (ttft >= factor x decode_1_ns). */
 void calib_target_mark_weight_bound(calib_target_result *r, double decode_1_ns, double factor);
 
-/* The probes the fit takes: every decode probe, the fitted prefill probes. The count. */
-int calib_target_fit_probes(const calib_target_result *r, fit_probe *out, int cap);
+/* The probes the fit takes: every decode probe, the fitted prefill probes. The count.
+ * unified: a decode probe's B sequences each attend over all B streams' cells (a unified KV
+ * cache cleared before the probe), so its context feature is B x the cells. */
+int calib_target_fit_probes(const calib_target_result *r, bool unified, fit_probe *out, int cap);
 
 /* What the interference probes say about the target's scheduler. */
 typedef struct calib_target_policy {
@@ -246,6 +251,12 @@ double calib_target_median(double *v, int64_t n);
 /* A calibration's step model: the probes fitted (calib_target_fit_probes), the fit on arch,
  * the policy the stalls imply under it, and whether max_rms accepts it. */
 typedef struct calib_target_fitted {
+    int kv_layout;       /* SCHED_KV_PAGED, or SCHED_KV_UNIFIED: the decode probes fitted over
+                            the occupied cells (calib_target_layout_of), the stalls too */
+    double paged_decode_rms, unified_decode_rms; /* both fits' decode stage (-1: not fitted) */
+    double sum_miss, overlap_miss; /* the judged interference probes' rms miss with the step
+                                      model's terms added and overlapped (-1: none judged) */
+    calib_target_stall stall[CALIB_TARGET_MAX_PROMPTS]; /* r's, as the fitted model reads them */
     fit_probe probes[CALIB_TARGET_MAX_PROBES];
     double residual[CALIB_TARGET_MAX_PROBES]; /* relative, per probe */
     int n;
@@ -259,10 +270,20 @@ typedef struct calib_target_fitted {
     double max_rms;
 } calib_target_fitted;
 
+/* A fresh prompt after the interference streams ended this x its quiet TTFT or more: what
+ * they left behind slowed it (a unified KV cache keeps their cells, llama.cpp's slots). */
+#define CALIB_TARGET_RETAINED 1.25
+
 /* Fit r's probes for arch (the profile named name, mem_bytes for the KV cache), infer the
  * policy, judge the fit against max_rms and the interference probes it predicts against
- * CALIB_TARGET_MAX_MISS. 0, or -1 with err (the fit failed: too few probes,
- * a singular system). */
+ * CALIB_TARGET_MAX_MISS. The KV layout: unified when the retained-state probe took
+ * CALIB_TARGET_RETAINED x its quiet TTFT or more and a fit whose decode probes' sequences each
+ * attend over all the streams' cells (the cache cleared before each probe) has the smaller
+ * decode rms; the stalls are then predicted over the streams' cells too; paged otherwise.
+ * Then whether a mixed step adds the decodes' reads to the prompt's compute or overlaps them
+ * (cost.h, overlap): the one whose interference probes' misses are the smaller (rms over the
+ * judged stalls and prefills; equal or none judged: added).
+ * 0, or -1 with err (the fit failed: too few probes, a singular system). */
 int calib_target_fit_model(const calib_target_result *r, const cost_arch *arch, const char *name,
                            double mem_bytes, double max_rms, calib_target_fitted *out, char *err);
 

@@ -24,6 +24,11 @@ void calib_target_drift_of(const calib_target_sentinel *s, int n, double max_dri
     }
 }
 
+double calib_target_retained_ratio(const calib_target_kept *k)
+{
+    return k->after_fill_ns > 0 && k->quiet_ns > 0 ? k->after_fill_ns / k->quiet_ns : 0;
+}
+
 int calib_target_prefix_caching(const calib_target_kept *k)
 {
     if (!(k->cache_first_ns > 0) || !(k->cache_second_ns > 0))

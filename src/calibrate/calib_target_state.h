@@ -70,6 +70,10 @@ typedef struct calib_target_kept {
     calib_target_metrics before_first, before_repeat, before_fill; /* /metrics before each */
 } calib_target_kept;
 
+/* The retained-state probe: the fresh prompt after the fill over its quiet TTFT; 0 when
+ * either was not measured. */
+double calib_target_retained_ratio(const calib_target_kept *k);
+
 /* 1: a prefix cache (second < CALIB_TARGET_CACHED x first), 0: none, -1: not measured. */
 int calib_target_prefix_caching(const calib_target_kept *k);
 

@@ -185,9 +185,12 @@ static void print_policy(const calib_target_result *r, const calib_target_fitted
     printf("    %8s %10s %10s %10s %6s %7s %12s %7s\n", "prompt", "stall ms", "TTFT ms",
            "queued ms", "steps", "ratio", "fitted 1-step", "ratio");
     for (int i = 0; i < r->n_stall; i++) {
-        const calib_target_stall *st = &r->stall[i];
-        const double one = (double)cost_injection_step_ns(&m->cost, st->prompt_tokens, st->streams,
-                                                          (int)(st->mean_context + 0.5), 0);
+        const calib_target_stall *st = &m->stall[i];
+        int64_t one_ns = 0;
+        cost_injection_prefill_cells_ns(&m->cost, st->prompt_tokens, st->streams,
+                                        (int)(st->mean_context + 0.5), 0,
+                                        (int64_t)st->occupied_cells, &one_ns);
+        const double one = (double)one_ns;
         printf("    %8d %10.2f %10.2f %10.2f %6d %7.2f %12.2f %7.2f%s\n", st->prompt_tokens,
                st->stall_ns / 1e6, st->ttft_ns / 1e6, st->queue_ns / 1e6, st->steps,
                pol->own_ratio[i],
@@ -307,6 +310,33 @@ static void print_kept(const calib_target_result *r)
                k->after_fill_ns / 1e6, k->quiet_ns / 1e6, k->after_fill_ns / k->quiet_ns);
 }
 
+/* The KV layout the fit took, and why (calib_target_fit_model). */
+static void print_layout(const calib_target_result *r, const calib_target_fitted *m)
+{
+    const double ratio = calib_target_retained_ratio(&r->kept);
+    if (m->kv_layout == SCHED_KV_UNIFIED)
+        printf("  KV layout: unified (llama.cpp's slots): what the streams left behind slowed a "
+               "fresh prompt %.2fx, and decode steps fitted with every sequence attending over "
+               "all the streams' cells miss by rms %.1f %% against %.1f %% over their own\n",
+               ratio, m->unified_decode_rms * 100, m->paged_decode_rms * 100);
+    else if (m->unified_decode_rms >= 0)
+        printf("  KV layout: paged: a fresh prompt after the streams took %.2fx its quiet TTFT, "
+               "but decode steps fitted over all the streams' cells miss more (rms %.1f %% "
+               "against %.1f %%)\n",
+               ratio, m->unified_decode_rms * 100, m->paged_decode_rms * 100);
+    else if (ratio > 0)
+        printf("  KV layout: paged (a fresh prompt after the streams took %.2fx its quiet TTFT, "
+               "under %.2fx: nothing they left behind slowed it)\n",
+               ratio, CALIB_TARGET_RETAINED);
+    if (m->sum_miss >= 0 && m->overlap_miss >= 0)
+        printf("  mixed steps: the decodes' reads %s the prompt's compute (the interference "
+               "probes miss by rms %.1f %% so, %.1f %% %s)\n",
+               m->gpu.fit.overlap ? "overlap" : "add to",
+               (m->gpu.fit.overlap ? m->overlap_miss : m->sum_miss) * 100,
+               (m->gpu.fit.overlap ? m->sum_miss : m->overlap_miss) * 100,
+               m->gpu.fit.overlap ? "added" : "overlapped");
+}
+
 /* A profile that misses its own probes: said with the probe that missed most. */
 static void say_missed(const calib_target_result *r, const calib_target_fitted *m, bool force)
 {
@@ -371,9 +401,10 @@ static void say_refused(const calib_target_fitted *m, bool force)
 }
 
 /* Write the profile and say how to use it. The exit status. */
-static int write_profile(const target_opts *o, json_t *root, const calib_target_policy *pol,
+static int write_profile(const target_opts *o, json_t *root, const calib_target_fitted *m,
                          const cost_arch *arch)
 {
+    const calib_target_policy *pol = &m->policy;
     char err[ERR_LEN];
     if (fsio_write_json(o->out, root, JSON_INDENT(2) | JSON_SORT_KEYS, err) != 0) {
         fprintf(stderr, "stallscope calibrate: %s\n", err);
@@ -389,6 +420,14 @@ static int write_profile(const target_opts *o, json_t *root, const calib_target_
         printf("the target prefills in one step: sim's default (--policy mixed "
                "--max-num-batched-tokens 16384) matches when its budget is >= %d\n",
                pol->budget);
+    if (m->kv_layout == SCHED_KV_UNIFIED) {
+        const json_t *slots = json_object_get(root, "slots");
+        printf("the target keeps a unified KV cache: sim --hardware %s runs --kv-layout unified%s",
+               o->out, slots ? " --max-num-seqs " : "");
+        if (slots)
+            printf("%lld (its slots)", (long long)json_integer_value(slots));
+        printf("\n");
+    }
     if (o->json) {
         json_dumpf(root, stdout, JSON_INDENT(2) | JSON_SORT_KEYS);
         printf("\n");
@@ -418,6 +457,7 @@ static int fit_and_write(const target_opts *o, const calib_target_result *r, con
     print_check(r, &m);
     print_sentinel(r);
     print_kept(r);
+    print_layout(r, &m);
     print_occupancy(r);
     if (!m.accepted)
         say_refused(&m, o->force);
@@ -430,7 +470,7 @@ static int fit_and_write(const target_opts *o, const calib_target_result *r, con
         fprintf(stderr, "stallscope calibrate: out of memory\n");
         return CLI_EXIT_FAIL;
     }
-    const int rc = write_profile(o, root, &m.policy, arch);
+    const int rc = write_profile(o, root, &m, arch);
     json_decref(root);
     return rc;
 }

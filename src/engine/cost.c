@@ -51,8 +51,14 @@ bool cost_fit_applies(const cost_params *p)
 
 double cost_fit_variable_ns(const cost_step_fit *fit, const cost_features *x)
 {
-    return fit->seq_ns * x->samples + fit->ctx_ns * x->decode_context +
-           fit->token_ns * x->prompt_tokens + fit->pair_ns * x->prompt_pairs;
+    const double reads = fit->ctx_ns * x->decode_context;
+    const double prompt = fit->token_ns * x->prompt_tokens + fit->pair_ns * x->prompt_pairs;
+    if (!fit->overlap)
+        return fit->seq_ns * x->samples + reads + prompt;
+    /* the per-step term (the weights read) is the memory side's with the reads: the step
+     * takes seq + max(step + reads, prompt), less the step its caller adds */
+    const double memory = fit->step_ns + reads;
+    return fit->seq_ns * x->samples + (prompt > memory ? prompt - fit->step_ns : reads);
 }
 
 /* Linear params of one decoder layer: attention projections plus the SwiGLU MLP. */
@@ -241,6 +247,14 @@ int64_t cost_decode_ns(const cost_params *p, int batch, int context, cost_breakd
 int64_t cost_injection_prefill_ns(const cost_params *p, int prompt_tokens, int decodes,
                                   int context, int chunk_budget, int64_t *longest_ns)
 {
+    return cost_injection_prefill_cells_ns(p, prompt_tokens, decodes, context, chunk_budget, 0,
+                                           longest_ns);
+}
+
+int64_t cost_injection_prefill_cells_ns(const cost_params *p, int prompt_tokens, int decodes,
+                                        int context, int chunk_budget, int64_t occupied_cells,
+                                        int64_t *longest_ns)
+{
     if (decodes < 0)
         decodes = 0;
     int chunk = prompt_tokens;
@@ -255,9 +269,11 @@ int64_t cost_injection_prefill_ns(const cost_params *p, int prompt_tokens, int d
         /* The batch as cost_step_ns would sum it: the prompt's chunk, then each decode. */
         step_sums s;
         memset(&s, 0, sizeof s);
-        sums_add(&s, c, done, done + c == prompt_tokens, 1);
+        /* a unified cache: the cells before the prompt and the prompt's own so far */
+        const int64_t occupied = occupied_cells > 0 ? occupied_cells + done : 0;
+        sums_add(&s, c, attended_context(done, occupied), done + c == prompt_tokens, 1);
         for (int i = 0; i < decodes; i++)
-            sums_add(&s, 1, context, true, 1);
+            sums_add(&s, 1, attended_context(context, occupied), true, 1);
         int64_t ns = sums_finish(p, &s, NULL);
         total += ns;
         if (ns > longest)

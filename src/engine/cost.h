@@ -24,6 +24,11 @@
  *          + ctx_ns   x context tokens the decodes read (sum over 1-token items)
  *          + token_ns x prompt tokens fed           (items of 2 tokens or more)
  *          + pair_ns  x causal (query, key) pairs of those prompt tokens
+ * With overlap (a device that reads under its compute, as a GPU's roofline does: calibrate
+ * --target finds it from the interference probes) the memory side, step_ns + the ctx_ns
+ * term, and the compute side, the token_ns and pair_ns terms, are not added: the larger
+ * counts (time = seq_ns x rows + max(memory, compute)). A decode-only step costs the same
+ * either way; a long prompt's step no longer pays the weights' read on top of its compute.
  * For any other model the profile's rates and the roofline above apply.
  *
  * When params_override > 0 (the lesson's arithmetic: Llama 3.1 8B taken as 8e9 params, so
@@ -44,6 +49,7 @@ typedef struct cost_step_fit {
     double ctx_ns;   /* per context token read by a decode */
     double token_ns; /* per prompt token */
     double pair_ns;  /* per causal (query, key) pair among prompt tokens */
+    bool overlap;    /* max(ctx term, prompt terms) rather than their sum (see the top) */
 } cost_step_fit;
 
 typedef struct cost_gpu {
@@ -171,5 +177,11 @@ int64_t cost_injection_step_ns(const cost_params *p, int prompt_tokens, int deco
  * chunk's step), ns; *longest_ns (may be NULL) gets cost_injection_step_ns's figure. */
 int64_t cost_injection_prefill_ns(const cost_params *p, int prompt_tokens, int decodes,
                                   int context, int chunk_budget, int64_t *longest_ns);
+/* The same in a unified KV cache (cost_step_cells_ns) holding occupied_cells cells when the
+ * prompt arrives (the decodes' among them): each step's attention spans those and the
+ * prompt's cells computed so far. occupied_cells 0: cost_injection_prefill_ns. */
+int64_t cost_injection_prefill_cells_ns(const cost_params *p, int prompt_tokens, int decodes,
+                                        int context, int chunk_budget, int64_t occupied_cells,
+                                        int64_t *longest_ns);
 
 #endif

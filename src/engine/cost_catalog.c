@@ -24,26 +24,26 @@
 static const cost_gpu gpu_catalog[] = {
     {"h100-sxm", 989e12, 3.35e12, 80e9,
      "NVIDIA H100 datasheet (SXM5): BF16 1,979 TFLOPS with sparsity -> 989 dense (the lesson's "
-     "figure), 3.35 TB/s HBM3, 80 GB", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0}},
+     "figure), 3.35 TB/s HBM3, 80 GB", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0, false}},
     {"h100-pcie", 756e12, 2.0e12, 80e9,
      "NVIDIA H100 datasheet (PCIe): BF16 1,513 TFLOPS with sparsity -> 756 dense, 2.0 TB/s "
-     "HBM2e, 80 GB", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0}},
+     "HBM2e, 80 GB", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0, false}},
     {"h200", 989e12, 4.8e12, 141e9,
      "NVIDIA H200 datasheet (SXM): same GH100 compute as H100 SXM (989 TFLOPS dense BF16), "
-     "4.8 TB/s HBM3e, 141 GB", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0}},
+     "4.8 TB/s HBM3e, 141 GB", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0, false}},
     {"a100-80g", 312e12, 2.039e12, 80e9,
-     "NVIDIA A100 datasheet (80GB SXM): BF16 312 TFLOPS dense, 2,039 GB/s HBM2e, 80 GB", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0}},
+     "NVIDIA A100 datasheet (80GB SXM): BF16 312 TFLOPS dense, 2,039 GB/s HBM2e, 80 GB", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0, false}},
     {"a100-40g", 312e12, 1.555e12, 40e9,
-     "NVIDIA A100 datasheet (40GB SXM): BF16 312 TFLOPS dense, 1,555 GB/s HBM2, 40 GB", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0}},
+     "NVIDIA A100 datasheet (40GB SXM): BF16 312 TFLOPS dense, 1,555 GB/s HBM2, 40 GB", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0, false}},
     {"l40s", 362.05e12, 864e9, 48e9,
      "NVIDIA L40S datasheet: BF16 362.05 TFLOPS dense (733 with sparsity), 864 GB/s GDDR6, "
-     "48 GB", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0}},
+     "48 GB", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0, false}},
     {"b200", 2.25e15, 8e12, 180e9,
      "NVIDIA HGX B200 spec (per GPU, 1,000 W): BF16 4.5 PFLOPS with sparsity -> 2.25 dense, "
-     "8 TB/s HBM3e, 180 GB (1.44 TB per 8-GPU board)", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0}},
+     "8 TB/s HBM3e, 180 GB (1.44 TB per 8-GPU board)", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0, false}},
     {"mi300x", 1307.4e12, 5.3e12, 192e9,
      "AMD Instinct MI300X datasheet: BF16 1,307.4 TFLOPS dense (2,614.9 with sparsity), "
-     "5.3 TB/s HBM3, 192 GB", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0}},
+     "5.3 TB/s HBM3, 192 GB", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0, false}},
     /* The cpu engine's default device: this project's 2-core machine kind, one thread (the
      * engine's default), F32 weights and KV. Figures printed by `stallscope calibrate` on
      * it (docs/results/bench-cpu-zen4.md); calibrate your own machine and pass --hardware FILE. */
@@ -51,7 +51,7 @@ static const cost_gpu gpu_catalog[] = {
      "stallscope calibrate on a 2-core AMD EPYC (Zen 4) VM, 1 thread: sustained GEMM, "
      "attention kernel and streaming-read bandwidth, decode overhead fitted on model small; "
      "4 GB for weights + KV (F32)",
-     CPU_NOMINAL_ATTENTION_FLOPS, 4, 4, CPU_NOMINAL_OVERHEAD_NS, 1, {"", 0, 0, 0, 0, 0}},
+     CPU_NOMINAL_ATTENTION_FLOPS, 4, 4, CPU_NOMINAL_OVERHEAD_NS, 1, {"", 0, 0, 0, 0, 0, false}},
 };
 
 /* name, layers, hidden, heads, kv heads, head dim, ffn, vocab, max position, tied, source */

@@ -47,11 +47,15 @@ struct engine {
     atomic_uint cancel_gen;
     atomic_uint reset_gen;     /* engine_reset_prefix_cache's asks */
     atomic_uint resets_applied;
+    atomic_uint erase_gen;     /* engine_erase_slot's asks: which slots in erase_asked */
+    atomic_bool *erase_asked;  /* unified layout: one per slot (NULL under paged) */
+    int n_slots;
     atomic_bool is_realtime;
 
     /* engine thread only */
     unsigned seen_cancel_gen;
     unsigned seen_reset_gen;
+    unsigned seen_erase_gen;
     engine_req *live_head, *live_tail;
     engine_event *pending; /* this step's events */
     size_t n_pending, cap_pending;
@@ -558,7 +562,8 @@ static void wait_for_work(engine *e)
     struct timespec ts = {deadline / CLOCK_NS_PER_S, deadline % CLOCK_NS_PER_S};
     pthread_mutex_lock(&e->lock);
     while (!e->inbox_head && !e->stopping && atomic_load(&e->cancel_gen) == e->seen_cancel_gen &&
-           atomic_load(&e->reset_gen) == e->seen_reset_gen) {
+           atomic_load(&e->reset_gen) == e->seen_reset_gen &&
+           atomic_load(&e->erase_gen) == e->seen_erase_gen) {
         if (pthread_cond_timedwait(&e->wake, &e->lock, &ts) == ETIMEDOUT)
             break;
     }
@@ -604,6 +609,13 @@ static void *engine_main(void *arg)
             e->seen_reset_gen = reset;
             sched_reset_prefix_cache(e->sched);
             atomic_fetch_add(&e->resets_applied, 1);
+        }
+        const unsigned erase = atomic_load(&e->erase_gen);
+        if (erase != e->seen_erase_gen) { /* the slots asked since: erased before the step */
+            e->seen_erase_gen = erase;
+            for (int i = 0; i < e->n_slots; i++)
+                if (atomic_exchange(&e->erase_asked[i], false))
+                    sched_erase_slot(e->sched, i);
         }
         if (stopping) {
             end_all(e, ENGINE_FINISH_ABORT, NULL, now);
@@ -667,6 +679,18 @@ engine *engine_create(const engine_config *cfg, char *err)
     atomic_init(&e->cancel_gen, 0);
     atomic_init(&e->reset_gen, 0);
     atomic_init(&e->resets_applied, 0);
+    atomic_init(&e->erase_gen, 0);
+    if (cfg->sched.kv_layout == SCHED_KV_UNIFIED) {
+        e->n_slots = cfg->sched.max_num_seqs;
+        e->erase_asked = calloc((size_t)e->n_slots, sizeof *e->erase_asked);
+        if (!e->erase_asked) {
+            engine_free(e);
+            err_set(err, "out of memory for %d KV slots", cfg->sched.max_num_seqs);
+            return NULL;
+        }
+        for (int i = 0; i < e->n_slots; i++)
+            atomic_init(&e->erase_asked[i], false);
+    }
     if (cfg->step_log) {
         tokenlog_write_steps_header(cfg->step_log, cfg->sched.prefix_caching);
         fflush(cfg->step_log);
@@ -753,6 +777,23 @@ void engine_reset_prefix_cache(engine *e)
     pthread_mutex_unlock(&e->lock);
 }
 
+int engine_erase_slot(engine *e, int slot)
+{
+    if (!e->erase_asked || slot < 0 || slot >= e->n_slots)
+        return -1;
+    atomic_store(&e->erase_asked[slot], true);
+    atomic_fetch_add(&e->erase_gen, 1);
+    pthread_mutex_lock(&e->lock); /* as engine_cancel: an idle engine cannot miss it */
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->lock);
+    return 0;
+}
+
+int engine_slots(const engine *e)
+{
+    return e->n_slots;
+}
+
 unsigned engine_prefix_cache_resets(engine *e)
 {
     return atomic_load(&e->resets_applied);
@@ -798,6 +839,7 @@ void engine_free(engine *e)
     free(e->pending);
     free(e->seqs);
     free(e->tokens);
+    free(e->erase_asked);
     free(e);
 }
 

@@ -150,6 +150,12 @@ void engine_cancel(engine *e, engine_req *req);
  * engine_prefix_cache_resets counts the resets applied. */
 void engine_reset_prefix_cache(engine *e);
 unsigned engine_prefix_cache_resets(engine *e);
+/* Any thread, unified layout: queue the erase of a slot's retained cells (llama.cpp's POST
+ * /slots/{id}?action=erase), applied at the next step boundary as a reset (sched_erase_slot:
+ * a slot taken then keeps its occupant's cells). 0, or -1 when the layout is paged or there
+ * is no such slot. engine_slots: the slots (max_num_seqs; 0 under paged). */
+int engine_erase_slot(engine *e, int slot);
+int engine_slots(const engine *e);
 /* Consumer thread (one): take every queued event. *events stays valid until the next
  * engine_poll. Returns the count. */
 size_t engine_poll(engine *e, engine_event **events);

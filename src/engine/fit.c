@@ -146,10 +146,11 @@ static int fit_nonnegative(const double *a, const double *y, const double *w, in
     }
 }
 
-int fit_step_model(const fit_probe *probes, int n, const char *model, fit_result *out,
-                   double *residual, char *err)
+int fit_step_model(const fit_probe *probes, int n, const char *model, bool overlap,
+                   fit_result *out, double *residual, char *err)
 {
     memset(out, 0, sizeof *out);
+    out->fit.overlap = overlap;
     snprintf(out->fit.model, sizeof out->fit.model, "%s", model ? model : "");
     for (int i = 0; i < n; i++) {
         if (!(probes[i].ns > 0) || !isfinite(probes[i].ns))
@@ -200,7 +201,8 @@ int fit_step_model(const fit_probe *probes, int n, const char *model, fit_result
     out->fit.seq_ns = cd[1];
     out->fit.ctx_ns = cd[2];
 
-    /* 2. prefill: t - step - seq = token n + pair n (n + 1) / 2 */
+    /* 2. prefill: t - step - seq = token n + pair n (n + 1) / 2 (overlap: t - seq, the step
+     *    hidden under the prompt's compute) */
     r = 0;
     for (int i = 0; i < n; i++) {
         if (probes[i].prompt_tokens <= 0)
@@ -208,7 +210,7 @@ int fit_step_model(const fit_probe *probes, int n, const char *model, fit_result
         const double len = probes[i].prompt_tokens;
         a[r * 2 + 0] = len;
         a[r * 2 + 1] = len * (len + 1) / 2;
-        y[r] = probes[i].ns - out->fit.step_ns - out->fit.seq_ns;
+        y[r] = probes[i].ns - (overlap ? 0 : out->fit.step_ns) - out->fit.seq_ns;
         w[r] = 1 / probes[i].ns;
         r++;
     }

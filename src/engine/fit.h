@@ -49,8 +49,10 @@ int fit_least_squares(const double *a, const double *y, const double *w, int n, 
 
 /* Fit the step model to the probes (at least 3 decode probes of different shapes and 2
  * prefill probes of different lengths). residual (may be NULL) gets each probe's relative
- * residual (fitted - measured) / measured. 0, or -1 with err. */
-int fit_step_model(const fit_probe *probes, int n, const char *model, fit_result *out,
-                   double *residual, char *err);
+ * residual (fitted - measured) / measured. overlap: the model of cost.h's overlap (a prefill
+ * probe's compute hides the step term: stage 2 fits t - seq, not t - step - seq; the
+ * result's fit.overlap set). 0, or -1 with err. */
+int fit_step_model(const fit_probe *probes, int n, const char *model, bool overlap,
+                   fit_result *out, double *residual, char *err);
 
 #endif

@@ -115,6 +115,25 @@ void kvslots_release(kvslots *k, int slot_index, int64_t cells, const uint64_t *
     slot->n_hashes = n_hashes;
 }
 
+int64_t kvslots_erase(kvslots *k, int slot_index)
+{
+    if (slot_index < 0 || slot_index >= k->n_slots)
+        return -1;
+    kv_slot *slot = &k->slots[slot_index];
+    if (slot->taken)
+        return 0;
+    const int64_t cells = slot->cells;
+    k->retained -= cells;
+    slot->cells = 0;
+    slot->n_hashes = 0;
+    return cells;
+}
+
+int kvslots_count(const kvslots *k)
+{
+    return k->n_slots;
+}
+
 int64_t kvslots_retained_cells(const kvslots *k)
 {
     return k->retained;

@@ -7,6 +7,7 @@
 
 #include "common/err.h"
 #include "common/fsio.h"
+#include "engine/sched.h"
 
 /* A step term above a minute, or a rate above 1e30, is not a measurement. */
 #define PROFILE_MAX_NS 60e9
@@ -71,6 +72,10 @@ static int read_step_model(json_t *doc, cost_step_fit *fit, const char *path, ch
         step_term(sm, "token_ns", &fit->token_ns, path, err) != 0 ||
         step_term(sm, "pair_ns", &fit->pair_ns, path, err) != 0)
         return -1;
+    json_t *overlap = json_object_get(sm, "overlap"); /* optional: absent is false */
+    if (overlap && !json_is_boolean(overlap))
+        return err_set(err, "%s: step_model.overlap must be true or false", path);
+    fit->overlap = json_is_true(overlap);
     if (fit->step_ns + fit->seq_ns <= 0)
         return err_set(err, "%s: step_model: a decode step of one sequence would take no time "
                             "(step_ns + seq_ns = 0)", path);
@@ -88,6 +93,7 @@ int profile_read(const char *path, cost_gpu *out, profile_info *info, char *err)
     memset(&g, 0, sizeof g);
     memset(&pi, 0, sizeof pi);
     pi.prefix_caching = -1;
+    pi.kv_layout = -1;
     double overhead = 0, threads = 0;
     if (!json_is_object(doc)) {
         err_set(err, "%s: not a JSON object", path);
@@ -137,6 +143,24 @@ int profile_read(const char *path, cost_gpu *out, profile_info *info, char *err)
                 goto done;
             }
             pi.prefix_caching = json_is_boolean(caching) ? json_is_true(caching) : -1;
+            json_t *layout = json_object_get(doc, "kv_layout");
+            if (layout && !json_is_null(layout)) {
+                sched_kv_layout kl;
+                char why[ERR_LEN];
+                if (!json_is_string(layout) ||
+                    sched_kv_layout_parse(json_string_value(layout), &kl, why) != 0) {
+                    err_set(err, "%s: \"kv_layout\" must be \"paged\", \"unified\" or null", path);
+                    goto done;
+                }
+                pi.kv_layout = (int)kl;
+            }
+            json_t *slots = json_object_get(doc, "slots");
+            if (slots && !(json_is_integer(slots) && json_integer_value(slots) > 0 &&
+                           json_integer_value(slots) <= (1 << 20))) {
+                err_set(err, "%s: \"slots\" must be a count of slots (1 to %d)", path, 1 << 20);
+                goto done;
+            }
+            pi.slots = slots ? (int)json_integer_value(slots) : 0;
         }
         /* A rates-only profile (calibrate --no-fit) is a roofline device; a server's profile
          * is nothing but its step model. */
@@ -197,6 +221,12 @@ json_t *profile_to_json(const cost_gpu *g, const profile_info *info, const fit_r
         json_object_set_new(root, "prefix_caching", info->prefix_caching < 0
                                                         ? json_null()
                                                         : json_boolean(info->prefix_caching));
+        json_object_set_new(root, "kv_layout",
+                            info->kv_layout < 0
+                                ? json_null()
+                                : json_string(sched_kv_layout_name((sched_kv_layout)info->kv_layout)));
+        if (info->kv_layout == SCHED_KV_UNIFIED && info->slots > 0)
+            json_object_set_new(root, "slots", json_integer(info->slots));
     }
     if (g->peak_flops > 0)
         json_object_set_new(root, "peak_flops", json_real(g->peak_flops));
@@ -218,6 +248,8 @@ json_t *profile_to_json(const cost_gpu *g, const profile_info *info, const fit_r
     json_object_set_new(sm, "ctx_ns", json_real(g->fit.ctx_ns));
     json_object_set_new(sm, "token_ns", json_real(g->fit.token_ns));
     json_object_set_new(sm, "pair_ns", json_real(g->fit.pair_ns));
+    if (g->fit.overlap)
+        json_object_set_new(sm, "overlap", json_true());
     if (fit) {
         json_object_set_new(sm, "decode_rms", json_real(fit->decode_rms));
         json_object_set_new(sm, "prefill_rms", json_real(fit->prefill_rms));

@@ -11,7 +11,13 @@
  *     "target": URL                                   (source "target" only)
  *     "prefix_caching": true | false | null           (source "target", optional: whether
  *                                                      the server reused a repeated prompt)
+ *     "kv_layout": "paged" | "unified" | null         (source "target", optional: whether
+ *                                                      what earlier requests left behind
+ *                                                      slowed a fresh prompt: unified)
+ *     "slots": N                                      (with "unified": the server's slots,
+ *                                                      those calibrate erased; optional)
  *     "step_model": {"model", "step_ns", "seq_ns", "ctx_ns", "token_ns", "pair_ns",
+ *                    "overlap" (optional, false),
  *                    "decode_rms", "prefill_rms"}     (fit.h, cost.h; required for
                                                       "target", absent after --no-fit)
  *     "peak_flops", "attention_flops", "mem_bandwidth" (the roofline rates: required for
@@ -46,6 +52,9 @@ typedef struct profile_info {
     int prefix_caching; /* source "target": 1 the server caches prefixes, 0 it does not, -1
                            unknown (calibrate --target's detection; "prefix_caching": true,
                            false or null, absent before issue 24) */
+    int kv_layout;      /* source "target": SCHED_KV_PAGED / SCHED_KV_UNIFIED as found, -1
+                           unknown ("kv_layout" null or absent) */
+    int slots;          /* with unified: the server's slots (0: unknown) */
 } profile_info;
 
 /* Read path into *out (and *info when not NULL). 0, or -1 with err. */

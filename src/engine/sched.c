@@ -747,6 +747,11 @@ const sched_config *sched_get_config(const sched *s)
     return &s->cfg;
 }
 
+int64_t sched_erase_slot(sched *s, int slot)
+{
+    return s->slots ? kvslots_erase(s->slots, slot) : -1;
+}
+
 int64_t sched_cells_occupied(const sched *s)
 {
     if (!s->slots)

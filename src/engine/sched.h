@@ -197,6 +197,9 @@ int64_t sched_prefix_hits(const sched *s);
 /* Forget every cached block nobody uses (vLLM's POST /reset_prefix_cache): the count. */
 int64_t sched_reset_prefix_cache(sched *s);
 const sched_config *sched_get_config(const sched *s);
+/* Unified layout: erase a slot's retained cells (kvslots_erase: the cells, 0 for a taken or
+ * empty slot, -1 for no such slot or under paged). */
+int64_t sched_erase_slot(sched *s, int slot);
 /* Unified layout: the cells in the cache now (the running requests' KV and the free slots'
  * retained cells); 0 under paged. */
 int64_t sched_cells_occupied(const sched *s);

@@ -111,6 +111,12 @@ int experiment_resolve_cost(experiment_config *cfg, char *err)
          * does as the server does, unless the command line said. */
         if (info.prefix_caching >= 0 && !cfg->prefix_caching_said)
             cfg->sched.prefix_caching = info.prefix_caching == 1;
+        /* ... and so is its KV layout, a unified one with the server's slots */
+        if (info.kv_layout >= 0 && !cfg->kv_layout_said)
+            cfg->sched.kv_layout = (sched_kv_layout)info.kv_layout;
+        if (cfg->sched.kv_layout == SCHED_KV_UNIFIED && info.kv_layout == SCHED_KV_UNIFIED &&
+            info.slots > 0 && !cfg->max_num_seqs_said)
+            cfg->sched.max_num_seqs = info.slots;
         /* A server's profile holds its step model alone: no rates for another model. */
         if (!(gpu.peak_flops > 0 && gpu.mem_bandwidth > 0) && gpu.fit.model[0] &&
             (d->model_config[0] || (d->model[0] && strcmp(d->model, gpu.fit.model) != 0)))

@@ -84,6 +84,7 @@ typedef struct experiment_config {
     /* --enable-prefix-caching or --no-enable-prefix-caching was given: a --hardware
      * profile's detected prefix caching does not override it (experiment_resolve_cost) */
     bool prefix_caching_said;
+    bool kv_layout_said, max_num_seqs_said; /* --kv-layout, --max-num-seqs given */
     int64_t stall_threshold_ns; /* 0: 5 x the baseline's p50 (the run's own without one) */
     experiment_shard shard;   /* --start-at (with --shard I/N, which sets wl.shard) */
     char label[128];          /* --label: the user's name for this experiment */

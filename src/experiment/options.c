@@ -302,7 +302,21 @@ static int sch_cache_value(void *c, const char *v, char *err)
 
 static int sch_kv_layout(void *c, const char *v, char *err)
 {
+    ((experiment_config *)c)->kv_layout_said = true;
     return sched_kv_layout_parse(v, &((experiment_config *)c)->sched.kv_layout, err);
+}
+
+/* As an OPTS_INT, and said (a unified --hardware profile's slots yield to it). */
+static int sch_max_num_seqs(void *c, const char *v, char *err)
+{
+    int64_t n = 0;
+    if (units_parse_count(v, &n, err) != 0)
+        return -1;
+    if (n < 1 || n > (1 << 20))
+        return err_set(err, "'%s' is out of range [1, %d]", v, 1 << 20);
+    ((experiment_config *)c)->sched.max_num_seqs = (int)n;
+    ((experiment_config *)c)->max_num_seqs_said = true;
+    return 0;
 }
 
 static const opts_spec sched_specs[] = {
@@ -310,8 +324,10 @@ static const opts_spec sched_specs[] = {
             sch_policy),
     OPTS_INT("max-num-batched-tokens", "N", "token budget per step (default 16384)", C,
              sched.max_num_batched_tokens, 1, MAX_TOKENS),
-    OPTS_INT("max-num-seqs", "N", "running requests at most (default 256)", C, sched.max_num_seqs,
-             1, 1 << 20),
+    OPTS_FN("max-num-seqs", "N",
+            "running requests at most (default 256; under --kv-layout unified the slots, "
+            "default a unified --hardware profile's)",
+            sch_max_num_seqs),
     OPTS_INT("max-model-len", "N", "prompt + completion tokens at most (default: the model's)", C,
              sched.max_model_len, 1, MAX_TOKENS),
     OPTS_INT64("kv-blocks", "N", "KV-cache blocks of 16 tokens (default: from GPU memory)", C,
@@ -330,7 +346,8 @@ static const opts_spec sched_specs[] = {
             "paged (default: vLLM, SGLang; a request attends over its own context) | unified "
             "(llama.cpp's server: max-num-seqs slots share one cache, a slot keeps its last "
             "request's cells until the next takes it, and every step's attention spans all "
-            "occupied cells, so what earlier requests left behind slows later steps)",
+            "occupied cells, so what earlier requests left behind slows later steps; default "
+            "a --hardware profile's, as calibrate --target found the server)",
             sch_kv_layout),
     OPTS_FN("enable-chunked-prefill", NULL, "alias for --policy chunked", sch_chunked_on),
     OPTS_FN("no-enable-chunked-prefill", NULL, "alias for --policy mixed", sch_chunked_off),

@@ -24,6 +24,7 @@ static int reference_config(experiment_config *cfg, char *err)
     ref.sched.kv_blocks = 0;
     ref.sched.max_model_len = 0;
     ref.prefix_caching_said = true; /* the run's resolved setting, as config.json holds it */
+    ref.kv_layout_said = ref.max_num_seqs_said = true;
     if (experiment_resolve(&ref, err) != 0)
         return -1;
     *cfg = ref;
@@ -64,6 +65,7 @@ static int remote_config(experiment_config *cfg, char *why, size_t size)
     sim.sched.kv_blocks = 0;
     sim.sched.max_model_len = 0;
     sim.prefix_caching_said = true; /* the run's resolved setting, as config.json holds it */
+    sim.kv_layout_said = sim.max_num_seqs_said = true;
     if (experiment_resolve(&sim, reason) != 0)
         return snprintf(why, size, "a remote server with --hardware %.150s: %.250s",
                         cfg->device.hardware, reason),

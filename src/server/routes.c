@@ -253,13 +253,50 @@ static void handle_reset_prefix_cache(server *s, struct evhttp_request *hreq)
     answer_body(s, hreq, 200, "application/json", "", 0);
 }
 
+/* POST /slots/{id}?action=erase, as llama.cpp's server (only under --kv-layout unified, whose
+ * slots it erases): the slot's retained cells are dropped at the engine's next step boundary
+ * (engine_erase_slot; a slot taken then keeps its occupant's). 200 {"id_slot": id} at once;
+ * 400 for an id past the slots or another action. calibrate --target erases every slot
+ * between probes. */
+static void handle_slot(server *s, struct evhttp_request *hreq, const char *id_text)
+{
+    if (s->stopping) {
+        answer_unavailable(s, hreq, "the server is shutting down");
+        return;
+    }
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(hreq);
+    const char *query = uri ? evhttp_uri_get_query(uri) : NULL;
+    bool erase = false; /* one of the &-separated parameters is action=erase */
+    for (const char *q = query; q && *q && !erase;) {
+        const size_t len = strcspn(q, "&");
+        erase = len == strlen("action=erase") && strncmp(q, "action=erase", len) == 0;
+        q += len + (q[len] == '&');
+    }
+    char *end = NULL;
+    const long id = strtol(id_text, &end, 10);
+    if (!erase) {
+        answer_error_text(s, hreq, 400, "invalid_request_error",
+                          "only ?action=erase is offered on /slots/{id}");
+        return;
+    }
+    if (!*id_text || *end || id < 0 || id > 1000000 || engine_erase_slot(s->engine, (int)id) != 0) {
+        answer_error_text(s, hreq, 400, "invalid_request_error",
+                          "no such slot (this server has slots 0 to N - 1, N = max_num_seqs)");
+        return;
+    }
+    char body[64];
+    const int n = snprintf(body, sizeof body, "{\"id_slot\": %ld}", id);
+    answer_body(s, hreq, 200, "application/json", body, (size_t)n);
+}
+
 typedef enum {
     ROUTE_COMPLETIONS,
     ROUTE_CHAT,
     ROUTE_MODELS,
     ROUTE_HEALTH,
     ROUTE_METRICS,
-    ROUTE_RESET_PREFIX_CACHE
+    ROUTE_RESET_PREFIX_CACHE,
+    ROUTE_SLOT
 } route_id;
 
 static const struct route {
@@ -275,7 +312,12 @@ static const struct route {
     {"/health", ROUTE_HEALTH, EVHTTP_REQ_GET, "GET, HEAD", false},
     {"/metrics", ROUTE_METRICS, EVHTTP_REQ_GET, "GET, HEAD", false},
     {"/reset_prefix_cache", ROUTE_RESET_PREFIX_CACHE, EVHTTP_REQ_POST, "POST", true},
+    {"/slots/", ROUTE_SLOT, EVHTTP_REQ_POST, "POST", true}, /* a prefix: /slots/{id} */
 };
+
+/* A unified KV cache (slots) is llama.cpp's server: its slot erase is offered, vLLM's
+ * /reset_prefix_cache is not (as there); under paged, the other way round. */
+#define SLOTS_PREFIX "/slots/"
 
 /* "Authorization: Bearer <key>", the scheme case-insensitive. */
 static bool authorized(const server *s, struct evhttp_request *hreq)
@@ -307,7 +349,10 @@ void routes_on_request(struct evhttp_request *hreq, void *arg)
         path = "";
     const struct route *route = NULL;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
-        if (strcmp(path, routes[i].path) == 0)
+        if (routes[i].id == ROUTE_SLOT
+                ? engine_slots(s->engine) > 0 && strncmp(path, SLOTS_PREFIX, strlen(SLOTS_PREFIX)) == 0
+                : strcmp(path, routes[i].path) == 0 &&
+                      !(routes[i].id == ROUTE_RESET_PREFIX_CACHE && engine_slots(s->engine) > 0))
             route = &routes[i];
     if (!route) {
         openai_error error;
@@ -337,5 +382,6 @@ void routes_on_request(struct evhttp_request *hreq, void *arg)
     case ROUTE_HEALTH: handle_health(s, hreq); break;
     case ROUTE_METRICS: handle_metrics(s, hreq); break;
     case ROUTE_RESET_PREFIX_CACHE: handle_reset_prefix_cache(s, hreq); break;
+    case ROUTE_SLOT: handle_slot(s, hreq, path + strlen(SLOTS_PREFIX)); break;
     }
 }

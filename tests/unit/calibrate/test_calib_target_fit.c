@@ -184,7 +184,7 @@ static void fitted_cost(cost_params *p)
     assert_int_equal(cost_arch_find("tiny", &a, err), 0);
     snprintf(g.name, sizeof g.name, "target");
     g.mem_bytes = 80e9;
-    g.fit = (cost_step_fit){"tiny", 7e6, 0.01e6, 30, 0.04e6, 2};
+    g.fit = (cost_step_fit){"tiny", 7e6, 0.01e6, 30, 0.04e6, 2, false};
     cost_params_init(p, &g, &a);
     assert_true(cost_fit_applies(p));
 }
@@ -437,14 +437,14 @@ static void test_fit_probes(void **state)
     assert_false(r.prefill[1].fitted);
     assert_true(r.prefill[2].fitted);
     fit_probe p[CALIB_TARGET_MAX_PROBES];
-    assert_int_equal(calib_target_fit_probes(&r, p, CALIB_TARGET_MAX_PROBES), 5);
+    assert_int_equal(calib_target_fit_probes(&r, false, p, CALIB_TARGET_MAX_PROBES), 5);
     assert_int_equal(p[2].batch, 32);
     assert_true(fabs(p[2].context_sum - 32 * 1100.0) < 1e-9);
     assert_int_equal(p[2].prompt_tokens, 0);
     assert_int_equal(p[3].prompt_tokens, 1024);
     assert_int_equal(p[3].batch, 1);
     assert_true(p[4].ns == 89.4 * MS);
-    assert_int_equal(calib_target_fit_probes(&r, p, 2), 2);
+    assert_int_equal(calib_target_fit_probes(&r, false, p, 2), 2);
 }
 
 static void test_arch(void **state)

@@ -32,7 +32,7 @@
  * attention; a decode step of 32 at context 512 about 16 ms): 5 ms a step (the weights
  * streamed once), 0.25 ms a sequence (its LM head row), 0.3 us a context token (its KV
  * read), 0.1 ms a prompt token, 56 ns a causal pair. */
-static const cost_step_fit TRUTH = {"small", 5e6, 0.25e6, 300, 0.1e6, 56};
+static const cost_step_fit TRUTH = {"small", 5e6, 0.25e6, 300, 0.1e6, 56, false};
 
 /* calibrate's grid: batches x mean contexts (spread as cpu_calib_steps spreads them), then
  * prefills of 1000, 2000, 4000 and 8000 tokens. */
@@ -100,7 +100,7 @@ static void test_exact(void **state)
     fit_result r;
     double residual[N_PROBES];
     char err[ERR_LEN] = "";
-    assert_int_equal(fit_step_model(probes, N_PROBES, "small", &r, residual, err), 0);
+    assert_int_equal(fit_step_model(probes, N_PROBES, "small", false, &r, residual, err), 0);
     assert_string_equal(r.fit.model, "small");
     assert_terms(&r.fit, &TRUTH, 1e-9);
     assert_int_equal(r.n_decode, 15);
@@ -108,6 +108,43 @@ static void test_exact(void **state)
     assert_true(r.max_abs < 1e-9);
     for (int i = 0; i < N_PROBES; i++)
         assert_true(fabs(residual[i]) < 1e-9);
+}
+
+/* The overlapped model (a GPU that reads under its compute): probes timed by it come back
+ * exactly from an overlap fit, whose prefill stage leaves the step out; the added fit of
+ * the same probes puts the step inside every prefill and so bends the prompt terms. A
+ * mixed step of a 2048-token prompt beside 32 decodes costs the larger side, not the sum. */
+static void test_overlap(void **state)
+{
+    (void)state;
+    cost_step_fit truth = TRUTH;
+    truth.overlap = true;
+    fit_probe probes[N_PROBES];
+    make_probes(&truth, 0, 1, probes);
+    fit_result r, added;
+    char err[ERR_LEN] = "";
+    assert_int_equal(fit_step_model(probes, N_PROBES, "small", true, &r, NULL, err), 0);
+    assert_true(r.fit.overlap);
+    assert_terms(&r.fit, &truth, 1e-9);
+    assert_true(r.max_abs < 1e-9);
+    assert_int_equal(fit_step_model(probes, N_PROBES, "small", false, &added, NULL, err), 0);
+    assert_false(added.fit.overlap);
+    assert_true(added.max_abs > 1e-3);
+    /* a prefill: t = seq + prompt terms (every prefill probe's compute > the 5 ms step) */
+    const fit_probe one = {1, 0, 2048, 0};
+    assert_close(fit_predict_ns(&truth, &one),
+                 truth.seq_ns + truth.token_ns * 2048 + truth.pair_ns * 2048.0 * 2049 / 2, 1e-12);
+    /* 32 decodes of context 1000 beside it: reads 300 x 32000 = 9.6 ms + the 5 ms step stay
+     * under the prompt's 221 ms: the same as the prompt with 33 rows */
+    const cost_features mixed = {33, 32000, 2048, 2048.0 * 2049 / 2};
+    assert_close(truth.step_ns + cost_fit_variable_ns(&truth, &mixed),
+                 33 * truth.seq_ns + truth.token_ns * 2048 + truth.pair_ns * 2048.0 * 2049 / 2,
+                 1e-12);
+    /* added: the reads and the step on top */
+    assert_close(TRUTH.step_ns + cost_fit_variable_ns(&TRUTH, &mixed),
+                 TRUTH.step_ns + 33 * TRUTH.seq_ns + TRUTH.ctx_ns * 32000 + TRUTH.token_ns * 2048 +
+                     TRUTH.pair_ns * 2048.0 * 2049 / 2,
+                 1e-12);
 }
 
 /* Noisy repeats, 100 fixed seeds. 0.5 % per repeat (a quiet machine's repeat-to-repeat
@@ -120,7 +157,7 @@ static void check_noise(double noise, double tolerance)
         make_probes(&TRUTH, noise, seed * 7919, probes);
         fit_result r;
         char err[ERR_LEN] = "";
-        assert_int_equal(fit_step_model(probes, N_PROBES, "small", &r, NULL, err), 0);
+        assert_int_equal(fit_step_model(probes, N_PROBES, "small", false, &r, NULL, err), 0);
         if (getenv("FIT_SHOW"))
             print_message("noise %.3f seed %llu: pair %+.2f %% token %+.2f %% ctx %+.2f %% seq "
                           "%+.2f %% step %+.2f %%\n",
@@ -157,7 +194,7 @@ static void test_zero_term(void **state)
         make_probes(&truth, 0.01, seed, probes);
         fit_result r;
         char err[ERR_LEN] = "";
-        assert_int_equal(fit_step_model(probes, N_PROBES, "small", &r, NULL, err), 0);
+        assert_int_equal(fit_step_model(probes, N_PROBES, "small", false, &r, NULL, err), 0);
         assert_true(r.fit.ctx_ns >= 0);
         assert_true(r.fit.ctx_ns < 0.05 * TRUTH.ctx_ns); /* small beside a real per-context cost */
         assert_close(r.fit.seq_ns, truth.seq_ns, 0.03);
@@ -177,10 +214,10 @@ static void test_refusals(void **state)
     char err[ERR_LEN] = "";
     /* two decode probes only */
     fit_probe few[6] = {probes[0], probes[1], probes[15], probes[16], probes[17], probes[18]};
-    assert_int_equal(fit_step_model(few, 6, "small", &r, NULL, err), -1);
+    assert_int_equal(fit_step_model(few, 6, "small", false, &r, NULL, err), -1);
     assert_non_null(strstr(err, "decode probes"));
     /* one prefill */
-    assert_int_equal(fit_step_model(probes, 16, "small", &r, NULL, err), -1);
+    assert_int_equal(fit_step_model(probes, 16, "small", false, &r, NULL, err), -1);
     assert_non_null(strstr(err, "prefill probes"));
     /* every decode at batch 8: per-step and per-sequence terms cannot be told apart */
     fit_probe same[N_PROBES];
@@ -190,11 +227,11 @@ static void test_refusals(void **state)
         same[i].batch = 8;
         same[i].ns = fit_predict_ns(&TRUTH, &same[i]);
     }
-    assert_int_equal(fit_step_model(same, N_PROBES, "small", &r, NULL, err), -1);
+    assert_int_equal(fit_step_model(same, N_PROBES, "small", false, &r, NULL, err), -1);
     assert_non_null(strstr(err, "do not separate"));
     /* a step that took no time */
     probes[3].ns = 0;
-    assert_int_equal(fit_step_model(probes, N_PROBES, "small", &r, NULL, err), -1);
+    assert_int_equal(fit_step_model(probes, N_PROBES, "small", false, &r, NULL, err), -1);
     assert_non_null(strstr(err, "probe 3"));
 }
 
@@ -277,6 +314,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exact),
+        cmocka_unit_test(test_overlap),
         cmocka_unit_test(test_noise),
         cmocka_unit_test(test_zero_term),
         cmocka_unit_test(test_refusals),

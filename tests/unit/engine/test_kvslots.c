@@ -271,6 +271,24 @@ static void test_cost_charges_occupied_cells(void **state)
     const cost_seq chunk = {512, 4096, true};
     assert_int_equal(cost_step_cells_ns(&p, &chunk, 1, 100, NULL),
                      cost_step_ns(&p, &chunk, 1, NULL));
+
+    /* An injection beside 4 decodes of context 100 in a cache of 400 cells (theirs): the
+     * one-step prefill is that batch's cost_step_cells_ns; chunked (budget 2052: chunks of
+     * 2048), the last chunk spans the 400 cells and the prompt's 6144 before it; 0 cells is
+     * the paged injection. */
+    const cost_seq batch[5] = {{8192, 0, true}, {1, 100, true}, {1, 100, true}, {1, 100, true},
+                               {1, 100, true}};
+    int64_t longest = 0;
+    cost_injection_prefill_cells_ns(&p, 8192, 4, 100, 0, 400, &longest);
+    assert_int_equal(longest, cost_step_cells_ns(&p, batch, 5, 400, NULL));
+    cost_seq last[5];
+    memcpy(last, batch, sizeof last);
+    last[0] = (cost_seq){2048, 6144, true};
+    int64_t total = cost_injection_prefill_cells_ns(&p, 8192, 4, 100, 2052, 400, &longest);
+    assert_int_equal(longest, cost_step_cells_ns(&p, last, 5, 400 + 6144, NULL));
+    assert_true(total > longest);
+    assert_int_equal(cost_injection_prefill_cells_ns(&p, 8192, 4, 100, 2052, 0, &longest),
+                     cost_injection_prefill_ns(&p, 8192, 4, 100, 2052, NULL));
 }
 
 /* llama.cpp's order effect on the scheduler and the cost model together: a lone 8192-token

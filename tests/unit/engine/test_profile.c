@@ -14,6 +14,7 @@
 
 #include "common/err.h"
 #include "engine/profile.h"
+#include "engine/sched.h"
 
 static char dir[] = "/tmp/test_profile_XXXXXX";
 static char path[256];
@@ -58,7 +59,7 @@ static void test_round_trip(void **state)
     g.kv_bytes_per_elem = 4;
     g.step_overhead_ns = 2890000;
     g.threads = 1;
-    g.fit = (cost_step_fit){"small", 5e6, 0.25e6, 300, 0.1e6, 56};
+    g.fit = (cost_step_fit){"small", 5e6, 0.25e6, 300, 0.1e6, 56, false};
     const fit_probe probes[2] = {{32, 16384, 0, 18e6}, {1, 0, 8000, 2.6e9}};
     const double residual[2] = {0.01, -0.02};
     fit_result fr;
@@ -143,6 +144,47 @@ static void test_target(void **state)
             assert_int_equal(profile_read(path, &g, &info, err), 0);
             assert_int_equal(info.prefix_caching, want[i]);
         }
+    }
+
+    /* calibrate --target's KV layout: "paged", "unified" (with its slots), null; a unified
+     * profile written and read back keeps both; a bad layout or slot count is refused */
+    assert_int_equal(info.kv_layout, -1);
+    static const struct {
+        const char *extra;
+        int layout, slots;
+        const char *refused;
+    } layouts[] = {
+        {"\"kv_layout\": \"paged\"", SCHED_KV_PAGED, 0, NULL},
+        {"\"kv_layout\": \"unified\", \"slots\": 33", SCHED_KV_UNIFIED, 33, NULL},
+        {"\"kv_layout\": null", -1, 0, NULL},
+        {"\"kv_layout\": \"radix\"", 0, 0, "\"kv_layout\" must be"},
+        {"\"kv_layout\": \"unified\", \"slots\": 0", 0, 0, "\"slots\" must be"},
+    };
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "{\"format\": \"stallscope-hardware-profile\", \"version\": 2, "
+                 "\"source\": \"target\", \"mem_bytes\": 8e10, %s, "
+                 "\"step_model\": {\"model\": \"llama-3.1-8b\", \"step_ns\": 4e6, \"seq_ns\": 3e4, "
+                 "\"ctx_ns\": 1, \"token_ns\": 1.6e4, \"pair_ns\": 0.002}}", layouts[i].extra);
+        write_text(text);
+        if (layouts[i].refused) {
+            assert_int_equal(profile_read(path, &g, &info, err), -1);
+            assert_non_null(strstr(err, layouts[i].refused));
+            continue;
+        }
+        assert_int_equal(profile_read(path, &g, &info, err), 0);
+        assert_int_equal(info.kv_layout, layouts[i].layout);
+        assert_int_equal(info.slots, layouts[i].slots);
+        json_t *back = profile_to_json(&g, &info, NULL, NULL, NULL, 0);
+        assert_non_null(back);
+        const json_t *kl = json_object_get(back, "kv_layout");
+        if (layouts[i].layout < 0)
+            assert_true(json_is_null(kl));
+        else
+            assert_string_equal(json_string_value(kl),
+                                sched_kv_layout_name((sched_kv_layout)layouts[i].layout));
+        assert_int_equal(json_integer_value(json_object_get(back, "slots")), layouts[i].slots);
+        json_decref(back);
     }
 }
 
