@@ -161,6 +161,13 @@ typedef struct analysis_gap_digest {
 /* A run whose requests failed this often (or more) failed (analysis_summary.failed). */
 #define ANALYSIS_FAILED_SHARE 0.5
 
+typedef struct analysis_prompt_tokens {
+    int64_t requests;         /* requests counted (ended without an error, a prompt planned) */
+    int64_t planned, counted; /* their prompt tokens: planned, and as the server counted */
+    double ratio;             /* counted / planned (0: none) */
+    double worst;             /* the largest |counted / planned - 1| of one request */
+} analysis_prompt_tokens;
+
 typedef struct analysis_summary {
     char label[64];
     char engine[128];
@@ -208,6 +215,7 @@ typedef struct analysis_summary {
      * summary.json: "prefix_cache" (absent when not known). */
     bool prefix_cache;
     int64_t prefix_queries, prefix_hits;
+    analysis_prompt_tokens prompt_tokens; /* planned against counted (analysis_prompt_count) */
     bool complete;              /* false when the run was cut short or failed */
     analysis_attribution attribution;
     analysis_stall *stall_list; /* (n_stall_list) every stall, by request then time */
@@ -280,6 +288,13 @@ int analysis_gaps_ms(const tokenlog *log, double **out, int64_t *n, char *err);
 
 /* The whole in-memory log at once: always exact (the budgets are ignored). Implemented on the
  * stream below, so both paths give the same figures. */
+/* The prompts as planned against as the server counted them (requests.csv's
+ * prompt_tokens_requested and prompt_tokens: usage.prompt_tokens where the server reported
+ * it), over the requests that ended without an error. Prompts sent as token ids are exact;
+ * sent as text, this checks the calibrated words per token on these very prompts.
+ * summary.json "prompt_tokens" (null without such a request). */
+void analysis_prompt_count(const tokenlog *log, analysis_prompt_tokens *out);
+
 int analysis_summarize(const tokenlog *log, const analysis_options *opt, analysis_summary *out,
                        char *err);
 

@@ -112,6 +112,15 @@ json_t *analysis_summary_to_json(const analysis_summary *s)
         json_object_set_new(root, "streamed_throughput", json_real(s->streamed_throughput));
         json_object_set_new(root, "metrics", standard_to_json(&s->standard));
         json_object_set_new(root, "requests", json_integer((json_int_t)s->requests));
+        const analysis_prompt_tokens *pt = &s->prompt_tokens;
+        json_object_set_new(root, "prompt_tokens",
+                            pt->requests > 0
+                                ? json_pack("{s:I, s:I, s:I, s:f, s:f}", "requests",
+                                            (json_int_t)pt->requests, "planned",
+                                            (json_int_t)pt->planned, "counted",
+                                            (json_int_t)pt->counted, "ratio", pt->ratio, "worst",
+                                            pt->worst)
+                                : json_null());
         json_object_set_new(root, "failed", json_boolean(s->failed));
         json_object_set_new(root, "error_common",
                             s->errors > 0 ? json_pack("{s:s, s:I}", "error", s->error_common,

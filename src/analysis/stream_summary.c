@@ -175,6 +175,22 @@ static int failures(const tokenlog *log, analysis_summary *out)
     return 0;
 }
 
+void analysis_prompt_count(const tokenlog *log, analysis_prompt_tokens *out)
+{
+    memset(out, 0, sizeof *out);
+    for (int64_t i = 0; i < log->n_requests; i++) {
+        const tokenlog_request *r = &log->requests[i];
+        if (r->error[0] || r->prompt_tokens_requested <= 0 || r->prompt_tokens <= 0)
+            continue;
+        out->requests++;
+        out->planned += r->prompt_tokens_requested;
+        out->counted += r->prompt_tokens;
+        const double off = fabs((double)r->prompt_tokens / r->prompt_tokens_requested - 1);
+        out->worst = off > out->worst ? off : out->worst;
+    }
+    out->ratio = out->planned > 0 ? (double)out->counted / (double)out->planned : 0;
+}
+
 /* Injections in plan order, each with the gaps across its wait. */
 static int injections(analysis_stream *s, analysis_summary *out, int64_t **plan_of_window)
 {
@@ -473,6 +489,7 @@ int analysis_stream_end(analysis_stream *s, const analysis_options *opt, analysi
         gap_distributions(s, out) != 0)
         goto oom;
     out->spike_ratio = out->itl_ms.p50 > 0 ? out->itl_ms.max / out->itl_ms.p50 : 0;
+    analysis_prompt_count(log, &out->prompt_tokens);
     /* The benchmark world's figures, from the requests' final rows and every gap. */
     int std_rc = standard_acc_end(s->std, log, s->duration_s, &out->standard, err);
     s->std = NULL; /* freed by end */

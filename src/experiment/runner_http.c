@@ -7,6 +7,7 @@
  * leaks from the baseline into the interference run. The server runs exactly the
  * configuration the run records. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -595,8 +596,15 @@ static int write_record(const experiment_phase *ph, const tokenlog *log, driver_
     return 0;
 }
 
-/* The run's totals, the open loop's plan and its waits for a slot. */
-static void say_totals(const experiment_phase *ph, const tokenlog *log, const driver_result *res)
+/* Prompts sent as text, checked against the server's count of them: off by more than this
+ * (the total) or EXPERIMENT_TEXT_WORST (one request), the calibration does not hold. */
+#define EXPERIMENT_TEXT_DRIFT 0.05
+#define EXPERIMENT_TEXT_WORST 0.10
+
+/* The run's totals, the open loop's plan and its waits for a slot; with text prompts, how
+ * the server counted them against the plan. */
+static void say_totals(const experiment_phase *ph, const tokenlog *log, const driver_result *res,
+                       bool text)
 {
     if (ph->notes && !ph->quiet)
         fprintf(ph->notes, "[%s] %lld token events%s, %lld requests, %lld errors, %lld steps logged\n",
@@ -604,6 +612,19 @@ static void say_totals(const experiment_phase *ph, const tokenlog *log, const dr
                 res->events_dropped ? " (each held only until written)" : "",
                 (long long)res->requests, (long long)res->errors, (long long)log->n_steps);
     FILE *say = ph->quiet ? stderr : ph->notes; /* said even with --json */
+    analysis_prompt_tokens pt;
+    analysis_prompt_count(log, &pt);
+    if (say && text && pt.requests > 0) {
+        const bool off = fabs(pt.ratio - 1) > EXPERIMENT_TEXT_DRIFT || pt.worst > EXPERIMENT_TEXT_WORST;
+        fprintf(say, "[%s] prompts sent as text: the server counted %lld prompt tokens where %lld "
+                "were planned (%+.1f %%; the worst request %.1f %% off)%s\n",
+                ph->label, (long long)pt.counted, (long long)pt.planned, (pt.ratio - 1) * 100,
+                pt.worst * 100,
+                off ? ": more than the text calibration allows (5 % in all, 10 % a request); "
+                      "prompts that share text may not share tokens where they join: a server "
+                      "that takes token-id prompts shares them exactly"
+                    : "");
+    }
     if (say && res->open_plan[0])
         fprintf(say, "[%s] %s\n", ph->label, res->open_plan);
     if (say && ph->wl->max_concurrency > 0)
@@ -725,7 +746,7 @@ static int http_phase(void *impl, const experiment_phase *ph, tokenlog *log, exp
     record_learned(hr, ph, &res, &shard_start, meta);
     if (write_record(ph, log, &res, meta, err) != 0)
         goto done;
-    say_totals(ph, log, &res);
+    say_totals(ph, log, &res, !hr->api.token_ids);
     meta->complete = res.complete;
     status = 0;
 done:

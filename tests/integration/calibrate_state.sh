@@ -130,32 +130,33 @@ grep -qE "the profile misses its own interference probes: the [0-9]+-token promp
 stop_fake
 pass "a profile that misses its own probes: refused, the probe named, nothing written"
 
-# ---- stallscope's own unified KV cache (llama.cpp's slots: serve --kv-layout unified, 9
-# slots, Llama 3.2 1B on the emulated H100, whose attention is a large part of a prefill):
-# llama.cpp's slot erase found (all 9 slots) and used before each probe; a fresh prompt after
-# the streams slower by 1.25x or more, the decode probes fitted over all the streams' cells
-# better than over their own: "kv_layout": "unified" with its 9 slots, its own probes
-# predicted. sim --hardware then runs --kv-layout unified --max-num-seqs 9 (config.json),
-# and --max-num-seqs / --kv-layout on the command line win.
+# ---- stallscope's own unified KV cache (llama.cpp's slots: serve --kv-layout unified, 17
+# slots, Llama 3.2 1B on the emulated A100, whose attention is a large part of a prefill; 16
+# interference streams leave ~1.5x a 4096-token prompt's quiet TTFT behind): llama.cpp's slot
+# erase found (all 17 slots) and used before each probe; a fresh prompt after the streams
+# slower by 1.25x or more, the decode probes fitted over all the streams' cells better than
+# over their own: "kv_layout": "unified" with its 17 slots, its own probes predicted.
+# sim --hardware then runs --kv-layout unified --max-num-seqs 17 (config.json), and
+# --max-num-seqs / --kv-layout on the command line win.
 port=$(free_port)
-timeout 120 nice -n -10 "$bin" serve --engine emulate --gpu h100-sxm --model llama-3.2-1b \
-  --kv-layout unified --max-num-seqs 9 --port "$port" >"$scratch/unified.server" 2>&1 &
+timeout 120 nice -n -10 "$bin" serve --engine emulate --gpu a100-80g --model llama-3.2-1b \
+  --kv-layout unified --max-num-seqs 17 --port "$port" >"$scratch/unified.server" 2>&1 &
 fake_pid=$!
 for _ in $(seq 100); do grep -qs 'listening on' "$scratch/unified.server" && break; sleep 0.1; done
 grep -qs 'listening on' "$scratch/unified.server" || { cat "$scratch/unified.server"; fail "unified: serve did not start"; }
 url=http://127.0.0.1:$port
-small=(--max-streams 8 --long-context 1024 --seconds 200ms --min-prompt-tokens 1024
-       --max-prompt-tokens 4096 --repeats 1 --interference-streams 8)
+small=(--max-streams 8 --long-context 1024 --seconds 200ms --min-prompt-tokens 2048
+       --max-prompt-tokens 8192 --repeats 1 --interference-streams 16)
 calibrate unified
 stop_fake
 [ "$rc" = 0 ] || { cat "$scratch/unified.out" "$scratch/unified.err"; fail "unified: exit $rc, not 0"; }
 grep -qE "KV layout: unified \(llama.cpp's slots\): what the streams left behind slowed a fresh prompt [0-9.]+x" \
   "$scratch/unified.out" || { cat "$scratch/unified.out"; fail "unified: the layout not said"; }
-grep -q "sim --hardware $scratch/unified.json runs --kv-layout unified --max-num-seqs 9 (its slots)" \
+grep -q "sim --hardware $scratch/unified.json runs --kv-layout unified --max-num-seqs 17 (its slots)" \
   "$scratch/unified.out" || { cat "$scratch/unified.out"; fail "unified: how sim runs it not said"; }
-check "unified: the slots erased, the layout and its 9 slots recorded, its own probes predicted" \
-  '(a["measured"]["state"]["reset"] == "/slots/0?action=erase" and a["measured"]["state"]["reset_slots"] == 9 and
-    a["kv_layout"] == "unified" and a["slots"] == 9 and a["measured"]["kv_layout"]["inferred"] == "unified" and
+check "unified: the slots erased, the layout and its 17 slots recorded, its own probes predicted" \
+  '(a["measured"]["state"]["reset"] == "/slots/0?action=erase" and a["measured"]["state"]["reset_slots"] == 17 and
+    a["kv_layout"] == "unified" and a["slots"] == 17 and a["measured"]["kv_layout"]["inferred"] == "unified" and
     a["measured"]["kv_layout"]["retained_ratio"] >= 1.25 and
     a["measured"]["kv_layout"]["unified_decode_rms"] < a["measured"]["kv_layout"]["paged_decode_rms"] and
     a["measured"]["accepted"] is True and a["measured"]["predicts_probes"] is True)' "$scratch/unified.json"
@@ -168,8 +169,8 @@ sim_config() { # NAME ARGS...: a short sim on the profile; its interference conf
 sim_config sim-unified
 sim_config sim-said --max-num-seqs 12
 sim_config sim-paged --kv-layout paged
-check "unified: sim --hardware runs it unified on 9 slots; the flags win" \
-  '(a["sched"]["kv_layout"] == "unified" and a["sched"]["max_num_seqs"] == 9 and
+check "unified: sim --hardware runs it unified on 17 slots; the flags win" \
+  '(a["sched"]["kv_layout"] == "unified" and a["sched"]["max_num_seqs"] == 17 and
     b["sched"]["kv_layout"] == "unified" and b["sched"]["max_num_seqs"] == 12 and
     c["sched"]["kv_layout"] == "paged" and c["sched"]["max_num_seqs"] == 256)' \
   "$scratch/sim-unified/interference/config.json" "$scratch/sim-said/interference/config.json" \

@@ -3,7 +3,9 @@
 #  1. connection refused at start -> a clear error within 5 s, exit 1;
 #  2. a (python, stdlib) vLLM-like server on the chat endpoint that refuses token-id
 #     prompts (-> text calibrated against usage), sends k-token events, and sometimes stops
-#     sending mid-answer -> per-request timeout counted as an error, the run goes on;
+#     sending mid-answer -> per-request timeout counted as an error, the run goes on; the
+#     text prompts' count checked against usage (within 5 %, said); the same server whose
+#     tokenizer changes after the calibration -> said off, summary.json prompt_tokens shows it;
 #  3. a separate `stallscope serve` killed mid-run -> clear error, exit 1, artifacts hold
 #     every token received, summary "complete": false;
 #  4. the embedded server killed mid-run -> the same;
@@ -71,11 +73,37 @@ for r in inj:   # calibrated text: the server counted the length we asked for, w
     if abs(int(r["prompt_tokens"]) - 400) > 8: problems.append(f"injection counted {r['prompt_tokens']} tokens")
 rows = sum(int(t["n_tokens"]) for t in toks)
 if rows != s["tokens_received"]: problems.append("tokens.csv and summary disagree")
+# the text checked against the server's counts: within the calibration, and said so
+pt = s["prompt_tokens"]
+if not (pt and pt["requests"] > 0 and abs(pt["ratio"] - 1) <= 0.05):
+    problems.append(f"prompt_tokens not within 5 % of the plan: {pt}")
+if "prompts sent as text: the server counted" not in err or "more than the text calibration" in err:
+    problems.append("the text prompts' count not said, or said off")
 print("     mock:", len(reqs), "requests,", len(timeouts), "timeouts,", rows, "tokens")
 for p in problems: print("FAIL mock:", p)
 sys.exit(1 if problems else 0)
 EOF
-echo "ok   foreign chat server: text calibrated, k-token events, timeouts counted, the run went on"
+echo "ok   foreign chat server: text calibrated, k-token events, timeouts counted, the run went on, the text's count checked"
+
+# ---- 2b. the same server whose tokenizer changes after the calibration (three tokens a word
+# from its 4th request): the prompts' count checked against usage says so
+PORT=$(free_port)
+"$PY" "$PY_DIR/text_prompt_server.py" "$PORT" --drift-after 3 >"$WORK/drift.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 100); do grep -q ready "$WORK/drift.log" && break; sleep 0.1; done
+timeout 60 "$BIN" run --target "http://127.0.0.1:$PORT/v1" --endpoint chat --api-key sk-mock \
+  --no-baseline --users 4 --duration 3s --inject-at 1s --prompt-tokens 400 \
+  --bg-answer-tokens 20..30 --warmup 0 --request-timeout 1s \
+  --out "$WORK/drift" >"$WORK/drift.out" 2>"$WORK/drift.err" || {
+  cat "$WORK/drift.err"; fail "drift: run failed"; }
+grep -qE "prompts sent as text: the server counted [0-9]+ prompt tokens where [0-9]+ were planned \(\+[0-9.]+ %; the worst request [0-9.]+ % off\): more than the text calibration allows" \
+  "$WORK/drift.err" || { cat "$WORK/drift.err"; fail "drift: the text's miscount not said"; }
+"$PY" -c '
+import json, sys
+pt = json.load(open(sys.argv[1]))["prompt_tokens"]
+sys.exit(0 if pt["ratio"] > 1.2 and pt["worst"] > 0.3 else 1)' "$WORK/drift/interference/summary.json" ||
+  fail "drift: summary.json prompt_tokens does not show the miscount"
+echo "ok   a tokenizer that changed after the calibration: the text prompts' count said off"
 
 # ---- 3. a separate server killed mid-run ------------------------------------------------------
 # exec: $! is the process itself (kill -9 must hit the server, not a wrapper); the trap and

@@ -1,16 +1,19 @@
 """A vLLM-shaped streaming server (stdlib only) on 127.0.0.1 that stops by itself after 60 s,
 for tests/integration/run_faults.sh (ctest registers only *.sh).
 
-    python3 text_prompt_server.py PORT
+    python3 text_prompt_server.py PORT [--drift-after N]
 
 It takes text prompts only (a token-id prompt is refused with 400, so the client calibrates
 text against usage), wants "Authorization: Bearer sk-mock", counts 12 prompt tokens of chat
 overhead (1 for completions) plus two per word, sends now and then two tokens in one event,
-and after the first three requests stops sending mid-answer on every fifth."""
+and after the first three requests stops sending mid-answer on every fifth. With
+--drift-after N, from the (N + 1)th request on it counts three tokens a word: a tokenizer the
+client's calibration (its first requests) no longer describes."""
 import json, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 count = 0
 lock = threading.Lock()
+DRIFT_AFTER = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[2] == "--drift-after" else None
 class H(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def log_message(self, *a): pass
@@ -36,9 +39,10 @@ class H(BaseHTTPRequestHandler):
             prompt = req["prompt"]; overhead = 1
         if not isinstance(prompt, str):
             return self.send_json(400, {"error": {"message": "prompt must be a string"}})
-        prompt_tokens = overhead + len(prompt.split()) * 2
         with lock:
             count += 1; n = count
+        per_word = 3 if DRIFT_AFTER is not None and n > DRIFT_AFTER else 2
+        prompt_tokens = overhead + len(prompt.split()) * per_word
         stall = n > 3 and n % 5 == 0  # after the probes: every 5th request stops sending
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
