@@ -286,8 +286,6 @@ bool analysis_injection_ttft(const analysis_summary *s, analysis_dist *out);
 /* All background ITL gaps in ms, in (request, time) order; caller frees *out. */
 int analysis_gaps_ms(const tokenlog *log, double **out, int64_t *n, char *err);
 
-/* The whole in-memory log at once: always exact (the budgets are ignored). Implemented on the
- * stream below, so both paths give the same figures. */
 /* The prompts as planned against as the server counted them (requests.csv's
  * prompt_tokens_requested and prompt_tokens: usage.prompt_tokens where the server reported
  * it), over the requests that ended without an error. Prompts sent as token ids are exact;
@@ -295,6 +293,8 @@ int analysis_gaps_ms(const tokenlog *log, double **out, int64_t *n, char *err);
  * summary.json "prompt_tokens" (null without such a request). */
 void analysis_prompt_count(const tokenlog *log, analysis_prompt_tokens *out);
 
+/* The whole in-memory log at once: always exact (the budgets are ignored). Implemented on the
+ * stream below, so both paths give the same figures. */
 int analysis_summarize(const tokenlog *log, const analysis_options *opt, analysis_summary *out,
                        char *err);
 

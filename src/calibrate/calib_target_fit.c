@@ -474,8 +474,8 @@ static json_t *kept_json(const calib_target_kept *k)
     json_object_set_new(o, "after_fill_ttft_ms",
                         k->after_fill_ns > 0 ? json_real(k->after_fill_ns / 1e6) : json_null());
     json_object_set_new(o, "kv_usage_before_fill", said(k->before_fill.kv_usage, 1));
-    json_object_set_new(o, "after_fill_ratio", k->after_fill_ns > 0 && k->quiet_ns > 0
-                                                   ? json_real(k->after_fill_ns / k->quiet_ns)
+    json_object_set_new(o, "after_fill_ratio", calib_target_retained_ratio(k) > 0
+                                                   ? json_real(calib_target_retained_ratio(k))
                                                    : json_null());
     return o;
 }
@@ -572,6 +572,18 @@ json_t *calib_target_measured_json(const calib_target_result *r, const calib_tar
 
 /* ---- the fit and the profile ---------------------------------------------------------------- */
 
+/* out's device on arch with the step model fit: the policy its stalls imply and its
+ * predictions of them (out->cost, out->policy, out->check). */
+static void judge(calib_target_fitted *out, const cost_arch *arch, const cost_step_fit *fit,
+                  int n_stall)
+{
+    out->gpu.fit = *fit;
+    cost_params_init(&out->cost, &out->gpu, arch);
+    calib_target_infer_policy(&out->cost, out->stall, n_stall, &out->policy);
+    calib_target_check_probes(&out->cost, &out->policy, out->stall, n_stall,
+                              CALIB_TARGET_MAX_MISS, &out->check);
+}
+
 /* The judged probes' rms miss (stalls and prefills alike); -1 when none was judged. */
 static double check_rms(const calib_target_check *ck)
 {
@@ -630,24 +642,16 @@ int calib_target_fit_model(const calib_target_result *r, const cost_arch *arch, 
     char why[ERR_LEN];
     const bool overlap_fitted = fit_step_model(out->probes, out->n, arch->name, true, &fits[1],
                                                residuals[1], why) == 0;
-    for (int k = overlap_fitted ? 1 : 0; k >= 0; k--) {
-        out->gpu.fit = fits[k].fit;
-        cost_params_init(&out->cost, &out->gpu, arch);
-        calib_target_infer_policy(&out->cost, out->stall, r->n_stall, &out->policy);
-        calib_target_check_probes(&out->cost, &out->policy, out->stall, r->n_stall,
-                                  CALIB_TARGET_MAX_MISS, &out->check);
+    for (int k = overlap_fitted ? 1 : 0; k >= 0; k--) { /* the added one judged last */
+        judge(out, arch, &fits[k].fit, r->n_stall);
         miss[k] = check_rms(&out->check);
     }
     out->sum_miss = miss[0];
     out->overlap_miss = miss[1];
-    if (miss[1] >= 0 && miss[1] < miss[0]) { /* overlapped: redo its policy and check */
+    if (miss[1] >= 0 && miss[1] < miss[0]) { /* overlapped */
         out->fit = fits[1];
         memcpy(out->residual, residuals[1], sizeof out->residual);
-        out->gpu.fit = fits[1].fit;
-        cost_params_init(&out->cost, &out->gpu, arch);
-        calib_target_infer_policy(&out->cost, out->stall, r->n_stall, &out->policy);
-        calib_target_check_probes(&out->cost, &out->policy, out->stall, r->n_stall,
-                                  CALIB_TARGET_MAX_MISS, &out->check);
+        judge(out, arch, &fits[1].fit, r->n_stall);
     }
     out->accepted = calib_target_fit_ok(&out->fit, out->residual, out->n, max_rms, &out->worst);
     return 0;

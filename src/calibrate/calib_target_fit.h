@@ -252,7 +252,7 @@ double calib_target_median(double *v, int64_t n);
  * the policy the stalls imply under it, and whether max_rms accepts it. */
 typedef struct calib_target_fitted {
     int kv_layout;       /* SCHED_KV_PAGED, or SCHED_KV_UNIFIED: the decode probes fitted over
-                            the occupied cells (calib_target_layout_of), the stalls too */
+                            the occupied cells (calib_target_fit_model), the stalls too */
     double paged_decode_rms, unified_decode_rms; /* both fits' decode stage (-1: not fitted) */
     double sum_miss, overlap_miss; /* the judged interference probes' rms miss with the step
                                       model's terms added and overlapped (-1: none judged) */

@@ -304,10 +304,10 @@ static void print_kept(const calib_target_result *r)
         printf("  prefix caching: %s: the same %d-token prompt twice: TTFT %.2f ms, then %.2f ms "
                "(%.2fx)\n", caching ? "on" : "off", k->prompt_tokens, k->cache_first_ns / 1e6,
                k->cache_second_ns / 1e6, k->cache_second_ns / k->cache_first_ns);
-    if (k->after_fill_ns > 0 && k->quiet_ns > 0)
+    if (calib_target_retained_ratio(k) > 0)
         printf("  retained state: a fresh %d-token prompt alone right after the interference "
                "probes: TTFT %.2f ms, quiet %.2f ms (%.2fx)\n", k->prompt_tokens,
-               k->after_fill_ns / 1e6, k->quiet_ns / 1e6, k->after_fill_ns / k->quiet_ns);
+               k->after_fill_ns / 1e6, k->quiet_ns / 1e6, calib_target_retained_ratio(k));
 }
 
 /* The KV layout the fit took, and why (calib_target_fit_model). */

@@ -65,6 +65,14 @@ static int shared_blocks(const kv_slot *slot, const uint64_t *hashes, int n_hash
     return i;
 }
 
+/* A free slot forgets what it retained: its cells and the prompt it matched. */
+static void forget(kvslots *k, kv_slot *slot)
+{
+    k->retained -= slot->cells;
+    slot->cells = 0;
+    slot->n_hashes = 0;
+}
+
 int kvslots_take(kvslots *k, const uint64_t *hashes, int n_hashes)
 {
     if (!hashes)
@@ -84,9 +92,7 @@ int kvslots_take(kvslots *k, const uint64_t *hashes, int n_hashes)
     if (best < 0)
         return -1;
     kv_slot *slot = &k->slots[best];
-    k->retained -= slot->cells;
-    slot->cells = 0;
-    slot->n_hashes = 0;
+    forget(k, slot);
     slot->taken = true;
     return best;
 }
@@ -123,15 +129,8 @@ int64_t kvslots_erase(kvslots *k, int slot_index)
     if (slot->taken)
         return 0;
     const int64_t cells = slot->cells;
-    k->retained -= cells;
-    slot->cells = 0;
-    slot->n_hashes = 0;
+    forget(k, slot);
     return cells;
-}
-
-int kvslots_count(const kvslots *k)
-{
-    return k->n_slots;
 }
 
 int64_t kvslots_retained_cells(const kvslots *k)

@@ -34,8 +34,6 @@ void kvslots_release(kvslots *k, int slot, int64_t cells, const uint64_t *hashes
  * retained and the prompt it matched; a taken one is left to its occupant. The cells erased
  * (0: none retained, or taken), or -1 when there is no such slot. */
 int64_t kvslots_erase(kvslots *k, int slot);
-/* The slots there are. */
-int kvslots_count(const kvslots *k);
 /* Cells the free slots retain, in all. */
 int64_t kvslots_retained_cells(const kvslots *k);
 /* Cells one slot retains (0 while taken). */

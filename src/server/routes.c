@@ -289,6 +289,8 @@ static void handle_slot(server *s, struct evhttp_request *hreq, const char *id_t
     answer_body(s, hreq, 200, "application/json", body, (size_t)n);
 }
 
+#define SLOTS_PREFIX "/slots/"
+
 typedef enum {
     ROUTE_COMPLETIONS,
     ROUTE_CHAT,
@@ -312,12 +314,19 @@ static const struct route {
     {"/health", ROUTE_HEALTH, EVHTTP_REQ_GET, "GET, HEAD", false},
     {"/metrics", ROUTE_METRICS, EVHTTP_REQ_GET, "GET, HEAD", false},
     {"/reset_prefix_cache", ROUTE_RESET_PREFIX_CACHE, EVHTTP_REQ_POST, "POST", true},
-    {"/slots/", ROUTE_SLOT, EVHTTP_REQ_POST, "POST", true}, /* a prefix: /slots/{id} */
+    {SLOTS_PREFIX, ROUTE_SLOT, EVHTTP_REQ_POST, "POST", true}, /* a prefix: /slots/{id} */
 };
 
-/* A unified KV cache (slots) is llama.cpp's server: its slot erase is offered, vLLM's
- * /reset_prefix_cache is not (as there); under paged, the other way round. */
-#define SLOTS_PREFIX "/slots/"
+/* Does this route serve path on this server? A unified KV cache (slots) is llama.cpp's
+ * server: its slot erase is offered, vLLM's /reset_prefix_cache is not (as there); under
+ * paged, the other way round. */
+static bool route_serves(const server *s, const struct route *r, const char *path)
+{
+    const bool slots = engine_slots(s->engine) > 0;
+    if (r->id == ROUTE_SLOT)
+        return slots && strncmp(path, SLOTS_PREFIX, strlen(SLOTS_PREFIX)) == 0;
+    return strcmp(path, r->path) == 0 && !(r->id == ROUTE_RESET_PREFIX_CACHE && slots);
+}
 
 /* "Authorization: Bearer <key>", the scheme case-insensitive. */
 static bool authorized(const server *s, struct evhttp_request *hreq)
@@ -349,10 +358,7 @@ void routes_on_request(struct evhttp_request *hreq, void *arg)
         path = "";
     const struct route *route = NULL;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
-        if (routes[i].id == ROUTE_SLOT
-                ? engine_slots(s->engine) > 0 && strncmp(path, SLOTS_PREFIX, strlen(SLOTS_PREFIX)) == 0
-                : strcmp(path, routes[i].path) == 0 &&
-                      !(routes[i].id == ROUTE_RESET_PREFIX_CACHE && engine_slots(s->engine) > 0))
+        if (route_serves(s, &routes[i], path))
             route = &routes[i];
     if (!route) {
         openai_error error;

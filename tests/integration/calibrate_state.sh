@@ -138,13 +138,10 @@ pass "a profile that misses its own probes: refused, the probe named, nothing wr
 # over their own: "kv_layout": "unified" with its 17 slots, its own probes predicted.
 # sim --hardware then runs --kv-layout unified --max-num-seqs 17 (config.json), and
 # --max-num-seqs / --kv-layout on the command line win.
-port=$(free_port)
-timeout 120 nice -n -10 "$bin" serve --engine emulate --gpu a100-80g --model llama-3.2-1b \
-  --kv-layout unified --max-num-seqs 17 --port "$port" >"$scratch/unified.server" 2>&1 &
-fake_pid=$!
-for _ in $(seq 100); do grep -qs 'listening on' "$scratch/unified.server" && break; sleep 0.1; done
-grep -qs 'listening on' "$scratch/unified.server" || { cat "$scratch/unified.server"; fail "unified: serve did not start"; }
-url=http://127.0.0.1:$port
+start_serve "$bin" "$scratch/unified.server" --engine emulate --gpu a100-80g --model llama-3.2-1b \
+  --kv-layout unified --max-num-seqs 17
+fake_pid=$serve_pid
+[ -n "$url" ] || { cat "$scratch/unified.server"; fail "unified: serve did not start"; }
 small=(--max-streams 8 --long-context 1024 --seconds 200ms --min-prompt-tokens 2048
        --max-prompt-tokens 8192 --repeats 1 --interference-streams 16)
 calibrate unified

@@ -32,12 +32,8 @@ trap cleanup EXIT
 
 # start_server LOG ARGS...: serve on a free port; its URL in $url ("" if it did not start).
 start_server() {
-  local log=$1; shift
-  timeout 120 nice -n -10 "$bin" serve --engine emulate --gpu a100-80g --model qwen2.5-7b --port 0 \
-    "$@" >"$log" 2>&1 &
-  server_pid=$!
-  for _ in $(seq 100); do grep -q 'listening on' "$log" && break; sleep 0.1; done
-  url=$(grep -o 'http://[0-9.]*:[0-9]*' "$log" | head -1)
+  start_serve "$bin" "$1" --engine emulate --gpu a100-80g --model qwen2.5-7b "${@:2}"
+  server_pid=$serve_pid
 }
 stop_server() { kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; server_pid=; }
 

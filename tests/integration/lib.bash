@@ -29,6 +29,16 @@ skip_or_fail() {
   exit 77
 }
 # json FILE EXPR: evaluate a python expression over the parsed JSON bound to `j`.
+# start_serve BIN LOG ARGS...: `BIN serve --port 0 ARGS` (at the priority `run` gives its own
+# server), its PID in $serve_pid and its URL in $url ("" when it printed none within 10 s).
+start_serve() {
+  local bin=$1 log=$2; shift 2
+  timeout 120 nice -n -10 "$bin" serve --port 0 "$@" >"$log" 2>&1 &
+  serve_pid=$!
+  for _ in $(seq 100); do grep -qs 'listening on' "$log" && break; sleep 0.1; done
+  url=$(grep -os 'http://[0-9.]*:[0-9]*' "$log" | head -1)
+}
+
 json() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1"; }
 # check NAME PYTHON-BOOL-EXPR FILE...: files bound to a, b, c ...
 check() {

@@ -51,6 +51,35 @@ static void test_slots_least_recently_released(void **state)
     kvslots_free(k);
 }
 
+/* llama.cpp's POST /slots/{id}?action=erase: a free slot forgets its cells and its prompt
+ * (a newcomer sharing that prompt no longer prefers it); a taken one keeps its occupant's;
+ * an id past the slots is refused. */
+static void test_slots_erase(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "";
+    kvslots *k = kvslots_create(3, err);
+    assert_non_null(k);
+    const uint64_t prompt[2] = {21, 22};
+    assert_int_equal(kvslots_take(k, prompt, 2), 0);
+    assert_int_equal(kvslots_take(k, NULL, 0), 1);
+    kvslots_release(k, 0, 40, prompt, 2);
+    assert_int_equal(kvslots_retained_cells(k), 40);
+    /* slot 1 is taken: nothing erased, nothing retained changes */
+    assert_int_equal(kvslots_erase(k, 1), 0);
+    assert_int_equal(kvslots_retained_cells(k), 40);
+    /* slot 0's 40 cells go, and with them its prompt */
+    assert_int_equal(kvslots_erase(k, 0), 40);
+    assert_int_equal(kvslots_retained_cells(k), 0);
+    assert_int_equal(kvslots_slot_cells(k, 0), 0);
+    assert_int_equal(kvslots_erase(k, 0), 0);
+    /* the prompt again: slot 2 (never used, released 0) wins now that 0 matches nothing */
+    assert_int_equal(kvslots_take(k, prompt, 2), 2);
+    assert_int_equal(kvslots_erase(k, 3), -1);
+    assert_int_equal(kvslots_erase(k, -1), -1);
+    kvslots_free(k);
+}
+
 static void test_slots_prefer_shared_prefix(void **state)
 {
     (void)state;
@@ -321,6 +350,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_slots_least_recently_released),
         cmocka_unit_test(test_slots_prefer_shared_prefix),
+        cmocka_unit_test(test_slots_erase),
         cmocka_unit_test(test_sched_slots_keep_cells),
         cmocka_unit_test(test_sched_preempted_slot_keeps_nothing),
         cmocka_unit_test(test_sched_cached_prefix_takes_its_slot),
