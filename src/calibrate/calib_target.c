@@ -205,7 +205,7 @@ static void reset_state(calib_target *ct)
 static void scrape(calib_target *ct, calib_target_metrics *out)
 {
     char why[ERR_LEN];
-    *out = (calib_target_metrics){-1, -1, -1};
+    *out = CALIB_TARGET_METRICS_NONE;
     if (!ct->no_metrics && calib_target_metrics_scrape(&ct->so, MODELS_TIMEOUT_NS, out, why) != 0)
         ct->no_metrics = true;
 }
@@ -305,12 +305,20 @@ static int probe_decode(calib_target *ct, int batch, int prompt_tokens, calib_ta
         rc = 1;
         goto done;
     }
+    /* a unified cache's occupied cells at both ends of the window (kernel stamps keep the
+     * gaps of tokens that wait in the socket meanwhile) */
+    calib_target_metrics cells_from, cells_to;
+    scrape(ct, &cells_from);
     const int64_t from = clock_now_ns();
     ct->last_ramp_ns = from - start;
     ct->last_ramp_tokens = (double)batch * prompt_tokens;
     if (pump(ct, from + c->window_ns, any_ended, &r, err) != 0)
         goto done;
     const int64_t to = clock_now_ns();
+    scrape(ct, &cells_to);
+    out->occupied_cells = cells_from.kv_cells >= 0 && cells_to.kv_cells >= 0
+                              ? (cells_from.kv_cells + cells_to.kv_cells) / 2
+                              : -1;
     calib_target_series *series = malloc(sizeof *series * (size_t)batch);
     if (!series) {
         err_set(err, "out of memory");
@@ -497,8 +505,11 @@ static int probe_interference(calib_target *ct, calib_target_result *r, char *er
         probe_stream inj;
         memset(&inj, 0, sizeof inj);
         /* what the last injection left behind goes (a unified cache's free slots): each
-         * prompt meets the streams alone */
+         * prompt meets the streams alone; where nothing can be reset, /metrics says what
+         * it meets */
         reset_state(ct);
+        calib_target_metrics cells;
+        scrape(ct, &cells);
         if (post(ct, &inj, r->prefill[p].prompt_tokens, 1, err) != 0)
             goto done;
         inject_wait w = {&inj, bg, n};
@@ -508,6 +519,11 @@ static int probe_interference(calib_target *ct, calib_target_result *r, char *er
         int prc = pump(ct, clock_now_ns() + (wait_ns < c->timeout_ns ? wait_ns : c->timeout_ns),
                        injected, &w, err);
         const int64_t send = inj.t_post, first = inj.n > 0 ? inj.t_ns[0] : 0;
+        /* the prompt took a slot whose earlier cells went: what it met is what is occupied
+         * once it is in, less its own cells, at most what was before it */
+        calib_target_metrics cells_after = CALIB_TARGET_METRICS_NONE;
+        if (first > 0 && cells.kv_cells >= 0)
+            scrape(ct, &cells_after);
         free(inj.t_ns);
         free(inj.cum);
         if (prc != 0 || pump(ct, clock_now_ns() + SETTLE_NS, any_ended, &rw, err) != 0)
@@ -529,6 +545,12 @@ static int probe_interference(calib_target *ct, calib_target_result *r, char *er
         calib_target_stall *st = &r->stall[r->n_stall];
         memset(st, 0, sizeof *st);
         st->prompt_tokens = r->prefill[p].prompt_tokens;
+        st->cells_seen = cells.kv_cells;
+        if (cells_after.kv_cells >= 0 &&
+            cells_after.kv_cells - st->prompt_tokens < st->cells_seen)
+            st->cells_seen = cells_after.kv_cells - st->prompt_tokens > 0
+                                 ? cells_after.kv_cells - st->prompt_tokens
+                                 : 0;
         st->ttft_ns = (double)(first - send);
         st->streams = n;
         series_of(bg, n, series);

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "client/fetch.h"
 #include "client/prom.h"
 #include "client/scrape.h"
@@ -24,16 +26,20 @@ static int on_sample(void *ctx, const prom_sample *s)
         into = &m->cache_hits;
     if (into)
         *into = (*into < 0 ? 0 : *into) + s->value;
+    /* a gauge: of several series (label sets), the largest */
+    if ((prom_name_is(s, "stallscope_kv_cells_occupied") ||
+         prom_name_is(s, "llamacpp:kv_cache_tokens")) && s->value > m->kv_cells)
+        m->kv_cells = s->value;
     return 0;
 }
 
 int calib_target_metrics_parse(const char *text, size_t len, calib_target_metrics *out,
                                char *err)
 {
-    *out = (calib_target_metrics){-1, -1, -1};
+    *out = CALIB_TARGET_METRICS_NONE;
     scrape_frame f;
     if (scrape_frame_parse(&f, text, len, err) != 0 || prom_parse(text, len, on_sample, out, err) != 0) {
-        *out = (calib_target_metrics){-1, -1, -1};
+        *out = CALIB_TARGET_METRICS_NONE;
         return -1;
     }
     if (f.has[SCRAPE_KV_USAGE])
@@ -44,7 +50,7 @@ int calib_target_metrics_parse(const char *text, size_t len, calib_target_metric
 int calib_target_metrics_scrape(const transport_options *so, int64_t timeout_ns,
                                 calib_target_metrics *out, char *err)
 {
-    *out = (calib_target_metrics){-1, -1, -1};
+    *out = CALIB_TARGET_METRICS_NONE;
     int status = 0;
     char *body = NULL;
     if (fetch_http(so, "GET", "/metrics", NULL, timeout_ns, &status, &body, err) != 0)
@@ -90,9 +96,29 @@ static bool is_llamacpp(const calib_target_kept *kept)
     return strcmp(kept->reset_path, "/slots/0?action=erase") == 0;
 }
 
+/* llama.cpp's GET /props: its total_slots (0: not said). */
+static int props_slots(const transport_options *so, int64_t timeout_ns)
+{
+    int status = 0;
+    char *body = NULL, why[ERR_LEN];
+    int slots = 0;
+    if (fetch_http(so, "GET", "/props", NULL, timeout_ns, &status, &body, why) == 0 &&
+        status == 200) {
+        json_t *root = json_loads(body ? body : "", 0, NULL);
+        const json_t *n = json_object_get(root, "total_slots");
+        if (json_is_integer(n) && json_integer_value(n) > 0 &&
+            json_integer_value(n) <= CALIB_TARGET_MAX_SLOTS)
+            slots = (int)json_integer_value(n);
+        json_decref(root);
+    }
+    free(body);
+    return slots;
+}
+
 void calib_target_find_reset(const transport_options *so, int64_t timeout_ns,
                              calib_target_kept *kept)
 {
+    kept->props_slots = props_slots(so, timeout_ns);
     for (size_t i = 0; i < sizeof RESETS / sizeof RESETS[0]; i++)
         if (post_ok(so, RESETS[i].path, timeout_ns)) {
             snprintf(kept->reset_path, sizeof kept->reset_path, "%s", RESETS[i].path);

@@ -200,21 +200,54 @@ void calib_target_mark_weight_bound(calib_target_result *r, double decode_1_ns, 
         r->prefill[i].fitted = r->prefill[i].ttft_ns >= factor * decode_1_ns;
 }
 
+bool calib_target_cells_said(const calib_target_result *r)
+{
+    return !r->kept.reset_path[0];
+}
+
+double calib_target_cells_seen(const calib_target_result *r)
+{
+    double most = 0;
+    for (int i = 0; i < r->n_decode; i++)
+        if (r->decode[i].occupied_cells > most)
+            most = r->decode[i].occupied_cells;
+    for (int i = 0; i < r->n_prefill; i++)
+        if (r->prefill[i].metrics.kv_cells > most)
+            most = r->prefill[i].metrics.kv_cells;
+    return most;
+}
+
+double calib_target_stall_cells(const calib_target_result *r, int i)
+{
+    const calib_target_stall *st = &r->stall[i];
+    return calib_target_cells_said(r) && st->cells_seen > 0 ? st->cells_seen
+                                                             : st->streams * st->mean_context;
+}
+
 int calib_target_fit_probes(const calib_target_result *r, bool unified, fit_probe *out, int cap)
 {
     int n = 0;
+    const bool said = calib_target_cells_said(r);
     for (int i = 0; i < r->n_decode && n < cap; i++) {
-        /* unified: each of the B sequences attends over the cells of all B */
-        const double cells = r->decode[i].batch * r->decode[i].mean_context;
-        out[n++] = (fit_probe){.batch = r->decode[i].batch,
-                               .context_sum = unified ? r->decode[i].batch * cells : cells,
-                               .ns = r->decode[i].gap_ns};
+        const calib_target_decode *d = &r->decode[i];
+        /* unified: each of the B sequences attends over the occupied cells, the B streams'
+         * (a reset cleared the rest) or what /metrics said */
+        const double own = d->batch * d->mean_context;
+        const double cells = said && d->occupied_cells > own ? d->occupied_cells : own;
+        out[n++] = (fit_probe){.batch = d->batch,
+                               .context_sum = unified ? d->batch * cells : own,
+                               .ns = d->gap_ns};
     }
-    for (int i = 0; i < r->n_prefill && n < cap; i++)
-        if (r->prefill[i].fitted)
+    for (int i = 0; i < r->n_prefill && n < cap; i++) {
+        const calib_target_prefill *f = &r->prefill[i];
+        /* unified, no reset: the prompt's attention spans the cells left before it */
+        const double left = unified && said && f->metrics.kv_cells > 0 ? f->metrics.kv_cells : 0;
+        if (f->fitted)
             out[n++] = (fit_probe){.batch = 1,
-                                   .prompt_tokens = r->prefill[i].prompt_tokens,
-                                   .ns = r->prefill[i].ttft_ns};
+                                   .context_sum = left,
+                                   .prompt_tokens = f->prompt_tokens,
+                                   .ns = f->ttft_ns};
+    }
     return n;
 }
 
@@ -417,6 +450,7 @@ static void metrics_into(json_t *o, const calib_target_metrics *m)
     json_object_set_new(o, "kv_usage", said(m->kv_usage, 1));
     json_object_set_new(o, "prefix_cache_queries", said(m->cache_queries, 1));
     json_object_set_new(o, "prefix_cache_hits", said(m->cache_hits, 1));
+    json_object_set_new(o, "occupied_cells", said(m->kv_cells, 1));
 }
 
 /* "sentinel": the series and its drift (calib_target_state.h); NULL when none ran. */
@@ -462,6 +496,8 @@ static json_t *kept_json(const calib_target_kept *k)
     json_object_set_new(o, "resets", json_integer(k->resets));
     json_object_set_new(o, "reset_slots", k->reset_path[0] ? json_integer(k->reset_slots)
                                                            : json_null());
+    json_object_set_new(o, "props_slots",
+                        k->props_slots > 0 ? json_integer(k->props_slots) : json_null());
     json_object_set_new(o, "prompt_tokens", json_integer(k->prompt_tokens));
     const int caching = calib_target_prefix_caching(k);
     json_object_set_new(o, "prefix_caching", caching < 0 ? json_null() : json_boolean(caching));
@@ -503,6 +539,7 @@ json_t *calib_target_measured_json(const calib_target_result *r, const calib_tar
         json_object_set_new(o, "mean_context", json_real(r->decode[i].mean_context));
         json_object_set_new(o, "gap_ms", json_real(r->decode[i].gap_ns / 1e6));
         json_object_set_new(o, "gaps", json_integer(r->decode[i].samples));
+        json_object_set_new(o, "occupied_cells", said(r->decode[i].occupied_cells, 1));
         json_array_append_new(dec, o);
     }
     for (int i = 0; i < r->n_prefill; i++) {
@@ -523,6 +560,7 @@ json_t *calib_target_measured_json(const calib_target_result *r, const calib_tar
         json_object_set_new(o, "ttft_ms", json_real(r->stall[i].ttft_ns / 1e6));
         json_object_set_new(o, "queue_ms", json_real(r->stall[i].queue_ns / 1e6));
         json_object_set_new(o, "steps", json_integer(r->stall[i].steps));
+        json_object_set_new(o, "occupied_cells", said(r->stall[i].cells_seen, 1));
         if (pol && i < pol->n) {
             json_object_set_new(o, "ratio_to_one_step", json_real(pol->ratio[i]));
             json_object_set_new(o, "ratio_to_own_prefill", json_real(pol->own_ratio[i]));
@@ -608,8 +646,10 @@ int calib_target_fit_model(const calib_target_result *r, const cost_arch *arch, 
     if (fit_step_model(out->probes, out->n, arch->name, false, &out->fit, out->residual, err) != 0)
         return -1;
     out->paged_decode_rms = out->fit.decode_rms;
-    if (calib_target_retained_ratio(&r->kept) >= CALIB_TARGET_RETAINED) {
-        /* what the streams left slowed a fresh prompt: fit the decode steps over the cells */
+    if (calib_target_retained_ratio(&r->kept) >= CALIB_TARGET_RETAINED ||
+        calib_target_cells_seen(r) > 0) {
+        /* what the streams left slowed a fresh prompt, or /metrics said occupied cells of a
+         * unified cache: fit the decode steps over the cells */
         fit_probe probes[CALIB_TARGET_MAX_PROBES];
         double residual[CALIB_TARGET_MAX_PROBES];
         fit_result fit;
@@ -627,9 +667,8 @@ int calib_target_fit_model(const calib_target_result *r, const cost_arch *arch, 
     }
     for (int i = 0; i < r->n_stall && i < CALIB_TARGET_MAX_PROMPTS; i++) {
         out->stall[i] = r->stall[i];
-        out->stall[i].occupied_cells = out->kv_layout == SCHED_KV_UNIFIED
-                                           ? r->stall[i].streams * r->stall[i].mean_context
-                                           : 0;
+        out->stall[i].occupied_cells =
+            out->kv_layout == SCHED_KV_UNIFIED ? calib_target_stall_cells(r, i) : 0;
     }
     snprintf(out->gpu.name, sizeof out->gpu.name, "%s", name);
     out->gpu.mem_bytes = mem_bytes;
@@ -663,9 +702,9 @@ json_t *calib_target_profile_json(const calib_target_result *r, const calib_targ
     profile_info info = {.version = PROFILE_VERSION,
                          .prefix_caching = calib_target_prefix_caching(&r->kept),
                          .kv_layout = m->kv_layout,
-                         .slots = m->kv_layout == SCHED_KV_UNIFIED && r->kept.reset_slots > 1
-                                      ? r->kept.reset_slots
-                                      : 0};
+                         .slots = m->kv_layout != SCHED_KV_UNIFIED ? 0
+                                  : r->kept.reset_slots > 1 ? r->kept.reset_slots
+                                                            : r->kept.props_slots};
     snprintf(info.source, sizeof info.source, "%s", PROFILE_SOURCE_TARGET);
     snprintf(info.target, sizeof info.target, "%s", target_shown);
     json_t *root = profile_to_json(&m->gpu, &info, &m->fit, m->probes, m->residual, m->n);
@@ -687,6 +726,8 @@ json_t *calib_target_profile_json(const calib_target_result *r, const calib_targ
     json_object_set_new(layout, "retained_ratio", json_real(calib_target_retained_ratio(&r->kept)));
     json_object_set_new(layout, "paged_decode_rms", said(m->paged_decode_rms, 1));
     json_object_set_new(layout, "unified_decode_rms", said(m->unified_decode_rms, 1));
+    json_object_set_new(layout, "cells_said", json_boolean(calib_target_cells_said(r) &&
+                                                           calib_target_cells_seen(r) > 0));
     json_object_set_new(measured, "kv_layout", layout);
     json_t *mixed = json_object();
     json_object_set_new(mixed, "overlap", json_boolean(m->gpu.fit.overlap));

@@ -38,6 +38,8 @@ typedef struct calib_target_decode {
     double mean_context; /* mean context of the window's gaps */
     double gap_ns;       /* median steady gap: the step */
     int64_t samples;     /* gaps in the window */
+    double occupied_cells; /* a unified cache's occupied cells, /metrics' at the window's two
+                              ends averaged (-1: not said; calib_target_metrics.kv_cells) */
 } calib_target_decode;
 
 typedef struct calib_target_prefill {
@@ -57,9 +59,13 @@ typedef struct calib_target_stall {
     int streams;
     double queue_ns;     /* send to the start of its prefill's first step (calib_target_seen) */
     int steps;           /* the steps its prefill took (calib_target_seen; 0 unknown) */
-    double occupied_cells; /* a unified KV cache's cells when it arrived (the streams'; 0 under
-                              paged): the fitted model's attention spans them (set by
-                              calib_target_fit_model in its copy, never measured) */
+    double cells_seen;   /* a unified cache's cells the prompt met: /metrics' occupied cells
+                            just before it was sent, or, when fewer, those just after its
+                            first token less its own (the slot it took dropped its earlier
+                            cells); -1: not said */
+    double occupied_cells; /* a unified KV cache's cells when it arrived (cells_seen where
+                              said, else the streams'; 0 under paged): the fitted model's
+                              attention spans them (set by calib_target_fit_model in its copy) */
 } calib_target_stall;
 
 /* The probes' tokens, counted two ways over every token event of every probe stream. */
@@ -154,9 +160,22 @@ int calib_target_stall_of(const calib_target_series *s, int n_streams, int64_t s
 /* Mark each prefill probe fitted or weight-bound (ttft >= factor x decode_1_ns). */
 void calib_target_mark_weight_bound(calib_target_result *r, double decode_1_ns, double factor);
 
+/* Where the target offered no reset, the occupied cells of a unified cache are what /metrics
+ * said (calib_target_metrics.kv_cells); where it offered one, it cleared the cache before each
+ * probe and the cells are the probe's own. */
+bool calib_target_cells_said(const calib_target_result *r);
+/* The largest occupied cells /metrics said before a lone prefill probe or during a decode
+ * probe's window (0: none said, or a paged cache's 0). */
+double calib_target_cells_seen(const calib_target_result *r);
+/* The cells the i-th interference probe's prompt met: its cells_seen where said (no reset),
+ * else the streams' (streams x their mean context). */
+double calib_target_stall_cells(const calib_target_result *r, int i);
+
 /* The probes the fit takes: every decode probe, the fitted prefill probes. The count.
- * unified: a decode probe's B sequences each attend over all B streams' cells (a unified KV
- * cache cleared before the probe), so its context feature is B x the cells. */
+ * unified: a decode probe's B sequences each attend over the occupied cells (the B streams',
+ * or more where /metrics said more: calib_target_cells_said), so its context feature is B x
+ * the cells; a prefill probe's prompt attends over the cells /metrics said were left before
+ * it (its context_sum; 0 after a reset). */
 int calib_target_fit_probes(const calib_target_result *r, bool unified, fit_probe *out, int cap);
 
 /* What the interference probes say about the target's scheduler. */

@@ -14,8 +14,11 @@
  *   fill      a lone fresh prompt right after the interference probes (no reset: what they
  *             left behind kept), beside the same length measured quiet.
  *   metrics   the target's /metrics, where offered, before each lone prefill probe, each
- *             sentinel and each state probe: KV usage and the prefix cache's counters; KV
- *             usage that moves across the lone prefill probes is occupancy the fit saw move.
+ *             sentinel, each state probe and each injection, and at both ends of each decode
+ *             probe's window: KV usage, a unified cache's occupied cells and the prefix
+ *             cache's counters; KV usage that moves across the lone prefill probes is
+ *             occupancy the fit saw move, and occupied cells, where said, are what a unified
+ *             cache's attention spans in each probe (calib_target_fit_probes).
  * Internal to src/calibrate/ (calib_target_fit.h gathers it). */
 #ifndef STALLSCOPE_CALIB_TARGET_STATE_H
 #define STALLSCOPE_CALIB_TARGET_STATE_H
@@ -32,7 +35,14 @@ typedef struct calib_target_metrics {
     double cache_queries; /* prefix cache: tokens looked up, cumulative (vLLM's
                              prefix_cache_queries_total) */
     double cache_hits;    /* tokens found (prefix_cache_hits_total) */
+    double kv_cells;      /* a unified KV cache's occupied cells, every slot's, idle ones' kept
+                             too: stallscope_kv_cells_occupied (0 under paged),
+                             llamacpp:kv_cache_tokens (llama.cpp's server before 2025 and its
+                             forks; today's says no figure) */
 } calib_target_metrics;
+
+/* Nothing said. */
+#define CALIB_TARGET_METRICS_NONE ((calib_target_metrics){-1, -1, -1, -1})
 
 typedef struct calib_target_sentinel {
     char after[16];  /* "start", or the stage it followed: "decode", "prefill", "interference" */
@@ -63,6 +73,7 @@ typedef struct calib_target_kept {
     char reset_server[16];  /* whose it is: "vLLM", "SGLang", "llama.cpp" */
     int resets;             /* resets sent */
     int reset_slots;        /* llama.cpp: the slots erased by each reset (ids 0 .. n - 1) */
+    int props_slots;        /* llama.cpp: GET /props' total_slots (0: not said) */
     int prompt_tokens;      /* the caching and fill probes' prompt (0: not run) */
     double cache_first_ns, cache_second_ns; /* the same prompt's TTFTs (0: not measured) */
     double quiet_ns;        /* that length's lone TTFT among the prefill probes */

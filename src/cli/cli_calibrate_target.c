@@ -274,12 +274,22 @@ static void print_occupancy(const calib_target_result *r)
         m[i] = r->prefill[i].metrics;
     double lo = 0, hi = 0;
     const double spread = calib_target_kv_spread(m, r->n_prefill, &lo, &hi);
+    const double cells = calib_target_cells_seen(r);
+    if (cells > 0)
+        printf("  /metrics: a unified cache's occupied cells, up to %.0f during the probes: %s\n",
+               cells, calib_target_cells_said(r)
+                          ? "no reset, so the fit charges each probe's attention over the cells "
+                            "said"
+                          : "a reset cleared them before each probe, so each probe's own");
     if (spread < 0)
         printf("  /metrics: no KV usage said before the lone prefill probes\n");
     else if (spread > CALIB_TARGET_OCCUPANCY_MOVED)
         printf("  occupancy moved: KV usage %.0f %% .. %.0f %% before the lone prefill probes (%.0f "
-               "points): the prefill fit saw a cache that filled, not one state (not fitted "
-               "against it)\n", lo * 100, hi * 100, spread * 100);
+               "points): the prefill fit saw a cache that filled, not one state (%s)\n",
+               lo * 100, hi * 100, spread * 100,
+               cells > 0 && calib_target_cells_said(r)
+                   ? "fitted against the occupied cells said"
+                   : "not fitted against it: the server says no occupied cells");
     else
         printf("  /metrics: KV usage %.0f %% .. %.0f %% before the lone prefill probes\n", lo * 100,
                hi * 100);
@@ -299,6 +309,8 @@ static void print_kept(const calib_target_result *r)
     else
         printf("  reset: none offered (POST /reset_prefix_cache, /flush_cache, "
                "/slots/0?action=erase): lone probes measured after whatever came before\n");
+    if (k->props_slots > 0 && !(k->reset_path[0] && k->reset_slots > 1))
+        printf("  slots: %d (llama.cpp's GET /props)\n", k->props_slots);
     const int caching = calib_target_prefix_caching(k);
     if (caching >= 0)
         printf("  prefix caching: %s: the same %d-token prompt twice: TTFT %.2f ms, then %.2f ms "
@@ -314,14 +326,19 @@ static void print_kept(const calib_target_result *r)
 static void print_layout(const calib_target_result *r, const calib_target_fitted *m)
 {
     const double ratio = calib_target_retained_ratio(&r->kept);
-    if (m->kv_layout == SCHED_KV_UNIFIED)
+    if (m->kv_layout == SCHED_KV_UNIFIED && ratio >= CALIB_TARGET_RETAINED)
         printf("  KV layout: unified (llama.cpp's slots): what the streams left behind slowed a "
                "fresh prompt %.2fx, and decode steps fitted with every sequence attending over "
                "all the streams' cells miss by rms %.1f %% against %.1f %% over their own\n",
                ratio, m->unified_decode_rms * 100, m->paged_decode_rms * 100);
+    else if (m->kv_layout == SCHED_KV_UNIFIED)
+        printf("  KV layout: unified (llama.cpp's slots): /metrics said occupied cells, and "
+               "decode steps fitted with every sequence attending over them miss by rms %.1f %% "
+               "against %.1f %% over their own\n",
+               m->unified_decode_rms * 100, m->paged_decode_rms * 100);
     else if (m->unified_decode_rms >= 0)
         printf("  KV layout: paged: a fresh prompt after the streams took %.2fx its quiet TTFT, "
-               "but decode steps fitted over all the streams' cells miss more (rms %.1f %% "
+               "but decode steps fitted over all the occupied cells miss more (rms %.1f %% "
                "against %.1f %%)\n",
                ratio, m->unified_decode_rms * 100, m->paged_decode_rms * 100);
     else if (ratio > 0)

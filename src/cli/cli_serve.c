@@ -56,6 +56,10 @@ static const opts_spec server_specs[] = {
     OPTS_FLAG("no-realtime",
               "keep the engine thread SCHED_OTHER (default: try SCHED_FIFO for precise step timing)",
               F, no_realtime),
+    OPTS_FLAG("no-slots",
+              "under --kv-layout unified, do not offer POST /slots/{id}?action=erase (as "
+              "llama.cpp's --no-slots): a server whose retained cells no client can drop",
+              F, server.no_slots),
     OPTS_FLAG("no-warm-start",
               "answer at once: skip touching the KV arena and the warm-up step before "
               "listening (cpu engine)",
@@ -130,6 +134,9 @@ int cli_serve(int argc, char **argv)
     cfg.engine = engine.engine;
     if (engine_config(&f, &cfg, argc, argv, err) != 0)
         return cli_usage_error("serve", err);
+    if (f.server.no_slots && cfg.sched.kv_layout != SCHED_KV_UNIFIED)
+        return cli_usage_error("serve", "--no-slots needs --kv-layout unified (a paged cache "
+                                        "has no slots)");
     const bool cpu = cfg.engine == EXPERIMENT_CPU;
     /* A busy SCHED_FIFO thread gets throttled by the kernel (~50 ms a second): the real
      * engine must stay SCHED_OTHER. Only the emulator's sleeps benefit from FIFO. */
@@ -182,8 +189,9 @@ int cli_serve(int argc, char **argv)
             f.server.sched.max_num_seqs, f.server.sched.max_model_len,
             (long long)f.server.sched.kv_blocks,
             f.server.sched.prefix_caching ? ", prefix caching on" : "",
-            f.server.sched.kv_layout == SCHED_KV_UNIFIED ? ", unified KV cache (slots keep "
-                                                           "their cells)" : "");
+            f.server.sched.kv_layout != SCHED_KV_UNIFIED ? ""
+            : f.server.no_slots ? ", unified KV cache (slots keep their cells; no slot erase)"
+                                : ", unified KV cache (slots keep their cells)");
     int rc = server_run(srv, err);
     if (rc != 0)
         fprintf(stderr, "stallscope serve: %s\n", err);

@@ -17,7 +17,7 @@ void fit_probe_features(const fit_probe *p, cost_features *out)
         const double n = p->prompt_tokens;
         out->samples = 1;
         out->prompt_tokens = n;
-        out->prompt_pairs = n * (n + 1) / 2;
+        out->prompt_pairs = n * p->context_sum + n * (n + 1) / 2;
     } else {
         out->samples = p->batch;
         out->decode_context = p->context_sum;
@@ -201,15 +201,17 @@ int fit_step_model(const fit_probe *probes, int n, const char *model, bool overl
     out->fit.seq_ns = cd[1];
     out->fit.ctx_ns = cd[2];
 
-    /* 2. prefill: t - step - seq = token n + pair n (n + 1) / 2 (overlap: t - seq, the step
-     *    hidden under the prompt's compute) */
+    /* 2. prefill: t - step - seq = token n + pair (n c + n (n + 1) / 2), c the cells it
+     *    attends over before it (overlap: t - seq, the step hidden under the prompt's
+     *    compute) */
     r = 0;
     for (int i = 0; i < n; i++) {
         if (probes[i].prompt_tokens <= 0)
             continue;
-        const double len = probes[i].prompt_tokens;
-        a[r * 2 + 0] = len;
-        a[r * 2 + 1] = len * (len + 1) / 2;
+        cost_features x;
+        fit_probe_features(&probes[i], &x);
+        a[r * 2 + 0] = x.prompt_tokens;
+        a[r * 2 + 1] = x.prompt_pairs;
         y[r] = probes[i].ns - (overlap ? 0 : out->fit.step_ns) - out->fit.seq_ns;
         w[r] = 1 / probes[i].ns;
         r++;

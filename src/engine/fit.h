@@ -21,7 +21,8 @@
 
 typedef struct fit_probe {
     int batch;          /* decode: sequences in the step; prefill: 1 */
-    double context_sum; /* decode: sum of their contexts; prefill: 0 */
+    double context_sum; /* decode: sum of their contexts; prefill: the cells its attention
+                           spans before it (a unified cache's occupied cells; 0 fresh) */
     int prompt_tokens;  /* prefill: the prompt's length; decode: 0 */
     double ns;          /* the measured step, > 0 */
 } fit_probe;

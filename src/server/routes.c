@@ -289,6 +289,18 @@ static void handle_slot(server *s, struct evhttp_request *hreq, const char *id_t
     answer_body(s, hreq, 200, "application/json", body, (size_t)n);
 }
 
+/* GET /props, as llama.cpp's server (only under --kv-layout unified): {"total_slots": N,
+ * "default_generation_settings": {"n_ctx": max_model_len}}; calibrate --target reads the slots
+ * from it where it cannot erase them one by one. */
+static void handle_props(server *s, struct evhttp_request *hreq)
+{
+    char body[160];
+    const int n = snprintf(body, sizeof body,
+                           "{\"total_slots\": %d, \"default_generation_settings\": {\"n_ctx\": %d}}",
+                           engine_slots(s->engine), s->cfg.sched.max_model_len);
+    answer_body(s, hreq, 200, "application/json", body, (size_t)n);
+}
+
 #define SLOTS_PREFIX "/slots/"
 
 typedef enum {
@@ -298,7 +310,8 @@ typedef enum {
     ROUTE_HEALTH,
     ROUTE_METRICS,
     ROUTE_RESET_PREFIX_CACHE,
-    ROUTE_SLOT
+    ROUTE_SLOT,
+    ROUTE_PROPS
 } route_id;
 
 static const struct route {
@@ -315,17 +328,20 @@ static const struct route {
     {"/metrics", ROUTE_METRICS, EVHTTP_REQ_GET, "GET, HEAD", false},
     {"/reset_prefix_cache", ROUTE_RESET_PREFIX_CACHE, EVHTTP_REQ_POST, "POST", true},
     {SLOTS_PREFIX, ROUTE_SLOT, EVHTTP_REQ_POST, "POST", true}, /* a prefix: /slots/{id} */
+    {"/props", ROUTE_PROPS, EVHTTP_REQ_GET, "GET, HEAD", true},
 };
 
 /* Does this route serve path on this server? A unified KV cache (slots) is llama.cpp's
- * server: its slot erase is offered, vLLM's /reset_prefix_cache is not (as there); under
- * paged, the other way round. */
+ * server: its /props and slot erase are offered (the erase not under --no-slots), vLLM's
+ * /reset_prefix_cache is not (as there); under paged, the other way round. */
 static bool route_serves(const server *s, const struct route *r, const char *path)
 {
     const bool slots = engine_slots(s->engine) > 0;
     if (r->id == ROUTE_SLOT)
-        return slots && strncmp(path, SLOTS_PREFIX, strlen(SLOTS_PREFIX)) == 0;
-    return strcmp(path, r->path) == 0 && !(r->id == ROUTE_RESET_PREFIX_CACHE && slots);
+        return slots && !s->cfg.no_slots && strncmp(path, SLOTS_PREFIX, strlen(SLOTS_PREFIX)) == 0;
+    if (r->id == ROUTE_PROPS || r->id == ROUTE_RESET_PREFIX_CACHE)
+        return strcmp(path, r->path) == 0 && slots == (r->id == ROUTE_PROPS);
+    return strcmp(path, r->path) == 0;
 }
 
 /* "Authorization: Bearer <key>", the scheme case-insensitive. */
@@ -389,5 +405,6 @@ void routes_on_request(struct evhttp_request *hreq, void *arg)
     case ROUTE_METRICS: handle_metrics(s, hreq); break;
     case ROUTE_RESET_PREFIX_CACHE: handle_reset_prefix_cache(s, hreq); break;
     case ROUTE_SLOT: handle_slot(s, hreq, path + strlen(SLOTS_PREFIX)); break;
+    case ROUTE_PROPS: handle_props(s, hreq); break;
     }
 }

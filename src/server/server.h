@@ -49,6 +49,8 @@ typedef struct server_config {
     sched_config sched;
     bool handle_signals; /* SIGINT / SIGTERM start a graceful shutdown */
     bool realtime;       /* try SCHED_FIFO for the engine thread (engine_config.realtime) */
+    bool no_slots;       /* --kv-layout unified: no POST /slots/{id} (llama.cpp's --no-slots):
+                            a server calibrate cannot reset */
 } server_config;
 
 typedef struct server server;

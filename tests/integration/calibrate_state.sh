@@ -8,8 +8,10 @@
 # server that slows by 30 % from its 22nd request: the sentinel says after which stage; one
 # that keeps state as llama.cpp does (a reset offered and used, prefix caching detected, a
 # prefill slower after the interference probes than quiet; its slots erased before the
-# interference prompts too, so its own probes are predicted and the profile accepted).
-# About 50 s on the 2-core VM.
+# interference prompts too, so its own probes are predicted and the profile accepted); then
+# stallscope's own unified cache, with its slot erase and without (--no-slots: the occupied
+# cells /metrics says fitted).
+# About 60 s on the 2-core VM.
 # usage: calibrate_state.sh STALLSCOPE_BINARY SCRATCH_DIR
 set -euo pipefail
 
@@ -132,10 +134,13 @@ pass "a profile that misses its own probes: refused, the probe named, nothing wr
 
 # ---- stallscope's own unified KV cache (llama.cpp's slots: serve --kv-layout unified, 17
 # slots, Llama 3.2 1B on the emulated A100, whose attention is a large part of a prefill; 16
-# interference streams leave ~1.5x a 4096-token prompt's quiet TTFT behind): llama.cpp's slot
-# erase found (all 17 slots) and used before each probe; a fresh prompt after the streams
-# slower by 1.25x or more, the decode probes fitted over all the streams' cells better than
-# over their own: "kv_layout": "unified" with its 17 slots, its own probes predicted.
+# interference streams leave ~1.4x a 4096-token prompt's quiet TTFT behind): llama.cpp's slot
+# erase found (all 17 slots) and used before each probe; /metrics says a unified cache's
+# occupied cells (the fit tries the layout on them, or on a fresh prompt after the streams
+# slower by 1.25x: a quiet probe the machine slowed brought that ratio to 1.21 here once),
+# the decode probes fitted over all the streams' cells better than over their own (the
+# reset cleared the rest: cells_said false): "kv_layout": "unified" with its 17 slots, its
+# own probes predicted.
 # sim --hardware then runs --kv-layout unified --max-num-seqs 17 (config.json), and
 # --max-num-seqs / --kv-layout on the command line win.
 start_serve "$bin" "$scratch/unified.server" --engine emulate --gpu a100-80g --model llama-3.2-1b \
@@ -147,14 +152,16 @@ small=(--max-streams 8 --long-context 1024 --seconds 200ms --min-prompt-tokens 2
 calibrate unified
 stop_fake
 [ "$rc" = 0 ] || { cat "$scratch/unified.out" "$scratch/unified.err"; fail "unified: exit $rc, not 0"; }
-grep -qE "KV layout: unified \(llama.cpp's slots\): what the streams left behind slowed a fresh prompt [0-9.]+x" \
+grep -qE "KV layout: unified \(llama.cpp's slots\): (what the streams left behind slowed a fresh prompt [0-9.]+x|/metrics said occupied cells)" \
   "$scratch/unified.out" || { cat "$scratch/unified.out"; fail "unified: the layout not said"; }
+grep -q "a unified cache's occupied cells, up to [0-9]* during the probes: a reset cleared them before each probe, so each probe's own" \
+  "$scratch/unified.out" || { cat "$scratch/unified.out"; fail "unified: the cells /metrics said not shown"; }
 grep -q "sim --hardware $scratch/unified.json runs --kv-layout unified --max-num-seqs 17 (its slots)" \
   "$scratch/unified.out" || { cat "$scratch/unified.out"; fail "unified: how sim runs it not said"; }
 check "unified: the slots erased, the layout and its 17 slots recorded, its own probes predicted" \
   '(a["measured"]["state"]["reset"] == "/slots/0?action=erase" and a["measured"]["state"]["reset_slots"] == 17 and
     a["kv_layout"] == "unified" and a["slots"] == 17 and a["measured"]["kv_layout"]["inferred"] == "unified" and
-    a["measured"]["kv_layout"]["retained_ratio"] >= 1.25 and
+    a["measured"]["kv_layout"]["cells_said"] is False and
     a["measured"]["kv_layout"]["unified_decode_rms"] < a["measured"]["kv_layout"]["paged_decode_rms"] and
     a["measured"]["accepted"] is True and a["measured"]["predicts_probes"] is True)' "$scratch/unified.json"
 sim_config() { # NAME ARGS...: a short sim on the profile; its interference config.json
@@ -172,3 +179,41 @@ check "unified: sim --hardware runs it unified on 17 slots; the flags win" \
     c["sched"]["kv_layout"] == "paged" and c["sched"]["max_num_seqs"] == 256)' \
   "$scratch/sim-unified/interference/config.json" "$scratch/sim-said/interference/config.json" \
   "$scratch/sim-paged/interference/config.json"
+
+# ---- the same unified cache with no reset (serve --no-slots, as llama.cpp's --no-slots): no
+# slot erase (404), GET /props says its 17 slots. What earlier probes left in idle slots stays,
+# so occupancy moves from probe to probe; /metrics says the occupied cells
+# (stallscope_kv_cells_occupied) during each decode window, before each lone prefill and
+# around each injection, and the fit charges each probe's attention over them: "kv_layout":
+# "unified" inferred from the cells alone (cells_said), its decode fit better than paged, its
+# 17 slots from /props, its own interference probes predicted within 25 % (accepted).
+start_serve "$bin" "$scratch/noslots.server" --engine emulate --gpu a100-80g --model llama-3.2-1b \
+  --kv-layout unified --max-num-seqs 17 --no-slots
+fake_pid=$serve_pid
+[ -n "$url" ] || { cat "$scratch/noslots.server"; fail "no slots: serve did not start"; }
+status=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$url/slots/0?action=erase")
+[ "$status" = 404 ] || fail "no slots: POST /slots/0?action=erase answered $status, not 404"
+curl -sf "$url/props" >"$scratch/props.json" || fail "no slots: GET /props failed"
+check "no slots: GET /props says 17 slots" 'a["total_slots"] == 17' "$scratch/props.json"
+calibrate noslots
+stop_fake
+[ "$rc" = 0 ] || { cat "$scratch/noslots.out" "$scratch/noslots.err"; fail "no slots: exit $rc, not 0"; }
+grep -qE "KV layout: unified \(llama.cpp's slots\): /metrics said occupied cells" "$scratch/noslots.out" ||
+  { cat "$scratch/noslots.out"; fail "no slots: the layout not said from the cells"; }
+grep -q "no reset, so the fit charges each probe's attention over the cells said" "$scratch/noslots.out" ||
+  { cat "$scratch/noslots.out"; fail "no slots: the occupied cells not said"; }
+check "no slots: no reset, the cells said and moving, unified and its 17 slots recorded, its own probes predicted" \
+  '(a["measured"]["state"]["reset"] is None and a["measured"]["state"]["props_slots"] == 17 and
+    a["kv_layout"] == "unified" and a["slots"] == 17 and a["measured"]["kv_layout"]["cells_said"] is True and
+    a["measured"]["kv_layout"]["unified_decode_rms"] < a["measured"]["kv_layout"]["paged_decode_rms"] and
+    max(d["occupied_cells"] for d in a["measured"]["decode"]) >
+      1.5 * min(d["occupied_cells"] for d in a["measured"]["decode"]) and
+    all(p["occupied_cells"] > 0 for p in a["measured"]["interference"]) and
+    a["measured"]["accepted"] is True and a["measured"]["predicts_probes"] is True)' "$scratch/noslots.json"
+set +e
+"$bin" serve --engine emulate --no-slots --port 0 >"$scratch/noslots-paged.out" 2>&1
+rc=$?
+set -e
+[ "$rc" = 2 ] && grep -q "no-slots needs --kv-layout unified" "$scratch/noslots-paged.out" ||
+  { cat "$scratch/noslots-paged.out"; fail "serve --no-slots under paged: exit $rc, not a usage error"; }
+pass "no reset: the occupied cells /metrics says fitted, unified inferred, its probes predicted"

@@ -18,6 +18,7 @@
 #include "common/err.h"
 #include "engine/cost.h"
 #include "engine/fit.h"
+#include "engine/sched.h"
 
 #define MS 1000000LL
 
@@ -423,9 +424,9 @@ static void test_fit_probes(void **state)
     (void)state;
     static calib_target_result r;
     memset(&r, 0, sizeof r);
-    r.decode[0] = (calib_target_decode){1, 64, 141, 7 * MS, 100};
-    r.decode[1] = (calib_target_decode){32, 64, 140, 7.1 * MS, 100};
-    r.decode[2] = (calib_target_decode){32, 1024, 1100, 8 * MS, 100};
+    r.decode[0] = (calib_target_decode){1, 64, 141, 7 * MS, 100, -1};
+    r.decode[1] = (calib_target_decode){32, 64, 140, 7.1 * MS, 100, -1};
+    r.decode[2] = (calib_target_decode){32, 1024, 1100, 8 * MS, 100, -1};
     r.n_decode = 3;
     r.prefill[0] = (calib_target_prefill){.prompt_tokens = 256, .ttft_ns = 12.9 * MS, .fitted = true};
     r.prefill[1] = (calib_target_prefill){.prompt_tokens = 512, .ttft_ns = 22.4 * MS, .fitted = true};
@@ -445,6 +446,130 @@ static void test_fit_probes(void **state)
     assert_int_equal(p[3].batch, 1);
     assert_true(p[4].ns == 89.4 * MS);
     assert_int_equal(calib_target_fit_probes(&r, false, p, 2), 2);
+
+    /* a unified cache: each sequence over every stream's cells; with no reset offered, over
+     * what /metrics said where it said more, and a prefill over the cells left before it */
+    r.decode[2].occupied_cells = 50000;
+    r.prefill[3].metrics = (calib_target_metrics){0.5, -1, -1, 30000};
+    assert_true(calib_target_cells_said(&r));
+    assert_true(calib_target_cells_seen(&r) == 50000);
+    assert_int_equal(calib_target_fit_probes(&r, true, p, CALIB_TARGET_MAX_PROBES), 5);
+    assert_true(fabs(p[1].context_sum - 32 * 32 * 140.0) < 1e-9); /* not said: the streams' */
+    assert_true(fabs(p[2].context_sum - 32 * 50000.0) < 1e-9);
+    assert_true(p[3].context_sum == 0 && p[4].context_sum == 30000);
+    /* a reset offered: it cleared the cache, the cells are the probe's own */
+    snprintf(r.kept.reset_path, sizeof r.kept.reset_path, "/slots/0?action=erase");
+    assert_false(calib_target_cells_said(&r));
+    assert_int_equal(calib_target_fit_probes(&r, true, p, CALIB_TARGET_MAX_PROBES), 5);
+    assert_true(fabs(p[2].context_sum - 32 * 32 * 1100.0) < 1e-9);
+    assert_true(p[4].context_sum == 0);
+}
+
+/* A llama.cpp-like server that offers no reset: a unified cache whose occupied cells move
+ * from probe to probe (what earlier probes left in idle slots), said by /metrics. Probes made
+ * exactly by a known step model charged over those cells: the layout is inferred unified
+ * from the cells alone (no after-fill probe), the terms come back, the one-step stalls over
+ * the cells each injection met are predicted. */
+static void test_fit_model_cells_said(void **state)
+{
+    (void)state;
+    cost_params truth;
+    fitted_cost(&truth);
+    calib_target_result *r = calloc(1, sizeof *r);
+    assert_non_null(r);
+    static const int batches[] = {1, 2, 4, 8, 16};
+    static const int contexts[] = {64, 1024};
+    for (int c = 0; c < 2; c++)
+        for (int b = 0; b < 5; b++) {
+            calib_target_decode *d = &r->decode[r->n_decode];
+            d->batch = batches[b];
+            d->prompt_tokens = contexts[c];
+            d->mean_context = contexts[c] + 20;
+            const double left = 5000.0 * ((r->n_decode * 7) % 5);
+            d->occupied_cells = d->batch * d->mean_context + left;
+            const fit_probe p = {.batch = d->batch, .context_sum = d->batch * d->occupied_cells};
+            d->gap_ns = fit_predict_ns(&truth.gpu.fit, &p);
+            r->n_decode++;
+        }
+    static const double left[N_LENGTHS] = {30000, 0, 12000, 45000, 8000, 20000};
+    for (int i = 0; i < N_LENGTHS; i++) {
+        calib_target_prefill *f = &r->prefill[r->n_prefill++];
+        f->prompt_tokens = LENGTHS[i];
+        f->fitted = true;
+        f->metrics = (calib_target_metrics){-1, -1, -1, left[i]};
+        const fit_probe p = {.batch = 1, .context_sum = left[i], .prompt_tokens = f->prompt_tokens};
+        f->ttft_ns = fit_predict_ns(&truth.gpu.fit, &p);
+    }
+    for (int i = 0; i < N_LENGTHS; i++) {
+        calib_target_stall *st = &r->stall[r->n_stall++];
+        st->prompt_tokens = LENGTHS[i];
+        st->streams = 32;
+        st->mean_context = 150;
+        st->cells_seen = 32 * 150 + 3000.0 * i;
+        const fit_probe p = {.batch = 32, .context_sum = 32 * st->cells_seen};
+        st->gap_ns = fit_predict_ns(&truth.gpu.fit, &p);
+        int64_t longest = 0;
+        st->queue_ns = 3e6;
+        st->ttft_ns = st->queue_ns + (double)cost_injection_prefill_cells_ns(
+                                         &truth, LENGTHS[i], 32, 150, 0,
+                                         (int64_t)st->cells_seen, &longest);
+        st->stall_ns = (double)longest;
+        st->steps = 1;
+    }
+    snprintf(r->served_model, sizeof r->served_model, "tiny");
+
+    cost_arch arch;
+    char err[ERR_LEN] = "";
+    assert_int_equal(cost_arch_find("tiny", &arch, err), 0);
+    calib_target_fitted m;
+    assert_int_equal(calib_target_fit_model(r, &arch, "target", 80e9, 0.15, &m, err), 0);
+    assert_int_equal(m.kv_layout, SCHED_KV_UNIFIED);
+    assert_true(m.unified_decode_rms < 1e-6 && m.paged_decode_rms > 0.05);
+    const double terms[][2] = {{m.gpu.fit.step_ns, truth.gpu.fit.step_ns},
+                               {m.gpu.fit.seq_ns, truth.gpu.fit.seq_ns},
+                               {m.gpu.fit.ctx_ns, truth.gpu.fit.ctx_ns},
+                               {m.gpu.fit.token_ns, truth.gpu.fit.token_ns},
+                               {m.gpu.fit.pair_ns, truth.gpu.fit.pair_ns}};
+    for (int t = 0; t < 5; t++)
+        if (!(fabs(terms[t][0] / terms[t][1] - 1) < 1e-6)) {
+            print_error("term %d: fitted %g, made with %g\n", t, terms[t][0], terms[t][1]);
+            fail();
+        }
+    assert_string_equal(m.policy.policy, "mixed");
+    assert_true(m.check.ok && m.check.n_judged > 0);
+    for (int i = 0; i < N_LENGTHS; i++)
+        assert_true(m.stall[i].occupied_cells == r->stall[i].cells_seen);
+    assert_true(m.accepted);
+
+    /* a server that says no cells but offers a reset (today's llama.cpp): the probes made
+     * over the streams' own cells; the layout is tried only when a fresh prompt after the
+     * streams was slowed 1.25x or more */
+    snprintf(r->kept.reset_path, sizeof r->kept.reset_path, "/slots/0?action=erase");
+    for (int i = 0; i < r->n_decode; i++) {
+        calib_target_decode *d = &r->decode[i];
+        d->occupied_cells = -1;
+        const fit_probe p = {.batch = d->batch, .context_sum = d->batch * d->batch * d->mean_context};
+        d->gap_ns = fit_predict_ns(&truth.gpu.fit, &p);
+    }
+    for (int i = 0; i < N_LENGTHS; i++) {
+        r->prefill[i].metrics = CALIB_TARGET_METRICS_NONE;
+        const fit_probe p = {.batch = 1, .prompt_tokens = LENGTHS[i]};
+        r->prefill[i].ttft_ns = fit_predict_ns(&truth.gpu.fit, &p);
+        r->stall[i].cells_seen = -1;
+    }
+    r->kept.prompt_tokens = 4096;
+    r->kept.quiet_ns = 100e6;
+    r->kept.after_fill_ns = 110e6; /* 1.1x: nothing retained seen */
+    assert_int_equal(calib_target_fit_model(r, &arch, "target", 80e9, 0.15, &m, err), 0);
+    assert_int_equal(m.kv_layout, SCHED_KV_PAGED);
+    assert_true(m.unified_decode_rms == -1);
+    r->kept.after_fill_ns = 140e6; /* 1.4x */
+    assert_int_equal(calib_target_fit_model(r, &arch, "target", 80e9, 0.15, &m, err), 0);
+    assert_int_equal(m.kv_layout, SCHED_KV_UNIFIED);
+    assert_true(m.unified_decode_rms < 1e-6 && m.paged_decode_rms > 0.05);
+    for (int i = 0; i < N_LENGTHS; i++)
+        assert_true(m.stall[i].occupied_cells == 32 * 150);
+    free(r);
 }
 
 static void test_arch(void **state)
@@ -610,6 +735,7 @@ int main(void)
         cmocka_unit_test(test_arch),
         cmocka_unit_test(test_tokens_agree),
         cmocka_unit_test(test_fit_model_profile),
+        cmocka_unit_test(test_fit_model_cells_said),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -80,14 +80,26 @@ static void test_metrics(void **state)
     /* llama.cpp: KV usage only */
     static const char llama[] = "llamacpp:kv_cache_usage_ratio 0.5\n";
     assert_int_equal(calib_target_metrics_parse(llama, strlen(llama), &m, err), 0);
-    assert_true(m.kv_usage == 0.5 && m.cache_queries == -1 && m.cache_hits == -1);
+    assert_true(m.kv_usage == 0.5 && m.cache_queries == -1 && m.cache_hits == -1 &&
+                m.kv_cells == -1);
+    /* a unified cache's occupied cells: ours, llama.cpp's older gauge (the largest series) */
+    static const char cells[] =
+        "stallscope_kv_cells_occupied{model_name=\"m\"} 12345\n";
+    assert_int_equal(calib_target_metrics_parse(cells, strlen(cells), &m, err), 0);
+    assert_true(m.kv_cells == 12345 && m.kv_usage == -1);
+    static const char older[] = "llamacpp:kv_cache_usage_ratio 0.25\n"
+                                "llamacpp:kv_cache_tokens{slot=\"0\"} 700\n"
+                                "llamacpp:kv_cache_tokens{slot=\"1\"} 900\n";
+    assert_int_equal(calib_target_metrics_parse(older, strlen(older), &m, err), 0);
+    assert_true(m.kv_cells == 900 && m.kv_usage == 0.25);
     /* malformed: refused, nothing kept */
     static const char bad[] = "vllm:kv_cache_usage_perc{ 0.5\n";
     assert_int_equal(calib_target_metrics_parse(bad, strlen(bad), &m, err), -1);
     assert_true(m.kv_usage == -1);
 
     /* the spread over the scrapes that said it */
-    calib_target_metrics v[4] = {{0.02, -1, -1}, {-1, -1, -1}, {0.41, -1, -1}, {0.10, -1, -1}};
+    calib_target_metrics v[4] = {{0.02, -1, -1, -1}, {-1, -1, -1, -1}, {0.41, -1, -1, -1},
+                                 {0.10, -1, -1, -1}};
     double lo = 0, hi = 0;
     assert_true(fabs(calib_target_kv_spread(v, 4, &lo, &hi) - 0.39) < 1e-12);
     assert_true(lo == 0.02 && hi == 0.41);
