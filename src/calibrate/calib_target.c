@@ -349,15 +349,27 @@ static bool ended(void *ctx)
     return ((const probe_stream *)ctx)->ended;
 }
 
+/* The cells a lone prompt of prompt_tokens met in a unified cache: those /metrics said before
+ * it, or, when fewer, those said once it was in less its own (the slot it took dropped its
+ * earlier cells); -1 when not said. */
+static double cells_met(double before, double after, int prompt_tokens)
+{
+    if (before < 0)
+        return -1;
+    if (after >= 0 && after - prompt_tokens < before)
+        return after - prompt_tokens > 0 ? after - prompt_tokens : 0;
+    return before;
+}
+
 /* The median TTFT of `repeats` lone prompts, each the index-th prompt (-1: a fresh one each),
- * each after a reset where offered when reset; /metrics before the first into *before. 0, 1
- * (refused: note), -1. */
+ * each after a reset where offered when reset; /metrics before the first into *before, and the
+ * cells the median one met (cells_met; may be NULL) into *met. 0, 1 (refused: note), -1. */
 static int probe_lone(calib_target *ct, int prompt_tokens, int64_t index, int repeats_asked,
-                      bool reset, calib_target_metrics *before, double *ttft_ns, char *note,
-                      size_t note_size, char *err)
+                      bool reset, calib_target_metrics *before, double *met, double *ttft_ns,
+                      char *note, size_t note_size, char *err)
 {
     const calib_target_config *c = &ct->cfg;
-    double ttft[16];
+    double ttft[16], sorted[16], cells[16];
     const int repeats = repeats_asked < 16 ? repeats_asked : 16;
     for (int k = 0; k < repeats; k++) {
         probe_stream s;
@@ -366,13 +378,17 @@ static int probe_lone(calib_target *ct, int prompt_tokens, int64_t index, int re
          * prompt finds the server idle (and, where it offers a reset, emptied) */
         if (reset)
             reset_state(ct);
+        calib_target_metrics m0, m1 = CALIB_TARGET_METRICS_NONE;
+        scrape(ct, &m0);
         if (k == 0)
-            scrape(ct, before);
+            *before = m0;
         int rc = post_index(ct, &s, index >= 0 ? index : ct->next_index++, prompt_tokens, 1, err);
         if (rc == 0)
             rc = pump(ct, clock_now_ns() + c->timeout_ns, ended, &s, err);
         if (!s.ended)
             ct->t.cancel_all(ct->t.impl, "");
+        else if (m0.kv_cells >= 0)
+            scrape(ct, &m1);
         const bool answered = s.n > 0;
         const double took = answered ? (double)(s.t_ns[0] - s.t_post) : 0;
         char why[200];
@@ -386,18 +402,22 @@ static int probe_lone(calib_target *ct, int prompt_tokens, int64_t index, int re
                      why);
             return 1;
         }
-        ttft[k] = took;
+        ttft[k] = sorted[k] = took;
+        cells[k] = cells_met(m0.kv_cells, m1.kv_cells, prompt_tokens);
     }
-    *ttft_ns = calib_target_median(ttft, repeats);
+    *ttft_ns = calib_target_median(sorted, repeats);
+    for (int k = 0; met && k < repeats; k++)
+        if (ttft[k] == *ttft_ns)
+            *met = cells[k];
     return 0;
 }
 
 /* One prefill probe: the median TTFT of `repeats` fresh lone prompts. 0, 1 (refused), -1. */
-static int probe_prefill(calib_target *ct, int prompt_tokens, calib_target_metrics *before,
-                         double *ttft_ns, char *note, size_t note_size, char *err)
+static int probe_prefill(calib_target *ct, int prompt_tokens, calib_target_prefill *f,
+                         char *note, size_t note_size, char *err)
 {
-    return probe_lone(ct, prompt_tokens, -1, ct->cfg.repeats, true, before, ttft_ns, note,
-                      note_size, err);
+    return probe_lone(ct, prompt_tokens, -1, ct->cfg.repeats, true, &f->metrics, &f->cells_met,
+                      &f->ttft_ns, note, note_size, err);
 }
 
 /* The sentinel (calib_target_state.h): lone fresh prompts of r->sentinel_tokens, answered
@@ -545,12 +565,7 @@ static int probe_interference(calib_target *ct, calib_target_result *r, char *er
         calib_target_stall *st = &r->stall[r->n_stall];
         memset(st, 0, sizeof *st);
         st->prompt_tokens = r->prefill[p].prompt_tokens;
-        st->cells_seen = cells.kv_cells;
-        if (cells_after.kv_cells >= 0 &&
-            cells_after.kv_cells - st->prompt_tokens < st->cells_seen)
-            st->cells_seen = cells_after.kv_cells - st->prompt_tokens > 0
-                                 ? cells_after.kv_cells - st->prompt_tokens
-                                 : 0;
+        st->cells_seen = cells_met(cells.kv_cells, cells_after.kv_cells, st->prompt_tokens);
         st->ttft_ns = (double)(first - send);
         st->streams = n;
         series_of(bg, n, series);
@@ -607,10 +622,10 @@ static int probe_caching(calib_target *ct, calib_target_result *r, char *err)
     reset_state(ct);
     const int64_t index = ct->next_index++;
     char note[256] = "";
-    int rc = probe_lone(ct, k->prompt_tokens, index, 1, false, &k->before_first,
+    int rc = probe_lone(ct, k->prompt_tokens, index, 1, false, &k->before_first, NULL,
                         &k->cache_first_ns, note, sizeof note, err);
     if (rc == 0)
-        rc = probe_lone(ct, k->prompt_tokens, index, 1, false, &k->before_repeat,
+        rc = probe_lone(ct, k->prompt_tokens, index, 1, false, &k->before_repeat, NULL,
                         &k->cache_second_ns, note, sizeof note, err);
     if (rc < 0)
         return -1;
@@ -630,7 +645,7 @@ static int probe_after_fill(calib_target *ct, calib_target_result *r, char *err)
     char note[256] = "";
     const int rc = k->prompt_tokens == 0 ? 0
                                          : probe_lone(ct, k->prompt_tokens, -1, 1, false,
-                                                      &k->before_fill, &k->after_fill_ns, note,
+                                                      &k->before_fill, NULL, &k->after_fill_ns, note,
                                                       sizeof note, err);
     if (rc > 0)
         return err_set(err, "the prefill after the interference probes: %s", note);
@@ -823,8 +838,7 @@ static int prefill_range(calib_target *ct, calib_target_result *out, int64_t sta
     for (int p = 0; p < n_prompts; p++) {
         calib_target_prefill *f = &out->prefill[out->n_prefill];
         char note[256] = "";
-        const int rc = probe_prefill(ct, prompts[p], &f->metrics, &f->ttft_ns, note, sizeof note,
-                                     err);
+        const int rc = probe_prefill(ct, prompts[p], f, note, sizeof note, err);
         if (rc < 0)
             return -1;
         if (rc > 0) {

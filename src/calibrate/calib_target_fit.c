@@ -212,8 +212,8 @@ double calib_target_cells_seen(const calib_target_result *r)
         if (r->decode[i].occupied_cells > most)
             most = r->decode[i].occupied_cells;
     for (int i = 0; i < r->n_prefill; i++)
-        if (r->prefill[i].metrics.kv_cells > most)
-            most = r->prefill[i].metrics.kv_cells;
+        if (r->prefill[i].cells_met > most)
+            most = r->prefill[i].cells_met;
     return most;
 }
 
@@ -241,7 +241,7 @@ int calib_target_fit_probes(const calib_target_result *r, bool unified, fit_prob
     for (int i = 0; i < r->n_prefill && n < cap; i++) {
         const calib_target_prefill *f = &r->prefill[i];
         /* unified, no reset: the prompt's attention spans the cells left before it */
-        const double left = unified && said && f->metrics.kv_cells > 0 ? f->metrics.kv_cells : 0;
+        const double left = unified && said && f->cells_met > 0 ? f->cells_met : 0;
         if (f->fitted)
             out[n++] = (fit_probe){.batch = 1,
                                    .context_sum = left,
@@ -548,6 +548,7 @@ json_t *calib_target_measured_json(const calib_target_result *r, const calib_tar
         json_object_set_new(o, "ttft_ms", json_real(r->prefill[i].ttft_ns / 1e6));
         json_object_set_new(o, "fitted", json_boolean(r->prefill[i].fitted));
         metrics_into(o, &r->prefill[i].metrics);
+        json_object_set_new(o, "cells_met", said(r->prefill[i].cells_met, 1));
         json_array_append_new(pre, o);
     }
     for (int i = 0; i < r->n_stall; i++) {

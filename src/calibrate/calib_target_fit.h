@@ -47,6 +47,10 @@ typedef struct calib_target_prefill {
     double ttft_ns;      /* median over the repeats */
     bool fitted;         /* false: weight-bound (see the top), shown but not fitted */
     calib_target_metrics metrics; /* /metrics before it (-1s: not offered) */
+    double cells_met;    /* a unified cache's cells the median repeat met: /metrics' occupied
+                            cells before it, or, when fewer, those once it was in less its
+                            own prompt (the slot it took dropped its earlier cells); -1: not
+                            said */
 } calib_target_prefill;
 
 typedef struct calib_target_stall {
@@ -174,8 +178,8 @@ double calib_target_stall_cells(const calib_target_result *r, int i);
 /* The probes the fit takes: every decode probe, the fitted prefill probes. The count.
  * unified: a decode probe's B sequences each attend over the occupied cells (the B streams',
  * or more where /metrics said more: calib_target_cells_said), so its context feature is B x
- * the cells; a prefill probe's prompt attends over the cells /metrics said were left before
- * it (its context_sum; 0 after a reset). */
+ * the cells; a prefill probe's prompt attends over the cells it met (cells_met: its
+ * context_sum; 0 after a reset). */
 int calib_target_fit_probes(const calib_target_result *r, bool unified, fit_probe *out, int cap);
 
 /* What the interference probes say about the target's scheduler. */

@@ -450,7 +450,8 @@ static void test_fit_probes(void **state)
     /* a unified cache: each sequence over every stream's cells; with no reset offered, over
      * what /metrics said where it said more, and a prefill over the cells left before it */
     r.decode[2].occupied_cells = 50000;
-    r.prefill[3].metrics = (calib_target_metrics){0.5, -1, -1, 30000};
+    r.prefill[3].metrics = (calib_target_metrics){0.5, -1, -1, 34000};
+    r.prefill[3].cells_met = 30000;
     assert_true(calib_target_cells_said(&r));
     assert_true(calib_target_cells_seen(&r) == 50000);
     assert_int_equal(calib_target_fit_probes(&r, true, p, CALIB_TARGET_MAX_PROBES), 5);
@@ -496,7 +497,8 @@ static void test_fit_model_cells_said(void **state)
         calib_target_prefill *f = &r->prefill[r->n_prefill++];
         f->prompt_tokens = LENGTHS[i];
         f->fitted = true;
-        f->metrics = (calib_target_metrics){-1, -1, -1, left[i]};
+        f->metrics = (calib_target_metrics){-1, -1, -1, left[i] + 4000};
+        f->cells_met = left[i];
         const fit_probe p = {.batch = 1, .context_sum = left[i], .prompt_tokens = f->prompt_tokens};
         f->ttft_ns = fit_predict_ns(&truth.gpu.fit, &p);
     }
@@ -553,6 +555,7 @@ static void test_fit_model_cells_said(void **state)
     }
     for (int i = 0; i < N_LENGTHS; i++) {
         r->prefill[i].metrics = CALIB_TARGET_METRICS_NONE;
+        r->prefill[i].cells_met = -1;
         const fit_probe p = {.batch = 1, .prompt_tokens = LENGTHS[i]};
         r->prefill[i].ttft_ns = fit_predict_ns(&truth.gpu.fit, &p);
         r->stall[i].cells_seen = -1;
