@@ -31,9 +31,11 @@ static int64_t median_of_60(int64_t *v)
     return v[30];
 }
 
-static void test_emulate_timing(void **state)
+/* One run of a 2,000-token prompt and 59 decodes on the emulated H100; every invariant
+ * asserted here. Returns the schedule's restarts: steps that began more than ENGINE_SLIP_NS
+ * after the previous one's deadline (the engine fell behind and restarted from now). */
+static int64_t emulate_run(void)
 {
-    (void)state;
     char err[ERR_LEN] = "";
     cost_gpu gpu;
     cost_arch arch;
@@ -88,13 +90,29 @@ static void test_emulate_timing(void **state)
         rows++;
     }
     assert_int_equal(rows, 60); /* one prefill step (samples the first token) + 59 decodes */
-    assert_true(restarts <= 3);
     assert_true(sum_modeled > 250 * CLOCK_NS_PER_MS); /* ~59 x 4.5 ms + a 2k-token prefill */
     /* Late by a wake-up: the median well under a millisecond even on a busy machine. */
     assert_true(median_of_60(late) < CLOCK_NS_PER_MS);
     assert_true(median_of_60(unexplained) < 100 * 1000); /* within 0.1 ms */
     fclose(log);
     free(r);
+    return restarts;
+}
+
+/* At most 3 restarts in the 60 steps (5 %). Each restart is the engine's own recorded slip
+ * (the step began more than ENGINE_SLIP_NS late and the schedule restarted from it); a run
+ * whose only failure is more of them (a machine that descheduled the engine thread over
+ * 2 ms more than 3 times in ~0.3 s: seen once under a full parallel suite) is measured once
+ * more, once (docs/reference/tests.md, "The step-timing rule"). */
+static void test_emulate_timing(void **state)
+{
+    (void)state;
+    int64_t restarts = emulate_run();
+    if (restarts > 3) {
+        print_message("restarts %lld of 60 steps: measured once more\n", (long long)restarts);
+        restarts = emulate_run();
+    }
+    assert_true(restarts <= 3);
 }
 
 int main(void)
