@@ -307,7 +307,7 @@ static int probe_decode(calib_target *ct, int batch, int prompt_tokens, calib_ta
     }
     /* a unified cache's occupied cells at both ends of the window (kernel stamps keep the
      * gaps of tokens that wait in the socket meanwhile) */
-    calib_target_metrics cells_from, cells_to;
+    calib_target_metrics cells_from, cells_to = CALIB_TARGET_METRICS_NONE;
     scrape(ct, &cells_from);
     const int64_t from = clock_now_ns();
     ct->last_ramp_ns = from - start;
@@ -315,7 +315,8 @@ static int probe_decode(calib_target *ct, int batch, int prompt_tokens, calib_ta
     if (pump(ct, from + c->window_ns, any_ended, &r, err) != 0)
         goto done;
     const int64_t to = clock_now_ns();
-    scrape(ct, &cells_to);
+    if (cells_from.kv_cells >= 0) /* a server that says no cells is not asked again */
+        scrape(ct, &cells_to);
     out->occupied_cells = cells_from.kv_cells >= 0 && cells_to.kv_cells >= 0
                               ? (cells_from.kv_cells + cells_to.kv_cells) / 2
                               : -1;

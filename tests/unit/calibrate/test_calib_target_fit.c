@@ -466,6 +466,43 @@ static void test_fit_probes(void **state)
     assert_true(p[4].context_sum == 0);
 }
 
+/* The decode grid (1 .. 16 streams at 64- and 1024-token prompts) made exactly by truth:
+ * each sequence over its own context, or (cells) a unified cache's occupied cells, the
+ * streams' plus 0 to 20,000 left by earlier probes, moving from probe to probe. */
+static void synth_decodes(calib_target_result *r, const cost_params *truth, bool cells)
+{
+    static const int batches[] = {1, 2, 4, 8, 16};
+    static const int contexts[] = {64, 1024};
+    for (int c = 0; c < 2; c++)
+        for (int b = 0; b < 5; b++) {
+            calib_target_decode *d = &r->decode[r->n_decode];
+            d->batch = batches[b];
+            d->prompt_tokens = contexts[c];
+            d->mean_context = contexts[c] + 20;
+            const double own = d->batch * d->mean_context;
+            d->occupied_cells = cells ? own + 5000.0 * ((r->n_decode * 7) % 5) : 0;
+            const fit_probe p = {.batch = d->batch,
+                                 .context_sum = cells ? d->batch * d->occupied_cells : own};
+            d->gap_ns = fit_predict_ns(&truth->gpu.fit, &p);
+            r->n_decode++;
+        }
+}
+
+/* Every term of the fit back within 1e-6 of the one the probes were made with. */
+static void assert_terms(const cost_step_fit *got, const cost_step_fit *made)
+{
+    const double terms[][2] = {{got->step_ns, made->step_ns},
+                               {got->seq_ns, made->seq_ns},
+                               {got->ctx_ns, made->ctx_ns},
+                               {got->token_ns, made->token_ns},
+                               {got->pair_ns, made->pair_ns}};
+    for (int t = 0; t < 5; t++)
+        if (!(fabs(terms[t][0] / terms[t][1] - 1) < 1e-6)) {
+            print_error("term %d: fitted %g, made with %g\n", t, terms[t][0], terms[t][1]);
+            fail();
+        }
+}
+
 /* A llama.cpp-like server that offers no reset: a unified cache whose occupied cells move
  * from probe to probe (what earlier probes left in idle slots), said by /metrics. Probes made
  * exactly by a known step model charged over those cells: the layout is inferred unified
@@ -478,20 +515,7 @@ static void test_fit_model_cells_said(void **state)
     fitted_cost(&truth);
     calib_target_result *r = calloc(1, sizeof *r);
     assert_non_null(r);
-    static const int batches[] = {1, 2, 4, 8, 16};
-    static const int contexts[] = {64, 1024};
-    for (int c = 0; c < 2; c++)
-        for (int b = 0; b < 5; b++) {
-            calib_target_decode *d = &r->decode[r->n_decode];
-            d->batch = batches[b];
-            d->prompt_tokens = contexts[c];
-            d->mean_context = contexts[c] + 20;
-            const double left = 5000.0 * ((r->n_decode * 7) % 5);
-            d->occupied_cells = d->batch * d->mean_context + left;
-            const fit_probe p = {.batch = d->batch, .context_sum = d->batch * d->occupied_cells};
-            d->gap_ns = fit_predict_ns(&truth.gpu.fit, &p);
-            r->n_decode++;
-        }
+    synth_decodes(r, &truth, true);
     static const double left[N_LENGTHS] = {30000, 0, 12000, 45000, 8000, 20000};
     for (int i = 0; i < N_LENGTHS; i++) {
         calib_target_prefill *f = &r->prefill[r->n_prefill++];
@@ -527,16 +551,7 @@ static void test_fit_model_cells_said(void **state)
     assert_int_equal(calib_target_fit_model(r, &arch, "target", 80e9, 0.15, &m, err), 0);
     assert_int_equal(m.kv_layout, SCHED_KV_UNIFIED);
     assert_true(m.unified_decode_rms < 1e-6 && m.paged_decode_rms > 0.05);
-    const double terms[][2] = {{m.gpu.fit.step_ns, truth.gpu.fit.step_ns},
-                               {m.gpu.fit.seq_ns, truth.gpu.fit.seq_ns},
-                               {m.gpu.fit.ctx_ns, truth.gpu.fit.ctx_ns},
-                               {m.gpu.fit.token_ns, truth.gpu.fit.token_ns},
-                               {m.gpu.fit.pair_ns, truth.gpu.fit.pair_ns}};
-    for (int t = 0; t < 5; t++)
-        if (!(fabs(terms[t][0] / terms[t][1] - 1) < 1e-6)) {
-            print_error("term %d: fitted %g, made with %g\n", t, terms[t][0], terms[t][1]);
-            fail();
-        }
+    assert_terms(&m.gpu.fit, &truth.gpu.fit);
     assert_string_equal(m.policy.policy, "mixed");
     assert_true(m.check.ok && m.check.n_judged > 0);
     for (int i = 0; i < N_LENGTHS; i++)
@@ -636,17 +651,7 @@ static void test_fit_model_profile(void **state)
     fitted_cost(&truth);
     calib_target_result *r = calloc(1, sizeof *r);
     assert_non_null(r);
-    static const int batches[] = {1, 2, 4, 8, 16};
-    static const int contexts[] = {64, 1024};
-    for (int c = 0; c < 2; c++)
-        for (int b = 0; b < 5; b++) {
-            calib_target_decode *d = &r->decode[r->n_decode++];
-            d->batch = batches[b];
-            d->prompt_tokens = contexts[c];
-            d->mean_context = contexts[c] + 20;
-            const fit_probe p = {.batch = d->batch, .context_sum = d->batch * d->mean_context};
-            d->gap_ns = fit_predict_ns(&truth.gpu.fit, &p);
-        }
+    synth_decodes(r, &truth, false);
     for (int i = 0; i < N_LENGTHS; i++) {
         calib_target_prefill *f = &r->prefill[r->n_prefill++];
         f->prompt_tokens = LENGTHS[i];
@@ -667,16 +672,7 @@ static void test_fit_model_profile(void **state)
     assert_true(m.accepted);
     assert_string_equal(m.gpu.name, "target");
     assert_true(m.gpu.mem_bytes == 80e9);
-    const double terms[][2] = {{m.gpu.fit.step_ns, truth.gpu.fit.step_ns},
-                               {m.gpu.fit.seq_ns, truth.gpu.fit.seq_ns},
-                               {m.gpu.fit.ctx_ns, truth.gpu.fit.ctx_ns},
-                               {m.gpu.fit.token_ns, truth.gpu.fit.token_ns},
-                               {m.gpu.fit.pair_ns, truth.gpu.fit.pair_ns}};
-    for (int t = 0; t < 5; t++)
-        if (!(fabs(terms[t][0] / terms[t][1] - 1) < 1e-6)) {
-            print_error("term %d: fitted %g, made with %g\n", t, terms[t][0], terms[t][1]);
-            fail();
-        }
+    assert_terms(&m.gpu.fit, &truth.gpu.fit);
     assert_string_equal(m.policy.policy, "chunked");
     assert_true(fabs((double)(m.policy.budget - 2048)) <= 0.02 * 2048);
 
