@@ -24,6 +24,7 @@ if [ "$mode" = test ]; then
   TOOLS[python3]=python3
   TOOLS[chromium]=chromium # headless: the HTML report's load test
   TOOLS[valgrind]=valgrind # serve under memcheck (tests/integration/serve_valgrind.sh)
+  TOOLS[promtool]=prometheus # the proxy's rules (tests/integration/proxy_rules.sh); starts no daemon
 fi
 
 missing=()
