@@ -15,6 +15,7 @@ static const struct {
     {"serve", cli_serve, "the embedded OpenAI-compatible server with a continuous-batching engine"},
     {"sim", cli_sim, "the same engine in virtual time: instant what-ifs"},
     {"model", cli_model, "the arithmetic: prefill and decode step times from the cost model"},
+    {"proxy", cli_proxy, "watch production: a sidecar that times every token and names the stalls"},
     {"report", cli_report, "recompute the summary and report from a run's artifacts"},
     {"calibrate", cli_calibrate, "measure this CPU or a server (--target): a --hardware profile"},
     {"sweep", cli_sweep, "the experiment over one or two varied parameters, one report"},

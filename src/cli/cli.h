@@ -26,6 +26,7 @@ int cli_sweep(int argc, char **argv);
 int cli_calibrate(int argc, char **argv);
 int cli_tune(int argc, char **argv);
 int cli_metrics(int argc, char **argv);
+int cli_proxy(int argc, char **argv);
 
 /* Print "stallscope <cmd>: <msg>" on stderr and return CLI_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *msg);

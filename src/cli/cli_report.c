@@ -7,12 +7,15 @@
  * (docs/guide/shards.md), then its report. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/fsio.h"
 #include "experiment/pair.h"
+#include "proxy/window.h"
 #include "report/report.h"
 
 #define REPORT_MERGED_DIR "out/merged"
@@ -25,6 +28,7 @@ typedef struct report_flags {
     bool allow_partial;
     bool force;
     char out[1024];
+    char from[64], to[64]; /* a proxy's files: the window */
 } report_flags;
 
 static const opts_spec report_specs[] = {
@@ -34,6 +38,14 @@ static const opts_spec report_specs[] = {
     OPTS_FLAG("json", "print comparison.json (or the summary), not the table", report_flags, json),
     OPTS_FLAG("no-report", "recompute the summaries only: no report.html, no plots", report_flags,
               no_report),
+};
+
+static const opts_spec window_specs[] = {
+    OPTS_STRING("from", "TIME",
+                "the window's start: a UTC time (2026-12-02T03:00) or a duration before now "
+                "(2h) (default: the first session's start)",
+                report_flags, from),
+    OPTS_STRING("to", "TIME", "the window's end, as --from (default: now)", report_flags, to),
 };
 
 static const opts_spec merge_specs[] = {
@@ -50,16 +62,65 @@ static const opts_spec merge_specs[] = {
     OPTS_FLAG("force", "replace an earlier run in --out", report_flags, force),
 };
 
+/* A proxy's files over [--from, --to) into one run (flags->out, default beside them), then
+ * its report. 0, 1 or -1 as report_rebuild_dir; -2 (with err) for bad input. */
+static int report_proxy_window(const char *dir, report_flags *flags, double threshold_ms,
+                               char *err)
+{
+    if (flags->merge || flags->allow_partial)
+        return err_set(err, "--merge and --allow-partial are not for a proxy's files"), -2;
+    const int64_t now = clock_now_ns() + clock_realtime_offset_ns(1, NULL);
+    int64_t from = 0, to = 0;
+    if ((flags->from[0] && pwin_parse_time(flags->from, now, &from, err) != 0) ||
+        (flags->to[0] && pwin_parse_time(flags->to, now, &to, err) != 0))
+        return -2;
+    char tmp[4096], probe[4200];
+    snprintf(tmp, sizeof tmp, "%s/.window-building", dir);
+    if (access(tmp, F_OK) == 0 && fsio_remove_tree(tmp, err) != 0)
+        return -1;
+    pwin_result res;
+    if (pwin_build(dir, from, to, tmp, &res, err) != 0)
+        return -1;
+    if (!flags->out[0]) {
+        char a[32], b[32];
+        time_t ta = (time_t)(res.from_unix_ns / CLOCK_NS_PER_S), tb = (time_t)(res.to_unix_ns / CLOCK_NS_PER_S);
+        struct tm tm;
+        strftime(a, sizeof a, "%Y%m%dT%H%M%SZ", gmtime_r(&ta, &tm));
+        strftime(b, sizeof b, "%Y%m%dT%H%M%SZ", gmtime_r(&tb, &tm));
+        snprintf(flags->out, sizeof flags->out, "%s/window-%s-%s", dir, a, b);
+    }
+    /* An earlier window there is replaced; anything else is not ours to remove. */
+    snprintf(probe, sizeof probe, "%s/window.json", flags->out);
+    if (access(flags->out, F_OK) == 0 && access(probe, F_OK) != 0) {
+        fsio_remove_tree(tmp, err);
+        return err_set(err, "%s exists and is not a proxy window: give another --out", flags->out), -2;
+    }
+    if ((access(flags->out, F_OK) == 0 && fsio_remove_tree(flags->out, err) != 0) ||
+        rename(tmp, flags->out) != 0) {
+        err_set(err, "cannot make %s", flags->out);
+        return -1;
+    }
+    fprintf(flags->json ? stderr : stdout,
+            "stallscope report: %lld requests sent in the window (%d session(s), %d hourly "
+            "part(s)), %lld token events, in %s%s\n",
+            (long long)res.requests, res.sessions, res.parts, (long long)res.events, flags->out,
+            res.cut_rows ? " (rows cut short by a crash dropped)" : "");
+    return report_rebuild_dir(flags->out, threshold_ms, flags->json, !flags->no_report, err);
+}
+
 int cli_report(int argc, char **argv)
 {
     static const char usage[] =
         "stallscope report DIR [--stall-threshold DUR] [--json] [--no-report]\n"
-        "       stallscope report --merge DIR... [--out MERGED] [--allow-partial] [--force]";
-    report_flags flags = {0, false, false, false, false, false, ""};
+        "       stallscope report --merge DIR... [--out MERGED] [--allow-partial] [--force]\n"
+        "       stallscope report PROXY_OUT [--from TIME] [--to TIME] [--out DIR]";
+    report_flags flags = {0, false, false, false, false, false, "", "", ""};
     cli_gate gate = {0};
     opts_group groups[] = {{"report options", report_specs, OPTS_COUNT(report_specs), &flags},
                            {"merging shards (docs/guide/shards.md)", merge_specs,
                             OPTS_COUNT(merge_specs), &flags},
+                           {"a proxy's files (docs/guide/production.md)", window_specs,
+                            OPTS_COUNT(window_specs), &flags},
                            cli_gate_group(&gate)};
     if (opts_show_help(stdout, argc, argv, usage,
                        "Recompute summary.json (and comparison.json) from the token logs in\n"
@@ -76,6 +137,9 @@ int cli_report(int argc, char **argv)
                        "the merged run marked incomplete (exit 0, the reason on stderr); a\n"
                        "malformed row is bad input (exit 2), and a merge that fails leaves --out\n"
                        "as it was.\n"
+                       "A PROXY_OUT (stallscope proxy --out): the rows of the streams sent in\n"
+                       "[--from, --to) are put into one run (--out, default\n"
+                       "PROXY_OUT/window-FROM-TO), then reported.\n"
                        "Exit status: 0 reported; 1 a run failed (most of its requests failed:\n"
                        "reported whole, the reason on stderr) or a file could not be written;\n"
                        "2 bad input.",
@@ -119,7 +183,15 @@ int cli_report(int argc, char **argv)
             fprintf(stderr, "stallscope report: the merged run in %s is incomplete (its "
                             "\"problems\" in merge.json say why)\n",
                     flags.out);
+    } else if (n_positional == 1 && pwin_is_proxy_dir(positional[0])) {
+        rc = report_proxy_window(positional[0], &flags, threshold_ms, err);
+        if (rc == 0)
+            positional[0] = flags.out; /* --fail-if judges the window */
     } else {
+        if (flags.from[0] || flags.to[0]) {
+            status = cli_usage_error("report", "--from and --to go with a proxy's --out directory");
+            goto done;
+        }
         if (flags.allow_partial || flags.force || flags.out[0] || n_positional != 1) {
             status = cli_usage_error("report", n_positional != 1
                                                    ? "needs one directory (usage: stallscope "

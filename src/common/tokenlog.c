@@ -366,27 +366,44 @@ static int writer_add(tokenlog_writer *w, const char *row, size_t len, char *err
     return w->pending.len > TOKENLOG_WRITER_MAX_PENDING ? tokenlog_writer_flush(w, err) : 0;
 }
 
-int tokenlog_writer_open(tokenlog_writer *w, const char *path, tokenlog_file kind, char *err)
+int tokenlog_writer_open_header(tokenlog_writer *w, const char *path, const char *header,
+                                char *err)
 {
     memset(w, 0, sizeof *w);
     w->fd = -1;
-    w->kind = kind;
+    w->kind = -1;
     const char *base = strrchr(path, '/');
     snprintf(w->name, sizeof w->name, "%s", base ? base + 1 : path);
     if ((w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
         return err_set(err, "cannot create %s: %s", path, strerror(errno));
     w->open = true;
     w->write_at = pwrite;
-    const char *header = kind == TOKENLOG_REQUESTS_CSV ? TOKENLOG_REQUESTS_HEADER "\n"
-                                                       : TOKENLOG_TOKENS_HEADER "\n";
     /* The header at once: a run killed before its first flush leaves a valid empty file. */
-    if (writer_add(w, header, strlen(header), err) != 0 || tokenlog_writer_flush(w, err) != 0) {
+    if (writer_add(w, header, strlen(header), err) != 0 || writer_add(w, "\n", 1, err) != 0 ||
+        tokenlog_writer_flush(w, err) != 0) {
         close(w->fd);
         buf_free(&w->pending);
         w->open = false;
         return -1;
     }
     return 0;
+}
+
+int tokenlog_writer_open(tokenlog_writer *w, const char *path, tokenlog_file kind, char *err)
+{
+    const char *header = kind == TOKENLOG_REQUESTS_CSV ? TOKENLOG_REQUESTS_HEADER
+                                                       : TOKENLOG_TOKENS_HEADER;
+    if (tokenlog_writer_open_header(w, path, header, err) != 0)
+        return -1;
+    w->kind = kind;
+    return 0;
+}
+
+int tokenlog_writer_row(tokenlog_writer *w, const char *row, size_t len, char *err)
+{
+    if (len == 0 || row[len - 1] != '\n')
+        return err_set(err, "%s: a row must end with its newline", w->name);
+    return writer_add(w, row, len, err);
 }
 
 int tokenlog_writer_event(tokenlog_writer *w, const tokenlog_event *ev, char *err)

@@ -194,6 +194,12 @@ typedef struct tokenlog_writer {
 /* Create (truncate) path and write the header of kind (tokens.csv or requests.csv). -1 with
  * err naming the file. */
 int tokenlog_writer_open(tokenlog_writer *w, const char *path, tokenlog_file kind, char *err);
+/* The same for another CSV in the same manner (the proxy's stalls.csv): header is its first
+ * line, without the newline; kind is -1. */
+int tokenlog_writer_open_header(tokenlog_writer *w, const char *path, const char *header,
+                                char *err);
+/* One whole row of such a file, newline included (-1 with err without it). */
+int tokenlog_writer_row(tokenlog_writer *w, const char *row, size_t len, char *err);
 /* Append one row (tokens.csv: an event; requests.csv: a request). -1 with err once the
  * writer has failed (this row or an earlier flush): the caller should stop. */
 int tokenlog_writer_event(tokenlog_writer *w, const tokenlog_event *ev, char *err);

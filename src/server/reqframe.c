@@ -604,6 +604,11 @@ void reqframe_init(reqframe *f, uint64_t max_body)
     head_reset(f);
 }
 
+bool reqframe_at_boundary(const reqframe *f)
+{
+    return f->state == ST_HEAD && f->scanned == 0;
+}
+
 static reqframe_kind next_head(reqframe *f, const char *in, size_t len, char *out,
                                size_t out_cap, reqframe_step *step)
 {

@@ -138,6 +138,11 @@ void reqframe_init(reqframe *f, uint64_t max_body);
 reqframe_kind reqframe_next(reqframe *f, const char *in, size_t len, char *out, size_t out_cap,
                             reqframe_step *step);
 
+/* Whether f is between requests: every request handed on so far is complete, head and body
+ * (false inside a head or a body, and after a refusal). A proxy that sends each request on
+ * whole asks after each step. */
+bool reqframe_at_boundary(const reqframe *f);
+
 /* reqframe_next over in[0..len) until it needs more, handing the results to sink (out as
  * above, scratch for the normal form). Returns the bytes consumed: the caller keeps
  * in[consumed..len) and calls again once more bytes follow them. */

@@ -1,0 +1,203 @@
+/* inspect — see inspect.h. */
+#include "proxy/inspect.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include <jansson.h>
+
+/* Fields that concern one connection, never forwarded (RFC 9110 7.6.1), and Expect. */
+static const char *const hop_by_hop[] = {"connection", "keep-alive",          "proxy-connection",
+                                         "proxy-authorization", "te", "trailer", "upgrade",
+                                         "expect", "host"};
+
+static bool named_in(const char *list, size_t list_len, const char *name, size_t name_len)
+{
+    size_t i = 0;
+    while (i < list_len) {
+        while (i < list_len && (list[i] == ' ' || list[i] == '\t' || list[i] == ','))
+            i++;
+        size_t j = i;
+        while (j < list_len && list[j] != ',' && list[j] != ' ' && list[j] != '\t')
+            j++;
+        if (j - i == name_len && strncasecmp(list + i, name, name_len) == 0)
+            return true;
+        i = j;
+    }
+    return false;
+}
+
+static bool is_hop(const char *name, size_t n, const char *conn, size_t conn_len)
+{
+    for (size_t k = 0; k < sizeof hop_by_hop / sizeof hop_by_hop[0]; k++)
+        if (strlen(hop_by_hop[k]) == n && strncasecmp(name, hop_by_hop[k], n) == 0)
+            return true;
+    return conn && named_in(conn, conn_len, name, n);
+}
+
+int pinsp_rewrite_head(const char *in, size_t len, const pinsp_upstream *up, buf *out,
+                       pinsp_head *info)
+{
+    memset(info, 0, sizeof *info);
+    const char *end = in + len;
+    const char *eol = memmem(in, len, "\r\n", 2);
+    if (!eol)
+        return -1;
+    const char *sp1 = memchr(in, ' ', (size_t)(eol - in));
+    const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(eol - sp1 - 1)) : NULL;
+    if (!sp1 || !sp2 || (size_t)(sp1 - in) >= sizeof info->method || eol - sp2 != 9 ||
+        strncmp(sp2 + 1, "HTTP/1.", 7) != 0)
+        return -1;
+    memcpy(info->method, in, (size_t)(sp1 - in));
+    info->minor = sp2[8] - '0';
+    const char *target = sp1 + 1;
+    size_t target_len = (size_t)(sp2 - target);
+    size_t path_len = target_len;
+    const char *q = memchr(target, '?', target_len);
+    if (q)
+        path_len = (size_t)(q - target);
+    snprintf(info->path, sizeof info->path, "%.*s", (int)path_len, target);
+    info->head_method = strcmp(info->method, "HEAD") == 0;
+
+    /* The Connection field first: the fields it names are hop-by-hop too. */
+    const char *conn = NULL;
+    size_t conn_len = 0;
+    bool has_auth = false;
+    for (const char *line = eol + 2; line < end;) {
+        const char *le = memmem(line, (size_t)(end - line), "\r\n", 2);
+        if (!le || le == line)
+            break;
+        const char *colon = memchr(line, ':', (size_t)(le - line));
+        if (!colon)
+            return -1;
+        const char *v = colon + 1;
+        while (v < le && (*v == ' ' || *v == '\t'))
+            v++;
+        const size_t n = (size_t)(colon - line);
+        if (n == 10 && strncasecmp(line, "connection", 10) == 0) {
+            conn = v;
+            conn_len = (size_t)(le - v);
+        } else if (n == 13 && strncasecmp(line, "authorization", 13) == 0) {
+            has_auth = true;
+        } else if (n == 6 && strncasecmp(line, "expect", 6) == 0) {
+            info->expect_continue = (size_t)(le - v) == 12 && strncasecmp(v, "100-continue", 12) == 0;
+        }
+        line = le + 2;
+    }
+    info->keep_alive = info->minor >= 1 ? !(conn && named_in(conn, conn_len, "close", 5))
+                                        : conn && named_in(conn, conn_len, "keep-alive", 10);
+
+    buf_printf(out, "%s %s%.*s HTTP/1.1\r\nHost: %.*s\r\n", info->method, up->path,
+               (int)target_len, target, (int)up->authority_len, up->authority);
+    for (const char *line = eol + 2; line < end;) {
+        const char *le = memmem(line, (size_t)(end - line), "\r\n", 2);
+        if (!le || le == line)
+            break;
+        const char *colon = memchr(line, ':', (size_t)(le - line));
+        if (!is_hop(line, (size_t)(colon - line), conn, conn_len))
+            buf_append(out, line, (size_t)(le + 2 - line));
+        line = le + 2;
+    }
+    if (!has_auth && up->basic && up->basic[0])
+        buf_printf(out, "Authorization: %s\r\n", up->basic);
+    buf_append(out, "\r\n", 2);
+    return out->failed ? -1 : 0;
+}
+
+static int64_t text_tokens(size_t bytes)
+{
+    return (int64_t)((bytes + PINSP_BYTES_PER_TOKEN - 1) / PINSP_BYTES_PER_TOKEN);
+}
+
+/* A completions prompt: a string, token ids, or a one-element array of either. */
+static int64_t prompt_estimate(const json_t *p, bool *exact)
+{
+    if (json_is_string(p))
+        return text_tokens(json_string_length(p));
+    if (!json_is_array(p) || json_array_size(p) == 0)
+        return -1;
+    const json_t *first = json_array_get(p, 0);
+    if (json_is_integer(first)) {
+        *exact = true;
+        return (int64_t)json_array_size(p);
+    }
+    int64_t sum = 0;
+    size_t i;
+    const json_t *v;
+    json_array_foreach(p, i, v)
+    {
+        bool e = false;
+        int64_t n = prompt_estimate(v, &e);
+        if (n < 0)
+            return -1;
+        *exact = e;
+        sum += n;
+    }
+    return sum;
+}
+
+/* A chat message's content: a string, or parts {"type": "text", "text": ...}. */
+static int64_t content_bytes(const json_t *c)
+{
+    if (json_is_string(c))
+        return (int64_t)json_string_length(c);
+    int64_t sum = 0;
+    size_t i;
+    const json_t *part;
+    if (json_is_array(c))
+        json_array_foreach(c, i, part)
+        {
+            const json_t *t = json_object_get(part, "text");
+            if (json_is_string(t))
+                sum += (int64_t)json_string_length(t);
+        }
+    return sum;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+void pinsp_read_body(const pinsp_head *head, const char *body, size_t len, pinsp_body *out)
+{
+    memset(out, 0, sizeof *out);
+    out->prompt_tokens = -1;
+    out->max_tokens = -1;
+    if (strcmp(head->method, "POST") != 0 || len == 0)
+        return;
+    const bool chat = ends_with(head->path, "/chat/completions");
+    const bool completions = !chat && ends_with(head->path, "/completions");
+    if (!chat && !completions)
+        return;
+    json_t *j = json_loadb(body, len, 0, NULL);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return;
+    }
+    out->stream = json_is_true(json_object_get(j, "stream"));
+    out->observed = out->stream;
+    const json_t *mt = json_object_get(j, "max_completion_tokens");
+    if (!json_is_integer(mt))
+        mt = json_object_get(j, "max_tokens");
+    if (json_is_integer(mt))
+        out->max_tokens = json_integer_value(mt);
+    int64_t n = -1;
+    if (completions) {
+        n = prompt_estimate(json_object_get(j, "prompt"), &out->exact);
+    } else {
+        const json_t *msgs = json_object_get(j, "messages");
+        if (json_is_array(msgs)) {
+            int64_t bytes = 0;
+            size_t i;
+            const json_t *m;
+            json_array_foreach(msgs, i, m) bytes += content_bytes(json_object_get(m, "content"));
+            n = text_tokens((size_t)bytes) +
+                (int64_t)json_array_size(msgs) * PINSP_TOKENS_PER_MESSAGE;
+        }
+    }
+    out->prompt_tokens = n < 0 ? -1 : n > INT32_MAX ? INT32_MAX : (int32_t)n;
+    json_decref(j);
+}
