@@ -7,7 +7,8 @@
 # disaggregated split, calibrate on this CPU (--no-fit: its rates; a fit costs seconds
 # under ASan, and calibrate --target gives the step model and probes); against one
 # `stallscope serve --engine emulate`: a run with --scrape-metrics, --fidelity and
-# --save-result, two shards merged by report --merge, calibrate --target. First the checker
+# --save-result, two shards merged by report --merge, calibrate --target; a stream through
+# `stallscope proxy --out` and report's window of its files. First the checker
 # is shown to fail on a gained key, a lost column and a lost key.
 set -euo pipefail
 bin=$1; dir=$2
@@ -67,6 +68,18 @@ for job in $(jobs -p); do
 done
 "$bin" report --merge shard0 shard1 --no-report --out merged >merge.out 2>&1 ||
   { cat merge.out; fail "report --merge exited $?"; }
+# The proxy's files: one stream through `stallscope proxy --out`, then report's window.
+timeout 60 "$bin" proxy --upstream "$url" --listen 127.0.0.1:0 --no-admin --ready-file proxy.ready \
+  --out proxy --quiet >proxy.log 2>&1 &
+proxy_pid=$!
+for _ in $(seq 100); do [ -s proxy.ready ] && break; sleep 0.1; done
+read -r proxy_port _ <proxy.ready || { cat proxy.log; fail "the proxy did not start"; }
+curl -fsS -N "http://127.0.0.1:$proxy_port/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt":"a b c d","max_tokens":8,"stream":true}' >proxy.stream || fail "a stream through the proxy"
+kill "$proxy_pid"; wait "$proxy_pid" || fail "the proxy did not stop cleanly"
+"$bin" report proxy --no-report --out proxywin >proxywin.out 2>&1 ||
+  { cat proxywin.out; fail "report of the proxy's files exited $?"; }
+proxy_part=$(ls -d proxy/*/*/ | head -1)
 kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=
 pass "run, two shards merged and calibrate --target wrote their files"
 
@@ -100,6 +113,9 @@ all_files=(
   fidelity.json=run/interference/fidelity.json --save-result=result.json
   sweep.json=sweep/sweep.json merge.json=merged/merge.json tune.json=tune/tune.json
   "hardware profile=cpu.json" "hardware profile=target.json"
+  proxy.json="$(ls proxy/*/proxy.json)" window.json=proxywin/window.json
+  tokens.csv="${proxy_part}tokens.csv" requests.csv="${proxy_part}requests.csv"
+  stalls.csv="${proxy_part}stalls.csv" requests.csv=proxywin/requests.csv
 )
 expect_refused "a gained key" "key 'gained' is not in the spec" --axes prompt-tokens "${all_files[@]}" summary.json=bad/summary.json
 expect_refused "a lost column" "bad/tokens.csv: header" --axes prompt-tokens "${all_files[@]}" tokens.csv=bad/tokens.csv
