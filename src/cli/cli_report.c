@@ -42,8 +42,8 @@ static const opts_spec report_specs[] = {
 
 static const opts_spec window_specs[] = {
     OPTS_STRING("from", "TIME",
-                "the window's start: a UTC time (2026-12-02T03:00) or a duration before now "
-                "(2h) (default: the first session's start)",
+                "the window's start: a UTC time (2026-12-02T03:00), @SECONDS since the epoch, or "
+                "a duration before now (2h) (default: the first session's start)",
                 report_flags, from),
     OPTS_STRING("to", "TIME", "the window's end, as --from (default: now)", report_flags, to),
 };
@@ -101,7 +101,7 @@ static int report_proxy_window(const char *dir, report_flags *flags, double thre
         return -1;
     }
     fprintf(flags->json ? stderr : stdout,
-            "stallscope report: %lld requests sent in the window (%d session(s), %d hourly "
+            "stallscope report: %lld requests in the window (%d session(s), %d hourly "
             "part(s)), %lld token events, in %s%s\n",
             (long long)res.requests, res.sessions, res.parts, (long long)res.events, flags->out,
             res.cut_rows ? " (rows cut short by a crash dropped)" : "");
@@ -137,7 +137,7 @@ int cli_report(int argc, char **argv)
                        "the merged run marked incomplete (exit 0, the reason on stderr); a\n"
                        "malformed row is bad input (exit 2), and a merge that fails leaves --out\n"
                        "as it was.\n"
-                       "A PROXY_OUT (stallscope proxy --out): the rows of the streams sent in\n"
+                       "A PROXY_OUT (stallscope proxy --out): the rows of the streams that ran in\n"
                        "[--from, --to) are put into one run (--out, default\n"
                        "PROXY_OUT/window-FROM-TO), then reported.\n"
                        "Exit status: 0 reported; 1 a run failed (most of its requests failed:\n"

@@ -118,14 +118,26 @@ int pwin_parse_time(const char *text, int64_t now_unix_ns, int64_t *out_unix_ns,
 {
     if (parse_utc(text, out_unix_ns) == 0)
         return 0;
+    if (text[0] == '@') { /* seconds since the epoch, as date(1) writes them: @1796181834.944 */
+        char *end = NULL;
+        long long sec = strtoll(text + 1, &end, 10);
+        int64_t ns = 0, scale = 100000000;
+        if (end != text + 1 && *end == '.')
+            for (end++; *end >= '0' && *end <= '9'; end++, scale /= 10)
+                ns += (*end - '0') * scale;
+        if (end != text + 1 && *end == '\0' && sec > 0 && sec < 1LL << 33) {
+            *out_unix_ns = (int64_t)sec * CLOCK_NS_PER_S + ns;
+            return 0;
+        }
+    }
     int64_t ago = 0;
     char why[ERR_LEN];
     if (units_parse_duration_ns(text, &ago, why) == 0 && ago >= 0) {
         *out_unix_ns = now_unix_ns - ago;
         return 0;
     }
-    return err_set(err, "'%s': a UTC time (2026-12-02T03:00, 2026-12-02T03:00:00Z) or a "
-                        "duration before now (90m, 2h)",
+    return err_set(err, "'%s': a UTC time (2026-12-02T03:00, 2026-12-02T03:00:00Z), seconds "
+                        "since the epoch (@1796181834.5) or a duration before now (90m, 2h)",
                    text);
 }
 
@@ -178,9 +190,11 @@ static bool part_wanted(const char *part_dir, int64_t from, int64_t to)
     return start + 2 * HOUR_NS > from && start < to + HOUR_NS;
 }
 
+/* t on the window's clock; -1 for never, and for before the window's start (a request
+ * carried over into the window, as a run's from before its t = 0). */
 static int64_t rebase(int64_t t, int64_t t0, int64_t from)
 {
-    return t < 0 ? -1 : t0 + t - from;
+    return t < 0 || t0 + t < from ? -1 : t0 + t - from;
 }
 
 int pwin_build(const char *dir, int64_t from, int64_t to, const char *out_dir, pwin_result *res,
@@ -250,8 +264,10 @@ int pwin_build(const char *dir, int64_t from, int64_t to, const char *out_dir, p
             tokenlog_request q;
             int got;
             while ((got = tokenlog_reader_request(r, &q, err)) == 1) {
+                /* In the window: sent before its end, and not ended before its start. */
                 const int64_t send = s->t0_unix_ns + q.t_send_ns;
-                if (q.t_send_ns < 0 || send < from || send >= to)
+                const int64_t end = q.t_end_ns >= 0 ? s->t0_unix_ns + q.t_end_ns : INT64_MAX;
+                if (q.t_send_ns < 0 || send >= to || end < from)
                     continue;
                 if (buf_grow_items((void **)&keep, &cap_keep, n_keep + 1, sizeof *keep) != 0) {
                     got = err_set(err, "out of memory");
