@@ -32,13 +32,6 @@
 
 /* ---- small things --------------------------------------------------------------------- */
 
-void px_watch(px *p, int fd, void *ptr, uint32_t events, int op)
-{
-    struct epoll_event ev = {0};
-    ev.events = events;
-    ev.data.ptr = ptr;
-    epoll_ctl(p->ep, op, fd, &ev);
-}
 
 static int split_hostport(const char *s, char *host, size_t hsize, char *port, size_t psize)
 {
@@ -90,21 +83,6 @@ static int listen_on(const char *what, const char *addr, int *port_out, char *er
     return fd;
 }
 
-/* A closed connection's memory waits for the end of the wake-up: a later event of the same
- * batch may name it (its `gone` says so). */
-void px_bury(px *p, void *ptr)
-{
-    if (buf_grow_items((void **)&p->grave, &p->cap_grave, p->n_grave + 1, sizeof *p->grave) == 0)
-        p->grave[p->n_grave++] = ptr;
-    /* out of memory: leaked rather than freed under a pending event */
-}
-
-void px_free_graves(px *p)
-{
-    for (int64_t i = 0; i < p->n_grave; i++)
-        free(p->grave[i]);
-    p->n_grave = 0;
-}
 
 /* ---- the analysis's results ------------------------------------------------------------------- */
 

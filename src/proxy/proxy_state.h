@@ -1,11 +1,12 @@
 /* proxy_state — internal to proxy: the state the proxy's files share (proxy.c the loop and
- * the listening sockets, proxy_down.c the clients' connections and their exchanges,
- * proxy_up.c the upstream's connections and the answers read from them, proxy_admin.c the
- * admin port). Only these files include it; proxy.h is the module's interface. */
+ * the listening sockets, proxy_conns.c the connections of both sides and their exchanges,
+ * proxy_admin.c the admin port). Only these files include it; proxy.h is the module's
+ * interface. */
 #ifndef STALLSCOPE_PROXY_STATE_H
 #define STALLSCOPE_PROXY_STATE_H
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include "client/chunk.h"
@@ -137,9 +138,17 @@ struct px {
     int64_t last_tokens, last_stalls;
 };
 
+/* Watch fd for events (epoll_ctl op), its event naming ptr. */
+static inline void px_watch(px *p, int fd, void *ptr, uint32_t events, int op)
+{
+    struct epoll_event ev = {0};
+    ev.events = events;
+    ev.data.ptr = ptr;
+    epoll_ctl(p->ep, op, fd, &ev);
+}
+
 /* ---- shared among the proxy's files (px_: the module's internal prefix) ------------------ */
 
-void px_watch(px *p, int fd, void *ptr, uint32_t events, int op);
 void px_bury(px *p, void *ptr);
 void px_free_graves(px *p);
 void px_down_watch(px *p, down *d);
