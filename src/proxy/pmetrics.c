@@ -142,6 +142,10 @@ int pmet_write(const pmetrics *m, const char *upstream, buf *out)
     scalar(out, "stallscope_proxy_client_aborts_total", "counter",
            "Clients that left mid-answer (the upstream request was aborted).", label,
            (double)m->client_aborts);
+    scalar(out, "stallscope_proxy_prompt_estimated_total", "counter",
+           "Observed requests whose prompt length the server never said (no usage in the "
+           "stream): counted from the body, text at one token per 4 bytes.",
+           label, (double)m->prompt_estimated);
     scalar(out, "stallscope_proxy_upstream_errors_total", "counter",
            "Requests the upstream could not answer (the proxy's own 502 or 504).", label,
            (double)m->upstream_errors);

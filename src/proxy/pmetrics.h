@@ -35,6 +35,8 @@ typedef struct pmetrics {
     int64_t client_aborts;   /* clients that left mid-answer (the upstream request aborted) */
     int64_t upstream_errors; /* requests the upstream could not answer (the proxy's 502/504) */
     int64_t downstream_conns;
+    int64_t prompt_estimated; /* observed requests whose prompt length the server never said:
+                                 estimated from the body */
 } pmetrics;
 
 void pmet_init(pmetrics *m);

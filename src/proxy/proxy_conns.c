@@ -208,10 +208,12 @@ void px_exchange_end(px *p, down *d, const char *error)
         pobs_request_end(p->obs, d->rid, now);
         p->m.in_flight--;
     }
-    int32_t prompt = d->streaming && d->cc.usage_prompt > 0 ? (int32_t)d->cc.usage_prompt
-                                                             : d->prompt_est;
+    /* The server's count when its stream said one (usage), else the body's estimate. */
+    const int32_t said = d->streaming && d->cc.usage_prompt > 0 ? (int32_t)d->cc.usage_prompt : 0;
+    const int32_t prompt = said > 0 ? said : d->prompt_est;
     if (prompt > 0)
         pmet_observe(&p->m.prompt, prompt);
+    p->m.prompt_estimated += said == 0 && d->sent;
     if (d->logged && p->logging) {
         tokenlog_request r;
         memset(&r, 0, sizeof r);
@@ -222,8 +224,10 @@ void px_exchange_end(px *p, down *d, const char *error)
         r.t_send_ns = d->sent ? d->t_send_ns : d->t_arrive_ns;
         r.t_first_ns = d->t_first_ns;
         r.t_end_ns = now;
+        /* prompt_tokens is the server's word alone (0: it said none); the proxy's own count
+         * from the body, exact for token ids and an estimate for text, is the "requested" */
         r.prompt_tokens_requested = d->prompt_est > 0 ? d->prompt_est : 0;
-        r.prompt_tokens = prompt > 0 ? prompt : 0;
+        r.prompt_tokens = said;
         r.completion_tokens = d->streaming ? (int32_t)chunk_counter_completion(&d->cc) : 0;
         /* A client that left, or the proxy stopping, cut the stream: not the server's
          * failure, run's "cut at the end" (finish_reason abort, no error). */
