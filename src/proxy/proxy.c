@@ -351,6 +351,12 @@ int proxy_run(const proxy_config *cfg, char *err)
             plog_tick(&p->log, now);
         if (now >= next_second) {
             next_second = now + CLOCK_NS_PER_S;
+            if (p->accept_paused) {
+                p->accept_paused = false;
+                px_watch(p, p->listen_fd, &p->listen_item, EPOLLIN, EPOLL_CTL_MOD);
+                if (p->admin_fd >= 0)
+                    px_watch(p, p->admin_fd, &p->admin_item, EPOLLIN, EPOLL_CTL_MOD);
+            }
             timeouts(p, now);
             px_free_graves(p);
             progress(p, now);

@@ -99,8 +99,10 @@ void px_accept_admins(px *p)
 {
     for (int i = 0; i < 16; i++) {
         int fd = accept4(p->admin_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
+        if (fd < 0) {
+            px_accept_failed(p);
             return;
+        }
         admin *a = calloc(1, sizeof *a);
         if (!a) {
             close(fd);

@@ -193,6 +193,7 @@ void px_exchange_end(px *p, down *d, const char *error)
         return;
     d->busy = false;
     const int64_t now = clock_now_ns();
+    d->t_active_ns = now; /* idle from here: a long answer is no idle time */
     /* 499 (nginx's word): the client left before any answer */
     pmet_count_code(&p->m, d->status                                              ? d->status
                            : error && strcmp(error, "client disconnected") == 0 ? 499
@@ -355,8 +356,10 @@ void px_accept_clients(px *p)
 {
     for (int i = 0; i < 64; i++) {
         int fd = accept4(p->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
+        if (fd < 0) {
+            px_accept_failed(p);
             return;
+        }
         if (p->stopping || p->n_down >= p->cfg->max_conns) {
             close(fd);
             continue;

@@ -4,6 +4,7 @@
  * interface. */
 #ifndef STALLSCOPE_PROXY_STATE_H
 #define STALLSCOPE_PROXY_STATE_H
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/epoll.h>
@@ -121,6 +122,7 @@ struct px {
     int64_t next_rid;
     int32_t next_user;
     int n_down;
+    bool accept_paused; /* out of descriptors: the listeners unwatched until the next second */
     down *downs;
     admin *admins;
     void **grave; /* closed downs and ups, freed after this wake-up's events */
@@ -145,6 +147,20 @@ static inline void px_watch(px *p, int fd, void *ptr, uint32_t events, int op)
     ev.events = events;
     ev.data.ptr = ptr;
     epoll_ctl(p->ep, op, fd, &ev);
+}
+
+/* accept4 failed. Out of descriptors (or memory), the connection stays in the backlog and
+ * the listener readable: watched, it would wake the loop at once, again and again (a core
+ * spinning for as long as descriptors are short). Both listeners are unwatched until the
+ * next second's tick (proxy.c resumes them). */
+static inline void px_accept_failed(px *p)
+{
+    if (errno != EMFILE && errno != ENFILE && errno != ENOBUFS && errno != ENOMEM)
+        return;
+    px_watch(p, p->listen_fd, &p->listen_item, 0, EPOLL_CTL_MOD);
+    if (p->admin_fd >= 0)
+        px_watch(p, p->admin_fd, &p->admin_item, 0, EPOLL_CTL_MOD);
+    p->accept_paused = true;
 }
 
 /* ---- shared among the proxy's files (px_: the module's internal prefix) ------------------ */
