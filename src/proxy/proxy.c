@@ -853,6 +853,7 @@ static void exchange_end(px *p, down *d, const char *error)
         return;
     d->busy = false;
     const int64_t now = clock_now_ns();
+    d->t_active_ns = now; /* idle from here: a long answer is no idle time */
     /* 499 (nginx's word): the client left before any answer */
     pmet_count_code(&p->m, d->status                                              ? d->status
                            : error && strcmp(error, "client disconnected") == 0 ? 499
