@@ -60,7 +60,10 @@ build fuzz_redact "$S/common/err.c" "$S/common/redact.c" &
 # instrumented, linked to this one target.
 # shellcheck disable=SC2046
 build fuzz_reqframe "$S/server/reqframe.c" $(pkg-config --libs libevent) &
+# What the proxy does with a client's bytes: the framing, then its head rewrite and body
+# reading (inspect.c).
+build fuzz_proxy_request "$S/proxy/inspect.c" "$S/server/reqframe.c" "$S/common/buf.c" &
 rc=0
-for _ in 1 2 3 4 5 6 7 8 9 10; do wait -n || rc=1; done
+for _ in 1 2 3 4 5 6 7 8 9 10 11; do wait -n || rc=1; done
 [ "$rc" = 0 ] || { echo "fuzz: a target failed to build" >&2; exit 1; }
-echo "fuzz: built fuzz_sse_split fuzz_sse_chunk fuzz_request fuzz_units fuzz_reqframe fuzz_http1 fuzz_trace fuzz_gguf fuzz_prom fuzz_redact in $OUT with $CC" >&2
+echo "fuzz: built fuzz_sse_split fuzz_sse_chunk fuzz_request fuzz_units fuzz_reqframe fuzz_http1 fuzz_trace fuzz_gguf fuzz_prom fuzz_redact fuzz_proxy_request in $OUT with $CC" >&2

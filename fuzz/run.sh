@@ -13,7 +13,7 @@ WORK=${1:?usage: fuzz/run.sh WORK_DIR SECONDS [TARGET...]}
 SECONDS_EACH=${2:?usage: fuzz/run.sh WORK_DIR SECONDS [TARGET...]}
 shift 2
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(fuzz_sse_split fuzz_sse_chunk fuzz_request fuzz_units fuzz_reqframe fuzz_http1 fuzz_trace fuzz_gguf fuzz_prom fuzz_redact)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(fuzz_sse_split fuzz_sse_chunk fuzz_request fuzz_units fuzz_reqframe fuzz_http1 fuzz_trace fuzz_gguf fuzz_prom fuzz_redact fuzz_proxy_request)
 mkdir -p "$WORK"
 WORK=$(cd "$WORK" && pwd)
 

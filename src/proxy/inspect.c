@@ -28,12 +28,35 @@ static bool named_in(const char *list, size_t list_len, const char *name, size_t
     return false;
 }
 
-static bool is_hop(const char *name, size_t n, const char *conn, size_t conn_len)
+/* The values of a head's Connection fields: several are one list (RFC 9110 5.3). As many as
+ * a head the framing hands on has fields (reqframe.h's REQFRAME_MAX_FIELDS), so a well-framed
+ * request is never refused here. */
+#define MAX_CONNECTION_FIELDS 100
+typedef struct conn_list {
+    const char *value[MAX_CONNECTION_FIELDS];
+    size_t len[MAX_CONNECTION_FIELDS];
+    int n;
+} conn_list;
+
+static bool named_by_connection(const conn_list *c, const char *name, size_t n)
+{
+    for (int i = 0; i < c->n; i++)
+        if (named_in(c->value[i], c->len[i], name, n))
+            return true;
+    return false;
+}
+
+static bool is_hop(const char *name, size_t n, const conn_list *conn)
 {
     for (size_t k = 0; k < sizeof hop_by_hop / sizeof hop_by_hop[0]; k++)
         if (strlen(hop_by_hop[k]) == n && strncasecmp(name, hop_by_hop[k], n) == 0)
             return true;
-    return conn && named_in(conn, conn_len, name, n);
+    /* The body's framing goes on with the body, whatever Connection names: without it the
+     * body would reach the upstream as the next request (smuggling). */
+    if ((n == 14 && strncasecmp(name, "content-length", 14) == 0) ||
+        (n == 17 && strncasecmp(name, "transfer-encoding", 17) == 0))
+        return false;
+    return named_by_connection(conn, name, n);
 }
 
 int pinsp_rewrite_head(const char *in, size_t len, const pinsp_upstream *up, buf *out,
@@ -46,8 +69,8 @@ int pinsp_rewrite_head(const char *in, size_t len, const pinsp_upstream *up, buf
         return -1;
     const char *sp1 = memchr(in, ' ', (size_t)(eol - in));
     const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(eol - sp1 - 1)) : NULL;
-    if (!sp1 || !sp2 || (size_t)(sp1 - in) >= sizeof info->method || eol - sp2 != 9 ||
-        strncmp(sp2 + 1, "HTTP/1.", 7) != 0)
+    if (!sp1 || sp1 == in || !sp2 || (size_t)(sp1 - in) >= sizeof info->method ||
+        eol - sp2 != 9 || strncmp(sp2 + 1, "HTTP/1.", 7) != 0 || sp2[8] < '0' || sp2[8] > '9')
         return -1;
     memcpy(info->method, in, (size_t)(sp1 - in));
     info->minor = sp2[8] - '0';
@@ -60,42 +83,55 @@ int pinsp_rewrite_head(const char *in, size_t len, const pinsp_upstream *up, buf
     snprintf(info->path, sizeof info->path, "%.*s", (int)path_len, target);
     info->head_method = strcmp(info->method, "HEAD") == 0;
 
-    /* The Connection field first: the fields it names are hop-by-hop too. */
-    const char *conn = NULL;
-    size_t conn_len = 0;
-    bool has_auth = false;
-    for (const char *line = eol + 2; line < end;) {
+    /* The fields checked first (each "name: value", the empty line at the end), and what
+     * the rewrite needs to know of them. */
+    const char *fields = eol + 2;
+    conn_list conn = {.n = 0};
+    bool has_auth = false, ended = false;
+    for (const char *line = fields; line < end;) {
         const char *le = memmem(line, (size_t)(end - line), "\r\n", 2);
-        if (!le || le == line)
+        if (!le)
             break;
+        if (le == line) {
+            ended = true;
+            break;
+        }
         const char *colon = memchr(line, ':', (size_t)(le - line));
-        if (!colon)
+        if (!colon || colon == line)
             return -1;
         const char *v = colon + 1;
         while (v < le && (*v == ' ' || *v == '\t'))
             v++;
         const size_t n = (size_t)(colon - line);
         if (n == 10 && strncasecmp(line, "connection", 10) == 0) {
-            conn = v;
-            conn_len = (size_t)(le - v);
+            if (conn.n == MAX_CONNECTION_FIELDS)
+                return -1;
+            conn.value[conn.n] = v;
+            conn.len[conn.n++] = (size_t)(le - v);
         } else if (n == 13 && strncasecmp(line, "authorization", 13) == 0) {
             has_auth = true;
         } else if (n == 6 && strncasecmp(line, "expect", 6) == 0) {
-            info->expect_continue = (size_t)(le - v) == 12 && strncasecmp(v, "100-continue", 12) == 0;
+            /* An HTTP/1.0 client's expectation is ignored (RFC 9110 10.1.1). */
+            info->expect_continue = info->minor >= 1 && (size_t)(le - v) == 12 &&
+                                    strncasecmp(v, "100-continue", 12) == 0;
         }
         line = le + 2;
     }
-    info->keep_alive = info->minor >= 1 ? !(conn && named_in(conn, conn_len, "close", 5))
-                                        : conn && named_in(conn, conn_len, "keep-alive", 10);
+    if (!ended)
+        return -1;
+    info->keep_alive = info->minor >= 1 ? !named_by_connection(&conn, "close", 5)
+                                        : named_by_connection(&conn, "keep-alive", 10);
 
-    buf_printf(out, "%s %s%.*s HTTP/1.1\r\nHost: %.*s\r\n", info->method, up->path,
-               (int)target_len, target, (int)up->authority_len, up->authority);
-    for (const char *line = eol + 2; line < end;) {
+    /* The client's version goes on: an HTTP/1.0 client cannot read the chunked body an
+     * HTTP/1.1 request would get (RFC 9112 6.1), and the answer is forwarded as it comes. */
+    buf_printf(out, "%s %s%.*s HTTP/1.%d\r\nHost: %.*s\r\n", info->method, up->path,
+               (int)target_len, target, info->minor, (int)up->authority_len, up->authority);
+    for (const char *line = fields; line < end;) {
         const char *le = memmem(line, (size_t)(end - line), "\r\n", 2);
         if (!le || le == line)
             break;
         const char *colon = memchr(line, ':', (size_t)(le - line));
-        if (!is_hop(line, (size_t)(colon - line), conn, conn_len))
+        if (!is_hop(line, (size_t)(colon - line), &conn))
             buf_append(out, line, (size_t)(le + 2 - line));
         line = le + 2;
     }

@@ -27,12 +27,15 @@ typedef struct pinsp_head {
 } pinsp_head;
 
 /* The head reqframe handed on (normal form: "METHOD target HTTP/1.x\r\n", "name: value\r\n"
- * lines, the empty line) rewritten for up into out: the base path before the target, HTTP/1.1,
- * Host the upstream's, the hop-by-hop fields dropped (Connection and the fields it names,
- * Keep-Alive, Proxy-Connection, Proxy-Authorization, TE, Trailer, Upgrade, Expect: the proxy
- * answers 100-continue itself), and the URL's credentials as Authorization when the client
- * sent none. Every other field goes on as it came. 0, or -1 when the head is not in that form
- * or out of memory. */
+ * lines, the empty line) rewritten for up into out: the base path before the target, the
+ * client's HTTP version (an HTTP/1.1 answer to an HTTP/1.0 client could be chunked, and the
+ * answer is forwarded as it comes), Host the upstream's, the hop-by-hop fields dropped
+ * (Connection and the fields it names, all its fields one list, but never the body's
+ * framing, Content-Length or Transfer-Encoding: the body goes on with it; Keep-Alive,
+ * Proxy-Connection, Proxy-Authorization, TE, Trailer, Upgrade, Expect: the proxy answers
+ * 100-continue itself, to HTTP/1.1 clients only), and the URL's credentials as Authorization
+ * when the client sent none. Every other field goes on as it came. 0, or -1 when the head is
+ * not in that form (or with more than 100 Connection fields) or out of memory. */
 int pinsp_rewrite_head(const char *in, size_t len, const pinsp_upstream *up, buf *out,
                        pinsp_head *info);
 

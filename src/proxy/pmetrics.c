@@ -2,6 +2,7 @@
 #include "proxy/pmetrics.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const double itl_le[] = {0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2,
@@ -55,6 +56,19 @@ void pmet_count_code(pmetrics *m, int code)
     }
 }
 
+/* A sample's value, exactly: "%.9g" would round a counter past 10^9 (tokens_total after a
+ * day or two of traffic, a histogram's sum of prompt tokens) to 9 digits, so it would move
+ * in steps of 10, then 100, and rate() would see them. The shortest of 15 and 17 digits
+ * that reads back as the same double. */
+static void value(buf *out, double v)
+{
+    char text[40];
+    snprintf(text, sizeof text, "%.15g", v);
+    if (strtod(text, NULL) != v)
+        snprintf(text, sizeof text, "%.17g", v);
+    buf_append_str(out, text);
+}
+
 static void head(buf *out, const char *name, const char *type, const char *help)
 {
     buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
@@ -71,15 +85,18 @@ static void hist(buf *out, const char *name, const char *help, const pmet_hist *
     }
     cum += h->bucket[h->n];
     buf_printf(out, "%s_bucket{%s,le=\"+Inf\"} %lld\n", name, label, (long long)cum);
-    buf_printf(out, "%s_sum{%s} %.9g\n%s_count{%s} %lld\n", name, label, h->sum, name, label,
-               (long long)h->count);
+    buf_printf(out, "%s_sum{%s} ", name, label);
+    value(out, h->sum);
+    buf_printf(out, "\n%s_count{%s} %lld\n", name, label, (long long)h->count);
 }
 
 static void scalar(buf *out, const char *name, const char *type, const char *help,
                    const char *label, double v)
 {
     head(out, name, type, help);
-    buf_printf(out, "%s{%s} %.9g\n", name, label, v);
+    buf_printf(out, "%s{%s} ", name, label);
+    value(out, v);
+    buf_append(out, "\n", 1);
 }
 
 int pmet_write(const pmetrics *m, const char *upstream, buf *out)

@@ -102,7 +102,8 @@ static int parse_utc(const char *text, int64_t *out)
     }
     if (*rest == 'Z')
         rest++;
-    if (*rest || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 60)
+    if (*rest || mo < 1 || mo > 12 || d < 1 || d > 31 || h < 0 || h > 23 || mi < 0 || mi > 59 ||
+        s < 0 || s > 60)
         return -1;
     tm.tm_year = y - 1900;
     tm.tm_mon = mo - 1;
@@ -251,10 +252,11 @@ int pwin_build(const char *dir, int64_t from, int64_t to, const char *out_dir, p
     /* The requests sent in the window. */
     for (int i = 0; i < n_s; i++) {
         session *s = &ss[i];
-        res->sessions++;
+        bool overlaps = false;
         for (int k = 0; k < s->n_parts; k++) {
             if (!part_wanted(s->parts[k], from, to))
                 continue;
+            overlaps = true;
             res->parts++;
             char path[4300];
             snprintf(path, sizeof path, "%s/requests.csv", s->parts[k]);
@@ -290,6 +292,7 @@ int pwin_build(const char *dir, int64_t from, int64_t to, const char *out_dir, p
             if (got < 0)
                 goto out;
         }
+        res->sessions += overlaps; /* a session with rows in the window's hours */
     }
     /* Numbered in send order. */
     if (n_keep > 1)

@@ -14,7 +14,7 @@
 bool pwin_is_proxy_dir(const char *dir);
 
 typedef struct pwin_result {
-    int sessions;        /* sessions that overlapped the window */
+    int sessions;        /* sessions with rows in the window's hours (an hourly part read) */
     int parts;           /* hourly parts read */
     int64_t requests;    /* requests in the window (carried over included) */
     int64_t events;      /* token events kept */

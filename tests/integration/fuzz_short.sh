@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# A short, bounded fuzz run inside the test suite: the ten libFuzzer targets of fuzz/
+# A short, bounded fuzz run inside the test suite: the eleven libFuzzer targets of fuzz/
 # (SSE splitter, SSE chunk decoder, the server's request parser and its request framing,
-# the units parsers, the client's HTTP/1.1 response parser, the trace readers, the Prometheus text parser, the redaction rule) built with clang into the scratch dir and run FUZZ_SHORT_SECONDS each
-# (default 8) on the seed corpus. Fails on any crash or sanitizer report. Without clang
+# the units parsers, the client's HTTP/1.1 response parser, the trace readers, the
+# Prometheus text parser, the redaction rule, the proxy's request path: framing, head
+# rewrite, body reading) built with clang into the scratch dir and run FUZZ_SHORT_SECONDS
+# each (default 8) on the seed corpus. Fails on any crash or sanitizer report. Without clang
 # or libFuzzer: a failure as root or with CI=true (scripts/deps.sh test installs clang and
 # libclang-rt-14-dev there), skipped (exit 77, reason printed) otherwise. Longer runs: make
 # fuzz (FUZZ_SECONDS=300 per target by default), figures in docs/results/fuzzing.md.
