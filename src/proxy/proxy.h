@@ -14,8 +14,9 @@
  * chunk.h): each token event at its read's stamp goes to the live analysis (observe.h), the
  * metrics (pmetrics.h) and, with --out, the files (plog.h).
  *
- * What the client sees is the upstream's: status, headers and body unchanged (hop-by-hop
- * fields aside). The proxy answers itself only when the upstream cannot: 502 (unreachable,
+ * What the client sees is the upstream's: status, headers and body byte for byte (its
+ * Connection field too: the proxy closes the client's connection when the upstream's answer
+ * or the client asked for it). The proxy answers itself only when the upstream cannot: 502 (unreachable,
  * closed without an answer, or an answer that is not HTTP) and 504 (no connection within
  * the connect timeout), as OpenAI-style JSON errors. A client that leaves aborts its
  * upstream request (the connection is closed). */

@@ -45,11 +45,17 @@ void px_admin_flush(px *p, admin *a)
     px_admin_close(p, a);
 }
 
-static void admin_answer(admin *a, int status, const char *type, const char *body)
+/* The answer, whole; HEAD gets the head alone (its Content-Length the body's). */
+static void admin_answer(admin *a, bool head_only, int status, const char *type, const char *body)
 {
-    const char *reason = status == 200 ? "OK" : status == 404 ? "Not Found" : status == 405 ? "Method Not Allowed" : "Bad Request";
-    buf_printf(&a->out, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
-               status, reason, type, strlen(body), body);
+    const char *reason = status == 200   ? "OK"
+                         : status == 404 ? "Not Found"
+                         : status == 405 ? "Method Not Allowed"
+                                         : "Bad Request";
+    buf_printf(&a->out,
+               "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: "
+               "close\r\n\r\n%s",
+               status, reason, type, strlen(body), head_only ? "" : body);
 }
 
 void px_admin_read(px *p, admin *a)
@@ -69,25 +75,25 @@ void px_admin_read(px *p, admin *a)
     buf scratch = {0};
     if (k == REQFRAME_REFUSE || !(k == REQFRAME_EMIT && st.head) ||
         pinsp_rewrite_head(p->frame_out, st.produced, &p->upi, &scratch, &h) != 0) {
-        admin_answer(a, 400, "application/json",
+        admin_answer(a, false, 400, "application/json",
                      "{\"error\":{\"message\":\"bad request\",\"type\":\"invalid_request_error\",\"code\":400}}");
     } else if (strcmp(h.method, "GET") != 0 && strcmp(h.method, "HEAD") != 0) {
-        admin_answer(a, 405, "application/json",
+        admin_answer(a, false, 405, "application/json",
                      "{\"error\":{\"message\":\"GET only\",\"type\":\"invalid_request_error\",\"code\":405}}");
     } else if (strcmp(h.path, "/metrics") == 0) {
         buf text = {0};
         p->m.threshold_s = (double)pobs_threshold_ns(p->obs) / 1e9;
         pmet_write(&p->m, p->label, &text);
-        admin_answer(a, 200, "text/plain; version=0.0.4; charset=utf-8", text.data ? text.data : "");
+        admin_answer(a, h.head_method, 200, "text/plain; version=0.0.4; charset=utf-8", text.data ? text.data : "");
         buf_free(&text);
     } else if (strcmp(h.path, "/health") == 0) {
         char body[512];
         snprintf(body, sizeof body,
                  "{\"status\":\"ok\",\"upstream\":\"%s\",\"streams_in_flight\":%lld,\"connections\":%d}",
                  p->label, (long long)p->m.in_flight, p->n_down);
-        admin_answer(a, 200, "application/json", body);
+        admin_answer(a, h.head_method, 200, "application/json", body);
     } else {
-        admin_answer(a, 404, "application/json",
+        admin_answer(a, h.head_method, 404, "application/json",
                      "{\"error\":{\"message\":\"the admin port serves /metrics and /health\","
                      "\"type\":\"invalid_request_error\",\"code\":404}}");
     }
