@@ -128,6 +128,7 @@ struct px {
     int64_t next_rid;
     int32_t next_user;
     int n_down;
+    bool accept_paused; /* out of descriptors: the listeners unwatched until the next second */
     down *downs;
     admin *admins;
     void **grave; /* closed downs and ups, freed after this wake-up's events */
@@ -1007,12 +1008,38 @@ static void down_read(px *p, down *d)
         down_input(p, d);
 }
 
+/* accept4 failed. Out of descriptors (or memory), the connection stays in the backlog and
+ * the listener readable: watched, it would wake the loop at once, again and again (a core
+ * spinning for as long as descriptors are short). Both listeners are unwatched until the
+ * next second's tick (resume_accepting). */
+static void accept_failed(px *p)
+{
+    if (errno != EMFILE && errno != ENFILE && errno != ENOBUFS && errno != ENOMEM)
+        return;
+    watch(p, p->listen_fd, &p->listen_item, 0, EPOLL_CTL_MOD);
+    if (p->admin_fd >= 0)
+        watch(p, p->admin_fd, &p->admin_item, 0, EPOLL_CTL_MOD);
+    p->accept_paused = true;
+}
+
+static void resume_accepting(px *p)
+{
+    if (!p->accept_paused)
+        return;
+    p->accept_paused = false;
+    watch(p, p->listen_fd, &p->listen_item, EPOLLIN, EPOLL_CTL_MOD);
+    if (p->admin_fd >= 0)
+        watch(p, p->admin_fd, &p->admin_item, EPOLLIN, EPOLL_CTL_MOD);
+}
+
 static void accept_clients(px *p)
 {
     for (int i = 0; i < 64; i++) {
         int fd = accept4(p->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
+        if (fd < 0) {
+            accept_failed(p);
             return;
+        }
         if (p->stopping || p->n_down >= p->cfg->max_conns) {
             close(fd);
             continue;
@@ -1129,8 +1156,10 @@ static void accept_admins(px *p)
 {
     for (int i = 0; i < 16; i++) {
         int fd = accept4(p->admin_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
+        if (fd < 0) {
+            accept_failed(p);
             return;
+        }
         admin *a = calloc(1, sizeof *a);
         if (!a) {
             close(fd);
@@ -1415,6 +1444,7 @@ int proxy_run(const proxy_config *cfg, char *err)
             plog_tick(&p->log, now);
         if (now >= next_second) {
             next_second = now + CLOCK_NS_PER_S;
+            resume_accepting(p);
             timeouts(p, now);
             free_graves(p);
             progress(p, now);
