@@ -15,6 +15,10 @@
  * bound it falls under) and its CPU time per token (/proc/PID/stat utime + stime, 10 ms
  * ticks, over the tokens_total it counted in the run).
  *
+ * First, the machine's floor: how long a process asleep in epoll_wait for a step (20 ms)
+ * takes to run once a byte reaches its socket (a child of this bench, a socketpair): what any
+ * proxy pays before it can forward a step's first token, whatever its code.
+ *
  * Soak. N streams through the proxy for SECONDS at 400 ms steps (25-token answers: each
  * stream 10 s, then the user's next), the raw transport driven directly as bench_scale
  * drives curl: after SECONDS no stream starts and those in flight end by themselves, so
@@ -37,8 +41,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -186,6 +192,54 @@ static void print_loadavg(const char *when)
     printf("load average %s: %s\n", when, line);
 }
 
+/* ---- the machine's floor ------------------------------------------------------------------ */
+
+/* How long a process asleep in epoll_wait takes to run once a byte reaches its socket, after
+ * 20 ms idle (a step): what any proxy on this machine pays on a step's first token before it
+ * can forward it. The child echoes (its wake-up - the parent's stamp before write()). */
+static void bench_wakeup(int samples)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+        return;
+    pid_t child = fork();
+    if (child == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(sv[0]);
+        int ep = epoll_create1(0);
+        struct epoll_event ev = {.events = EPOLLIN};
+        epoll_ctl(ep, EPOLL_CTL_ADD, sv[1], &ev);
+        for (int i = 0; i < samples; i++) {
+            int64_t sent_ns = 0;
+            if (epoll_wait(ep, &ev, 1, -1) != 1 || read(sv[1], &sent_ns, sizeof sent_ns) != 8)
+                _exit(1);
+            const int64_t wake_ns = clock_now_ns() - sent_ns;
+            if (write(sv[1], &wake_ns, sizeof wake_ns) != 8)
+                _exit(1);
+        }
+        _exit(0);
+    }
+    close(sv[1]);
+    double *wake_ms = calloc((size_t)samples, sizeof *wake_ms);
+    int n = 0;
+    for (int i = 0; child > 0 && wake_ms && i < samples; i++) {
+        clock_sleep_until_ns(clock_now_ns() + LATENCY_STEP_NS);
+        int64_t t = clock_now_ns(), wake_ns = 0;
+        if (write(sv[0], &t, sizeof t) != 8 || read(sv[0], &wake_ns, sizeof wake_ns) != 8)
+            break;
+        wake_ms[n++] = (double)wake_ns / 1e6;
+    }
+    analysis_dist d;
+    analysis_dist_from(wake_ms, n, &d);
+    printf("the machine's floor: a process asleep in epoll_wait for 20 ms runs %.0f us (p50), %.0f "
+           "us (p99), %.0f us (max) after a byte is written to its socket (%d samples)\n",
+           d.p50 * 1e3, d.p99 * 1e3, d.max * 1e3, n);
+    free(wake_ms);
+    close(sv[0]);
+    if (child > 0)
+        waitpid(child, NULL, 0);
+}
+
 /* ---- the proxy's /metrics ------------------------------------------------------------------ */
 
 /* A Prometheus histogram as exported: cumulative counts per upper bound (+Inf last). */
@@ -196,10 +250,14 @@ typedef struct prom_hist {
     double sum, count;
 } prom_hist;
 
+#define MAX_CODES 16
+
 typedef struct proxy_metrics {
     double tokens;   /* stallscope_proxy_tokens_total */
     double requests; /* stallscope_proxy_requests_total, every code */
-    double ok;       /* ... code="200" */
+    char code[MAX_CODES][16]; /* ... by code, in the exposition's order */
+    double code_n[MAX_CODES];
+    int n_codes;
     double client_aborts, upstream_errors;
     prom_hist forward; /* stallscope_proxy_forward_delay_seconds */
 } proxy_metrics;
@@ -212,8 +270,10 @@ static int on_metric(void *ctx, const prom_sample *s)
         m->tokens = s->value;
     } else if (prom_name_is(s, "stallscope_proxy_requests_total")) {
         m->requests += s->value;
-        if (prom_label_get(s, "code", label, sizeof label) > 0 && strcmp(label, "200") == 0)
-            m->ok += s->value;
+        if (m->n_codes < MAX_CODES && prom_label_get(s, "code", label, sizeof label) > 0) {
+            snprintf(m->code[m->n_codes], sizeof m->code[0], "%.15s", label);
+            m->code_n[m->n_codes++] = s->value;
+        }
     } else if (prom_name_is(s, "stallscope_proxy_client_aborts_total")) {
         m->client_aborts = s->value;
     } else if (prom_name_is(s, "stallscope_proxy_upstream_errors_total")) {
@@ -253,13 +313,28 @@ static void metrics_delta(const proxy_metrics *after, const proxy_metrics *befor
     *out = *after;
     out->tokens -= before->tokens;
     out->requests -= before->requests;
-    out->ok -= before->ok;
+    for (int i = 0; i < out->n_codes; i++)
+        for (int k = 0; k < before->n_codes; k++)
+            if (strcmp(out->code[i], before->code[k]) == 0)
+                out->code_n[i] -= before->code_n[k];
     out->client_aborts -= before->client_aborts;
     out->upstream_errors -= before->upstream_errors;
     out->forward.sum -= before->forward.sum;
     out->forward.count -= before->forward.count;
     for (int i = 0; i < out->forward.n && i < before->forward.n; i++)
         out->forward.cum[i] -= before->forward.cum[i];
+}
+
+/* "200: 22803, 499: 896" (the codes with requests) */
+static const char *codes_text(const proxy_metrics *m, char *out, size_t size)
+{
+    size_t at = 0;
+    out[0] = '\0';
+    for (int i = 0; i < m->n_codes && at + 1 < size; i++)
+        if (m->code_n[i] > 0)
+            at += (size_t)snprintf(out + at, size - at, "%s%s: %.0f", at ? ", " : "", m->code[i],
+                                   m->code_n[i]);
+    return out;
 }
 
 /* The upper bound (µs) of the bucket the p-quantile falls in: the quantile is at most
@@ -496,11 +571,11 @@ static void bench_latency(const char *bin, int streams, int pairs, int64_t durat
     if (scraped && proxy_scrape(&px, &last, err) == 0) {
         proxy_metrics all;
         metrics_delta(&last, &first, &all);
-        char b50[24], b99[24], b999[24];
+        char b50[24], b99[24], b999[24], codes[256];
         printf("the proxy over its %d runs: %.0f tokens, CPU %.2f s = %.2f us/token "
                "(/proc/PID/stat); forward delay (its /metrics, kernel receive -> written "
                "downstream) over %.0f events: p50 %s, p99 %s, p999 %s us, mean %.1f us, "
-               "%.1f %% <= 50 us; requests %.0f (200: %.0f), client aborts %.0f, upstream "
+               "%.1f %% <= 50 us; requests %.0f (%s), client aborts %.0f, upstream "
                "errors %.0f\n",
                done, all.tokens, (double)(cpu_last - cpu_first) / 1e9,
                all.tokens > 0 ? (double)(cpu_last - cpu_first) / 1e3 / all.tokens : 0,
@@ -508,7 +583,8 @@ static void bench_latency(const char *bin, int streams, int pairs, int64_t durat
                bound_text(&all.forward, 0.99, b99, sizeof b99),
                bound_text(&all.forward, 0.999, b999, sizeof b999),
                all.forward.count > 0 ? all.forward.sum / all.forward.count * 1e6 : 0,
-               hist_share_at(&all.forward, 50), all.requests, all.ok, all.client_aborts,
+               hist_share_at(&all.forward, 50), all.requests,
+               codes_text(&all, codes, sizeof codes), all.client_aborts,
                all.upstream_errors);
     }
     fflush(stdout);
@@ -693,6 +769,7 @@ static void bench_soak(const char *bin, int streams, int seconds)
     raw_sender_counts sent;
     raw_sender_read(&sender, &sent);
     proxy_metrics m;
+    char codes[256];
     const bool scraped = proxy_scrape(&px, &m, err) == 0;
     if (!scraped)
         printf("(no /metrics: %s)\n", err);
@@ -702,12 +779,13 @@ static void bench_soak(const char *bin, int streams, int seconds)
            s.busy ? " (cut: not counted whole)" : "", rss_drained);
     printf("tokens: sender %lld (%lld streams sent whole; cut by the peer: %lld streams, %lld "
            "tokens; short sends %lld), client %lld (%lld streams, %lld failed, %lld not whole), "
-           "proxy tokens_total %.0f (requests %.0f, 200: %.0f, client aborts %.0f, upstream "
+           "proxy tokens_total %.0f (requests %.0f (%s), client aborts %.0f, upstream "
            "errors %.0f)\n",
            (long long)(sent.tokens_done + sent.tokens_cut), (long long)sent.streams_done,
            (long long)sent.streams_cut, (long long)sent.tokens_cut, (long long)sent.short_sends,
            (long long)s.tokens, (long long)s.requests, (long long)s.errors, (long long)s.wrong,
-           m.tokens, m.requests, m.ok, m.client_aborts, m.upstream_errors);
+           m.tokens, m.requests, codes_text(&m, codes, sizeof codes), m.client_aborts,
+           m.upstream_errors);
     const bool equal = scraped && sent.tokens_cut == 0 && sent.short_sends == 0 && s.busy == 0 &&
                        s.errors == 0 && s.wrong == 0 && sent.tokens_done == s.tokens &&
                        (double)s.tokens == m.tokens;
@@ -787,6 +865,7 @@ int main(int argc, char **argv)
     printf("error = the client's receive stamp - the raw sender's emit_ns (same "
            "CLOCK_MONOTONIC); added = through the proxy - direct, in the same pair\n");
     print_loadavg("at the start");
+    bench_wakeup(quick ? 100 : 250);
     for (int i = 0; i < n_counts; i++)
         bench_latency(bin, counts[i], pairs, duration);
     if (soak_on)
