@@ -125,6 +125,7 @@ static int proxy_start(const char *bin, const char *upstream, proxy_child *px, c
     return err_set(err, "%s proxy did not start (see %s)", bin, px->log);
 }
 
+/* SIGTERM, and its log removed once it stopped by itself (kept when it had to be killed). */
 static void proxy_stop(proxy_child *px)
 {
     if (px->pid <= 0)
@@ -133,6 +134,7 @@ static void proxy_stop(proxy_child *px)
     for (int i = 0; i < 500; i++) {
         if (waitpid(px->pid, NULL, WNOHANG) == px->pid) {
             px->pid = 0;
+            unlink(px->log);
             return;
         }
         clock_sleep_until_ns(clock_now_ns() + 10 * CLOCK_NS_PER_MS);
