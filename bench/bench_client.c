@@ -8,7 +8,7 @@
  *   1. the embedded emulated server (`stallscope serve`, a child process): the number the
  *      acceptance names; it includes the server's own delay between stamping a chunk and
  *      its event loop writing it;
- *   2. a raw sender (a child process of this bench: one epoll loop that stamps each chunk
+ *   2. a raw sender (raw_sender.h, a child process: one epoll loop that stamps each chunk
  *      right before its send()): the client's own error, with the server out of the way;
  *   3. a Python aiohttp streaming client (Debian's python3-aiohttp, what Python benchmark
  *      clients do) against the same embedded server, for the ratio.
@@ -21,20 +21,13 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <arpa/inet.h>
 
 #include "analysis/analysis.h"
 #include "client/driver.h"
@@ -43,6 +36,8 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "workload/workload.h"
+
+#include "raw_sender.h"
 
 /* A transport in front of the real one that sees each token event before the driver does:
  * the error (receive - emit) by the source of the stamp, for the per-source distributions
@@ -153,118 +148,6 @@ static void stop_child(pid_t pid)
     }
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-}
-
-/* The raw sender: every step_ns, one SSE chunk to every open stream, each stamped right
- * before its send(). A stream ends after `answer` chunks (then the client reconnects). */
-typedef struct raw_conn {
-    int fd;
-    bool streaming;
-    int sent;
-    char in[8192];
-    size_t in_len;
-} raw_conn;
-
-static void raw_sender(int listen_fd, int64_t step_ns, int answer)
-{
-    int ep = epoll_create1(0);
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
-    epoll_ctl(ep, EPOLL_CTL_ADD, listen_fd, &ev);
-    static const char head[] = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                               "Connection: close\r\n\r\n";
-    int64_t next_step = clock_now_ns() + step_ns, step = 0;
-    raw_conn **conns = calloc(65536, sizeof *conns);
-    for (;;) {
-        struct epoll_event evs[256];
-        int64_t wait_ms = (next_step - clock_now_ns()) / CLOCK_NS_PER_MS;
-        int n = epoll_wait(ep, evs, 256, wait_ms > 0 ? (int)wait_ms : 0);
-        for (int i = 0; i < n; i++) {
-            if (!evs[i].data.ptr) {
-                int fd;
-                while ((fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK)) >= 0) {
-                    int one = 1;
-                    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-                    raw_conn *c = calloc(1, sizeof *c);
-                    c->fd = fd;
-                    if (fd < 65536)
-                        conns[fd] = c;
-                    struct epoll_event cev = {.events = EPOLLIN, .data.ptr = c};
-                    epoll_ctl(ep, EPOLL_CTL_ADD, fd, &cev);
-                }
-                continue;
-            }
-            raw_conn *c = evs[i].data.ptr;
-            ssize_t r = recv(c->fd, c->in + c->in_len, sizeof c->in - 1 - c->in_len, 0);
-            if (r <= 0) {
-                conns[c->fd] = NULL;
-                close(c->fd);
-                free(c);
-                continue;
-            }
-            c->in_len += (size_t)r;
-            c->in[c->in_len] = '\0';
-            char *end = strstr(c->in, "\r\n\r\n");
-            const char *cl = strcasestr(c->in, "Content-Length:");
-            if (end && !c->streaming &&
-                c->in_len >= (size_t)(end + 4 - c->in) + (cl ? (size_t)atol(cl + 15) : 0)) {
-                c->streaming = true;
-                send(c->fd, head, sizeof head - 1, MSG_NOSIGNAL);
-            }
-        }
-        if (clock_now_ns() < next_step)
-            continue;
-        step++;
-        for (int fd = 0; fd < 65536; fd++) {
-            raw_conn *c = conns[fd];
-            if (!c || !c->streaming)
-                continue;
-            c->sent++;
-            char buf[512];
-            int len = snprintf(buf, sizeof buf,
-                               "data: {\"choices\":[{\"index\":0,\"text\":\" w\",\"finish_reason\":%s}],"
-                               "\"usage\":{\"prompt_tokens\":16,\"completion_tokens\":%d},"
-                               "\"stallscope\":{\"emit_ns\":%lld,\"step\":%lld}}\n\n%s",
-                               c->sent >= answer ? "\"length\"" : "null", c->sent,
-                               (long long)clock_now_ns(), (long long)step,
-                               c->sent >= answer ? "data: [DONE]\n\n" : "");
-            send(c->fd, buf, (size_t)len, MSG_NOSIGNAL);
-            if (c->sent >= answer) {
-                conns[fd] = NULL;
-                close(c->fd);
-                free(c);
-            }
-        }
-        next_step += step_ns;
-        if (next_step < clock_now_ns())
-            next_step = clock_now_ns() + step_ns; /* fell behind: no catch-up burst */
-    }
-}
-
-static pid_t spawn_raw(int64_t step_ns, int answer, char *url, size_t url_size)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 4096) != 0)
-        return -1;
-    socklen_t alen = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &alen);
-    snprintf(url, url_size, "http://127.0.0.1:%d", ntohs(a.sin_port));
-    pid_t pid = fork();
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        struct rlimit rl;
-        getrlimit(RLIMIT_NOFILE, &rl);
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-        raw_sender(fd, step_ns, answer);
-        _exit(0);
-    }
-    close(fd);
-    return pid;
 }
 
 /* ---- our client ---------------------------------------------------------------------- */
@@ -670,15 +553,18 @@ int main(int argc, char **argv)
             stop_child(pid);
         }
         /* The raw sender: 20 ms steps offer 50 tokens/s per stream. */
-        pid = spawn_raw(20 * CLOCK_NS_PER_MS, 100, url, sizeof url);
-        if (pid > 0) {
+        raw_sender sender;
+        char err[ERR_LEN];
+        if (raw_sender_start(&sender, 20 * CLOCK_NS_PER_MS, 100, err) == 0) {
             for (int t = 0; t < n_kinds; t++)
                 for (int k = 0; k < n_threads; k++)
-                    if (run_ours(url, n, threads[k], kinds[t], duration, &f) == 0)
+                    if (run_ours(sender.url, n, threads[k], kinds[t], duration, &f) == 0)
                         print_row(kinds[t] == TRANSPORT_RAW ? "raw sender 20 ms, raw"
                                                             : "raw sender 20 ms, curl",
                                   &f);
-            stop_child(pid);
+            raw_sender_stop(&sender);
+        } else {
+            fprintf(stderr, "bench_client: %s\n", err);
         }
     }
     if (!have_python && python)
