@@ -2,6 +2,7 @@
  * HTTP/1.1 reverse proxy in front of one OpenAI-compatible server that forwards every request
  * untouched, times every token of its streams, and exports the stalls and their causes as
  * Prometheus metrics (and, with --out, as run's files). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +121,21 @@ int cli_proxy(int argc, char **argv)
     if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
         lim.rlim_cur = lim.rlim_max;
         setrlimit(RLIMIT_NOFILE, &lim);
+    }
+    /* A client holds two descriptors (its own and its upstream's); 64 for the rest. By
+     * default no more clients than the limit allows are taken (past it, accept fails and
+     * clients wait in the backlog); a --max-connections above it is kept, with a warning. */
+    if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
+        (uint64_t)f.cfg.max_conns * 2 + 64 > (uint64_t)lim.rlim_cur) {
+        const int allowed = lim.rlim_cur > 66 ? (int)((lim.rlim_cur - 64) / 2) : 1;
+        const bool given = opts_find(argc, argv, "max-connections") != NULL;
+        fprintf(stderr,
+                "stallscope proxy: %s%d client connections fit the descriptor limit (%llu, "
+                "two a client; raise it: ulimit -n, systemd LimitNOFILE=)%s\n",
+                given ? "warning: only " : "", allowed, (unsigned long long)lim.rlim_cur,
+                given ? "" : ": --max-connections lowered to that");
+        if (!given)
+            f.cfg.max_conns = allowed;
     }
     if (proxy_run(&f.cfg, err) != 0) {
         fprintf(stderr, "stallscope proxy: %s\n", err);

@@ -29,7 +29,7 @@ SERVE_PID=$serve_pid
 (
   ulimit -n 64
   exec "$BIN" proxy --upstream "$url" --listen 127.0.0.1:0 --admin 127.0.0.1:0 \
-    --ready-file "$WORK/ready" --duration 120s --quiet
+    --ready-file "$WORK/ready" --duration 120s --quiet --max-connections 1000 # past the limit: kept
 ) >"$WORK/proxy.log" 2>&1 &
 PROXY_PID=$!
 for _ in $(seq 100); do [ -s "$WORK/ready" ] && break; sleep 0.1; done
