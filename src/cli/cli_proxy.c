@@ -67,7 +67,7 @@ static const opts_spec proxy_specs[] = {
             "a stall is a gap above this: a factor of the rolling median of recent gaps "
             "(default 5x), or a duration (150ms)",
             apply_threshold),
-    OPTS_INT("window-gaps", "N", "gaps the rolling median is taken over (default 4096)", F,
+    OPTS_INT("window-gaps", "N", "gaps the rolling median is taken over (default 65536)", F,
              cfg.obs.window_gaps, 64, 1 << 22),
     OPTS_FLAG("insecure", "https upstream: skip certificate checks", F, cfg.insecure),
     OPTS_DURATION("connect-timeout", "DUR",

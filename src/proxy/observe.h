@@ -34,7 +34,9 @@
 typedef struct pobs_config {
     double stall_factor;   /* the threshold is this x the rolling p50 (default 5) */
     int64_t stall_abs_ns;  /* > 0: this absolute threshold instead */
-    int window_gaps;       /* gaps the rolling p50 is taken over (default 4096) */
+    int window_gaps;       /* gaps the rolling p50 is taken over (default 65536: a burst of
+                              stalls across every stream, seconds long, must not carry the
+                              median up with it) */
     int min_gaps;          /* gaps seen before a rolling threshold applies (default 32) */
     int64_t max_windows;   /* ended long windows kept for attribution (default 65536) */
 } pobs_config;

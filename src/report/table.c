@@ -481,9 +481,15 @@ void report_verdict(char *out, size_t size, const analysis_summary *baseline,
                 continue;
             buf_printf(&text, "%s %s %lld", n++ ? "," : "", analysis_cause_name((analysis_cause)order[i]),
                        (long long)t->stalls);
-            if (order[i] == ANALYSIS_CAUSE_PREFILL && a->n_culprits > 0)
+            if (order[i] == ANALYSIS_CAUSE_PREFILL && a->n_culprits > 0) {
+                /* the culprits come most frozen time first: the longest is looked for */
+                int32_t longest = 0;
+                for (int c = 0; c < a->n_culprits; c++)
+                    if (a->culprits[c].prompt_tokens > longest)
+                        longest = a->culprits[c].prompt_tokens;
                 buf_printf(&text, " (%d request%s, longest prompt %d tokens)", a->n_culprits,
-                           a->n_culprits == 1 ? "" : "s", a->culprits[0].prompt_tokens);
+                           a->n_culprits == 1 ? "" : "s", longest);
+            }
         }
         if (!a->step_log)
             buf_printf(&text, " (no step log: only prefill is told apart)");
