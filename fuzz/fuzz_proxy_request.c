@@ -1,5 +1,5 @@
-/* libFuzzer target: what `stallscope proxy` does with a client's bytes (src/proxy/proxy.c's
- * down_input): the server's request framing (reqframe_next, one step at a time, a request
+/* libFuzzer target: what `stallscope proxy` does with a client's bytes
+ * (src/proxy/proxy_conns.c's px_down_input): the server's request framing (reqframe_next, one step at a time, a request
  * handed on whole once reqframe_at_boundary says so), each head rewritten for the upstream
  * (pinsp_rewrite_head) and each body read (pinsp_read_body), pipelined requests in turn.
  *

@@ -2,7 +2,7 @@
  * and sent on, what is written back to them, each exchange's record: its row, its metrics)
  * and the upstream's (its connections, TLS through the client's tls.h; the answers read with
  * the kernel's receive stamps, forwarded, and the streams among them timed). The two sides
- * call each other, so they are one file; the loop (proxy.c) calls into it. */
+ * call each other, so they are one file; the loop (proxy_loop.c) calls into it. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>

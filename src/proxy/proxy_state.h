@@ -1,4 +1,4 @@
-/* proxy_state — internal to proxy: the state the proxy's files share (proxy.c the loop and
+/* proxy_state — internal to proxy: the state the proxy's files share (proxy_loop.c the loop and
  * the listening sockets, proxy_conns.c the connections of both sides and their exchanges,
  * proxy_admin.c the admin port). Only these files include it; proxy.h is the module's
  * interface. */
@@ -152,7 +152,7 @@ static inline void px_watch(px *p, int fd, void *ptr, uint32_t events, int op)
 /* accept4 failed. Out of descriptors (or memory), the connection stays in the backlog and
  * the listener readable: watched, it would wake the loop at once, again and again (a core
  * spinning for as long as descriptors are short). Both listeners are unwatched until the
- * next second's tick (proxy.c resumes them). */
+ * next second's tick (proxy_loop.c resumes them). */
 static inline void px_accept_failed(px *p)
 {
     if (errno != EMFILE && errno != ENFILE && errno != ENOBUFS && errno != ENOMEM)

@@ -1,5 +1,5 @@
-/* proxy — see proxy.h. The loop, the client connections (down), the upstream connections
- * (up) and the admin port. */
+/* proxy_loop — see proxy.h: the loop, its listening sockets, the analysis's callbacks and
+ * the run's start and stop (the connections: proxy_conns.c; the admin port: proxy_admin.c). */
 #include "proxy/proxy.h"
 
 #include <errno.h>
