@@ -1,6 +1,7 @@
 /* libFuzzer target: what `stallscope proxy` does with a client's bytes
- * (src/proxy/proxy_conns.c's px_down_input): the server's request framing (reqframe_next, one step at a time, a request
- * handed on whole once reqframe_at_boundary says so), each head rewritten for the upstream
+ * (src/proxy/proxy_conns.c's px_down_input): the server's request framing (reqframe_next,
+ * one step at a time, a request handed on whole once reqframe_at_boundary says so), each
+ * head rewritten for the upstream
  * (pinsp_rewrite_head) and each body read (pinsp_read_body), pipelined requests in turn.
  *
  * Input: byte 0 picks the upstream (no base path and no credentials, or "/base" and Basic
