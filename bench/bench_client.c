@@ -37,6 +37,7 @@
 #include "common/err.h"
 #include "workload/workload.h"
 
+#include "proc_info.h"
 #include "raw_sender.h"
 
 /* A transport in front of the real one that sees each token event before the driver does:
@@ -510,15 +511,7 @@ int main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
     char bin[PATH_MAX];
-    const char *env = getenv("STALLSCOPE_BIN");
-    if (env) {
-        snprintf(bin, sizeof bin, "%s", env);
-    } else {
-        char self[PATH_MAX];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-        self[n > 0 ? n : 0] = '\0';
-        snprintf(bin, sizeof bin, "%s/stallscope", dirname(self));
-    }
+    proc_info_stallscope_bin(bin, sizeof bin);
     int64_t duration = (quick ? 3 : 8) * CLOCK_NS_PER_S;
     bool have_python = python && access("/usr/bin/python3", X_OK) == 0 &&
                        system("/usr/bin/python3 -c 'import aiohttp' 2>/dev/null") == 0;

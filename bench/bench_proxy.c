@@ -57,6 +57,7 @@
 #include "common/err.h"
 #include "workload/workload.h"
 
+#include "proc_info.h"
 #include "raw_sender.h"
 
 #define MAX_COUNTS 8
@@ -164,21 +165,6 @@ static int64_t proc_cpu_ns(pid_t pid)
         return -1;
     const long tick = sysconf(_SC_CLK_TCK);
     return (int64_t)((utime + stime) * (CLOCK_NS_PER_S / (unsigned long long)tick));
-}
-
-/* VmRSS of pid, KiB; -1 unreadable. */
-static long proc_rss_kb(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, "VmRSS:", 6) == 0)
-            kb = strtol(line + 6, NULL, 10);
-    if (f)
-        fclose(f);
-    return kb;
 }
 
 static void print_loadavg(const char *when)
@@ -525,6 +511,24 @@ static void print_pair(int pair, const run_figures *direct, const run_figures *p
     fflush(stdout);
 }
 
+/* The raw sender (step_ns, answer) and a proxy in front of it; 0, or -1 having said why (and
+ * stopped what had started). */
+static int start_sender_and_proxy(const char *bin, int64_t step_ns, int answer, raw_sender *sender,
+                                  proxy_child *px)
+{
+    char err[ERR_LEN];
+    if (raw_sender_start(sender, step_ns, answer, err) != 0) {
+        printf("(no raw sender: %s)\n", err);
+        return -1;
+    }
+    if (proxy_start(bin, sender->url, px, err) != 0) {
+        printf("(no proxy: %s)\n", err);
+        raw_sender_stop(sender);
+        return -1;
+    }
+    return 0;
+}
+
 static void bench_latency(const char *bin, int streams, int pairs, int64_t duration_ns)
 {
     char err[ERR_LEN];
@@ -534,16 +538,9 @@ static void bench_latency(const char *bin, int streams, int pairs, int64_t durat
            (long long)(CLOCK_NS_PER_S / LATENCY_STEP_NS), LATENCY_ANSWER, pairs,
            (long long)(duration_ns / CLOCK_NS_PER_S));
     raw_sender sender;
-    if (raw_sender_start(&sender, LATENCY_STEP_NS, LATENCY_ANSWER, err) != 0) {
-        printf("(no raw sender: %s)\n", err);
-        return;
-    }
     proxy_child px;
-    if (proxy_start(bin, sender.url, &px, err) != 0) {
-        printf("(no proxy: %s)\n", err);
-        raw_sender_stop(&sender);
+    if (start_sender_and_proxy(bin, LATENCY_STEP_NS, LATENCY_ANSWER, &sender, &px) != 0)
         return;
-    }
     printf("pair  path    tokens/s err p50us err p99us  err p999 err maxus errors  stamps %% "
            "k/c/u  sender us/tok  added p50 p99 us  proxy us/tok  forward delay p50 p99 p999 "
            "mean us\n");
@@ -689,16 +686,9 @@ static void bench_soak(const char *bin, int streams, int seconds)
            streams, seconds, (long long)(SOAK_STEP_NS / CLOCK_NS_PER_MS),
            (double)streams * 1e9 / (double)SOAK_STEP_NS, SOAK_ANSWER, (double)stream_ns / 1e9);
     raw_sender sender;
-    if (raw_sender_start(&sender, SOAK_STEP_NS, SOAK_ANSWER, err) != 0) {
-        printf("(no raw sender: %s)\n", err);
-        return;
-    }
     proxy_child px;
-    if (proxy_start(bin, sender.url, &px, err) != 0) {
-        printf("(no proxy: %s)\n", err);
-        raw_sender_stop(&sender);
+    if (start_sender_and_proxy(bin, SOAK_STEP_NS, SOAK_ANSWER, &sender, &px) != 0)
         return;
-    }
     soak s;
     memset(&s, 0, sizeof s);
     s.answer = SOAK_ANSWER;
@@ -732,7 +722,7 @@ static void bench_soak(const char *bin, int streams, int seconds)
     for (;;) {
         const int64_t now = clock_now_ns();
         if (now >= next_sample && n_rss < 1024) {
-            rss[n_rss] = proc_rss_kb(px.pid);
+            rss[n_rss] = proc_info_rss_kb(px.pid);
             if (rss_first < 0 && now - t0 >= warmup_ns)
                 rss_first = n_rss;
             printf("  %6.1f  %13ld  %12lld  %10.0f\n", (double)(now - t0) / 1e9, rss[n_rss],
@@ -767,7 +757,7 @@ static void bench_soak(const char *bin, int streams, int seconds)
     const int64_t t_end = clock_now_ns();
     clock_sleep_until_ns(t_end + 200 * CLOCK_NS_PER_MS); /* the proxy's closes, counted */
     const int64_t cpu1 = proc_cpu_ns(px.pid);
-    const long rss_drained = proc_rss_kb(px.pid);
+    const long rss_drained = proc_info_rss_kb(px.pid);
     raw_sender_counts sent;
     raw_sender_read(&sender, &sent);
     proxy_metrics m;
@@ -853,15 +843,7 @@ int main(int argc, char **argv)
     lim.rlim_cur = lim.rlim_max;
     setrlimit(RLIMIT_NOFILE, &lim);
     char bin[PATH_MAX];
-    const char *env = getenv("STALLSCOPE_BIN");
-    if (env) {
-        snprintf(bin, sizeof bin, "%s", env);
-    } else {
-        char self[PATH_MAX];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-        self[n > 0 ? n : 0] = '\0';
-        snprintf(bin, sizeof bin, "%s/stallscope", dirname(self));
-    }
+    proc_info_stallscope_bin(bin, sizeof bin);
     const int64_t duration = (quick ? 3 : 8) * CLOCK_NS_PER_S;
     printf("bench_proxy: the latency `stallscope proxy` adds per token, and a soak (%s)\n", bin);
     printf("error = the client's receive stamp - the raw sender's emit_ns (same "

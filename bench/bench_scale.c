@@ -38,6 +38,8 @@
 #include "engine/exec_emulate.h"
 #include "server/server.h"
 
+#include "proc_info.h"
+
 #define PROMPT_TOKENS 16
 #define RAMP_PER_TICK 500                  /* connections opened per ramp tick */
 #define RAMP_TICK_NS (50 * CLOCK_NS_PER_MS) /* 10,000 streams in 1 s */
@@ -60,20 +62,6 @@ typedef struct bench {
     int64_t requests, tokens, lost_requests, errors, busy;
     char first_problem[256];
 } bench;
-
-static long rss_kb(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, "VmRSS:", 6) == 0)
-            kb = strtol(line + 6, NULL, 10);
-    if (f)
-        fclose(f);
-    return kb;
-}
 
 static double cpu_s(int who)
 {
@@ -269,7 +257,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < streams; i++)
         b.slots[i].index = i;
     clock_sleep_until_ns(clock_now_ns() + 200 * CLOCK_NS_PER_MS);
-    const long client_rss0 = rss_kb(getpid()), server_rss0 = rss_kb(child);
+    const long client_rss0 = proc_info_rss_kb(getpid()), server_rss0 = proc_info_rss_kb(child);
     const double client_cpu0 = cpu_s(RUSAGE_SELF);
 
     printf("bench_scale: %d streams for %.0f s, %d-token answers, emulated H100 / Llama 3.1 8B\n",
@@ -293,7 +281,7 @@ int main(int argc, char **argv)
             max_busy = b.busy;
         const int64_t now = clock_now_ns();
         if (now >= next_sample) {
-            long c = rss_kb(getpid()), s = rss_kb(child);
+            long c = proc_info_rss_kb(getpid()), s = proc_info_rss_kb(child);
             if (c > client_peak)
                 client_peak = c;
             if (s > server_peak)

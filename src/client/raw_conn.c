@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client/stamp.h"
 #include "common/clock.h"
 
 #define READS_PER_WAKE 8 /* per socket per wake-up: one busy stream cannot starve the rest */
@@ -91,8 +92,7 @@ static raw_conn *conn_open(raw_client *c)
     }
     int one = 1;
     setsockopt(k->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    /* The kernel's receive time of every segment, as a control message of each read. */
-    setsockopt(k->fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
+    stamp_enable(k->fd); /* the kernel's receive time of every segment */
     if (connect(k->fd, (const struct sockaddr *)&c->addr, c->addr_len) != 0 &&
         errno != EINPROGRESS) {
         int e = errno;
@@ -364,18 +364,8 @@ static bool tls_feed(raw_client *c, raw_conn *k, size_t n, int64_t t, transport_
 void raw_conn_read(raw_client *c, raw_conn *k)
 {
     for (int i = 0; i < READS_PER_WAKE; i++) {
-        union {
-            char buf[CMSG_SPACE(sizeof(struct timespec))];
-            struct cmsghdr align;
-        } control;
-        struct iovec iov = {c->rd, sizeof c->rd};
-        struct msghdr msg = {0};
-        msg.msg_iov = &iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.buf;
-        msg.msg_controllen = sizeof control.buf;
-        ssize_t n = recvmsg(k->fd, &msg, 0);
-        int64_t now = clock_now_ns(); /* right after the read, before any parsing */
+        stamp_read st;
+        const ssize_t n = stamp_recv(k->fd, c->rd, sizeof c->rd, c->realtime_offset_ns, &st);
         if (n < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 return;
@@ -388,24 +378,9 @@ void raw_conn_read(raw_client *c, raw_conn *k)
             conn_gone(c, k, 0);
             return;
         }
-        /* The kernel's stamp, realtime -> monotonic. It cannot be later than our read: up to
-         * 1 ms past it is the mapping's error (taken as the read's time); more is a clock
-         * step between the two, and the read's own time is used. */
-        int64_t t = now;
-        transport_stamp source = TRANSPORT_STAMP_USER;
-        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-            if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
-                struct timespec ts;
-                memcpy(&ts, CMSG_DATA(cm), sizeof ts);
-                int64_t kernel = (int64_t)ts.tv_sec * CLOCK_NS_PER_S + ts.tv_nsec -
-                                 c->realtime_offset_ns;
-                if (ts.tv_sec != 0 && kernel <= now + CLOCK_NS_PER_MS) {
-                    t = kernel < now ? kernel : now;
-                    source = TRANSPORT_STAMP_KERNEL;
-                }
-            }
-        }
-        c->stats.kernel_stamps_refused += source == TRANSPORT_STAMP_USER;
+        const int64_t t = st.t_ns;
+        const transport_stamp source = st.kernel ? TRANSPORT_STAMP_KERNEL : TRANSPORT_STAMP_USER;
+        c->stats.kernel_stamps_refused += !st.kernel;
         if (!(k->tls ? tls_feed(c, k, (size_t)n, t, source)
                      : conn_feed(c, k, c->rd, (size_t)n, t, source)))
             return;

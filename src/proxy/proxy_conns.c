@@ -14,6 +14,7 @@
 
 #include "common/clock.h"
 #include "common/err.h"
+#include "client/stamp.h"
 #include "common/tokenlog.h"
 #include "proxy/proxy_state.h"
 
@@ -161,6 +162,7 @@ void px_exchange_start(px *p, down *d)
     buf_free(&d->body);
     d->observed = b.observed;
     d->prompt_est = b.prompt_tokens;
+    d->prompt_told = 0;
     d->max_tokens = b.max_tokens;
     d->logged = p->logging && d->observed &&
                 (p->cfg->sample >= 1 ||
@@ -407,7 +409,7 @@ up *px_up_open(px *p, down *d)
     }
     int one = 1;
     setsockopt(u->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    setsockopt(u->fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
+    stamp_enable(u->fd);
     if (connect(u->fd, (const struct sockaddr *)&p->up_addr, p->up_addr_len) != 0 &&
         errno != EINPROGRESS) {
         close(u->fd);
@@ -573,8 +575,11 @@ static void observe_span(px *p, down *d, const char *data, size_t len, int64_t t
         }
         if (ci.finish_reason[0])
             snprintf(d->finish, sizeof d->finish, "%s", ci.finish_reason);
-        if (ci.prompt_tokens > 0 && d->cc.usage_prompt > 0)
+        /* the server's count, told once (continuous usage repeats it in every chunk) */
+        if (d->cc.usage_prompt > 0 && d->cc.usage_prompt != d->prompt_told) {
+            d->prompt_told = d->cc.usage_prompt;
             pobs_request_prompt(p->obs, d->rid, (int32_t)d->cc.usage_prompt);
+        }
         if (n > 0)
             on_tokens(p, d, n, t, t_fwd);
     }
@@ -761,18 +766,10 @@ static void up_gone(px *p, up *u, int64_t t)
 void px_up_read(px *p, up *u)
 {
     for (int i = 0; i < 8 && !u->gone; i++) {
-        union {
-            char buf[CMSG_SPACE(sizeof(struct timespec))];
-            struct cmsghdr align;
-        } control;
-        struct iovec iov = {p->rd, sizeof p->rd};
-        struct msghdr msg = {0};
-        msg.msg_iov = &iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.buf;
-        msg.msg_controllen = sizeof control.buf;
-        ssize_t n = recvmsg(u->fd, &msg, 0);
-        const int64_t now = clock_now_ns();
+        /* the kernel's receive stamp, mapped as the raw transport maps it */
+        stamp_read st;
+        const ssize_t n = stamp_recv(u->fd, p->rd, sizeof p->rd, p->realtime_offset_ns, &st);
+        const int64_t now = st.now_ns, t = st.t_ns;
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -781,17 +778,6 @@ void px_up_read(px *p, up *u)
             up_gone(p, u, now);
             return;
         }
-        /* The kernel's stamp mapped onto CLOCK_MONOTONIC (raw_conn.c's rule: never later
-         * than our read, up to 1 ms past it taken as the mapping's error). */
-        int64_t t = now;
-        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm))
-            if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
-                struct timespec ts;
-                memcpy(&ts, CMSG_DATA(cm), sizeof ts);
-                int64_t k = (int64_t)ts.tv_sec * CLOCK_NS_PER_S + ts.tv_nsec - p->realtime_offset_ns;
-                if (ts.tv_sec != 0 && k <= now + CLOCK_NS_PER_MS)
-                    t = k < now ? k : now;
-            }
         if (!u->tls) {
             if (!up_bytes(p, u, p->rd, (size_t)n, t))
                 return;

@@ -85,6 +85,7 @@ struct down {
     int status;
     int64_t t_arrive_ns, t_send_ns, t_first_ns;
     int32_t prompt_est;
+    int64_t prompt_told; /* the usage.prompt_tokens observe.h was told (0: none yet) */
     int64_t max_tokens;
     sse_parser sse;
     chunk_counter cc;

@@ -198,11 +198,21 @@ static int64_t rebase(int64_t t, int64_t t0, int64_t from)
     return t < 0 || t0 + t < from ? -1 : t0 + t - from;
 }
 
-int pwin_build(const char *dir, int64_t from, int64_t to, const char *out_dir, pwin_result *res,
-               char *err)
+/* One window being built: the sessions, the requests kept, the log they become. */
+typedef struct win {
+    session *ss;
+    int n_s;
+    int64_t from, to;
+    kept *keep;
+    int64_t n_keep, cap_keep;
+    tokenlog log;
+    pwin_result *res;
+} win;
+
+/* The sessions under dir (or dir itself): their t = 0 and hourly parts. 0, or -1 with err. */
+static int read_sessions(win *w, const char *dir, char *err)
 {
-    memset(res, 0, sizeof *res);
-    int n_dirs = 0;
+    int n_dirs = 0, rc = 0;
     char **dirs = NULL;
     if (has_meta(dir)) {
         dirs = malloc(sizeof *dirs);
@@ -211,159 +221,195 @@ int pwin_build(const char *dir, int64_t from, int64_t to, const char *out_dir, p
     } else {
         dirs = subdirs(dir, &n_dirs);
     }
-    session *ss = calloc((size_t)(n_dirs ? n_dirs : 1), sizeof *ss);
-    kept *keep = NULL;
-    int64_t n_keep = 0, cap_keep = 0;
-    tokenlog log;
-    tokenlog_init(&log);
-    int rc = -1, n_s = 0;
-    if (!ss) {
-        err_set(err, "out of memory");
-        goto out;
-    }
-    for (int i = 0; i < n_dirs; i++) {
+    w->ss = calloc((size_t)(n_dirs ? n_dirs : 1), sizeof *w->ss);
+    if (!w->ss)
+        rc = err_set(err, "out of memory");
+    for (int i = 0; rc == 0 && i < n_dirs; i++) {
         if (!has_meta(dirs[i]))
             continue;
         char path[4300];
         snprintf(path, sizeof path, "%s/proxy.json", dirs[i]);
         json_t *j = fsio_read_json(path, 0, err);
-        if (!j)
-            goto out;
-        session *s = &ss[n_s++];
+        if (!j) {
+            rc = -1;
+            break;
+        }
+        session *s = &w->ss[w->n_s++];
         snprintf(s->dir, sizeof s->dir, "%s", dirs[i]);
         s->t0_unix_ns = json_integer_value(json_object_get(j, "t0_unix_ns"));
         json_decref(j);
         s->parts = subdirs(s->dir, &s->n_parts);
     }
-    if (n_s == 0) {
-        err_set(err, "%s: no proxy session here (a proxy's --out holds <session>/proxy.json)", dir);
-        goto out;
+    free_list(dirs, n_dirs);
+    if (rc == 0 && w->n_s == 0)
+        rc = err_set(err, "%s: no proxy session here (a proxy's --out holds <session>/proxy.json)", dir);
+    return rc;
+}
+
+/* The reader of one file of a part. NULL with err. */
+static tokenlog_reader *part_file(const char *part, tokenlog_file kind, char *err)
+{
+    char path[4300];
+    snprintf(path, sizeof path, "%s/%s", part,
+             kind == TOKENLOG_TOKENS_CSV ? "tokens.csv" : "requests.csv");
+    return tokenlog_reader_open(path, kind, err);
+}
+
+/* The requests of session i's part that overlap the window, rebased, into w->keep. 0, or -1
+ * with err. */
+static int read_requests(win *w, int i, const char *part, char *err)
+{
+    const session *s = &w->ss[i];
+    const int64_t t0 = s->t0_unix_ns, from = w->from, to = w->to;
+    tokenlog_reader *r = part_file(part, TOKENLOG_REQUESTS_CSV, err);
+    if (!r)
+        return -1;
+    tokenlog_request q;
+    int got;
+    while ((got = tokenlog_reader_request(r, &q, err)) == 1) {
+        /* In the window: sent before its end, and not ended before its start. */
+        const int64_t end = q.t_end_ns >= 0 ? t0 + q.t_end_ns : INT64_MAX;
+        if (q.t_send_ns < 0 || t0 + q.t_send_ns >= to || end < from)
+            continue;
+        if (buf_grow_items((void **)&w->keep, &w->cap_keep, w->n_keep + 1, sizeof *w->keep) != 0) {
+            got = err_set(err, "out of memory");
+            break;
+        }
+        kept *kp = &w->keep[w->n_keep++];
+        kp->session = i;
+        kp->old_id = q.request;
+        kp->row = q;
+        kp->row.t_plan_ns = rebase(q.t_plan_ns, t0, from);
+        kp->row.t_send_ns = rebase(q.t_send_ns, t0, from);
+        kp->row.t_first_ns = rebase(q.t_first_ns, t0, from);
+        kp->row.t_end_ns = rebase(q.t_end_ns, t0, from);
+        if (kp->row.t_first_ns >= to - from)
+            kp->row.t_first_ns = -1;
+        if (kp->row.t_end_ns >= to - from)
+            kp->row.t_end_ns = -1;
     }
-    if (from <= 0)
-        from = ss[0].t0_unix_ns;
-    if (to <= 0)
-        to = clock_now_ns() + clock_realtime_offset_ns(1, NULL);
-    if (to <= from) {
-        err_set(err, "the window is empty (--to is not after --from)");
-        goto out;
+    w->res->cut_rows += tokenlog_reader_close(r);
+    return got < 0 ? -1 : 0;
+}
+
+/* The tokens of session i's part in the window whose request was kept, into w->log. 0, or -1
+ * with err. */
+static int read_tokens(win *w, int i, const char *part, char *err)
+{
+    const int64_t t0 = w->ss[i].t0_unix_ns;
+    tokenlog_reader *r = part_file(part, TOKENLOG_TOKENS_CSV, err);
+    if (!r)
+        return -1;
+    tokenlog_event ev;
+    int got;
+    while ((got = tokenlog_reader_event(r, &ev, err)) == 1) {
+        const int64_t t = t0 + ev.t_ns;
+        if (t < w->from || t >= w->to)
+            continue;
+        kept key = {.session = i, .old_id = ev.request};
+        kept *found = bsearch(&key, w->keep, (size_t)w->n_keep, sizeof *w->keep, cmp_kept_key);
+        if (!found) {
+            w->res->orphans++;
+            continue;
+        }
+        ev.request = found->row.request;
+        ev.t_ns = t - w->from;
+        if (tokenlog_add_event(&w->log, &ev) != 0) {
+            got = err_set(err, "out of memory");
+            break;
+        }
     }
-    res->from_unix_ns = from;
-    res->to_unix_ns = to;
-    /* The requests sent in the window. */
-    for (int i = 0; i < n_s; i++) {
-        session *s = &ss[i];
+    w->res->cut_rows += tokenlog_reader_close(r);
+    return got < 0 ? -1 : 0;
+}
+
+/* read (read_requests or read_tokens) over every part of every session the window wants. */
+static int each_part(win *w, int (*read)(win *, int, const char *, char *), bool count,
+                     char *err)
+{
+    for (int i = 0; i < w->n_s; i++) {
+        const session *s = &w->ss[i];
         bool overlaps = false;
         for (int k = 0; k < s->n_parts; k++) {
-            if (!part_wanted(s->parts[k], from, to))
+            if (!part_wanted(s->parts[k], w->from, w->to))
                 continue;
             overlaps = true;
-            res->parts++;
-            char path[4300];
-            snprintf(path, sizeof path, "%s/requests.csv", s->parts[k]);
-            tokenlog_reader *r = tokenlog_reader_open(path, TOKENLOG_REQUESTS_CSV, err);
-            if (!r)
-                goto out;
-            tokenlog_request q;
-            int got;
-            while ((got = tokenlog_reader_request(r, &q, err)) == 1) {
-                /* In the window: sent before its end, and not ended before its start. */
-                const int64_t send = s->t0_unix_ns + q.t_send_ns;
-                const int64_t end = q.t_end_ns >= 0 ? s->t0_unix_ns + q.t_end_ns : INT64_MAX;
-                if (q.t_send_ns < 0 || send >= to || end < from)
-                    continue;
-                if (buf_grow_items((void **)&keep, &cap_keep, n_keep + 1, sizeof *keep) != 0) {
-                    got = err_set(err, "out of memory");
-                    break;
-                }
-                kept *kp = &keep[n_keep++];
-                kp->session = i;
-                kp->old_id = q.request;
-                kp->row = q;
-                kp->row.t_plan_ns = rebase(q.t_plan_ns, s->t0_unix_ns, from);
-                kp->row.t_send_ns = rebase(q.t_send_ns, s->t0_unix_ns, from);
-                kp->row.t_first_ns = rebase(q.t_first_ns, s->t0_unix_ns, from);
-                kp->row.t_end_ns = rebase(q.t_end_ns, s->t0_unix_ns, from);
-                if (kp->row.t_first_ns >= to - from)
-                    kp->row.t_first_ns = -1;
-                if (kp->row.t_end_ns >= to - from)
-                    kp->row.t_end_ns = -1;
-            }
-            res->cut_rows += tokenlog_reader_close(r);
-            if (got < 0)
-                goto out;
+            w->res->parts += count;
+            if (read(w, i, s->parts[k], err) != 0)
+                return -1;
         }
-        res->sessions += overlaps; /* a session with rows in the window's hours */
+        if (count)
+            w->res->sessions += overlaps; /* a session with rows in the window's hours */
     }
-    /* Numbered in send order. */
-    if (n_keep > 1)
-        qsort(keep, (size_t)n_keep, sizeof *keep, cmp_kept_send);
-    for (int64_t k = 0; k < n_keep; k++) {
-        keep[k].row.request = k;
+    return 0;
+}
+
+/* The requests kept, numbered in send order, into w->log; then w->keep by (session, id) for
+ * their tokens to find. 0, or -1 with err. */
+static int number_requests(win *w, char *err)
+{
+    if (w->n_keep > 1)
+        qsort(w->keep, (size_t)w->n_keep, sizeof *w->keep, cmp_kept_send);
+    for (int64_t k = 0; k < w->n_keep; k++) {
+        w->keep[k].row.request = k;
         int64_t index;
-        if (tokenlog_add_request(&log, &keep[k].row, &index) != 0) {
-            err_set(err, "out of memory");
-            goto out;
-        }
+        if (tokenlog_add_request(&w->log, &w->keep[k].row, &index) != 0)
+            return err_set(err, "out of memory");
     }
-    if (n_keep > 1)
-        qsort(keep, (size_t)n_keep, sizeof *keep, cmp_kept_key);
-    res->requests = n_keep;
-    /* Their tokens, up to the window's end. */
-    for (int i = 0; i < n_s; i++) {
-        session *s = &ss[i];
-        for (int k = 0; k < s->n_parts; k++) {
-            if (!part_wanted(s->parts[k], from, to))
-                continue;
-            char path[4300];
-            snprintf(path, sizeof path, "%s/tokens.csv", s->parts[k]);
-            tokenlog_reader *r = tokenlog_reader_open(path, TOKENLOG_TOKENS_CSV, err);
-            if (!r)
-                goto out;
-            tokenlog_event ev;
-            int got;
-            while ((got = tokenlog_reader_event(r, &ev, err)) == 1) {
-                const int64_t t = s->t0_unix_ns + ev.t_ns;
-                if (t < from || t >= to)
-                    continue;
-                kept key = {.session = i, .old_id = ev.request};
-                kept *found = bsearch(&key, keep, (size_t)n_keep, sizeof *keep, cmp_kept_key);
-                if (!found) {
-                    res->orphans++;
-                    continue;
-                }
-                ev.request = found->row.request;
-                ev.t_ns = t - from;
-                if (tokenlog_add_event(&log, &ev) != 0) {
-                    got = err_set(err, "out of memory");
-                    break;
-                }
-            }
-            res->cut_rows += tokenlog_reader_close(r);
-            if (got < 0)
-                goto out;
-        }
-    }
-    if (log.n_events > 1)
-        qsort(log.events, (size_t)log.n_events, sizeof *log.events, cmp_event);
-    res->events = log.n_events;
-    if (tokenlog_write_dir(&log, out_dir, err) != 0)
-        goto out;
-    json_t *w = json_pack("{s:s, s:I, s:I, s:i, s:i, s:I, s:I, s:I, s:I}", "source", dir,
-                          "from_unix_ns", (json_int_t)from, "to_unix_ns", (json_int_t)to,
+    if (w->n_keep > 1)
+        qsort(w->keep, (size_t)w->n_keep, sizeof *w->keep, cmp_kept_key);
+    w->res->requests = w->n_keep;
+    return 0;
+}
+
+static int write_window(win *w, const char *dir, const char *out_dir, char *err)
+{
+    if (w->log.n_events > 1)
+        qsort(w->log.events, (size_t)w->log.n_events, sizeof *w->log.events, cmp_event);
+    const pwin_result *res = w->res;
+    w->res->events = w->log.n_events;
+    if (tokenlog_write_dir(&w->log, out_dir, err) != 0)
+        return -1;
+    json_t *j = json_pack("{s:s, s:I, s:I, s:i, s:i, s:I, s:I, s:I, s:I}", "source", dir,
+                          "from_unix_ns", (json_int_t)w->from, "to_unix_ns", (json_int_t)w->to,
                           "sessions", res->sessions, "parts", res->parts, "requests",
                           (json_int_t)res->requests, "events", (json_int_t)res->events,
                           "orphan_events", (json_int_t)res->orphans, "cut_rows",
                           (json_int_t)res->cut_rows);
     char path[4200];
     snprintf(path, sizeof path, "%s/window.json", out_dir);
-    rc = w ? fsio_write_json(path, w, JSON_INDENT(2), err) : err_set(err, "out of memory");
-    json_decref(w);
-out:
-    for (int i = 0; i < n_s; i++)
-        free_list(ss[i].parts, ss[i].n_parts);
-    free(ss);
-    free_list(dirs, n_dirs);
-    free(keep);
-    tokenlog_free(&log);
+    const int rc = j ? fsio_write_json(path, j, JSON_INDENT(2), err) : err_set(err, "out of memory");
+    json_decref(j);
+    return rc;
+}
+
+int pwin_build(const char *dir, int64_t from, int64_t to, const char *out_dir, pwin_result *res,
+               char *err)
+{
+    memset(res, 0, sizeof *res);
+    win w = {.res = res};
+    tokenlog_init(&w.log);
+    int rc = read_sessions(&w, dir, err);
+    if (rc == 0) {
+        w.from = from > 0 ? from : w.ss[0].t0_unix_ns;
+        w.to = to > 0 ? to : clock_now_ns() + clock_realtime_offset_ns(1, NULL);
+        res->from_unix_ns = w.from;
+        res->to_unix_ns = w.to;
+        if (w.to <= w.from)
+            rc = err_set(err, "the window is empty (--to is not after --from)");
+    }
+    if (rc == 0)
+        rc = each_part(&w, read_requests, true, err);
+    if (rc == 0)
+        rc = number_requests(&w, err);
+    if (rc == 0)
+        rc = each_part(&w, read_tokens, false, err);
+    if (rc == 0)
+        rc = write_window(&w, dir, out_dir, err);
+    for (int i = 0; i < w.n_s; i++)
+        free_list(w.ss[i].parts, w.ss[i].n_parts);
+    free(w.ss);
+    free(w.keep);
+    tokenlog_free(&w.log);
     return rc;
 }
