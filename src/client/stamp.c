@@ -1,9 +1,12 @@
 /* stamp — see stamp.h. */
 #include "client/stamp.h"
 
+#include <netinet/in.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 
@@ -11,6 +14,52 @@ void stamp_enable(int fd)
 {
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
+}
+
+/* A TCP pair on 127.0.0.1, not UDP: a datagram socket's read fills in the time of the read
+ * when the kernel gave the datagram none, so its stamp proves nothing; TCP's reads report
+ * none, as the connections that matter would. */
+int stamp_hold(int64_t wait_ns, bool *on)
+{
+    *on = false;
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int s = -1;
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof addr;
+    if (l < 0 || c < 0 || bind(l, (struct sockaddr *)&addr, sizeof addr) != 0 ||
+        listen(l, 1) != 0 || getsockname(l, (struct sockaddr *)&addr, &len) != 0)
+        goto fail;
+    stamp_enable(c);
+    if (connect(c, (struct sockaddr *)&addr, sizeof addr) != 0 ||
+        (s = accept4(l, NULL, NULL, SOCK_CLOEXEC)) < 0)
+        goto fail;
+    const int64_t until = clock_now_ns() + (wait_ns > 0 ? wait_ns : 0);
+    for (int tries = 0; tries < 1000; tries++) {
+        if (send(s, "s", 1, MSG_NOSIGNAL) != 1)
+            break;
+        struct pollfd p = {c, POLLIN, 0};
+        if (poll(&p, 1, 10) != 1)
+            break; /* a loopback byte that does not come: give up */
+        char byte;
+        stamp_read st;
+        if (stamp_recv(c, &byte, 1, clock_realtime_offset_ns(1, NULL), &st) != 1)
+            break;
+        if ((*on = st.kernel) || clock_now_ns() >= until)
+            break;
+        clock_sleep_until_ns(clock_now_ns() + 100 * 1000); /* let the deferred work run */
+    }
+    close(s);
+    close(l);
+    return c;
+fail:
+    if (s >= 0)
+        close(s);
+    if (l >= 0)
+        close(l);
+    if (c >= 0)
+        close(c);
+    return -1;
 }
 
 ssize_t stamp_recv(int fd, void *buf, size_t size, int64_t realtime_offset_ns, stamp_read *out)

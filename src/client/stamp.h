@@ -11,6 +11,14 @@
 /* Ask the kernel to stamp every segment fd receives (a control message of each read). */
 void stamp_enable(int fd);
 
+/* The kernel stamps received segments only while some socket asks for it, and it turns that
+ * switch on a moment after the first asker (deferred work): bytes that arrive on a fresh
+ * socket in that moment come without a stamp. stamp_hold opens a socket that asks (a TCP
+ * connection on 127.0.0.1, to be kept open while stamps matter) and sends it bytes until one
+ * arrives stamped, at most wait_ns. Returns its fd (close it when done), -1 when no
+ * socket could be made; *on says whether a stamped byte came in time. */
+int stamp_hold(int64_t wait_ns, bool *on);
+
 typedef struct stamp_read {
     int64_t now_ns; /* CLOCK_MONOTONIC right after the read, before any parsing */
     int64_t t_ns;   /* the bytes' time: the kernel's stamp mapped onto CLOCK_MONOTONIC, or
