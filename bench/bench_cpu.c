@@ -7,8 +7,10 @@
  * bytes (F32) and its roofline: max(FLOPs / SGEMM rate, bytes / bandwidth). Never fails on
  * time.
  *
- *   bench_cpu [--model NAME] [--threads N] [--quick]
- * Default: model ref-256, threads 1 and every count up to the cores. */
+ *   bench_cpu [--model NAME] [--threads N] [--quick] [--prefill N | --decode B]
+ * Default: model ref-256, threads 1 and every count up to the cores, every figure;
+ * --prefill / --decode: that one (a prefill of N tokens, a decode step of B sequences at
+ * context 512) repeated, for a profiler. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +135,9 @@ static void bench_decode(bench *b, int batch, int context, int reps)
     free(ids);
 }
 
+/* --prefill N / --decode B: that one figure only (for a profiler); 0: all of them */
+static int only_prefill, only_decode;
+
 static void run(const char *model_name, int threads, bool quick)
 {
     char err[ERR_LEN];
@@ -153,7 +158,11 @@ static void run(const char *model_name, int threads, bool quick)
     if (cost_arch_find(model_name, &arch, err) != 0 ||
         cpu_config_from_arch(&arch, 1, 0, &config, err) != 0)
         die("model", err);
-    const int max_prefill = quick ? 2048 : 8192, max_batch = quick ? 32 : 256;
+    int max_prefill = quick ? 2048 : 8192, max_batch = quick ? 32 : 256;
+    if (only_prefill || only_decode) {
+        max_prefill = only_prefill;
+        max_batch = only_decode;
+    }
     const int64_t blocks = (max_prefill + 16) / 16 + (int64_t)max_batch * (512 / 16 + 1) + 16;
     if (cpu_build_model(&b.model, &config, err) != 0 ||
         cpu_build_runstate(&b.run, &b.model, threads, err) != 0 ||
@@ -172,16 +181,23 @@ static void run(const char *model_name, int threads, bool quick)
     printf("  %6s %9s %9s %8s %8s %8s %11s %9s\n", "tokens", "ms", "tok/s", "GFLOP", "GFLOP/s",
            "of peak", "roofline ms", "vs roof");
     static const int prompts[] = {512, 2048, 8192};
-    for (int i = 0; i < 3; i++)
-        if (prompts[i] <= max_prefill)
-            bench_prefill(&b, prompts[i], prompts[i] >= 8192 ? 2 : 3, false);
-    bench_prefill(&b, max_prefill, max_prefill >= 8192 ? 2 : 3, true);
+    if (only_prefill || only_decode) {
+        if (only_prefill)
+            bench_prefill(&b, only_prefill, 3, false);
+    } else {
+        for (int i = 0; i < 3; i++)
+            if (prompts[i] <= max_prefill)
+                bench_prefill(&b, prompts[i], prompts[i] >= 8192 ? 2 : 3, false);
+        bench_prefill(&b, max_prefill, max_prefill >= 8192 ? 2 : 3, true);
+    }
     printf("decode step, every sequence at context 512 (roofline = max(FLOPs / SGEMM, bytes / "
            "bandwidth)):\n");
     printf("  %6s %9s %9s %8s %8s %11s %-7s %9s\n", "batch", "best ms", "mean ms", "GFLOP",
            "MB read", "roofline ms", "bound", "vs roof");
     static const int batches[] = {1, 32, 256};
-    for (int i = 0; i < 3; i++)
+    if (only_decode)
+        bench_decode(&b, only_decode, 512, 100);
+    for (int i = 0; i < 3 && !only_prefill && !only_decode; i++)
         if (batches[i] <= max_batch)
             bench_decode(&b, batches[i], 512, batches[i] >= 256 ? 5 : 20);
     cpu_kv_free(&b.kv);
@@ -202,8 +218,13 @@ int main(int argc, char **argv)
             threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "--quick") == 0)
             quick = true;
+        else if (strcmp(argv[i], "--prefill") == 0 && i + 1 < argc)
+            only_prefill = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--decode") == 0 && i + 1 < argc)
+            only_decode = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_cpu [--model NAME] [--threads N] [--quick]\n");
+            fprintf(stderr, "usage: bench_cpu [--model NAME] [--threads N] [--quick] [--prefill N | "
+                            "--decode B]\n");
             return 2;
         }
     }
@@ -211,8 +232,10 @@ int main(int argc, char **argv)
     char name[128];
     cpu_calib_cpu_name(name, sizeof name);
     const int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    printf("bench_cpu: %s, %d cores; OpenBLAS %s; AVX-512 kernels %s\n", name, cores,
-           openblas_get_corename(), cpu_simd_enabled() ? "on" : "off");
+    char isa[256];
+    cpu_isa_describe(isa, sizeof isa);
+    printf("bench_cpu: %s, %d cores; OpenBLAS %s; %s\n", name, cores, openblas_get_corename(),
+           isa);
     if (threads > 0)
         run(model, threads, quick);
     else

@@ -13,15 +13,16 @@
  *   cpu_attn_tile_generic the paged tile, one key at a time with an online softmax: the
  *                         paged layout's reference, run by the tests only
  *   cpu_attn_tile_blocked the paged tile 16 keys at a time, plain C
- *   cpu_attn_tile_avx2    the same with AVX2 + FMA: up to 4 rows per load of a key block,
- *                         a vector exp, keys in chunks of CPU_ATTN_CHUNK_BLOCKS that every
- *                         row group passes over in cache, the next chunk prefetched
  *   cpu_attn_tile_avx512  the paged tile as a flash-attention kernel: up to 8 rows at once
  *                         against 16 keys (one vector), exp2 with the scale folded into Q,
  *                         and the running max only rescaled when a score overtakes it by
  *                         2^8 (a compare, not a reduction, per row and block)
- * cpu_attn_run runs AVX-512 when it applies (head_dim 16, 32, 64 or 128), else AVX2, else the
- * blocked one. */
+ *   cpu_attn_tile_avx2    the same kernel on 8-lane vectors (cpu_avx2.c): up to 4 rows
+ *                         against 16 keys (two vectors), the values added for two rows at
+ *                         a time
+ * Both fast kernels take keys in chunks of CPU_ATTN_CHUNK_BLOCKS that every row group passes
+ * over while the chunk is in cache. cpu_attn_run runs AVX-512 when it is active and applies
+ * (head_dim 16, 32, 64 or 128), else AVX2 (head_dim a multiple of 8), else the blocked one. */
 #ifndef STALLSCOPE_CPU_ATTN_H
 #define STALLSCOPE_CPU_ATTN_H
 #include <stdbool.h>
@@ -46,14 +47,15 @@ void cpu_attn_naive(float *out, const float *q, const float *k, const float *v, 
                     int stride, int head_dim, float scale, float *att);
 
 void cpu_attn_tile_generic(const cpu_attn_tile *t);
-/* The same, 16 keys at a time: in plain C (vectorizable loops), and with AVX2 + FMA
- * intrinsics (head_dim a multiple of 8; only where cpu_avx2_available()). cpu_attn_run picks
- * AVX-512, else AVX2, else the plain one. */
+/* The same, 16 keys at a time, in plain C (vectorizable loops). */
 void cpu_attn_tile_blocked(const cpu_attn_tile *t);
-void cpu_attn_tile_avx2(const cpu_attn_tile *t);
+/* Whether this CPU has AVX2 + FMA and STALLSCOPE_CPU_ISA allows them (cpu_kernels.h). */
 bool cpu_avx2_available(void);
-/* Floats of scratch cpu_attn_tile_avx512 and cpu_attn_run need for a tile. */
+/* Floats of scratch the fast kernels and cpu_attn_run need for a tile. */
 size_t cpu_attn_scratch_floats(int n_rows, int head_dim);
+/* The flash kernels: AVX2 (head_dim a multiple of 8; only where cpu_avx2_available()) and
+ * AVX-512 (head_dim 16, 32, 64 or 128; only where cpu_simd_available()). */
+void cpu_attn_tile_avx2(const cpu_attn_tile *t, float *scratch);
 void cpu_attn_tile_avx512(const cpu_attn_tile *t, float *scratch);
 /* The fast kernel when it applies, else the generic one. */
 void cpu_attn_run(const cpu_attn_tile *t, float *scratch);

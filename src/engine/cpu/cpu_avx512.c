@@ -1,4 +1,5 @@
-/* cpu_avx512 — the AVX-512 kernels: the small-batch GEMM, exp2 and the attention tile.
+/* cpu_avx512 — the AVX-512 kernels: the small-batch GEMM, exp2, SwiGLU, RMSNorm, RoPE, the
+ * sampler's helpers, the streaming read and the attention tile.
  * Compiled for AVX-512 by function attribute (no -march for the whole build); callers
  * check cpu_simd_enabled() first. Each kernel has a plain reference in cpu_kernels.c or
  * cpu_attn.c that the tests compare it with. */
@@ -159,8 +160,6 @@ TGT void cpu_gemm_small_avx512(float *y, int ldy, const float *x, int ldx, const
 
 /* ---- streaming read ---------------------------------------------------------------- */
 
-float cpu_stream_sum_avx512(const float *x, size_t n);
-
 TGT float cpu_stream_sum_avx512(const float *x, size_t n)
 {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
@@ -227,6 +226,50 @@ TGT void cpu_swiglu_avx512(float *out, const float *gate, const float *up, int n
         const __m512 e = exp2_ps(_mm512_mul_ps(g, neg_log2e));
         const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, e));
         _mm512_mask_storeu_ps(out + i, tail, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(tail, up + i)));
+    }
+}
+
+TGT void cpu_rmsnorm_avx512(float *o, const float *x, const float *weight, int size, float eps)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+    int i = 0;
+    for (; i + 32 <= size; i += 32) {
+        const __m512 v0 = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
+        a0 = _mm512_fmadd_ps(v0, v0, a0);
+        a1 = _mm512_fmadd_ps(v1, v1, a1);
+    }
+    double ss = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    for (int j = i; j < size; j++)
+        ss += (double)x[j] * x[j];
+    const float inv_rms = (float)(1.0 / sqrt(ss / size + eps));
+    const __m512 inv = _mm512_set1_ps(inv_rms);
+    int j = 0;
+    for (; j + 16 <= size; j += 16)
+        _mm512_storeu_ps(o + j, _mm512_mul_ps(_mm512_loadu_ps(weight + j),
+                                              _mm512_mul_ps(inv, _mm512_loadu_ps(x + j))));
+    for (; j < size; j++)
+        o[j] = weight[j] * (inv_rms * x[j]);
+}
+
+/* As cpu_rope_avx2, 16 lanes: v c -+ v' s in one fmaddsub, c and s duplicated over each pair
+ * and v' the pair swapped. */
+TGT void cpu_rope_avx512(float *vec, int n_heads, int head_dim, const float *cos_sin)
+{
+    for (int h = 0; h < n_heads; h++) {
+        float *v = vec + (size_t)h * head_dim;
+        int d = 0;
+        for (; d + 16 <= head_dim; d += 16) {
+            const __m512 cs = _mm512_loadu_ps(cos_sin + d);
+            const __m512 x = _mm512_loadu_ps(v + d);
+            const __m512 swapped = _mm512_permute_ps(x, 0xB1);
+            _mm512_storeu_ps(v + d, _mm512_fmaddsub_ps(x, _mm512_moveldup_ps(cs),
+                                                       _mm512_mul_ps(swapped, _mm512_movehdup_ps(cs))));
+        }
+        for (; d < head_dim; d += 2) {
+            const float c = cos_sin[d], s = cos_sin[d + 1], v0 = v[d], v1 = v[d + 1];
+            v[d] = v0 * c - v1 * s;
+            v[d + 1] = v0 * s + v1 * c;
+        }
     }
 }
 

@@ -14,22 +14,6 @@
 #include "engine/cpu/cpu_kv.h"
 #include "engine/cpu/cpu_sample.h"
 
-float cpu_stream_sum_avx512(const float *x, size_t n);
-
-float cpu_stream_sum(const float *x, size_t n)
-{
-    if (cpu_simd_enabled())
-        return cpu_stream_sum_avx512(x, n);
-    float lanes[16] = {0};
-    for (size_t i = 0; i + 16 <= n; i += 16)
-        for (int j = 0; j < 16; j++)
-            lanes[j] += x[i + j];
-    float sum = 0;
-    for (int j = 0; j < 16; j++)
-        sum += lanes[j];
-    return sum;
-}
-
 static float *random_floats(size_t n, uint64_t seed)
 {
     float *x = NULL;

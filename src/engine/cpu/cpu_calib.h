@@ -50,7 +50,4 @@ int cpu_calib_steps(cpu_pool *pool, const cost_arch *arch, const int *batches, i
                     const int *contexts, int n_contexts, const int *prompts, int n_prompts,
                     double temperature, double min_seconds, fit_probe *out, char *err);
 
-/* A sum over n floats as fast as memory delivers them (the bandwidth probe). */
-float cpu_stream_sum(const float *x, size_t n);
-
 #endif

@@ -208,18 +208,6 @@ typedef struct rows_job {
     int n_rows;
 } rows_job;
 
-static void rope_rotate(float *vec, int n_heads, int head_dim, const float *cos_sin)
-{
-    for (int h = 0; h < n_heads; h++)
-        for (int i = 0; i < head_dim / 2; i++) {
-            float *pair = vec + h * head_dim + 2 * i;
-            const float fcr = cos_sin[2 * i], fci = cos_sin[2 * i + 1];
-            const float v0 = pair[0], v1 = pair[1];
-            pair[0] = v0 * fcr - v1 * fci;
-            pair[1] = v0 * fci + v1 * fcr;
-        }
-}
-
 static void rows_task(void *arg, int task, int thread)
 {
     (void)thread;
@@ -236,8 +224,8 @@ static void rows_task(void *arg, int task, int thread)
         case ROWS_NORM_FFN: {
             const float *gain = (j->op == ROWS_NORM_ATT ? w->rms_att : w->rms_ffn) +
                                 (size_t)j->layer * c->dim;
-            cpu_rmsnorm(s->xb + (size_t)r * c->dim, s->x + (size_t)r * c->dim, gain, c->dim,
-                        c->norm_eps);
+            cpu_rmsnorm_fast(s->xb + (size_t)r * c->dim, s->x + (size_t)r * c->dim, gain,
+                             c->dim, c->norm_eps);
             break;
         }
         case ROWS_ROPE_KV: {
@@ -245,8 +233,8 @@ static void rows_task(void *arg, int task, int thread)
             float *k = q + d->q_dim;
             const float *v = k + d->kv_dim;
             const float *cos_sin = s->rope + (size_t)s->pos[r] * c->head_dim;
-            rope_rotate(q, c->n_heads, c->head_dim, cos_sin);
-            rope_rotate(k, c->n_kv_heads, c->head_dim, cos_sin);
+            cpu_rope_fast(q, c->n_heads, c->head_dim, cos_sin);
+            cpu_rope_fast(k, c->n_kv_heads, c->head_dim, cos_sin);
             cpu_kv_write(j->kv, j->layer, j->seqs[j->row_seq[r]].kv, s->pos[r], k, v);
             break;
         }
@@ -413,7 +401,8 @@ int cpu_forward(const cpu_model *m, cpu_runstate *s, cpu_kv *kv, cpu_pool *pool,
         if (!seqs[i].samples)
             continue;
         const size_t last = (size_t)s->row_start[i] + seqs[i].new_tokens - 1;
-        cpu_rmsnorm(s->xs + (size_t)k * dim, s->x + last * dim, w->rms_final, dim, c->norm_eps);
+        cpu_rmsnorm_fast(s->xs + (size_t)k * dim, s->x + last * dim, w->rms_final, dim,
+                         c->norm_eps);
         k++;
     }
     cpu_gemm(pool, s->logits, c->vocab_size, s->xs, dim, w->wcls, n_samples, c->vocab_size, dim,

@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,10 +85,9 @@ void cpu_gemm_naive(float *y, int ldy, const float *x, int ldx, const float *w, 
         }
 }
 
-/* ---- fast-path switch ------------------------------------------------------------ */
+/* ---- dispatch ------------------------------------------------------------------ */
 
-static atomic_int simd_state = -1; /* -1 unknown, 0 off, 1 on */
-static atomic_bool simd_refused;    /* cpu_simd_enable(false): no vector path at all */
+static atomic_int isa_active = -1; /* -1: not decided yet */
 
 cpu_isa cpu_isa_cap(void)
 {
@@ -105,44 +105,147 @@ cpu_isa cpu_isa_cap(void)
     return (cpu_isa)c;
 }
 
-bool cpu_simd_available(void)
+const char *cpu_isa_name(cpu_isa isa)
+{
+    return isa == CPU_ISA_AVX512 ? "avx512" : isa == CPU_ISA_AVX2 ? "avx2" : "portable";
+}
+
+/* What the CPU has, the cap not applied. */
+static bool has_avx512(void)
 {
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    return cpu_isa_cap() >= CPU_ISA_AVX512 && __builtin_cpu_supports("avx512f") &&
-           __builtin_cpu_supports("avx512dq");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
 #else
     return false;
 #endif
 }
 
-void cpu_simd_enable(bool on)
+static bool has_avx2(void)
 {
-    atomic_store(&simd_refused, !on);
-    atomic_store(&simd_state, on && cpu_simd_available() ? 1 : 0);
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return false;
+#endif
 }
 
-bool cpu_simd_allowed(void)
+static cpu_isa widest(void)
 {
-    return !atomic_load(&simd_refused);
+    const cpu_isa cap = cpu_isa_cap();
+    if (cap >= CPU_ISA_AVX512 && has_avx512() && has_avx2())
+        return CPU_ISA_AVX512;
+    if (cap >= CPU_ISA_AVX2 && has_avx2())
+        return CPU_ISA_AVX2;
+    return CPU_ISA_PORTABLE;
+}
+
+cpu_isa cpu_isa_active(void)
+{
+    int a = atomic_load(&isa_active);
+    if (a < 0) {
+        a = widest();
+        atomic_store(&isa_active, a);
+    }
+    return (cpu_isa)a;
+}
+
+cpu_isa cpu_isa_set(cpu_isa want)
+{
+    const cpu_isa best = widest();
+    const cpu_isa a = want < best ? want : best;
+    atomic_store(&isa_active, a);
+    return a;
+}
+
+void cpu_isa_describe(char *out, size_t size)
+{
+    const char *env = getenv("STALLSCOPE_CPU_ISA");
+    snprintf(out, size, "cpu kernels: %s (CPU: AVX2+FMA %s, AVX-512 F+DQ %s; STALLSCOPE_CPU_ISA %s%s)",
+             cpu_isa_name(cpu_isa_active()), has_avx2() ? "yes" : "no", has_avx512() ? "yes" : "no",
+             env ? "=" : "unset", env ? env : "");
+}
+
+bool cpu_avx2_available(void)
+{
+    return cpu_isa_cap() >= CPU_ISA_AVX2 && has_avx2();
+}
+
+bool cpu_simd_available(void)
+{
+    return cpu_isa_cap() >= CPU_ISA_AVX512 && has_avx512();
+}
+
+void cpu_simd_enable(bool on)
+{
+    cpu_isa_set(on ? CPU_ISA_AVX512 : CPU_ISA_PORTABLE);
 }
 
 bool cpu_simd_enabled(void)
 {
-    int s = atomic_load(&simd_state);
-    if (s < 0) {
-        s = cpu_simd_available() ? 1 : 0;
-        atomic_store(&simd_state, s);
-    }
-    return s == 1;
+    return cpu_isa_active() == CPU_ISA_AVX512;
+}
+
+/* ---- element-wise, dispatched ------------------------------------------------------ */
+
+void cpu_rope_table(float *vec, int n_heads, int head_dim, const float *cos_sin)
+{
+    for (int h = 0; h < n_heads; h++)
+        for (int i = 0; i < head_dim / 2; i++) {
+            float *pair = vec + h * head_dim + 2 * i;
+            const float fcr = cos_sin[2 * i], fci = cos_sin[2 * i + 1];
+            const float v0 = pair[0], v1 = pair[1];
+            pair[0] = v0 * fcr - v1 * fci;
+            pair[1] = v0 * fci + v1 * fcr;
+        }
 }
 
 void cpu_swiglu_fast(float *out, const float *gate, const float *up, int n)
 {
-    if (cpu_simd_enabled())
-        cpu_swiglu_avx512(out, gate, up, n);
-    else
-        cpu_swiglu(out, gate, up, n);
+    switch (cpu_isa_active()) {
+    case CPU_ISA_AVX512: cpu_swiglu_avx512(out, gate, up, n); break;
+    case CPU_ISA_AVX2: cpu_swiglu_avx2(out, gate, up, n); break;
+    default: cpu_swiglu(out, gate, up, n); break;
+    }
+}
+
+void cpu_rmsnorm_fast(float *o, const float *x, const float *weight, int size, float eps)
+{
+    switch (cpu_isa_active()) {
+    case CPU_ISA_AVX512: cpu_rmsnorm_avx512(o, x, weight, size, eps); break;
+    case CPU_ISA_AVX2: cpu_rmsnorm_avx2(o, x, weight, size, eps); break;
+    default: cpu_rmsnorm(o, x, weight, size, eps); break;
+    }
+}
+
+void cpu_rope_fast(float *vec, int n_heads, int head_dim, const float *cos_sin)
+{
+    switch (cpu_isa_active()) {
+    case CPU_ISA_AVX512: cpu_rope_avx512(vec, n_heads, head_dim, cos_sin); break;
+    case CPU_ISA_AVX2: cpu_rope_avx2(vec, n_heads, head_dim, cos_sin); break;
+    default: cpu_rope_table(vec, n_heads, head_dim, cos_sin); break;
+    }
+}
+
+float cpu_stream_sum(const float *x, size_t n)
+{
+    switch (cpu_isa_active()) {
+    case CPU_ISA_AVX512: return cpu_stream_sum_avx512(x, n);
+    case CPU_ISA_AVX2: return cpu_stream_sum_avx2(x, n);
+    default: break;
+    }
+    float lanes[16] = {0};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++)
+            lanes[j] += x[i + j];
+    float sum = 0;
+    for (int j = 0; j < 16; j++)
+        sum += lanes[j];
+    for (; i < n; i++)
+        sum += x[i];
+    return sum;
 }
 
 /* ---- GEMM ------------------------------------------------------------------------ */
@@ -152,7 +255,7 @@ typedef struct gemm_job {
     const float *x, *w;
     int ldy, ldx, m, n, k;
     bool accumulate;
-    bool small;    /* our kernel; else SGEMM */
+    cpu_isa small; /* our kernel for this instruction set; CPU_ISA_PORTABLE: SGEMM */
     bool split_m;  /* tasks are row ranges of X; else row ranges of W */
     int per_task;  /* rows of X or of W per task */
     int span;      /* m or n: what per_task divides */
@@ -167,8 +270,10 @@ static void gemm_task(void *arg, int task, int thread)
     if (lo >= hi)
         return;
     const float beta = g->accumulate ? 1.0f : 0.0f;
-    if (g->small) {
+    if (g->small == CPU_ISA_AVX512) {
         cpu_gemm_small_avx512(g->y, g->ldy, g->x, g->ldx, g->w, g->m, lo, hi, g->k, g->accumulate);
+    } else if (g->small == CPU_ISA_AVX2) {
+        cpu_gemm_small_avx2(g->y, g->ldy, g->x, g->ldx, g->w, g->m, lo, hi, g->k, g->accumulate);
     } else if (g->split_m) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, hi - lo, g->n, g->k, 1.0f,
                     g->x + (size_t)lo * g->ldx, g->ldx, g->w, g->k, beta,
@@ -190,8 +295,8 @@ void cpu_gemm(cpu_pool *pool, float *y, int ldy, const float *x, int ldx, const 
     if (m <= 0 || n <= 0)
         return;
     const int threads = cpu_pool_threads(pool);
-    gemm_job g = {y, x, w, ldy, ldx, m, n, k, accumulate, false, false, 0, 0};
-    g.small = m < CPU_GEMM_SMALL_M && cpu_simd_enabled();
+    gemm_job g = {y, x, w, ldy, ldx, m, n, k, accumulate, CPU_ISA_PORTABLE, false, 0, 0};
+    g.small = m < CPU_GEMM_SMALL_M ? cpu_isa_active() : CPU_ISA_PORTABLE;
     if (g.small) {
         /* W rows in multiples of 16 (the kernel's block), about four tasks a thread so
          * the dynamic hand-out evens out. */

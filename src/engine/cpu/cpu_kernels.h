@@ -1,13 +1,16 @@
 /* cpu_kernels — the arithmetic of one forward pass, each as a ten-line reference loop next
  * to the fast version that the engine runs (tests hold them to each other).
  *
- * Fast versions use AVX-512 when the CPU has it (checked once at run time; the build needs
- * no -march flag) and fall back to the plain loops otherwise. Matrix products go to
+ * Fast versions come in two instruction sets, AVX-512 (cpu_avx512.c) and AVX2 + FMA
+ * (cpu_avx2.c), compiled by function attribute (the build needs no -march flag); one binary
+ * runs the widest the CPU has (cpu_isa_active, checked once at run time) and the plain loops
+ * where it has neither. Matrix products go to
  * OpenBLAS SGEMM for many rows (prefill) and to our own kernel for few rows (decode), where
  * SGEMM spends its time packing a weight matrix it then uses a handful of times. */
 #ifndef STALLSCOPE_CPU_KERNELS_H
 #define STALLSCOPE_CPU_KERNELS_H
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "engine/cpu/cpu_pool.h"
@@ -22,6 +25,9 @@ void cpu_softmax(float *x, int size);
 void cpu_matmul_naive(float *xout, const float *x, const float *w, int n, int d);
 /* rotate each head_dim-sized head of vec by the angles of position pos (pairs 2i, 2i+1) */
 void cpu_rope_naive(float *vec, int n_heads, int head_dim, int pos, double theta);
+/* rotate each head_dim-sized head of vec by a row of the RoPE table: pair i by cos_sin[2i]
+ * (cosine) and cos_sin[2i + 1] (sine) */
+void cpu_rope_table(float *vec, int n_heads, int head_dim, const float *cos_sin);
 /* out[i] = silu(gate[i]) * up[i] */
 void cpu_swiglu(float *out, const float *gate, const float *up, int n);
 /* index of the largest value; the lowest index among equals */
@@ -39,40 +45,74 @@ void cpu_gemm_naive(float *y, int ldy, const float *x, int ldx, const float *w, 
 /* Rows below this use the small-batch kernel; from it on, OpenBLAS. */
 #define CPU_GEMM_SMALL_M 128
 
-/* The widest instruction set the dispatch may use. The environment variable
- * STALLSCOPE_CPU_ISA caps it ("portable": plain C only; "avx2": AVX2 + FMA, no AVX-512;
- * unset or "native": what the CPU has), so the slower paths can be tested and measured on a
- * CPU that has the faster ones. Read once. */
+/* ---- dispatch ------------------------------------------------------------------ */
+
+/* The instruction sets of the fast paths, narrowest first. The environment variable
+ * STALLSCOPE_CPU_ISA caps what the dispatch may use ("portable": plain C only; "avx2": AVX2
+ * + FMA, no AVX-512; unset or "native": what the CPU has), so the slower paths can be
+ * tested and measured on a CPU that has the faster ones. Read once. */
 typedef enum cpu_isa { CPU_ISA_PORTABLE, CPU_ISA_AVX2, CPU_ISA_AVX512 } cpu_isa;
 cpu_isa cpu_isa_cap(void);
+/* "portable", "avx2", "avx512" */
+const char *cpu_isa_name(cpu_isa isa);
+/* What the kernels run: the widest instruction set this CPU has and the cap allows, unless
+ * cpu_isa_set chose a narrower one. */
+cpu_isa cpu_isa_active(void);
+/* Run at most `want` from now on (tests and benchmarks; the narrower of want and what the
+ * CPU has and the cap allows). Returns what is now active. */
+cpu_isa cpu_isa_set(cpu_isa want);
+/* The dispatch decision in one line, e.g. "cpu kernels: avx2 (CPU: AVX2+FMA yes, AVX-512
+ * F+DQ no; STALLSCOPE_CPU_ISA unset)". */
+void cpu_isa_describe(char *out, size_t size);
 
-/* Fast-path control for tests and benchmarks: whether this CPU has AVX-512 (F, DQ) and the
- * cap allows it, and whether the kernels use it (default: when available). */
+/* The AVX-512 switch as earlier versions named it: whether this CPU has AVX-512 (F, DQ)
+ * and the cap allows it; cpu_simd_enable(true) is cpu_isa_set(CPU_ISA_AVX512),
+ * cpu_simd_enable(false) cpu_isa_set(CPU_ISA_PORTABLE) (no vector path at all);
+ * cpu_simd_enabled(): AVX-512 is active. */
 bool cpu_simd_available(void);
 void cpu_simd_enable(bool on);
 bool cpu_simd_enabled(void);
-/* false after cpu_simd_enable(false): the AVX2 paths (cpu_attn_tile_avx2) stand down too. */
-bool cpu_simd_allowed(void);
 
-/* The small-batch kernel on its own (rows [n0, n1) of W), for tests: same contract as
- * cpu_gemm. Requires cpu_simd_available(). */
+/* ---- the fast kernels, dispatched ------------------------------------------------ */
+
+/* cpu_swiglu, cpu_rmsnorm and cpu_rope_table with the active instruction set. */
+void cpu_swiglu_fast(float *out, const float *gate, const float *up, int n);
+void cpu_rmsnorm_fast(float *o, const float *x, const float *weight, int size, float eps);
+void cpu_rope_fast(float *vec, int n_heads, int head_dim, const float *cos_sin);
+/* A sum over n floats as fast as memory delivers them (the bandwidth probe). */
+float cpu_stream_sum(const float *x, size_t n);
+
+/* ---- per instruction set (callers check the CPU first; the tests call them directly) */
+
+/* The small-batch kernel on its own (rows [n0, n1) of W): same contract as cpu_gemm. */
 void cpu_gemm_small_avx512(float *y, int ldy, const float *x, int ldx, const float *w, int m,
                            int n0, int n1, int k, bool accumulate);
+void cpu_gemm_small_avx2(float *y, int ldy, const float *x, int ldx, const float *w, int m,
+                         int n0, int n1, int k, bool accumulate);
 
-/* cpu_swiglu with a vector exp (AVX-512 when enabled, else cpu_swiglu). */
-void cpu_swiglu_fast(float *out, const float *gate, const float *up, int n);
 void cpu_swiglu_avx512(float *out, const float *gate, const float *up, int n);
+void cpu_swiglu_avx2(float *out, const float *gate, const float *up, int n);
+void cpu_rmsnorm_avx512(float *o, const float *x, const float *weight, int size, float eps);
+void cpu_rmsnorm_avx2(float *o, const float *x, const float *weight, int size, float eps);
+void cpu_rope_avx512(float *vec, int n_heads, int head_dim, const float *cos_sin);
+void cpu_rope_avx2(float *vec, int n_heads, int head_dim, const float *cos_sin);
+float cpu_stream_sum_avx512(const float *x, size_t n);
+float cpu_stream_sum_avx2(const float *x, size_t n);
 
 /* Sampling helpers: the largest value; x[i] = exp((x[i] - max) * inv_temperature) in place,
  * with the sum of each 256-element chunk in chunk_sums (ceil(n / 256) of them); returns the
  * total. */
 float cpu_max_avx512(const float *x, int n);
+float cpu_max_avx2(const float *x, int n);
 double cpu_exp_weights_avx512(float *x, int n, float max, float inv_temperature,
                               double *chunk_sums);
+double cpu_exp_weights_avx2(float *x, int n, float max, float inv_temperature,
+                            double *chunk_sums);
 #define CPU_SAMPLE_CHUNK 256
 
-/* exp2 on AVX-512 lanes as the attention kernel computes it (relative error < 2e-7),
+/* exp2 on vector lanes as the attention kernels compute it (relative error < 2e-7),
  * exposed for tests: out[i] = 2^in[i] for n values. */
 void cpu_exp2_avx512(float *out, const float *in, int n);
+void cpu_exp2_avx2(float *out, const float *in, int n);
 
 #endif

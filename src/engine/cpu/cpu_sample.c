@@ -53,11 +53,13 @@ static int first_index_of(const float *x, int n, float value)
 int32_t cpu_sample(float *logits, int vocab_size, double temperature, uint64_t seed,
                    int64_t position, int32_t banned)
 {
-    if (!cpu_simd_enabled())
+    const cpu_isa isa = cpu_isa_active();
+    if (isa == CPU_ISA_PORTABLE)
         return cpu_sample_naive(logits, vocab_size, temperature, seed, position, banned);
     if (banned >= 0 && banned < vocab_size)
         logits[banned] = -INFINITY;
-    const float max = cpu_max_avx512(logits, vocab_size);
+    const float max = isa == CPU_ISA_AVX512 ? cpu_max_avx512(logits, vocab_size)
+                                            : cpu_max_avx2(logits, vocab_size);
     const int best = first_index_of(logits, vocab_size, max);
     if (!(temperature > 0) || !isfinite(max))
         return best;
@@ -66,9 +68,10 @@ int32_t cpu_sample(float *logits, int vocab_size, double temperature, uint64_t s
     double *sums = n_chunks <= 256 ? stack_sums : malloc(sizeof *sums * (size_t)n_chunks);
     if (!sums)
         return cpu_sample_naive(logits, vocab_size, temperature, seed, position, -1);
-    double total = cpu_exp_weights_avx512(logits, vocab_size, max, (float)(1.0 / temperature),
-                                          sums);
-    if (banned >= 0 && banned < vocab_size) { /* exp2 floors at 2^-127: make it exactly 0 */
+    const float inv_t = (float)(1.0 / temperature);
+    double total = isa == CPU_ISA_AVX512 ? cpu_exp_weights_avx512(logits, vocab_size, max, inv_t, sums)
+                                         : cpu_exp_weights_avx2(logits, vocab_size, max, inv_t, sums);
+    if (banned >= 0 && banned < vocab_size) { /* AVX-512's exp2 floors at 2^-127: make it exactly 0 */
         sums[banned / CPU_SAMPLE_CHUNK] -= logits[banned];
         total -= logits[banned];
         logits[banned] = 0;

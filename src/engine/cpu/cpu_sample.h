@@ -9,7 +9,7 @@
 
 /* temperature 0: the argmax (lowest index among equals). Otherwise softmax(logits / T) and
  * one draw. banned >= 0 is never returned (EOS before min_tokens or with ignore_eos).
- * logits is scratch: it is modified. With AVX-512 the weights use the vector exp and the
+ * logits is scratch: it is modified. With AVX-512 or AVX2 the weights use the vector exp and the
  * draw walks 256-token chunk sums first (a decode step samples 32 x 32,000 logits: scalar
  * exp alone would cost ~10 ms). */
 int32_t cpu_sample(float *logits, int vocab_size, double temperature, uint64_t seed,

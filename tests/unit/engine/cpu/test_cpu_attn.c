@@ -116,7 +116,7 @@ static void check_attention(attn_kernel kernel, int n_kv_heads, int head_dim, in
         case ATTN_AVX2:
             if (head_dim % 8 != 0) /* the tile's precondition: cpu_attn_run never picks it */
                 continue;
-            cpu_attn_tile_avx2(&tile);
+            cpu_attn_tile_avx2(&tile, scratch);
             break;
         case ATTN_AVX512:
             cpu_attn_tile_avx512(&tile, scratch);
@@ -178,10 +178,18 @@ static void test_attention_portable(void **state)
     check_attention_all(ATTN_PORTABLE);
 }
 
+/* The AVX2 kernel takes any head_dim a multiple of 8: widths whose values pass is not a
+ * whole number of 32-dimension runs (the 8, 16 and 24 tails), decode and prefill. */
 static void test_attention_avx2(void **state)
 {
     (void)state;
     check_attention_all(ATTN_AVX2);
+    static const int widths[] = {8, 24, 40, 56, 96};
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
+        check_attention(ATTN_AVX2, 1, widths[i], 129, 1, 4, 1.0f);
+        check_attention(ATTN_AVX2, 1, widths[i], 90, 23, 3, 1.0f);
+        check_attention(ATTN_AVX2, 1, widths[i], 100, 3, 2, 30.0f);
+    }
 }
 
 static void test_attention_avx512(void **state)

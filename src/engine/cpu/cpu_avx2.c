@@ -1,0 +1,523 @@
+/* cpu_avx2 — the AVX2 + FMA kernels, one for each AVX-512 kernel (cpu_avx512.c): the
+ * small-batch GEMM, the element-wise kernels (SwiGLU, RMSNorm, RoPE), the sampler's max and
+ * exp weights, the streaming read, and the attention tile. Compiled for AVX2 by function
+ * attribute; callers dispatch on cpu_isa_active() first. Each kernel has a plain reference
+ * in cpu_kernels.c or cpu_attn.c that the tests compare it with. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "engine/cpu/cpu_attn.h"
+#include "engine/cpu/cpu_avx2_math.h"
+#include "engine/cpu/cpu_kernels.h"
+
+#define TGT CPU_AVX2_TGT
+#define INLINE CPU_AVX2_INLINE
+
+/* ---- small-batch GEMM ------------------------------------------------------------ */
+
+/* One tile: RM rows of X against RN rows of W, RM x RN = 8 dot products of length k (8
+ * accumulators: two FMAs in flight per cycle of latency 4, and room for the loads in 16
+ * registers), out[i * RN + j] = x_i . w_j. Rows past the end are clamped to the last valid
+ * one (the caller does not store them). */
+INLINE void gemm_tile(const float *x, int ldx, int rows_x, const float *w, int rows_w, int k,
+                      int RM, int RN, float *out)
+{
+    __m256 acc[8];
+    const float *xr[4];
+    const float *wr[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        acc[i] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int i = 0; i < RM; i++)
+        xr[i] = x + (size_t)(i < rows_x ? i : rows_x - 1) * ldx;
+#pragma GCC unroll 8
+    for (int j = 0; j < RN; j++)
+        wr[j] = w + (size_t)(j < rows_w ? j : rows_w - 1) * k;
+    int p = 0;
+    for (; p + 8 <= k; p += 8) {
+        if (RM >= RN) { /* 4 x 2: each W load serves 4 rows of X */
+            __m256 wv[2];
+#pragma GCC unroll 2
+            for (int j = 0; j < RN; j++)
+                wv[j] = _mm256_loadu_ps(wr[j] + p);
+#pragma GCC unroll 4
+            for (int i = 0; i < RM; i++) {
+                const __m256 xv = _mm256_loadu_ps(xr[i] + p);
+#pragma GCC unroll 2
+                for (int j = 0; j < RN; j++)
+                    acc[i * RN + j] = _mm256_fmadd_ps(xv, wv[j], acc[i * RN + j]);
+            }
+        } else { /* 2 x 4, 1 x 8: each X load serves RN rows of W */
+            __m256 xv[2];
+#pragma GCC unroll 2
+            for (int i = 0; i < RM; i++)
+                xv[i] = _mm256_loadu_ps(xr[i] + p);
+#pragma GCC unroll 8
+            for (int j = 0; j < RN; j++) {
+                const __m256 wv = _mm256_loadu_ps(wr[j] + p);
+#pragma GCC unroll 2
+                for (int i = 0; i < RM; i++)
+                    acc[i * RN + j] = _mm256_fmadd_ps(xv[i], wv, acc[i * RN + j]);
+            }
+        }
+    }
+    if (p < k) {
+        const __m256i tail = cpu_avx2_tail_mask(k - p);
+#pragma GCC unroll 4
+        for (int i = 0; i < RM; i++) {
+            const __m256 xv = _mm256_maskload_ps(xr[i] + p, tail);
+#pragma GCC unroll 8
+            for (int j = 0; j < RN; j++)
+                acc[i * RN + j] =
+                    _mm256_fmadd_ps(xv, _mm256_maskload_ps(wr[j] + p, tail), acc[i * RN + j]);
+        }
+    }
+    _mm256_storeu_ps(out, cpu_avx2_sum8(acc));
+}
+
+INLINE void store_tile(float *y, int ldy, const float *out, int rows_x, int rows_w, int RM,
+                       int RN, bool accumulate)
+{
+    for (int i = 0; i < RM && i < rows_x; i++) {
+        float *yr = y + (size_t)i * ldy;
+        for (int j = 0; j < RN && j < rows_w; j++)
+            yr[j] = accumulate ? yr[j] + out[i * RN + j] : out[i * RN + j];
+    }
+}
+
+/* As cpu_gemm_small_avx512: W in blocks of 16 rows that every row group of X passes over
+ * (so W streams from memory once per call), the next block prefetched into L2 while this one
+ * computes, its lines spread over the block's tiles. */
+TGT void cpu_gemm_small_avx2(float *y, int ldy, const float *x, int ldx, const float *w, int m,
+                             int n0, int n1, int k, bool accumulate)
+{
+    float out[8] __attribute__((aligned(32)));
+    /* tiles per block: 8 per group of 4 rows, 4 for a pair, 2 for a single row */
+    const int tiles = (m / 4) * 8 + ((m % 4) >= 2 ? 4 : 0) + ((m % 4) % 2) * 2;
+    for (int n = n0; n < n1; n += 16) {
+        const float *wb = w + (size_t)n * k;
+        const int rows_w = n1 - n < 16 ? n1 - n : 16;
+        const int next_rows = n1 - n - 16 < 16 ? n1 - n - 16 : 16; /* <= 0: none */
+        const char *next = (const char *)(wb + (size_t)16 * k);
+        const size_t next_lines = next_rows > 0 ? ((size_t)next_rows * k * sizeof(float) + 63) / 64 : 0;
+        const size_t lines_per_tile = (next_lines + (size_t)tiles - 1) / (size_t)tiles;
+        size_t line = 0;
+#define PREFETCH_SHARE()                                                                     \
+        for (size_t end_ = line + lines_per_tile; line < end_ && line < next_lines; line++)  \
+            _mm_prefetch(next + line * 64, _MM_HINT_T1)
+        int i = 0;
+        for (; i + 4 <= m; i += 4)
+            for (int j = 0; j < 16; j += 2) {
+                PREFETCH_SHARE();
+                if (j >= rows_w)
+                    continue;
+                gemm_tile(x + (size_t)i * ldx, ldx, 4, wb + (size_t)j * k, rows_w - j, k, 4, 2, out);
+                store_tile(y + (size_t)i * ldy + n + j, ldy, out, 4, rows_w - j, 4, 2, accumulate);
+            }
+        if (m - i >= 2) {
+            for (int j = 0; j < 16; j += 4) {
+                PREFETCH_SHARE();
+                if (j >= rows_w)
+                    continue;
+                gemm_tile(x + (size_t)i * ldx, ldx, 2, wb + (size_t)j * k, rows_w - j, k, 2, 4, out);
+                store_tile(y + (size_t)i * ldy + n + j, ldy, out, 2, rows_w - j, 2, 4, accumulate);
+            }
+            i += 2;
+        }
+        if (m - i == 1)
+            for (int j = 0; j < 16; j += 8) {
+                PREFETCH_SHARE();
+                if (j >= rows_w)
+                    continue;
+                gemm_tile(x + (size_t)i * ldx, ldx, 1, wb + (size_t)j * k, rows_w - j, k, 1, 8, out);
+                store_tile(y + (size_t)i * ldy + n + j, ldy, out, 1, rows_w - j, 1, 8, accumulate);
+            }
+#undef PREFETCH_SHARE
+    }
+}
+
+/* ---- streaming read ---------------------------------------------------------------- */
+
+TGT float cpu_stream_sum_avx2(const float *x, size_t n)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
+        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(x + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(x + i + 24));
+    }
+    float sum = cpu_avx2_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; i++)
+        sum += x[i];
+    return sum;
+}
+
+/* ---- element-wise -------------------------------------------------------------------- */
+
+TGT void cpu_exp2_avx2(float *out, const float *in, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, cpu_avx2_exp2(_mm256_loadu_ps(in + i)));
+    if (i < n) {
+        const __m256i tail = cpu_avx2_tail_mask(n - i);
+        _mm256_maskstore_ps(out + i, tail, cpu_avx2_exp2(_mm256_maskload_ps(in + i, tail)));
+    }
+}
+
+/* silu(g) * u = g / (1 + 2^(-g log2 e)) * u */
+INLINE __m256 swiglu8(__m256 g, __m256 u)
+{
+    const __m256 e = cpu_avx2_exp2(_mm256_mul_ps(g, _mm256_set1_ps(-1.4426950408889634f)));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+TGT void cpu_swiglu_avx2(float *out, const float *gate, const float *up, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, swiglu8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    if (i < n) {
+        const __m256i tail = cpu_avx2_tail_mask(n - i);
+        _mm256_maskstore_ps(out + i, tail,
+                            swiglu8(_mm256_maskload_ps(gate + i, tail),
+                                    _mm256_maskload_ps(up + i, tail)));
+    }
+}
+
+TGT void cpu_rmsnorm_avx2(float *o, const float *x, const float *weight, int size, float eps)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    int i = 0;
+    for (; i + 16 <= size; i += 16) {
+        const __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+        a0 = _mm256_fmadd_ps(v0, v0, a0);
+        a1 = _mm256_fmadd_ps(v1, v1, a1);
+    }
+    double ss = cpu_avx2_hsum(_mm256_add_ps(a0, a1));
+    for (int j = i; j < size; j++)
+        ss += (double)x[j] * x[j];
+    const float inv_rms = (float)(1.0 / sqrt(ss / size + eps));
+    const __m256 inv = _mm256_set1_ps(inv_rms);
+    int j = 0;
+    for (; j + 8 <= size; j += 8)
+        _mm256_storeu_ps(o + j, _mm256_mul_ps(_mm256_loadu_ps(weight + j),
+                                              _mm256_mul_ps(inv, _mm256_loadu_ps(x + j))));
+    for (; j < size; j++)
+        o[j] = weight[j] * (inv_rms * x[j]);
+}
+
+/* Pairs (2i, 2i + 1) of each head rotated by cos_sin[2i], cos_sin[2i + 1]: with c and s each
+ * duplicated over its pair and the pair swapped, v c -+ v' s is one fmaddsub. */
+TGT void cpu_rope_avx2(float *vec, int n_heads, int head_dim, const float *cos_sin)
+{
+    for (int h = 0; h < n_heads; h++) {
+        float *v = vec + (size_t)h * head_dim;
+        int d = 0;
+        for (; d + 8 <= head_dim; d += 8) {
+            const __m256 cs = _mm256_loadu_ps(cos_sin + d);
+            const __m256 x = _mm256_loadu_ps(v + d);
+            const __m256 swapped = _mm256_permute_ps(x, 0xB1);
+            _mm256_storeu_ps(v + d, _mm256_fmaddsub_ps(x, _mm256_moveldup_ps(cs),
+                                                       _mm256_mul_ps(swapped, _mm256_movehdup_ps(cs))));
+        }
+        for (; d < head_dim; d += 2) {
+            const float c = cos_sin[d], s = cos_sin[d + 1], v0 = v[d], v1 = v[d + 1];
+            v[d] = v0 * c - v1 * s;
+            v[d + 1] = v0 * s + v1 * c;
+        }
+    }
+}
+
+/* ---- sampling -------------------------------------------------------------------- */
+
+TGT float cpu_max_avx2(const float *x, int n)
+{
+    __m256 b0 = _mm256_set1_ps(-INFINITY), b1 = b0;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        b0 = _mm256_max_ps(b0, _mm256_loadu_ps(x + i));
+        b1 = _mm256_max_ps(b1, _mm256_loadu_ps(x + i + 8));
+    }
+    float top = cpu_avx2_hmax(_mm256_max_ps(b0, b1));
+    for (; i < n; i++)
+        top = x[i] > top ? x[i] : top;
+    return top;
+}
+
+TGT double cpu_exp_weights_avx2(float *x, int n, float max, float inv_temperature,
+                                double *chunk_sums)
+{
+    const __m256 scale = _mm256_set1_ps(inv_temperature * 1.4426950408889634f);
+    const __m256 shift = _mm256_set1_ps(max);
+    double total = 0;
+    for (int c = 0; c * CPU_SAMPLE_CHUNK < n; c++) {
+        const int lo = c * CPU_SAMPLE_CHUNK;
+        const int hi = lo + CPU_SAMPLE_CHUNK < n ? lo + CPU_SAMPLE_CHUNK : n;
+        __m256 sum = _mm256_setzero_ps();
+        int i = lo;
+        for (; i + 8 <= hi; i += 8) {
+            const __m256 e =
+                cpu_avx2_exp2(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), shift), scale));
+            _mm256_storeu_ps(x + i, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        float rest = 0;
+        for (; i < hi; i++) {
+            x[i] = exp2f((x[i] - max) * inv_temperature * 1.4426950408889634f);
+            rest += x[i];
+        }
+        chunk_sums[c] = (double)cpu_avx2_hsum(sum) + rest;
+        total += chunk_sums[c];
+    }
+    return total;
+}
+
+/* ---- attention ------------------------------------------------------------------- */
+
+/* The AVX-512 kernel's flash attention on 8-lane vectors: a block of 16 keys is two vectors
+ * of scores per row, up to A2_ROWS rows take their queries against one load of each key
+ * (8 score accumulators, 2 key vectors and a broadcast: 11 of the 16 registers), exp2 with
+ * scale x log2(e) folded into Q, the running max only raised (and the row's output and sums
+ * rescaled) when a score overtakes it by 2^A2_LAZY. The weighted values are added for a pair
+ * of rows at a time, 32 dimensions (4 accumulators per row) per pass over the block's
+ * values. Keys come in chunks of CPU_ATTN_CHUNK_BLOCKS that every row group passes over
+ * while the chunk is in L1/L2; a group streaming blocks it will not reuse (a decode row)
+ * prefetches A2_PREFETCH blocks ahead. For head_dim a multiple of 8. */
+#define A2_ROWS 4
+#define A2_LAZY 8.0f
+#define A2_PREFETCH 3
+
+typedef struct a2_state {
+    float *qs; /* (n_rows, hd) q x scale x log2(e) */
+    float *m;  /* (n_rows,) running max, log2 units */
+    float *l;  /* (n_rows, 8) running sums, one per lane */
+    float *o;  /* (n_rows, hd) unnormalised output */
+    float *p;  /* (2, A2_ROWS, 16) weights of this block and of the previous one, then
+                  (A2_ROWS, 16) this block's scores */
+} a2_state;
+
+/* o[r] += sum_j p[r][j] v_j over dims [d0, d0 + 8 NV) for RR rows, keys [0, keys). */
+INLINE void a2_values(float *o, int hd, const float *pb, const float *vb, int keys, int d0,
+                      int RR, int NV)
+{
+    __m256 acc[2][4];
+#pragma GCC unroll 2
+    for (int r = 0; r < RR; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            acc[r][v] = _mm256_loadu_ps(o + (size_t)r * hd + d0 + v * 8);
+    for (int j = 0; j < keys; j++) {
+        __m256 vj[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            vj[v] = _mm256_loadu_ps(vb + (size_t)j * hd + d0 + v * 8);
+#pragma GCC unroll 2
+        for (int r = 0; r < RR; r++) {
+            const __m256 pj = _mm256_broadcast_ss(pb + r * 16 + j);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++)
+                acc[r][v] = _mm256_fmadd_ps(pj, vj[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < RR; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            _mm256_storeu_ps(o + (size_t)r * hd + d0 + v * 8, acc[r][v]);
+}
+
+static TGT void a2_values_rows(float *o, int hd, const float *pb, const float *vb, int keys,
+                               int RR)
+{
+    for (int d0 = 0; d0 < hd; d0 += 32) {
+        const int nv = hd - d0 >= 32 ? 4 : (hd - d0) / 8;
+        if (RR == 2) {
+            switch (nv) {
+            case 4: a2_values(o, hd, pb, vb, keys, d0, 2, 4); break;
+            case 3: a2_values(o, hd, pb, vb, keys, d0, 2, 3); break;
+            case 2: a2_values(o, hd, pb, vb, keys, d0, 2, 2); break;
+            default: a2_values(o, hd, pb, vb, keys, d0, 2, 1); break;
+            }
+        } else {
+            switch (nv) {
+            case 4: a2_values(o, hd, pb, vb, keys, d0, 1, 4); break;
+            case 3: a2_values(o, hd, pb, vb, keys, d0, 1, 3); break;
+            case 2: a2_values(o, hd, pb, vb, keys, d0, 1, 2); break;
+            default: a2_values(o, hd, pb, vb, keys, d0, 1, 1); break;
+            }
+        }
+    }
+}
+
+/* The weighted values of one block for R rows: o[r] += p[r] . V over its `keys` keys. */
+INLINE void a2_values_block(float *o, int hd, const float *pb, const float *vb, int keys, int R)
+{
+    for (int r = 0; r < R; r += 2)
+        a2_values_rows(o + (size_t)r * hd, hd, pb + r * 16, vb, keys, R - r >= 2 ? 2 : 1);
+}
+
+/* Rows [row0, row0 + R) against key blocks [b0, b1); blocks up to b_end exist for the
+ * group (the next ones are prefetched while this one computes).
+ *
+ * Software-pipelined: a block's scores are computed before the previous block's values are
+ * added, so the scores' chains of dependent FMAs (one per dimension) overlap the values'
+ * FMAs instead of waiting on them; the previous block's weights were computed with the max
+ * as it was then, and its values are added before this block may raise the max (and rescale
+ * the outputs), so every term is scaled alike. */
+INLINE void a2_group(const cpu_attn_tile *t, const a2_state *st, int row0, int b0, int b1,
+                     int b_end, int R)
+{
+    const int hd = t->head_dim;
+    const int32_t *pos = t->pos + row0;
+    const float *qs = st->qs + (size_t)row0 * hd;
+    float *m = st->m + row0;
+    float *l = st->l + (size_t)row0 * 8;
+    float *o = st->o + (size_t)row0 * hd;
+    float *sb = st->p + 2 * A2_ROWS * 16; /* (A2_ROWS, 16) this block's scores */
+    const __m256 lane_lo = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256 lane_hi = _mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15);
+    const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
+    const float *prev_vb = NULL; /* the block whose values are still to add */
+    int prev_keys = 0, cur = 0;
+    for (int b = b0; b < b1; b++) {
+        const size_t block = (size_t)t->block_table[b] * hd * 16;
+        const float *kt = t->k + block;
+        const float *vb = t->v + block;
+        const int key0 = b * 16;
+        const bool masked = key0 + 15 > pos[0];
+        const float *kt_next = kt, *vb_next = vb;
+        if (b + A2_PREFETCH < b_end) {
+            const size_t next = (size_t)t->block_table[b + A2_PREFETCH] * hd * 16;
+            kt_next = t->k + next;
+            vb_next = t->v + next;
+        }
+        {
+            __m256 s0[A2_ROWS], s1[A2_ROWS];
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                s0[r] = s1[r] = _mm256_setzero_ps();
+            /* two d per pass (hd is a multiple of 8): a 64-byte line covers two d of K (and
+             * of V), one prefetch of each per pass */
+#pragma GCC unroll 2
+            for (int d = 0; d < hd; d += 2) {
+                _mm_prefetch((const char *)(kt_next + d * 16), _MM_HINT_T0);
+                _mm_prefetch((const char *)(vb_next + d * 16), _MM_HINT_T0);
+#pragma GCC unroll 2
+                for (int e = d; e < d + 2; e++) {
+                    const __m256 k0 = _mm256_loadu_ps(kt + e * 16);
+                    const __m256 k1 = _mm256_loadu_ps(kt + e * 16 + 8);
+#pragma GCC unroll 4
+                    for (int r = 0; r < R; r++) {
+                        const __m256 q = _mm256_broadcast_ss(qs + (size_t)r * hd + e);
+                        s0[r] = _mm256_fmadd_ps(q, k0, s0[r]);
+                        s1[r] = _mm256_fmadd_ps(q, k1, s1[r]);
+                    }
+                }
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                _mm256_storeu_ps(sb + r * 16, s0[r]);
+                _mm256_storeu_ps(sb + r * 16 + 8, s1[r]);
+            }
+        }
+        if (prev_vb)
+            a2_values_block(o, hd, st->p + (1 - cur) * A2_ROWS * 16, prev_vb, prev_keys, R);
+        float *pb = st->p + cur * A2_ROWS * 16;
+        int keys = 0; /* the widest row's keys in this block */
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m256 s0 = _mm256_loadu_ps(sb + r * 16), s1 = _mm256_loadu_ps(sb + r * 16 + 8);
+            int n_valid = 16;
+            if (masked) {
+                n_valid = pos[r] - key0 + 1;
+                n_valid = n_valid < 0 ? 0 : n_valid > 16 ? 16 : n_valid;
+                if (n_valid == 0) { /* this row's keys ended in an earlier block */
+                    _mm256_storeu_ps(pb + r * 16, _mm256_setzero_ps());
+                    _mm256_storeu_ps(pb + r * 16 + 8, _mm256_setzero_ps());
+                    continue;
+                }
+                const __m256 nv = _mm256_set1_ps((float)n_valid);
+                s0 = _mm256_blendv_ps(neg_inf, s0, _mm256_cmp_ps(lane_lo, nv, _CMP_LT_OQ));
+                s1 = _mm256_blendv_ps(neg_inf, s1, _mm256_cmp_ps(lane_hi, nv, _CMP_LT_OQ));
+            }
+            keys = n_valid > keys ? n_valid : keys;
+            const __m256 top8 = _mm256_max_ps(s0, s1);
+            if (_mm256_movemask_ps(_mm256_cmp_ps(top8, _mm256_set1_ps(m[r] + A2_LAZY), _CMP_GT_OQ))) {
+                const float top = cpu_avx2_hmax(top8);
+                const float new_max = top > m[r] ? top : m[r];
+                const __m256 factor = _mm256_set1_ps(exp2f(m[r] - new_max));
+                for (int d = 0; d < hd; d += 8)
+                    _mm256_storeu_ps(o + (size_t)r * hd + d,
+                                     _mm256_mul_ps(_mm256_loadu_ps(o + (size_t)r * hd + d), factor));
+                _mm256_storeu_ps(l + r * 8, _mm256_mul_ps(_mm256_loadu_ps(l + r * 8), factor));
+                m[r] = new_max;
+            }
+            const __m256 mv = _mm256_set1_ps(m[r]);
+            /* s - m <= A2_LAZY: no clamp */
+            const __m256 p0 = cpu_avx2_exp2_le127(_mm256_sub_ps(s0, mv));
+            const __m256 p1 = cpu_avx2_exp2_le127(_mm256_sub_ps(s1, mv));
+            _mm256_storeu_ps(l + r * 8, _mm256_add_ps(_mm256_loadu_ps(l + r * 8), _mm256_add_ps(p0, p1)));
+            _mm256_storeu_ps(pb + r * 16, p0);
+            _mm256_storeu_ps(pb + r * 16 + 8, p1);
+        }
+        prev_vb = vb;
+        prev_keys = keys;
+        cur = 1 - cur;
+    }
+    if (prev_vb)
+        a2_values_block(o, hd, st->p + (1 - cur) * A2_ROWS * 16, prev_vb, prev_keys, R);
+}
+
+static TGT void a2_group_rows(const cpu_attn_tile *t, const a2_state *st, int row0, int b0,
+                              int b1, int b_end, int R)
+{
+    switch (R) {
+    case 4: a2_group(t, st, row0, b0, b1, b_end, 4); break;
+    case 3: a2_group(t, st, row0, b0, b1, b_end, 3); break;
+    case 2: a2_group(t, st, row0, b0, b1, b_end, 2); break;
+    default: a2_group(t, st, row0, b0, b1, b_end, 1); break;
+    }
+}
+
+TGT void cpu_attn_tile_avx2(const cpu_attn_tile *t, float *scratch)
+{
+    const int hd = t->head_dim, n = t->n_rows;
+    const float qscale = t->scale * 1.4426950408889634f;
+    a2_state st;
+    st.p = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    st.qs = st.p + 3 * A2_ROWS * 16;
+    st.o = st.qs + (size_t)n * hd;
+    st.l = st.o + (size_t)n * hd;
+    st.m = st.l + (size_t)n * 8;
+    const __m256 qs8 = _mm256_set1_ps(qscale);
+    for (int r = 0; r < n; r++) {
+        for (int d = 0; d < hd; d += 8) {
+            _mm256_storeu_ps(st.qs + (size_t)r * hd + d, _mm256_mul_ps(_mm256_loadu_ps(t->q[r] + d), qs8));
+            _mm256_storeu_ps(st.o + (size_t)r * hd + d, _mm256_setzero_ps());
+        }
+        _mm256_storeu_ps(st.l + (size_t)r * 8, _mm256_setzero_ps());
+        st.m[r] = -INFINITY;
+    }
+    const int n_blocks = t->pos[n - 1] / 16 + 1;
+    for (int c0 = 0; c0 < n_blocks; c0 += CPU_ATTN_CHUNK_BLOCKS) {
+        const int c1 = c0 + CPU_ATTN_CHUNK_BLOCKS < n_blocks ? c0 + CPU_ATTN_CHUNK_BLOCKS : n_blocks;
+        for (int row0 = 0; row0 < n; row0 += A2_ROWS) {
+            const int rows = n - row0 < A2_ROWS ? n - row0 : A2_ROWS;
+            const int last = t->pos[row0 + rows - 1] / 16 + 1;
+            const int b1 = c1 < last ? c1 : last;
+            if (c0 >= b1)
+                continue;
+            a2_group_rows(t, &st, row0, c0, b1, last, rows);
+        }
+    }
+    for (int r = 0; r < n; r++) {
+        const __m256 inv = _mm256_set1_ps(1.0f / cpu_avx2_hsum(_mm256_loadu_ps(st.l + (size_t)r * 8)));
+        for (int d = 0; d < hd; d += 8)
+            _mm256_storeu_ps(t->out[r] + d, _mm256_mul_ps(_mm256_loadu_ps(st.o + (size_t)r * hd + d), inv));
+    }
+}
