@@ -234,8 +234,7 @@ int main(int argc, char **argv)
     const int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
     char isa[256];
     cpu_isa_describe(isa, sizeof isa);
-    printf("bench_cpu: %s, %d cores; OpenBLAS %s; %s\n", name, cores, openblas_get_corename(),
-           isa);
+    printf("bench_cpu: %s, %d cores; %s\n", name, cores, isa);
     if (threads > 0)
         run(model, threads, quick);
     else

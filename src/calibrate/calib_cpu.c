@@ -65,8 +65,8 @@ int calib_cpu_measure(const calib_cpu_options *o, calib_cpu_result *r, FILE *pro
         return -1;
     cpu_calib_cpu_name(r->cpu, sizeof r->cpu);
     if (progress) {
-        fprintf(progress, "calibrating %s with %d thread%s (AVX-512 kernels %s) ...\n", r->cpu,
-                o->threads, o->threads == 1 ? "" : "s", cpu_simd_enabled() ? "on" : "off");
+        fprintf(progress, "calibrating %s with %d thread%s (%s kernels) ...\n", r->cpu,
+                o->threads, o->threads == 1 ? "" : "s", cpu_isa_name(cpu_isa_active()));
         fflush(progress);
     }
     int prompts[CALIB_CPU_PROMPTS];
@@ -152,6 +152,7 @@ json_t *calib_cpu_profile_json(const calib_cpu_options *o, const calib_cpu_resul
     json_object_set_new(m, "cpu", json_string(r->cpu));
     json_object_set_new(m, "openblas_core", json_string(openblas_get_corename()));
     json_object_set_new(m, "avx512", json_boolean(cpu_simd_enabled()));
+    json_object_set_new(m, "cpu_isa", json_string(cpu_isa_name(cpu_isa_active())));
     json_object_set_new(m, "when", json_string(when));
     json_object_set_new(m, "small_gemm_flops", json_real(r->rates.small_gemm_flops));
     json_object_set_new(m, "kernel_gemm_flops", json_real(r->rates.gemm_flops));

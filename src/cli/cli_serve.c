@@ -15,6 +15,7 @@
 #include "cli/cli.h"
 #include "common/clock.h"
 #include "common/err.h"
+#include "engine/cpu/cpu_kernels.h"
 #include "experiment/config.h"
 #include "experiment/config_json.h"
 #include "experiment/options.h"
@@ -25,6 +26,7 @@ typedef struct serve_flags {
     char config[1024];
     bool no_realtime;
     bool no_warm_start;
+    bool verbose;
 } serve_flags;
 
 #define F serve_flags
@@ -67,6 +69,10 @@ static const opts_spec server_specs[] = {
     OPTS_STRING("config", "FILE",
                 "run the engine and scheduler a config.json records (replaces their flags)", F,
                 config),
+    OPTS_FLAG("verbose",
+              "say more on stderr at start: the cpu engine's kernel dispatch (the instruction "
+              "set it runs, what the CPU has, STALLSCOPE_CPU_ISA, OpenBLAS's core)",
+              F, verbose),
 };
 #undef F
 
@@ -145,6 +151,11 @@ int cli_serve(int argc, char **argv)
     if (!f.server.model_name[0])
         snprintf(f.server.model_name, sizeof f.server.model_name, "%s", cfg.cost.arch.name);
 
+    if (cpu && f.verbose) {
+        char isa[256];
+        cpu_isa_describe(isa, sizeof isa);
+        fprintf(stderr, "stallscope serve: %s\n", isa);
+    }
     exec *executor = NULL;
     if (experiment_create_executor(&cfg, stderr, &executor, err) != 0) {
         fprintf(stderr, "stallscope serve: %s\n", err);

@@ -162,9 +162,11 @@ cpu_isa cpu_isa_set(cpu_isa want)
 void cpu_isa_describe(char *out, size_t size)
 {
     const char *env = getenv("STALLSCOPE_CPU_ISA");
-    snprintf(out, size, "cpu kernels: %s (CPU: AVX2+FMA %s, AVX-512 F+DQ %s; STALLSCOPE_CPU_ISA %s%s)",
+    snprintf(out, size,
+             "cpu kernels: %s (CPU: AVX2+FMA %s, AVX-512 F+DQ %s; STALLSCOPE_CPU_ISA %s%s); "
+             "OpenBLAS %s",
              cpu_isa_name(cpu_isa_active()), has_avx2() ? "yes" : "no", has_avx512() ? "yes" : "no",
-             env ? "=" : "unset", env ? env : "");
+             env ? "=" : "unset", env ? env : "", openblas_get_corename());
 }
 
 bool cpu_avx2_available(void)

@@ -61,8 +61,9 @@ cpu_isa cpu_isa_active(void);
 /* Run at most `want` from now on (tests and benchmarks; the narrower of want and what the
  * CPU has and the cap allows). Returns what is now active. */
 cpu_isa cpu_isa_set(cpu_isa want);
-/* The dispatch decision in one line, e.g. "cpu kernels: avx2 (CPU: AVX2+FMA yes, AVX-512
- * F+DQ no; STALLSCOPE_CPU_ISA unset)". */
+/* The dispatch decision in one line, with OpenBLAS's own choice (it dispatches by itself;
+ * OPENBLAS_CORETYPE sets it), e.g. "cpu kernels: avx2 (CPU: AVX2+FMA yes, AVX-512 F+DQ no;
+ * STALLSCOPE_CPU_ISA unset); OpenBLAS Haswell". */
 void cpu_isa_describe(char *out, size_t size);
 
 /* The AVX-512 switch as earlier versions named it: whether this CPU has AVX-512 (F, DQ)

@@ -6,7 +6,13 @@
  * exp2) where the reference sums in double. Measured differences are about 1e-7 relative
  * to (1 + max |logit|), float rounding; the tests allow 1e-5 (TOL_REF against the
  * reference, TOL_SAME between two batched passes over the same positions: chunked vs
- * one-shot, decode vs recompute, 1 vs 2 threads). Greedy tokens must be identical. */
+ * one-shot, decode vs recompute, 1 vs 2 threads). Greedy tokens must be identical.
+ *
+ * Groups, one ctest test each (the line below; CMakeLists.txt reads it): the pass against
+ * the reference with each instruction set's kernels (kernel_check.h; a group whose
+ * instructions this CPU lacks exits 77, skipped), and the other properties with what the CPU
+ * runs ("portable" also runs them: they hold for any kernels).
+ * ctest: groups portable avx2 avx512 */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -103,11 +109,11 @@ static void prefill_chunked(rig *r, cpu_kv_seq *s, const int32_t *tokens, int n,
  * (as one-shot prefills of growing length would be too slow: decode steps of 1 token,
  * which exercise the paged cache across block edges), comparing every position's logits;
  * and the one-shot prefill of all n against the reference's last position. */
-static void check_against_reference(const cpu_config *c, int threads, bool simd)
+static void check_against_reference(const cpu_config *c, int threads, cpu_isa isa)
 {
     char err[ERR_LEN] = "";
     enum { N = 70 };
-    cpu_simd_enable(simd);
+    assert_int_equal(cpu_isa_set(isa), isa);
     rig r;
     rig_build(&r, c, threads);
     cpu_ref_state ref;
@@ -133,18 +139,33 @@ static void check_against_reference(const cpu_config *c, int threads, bool simd)
     free(logits);
     cpu_free_ref_state(&ref);
     rig_free(&r);
-    cpu_simd_enable(true);
+    cpu_isa_set(CPU_ISA_AVX512); /* the widest again */
 }
 
-static void test_batched_matches_reference(void **state)
+static void check_batched_matches_reference(cpu_isa isa)
+{
+    for (int threads = 1; threads <= 2; threads++) {
+        check_against_reference(&shape_a, threads, isa);
+        check_against_reference(&shape_b, threads, isa);
+    }
+}
+
+static void test_batched_matches_reference_portable(void **state)
 {
     (void)state;
-    for (int threads = 1; threads <= 2; threads++) {
-        check_against_reference(&shape_a, threads, true);
-        check_against_reference(&shape_b, threads, true);
-    }
-    check_against_reference(&shape_a, 1, false); /* the plain kernels too */
-    check_against_reference(&shape_b, 2, false);
+    check_batched_matches_reference(CPU_ISA_PORTABLE);
+}
+
+static void test_batched_matches_reference_avx2(void **state)
+{
+    (void)state;
+    check_batched_matches_reference(CPU_ISA_AVX2);
+}
+
+static void test_batched_matches_reference_avx512(void **state)
+{
+    (void)state;
+    check_batched_matches_reference(CPU_ISA_AVX512);
 }
 
 /* ---- chunked prefill ---------------------------------------------------------------------- */
@@ -389,10 +410,10 @@ static void test_config_from_arch(void **state)
     assert_int_equal(cpu_config_from_arch(&a, 1, 0, &c, err), -1);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_batched_matches_reference),
+    const struct CMUnitTest portable[] = {
+        cmocka_unit_test(test_batched_matches_reference_portable),
         cmocka_unit_test(test_chunked_prefill_equals_one_shot),
         cmocka_unit_test(test_decode_equals_recompute),
         cmocka_unit_test(test_greedy_independent_of_batch),
@@ -400,5 +421,12 @@ int main(void)
         cmocka_unit_test(test_forward_refuses_past_max_seq_len),
         cmocka_unit_test(test_config_from_arch),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    const struct CMUnitTest avx2[] = {
+        cmocka_unit_test(test_batched_matches_reference_avx2),
+    };
+    const struct CMUnitTest avx512[] = {
+        cmocka_unit_test(test_batched_matches_reference_avx512),
+    };
+    const isa_group groups[] = {ISA_GROUP(portable), ISA_GROUP(avx2), ISA_GROUP(avx512)};
+    return isa_groups_run(argc, argv, groups, 3);
 }

@@ -1,12 +1,13 @@
-/* engine/cpu/cpu_kernels: every fast kernel against its plain reference (GEMM, the
- * small-batch GEMM, exp2, SwiGLU, RMSNorm, softmax, argmax), on shapes that hit the vector
- * tails and block edges.
+/* engine/cpu/cpu_kernels: every fast kernel of each instruction set against its plain
+ * reference (GEMM, the small-batch GEMM, exp2, SwiGLU, RMSNorm, RoPE, the streaming read),
+ * and the references themselves (RMSNorm, softmax, argmax, SwiGLU by hand), on shapes that
+ * hit the vector tails and block edges.
  *
  * Groups, one ctest test each (the line below; CMakeLists.txt reads it): the kernels of
  * each instruction set (kernel_check.h). A group whose instructions this CPU lacks runs
  * none of its assertions, so it exits 77 and ctest reports it skipped, with the reason
  * printed — never passed.
- * ctest: groups portable avx512 */
+ * ctest: groups portable avx2 avx512 */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -29,10 +30,10 @@
 /* Y = X W^T (and Y += ...) through cpu_gemm with 1 and 2 threads, against the double-
  * precision triple loop, for row counts on both sides of CPU_GEMM_SMALL_M and sizes that
  * are not multiples of 16. */
-static void check_gemm(int m, int n, int k, int threads, bool simd)
+static void check_gemm(int m, int n, int k, int threads, cpu_isa isa)
 {
     char err[ERR_LEN];
-    cpu_simd_enable(simd);
+    assert_int_equal(cpu_isa_set(isa), isa);
     cpu_pool *pool = cpu_pool_create(threads, err);
     assert_non_null(pool);
     const int ldx = k + 3, ldy = n + 5; /* strided rows, as the forward pass uses them */
@@ -55,41 +56,49 @@ static void check_gemm(int m, int n, int k, int threads, bool simd)
     free(y);
     free(ref);
     cpu_pool_free(pool);
-    cpu_simd_enable(true);
+    cpu_isa_set(CPU_ISA_AVX512); /* the widest again */
 }
 
-static void check_gemm_shapes(bool simd)
+static void check_gemm_shapes(cpu_isa isa)
 {
     static const int shapes[][3] = {{1, 37, 64}, {2, 16, 17}, {3, 50, 96}, {5, 33, 40},
                                     {7, 64, 128}, {31, 20, 48}, {32, 40, 64}, {70, 33, 80}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int threads = 1; threads <= 2; threads++)
-            check_gemm(shapes[i][0], shapes[i][1], shapes[i][2], threads, simd);
+            check_gemm(shapes[i][0], shapes[i][1], shapes[i][2], threads, isa);
 }
 
 static void test_gemm_plain_matches_naive(void **state)
 {
     (void)state;
-    check_gemm_shapes(false);
+    check_gemm_shapes(CPU_ISA_PORTABLE);
 }
 
 static void test_gemm_avx512_matches_naive(void **state)
 {
     (void)state;
-    check_gemm_shapes(true);
+    check_gemm_shapes(CPU_ISA_AVX512);
 }
 
-/* The small-batch kernel alone over a sub-range of W's rows: rows outside stay untouched. */
-static void test_gemm_small_subrange(void **state)
+static void test_gemm_avx2_matches_naive(void **state)
 {
     (void)state;
+    check_gemm_shapes(CPU_ISA_AVX2);
+}
+
+typedef void (*gemm_small_fn)(float *y, int ldy, const float *x, int ldx, const float *w, int m,
+                              int n0, int n1, int k, bool accumulate);
+
+/* The small-batch kernel alone over a sub-range of W's rows: rows outside stay untouched. */
+static void check_gemm_small_subrange(gemm_small_fn gemm_small)
+{
     const int m = 6, n = 40, k = 33;
     float x[6 * 33], w[40 * 33], y[6 * 40], ref[6 * 40];
     fill(x, sizeof x / sizeof x[0], 4, 1.0f);
     fill(w, sizeof w / sizeof w[0], 5, 1.0f);
     for (int i = 0; i < m * n; i++)
         y[i] = ref[i] = -7.0f;
-    cpu_gemm_small_avx512(y, n, x, k, w, m, 16, 35, k, false);
+    gemm_small(y, n, x, k, w, m, 16, 35, k, false);
     cpu_gemm_naive(ref, n, x, k, w, m, n, k, false);
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
@@ -100,33 +109,60 @@ static void test_gemm_small_subrange(void **state)
         }
 }
 
-/* ---- element-wise -------------------------------------------------------------------- */
-
-static void test_exp2_accuracy(void **state)
+static void test_gemm_small_subrange_avx512(void **state)
 {
     (void)state;
+    check_gemm_small_subrange(cpu_gemm_small_avx512);
+}
+
+static void test_gemm_small_subrange_avx2(void **state)
+{
+    (void)state;
+    check_gemm_small_subrange(cpu_gemm_small_avx2);
+}
+
+/* ---- element-wise -------------------------------------------------------------------- */
+
+typedef void (*exp2_fn)(float *out, const float *in, int n);
+
+/* [-100, 8]: the attention's range; relative error at most 3e-7; -inf gives 0 or a finite
+ * value below 1e-37 (AVX-512 floors at 2^-127, AVX2 gives 0). */
+static void check_exp2_accuracy(exp2_fn exp2_vec)
+{
     enum { N = 1001 };
     float in[N], out[N];
     for (int i = 0; i < N; i++)
-        in[i] = -100.0f + 108.0f * (float)i / (N - 1); /* [-100, 8]: the kernel's range */
-    cpu_exp2_avx512(out, in, N);
+        in[i] = -100.0f + 108.0f * (float)i / (N - 1);
+    exp2_vec(out, in, N);
     for (int i = 0; i < N; i++) {
         const double want = exp2((double)in[i]);
-        assert_true(fabs(out[i] - want) <= 3e-7 * want);
+        if (!(fabs(out[i] - want) <= 3e-7 * want))
+            fail_msg("2^%g: %.9g, want %.9g", (double)in[i], (double)out[i], want);
     }
     float masked = -INFINITY, tiny;
-    cpu_exp2_avx512(&tiny, &masked, 1); /* -inf clamps to 2^-127: finite, ~0 */
+    exp2_vec(&tiny, &masked, 1);
     assert_true(tiny >= 0 && tiny < 1e-37f);
 }
 
-/* cpu_swiglu_fast runs the AVX-512 kernel only when cpu_simd_enabled() (the CPU has
- * AVX-512 F and DQ and nobody switched the fast path off); otherwise it calls cpu_swiglu,
- * and the comparison below would hold the reference to itself: an avx512-group test. */
-static void test_swiglu_fast(void **state)
+static void test_exp2_accuracy_avx512(void **state)
 {
     (void)state;
-    cpu_simd_enable(true); /* on, whatever an earlier test left */
-    assert_true(cpu_simd_enabled());
+    check_exp2_accuracy(cpu_exp2_avx512);
+}
+
+static void test_exp2_accuracy_avx2(void **state)
+{
+    (void)state;
+    check_exp2_accuracy(cpu_exp2_avx2);
+}
+
+/* The dispatched element-wise kernels (SwiGLU, RMSNorm, RoPE) and the streaming read with
+ * `isa` active, against their references. With the plain kernels active they call the
+ * references, and the comparisons would hold each to itself: tests of the avx2 and avx512
+ * groups. Sizes leave vector tails (77, 300; RoPE head_dim 40 and 24). */
+static void check_elementwise(cpu_isa isa)
+{
+    assert_int_equal(cpu_isa_set(isa), isa);
     enum { N = 77 };
     float gate[N], up[N], fast[N], ref[N];
     fill(gate, N, 6, 12.0f);
@@ -136,6 +172,52 @@ static void test_swiglu_fast(void **state)
     cpu_swiglu(ref, gate, up, N);
     cpu_swiglu_fast(fast, gate, up, N);
     assert_close(fast, ref, N, 1e-6);
+
+    enum { D = 300 };
+    float x[D], gain[D], o_fast[D], o_ref[D];
+    fill(x, D, 8, 3.0f);
+    fill(gain, D, 9, 1.0f);
+    cpu_rmsnorm(o_ref, x, gain, D, 1e-5f);
+    cpu_rmsnorm_fast(o_fast, x, gain, D, 1e-5f);
+    assert_close(o_fast, o_ref, D, 1e-6);
+
+    static const int head_dims[] = {40, 24, 64};
+    for (int h = 0; h < 3; h++) {
+        const int hd = head_dims[h], heads = 3, pos = 1234;
+        float vec[3 * 64], want[3 * 64], table[64];
+        fill(vec, (size_t)heads * hd, 10 + (uint64_t)h, 2.0f);
+        memcpy(want, vec, sizeof(float) * (size_t)heads * hd);
+        for (int i = 0; i < hd / 2; i++) { /* the RoPE table's row for pos, theta 10000 */
+            const double angle = pos * pow(10000.0, -(double)(2 * i) / hd);
+            table[2 * i] = (float)cos(angle);
+            table[2 * i + 1] = (float)sin(angle);
+        }
+        cpu_rope_naive(want, heads, hd, pos, 10000.0);
+        cpu_rope_fast(vec, heads, hd, table);
+        assert_close(vec, want, (size_t)heads * hd, 1e-5);
+    }
+
+    enum { S = 1003 };
+    float stream[S];
+    double sum = 0;
+    for (int i = 0; i < S; i++) {
+        stream[i] = (float)(i % 17) - 8.0f;
+        sum += stream[i];
+    }
+    assert_true(fabs(cpu_stream_sum(stream, S) - sum) < 1e-3);
+    cpu_isa_set(CPU_ISA_AVX512); /* the widest again */
+}
+
+static void test_elementwise_avx512(void **state)
+{
+    (void)state;
+    check_elementwise(CPU_ISA_AVX512);
+}
+
+static void test_elementwise_avx2(void **state)
+{
+    (void)state;
+    check_elementwise(CPU_ISA_AVX2);
 }
 
 /* The reference itself, by hand: the fast kernel (above) and the batched forward pass
@@ -178,12 +260,18 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_swiglu_reference_by_hand),
         cmocka_unit_test(test_rmsnorm_softmax_argmax),
     };
+    const struct CMUnitTest avx2[] = {
+        cmocka_unit_test(test_gemm_avx2_matches_naive),
+        cmocka_unit_test(test_gemm_small_subrange_avx2),
+        cmocka_unit_test(test_exp2_accuracy_avx2),
+        cmocka_unit_test(test_elementwise_avx2),
+    };
     const struct CMUnitTest avx512[] = {
         cmocka_unit_test(test_gemm_avx512_matches_naive),
-        cmocka_unit_test(test_gemm_small_subrange),
-        cmocka_unit_test(test_exp2_accuracy),
-        cmocka_unit_test(test_swiglu_fast),
+        cmocka_unit_test(test_gemm_small_subrange_avx512),
+        cmocka_unit_test(test_exp2_accuracy_avx512),
+        cmocka_unit_test(test_elementwise_avx512),
     };
-    const isa_group groups[] = {ISA_GROUP(portable), ISA_GROUP(avx512)};
-    return isa_groups_run(argc, argv, groups, 2);
+    const isa_group groups[] = {ISA_GROUP(portable), ISA_GROUP(avx2), ISA_GROUP(avx512)};
+    return isa_groups_run(argc, argv, groups, 3);
 }

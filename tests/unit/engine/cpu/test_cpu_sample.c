@@ -1,12 +1,12 @@
 /* engine/cpu/cpu_sample: what either sampler must do (a valid id, never the banned one,
- * greedy the argmax, draws that follow softmax(logits / T)), and the AVX-512 sampler against
- * the naive one.
+ * greedy the argmax, draws that follow softmax(logits / T)), and the AVX-512 and AVX2
+ * samplers against the naive one.
  *
  * Groups, one ctest test each (the line below; CMakeLists.txt reads it): the kernels of
  * each instruction set (kernel_check.h). A group whose instructions this CPU lacks runs
  * none of its assertions, so it exits 77 and ctest reports it skipped, with the reason
  * printed — never passed.
- * ctest: groups portable avx512 */
+ * ctest: groups portable avx2 avx512 */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -80,14 +80,12 @@ static void test_sampler_properties(void **state)
 }
 
 /* The fast sampler draws what the reference draws (they may differ only when a draw lands
- * within rounding of a boundary: allow 1 in 100). Without the AVX-512 path cpu_sample is
- * cpu_sample_naive and the comparison would be the reference against itself: an
- * avx512-group test. */
-static void test_sampler_matches_naive(void **state)
+ * within rounding of a boundary: allow 1 in 100). Without a vector path cpu_sample is
+ * cpu_sample_naive and the comparison would be the reference against itself: a test of the
+ * avx2 and avx512 groups, each with its instruction set made the active one. */
+static void check_sampler_matches_naive(cpu_isa isa)
 {
-    (void)state;
-    cpu_simd_enable(true);
-    assert_true(cpu_simd_enabled());
+    assert_int_equal(cpu_isa_set(isa), isa);
     enum { V = 1000, DRAWS = 400 };
     float logits[V], a[V], b[V];
     fill(logits, V, 21, 4.0f);
@@ -103,6 +101,20 @@ static void test_sampler_matches_naive(void **state)
         same += fast == ref;
     }
     assert_true(same >= DRAWS - DRAWS / 100);
+    check_sampler_properties(cpu_sample);
+    cpu_isa_set(CPU_ISA_AVX512); /* the widest again */
+}
+
+static void test_sampler_matches_naive_avx2(void **state)
+{
+    (void)state;
+    check_sampler_matches_naive(CPU_ISA_AVX2);
+}
+
+static void test_sampler_matches_naive_avx512(void **state)
+{
+    (void)state;
+    check_sampler_matches_naive(CPU_ISA_AVX512);
 }
 
 int main(int argc, char **argv)
@@ -110,9 +122,12 @@ int main(int argc, char **argv)
     const struct CMUnitTest portable[] = {
         cmocka_unit_test(test_sampler_properties),
     };
-    const struct CMUnitTest avx512[] = {
-        cmocka_unit_test(test_sampler_matches_naive),
+    const struct CMUnitTest avx2[] = {
+        cmocka_unit_test(test_sampler_matches_naive_avx2),
     };
-    const isa_group groups[] = {ISA_GROUP(portable), ISA_GROUP(avx512)};
-    return isa_groups_run(argc, argv, groups, 2);
+    const struct CMUnitTest avx512[] = {
+        cmocka_unit_test(test_sampler_matches_naive_avx512),
+    };
+    const isa_group groups[] = {ISA_GROUP(portable), ISA_GROUP(avx2), ISA_GROUP(avx512)};
+    return isa_groups_run(argc, argv, groups, 3);
 }
