@@ -16,18 +16,19 @@
 
 /* ---- small-batch GEMM ------------------------------------------------------------ */
 
-/* One tile: RM rows of X against RN rows of W, RM x RN = 8 dot products of length k (8
- * accumulators: two FMAs in flight per cycle of latency 4, and room for the loads in 16
- * registers), out[i * RN + j] = x_i . w_j. Rows past the end are clamped to the last valid
- * one (the caller does not store them). */
+/* One tile: RM rows of X against RN rows of W, RM x RN = 12 (4 x 3) or 8 (2 x 4, 1 x 8) dot
+ * products of length k, out[i * RN + j] = x_i . w_j: 12 accumulators keep the two FMA pipes
+ * busy past the FMA's latency of 4 cycles (8 would just cover it), and leave 4 registers
+ * for the loads. Rows past the end are clamped to the last valid one (the caller does not
+ * store them). */
 INLINE void gemm_tile(const float *x, int ldx, int rows_x, const float *w, int rows_w, int k,
                       int RM, int RN, float *out)
 {
-    __m256 acc[8];
+    __m256 acc[12];
     const float *xr[4];
     const float *wr[8];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++)
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; i++)
         acc[i] = _mm256_setzero_ps();
 #pragma GCC unroll 4
     for (int i = 0; i < RM; i++)
@@ -37,15 +38,15 @@ INLINE void gemm_tile(const float *x, int ldx, int rows_x, const float *w, int r
         wr[j] = w + (size_t)(j < rows_w ? j : rows_w - 1) * k;
     int p = 0;
     for (; p + 8 <= k; p += 8) {
-        if (RM >= RN) { /* 4 x 2: each W load serves 4 rows of X */
-            __m256 wv[2];
-#pragma GCC unroll 2
+        if (RM >= RN) { /* 4 x 3: each W load serves 4 rows of X */
+            __m256 wv[3];
+#pragma GCC unroll 3
             for (int j = 0; j < RN; j++)
                 wv[j] = _mm256_loadu_ps(wr[j] + p);
 #pragma GCC unroll 4
             for (int i = 0; i < RM; i++) {
                 const __m256 xv = _mm256_loadu_ps(xr[i] + p);
-#pragma GCC unroll 2
+#pragma GCC unroll 3
                 for (int j = 0; j < RN; j++)
                     acc[i * RN + j] = _mm256_fmadd_ps(xv, wv[j], acc[i * RN + j]);
             }
@@ -75,6 +76,10 @@ INLINE void gemm_tile(const float *x, int ldx, int rows_x, const float *w, int r
         }
     }
     _mm256_storeu_ps(out, cpu_avx2_sum8(acc));
+    if (RM * RN > 8) { /* the last 4 */
+        const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(acc[8], acc[9]), _mm256_hadd_ps(acc[10], acc[11]));
+        _mm_storeu_ps(out + 8, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+    }
 }
 
 INLINE void store_tile(float *y, int ldy, const float *out, int rows_x, int rows_w, int RM,
@@ -87,20 +92,22 @@ INLINE void store_tile(float *y, int ldy, const float *out, int rows_x, int rows
     }
 }
 
-/* As cpu_gemm_small_avx512: W in blocks of 16 rows that every row group of X passes over
- * (so W streams from memory once per call), the next block prefetched into L2 while this one
- * computes, its lines spread over the block's tiles. */
+/* As cpu_gemm_small_avx512: W in blocks of rows that every row group of X passes over (so
+ * W streams from memory once per call), the next block prefetched into L2 while this one
+ * computes, its lines spread over the block's tiles. Blocks of 24 rows: 8 tiles of 4 x 3 for
+ * each group of 4 rows of X, 6 of 2 x 4 for a pair, 3 of 1 x 8 for a single row. */
+#define SMALL_BLOCK 24
 TGT void cpu_gemm_small_avx2(float *y, int ldy, const float *x, int ldx, const float *w, int m,
                              int n0, int n1, int k, bool accumulate)
 {
-    float out[8] __attribute__((aligned(32)));
-    /* tiles per block: 8 per group of 4 rows, 4 for a pair, 2 for a single row */
-    const int tiles = (m / 4) * 8 + ((m % 4) >= 2 ? 4 : 0) + ((m % 4) % 2) * 2;
-    for (int n = n0; n < n1; n += 16) {
+    float out[12] __attribute__((aligned(32)));
+    const int tiles = (m / 4) * 8 + ((m % 4) >= 2 ? 6 : 0) + ((m % 4) % 2) * 3;
+    for (int n = n0; n < n1; n += SMALL_BLOCK) {
         const float *wb = w + (size_t)n * k;
-        const int rows_w = n1 - n < 16 ? n1 - n : 16;
-        const int next_rows = n1 - n - 16 < 16 ? n1 - n - 16 : 16; /* <= 0: none */
-        const char *next = (const char *)(wb + (size_t)16 * k);
+        const int rows_w = n1 - n < SMALL_BLOCK ? n1 - n : SMALL_BLOCK;
+        const int left = n1 - n - SMALL_BLOCK;
+        const int next_rows = left < SMALL_BLOCK ? left : SMALL_BLOCK; /* <= 0: none */
+        const char *next = (const char *)(wb + (size_t)SMALL_BLOCK * k);
         const size_t next_lines = next_rows > 0 ? ((size_t)next_rows * k * sizeof(float) + 63) / 64 : 0;
         const size_t lines_per_tile = (next_lines + (size_t)tiles - 1) / (size_t)tiles;
         size_t line = 0;
@@ -109,15 +116,15 @@ TGT void cpu_gemm_small_avx2(float *y, int ldy, const float *x, int ldx, const f
             _mm_prefetch(next + line * 64, _MM_HINT_T1)
         int i = 0;
         for (; i + 4 <= m; i += 4)
-            for (int j = 0; j < 16; j += 2) {
+            for (int j = 0; j < SMALL_BLOCK; j += 3) {
                 PREFETCH_SHARE();
                 if (j >= rows_w)
                     continue;
-                gemm_tile(x + (size_t)i * ldx, ldx, 4, wb + (size_t)j * k, rows_w - j, k, 4, 2, out);
-                store_tile(y + (size_t)i * ldy + n + j, ldy, out, 4, rows_w - j, 4, 2, accumulate);
+                gemm_tile(x + (size_t)i * ldx, ldx, 4, wb + (size_t)j * k, rows_w - j, k, 4, 3, out);
+                store_tile(y + (size_t)i * ldy + n + j, ldy, out, 4, rows_w - j, 4, 3, accumulate);
             }
         if (m - i >= 2) {
-            for (int j = 0; j < 16; j += 4) {
+            for (int j = 0; j < SMALL_BLOCK; j += 4) {
                 PREFETCH_SHARE();
                 if (j >= rows_w)
                     continue;
@@ -127,7 +134,7 @@ TGT void cpu_gemm_small_avx2(float *y, int ldy, const float *x, int ldx, const f
             i += 2;
         }
         if (m - i == 1)
-            for (int j = 0; j < 16; j += 8) {
+            for (int j = 0; j < SMALL_BLOCK; j += 8) {
                 PREFETCH_SHARE();
                 if (j >= rows_w)
                     continue;
