@@ -4,8 +4,10 @@
  * bandwidth (cpu_calib.h), then one-shot prefill of 512, 2,048 and 8,192 tokens (the longest
  * again with its KV blocks scattered over the arena, as a server hands them out) and decode
  * steps of 1, 32 and 256 sequences at context 512, each with the cost model's FLOPs and
- * bytes (F32) and its roofline: max(FLOPs / SGEMM rate, bytes / bandwidth). Never fails on
- * time.
+ * bytes (F32) and its roofline: max(FLOPs / SGEMM rate, bytes / bandwidth); then llama-bench's
+ * pp512 and tg128 in its shape (tg128 with sampling). The first line says the kernels'
+ * dispatch (STALLSCOPE_CPU_ISA=avx2 measures the AVX2 path on an AVX-512 CPU;
+ * OPENBLAS_CORETYPE picks OpenBLAS's). Never fails on time.
  *
  *   bench_cpu [--model NAME] [--threads N] [--quick] [--prefill N | --decode B]
  * Default: model ref-256, threads 1 and every count up to the cores, every figure;
@@ -25,6 +27,7 @@
 #include "engine/cpu/cpu_calib.h"
 #include "engine/cpu/cpu_forward.h"
 #include "engine/cpu/cpu_kernels.h"
+#include "engine/cpu/cpu_sample.h"
 
 typedef struct bench {
     cpu_model model;
@@ -135,6 +138,50 @@ static void bench_decode(bench *b, int batch, int context, int reps)
     free(ids);
 }
 
+/* llama-bench's two figures, in its shape: pp512 (a prompt of 512 tokens in one pass, tokens
+ * per second) and tg128 (128 tokens generated one at a time from an empty context, each
+ * step the forward pass and a token drawn from its logits at temperature 1, tokens per
+ * second); the best of reps. */
+static void bench_llama_shape(bench *b, int reps)
+{
+    char err[ERR_LEN];
+    const int vocab = b->model.config.vocab_size;
+    int32_t ids[512];
+    for (int i = 0; i < 512; i++)
+        ids[i] = (i * 7919) % vocab;
+    int64_t pp = INT64_MAX, tg = INT64_MAX;
+    for (int r = 0; r < reps; r++) {
+        cpu_kv_seq s = {0};
+        if (cpu_kv_reserve(&b->kv, &s, 512, err) != 0)
+            die("kv", err);
+        const cpu_batch_seq seq = {ids, 0, 512, &s, true};
+        const int64_t ns = time_forward(b, &seq, 1);
+        pp = ns < pp ? ns : pp;
+        cpu_kv_release(&b->kv, &s);
+        cpu_kv_seq_free(&s);
+    }
+    for (int r = 0; r < reps; r++) {
+        cpu_kv_seq s = {0};
+        int32_t token = 1;
+        const int64_t t0 = clock_now_ns();
+        for (int t = 0; t < 128; t++) {
+            if (cpu_kv_reserve(&b->kv, &s, t + 1, err) != 0)
+                die("kv", err);
+            const cpu_batch_seq seq = {&token, t, 1, &s, true};
+            if (cpu_forward(&b->model, &b->run, &b->kv, b->pool, &seq, 1, err) != 0)
+                die("forward", err);
+            token = cpu_sample(b->run.logits, vocab, 1.0, 7, t, -1);
+        }
+        const int64_t ns = clock_now_ns() - t0;
+        tg = ns < tg ? ns : tg;
+        cpu_kv_release(&b->kv, &s);
+        cpu_kv_seq_free(&s);
+    }
+    printf("llama-bench shape: pp512 %.0f tok/s, tg128 %.0f tok/s (%.2f ms a token, sampling "
+           "included)\n",
+           512 / (pp / 1e9), 128 / (tg / 1e9), tg / 1e6 / 128);
+}
+
 /* --prefill N / --decode B: that one figure only (for a profiler); 0: all of them */
 static int only_prefill, only_decode;
 
@@ -200,6 +247,8 @@ static void run(const char *model_name, int threads, bool quick)
     for (int i = 0; i < 3 && !only_prefill && !only_decode; i++)
         if (batches[i] <= max_batch)
             bench_decode(&b, batches[i], 512, batches[i] >= 256 ? 5 : 20);
+    if (!only_prefill && !only_decode)
+        bench_llama_shape(&b, 3);
     cpu_kv_free(&b.kv);
     cpu_free_runstate(&b.run);
     cpu_free_model(&b.model);
