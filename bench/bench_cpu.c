@@ -9,10 +9,11 @@
  * dispatch (STALLSCOPE_CPU_ISA=avx2 measures the AVX2 path on an AVX-512 CPU;
  * OPENBLAS_CORETYPE picks OpenBLAS's). Never fails on time.
  *
- *   bench_cpu [--model NAME] [--threads N] [--quick] [--prefill N | --decode B]
+ *   bench_cpu [--model NAME] [--threads N] [--quick] [--prefill N | --decode B] [--no-roofline]
  * Default: model ref-256, threads 1 and every count up to the cores, every figure;
  * --prefill / --decode: that one (a prefill of N tokens, a decode step of B sequences at
- * context 512) repeated, for a profiler. */
+ * context 512) repeated, for a profiler; --no-roofline skips the calibration (to time two
+ * builds against each other from outside). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,8 +183,11 @@ static void bench_llama_shape(bench *b, int reps)
            512 / (pp / 1e9), 128 / (tg / 1e9), tg / 1e6 / 128);
 }
 
-/* --prefill N / --decode B: that one figure only (for a profiler); 0: all of them */
+/* --prefill N / --decode B: that one figure only (for a profiler); 0: all of them.
+ * --no-roofline: no calibration (the rooflines are not figured; for timing two builds
+ * against each other from outside, e.g. with farm-bench). */
 static int only_prefill, only_decode;
+static bool no_roofline;
 
 static void run(const char *model_name, int threads, bool quick)
 {
@@ -192,10 +196,14 @@ static void run(const char *model_name, int threads, bool quick)
     memset(&b, 0, sizeof b);
     if (!(b.pool = cpu_pool_create(threads, err)))
         die("pool", err);
-    cpu_calib cal;
-    if (cpu_calib_run(b.pool, quick ? 0.2 : 1.0, &cal, err) != 0)
+    cpu_calib cal = {threads, 1e12, 1e12, 1e12, 1e12}; /* --no-roofline: placeholders */
+    if (!no_roofline && cpu_calib_run(b.pool, quick ? 0.2 : 1.0, &cal, err) != 0)
         die("calibrate", err);
-    printf("\nthreads %d: SGEMM %.1f GFLOP/s (4096 rows), %.1f GFLOP/s (32 rows); attention "
+    if (no_roofline)
+        printf("\nthreads %d: no calibration (--no-roofline): the roofline columns mean nothing\n",
+               threads);
+    else
+        printf("\nthreads %d: SGEMM %.1f GFLOP/s (4096 rows), %.1f GFLOP/s (32 rows); attention "
            "kernel %.1f GFLOP/s; read bandwidth %.1f GB/s\n",
            threads, cal.gemm_flops / 1e9, cal.small_gemm_flops / 1e9, cal.attention_flops / 1e9,
            cal.mem_bandwidth / 1e9);
@@ -271,9 +279,11 @@ int main(int argc, char **argv)
             only_prefill = atoi(argv[++i]);
         else if (strcmp(argv[i], "--decode") == 0 && i + 1 < argc)
             only_decode = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--no-roofline") == 0)
+            no_roofline = true;
         else {
             fprintf(stderr, "usage: bench_cpu [--model NAME] [--threads N] [--quick] [--prefill N | "
-                            "--decode B]\n");
+                            "--decode B] [--no-roofline]\n");
             return 2;
         }
     }
