@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # kernel_isa_skip — a kernel test whose instruction set the CPU lacks reports skipped, never
-# passed. The cpu kernels' tests (test_cpu_kernels, test_cpu_attn, test_cpu_sample) run as
+# passed. The cpu kernels' tests (test_cpu_kernels, test_cpu_attn, test_cpu_sample,
+# test_cpu_forward) run as
 # one ctest test per group (portable, avx2, avx512: each file's "ctest: groups" line); a
 # group the CPU cannot run exits 77 (ctest's SKIP_RETURN_CODE) with the reason.
 # STALLSCOPE_CPU_ISA caps the dispatch as a CPU without those instructions would have it, so
@@ -41,7 +42,7 @@ expect_skipped() {
 }
 
 seen=" "
-for name in test_cpu_kernels test_cpu_attn test_cpu_sample; do
+for name in test_cpu_kernels test_cpu_attn test_cpu_sample test_cpu_forward; do
   tests=$(dirname "$bin")/$name
   [ -x "$tests" ] || fail "no $tests next to $bin (the test build makes both)"
   rc=0
@@ -59,12 +60,12 @@ for name in test_cpu_kernels test_cpu_attn test_cpu_sample; do
         ;;
       avx2)
         run_group "$tests" portable avx2
-        expect_skipped "$name" "capped to portable, the avx2 group" "SKIP avx2: this CPU has no AVX2"
+        expect_skipped "$name" "capped to portable, the avx2 group" "SKIP avx2: STALLSCOPE_CPU_ISA caps the kernels below, or this CPU has no AVX2"
         pass "$name: capped to portable, the avx2 group is skipped (77) with its reason"
         ;;
       avx512)
         run_group "$tests" avx2 avx512
-        expect_skipped "$name" "capped to avx2, the avx512 group" "SKIP avx512: this CPU has no AVX-512"
+        expect_skipped "$name" "capped to avx2, the avx512 group" "SKIP avx512: STALLSCOPE_CPU_ISA caps the kernels below, or this CPU has no AVX-512"
         pass "$name: capped to avx2, the avx512 group is skipped (77) with its reason"
         ;;
       *) fail "$name: unknown group $group" ;;
