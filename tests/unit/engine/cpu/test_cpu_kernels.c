@@ -62,7 +62,8 @@ static void check_gemm(int m, int n, int k, int threads, cpu_isa isa)
 static void check_gemm_shapes(cpu_isa isa)
 {
     static const int shapes[][3] = {{1, 37, 64}, {2, 16, 17}, {3, 50, 96}, {5, 33, 40},
-                                    {7, 64, 128}, {31, 20, 48}, {32, 40, 64}, {70, 33, 80}};
+                                    {7, 64, 128}, {31, 20, 48}, {32, 40, 64}, {70, 33, 80},
+                                    {300, 29, 40}, {600, 24, 40}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int threads = 1; threads <= 2; threads++)
             check_gemm(shapes[i][0], shapes[i][1], shapes[i][2], threads, isa);
