@@ -40,13 +40,24 @@ stop_fake() { kill "$fake_pid" 2>/dev/null || true; wait "$fake_pid" 2>/dev/null
 small=(--max-streams 4 --long-context 256 --seconds 200ms --min-prompt-tokens 1024
        --max-prompt-tokens 4096 --repeats 1 --interference-streams 8)
 # calibrate NAME ARGS...: calibrate $url into $scratch/NAME.json; its exit status in $rc.
+# The one timing excuse (a shared 2-core machine under a parallel test suite): a calibrate
+# that exits non-zero while its own sentinel recorded that the server moved ("drift: the
+# server moved ...", over --max-drift) is run once more, at most once; every other result,
+# and the second run's, stands.
 calibrate() {
   local name=$1; shift
-  set +e
-  timeout 90 "$bin" calibrate --target "$url" --out "$scratch/$name.json" "${small[@]}" "$@" \
-      >"$scratch/$name.out" 2>"$scratch/$name.err"
-  rc=$?
-  set -e
+  local attempt
+  for attempt in 1 2; do
+    set +e
+    timeout 90 "$bin" calibrate --target "$url" --out "$scratch/$name.json" "${small[@]}" "$@" \
+        >"$scratch/$name.out" 2>"$scratch/$name.err"
+    rc=$?
+    set -e
+    if [ "$rc" = 0 ] || ! grep -q "^  drift: the server moved" "$scratch/$name.out"; then
+      break
+    fi
+    [ "$attempt" = 1 ] && echo "note: $name: calibrate exited $rc while its sentinel recorded drift; once more"
+  done
 }
 
 # ---- a server that behaves as its lone probes say: its own probes predicted, written -------
