@@ -69,3 +69,22 @@ wait_http() {
   done
   return 1
 }
+
+# stop_pids PID...: SIGTERM each, wait up to 10 s (bounded) for all to exit, then SIGKILL
+# what is left and say which: a process that outlives SIGTERM by 10 s is named in the log
+# instead of holding the test until its own --duration ends.
+stop_pids() {
+  local pid left
+  for pid in "$@"; do kill "$pid" 2>/dev/null || true; done
+  for _ in $(seq 100); do
+    left=
+    for pid in "$@"; do kill -0 "$pid" 2>/dev/null && left="$left $pid"; done
+    [ -z "$left" ] && break
+    sleep 0.1
+  done
+  for pid in $left; do
+    echo "note: pid $pid ($(tr '\0' ' ' </proc/"$pid"/cmdline 2>/dev/null | cut -c1-80)) outlived SIGTERM by 10 s: SIGKILL" >&2
+    kill -9 "$pid" 2>/dev/null || true
+  done
+  wait 2>/dev/null || true
+}

@@ -17,8 +17,7 @@ source "$(dirname "$0")/lib.bash"
 
 SERVE_PID= PROXY_PID=
 cleanup() {
-  for pid in $PROXY_PID $SERVE_PID; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  stop_pids $PROXY_PID $SERVE_PID
 }
 trap cleanup EXIT
 
