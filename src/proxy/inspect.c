@@ -146,30 +146,37 @@ static int64_t text_tokens(size_t bytes)
     return (int64_t)((bytes + PINSP_BYTES_PER_TOKEN - 1) / PINSP_BYTES_PER_TOKEN);
 }
 
-/* A completions prompt: a string, token ids, or a one-element array of either. */
+/* A completions prompt: a string, token ids, or an array of either (a batch: the sum). The
+ * count is exact when every part is token ids; *exact is false whenever -1 (unknown) is
+ * returned. */
 static int64_t prompt_estimate(const json_t *p, bool *exact)
 {
+    *exact = false;
     if (json_is_string(p))
         return text_tokens(json_string_length(p));
     if (!json_is_array(p) || json_array_size(p) == 0)
         return -1;
-    const json_t *first = json_array_get(p, 0);
-    if (json_is_integer(first)) {
+    if (json_is_integer(json_array_get(p, 0))) {
+        size_t i;
+        const json_t *v;
+        json_array_foreach(p, i, v) if (!json_is_integer(v)) return -1;
         *exact = true;
         return (int64_t)json_array_size(p);
     }
     int64_t sum = 0;
+    bool all_exact = true;
     size_t i;
     const json_t *v;
     json_array_foreach(p, i, v)
     {
-        bool e = false;
-        int64_t n = prompt_estimate(v, &e);
+        bool e;
+        const int64_t n = prompt_estimate(v, &e);
         if (n < 0)
             return -1;
-        *exact = e;
+        all_exact = all_exact && e;
         sum += n;
     }
+    *exact = all_exact;
     return sum;
 }
 
@@ -235,5 +242,6 @@ void pinsp_read_body(const pinsp_head *head, const char *body, size_t len, pinsp
         }
     }
     out->prompt_tokens = n < 0 ? -1 : n > INT32_MAX ? INT32_MAX : (int32_t)n;
+    out->exact = out->exact && n > 0;
     json_decref(j);
 }

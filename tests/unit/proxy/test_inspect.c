@@ -355,6 +355,21 @@ static void test_completions_prompt(void **state)
     assert_int_equal(b.prompt_tokens, -1);
     b = body_of("POST", "/v1/completions", "{\"prompt\":42,\"stream\":true}");
     assert_int_equal(b.prompt_tokens, -1);
+    /* a batch: the sum, exact only when every part is ids; a part that is neither text nor
+     * ids makes it unknown, and never exact (fuzz_proxy_request found [[1,2,3],4] counted
+     * unknown yet marked exact) */
+    b = body_of("POST", "/v1/completions", "{\"prompt\":[[1,2],[3]],\"stream\":true}");
+    assert_int_equal(b.prompt_tokens, 3);
+    assert_true(b.exact);
+    b = body_of("POST", "/v1/completions", "{\"prompt\":[[1,2],\"abcd\"],\"stream\":true}");
+    assert_int_equal(b.prompt_tokens, 3);
+    assert_false(b.exact);
+    b = body_of("POST", "/v1/completions", "{\"prompt\":[[1,2,3],4],\"stream\":true}");
+    assert_int_equal(b.prompt_tokens, -1);
+    assert_false(b.exact);
+    b = body_of("POST", "/v1/completions", "{\"prompt\":[1,\"x\"],\"stream\":true}");
+    assert_int_equal(b.prompt_tokens, -1);
+    assert_false(b.exact);
     /* a base path before it changes nothing: the endpoint is the path's end */
     b = body_of("POST", "/openai/v1/completions", "{\"prompt\":\"abcd\",\"stream\":true}");
     assert_true(b.observed);
