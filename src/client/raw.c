@@ -162,7 +162,6 @@ raw_client *raw_create(const transport_options *opt, char *err)
         return NULL;
     }
     c->ep = -1;
-    c->stamp_fd = -1;
     c->use_pwait2 = true;
     c->idle_timeout_ns = opt->idle_timeout_ns > 0 ? opt->idle_timeout_ns : 30 * CLOCK_NS_PER_S;
     c->connect_timeout_ns =
@@ -205,8 +204,7 @@ raw_client *raw_create(const transport_options *opt, char *err)
         goto error;
     }
     transport_raise_fd_limit(c->max_idle);
-    bool stamps_on; /* when not on in 20 ms, the first reads may be user stamps: counted */
-    c->stamp_fd = stamp_hold(20 * CLOCK_NS_PER_MS, &stamps_on);
+    (void)stamp_switch_on(); /* when not on in 20 ms, the first reads may be user stamps: counted */
     return c;
 error:
     raw_free(c);
@@ -227,8 +225,6 @@ void raw_free(raw_client *c)
         raw_conn_close(c, c->idle);
     if (c->ep >= 0)
         close(c->ep);
-    if (c->stamp_fd >= 0)
-        close(c->stamp_fd);
     tls_context_free(c->tls);
     buf_free(&c->headers);
     free(c);

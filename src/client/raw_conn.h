@@ -59,7 +59,6 @@ struct raw_req {
 
 struct raw_client {
     int ep;
-    int stamp_fd; /* stamp_hold's socket: the kernel's stamps on from the first read */
     struct sockaddr_storage addr;
     socklen_t addr_len;
     char host[RAW_MAX_HOST];   /* for SNI and certificate checks */

@@ -3,6 +3,7 @@
 
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -60,6 +61,20 @@ fail:
     if (c >= 0)
         close(c);
     return -1;
+}
+
+static pthread_once_t switch_once = PTHREAD_ONCE_INIT;
+static bool switch_on;
+
+static void hold_for_the_process(void)
+{
+    (void)stamp_hold(20 * CLOCK_NS_PER_MS, &switch_on); /* held until exit: never closed */
+}
+
+bool stamp_switch_on(void)
+{
+    pthread_once(&switch_once, hold_for_the_process);
+    return switch_on;
 }
 
 ssize_t stamp_recv(int fd, void *buf, size_t size, int64_t realtime_offset_ns, stamp_read *out)

@@ -19,6 +19,11 @@ void stamp_enable(int fd);
  * socket could be made; *on says whether a stamped byte came in time. */
 int stamp_hold(int64_t wait_ns, bool *on);
 
+/* stamp_hold once for the whole process (at most 20 ms, the first call; the socket held
+ * until exit), for every reader of stamps in it: the raw transport's clients (one per client
+ * thread or shard) and the proxy call it before their first read. Whether it came on. */
+bool stamp_switch_on(void);
+
 typedef struct stamp_read {
     int64_t now_ns; /* CLOCK_MONOTONIC right after the read, before any parsing */
     int64_t t_ns;   /* the bytes' time: the kernel's stamp mapped onto CLOCK_MONOTONIC, or

@@ -276,8 +276,7 @@ int proxy_run(const proxy_config *cfg, char *err)
     pmet_init(&p->m);
     const pobs_sink sink = {p, on_gap, on_stall, on_culprit};
     int listen_port = 0, admin_port = 0;
-    bool stamps_on; /* the kernel's stamps on before the first upstream read */
-    const int stamp_fd = stamp_hold(20 * CLOCK_NS_PER_MS, &stamps_on);
+    (void)stamp_switch_on(); /* the kernel's stamps on before the first upstream read */
     if (resolve_upstream(p, err) != 0)
         goto out;
     if (!(p->obs = pobs_new(&cfg->obs, &sink))) {
@@ -375,8 +374,6 @@ int proxy_run(const proxy_config *cfg, char *err)
             (long long)p->m.requests, (long long)p->m.tokens,
             (long long)(p->m.stalls[0] + p->m.stalls[1]), (long long)p->m.stalls[POBS_CAUSE_PREFILL]);
 out:
-    if (stamp_fd >= 0)
-        close(stamp_fd);
     if (p->ep >= 0)
         close(p->ep);
     if (p->listen_fd >= 0)

@@ -49,8 +49,6 @@ void cpu_attn_naive(float *out, const float *q, const float *k, const float *v, 
 void cpu_attn_tile_generic(const cpu_attn_tile *t);
 /* The same, 16 keys at a time, in plain C (vectorizable loops). */
 void cpu_attn_tile_blocked(const cpu_attn_tile *t);
-/* Whether this CPU has AVX2 + FMA and STALLSCOPE_CPU_ISA allows them (cpu_kernels.h). */
-bool cpu_avx2_available(void);
 /* Floats of scratch the fast kernels and cpu_attn_run need for a tile. */
 size_t cpu_attn_scratch_floats(int n_rows, int head_dim);
 /* The flash kernels: AVX2 (head_dim a multiple of 8; only where cpu_avx2_available()) and

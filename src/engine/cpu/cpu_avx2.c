@@ -82,16 +82,6 @@ INLINE void gemm_tile(const float *x, int ldx, int rows_x, const float *w, int r
     }
 }
 
-INLINE void store_tile(float *y, int ldy, const float *out, int rows_x, int rows_w, int RM,
-                       int RN, bool accumulate)
-{
-    for (int i = 0; i < RM && i < rows_x; i++) {
-        float *yr = y + (size_t)i * ldy;
-        for (int j = 0; j < RN && j < rows_w; j++)
-            yr[j] = accumulate ? yr[j] + out[i * RN + j] : out[i * RN + j];
-    }
-}
-
 /* As cpu_gemm_small_avx512: W in blocks of rows that every row group of X passes over (so
  * W streams from memory once per call), the next block prefetched into L2 while this one
  * computes, its lines spread over the block's tiles. Blocks of 24 rows: 8 tiles of 4 x 3 for
@@ -121,7 +111,7 @@ TGT void cpu_gemm_small_avx2(float *y, int ldy, const float *x, int ldx, const f
                 if (j >= rows_w)
                     continue;
                 gemm_tile(x + (size_t)i * ldx, ldx, 4, wb + (size_t)j * k, rows_w - j, k, 4, 3, out);
-                store_tile(y + (size_t)i * ldy + n + j, ldy, out, 4, rows_w - j, 4, 3, accumulate);
+                cpu_gemm_store_tile(y + (size_t)i * ldy + n + j, ldy, out, 4, rows_w - j, 4, 3, accumulate);
             }
         if (m - i >= 2) {
             for (int j = 0; j < SMALL_BLOCK; j += 4) {
@@ -129,7 +119,7 @@ TGT void cpu_gemm_small_avx2(float *y, int ldy, const float *x, int ldx, const f
                 if (j >= rows_w)
                     continue;
                 gemm_tile(x + (size_t)i * ldx, ldx, 2, wb + (size_t)j * k, rows_w - j, k, 2, 4, out);
-                store_tile(y + (size_t)i * ldy + n + j, ldy, out, 2, rows_w - j, 2, 4, accumulate);
+                cpu_gemm_store_tile(y + (size_t)i * ldy + n + j, ldy, out, 2, rows_w - j, 2, 4, accumulate);
             }
             i += 2;
         }
@@ -139,7 +129,7 @@ TGT void cpu_gemm_small_avx2(float *y, int ldy, const float *x, int ldx, const f
                 if (j >= rows_w)
                     continue;
                 gemm_tile(x + (size_t)i * ldx, ldx, 1, wb + (size_t)j * k, rows_w - j, k, 1, 8, out);
-                store_tile(y + (size_t)i * ldy + n + j, ldy, out, 1, rows_w - j, 1, 8, accumulate);
+                cpu_gemm_store_tile(y + (size_t)i * ldy + n + j, ldy, out, 1, rows_w - j, 1, 8, accumulate);
             }
 #undef PREFETCH_SHARE
     }
@@ -208,7 +198,7 @@ TGT void cpu_rmsnorm_avx2(float *o, const float *x, const float *weight, int siz
     double ss = cpu_avx2_hsum(_mm256_add_ps(a0, a1));
     for (int j = i; j < size; j++)
         ss += (double)x[j] * x[j];
-    const float inv_rms = (float)(1.0 / sqrt(ss / size + eps));
+    const float inv_rms = cpu_inv_rms(ss, size, eps);
     const __m256 inv = _mm256_set1_ps(inv_rms);
     int j = 0;
     for (; j + 8 <= size; j += 8)
@@ -232,11 +222,8 @@ TGT void cpu_rope_avx2(float *vec, int n_heads, int head_dim, const float *cos_s
             _mm256_storeu_ps(v + d, _mm256_fmaddsub_ps(x, _mm256_moveldup_ps(cs),
                                                        _mm256_mul_ps(swapped, _mm256_movehdup_ps(cs))));
         }
-        for (; d < head_dim; d += 2) {
-            const float c = cos_sin[d], s = cos_sin[d + 1], v0 = v[d], v1 = v[d + 1];
-            v[d] = v0 * c - v1 * s;
-            v[d + 1] = v0 * s + v1 * c;
-        }
+        for (; d < head_dim; d += 2)
+            cpu_rotate_pair(v + d, cos_sin[d], cos_sin[d + 1]);
     }
 }
 

@@ -98,16 +98,6 @@ INLINE void gemm_tile(const float *x, int ldx, int rows_x, const float *w, int r
     _mm512_storeu_ps(out, sum16(acc));
 }
 
-INLINE void store_tile(float *y, int ldy, const float *out, int rows_x, int rows_w, int RM,
-                       int RN, bool accumulate)
-{
-    for (int i = 0; i < RM && i < rows_x; i++) {
-        float *yr = y + (size_t)i * ldy;
-        for (int j = 0; j < RN && j < rows_w; j++)
-            yr[j] = accumulate ? yr[j] + out[i * RN + j] : out[i * RN + j];
-    }
-}
-
 /* W is walked in blocks of 16 rows (16 k floats, in L1/L2 after the first tile); every row
  * group of X passes over the block, so W streams from memory once per call. While a block
  * computes, the next one (contiguous: rows follow each other) is prefetched into L2, its
@@ -137,7 +127,7 @@ TGT void cpu_gemm_small_avx512(float *y, int ldy, const float *x, int ldx, const
                 if (j >= rows_w)
                     continue;
                 gemm_tile(x + (size_t)i * ldx, ldx, 4, wb + (size_t)j * k, rows_w - j, k, 4, 4, out);
-                store_tile(y + (size_t)i * ldy + n + j, ldy, out, 4, rows_w - j, 4, 4, accumulate);
+                cpu_gemm_store_tile(y + (size_t)i * ldy + n + j, ldy, out, 4, rows_w - j, 4, 4, accumulate);
             }
         if (m - i >= 2) {
             for (int j = 0; j < 16; j += 8) {
@@ -145,14 +135,14 @@ TGT void cpu_gemm_small_avx512(float *y, int ldy, const float *x, int ldx, const
                 if (j >= rows_w)
                     continue;
                 gemm_tile(x + (size_t)i * ldx, ldx, 2, wb + (size_t)j * k, rows_w - j, k, 2, 8, out);
-                store_tile(y + (size_t)i * ldy + n + j, ldy, out, 2, rows_w - j, 2, 8, accumulate);
+                cpu_gemm_store_tile(y + (size_t)i * ldy + n + j, ldy, out, 2, rows_w - j, 2, 8, accumulate);
             }
             i += 2;
         }
         if (m - i == 1) {
             PREFETCH_SHARE();
             gemm_tile(x + (size_t)i * ldx, ldx, 1, wb, rows_w, k, 1, 16, out);
-            store_tile(y + (size_t)i * ldy + n, ldy, out, 1, rows_w, 1, 16, accumulate);
+            cpu_gemm_store_tile(y + (size_t)i * ldy + n, ldy, out, 1, rows_w, 1, 16, accumulate);
         }
 #undef PREFETCH_SHARE
     }
@@ -241,7 +231,7 @@ TGT void cpu_rmsnorm_avx512(float *o, const float *x, const float *weight, int s
     double ss = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
     for (int j = i; j < size; j++)
         ss += (double)x[j] * x[j];
-    const float inv_rms = (float)(1.0 / sqrt(ss / size + eps));
+    const float inv_rms = cpu_inv_rms(ss, size, eps);
     const __m512 inv = _mm512_set1_ps(inv_rms);
     int j = 0;
     for (; j + 16 <= size; j += 16)
@@ -265,11 +255,8 @@ TGT void cpu_rope_avx512(float *vec, int n_heads, int head_dim, const float *cos
             _mm512_storeu_ps(v + d, _mm512_fmaddsub_ps(x, _mm512_moveldup_ps(cs),
                                                        _mm512_mul_ps(swapped, _mm512_movehdup_ps(cs))));
         }
-        for (; d < head_dim; d += 2) {
-            const float c = cos_sin[d], s = cos_sin[d + 1], v0 = v[d], v1 = v[d + 1];
-            v[d] = v0 * c - v1 * s;
-            v[d + 1] = v0 * s + v1 * c;
-        }
+        for (; d < head_dim; d += 2)
+            cpu_rotate_pair(v + d, cos_sin[d], cos_sin[d + 1]);
     }
 }
 

@@ -14,7 +14,7 @@ void cpu_rmsnorm(float *o, const float *x, const float *weight, int size, float 
     double ss = 0;
     for (int j = 0; j < size; j++)
         ss += (double)x[j] * x[j];
-    const float inv_rms = (float)(1.0 / sqrt(ss / size + eps));
+    const float inv_rms = cpu_inv_rms(ss, size, eps);
     for (int j = 0; j < size; j++)
         o[j] = weight[j] * (inv_rms * x[j]);
 }
@@ -48,11 +48,7 @@ void cpu_rope_naive(float *vec, int n_heads, int head_dim, int pos, double theta
     for (int h = 0; h < n_heads; h++)
         for (int i = 0; i < head_dim; i += 2) {
             const double angle = pos * pow(theta, -(double)i / head_dim);
-            const float fcr = (float)cos(angle), fci = (float)sin(angle);
-            float *pair = vec + h * head_dim + i;
-            const float v0 = pair[0], v1 = pair[1];
-            pair[0] = v0 * fcr - v1 * fci;
-            pair[1] = v0 * fci + v1 * fcr;
+            cpu_rotate_pair(vec + h * head_dim + i, (float)cos(angle), (float)sin(angle));
         }
 }
 
@@ -194,13 +190,8 @@ bool cpu_simd_enabled(void)
 void cpu_rope_table(float *vec, int n_heads, int head_dim, const float *cos_sin)
 {
     for (int h = 0; h < n_heads; h++)
-        for (int i = 0; i < head_dim / 2; i++) {
-            float *pair = vec + h * head_dim + 2 * i;
-            const float fcr = cos_sin[2 * i], fci = cos_sin[2 * i + 1];
-            const float v0 = pair[0], v1 = pair[1];
-            pair[0] = v0 * fcr - v1 * fci;
-            pair[1] = v0 * fci + v1 * fcr;
-        }
+        for (int i = 0; i < head_dim; i += 2)
+            cpu_rotate_pair(vec + h * head_dim + i, cos_sin[i], cos_sin[i + 1]);
 }
 
 void cpu_swiglu_fast(float *out, const float *gate, const float *up, int n)

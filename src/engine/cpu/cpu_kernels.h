@@ -9,6 +9,7 @@
  * SGEMM spends its time packing a weight matrix it then uses a handful of times. */
 #ifndef STALLSCOPE_CPU_KERNELS_H
 #define STALLSCOPE_CPU_KERNELS_H
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -48,6 +49,34 @@ void cpu_gemm_naive(float *y, int ldy, const float *x, int ldx, const float *w, 
  * writes Y directly; a prefill is OpenBLAS's, its packing paid back over thousands of rows. */
 #define CPU_GEMM_SMALL_M 512
 
+/* ---- the scalar pieces every instruction set's kernels share ---------------------- */
+
+/* 1 / rms of a vector of size elements whose squares sum to ss */
+static inline float cpu_inv_rms(double ss, int size, float eps)
+{
+    return (float)(1.0 / sqrt(ss / size + eps));
+}
+
+/* the pair (v[0], v[1]) rotated by an angle of cosine c and sine s */
+static inline void cpu_rotate_pair(float *v, float c, float s)
+{
+    const float v0 = v[0], v1 = v[1];
+    v[0] = v0 * c - v1 * s;
+    v[1] = v0 * s + v1 * c;
+}
+
+/* The small-batch kernels' tile (out[i * RN + j], RM x RN) into Y, its rows and columns past
+ * rows_x and rows_w left out. */
+static inline void cpu_gemm_store_tile(float *y, int ldy, const float *out, int rows_x,
+                                       int rows_w, int RM, int RN, bool accumulate)
+{
+    for (int i = 0; i < RM && i < rows_x; i++) {
+        float *yr = y + (size_t)i * ldy;
+        for (int j = 0; j < RN && j < rows_w; j++)
+            yr[j] = accumulate ? yr[j] + out[i * RN + j] : out[i * RN + j];
+    }
+}
+
 /* ---- dispatch ------------------------------------------------------------------ */
 
 /* The instruction sets of the fast paths, narrowest first. The environment variable
@@ -74,6 +103,8 @@ void cpu_isa_describe(char *out, size_t size);
  * cpu_simd_enable(false) cpu_isa_set(CPU_ISA_PORTABLE) (no vector path at all);
  * cpu_simd_enabled(): AVX-512 is active. */
 bool cpu_simd_available(void);
+/* Whether this CPU has AVX2 + FMA and the cap allows them. */
+bool cpu_avx2_available(void);
 void cpu_simd_enable(bool on);
 bool cpu_simd_enabled(void);
 

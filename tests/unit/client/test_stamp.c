@@ -29,6 +29,9 @@ static void test_hold_turns_stamps_on(void **state)
     assert_true(fd >= 0);
     assert_true(on);
     close(fd);
+    /* once for the process: on, and on again without a second socket */
+    assert_true(stamp_switch_on());
+    assert_true(stamp_switch_on());
 }
 
 static void test_first_read_stamped_while_held(void **state)
