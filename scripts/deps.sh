@@ -25,6 +25,11 @@ if [ "$mode" = test ]; then
   TOOLS[chromium]=chromium # headless: the HTML report's load test
   TOOLS[valgrind]=valgrind # serve under memcheck (tests/integration/serve_valgrind.sh)
   TOOLS[promtool]=prometheus # the proxy's rules (tests/integration/proxy_rules.sh); starts no daemon
+  # A one-node Slurm cluster the test starts itself (tests/integration/slurm_shards.sh)
+  TOOLS[slurmctld]=slurmctld
+  TOOLS[slurmd]=slurmd
+  TOOLS[sbatch]=slurm-client
+  TOOLS[munged]=munge
 fi
 
 missing=()
@@ -44,6 +49,8 @@ if [ "$mode" = bench ]; then
   /usr/bin/python3 -c 'import aiohttp' >/dev/null 2>&1 || missing+=(python3-aiohttp)
 fi
 if [ "$mode" = test ]; then
+  # the Kubernetes manifests parsed as YAML (tests/integration/deploy_manifests.sh)
+  /usr/bin/python3 -c 'import yaml' >/dev/null 2>&1 || missing+=(python3-yaml)
   # libFuzzer and sanitizer runtimes for clang
   [ -e /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a ] ||
     ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 ||

@@ -843,7 +843,7 @@ void report_merge_print(FILE *out, const report_run *x)
     char u[32], est[32];
     units_format_duration(m->clock_uncertainty_ns, u, sizeof u);
     units_format_duration(m->clock_estimated_ns, est, sizeof est);
-    fprintf(out, "shards: %s of %d merged%s%s\n", m->merged, m->shards,
+    fprintf(out, "shards merged: %s (of %d)%s%s\n", m->merged, m->shards,
             m->missing[0] ? "; left out: " : "", m->missing);
     if (m->one_host)
         fputs("clocks: one host: the shards are placed by its one monotonic clock (their "

@@ -389,7 +389,7 @@ static void test_cross_host_bounds(void **state)
     FILE *f = open_memstream(&text, &len);
     report_merge_print(f, x);
     fclose(f);
-    assert_non_null(strstr(text, "shards: 0,1,2 of 3 merged"));
+    assert_non_null(strstr(text, "shards merged: 0,1,2 (of 3)"));
     assert_non_null(strstr(text, "agree within ±4.0 ms (the kernels' maxerror"));
     assert_non_null(strstr(text, "stalls aligned with an injection: 6 of 8 (5..7)"));
     assert_non_null(strstr(text, "injection 1 at 1.000 s: users stalled 6/6 (5..6)"));
