@@ -33,7 +33,8 @@ typedef struct report_flags {
 
 static const opts_spec report_specs[] = {
     OPTS_DURATION("stall-threshold", "DUR",
-                  "a stall is a gap above this (default 5 x the baseline's p50; e.g. 50ms)",
+                  "a stall is a gap above this (default: the run's own --stall-threshold, else 5 x the "
+                  "baseline's p50; e.g. 50ms)",
                   report_flags, stall_threshold_ns, 1, 3600 * CLOCK_NS_PER_S),
     OPTS_FLAG("json", "print comparison.json (or the summary), not the table", report_flags, json),
     OPTS_FLAG("no-report", "recompute the summaries only: no report.html, no plots", report_flags,

@@ -238,6 +238,10 @@ static int summarize(report_run *r, double threshold_ms, double reference_p50_ms
     r->opt.standard = &r->standard; /* here: runs move (sorted, grown) while the set loads */
     r->opt.engine = r->engine;
     r->opt.target = r->target;
+    /* No threshold given: the one the run was made with (run --stall-threshold, kept in its
+     * config.json and in a merge's), else the default rule, as the run itself counted. */
+    if (threshold_ms <= 0 && r->has_config && r->cfg.stall_threshold_ns > 0)
+        threshold_ms = (double)r->cfg.stall_threshold_ns / 1e6;
     r->opt.threshold_ms = threshold_ms;
     r->opt.reference_p50_ms = reference_p50_ms;
     if (r->stream_tokens)

@@ -221,6 +221,7 @@ check(merged["users"] == sum(users) == m["users"] == 8, f"users: merged {merged[
 st = merged["stalls"]
 check(st["count"] > 0 and st["aligned_fraction"] >= aligned_min,
       f"stalls aligned with an injection: {st['aligned']} of {st['count']} ({st['aligned_fraction']:.3f} >= {aligned_min})")
+check(st["threshold_ms"] == 60.0, f"the merged run counts stalls above the shards' --stall-threshold: {st['threshold_ms']} ms")
 stalled = [i["users_stalled"] for i in merged["injections"]]
 check(len(stalled) == 3 and all(n == 8 for n in stalled), f"users stalled per injection: {stalled} (8 each)")
 sys.exit(1 if bad else 0)
