@@ -9,7 +9,7 @@
 
 #include "engine/cpu/cpu_attn.h"
 #include "engine/cpu/cpu_avx2_math.h"
-#include "engine/cpu/cpu_kernels.h"
+#include "engine/cpu/cpu_isa_kernels.h"
 
 #define TGT CPU_AVX2_TGT
 #define INLINE CPU_AVX2_INLINE

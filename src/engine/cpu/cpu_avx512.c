@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "engine/cpu/cpu_attn.h"
-#include "engine/cpu/cpu_kernels.h"
+#include "engine/cpu/cpu_isa_kernels.h"
 
 #define TGT __attribute__((target("avx512f,avx512dq,avx512vl,avx2,fma")))
 #define INLINE static inline __attribute__((always_inline)) TGT

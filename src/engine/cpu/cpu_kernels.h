@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/cpu/cpu_isa_kernels.h"
 #include "engine/cpu/cpu_pool.h"
 
 /* ---- references (one token, llama2.c) ------------------------------------------- */
@@ -48,34 +49,6 @@ void cpu_gemm_naive(float *y, int ldy, const float *x, int ldx, const float *w, 
  * 256-row product against the 32,000-row LM head, where our kernel streams W once and
  * writes Y directly; a prefill is OpenBLAS's, its packing paid back over thousands of rows. */
 #define CPU_GEMM_SMALL_M 512
-
-/* ---- the scalar pieces every instruction set's kernels share ---------------------- */
-
-/* 1 / rms of a vector of size elements whose squares sum to ss */
-static inline float cpu_inv_rms(double ss, int size, float eps)
-{
-    return (float)(1.0 / sqrt(ss / size + eps));
-}
-
-/* the pair (v[0], v[1]) rotated by an angle of cosine c and sine s */
-static inline void cpu_rotate_pair(float *v, float c, float s)
-{
-    const float v0 = v[0], v1 = v[1];
-    v[0] = v0 * c - v1 * s;
-    v[1] = v0 * s + v1 * c;
-}
-
-/* The small-batch kernels' tile (out[i * RN + j], RM x RN) into Y, its rows and columns past
- * rows_x and rows_w left out. */
-static inline void cpu_gemm_store_tile(float *y, int ldy, const float *out, int rows_x,
-                                       int rows_w, int RM, int RN, bool accumulate)
-{
-    for (int i = 0; i < RM && i < rows_x; i++) {
-        float *yr = y + (size_t)i * ldy;
-        for (int j = 0; j < RN && j < rows_w; j++)
-            yr[j] = accumulate ? yr[j] + out[i * RN + j] : out[i * RN + j];
-    }
-}
 
 /* ---- dispatch ------------------------------------------------------------------ */
 
@@ -116,38 +89,5 @@ void cpu_rmsnorm_fast(float *o, const float *x, const float *weight, int size, f
 void cpu_rope_fast(float *vec, int n_heads, int head_dim, const float *cos_sin);
 /* A sum over n floats as fast as memory delivers them (the bandwidth probe). */
 float cpu_stream_sum(const float *x, size_t n);
-
-/* ---- per instruction set (callers check the CPU first; the tests call them directly) */
-
-/* The small-batch kernel on its own (rows [n0, n1) of W): same contract as cpu_gemm. */
-void cpu_gemm_small_avx512(float *y, int ldy, const float *x, int ldx, const float *w, int m,
-                           int n0, int n1, int k, bool accumulate);
-void cpu_gemm_small_avx2(float *y, int ldy, const float *x, int ldx, const float *w, int m,
-                         int n0, int n1, int k, bool accumulate);
-
-void cpu_swiglu_avx512(float *out, const float *gate, const float *up, int n);
-void cpu_swiglu_avx2(float *out, const float *gate, const float *up, int n);
-void cpu_rmsnorm_avx512(float *o, const float *x, const float *weight, int size, float eps);
-void cpu_rmsnorm_avx2(float *o, const float *x, const float *weight, int size, float eps);
-void cpu_rope_avx512(float *vec, int n_heads, int head_dim, const float *cos_sin);
-void cpu_rope_avx2(float *vec, int n_heads, int head_dim, const float *cos_sin);
-float cpu_stream_sum_avx512(const float *x, size_t n);
-float cpu_stream_sum_avx2(const float *x, size_t n);
-
-/* Sampling helpers: the largest value; x[i] = exp((x[i] - max) * inv_temperature) in place,
- * with the sum of each 256-element chunk in chunk_sums (ceil(n / 256) of them); returns the
- * total. */
-float cpu_max_avx512(const float *x, int n);
-float cpu_max_avx2(const float *x, int n);
-double cpu_exp_weights_avx512(float *x, int n, float max, float inv_temperature,
-                              double *chunk_sums);
-double cpu_exp_weights_avx2(float *x, int n, float max, float inv_temperature,
-                            double *chunk_sums);
-#define CPU_SAMPLE_CHUNK 256
-
-/* exp2 on vector lanes as the attention kernels compute it (relative error < 2e-7),
- * exposed for tests: out[i] = 2^in[i] for n values. */
-void cpu_exp2_avx512(float *out, const float *in, int n);
-void cpu_exp2_avx2(float *out, const float *in, int n);
 
 #endif
