@@ -23,7 +23,8 @@ case $LEAD in '' | *[!0-9]*) echo "submit.sh: LEAD must be whole seconds, not '$
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$RESULTS"
 RESULTS=$(cd "$RESULTS" && pwd)
-START_AT=$(date -u -d "@$(($(date +%s) + LEAD))" +%Y-%m-%dT%H:%M:%SZ)
+# t = 0 on a whole second at least LEAD s from now
+START_AT=$(date -u -d "@$(($(date +%s) + LEAD + 1))" +%Y-%m-%dT%H:%M:%SZ)
 export START_AT TARGET RESULTS SHARDS STALLSCOPE=${STALLSCOPE:-stallscope} API_KEY_FILE=${API_KEY_FILE:-}
 pass=START_AT,TARGET,RESULTS,SHARDS,STALLSCOPE,API_KEY_FILE,PATH,HOME,LANG
 array=$(sbatch --parsable --array="0-$((SHARDS - 1))" --export="$pass" \

@@ -174,10 +174,13 @@ wait_job() {
   done
   echo "$s"
 }
-# submit NAME: submit.sh against the server, 2 shards into results/NAME; sets ARRAY, MERGE.
+# submit NAME: submit.sh against the server, 2 shards into results/NAME; sets ARRAY, MERGE,
+# START_AT. LEAD 8 s: Slurm allocated the tasks 1.4-1.8 s after the submission here, and a
+# sanitized shard was ready 2.5-3.6 s before t = 0 with LEAD 6 (which could fall to 5.0 s
+# on a whole second): a slower moment would fail a shard "not ready in time".
 submit() {
   local line
-  line=$(LEAD=6 STALLSCOPE="$WORK/stallscope" "$SUBMIT" "$url" 2 "$WORK/results/$1" "${WORKLOAD[@]}") ||
+  line=$(LEAD=8 STALLSCOPE="$WORK/stallscope" "$SUBMIT" "$url" 2 "$WORK/results/$1" "${WORKLOAD[@]}") ||
     fail "submit.sh failed: $line"
   echo "     $line"
   ARRAY=$(sed -n 's/^shards: job \([0-9]*\) .*/\1/p' <<<"$line")
