@@ -28,18 +28,17 @@ checker=$PY_DIR/check_deploy.py
 sed 's/^/     /' "$dir/whole.out"
 pass "deploy/: $(grep -c '^ok' "$dir/whole.out") checks hold"
 
-# mutate NAME FILE SED-EXPR EXPECTED: a copy of deploy/ and docs/guide with FILE edited by
-# SED-EXPR must fail the check whose line contains EXPECTED.
+# mutate NAME FILE FROM TO EXPECTED: a copy of deploy/ and docs/guide with FROM (exactly once
+# in FILE) replaced by TO must fail the check whose line contains EXPECTED.
 mutate() {
-  local name=$1 file=$2 expr=$3 expected=$4 copy=$dir/$1
+  local name=$1 file=$2 from=$3 to=$4 expected=$5 copy=$dir/$1
   mkdir -p "$copy/docs"
   cp -r "$src/deploy" "$copy/"
   cp -r "$src/docs/guide" "$copy/docs/"
-  sed -i "$expr" "$copy/$file"
-  cmp -s "$src/$file" "$copy/$file" && fail "mutation $name changed nothing in $file"
+  replace_once "$copy/$file" "$from" "$to" || fail "mutation $name: '$from' is not in $file exactly once"
   if "$PY" "$checker" "$copy" >"$copy.out" 2>&1; then
     cat "$copy.out"
-    fail "mutation $name ($file: $expr) passed the checker"
+    fail "mutation $name ($file: '$from' -> '$to') passed the checker"
   fi
   grep -q "^FAIL .*$expected" "$copy.out" || {
     cat "$copy.out"
@@ -47,17 +46,17 @@ mutate() {
   }
   echo "ok   caught: $name ($(grep -m1 '^FAIL' "$copy.out" | cut -c6-))"
 }
-mutate not-indexed deploy/k8s/shards.yaml 's/completionMode: Indexed/completionMode: NonIndexed/' 'completionMode Indexed'
-mutate fewer-at-once deploy/k8s/shards.yaml 's/parallelism: 4/parallelism: 2/' 'parallelism'
-mutate retried deploy/k8s/shards.yaml 's/^  backoffLimit: 0/  backoffLimit: 3/' 'backoffLimit 0'
-mutate wrong-count deploy/k8s/shards.yaml 's|JOB_COMPLETION_INDEX/4|JOB_COMPLETION_INDEX/3|' 'handed to --shard'
-mutate no-index deploy/k8s/shards.yaml 's|--shard "$JOB_COMPLETION_INDEX/4"|--shard "0/4"|' 'handed to --shard'
-mutate fixed-start deploy/k8s/shards.yaml 's/START_AT_HERE/2026-12-01T10:00:00Z/' 'START_AT_HERE'
-mutate off-volume deploy/k8s/shards.yaml 's|--out "/results/shard-|--out "/tmp/shard-|' "each shard's --out"
-mutate merge-count deploy/k8s/merge.yaml 's/value: "4"/value: "3"/' 'SHARDS'
-mutate merge-elsewhere deploy/k8s/merge.yaml 's|{name: RESULTS, value: /results}|{name: RESULTS, value: /data}|' 'RESULTS'
-mutate not-yaml deploy/k8s/merge.yaml 's/^spec:/spec: [/' 'parses as YAML'
-mutate other-base deploy/container/Dockerfile 's/^FROM debian:bookworm/FROM ubuntu:24.04/' 'Debian 12'
-mutate afterok deploy/slurm/submit.sh 's/afterany:/afterok:/' 'afterany'
-mutate doc-drift docs/guide/shards.md 's/completionMode: Indexed/completionMode:   Indexed/' 'shows deploy/k8s/shards.yaml'
+mutate not-indexed deploy/k8s/shards.yaml 'completionMode: Indexed' 'completionMode: NonIndexed' 'completionMode Indexed'
+mutate fewer-at-once deploy/k8s/shards.yaml 'parallelism: 4' 'parallelism: 2' 'parallelism'
+mutate retried deploy/k8s/shards.yaml '  backoffLimit: 0' '  backoffLimit: 3' 'backoffLimit 0'
+mutate wrong-count deploy/k8s/shards.yaml 'JOB_COMPLETION_INDEX/4' 'JOB_COMPLETION_INDEX/3' 'handed to --shard'
+mutate no-index deploy/k8s/shards.yaml '--shard "$JOB_COMPLETION_INDEX/4"' '--shard "0/4"' 'handed to --shard'
+mutate fixed-start deploy/k8s/shards.yaml 'value: "START_AT_HERE"' 'value: "2026-12-01T10:00:00Z"' 'START_AT_HERE'
+mutate off-volume deploy/k8s/shards.yaml '--out "/results/shard-' '--out "/tmp/shard-' "each shard's --out"
+mutate merge-count deploy/k8s/merge.yaml 'value: "4"' 'value: "3"' 'SHARDS'
+mutate merge-elsewhere deploy/k8s/merge.yaml '{name: RESULTS, value: /results}' '{name: RESULTS, value: /data}' 'RESULTS'
+mutate not-yaml deploy/k8s/merge.yaml $'\nspec:' $'\nspec: [' 'parses as YAML'
+mutate other-base deploy/container/Dockerfile 'FROM debian:bookworm' 'FROM ubuntu:24.04' 'Debian 12'
+mutate afterok deploy/slurm/submit.sh 'afterany:' 'afterok:' 'afterany'
+mutate doc-drift docs/guide/shards.md '  completionMode: Indexed' '  completionMode:   Indexed' 'shows deploy/k8s/shards.yaml'
 echo "deploy_manifests: all checks passed"

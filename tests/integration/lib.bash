@@ -39,6 +39,19 @@ start_serve() {
   url=$(grep -os 'http://[0-9.]*:[0-9]*' "$log" | head -1)
 }
 
+# replace_once FILE FROM TO: FROM, found exactly once in FILE, replaced by TO (a test's
+# mutant copy); 1, FILE untouched, when FROM is not there exactly once.
+replace_once() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import sys
+path, old, new = sys.argv[1:]
+text = open(path).read()
+if text.count(old) != 1:
+    sys.exit(1)
+open(path, "w").write(text.replace(old, new))
+PY
+}
+
 json() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1"; }
 # check NAME PYTHON-BOOL-EXPR FILE...: files bound to a, b, c ...
 check() {

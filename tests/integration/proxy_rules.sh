@@ -54,15 +54,8 @@ mutant() {
   cp "$rules" "$unit" "$m/"
   target=$m/$(basename "$rules")
   [ "$which" = tests ] && target=$m/$(basename "$unit")
-  python3 - "$target" "$from" "$to" <<'PY' || fail "mutant '$name': '$from' is not in $(basename "$target") exactly once"
-import sys
-path, old, new = sys.argv[1:]
-text = open(path).read()
-if text.count(old) != 1:
-    sys.exit(1)
-open(path, "w").write(text.replace(old, new))
-PY
-  local rc=0
+  replace_once "$target" "$from" "$to" ||
+    fail "mutant '$name': '$from' is not in $(basename "$target") exactly once"  local rc=0
   promtool test rules "$m/$(basename "$unit")" >"$m/out" 2>&1 || rc=$?
   [ "$rc" != 0 ] || fail_later "mutant '$name': promtool test rules passed, its tests do not see it"
   if [ "$rc" != 0 ] && ! grep -qF -- "$want" "$m/out"; then
