@@ -395,14 +395,14 @@ INLINE void a2_group(const cpu_attn_tile *t, const a2_state *st, int row0, int b
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++)
                 s0[r] = s1[r] = _mm256_setzero_ps();
-            /* two d per pass (hd is a multiple of 8): a 64-byte line covers two d of K (and
-             * of V), one prefetch of each per pass */
+            /* two d per pass (hd is a multiple of 8); a block is hd lines of K (one per d)
+             * and hd lines of V: one of each prefetched per d */
 #pragma GCC unroll 2
             for (int d = 0; d < hd; d += 2) {
-                _mm_prefetch((const char *)(kt_next + d * 16), _MM_HINT_T0);
-                _mm_prefetch((const char *)(vb_next + d * 16), _MM_HINT_T0);
 #pragma GCC unroll 2
                 for (int e = d; e < d + 2; e++) {
+                    _mm_prefetch((const char *)(kt_next + e * 16), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(vb_next + e * 16), _MM_HINT_T0);
                     const __m256 k0 = _mm256_loadu_ps(kt + e * 16);
                     const __m256 k1 = _mm256_loadu_ps(kt + e * 16 + 8);
 #pragma GCC unroll 4
