@@ -8,8 +8,11 @@
 #include "engine/cpu/cpu_attn.h"
 #include "engine/cpu/cpu_kernels.h"
 
-/* Rows of a row-wise section (norms, RoPE, SwiGLU) per task. */
+/* Rows of a row-wise section (norms, RoPE, SwiGLU) per task: at most this many, fewer in a
+ * small step so that every thread gets some (a decode step's 32 rows in one task left the
+ * other thread idle through it), never fewer than ROWS_MIN_TASK. */
 #define ROWS_PER_TASK 64
+#define ROWS_MIN_TASK 8
 /* Query rows of an attention tile: tokens x kv_mul, about this many. */
 #define TILE_ROWS 64
 
@@ -206,6 +209,7 @@ typedef struct rows_job {
     const int32_t *row_seq; /* sequence of each row */
     int layer;
     int n_rows;
+    int per_task; /* rows of a task */
 } rows_job;
 
 static void rows_task(void *arg, int task, int thread)
@@ -216,8 +220,8 @@ static void rows_task(void *arg, int task, int thread)
     const cpu_dims *d = &j->m->dims;
     const cpu_weights *w = &j->m->weights;
     cpu_runstate *s = j->s;
-    const int lo = task * ROWS_PER_TASK;
-    const int hi = lo + ROWS_PER_TASK < j->n_rows ? lo + ROWS_PER_TASK : j->n_rows;
+    const int lo = task * j->per_task;
+    const int hi = lo + j->per_task < j->n_rows ? lo + j->per_task : j->n_rows;
     for (int r = lo; r < hi; r++) {
         switch (j->op) {
         case ROWS_NORM_ATT:
@@ -251,7 +255,7 @@ static void rows_run(cpu_pool *pool, rows_job *j, rows_op op, int layer)
 {
     j->op = op;
     j->layer = layer;
-    cpu_pool_run(pool, (j->n_rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK, rows_task, j);
+    cpu_pool_run(pool, (j->n_rows + j->per_task - 1) / j->per_task, rows_task, j);
 }
 
 /* ---- attention ---------------------------------------------------------------------- */
@@ -375,7 +379,10 @@ int cpu_forward(const cpu_model *m, cpu_runstate *s, cpu_kv *kv, cpu_pool *pool,
     int n_tasks = 0;
     if (plan_attention(s, m, seqs, n_seqs, &n_tasks, err) != 0)
         return -1;
-    rows_job rj = {ROWS_NORM_ATT, m, s, kv, seqs, row_seq, 0, n_tokens};
+    const int threads = cpu_pool_threads(pool);
+    int per_task = (n_tokens + threads - 1) / threads;
+    per_task = per_task > ROWS_PER_TASK ? ROWS_PER_TASK : per_task < ROWS_MIN_TASK ? ROWS_MIN_TASK : per_task;
+    rows_job rj = {ROWS_NORM_ATT, m, s, kv, seqs, row_seq, 0, n_tokens, per_task};
     attn_job aj = {m, s, kv, seqs, 0};
     for (int l = 0; l < c->n_layers; l++) {
         const float *wqkv = w->wqkv + (size_t)l * d->qkv_dim * dim;
