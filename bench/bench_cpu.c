@@ -7,7 +7,8 @@
  * bytes (F32) and its roofline: max(FLOPs / SGEMM rate, bytes / bandwidth), and for decode
  * also the serial bound max(FLOPs / SGEMM rate, weight bytes / bandwidth) + KV bytes /
  * bandwidth (an engine that reads the cache between its products, not during them, takes at
- * least that); then llama-bench's
+ * least that), their blocks drawn from the arena the scattered prefill shuffled (--decode B
+ * alone: a fresh arena, blocks in order); then llama-bench's
  * pp512 and tg128 in its shape (tg128 with sampling). The first line says the kernels'
  * dispatch (STALLSCOPE_CPU_ISA=avx2 measures the AVX2 path on an AVX-512 CPU;
  * OPENBLAS_CORETYPE picks OpenBLAS's). Never fails on time.
@@ -257,7 +258,9 @@ static void run(const char *model_name, int threads, bool quick)
     }
     printf("decode step, every sequence at context 512 (roofline = max(FLOPs / SGEMM, bytes / "
            "bandwidth); serial = max(FLOPs / SGEMM, weight bytes / bandwidth) + KV bytes / "
-           "bandwidth):\n");
+           "bandwidth); KV blocks %s:\n",
+           only_decode ? "in order (a fresh arena)"
+                       : "scattered (the arena as the scattered prefill left it)");
     printf("  %6s %9s %9s %8s %8s %11s %-7s %9s %10s %9s\n", "batch", "best ms", "mean ms",
            "GFLOP", "MB read", "roofline ms", "bound", "vs roof", "serial ms", "vs serial");
     static const int batches[] = {1, 32, 256};
