@@ -381,7 +381,8 @@ int cpu_forward(const cpu_model *m, cpu_runstate *s, cpu_kv *kv, cpu_pool *pool,
         return -1;
     const int threads = cpu_pool_threads(pool);
     int per_task = (n_tokens + threads - 1) / threads;
-    per_task = per_task > ROWS_PER_TASK ? ROWS_PER_TASK : per_task < ROWS_MIN_TASK ? ROWS_MIN_TASK : per_task;
+    per_task = per_task > ROWS_PER_TASK ? ROWS_PER_TASK : per_task;
+    per_task = per_task < ROWS_MIN_TASK ? ROWS_MIN_TASK : per_task;
     rows_job rj = {ROWS_NORM_ATT, m, s, kv, seqs, row_seq, 0, n_tokens, per_task};
     attn_job aj = {m, s, kv, seqs, 0};
     for (int l = 0; l < c->n_layers; l++) {
