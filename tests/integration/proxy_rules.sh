@@ -55,7 +55,8 @@ mutant() {
   target=$m/$(basename "$rules")
   [ "$which" = tests ] && target=$m/$(basename "$unit")
   replace_once "$target" "$from" "$to" ||
-    fail "mutant '$name': '$from' is not in $(basename "$target") exactly once"  local rc=0
+    fail "mutant '$name': '$from' is not in $(basename "$target") exactly once"
+  local rc=0
   promtool test rules "$m/$(basename "$unit")" >"$m/out" 2>&1 || rc=$?
   [ "$rc" != 0 ] || fail_later "mutant '$name': promtool test rules passed, its tests do not see it"
   if [ "$rc" != 0 ] && ! grep -qF -- "$want" "$m/out"; then
