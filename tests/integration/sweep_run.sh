@@ -17,10 +17,37 @@ timeout 300 "$bin" sweep --engine emulate --prompt-tokens 2k,8k "${short[@]}" \
 cat "$dir/emulate.txt"
 S=$dir/emulate/sweep.json
 check "both points ran" "[p['status'] for p in a['results']] == ['ok', 'ok']" "$S"
-check "spike step within 5 % of the cost model's" \
-  "abs(a['results'][1]['spike_step'] / a['results'][1]['model_step'] - 1) < 0.05" "$S"
-check "the 8k spike within 5 % of the model's step" \
-  "abs(a['results'][1]['spike_ms'] / a['results'][1]['model_spike_ms'] - 1) < 0.05" "$S"
+# Each point's spike, and the step from 2k to 8k, within 5 % of the cost model's. A spike is
+# the injection's prefill step, and the engine records in steps.csv how late it woke past that
+# step's deadline (late_ns): that recorded lateness is taken off the spike, and only when it is
+# at most 10 ms (the step-timing rule's cap, docs/reference/tests.md). A slip the engine did
+# not record is never excused; nor is one over 10 ms.
+python3 - "$dir/emulate" <<'PY' || fail "spikes within 5 % of the cost model's"
+import csv, json, sys
+d = sys.argv[1]
+res = json.load(open(f"{d}/sweep.json"))["results"]
+LATE_CAP_MS = 10.0
+spikes = []
+for k, r in enumerate(res, 1):
+    steps = list(csv.DictReader(open(f"{d}/point-{k}/interference/steps.csv")))
+    pre = [s for s in steps if int(s["prefill_tokens"]) > 0]
+    if not pre:
+        sys.exit(f"point-{k}: no prefill step in its step log")
+    late_ms = int(max(pre, key=lambda s: int(s["modeled_ns"]))["late_ns"]) / 1e6
+    if late_ms > LATE_CAP_MS:
+        sys.exit(f"point-{k}: its prefill step woke {late_ms:.2f} ms late, over the {LATE_CAP_MS} ms cap")
+    spike = r["spike_ms"] - late_ms
+    print(f"point-{k}: spike {r['spike_ms']:.2f} ms, engine late {late_ms:.2f} ms, "
+          f"model {r['model_spike_ms']:.2f} ms")
+    if abs(spike / r["model_spike_ms"] - 1) >= 0.05:
+        sys.exit(f"point-{k}: spike {spike:.2f} ms (late taken off) not within 5 % of the model's")
+    spikes.append(spike)
+step = spikes[1] / spikes[0]
+print(f"step x{step:.3f}, model x{res[1]['model_step']:.3f}")
+if abs(step / res[1]["model_step"] - 1) >= 0.05:
+    sys.exit("the step from 2k to 8k not within 5 % of the model's")
+PY
+pass "each spike and the step from 2k to 8k within 5 % of the cost model's"
 for k in 1 2; do
   [ -s "$dir/emulate/point-$k/report.html" ] || fail "run wrote no report for point-$k"
   [ -s "$dir/emulate/point-$k/interference/steps.csv" ] || fail "point-$k lacks steps.csv"
