@@ -32,6 +32,7 @@
 #include "engine/cpu/cpu_calib.h"
 #include "engine/cpu/cpu_forward.h"
 #include "engine/cpu/cpu_kernels.h"
+#include "engine/cpu/cpu_kv.h"
 #include "engine/cpu/cpu_sample.h"
 
 typedef struct bench {
@@ -58,8 +59,8 @@ static void fake_context(bench *b, cpu_kv_seq *s, int n_tokens)
     for (int l = 0; l < b->kv.n_layers; l++)
         for (int h = 0; h < b->kv.n_kv_heads; h++)
             for (int i = 0; i < s->n_blocks; i++)
-                memset((float *)cpu_kv_head_k(&b->kv, l, h) + (size_t)s->blocks[i] * b->kv.block_floats,
-                       0, b->kv.block_floats * sizeof(float));
+                memset((cpu_half *)cpu_kv_head_k(&b->kv, l, h) + (size_t)s->blocks[i] * b->kv.block_elems,
+                       0, b->kv.block_elems * sizeof(cpu_half));
 }
 
 static int64_t time_forward(bench *b, const cpu_batch_seq *seqs, int n)
@@ -235,12 +236,13 @@ static void run(const char *model_name, int threads, bool quick)
         cpu_kv_init(&b.kv, &config, blocks, err) != 0)
         die("build", err);
     cost_gpu roofline = {.peak_flops = cal.gemm_flops, .mem_bandwidth = cal.mem_bandwidth,
-                         .mem_bytes = 1e12, .bytes_per_param = 4, .kv_bytes_per_elem = 4};
+                         .mem_bytes = 1e12, .bytes_per_param = 4,
+                         .kv_bytes_per_elem = CPU_KV_ELEM_BYTES};
     snprintf(roofline.name, sizeof roofline.name, "this CPU");
     cost_params_init(&b.cost, &roofline, &arch);
 
     printf("model %s: %d layers, hidden %d, %d/%d heads x %d, FFN %d, vocab %d; %.1f MB of F32 "
-           "weights\n",
+           "weights, F16 KV cache\n",
            arch.name, arch.n_layers, arch.hidden, arch.n_heads, arch.n_kv_heads, arch.head_dim,
            arch.ffn, arch.vocab, cpu_weight_bytes(&config) / 1e6);
     printf("prefill, one shot (roofline = cost-model FLOPs / SGEMM rate, attention included):\n");

@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "engine/cpu/cpu_kernels.h"
+#include "engine/cpu/cpu_kv.h"
 #include "engine/cpu/cpu_pool.h"
 #include "engine/profile.h"
 #include "experiment/config.h"
@@ -90,7 +91,7 @@ int calib_cpu_measure(const calib_cpu_options *o, calib_cpu_result *r, FILE *pro
     g->mem_bandwidth = r->rates.mem_bandwidth;
     g->mem_bytes = o->mem_bytes;
     g->bytes_per_param = 4;
-    g->kv_bytes_per_elem = 4;
+    g->kv_bytes_per_elem = CPU_KV_ELEM_BYTES; /* the cpu engine caches F16 */
     g->threads = o->threads;
     r->prefill_scale = 1;
     return 0;

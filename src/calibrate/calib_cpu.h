@@ -14,7 +14,8 @@
  *                read), scaled by the longest prefill against their prediction
  *   step_overhead_ns  the roofline's per-step overhead: decode 32 x 512 beyond the roofline
  *   mem_bytes    memory granted to weights + KV cache
- *   bytes_per_param, kv_bytes_per_elem = 4 (F32); threads (as serve will run)
+ *   bytes_per_param = 4 (F32 weights), kv_bytes_per_elem = 2 (F16 KV cache); threads (as
+ *                serve will run)
  * The probes run as a warm-started server runs (arena and buffers touched first), in three
  * interleaved passes (a slow spell of the machine lands on every probe a little), and keep
  * the median of their repeats, the typical step rather than the luckiest.

@@ -45,13 +45,14 @@ static const cost_gpu gpu_catalog[] = {
      "AMD Instinct MI300X datasheet: BF16 1,307.4 TFLOPS dense (2,614.9 with sparsity), "
      "5.3 TB/s HBM3, 192 GB", 0, 0, 0, 0, 0, {"", 0, 0, 0, 0, 0, false}},
     /* The cpu engine's default device: this project's 2-core machine kind, one thread (the
-     * engine's default), F32 weights and KV. Figures printed by `stallscope calibrate` on
-     * it (docs/results/bench-cpu-zen4.md); calibrate your own machine and pass --hardware FILE. */
+     * engine's default), F32 weights and an F16 KV cache (engine/cpu/cpu_kv.h). Figures
+     * printed by `stallscope calibrate` on it (docs/results/bench-cpu-zen4.md); calibrate
+     * your own machine and pass --hardware FILE. */
     {"cpu", CPU_NOMINAL_GEMM_FLOPS, CPU_NOMINAL_BANDWIDTH, 4e9,
      "stallscope calibrate on a 2-core AMD EPYC (Zen 4) VM, 1 thread: sustained GEMM, "
      "attention kernel and streaming-read bandwidth, decode overhead fitted on model small; "
-     "4 GB for weights + KV (F32)",
-     CPU_NOMINAL_ATTENTION_FLOPS, 4, 4, CPU_NOMINAL_OVERHEAD_NS, 1, {"", 0, 0, 0, 0, 0, false}},
+     "4 GB for weights (F32) + KV (F16)",
+     CPU_NOMINAL_ATTENTION_FLOPS, 4, 2, CPU_NOMINAL_OVERHEAD_NS, 1, {"", 0, 0, 0, 0, 0, false}},
 };
 
 /* name, layers, hidden, heads, kv heads, head dim, ffn, vocab, max position, tied, source */

@@ -16,9 +16,9 @@ profile=$scratch/hw.json
 "$bin" calibrate --threads 1 --seconds 0 --model tiny --prompt-tokens 256 --out "$profile" \
     >"$scratch/calibrate.out" 2>&1 || { cat "$scratch/calibrate.out"; fail "calibrate exited $?"; }
 grep -q "wrote $profile" "$scratch/calibrate.out" || fail "calibrate did not say where it wrote"
-check "profile has positive rates, F32 sizes, 1 thread" \
+check "profile has positive rates, F32 weights, an F16 KV cache, 1 thread" \
   '(a["peak_flops"] > 0 and a["attention_flops"] > 0 and a["mem_bandwidth"] > 0 and a["mem_bytes"] > 0 and
-    a["bytes_per_param"] == 4 and a["kv_bytes_per_elem"] == 4 and a["threads"] == 1 and
+    a["bytes_per_param"] == 4 and a["kv_bytes_per_elem"] == 2 and a["threads"] == 1 and
     a["step_overhead_ns"] >= 0 and a["name"] == "cpu-1t" and
     a["measured"]["fit_model"] == "tiny" and a["measured"]["decode_ns"] > 0)' "$profile"
 check "profile version 2: the step model fitted on tiny, every probe with its residual" \

@@ -38,11 +38,11 @@ void cpu_attn_tile_generic(const cpu_attn_tile *t)
         for (int j = 0; j <= t->pos[r]; j++) {
             const size_t block = (size_t)t->block_table[j / 16] * hd * 16;
             const int slot = j % 16;
-            const float *kt = t->k + block;
-            const float *vb = t->v + block;
+            const cpu_half *kt = t->k + block;
+            const cpu_half *vb = t->v + block;
             float score = 0;
             for (int d = 0; d < hd; d++)
-                score += q[d] * kt[d * 16 + slot];
+                score += q[d] * cpu_half_to_float(kt[d * 16 + slot]);
             score *= t->scale;
             if (score > max_score) { /* online softmax: rescale what was summed so far */
                 const float factor = expf(max_score - score);
@@ -54,7 +54,7 @@ void cpu_attn_tile_generic(const cpu_attn_tile *t)
             const float p = expf(score - max_score);
             sum += p;
             for (int d = 0; d < hd; d++)
-                out[d] += p * vb[slot * hd + d];
+                out[d] += p * cpu_half_to_float(vb[slot * hd + d]);
         }
         for (int d = 0; d < hd; d++)
             out[d] = (float)(out[d] / sum);
@@ -79,13 +79,13 @@ void cpu_attn_tile_blocked(const cpu_attn_tile *t)
         for (int b = 0; b * 16 < n_keys; b++) {
             const int nk = n_keys - b * 16 < 16 ? n_keys - b * 16 : 16;
             const size_t block = (size_t)t->block_table[b] * hd * 16;
-            const float *kt = t->k + block;
-            const float *vb = t->v + block;
+            const cpu_half *kt = t->k + block;
+            const cpu_half *vb = t->v + block;
             float s[16] = {0};
             for (int d = 0; d < hd; d++) {
                 const float qd = q[d];
                 for (int j = 0; j < 16; j++)
-                    s[j] += qd * kt[d * 16 + j];
+                    s[j] += qd * cpu_half_to_float(kt[d * 16 + j]);
             }
             float block_max = -INFINITY;
             for (int j = 0; j < nk; j++) {
@@ -102,9 +102,9 @@ void cpu_attn_tile_blocked(const cpu_attn_tile *t)
             for (int j = 0; j < nk; j++) {
                 const float p = expf(s[j] - max_score);
                 sum += p;
-                const float *vj = vb + (size_t)j * hd;
+                const cpu_half *vj = vb + (size_t)j * hd;
                 for (int d = 0; d < hd; d++)
-                    out[d] += p * vj[d];
+                    out[d] += p * cpu_half_to_float(vj[d]);
             }
         }
         for (int d = 0; d < hd; d++)
@@ -122,8 +122,10 @@ size_t cpu_attn_scratch_floats(int n_rows, int head_dim)
 {
     /* prescaled q, running max, running sum (16 lanes), output accumulators, the block
      * buffers (AVX-512: p of one block, 8 rows x 16; AVX2: p of two blocks and the scores of
-     * one, 4 rows x 16 each), plus alignment slack */
-    return (size_t)n_rows * ((size_t)head_dim * 2 + 1 + 16) + 3 * 8 * 16 + 64;
+     * one, 4 rows x 16 each, and a chunk's keys and values widened to F32), plus the
+     * alignment slack of two buffers */
+    return (size_t)n_rows * ((size_t)head_dim * 2 + 1 + 16) + 3 * 8 * 16 +
+           2 * (size_t)CPU_ATTN_CHUNK_BLOCKS * 16 * head_dim + 2 * 16;
 }
 
 void cpu_attn_run(const cpu_attn_tile *t, float *scratch)

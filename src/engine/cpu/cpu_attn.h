@@ -5,7 +5,8 @@
  * tokens). Every row attends to keys 0..pos[row] of its sequence, where keys live in
  * 16-token blocks named by the sequence's block table (cpu_kv.h has the layout). A prefill
  * chunk that starts at context c therefore sees the earlier chunks through the table, and a
- * decode row is a tile of kv_mul rows at one position.
+ * decode row is a tile of kv_mul rows at one position. K and V are halves (F16, cpu_kv.h),
+ * widened to F32 as they are loaded; every sum is in F32 (or double: the naive one).
  *
  * Five implementations, tested against each other (test_cpu_attn):
  *   cpu_attn_naive        one query over contiguous keys: scores, softmax, weighted sum
@@ -29,9 +30,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/cpu/cpu_half.h"
+
 typedef struct cpu_attn_tile {
-    const float *k;             /* this layer's K of the tile's KV head: (n_blocks, head_dim, 16) */
-    const float *v;             /* its V: (n_blocks, 16, head_dim) */
+    const cpu_half *k;          /* this layer's K of the tile's KV head: (n_blocks, head_dim, 16) */
+    const cpu_half *v;          /* its V: (n_blocks, 16, head_dim) */
     int head_dim;               /* block b starts at b * head_dim * 16 in both */
     const int32_t *block_table; /* physical block of keys [16 b, 16 b + 16) */
     int n_rows;

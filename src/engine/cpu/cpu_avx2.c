@@ -279,9 +279,10 @@ TGT double cpu_exp_weights_avx2(float *x, int n, float max, float inv_temperatur
  * scale x log2(e) folded into Q, the running max only raised (and the row's output and sums
  * rescaled) when a score overtakes it by 2^A2_LAZY. The weighted values are added for a pair
  * of rows at a time, 32 dimensions (4 accumulators per row) per pass over the block's
- * values. Keys come in chunks of CPU_ATTN_CHUNK_BLOCKS that every row group passes over
- * while the chunk is in L1/L2; a group streaming blocks it will not reuse (a decode row)
- * prefetches A2_PREFETCH blocks ahead. For head_dim a multiple of 8. */
+ * values. Keys come in chunks of CPU_ATTN_CHUNK_BLOCKS, widened from the cache's halves to
+ * F32 into a buffer once per chunk (a2_widen_chunk, which prefetches A2_PREFETCH blocks
+ * ahead: a decode row streams every block from memory once), and every row group passes
+ * over the chunk while it is in L1/L2. For head_dim a multiple of 8. */
 #define A2_ROWS 4
 #define A2_LAZY 8.0f
 #define A2_PREFETCH 3
@@ -293,6 +294,8 @@ typedef struct a2_state {
     float *o;  /* (n_rows, hd) unnormalised output */
     float *p;  /* (2, A2_ROWS, 16) weights of this block and of the previous one, then
                   (A2_ROWS, 16) this block's scores */
+    float *kc; /* (CPU_ATTN_CHUNK_BLOCKS, hd, 16) the chunk's keys, widened to F32 */
+    float *vc; /* (CPU_ATTN_CHUNK_BLOCKS, 16, hd) its values, widened */
 } a2_state;
 
 /* o[r] += sum_j p[r][j] v_j over dims [d0, d0 + 8 NV) for RR rows, keys [0, keys). */
@@ -355,16 +358,44 @@ INLINE void a2_values_block(float *o, int hd, const float *pb, const float *vb, 
         a2_values_rows(o + (size_t)r * hd, hd, pb + r * 16, vb, keys, R - r >= 2 ? 2 : 1);
 }
 
-/* Rows [row0, row0 + R) against key blocks [b0, b1); blocks up to b_end exist for the
- * group (the next ones are prefetched while this one computes).
+/* Widen the F16 keys and values of blocks [c0, c1) into the chunk buffers, once for every
+ * row group that passes over them. The blocks A2_PREFETCH ahead (up to n_blocks) are
+ * prefetched as each block is widened: a decode row streams every block from memory once. */
+static TGT void a2_widen_chunk(const cpu_attn_tile *t, const a2_state *st, int c0, int c1,
+                               int n_blocks)
+{
+    const size_t block_elems = (size_t)t->head_dim * 16;
+    for (int b = c0; b < c1; b++) {
+        const size_t block = (size_t)t->block_table[b] * block_elems;
+        const cpu_half *kh = t->k + block, *vh = t->v + block;
+        if (b + A2_PREFETCH < n_blocks) {
+            const size_t next = (size_t)t->block_table[b + A2_PREFETCH] * block_elems;
+            for (size_t i = 0; i < block_elems; i += 32) { /* 64-byte lines of halves */
+                _mm_prefetch((const char *)(t->k + next + i), _MM_HINT_T0);
+                _mm_prefetch((const char *)(t->v + next + i), _MM_HINT_T0);
+            }
+        }
+        float *kf = st->kc + (size_t)(b - c0) * block_elems;
+        float *vf = st->vc + (size_t)(b - c0) * block_elems;
+        for (size_t i = 0; i < block_elems; i += 16) {
+            _mm256_storeu_ps(kf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kh + i))));
+            _mm256_storeu_ps(kf + i + 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kh + i + 8))));
+            _mm256_storeu_ps(vf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vh + i))));
+            _mm256_storeu_ps(vf + i + 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vh + i + 8))));
+        }
+    }
+}
+
+/* Rows [row0, row0 + R) against key blocks [c0, b1) of the chunk that starts at block c0,
+ * widened in the chunk buffers (a2_widen_chunk).
  *
  * Software-pipelined: a block's scores are computed before the previous block's values are
  * added, so the scores' chains of dependent FMAs (one per dimension) overlap the values'
  * FMAs instead of waiting on them; the previous block's weights were computed with the max
  * as it was then, and its values are added before this block may raise the max (and rescale
  * the outputs), so every term is scaled alike. */
-INLINE void a2_group(const cpu_attn_tile *t, const a2_state *st, int row0, int b0, int b1,
-                     int b_end, int R)
+INLINE void a2_group(const cpu_attn_tile *t, const a2_state *st, int row0, int c0, int b1,
+                     int R)
 {
     const int hd = t->head_dim;
     const int32_t *pos = t->pos + row0;
@@ -378,31 +409,22 @@ INLINE void a2_group(const cpu_attn_tile *t, const a2_state *st, int row0, int b
     const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
     const float *prev_vb = NULL; /* the block whose values are still to add */
     int prev_keys = 0, cur = 0;
-    for (int b = b0; b < b1; b++) {
-        const size_t block = (size_t)t->block_table[b] * hd * 16;
-        const float *kt = t->k + block;
-        const float *vb = t->v + block;
+    for (int b = c0; b < b1; b++) {
+        const size_t block = (size_t)(b - c0) * hd * 16;
+        const float *kt = st->kc + block;
+        const float *vb = st->vc + block;
         const int key0 = b * 16;
         const bool masked = key0 + 15 > pos[0];
-        const float *kt_next = kt, *vb_next = vb;
-        if (b + A2_PREFETCH < b_end) {
-            const size_t next = (size_t)t->block_table[b + A2_PREFETCH] * hd * 16;
-            kt_next = t->k + next;
-            vb_next = t->v + next;
-        }
         {
             __m256 s0[A2_ROWS], s1[A2_ROWS];
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++)
                 s0[r] = s1[r] = _mm256_setzero_ps();
-            /* two d per pass (hd is a multiple of 8); a block is hd lines of K (one per d)
-             * and hd lines of V: one of each prefetched per d */
+            /* two d per pass (hd is a multiple of 8) */
 #pragma GCC unroll 2
             for (int d = 0; d < hd; d += 2) {
 #pragma GCC unroll 2
                 for (int e = d; e < d + 2; e++) {
-                    _mm_prefetch((const char *)(kt_next + e * 16), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(vb_next + e * 16), _MM_HINT_T0);
                     const __m256 k0 = _mm256_loadu_ps(kt + e * 16);
                     const __m256 k1 = _mm256_loadu_ps(kt + e * 16 + 8);
 #pragma GCC unroll 4
@@ -467,14 +489,14 @@ INLINE void a2_group(const cpu_attn_tile *t, const a2_state *st, int row0, int b
         a2_values_block(o, hd, st->p + (1 - cur) * A2_ROWS * 16, prev_vb, prev_keys, R);
 }
 
-static TGT void a2_group_rows(const cpu_attn_tile *t, const a2_state *st, int row0, int b0,
-                              int b1, int b_end, int R)
+static TGT void a2_group_rows(const cpu_attn_tile *t, const a2_state *st, int row0, int c0,
+                              int b1, int R)
 {
     switch (R) {
-    case 4: a2_group(t, st, row0, b0, b1, b_end, 4); break;
-    case 3: a2_group(t, st, row0, b0, b1, b_end, 3); break;
-    case 2: a2_group(t, st, row0, b0, b1, b_end, 2); break;
-    default: a2_group(t, st, row0, b0, b1, b_end, 1); break;
+    case 4: a2_group(t, st, row0, c0, b1, 4); break;
+    case 3: a2_group(t, st, row0, c0, b1, 3); break;
+    case 2: a2_group(t, st, row0, c0, b1, 2); break;
+    default: a2_group(t, st, row0, c0, b1, 1); break;
     }
 }
 
@@ -488,6 +510,8 @@ TGT void cpu_attn_tile_avx2(const cpu_attn_tile *t, float *scratch)
     st.o = st.qs + (size_t)n * hd;
     st.l = st.o + (size_t)n * hd;
     st.m = st.l + (size_t)n * 8;
+    st.kc = (float *)(((uintptr_t)(st.m + n) + 63) & ~(uintptr_t)63);
+    st.vc = st.kc + (size_t)CPU_ATTN_CHUNK_BLOCKS * hd * 16;
     const __m256 qs8 = _mm256_set1_ps(qscale);
     for (int r = 0; r < n; r++) {
         for (int d = 0; d < hd; d += 8) {
@@ -500,13 +524,14 @@ TGT void cpu_attn_tile_avx2(const cpu_attn_tile *t, float *scratch)
     const int n_blocks = t->pos[n - 1] / 16 + 1;
     for (int c0 = 0; c0 < n_blocks; c0 += CPU_ATTN_CHUNK_BLOCKS) {
         const int c1 = c0 + CPU_ATTN_CHUNK_BLOCKS < n_blocks ? c0 + CPU_ATTN_CHUNK_BLOCKS : n_blocks;
+        a2_widen_chunk(t, &st, c0, c1, n_blocks);
         for (int row0 = 0; row0 < n; row0 += A2_ROWS) {
             const int rows = n - row0 < A2_ROWS ? n - row0 : A2_ROWS;
             const int last = t->pos[row0 + rows - 1] / 16 + 1;
             const int b1 = c1 < last ? c1 : last;
             if (c0 >= b1)
                 continue;
-            a2_group_rows(t, &st, row0, c0, b1, last, rows);
+            a2_group_rows(t, &st, row0, c0, b1, rows);
         }
     }
     for (int r = 0; r < n; r++) {

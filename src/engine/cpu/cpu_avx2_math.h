@@ -6,7 +6,7 @@
 #define STALLSCOPE_CPU_AVX2_MATH_H
 #include <immintrin.h>
 
-#define CPU_AVX2_TGT __attribute__((target("avx2,fma")))
+#define CPU_AVX2_TGT __attribute__((target("avx2,fma,f16c")))
 #define CPU_AVX2_INLINE static inline __attribute__((always_inline)) CPU_AVX2_TGT
 
 /* 2^x on 8 lanes for x <= 127: 2^n x 2^f with n = round(x), |f| <= 1/2, 2^f by a degree-5

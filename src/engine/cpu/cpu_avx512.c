@@ -325,8 +325,8 @@ INLINE void attn_group(const cpu_attn_tile *t, const attn_state *st, int row0, i
                        int b_end, int R, int DV)
 {
     const int hd = DV * 16;
-    const float *k_head = t->k;
-    const float *v_head = t->v;
+    const cpu_half *k_head = t->k;
+    const cpu_half *v_head = t->v;
     const int32_t *pos = t->pos + row0;
     const float *qs = st->qs + (size_t)row0 * hd;
     float *m = st->m + row0;
@@ -344,14 +344,14 @@ INLINE void attn_group(const cpu_attn_tile *t, const attn_state *st, int row0, i
 
     for (int b = b0; b < b1; b++) {
         const size_t block = (size_t)t->block_table[b] * hd * 16;
-        const float *kt = k_head + block;
-        const float *vb = v_head + block;
+        const cpu_half *kt = k_head + block;
+        const cpu_half *vb = v_head + block;
         const int key0 = b * 16;
         const bool masked = key0 + 15 > pos[0];
-        /* Decode rows stream every block from memory once: fetch the lines (hd of K, hd of
-         * V) of the block ATTN_PREFETCH ahead, one pair per step of the score loop; one
-         * block of compute is shorter than a memory round trip. */
-        const float *kt_next = kt, *vb_next = vb;
+        /* Decode rows stream every block from memory once: fetch the lines (hd / 2 of K, as
+         * many of V: 16 halves per d) of the block ATTN_PREFETCH ahead, one pair per two
+         * steps of the score loop; one block of compute is shorter than a memory round trip. */
+        const cpu_half *kt_next = kt, *vb_next = vb;
         if (b + ATTN_PREFETCH < b_end) {
             const size_t next = (size_t)t->block_table[b + ATTN_PREFETCH] * hd * 16;
             kt_next = k_head + next;
@@ -362,13 +362,16 @@ INLINE void attn_group(const cpu_attn_tile *t, const attn_state *st, int row0, i
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++)
             s[r] = _mm512_setzero_ps();
-        for (int d = 0; d < hd; d++) {
-            _mm_prefetch((const char *)(kt_next + d * 16), _MM_HINT_T0);
-            _mm_prefetch((const char *)(vb_next + d * 16), _MM_HINT_T0);
-            const __m512 kd = _mm512_load_ps(kt + d * 16);
+        for (int d0 = 0; d0 < hd; d0 += 2) {
+            _mm_prefetch((const char *)(kt_next + d0 * 16), _MM_HINT_T0);
+            _mm_prefetch((const char *)(vb_next + d0 * 16), _MM_HINT_T0);
+#pragma GCC unroll 2
+            for (int d = d0; d < d0 + 2; d++) {
+                const __m512 kd = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(kt + d * 16)));
 #pragma GCC unroll 8
-            for (int r = 0; r < R; r++)
-                s[r] = _mm512_fmadd_ps(_mm512_set1_ps(qs[(size_t)r * hd + d]), kd, s[r]);
+                for (int r = 0; r < R; r++)
+                    s[r] = _mm512_fmadd_ps(_mm512_set1_ps(qs[(size_t)r * hd + d]), kd, s[r]);
+            }
         }
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
@@ -398,7 +401,7 @@ INLINE void attn_group(const cpu_attn_tile *t, const attn_state *st, int row0, i
             __m512 vj[8];
 #pragma GCC unroll 8
             for (int dv = 0; dv < DV; dv++)
-                vj[dv] = _mm512_load_ps(vb + (size_t)j * hd + dv * 16);
+                vj[dv] = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(vb + (size_t)j * hd + dv * 16)));
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++) {
                 const __m512 pj = _mm512_set1_ps(pb[r * 16 + j]);

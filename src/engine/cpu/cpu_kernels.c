@@ -1,6 +1,9 @@
 #include "engine/cpu/cpu_kernels.h"
 
 #include <cblas.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -117,11 +120,15 @@ static bool has_avx512(void)
 #endif
 }
 
+/* AVX2, FMA and F16C (the KV cache's halves widened by vcvtph2ps; every AVX2 CPU has it,
+ * and the check costs nothing). F16C from CPUID leaf 1, which every compiler reads alike. */
 static bool has_avx2(void)
 {
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    unsigned eax, ebx, ecx = 0, edx;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 #else
     return false;
 #endif
@@ -159,7 +166,7 @@ void cpu_isa_describe(char *out, size_t size)
 {
     const char *env = getenv("STALLSCOPE_CPU_ISA");
     snprintf(out, size,
-             "cpu kernels: %s (CPU: AVX2+FMA %s, AVX-512 F+DQ %s; STALLSCOPE_CPU_ISA %s%s); "
+             "cpu kernels: %s (CPU: AVX2+FMA+F16C %s, AVX-512 F+DQ %s; STALLSCOPE_CPU_ISA %s%s); "
              "OpenBLAS %s",
              cpu_isa_name(cpu_isa_active()), has_avx2() ? "yes" : "no", has_avx512() ? "yes" : "no",
              env ? "=" : "unset", env ? env : "", openblas_get_corename());

@@ -67,7 +67,7 @@ cpu_isa cpu_isa_active(void);
  * CPU has and the cap allows). Returns what is now active. */
 cpu_isa cpu_isa_set(cpu_isa want);
 /* The dispatch decision in one line, with OpenBLAS's own choice (it dispatches by itself;
- * OPENBLAS_CORETYPE sets it), e.g. "cpu kernels: avx2 (CPU: AVX2+FMA yes, AVX-512 F+DQ no;
+ * OPENBLAS_CORETYPE sets it), e.g. "cpu kernels: avx2 (CPU: AVX2+FMA+F16C yes, AVX-512 F+DQ no;
  * STALLSCOPE_CPU_ISA unset); OpenBLAS Haswell". */
 void cpu_isa_describe(char *out, size_t size);
 

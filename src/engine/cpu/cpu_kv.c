@@ -8,7 +8,7 @@
 double cpu_kv_bytes(const cpu_config *c, int64_t n_blocks)
 {
     return 2.0 * c->n_layers * (double)n_blocks * c->n_kv_heads * c->head_dim * CPU_KV_BLOCK *
-           sizeof(float);
+           CPU_KV_ELEM_BYTES;
 }
 
 int cpu_kv_init(cpu_kv *kv, const cpu_config *c, int64_t n_blocks, char *err)
@@ -21,14 +21,14 @@ int cpu_kv_init(cpu_kv *kv, const cpu_config *c, int64_t n_blocks, char *err)
     kv->n_kv_heads = c->n_kv_heads;
     kv->head_dim = c->head_dim;
     kv->n_blocks = n_blocks;
-    kv->block_floats = (size_t)c->head_dim * CPU_KV_BLOCK;
-    kv->head_floats = (size_t)n_blocks * kv->block_floats;
+    kv->block_elems = (size_t)c->head_dim * CPU_KV_BLOCK;
+    kv->head_elems = (size_t)n_blocks * kv->block_elems;
     kv->k = calloc((size_t)c->n_layers, sizeof *kv->k);
     kv->v = calloc((size_t)c->n_layers, sizeof *kv->v);
     kv->free_blocks = malloc((size_t)n_blocks * sizeof *kv->free_blocks);
     if (!kv->k || !kv->v || !kv->free_blocks)
         goto oom;
-    const size_t layer_bytes = (size_t)c->n_kv_heads * kv->head_floats * sizeof(float);
+    const size_t layer_bytes = (size_t)c->n_kv_heads * kv->head_elems * sizeof(cpu_half);
     for (int l = 0; l < c->n_layers; l++) {
         /* 64-byte aligned for the attention kernel's aligned loads; untouched pages cost
          * nothing until a block is first written. */
@@ -48,12 +48,12 @@ oom:
 
 double cpu_kv_touch(cpu_kv *kv)
 {
-    const size_t layer_floats = (size_t)kv->n_kv_heads * kv->head_floats;
+    const size_t layer_bytes = (size_t)kv->n_kv_heads * kv->head_elems * sizeof(cpu_half);
     for (int l = 0; l < kv->n_layers; l++) {
-        memset(kv->k[l], 0, layer_floats * sizeof(float));
-        memset(kv->v[l], 0, layer_floats * sizeof(float));
+        memset(kv->k[l], 0, layer_bytes);
+        memset(kv->v[l], 0, layer_bytes);
     }
-    return 2.0 * kv->n_layers * (double)layer_floats * sizeof(float);
+    return 2.0 * kv->n_layers * (double)layer_bytes;
 }
 
 void cpu_kv_free(cpu_kv *kv)
@@ -102,8 +102,8 @@ int cpu_kv_reserve(cpu_kv *kv, cpu_kv_seq *s, int n_tokens, char *err)
          * the last key: never-written slots must hold numbers, not NaN bit patterns. */
         for (int l = 0; l < kv->n_layers; l++)
             for (int h = 0; h < kv->n_kv_heads; h++)
-                memset(kv->v[l] + h * kv->head_floats + (size_t)block * kv->block_floats, 0,
-                       kv->block_floats * sizeof(float));
+                memset(kv->v[l] + h * kv->head_elems + (size_t)block * kv->block_elems, 0,
+                       kv->block_elems * sizeof(cpu_half));
         s->blocks[s->n_blocks++] = block;
     }
     return 0;
@@ -140,27 +140,28 @@ void cpu_kv_seq_free(cpu_kv_seq *s)
     memset(s, 0, sizeof *s);
 }
 
-const float *cpu_kv_head_k(const cpu_kv *kv, int layer, int kv_head)
+const cpu_half *cpu_kv_head_k(const cpu_kv *kv, int layer, int kv_head)
 {
-    return kv->k[layer] + (size_t)kv_head * kv->head_floats;
+    return kv->k[layer] + (size_t)kv_head * kv->head_elems;
 }
 
-const float *cpu_kv_head_v(const cpu_kv *kv, int layer, int kv_head)
+const cpu_half *cpu_kv_head_v(const cpu_kv *kv, int layer, int kv_head)
 {
-    return kv->v[layer] + (size_t)kv_head * kv->head_floats;
+    return kv->v[layer] + (size_t)kv_head * kv->head_elems;
 }
 
 void cpu_kv_write(cpu_kv *kv, int layer, const cpu_kv_seq *s, int pos, const float *k,
                   const float *v)
 {
     const int hd = kv->head_dim;
-    const size_t block = (size_t)s->blocks[pos / CPU_KV_BLOCK] * kv->block_floats;
+    const size_t block = (size_t)s->blocks[pos / CPU_KV_BLOCK] * kv->block_elems;
     const int slot = pos % CPU_KV_BLOCK;
     for (int h = 0; h < kv->n_kv_heads; h++) {
-        float *kt = kv->k[layer] + h * kv->head_floats + block; /* (head_dim, 16) */
-        float *vr = kv->v[layer] + h * kv->head_floats + block + (size_t)slot * hd;
-        for (int d = 0; d < hd; d++)
-            kt[d * CPU_KV_BLOCK + slot] = k[h * hd + d];
-        memcpy(vr, v + (size_t)h * hd, (size_t)hd * sizeof(float));
+        cpu_half *kt = kv->k[layer] + h * kv->head_elems + block; /* (head_dim, 16) */
+        cpu_half *vr = kv->v[layer] + h * kv->head_elems + block + (size_t)slot * hd;
+        for (int d = 0; d < hd; d++) {
+            kt[d * CPU_KV_BLOCK + slot] = cpu_half_from_float(k[h * hd + d]);
+            vr[d] = cpu_half_from_float(v[h * hd + d]);
+        }
     }
 }

@@ -1,11 +1,14 @@
 /* cpu_kv — the paged KV cache: a pool of 16-token blocks and each sequence's block table
- * (vLLM's PagedAttention layout, block ids shared by all layers).
+ * (vLLM's PagedAttention layout, block ids shared by all layers). Its elements are IEEE half
+ * precision (F16, cpu_half.h; llama.cpp's default KV type): cpu_kv_write rounds the F32 K
+ * and V to nearest, and the attention kernels widen them back to F32 as they load them, so a
+ * decode step reads half the bytes an F32 cache would.
  *
  * Per layer l, K and V each hold, for every KV head, n_blocks blocks of 16 tokens:
  *   k[l]: (n_kv_heads, n_blocks, head_dim, 16)  K transposed inside a block: the 16 keys'
- *                                               element d form one AVX-512 vector
+ *                                               element d form one AVX-512 vector (widened)
  *   v[l]: (n_kv_heads, n_blocks, 16, head_dim)  V row-major: token j's values in a row
- * Head-major, so one head's blocks are 2 head_dim x 16 floats apart and an attention tile
+ * Head-major, so one head's blocks are 2 head_dim x 16 halves apart and an attention tile
  * (one head) streams compact pages rather than every other head's data in between.
  * Token at position p of a sequence lives in block table[p / 16], slot p % 16.
  * The pool is allocated once (its pages are touched when first used, or all at once by
@@ -18,19 +21,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/cpu/cpu_half.h"
 #include "engine/cpu/cpu_model.h"
 
 #define CPU_KV_BLOCK 16
+/* Bytes of one cached element (F16): the cost model's kv_bytes_per_elem for the cpu device. */
+#define CPU_KV_ELEM_BYTES ((int)sizeof(cpu_half))
 
 typedef struct cpu_kv {
     int n_layers;
     int n_kv_heads;
     int head_dim;
     int64_t n_blocks;
-    size_t block_floats;  /* head_dim * 16: one block of one head's K (or V) */
-    size_t head_floats;   /* n_blocks * block_floats: one head's pool in one layer */
-    float **k;            /* (n_layers,) pools, layout above */
-    float **v;
+    size_t block_elems;   /* head_dim * 16: one block of one head's K (or V) */
+    size_t head_elems;    /* n_blocks * block_elems: one head's pool in one layer */
+    cpu_half **k;         /* (n_layers,) pools, layout above */
+    cpu_half **v;
     int32_t *free_blocks; /* stack of free block ids */
     int64_t n_free;
 } cpu_kv;
@@ -65,11 +71,12 @@ void cpu_kv_give_back(cpu_kv *kv, int32_t block);
 void cpu_kv_seq_free(cpu_kv_seq *s);
 
 /* One layer's K (or V) of one KV head: (n_blocks, head_dim, 16) (V: (n_blocks, 16,
- * head_dim)); block b starts at b * block_floats. */
-const float *cpu_kv_head_k(const cpu_kv *kv, int layer, int kv_head);
-const float *cpu_kv_head_v(const cpu_kv *kv, int layer, int kv_head);
+ * head_dim)); block b starts at b * block_elems. */
+const cpu_half *cpu_kv_head_k(const cpu_kv *kv, int layer, int kv_head);
+const cpu_half *cpu_kv_head_v(const cpu_kv *kv, int layer, int kv_head);
 
-/* Store the K and V vectors (kv_dim = n_kv_heads * head_dim each) of position pos. */
+/* Store the K and V vectors (kv_dim = n_kv_heads * head_dim each) of position pos, each
+ * element rounded to the nearest half. */
 void cpu_kv_write(cpu_kv *kv, int layer, const cpu_kv_seq *s, int pos, const float *k,
                   const float *v);
 

@@ -609,8 +609,8 @@ static void test_warm_start(void **state)
     exec_warm_info info;
     char err[ERR_LEN] = "";
     assert_int_equal(x->warm(x, &cfg, &info, err), 0);
-    /* 2 layers x K and V x 100 blocks x 2 KV heads x 16 x 16 floats */
-    assert_true(info.kv_bytes == 2.0 * 2 * 100 * 2 * 16 * 16 * 4);
+    /* 2 layers x K and V x 100 blocks x 2 KV heads x 16 x 16 halves */
+    assert_true(info.kv_bytes == 2.0 * 2 * 100 * 2 * 16 * 16 * 2);
     assert_int_equal(info.step_tokens, 512);
     assert_int_equal(info.step_seqs, 64); /* max_num_seqs */
     assert_true(info.scratch_bytes > 512.0 * 64 * 4); /* at least the residual stream */

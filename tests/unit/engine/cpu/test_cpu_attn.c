@@ -1,6 +1,7 @@
 /* engine/cpu/cpu_attn: each attention tile (plain C, AVX2 + FMA, AVX-512) against the
  * naive reference over a paged KV cache (cpu_kv.h): decode rows, prefill tiles, peaked
- * scores.
+ * scores. And the cache's element, the half (cpu_half.h): its portable conversions on known
+ * values and every half, and against the F16C instructions (the AVX2 group).
  *
  * Groups, one ctest test each (the line below; CMakeLists.txt reads it): the kernels of
  * each instruction set (kernel_check.h). A group whose instructions this CPU lacks runs
@@ -16,6 +17,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <immintrin.h>
 
 #include "common/err.h"
 #include "engine/cpu/cpu_attn.h"
@@ -56,6 +58,11 @@ static void fixture_build(attn_fixture *f, int n_kv_heads, int head_dim, int n_k
     f->values = malloc(sizeof(float) * (size_t)n_keys * f->kv_dim);
     fill(f->keys, (size_t)n_keys * f->kv_dim, 11, 1.0f);
     fill(f->values, (size_t)n_keys * f->kv_dim, 12, 1.0f);
+    /* the reference reads what the cache holds: each element rounded to a half */
+    for (size_t i = 0; i < (size_t)n_keys * f->kv_dim; i++) {
+        f->keys[i] = cpu_half_to_float(cpu_half_from_float(f->keys[i]));
+        f->values[i] = cpu_half_to_float(cpu_half_from_float(f->values[i]));
+    }
     for (int p = 0; p < n_keys; p++)
         cpu_kv_write(&f->kv, 0, &f->seq, p, f->keys + (size_t)p * f->kv_dim,
                      f->values + (size_t)p * f->kv_dim);
@@ -198,13 +205,85 @@ static void test_attention_avx512(void **state)
     check_attention_all(ATTN_AVX512);
 }
 
+/* ---- the half ------------------------------------------------------------------------- */
+
+static float from_bits(uint32_t bits)
+{
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* Known roundings (ties to even, overflow, subnormals, NaN), and every half back and forth. */
+static void test_half_portable(void **state)
+{
+    (void)state;
+    static const struct {
+        float f;
+        cpu_half h;
+    } known[] = {
+        {0.0f, 0x0000},           {-0.0f, 0x8000},        {1.0f, 0x3c00},
+        {-2.0f, 0xc000},          {65504.0f, 0x7bff},     {65519.0f, 0x7bff},
+        {65520.0f, 0x7c00},       {1e9f, 0x7c00},         {-INFINITY, 0xfc00},
+        {0x1p-14f, 0x0400},       {0x1p-24f, 0x0001},     {0x1p-25f, 0x0000},
+        {0x3p-25f, 0x0002},       {0x1.002p0f, 0x3c00},   {0x1.006p0f, 0x3c02},
+        {0x1.003p0f, 0x3c01},     {0x1.0021p0f, 0x3c01},  {0x1.ff8p-15f, 0x03ff},
+        {0x1.ffcp-15f, 0x0400},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
+        const cpu_half h = cpu_half_from_float(known[i].f);
+        if (h != known[i].h) {
+            print_error("%a -> 0x%04x, expected 0x%04x\n", (double)known[i].f, h, known[i].h);
+            fail();
+        }
+    }
+    const cpu_half nan = cpu_half_from_float(NAN);
+    assert_true((nan & 0x7c00) == 0x7c00 && (nan & 0x03ff) != 0 && (nan & 0x0200) != 0);
+    assert_true(isnan(cpu_half_to_float(0x7c01)));
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        if ((h & 0x7c00) == 0x7c00 && (h & 0x03ff)) /* NaN: comes back quiet */
+            continue;
+        const float f = cpu_half_to_float((cpu_half)h);
+        if (cpu_half_from_float(f) != h) {
+            print_error("half 0x%04x -> %a -> 0x%04x\n", h, (double)f, cpu_half_from_float(f));
+            fail();
+        }
+    }
+    assert_true(cpu_half_to_float(0x0001) == 0x1p-24f && cpu_half_to_float(0xfbff) == -65504.0f);
+}
+
+/* The portable conversions agree bit for bit with F16C (vcvtps2ph, round to nearest; and
+ * vcvtph2ps), which the AVX2 and AVX-512 kernels use: every half, and floats across the whole
+ * range (every 997th bit pattern, then all that lie near a rounding tie in [1, 2)). */
+__attribute__((target("f16c"))) static void test_half_f16c(void **state)
+{
+    (void)state;
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        const float a = cpu_half_to_float((cpu_half)h), b = _cvtsh_ss((unsigned short)h);
+        assert_memory_equal(&a, &b, sizeof a);
+    }
+    uint64_t mismatches = 0;
+    for (uint64_t i = 0; i < (1ull << 32); i += 997) {
+        const float f = from_bits((uint32_t)i);
+        mismatches += cpu_half_from_float(f) != _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+    }
+    for (uint32_t m = 0; m < (1u << 23); m += 1u << 12) /* ties and their neighbours */
+        for (int d = -2; d <= 2; d++) {
+            const float f = from_bits(0x3f800000u + m + (uint32_t)(0x1000 + d));
+            mismatches += cpu_half_from_float(f) != _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+        }
+    assert_int_equal(mismatches, 0);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest portable[] = {
         cmocka_unit_test(test_attention_portable),
+        cmocka_unit_test(test_half_portable),
     };
     const struct CMUnitTest avx2[] = {
         cmocka_unit_test(test_attention_avx2),
+        cmocka_unit_test(test_half_f16c),
     };
     const struct CMUnitTest avx512[] = {
         cmocka_unit_test(test_attention_avx512),

@@ -4,9 +4,11 @@
  *
  * Tolerance: logits are O(3) here; the batched pass sums in float (SGEMM, our kernels,
  * exp2) where the reference sums in double. Measured differences are about 1e-7 relative
- * to (1 + max |logit|), float rounding; the tests allow 1e-5 (TOL_REF against the
- * reference, TOL_SAME between two batched passes over the same positions: chunked vs
- * one-shot, decode vs recompute, 1 vs 2 threads). Greedy tokens must be identical.
+ * to (1 + max |logit|), float rounding. Both round K and V to halves (the cache's F16), and
+ * where their F32 values differ by that rounding an element can land on the neighbouring
+ * half (2^-11 of it): one such case measured 1.1e-5. So TOL_REF, against the reference, is
+ * 5e-5; TOL_SAME, between two batched passes over the same positions (chunked vs one-shot,
+ * decode vs recompute, 1 vs 2 threads), stays 1e-5. Greedy tokens must be identical.
  *
  * Groups, one ctest test each (the line below; CMakeLists.txt reads it): the pass against
  * the reference with each instruction set's kernels (kernel_check.h; a group whose
@@ -30,7 +32,7 @@
 
 #include "kernel_check.h"
 
-#define TOL_REF 1e-5
+#define TOL_REF 5e-5
 #define TOL_SAME 1e-5
 
 /* Two small shapes: head_dim 16 with 2 query heads per KV head and an FFN that is not a
