@@ -271,6 +271,16 @@ TGT double cpu_exp_weights_avx2(float *x, int n, float max, float inv_temperatur
     return total;
 }
 
+TGT void cpu_halves_from_floats_avx2(cpu_half *out, const float *in, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(out + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        out[i] = cpu_half_from_float(in[i]);
+}
+
 /* ---- attention ------------------------------------------------------------------- */
 
 /* The AVX-512 kernel's flash attention on 8-lane vectors: a block of 16 keys is two vectors

@@ -9,6 +9,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "engine/cpu/cpu_half.h"
+
 /* ---- the scalar pieces every instruction set's kernels share ---------------------- */
 
 /* 1 / rms of a vector of size elements whose squares sum to ss */
@@ -53,6 +55,8 @@ void cpu_rope_avx512(float *vec, int n_heads, int head_dim, const float *cos_sin
 void cpu_rope_avx2(float *vec, int n_heads, int head_dim, const float *cos_sin);
 float cpu_stream_sum_avx512(const float *x, size_t n);
 float cpu_stream_sum_avx2(const float *x, size_t n);
+/* out[i] = the half nearest in[i], ties to even (F16C's vcvtps2ph; AVX-512 CPUs use it too). */
+void cpu_halves_from_floats_avx2(cpu_half *out, const float *in, int n);
 
 /* Sampling helpers: the largest value; x[i] = exp((x[i] - max) * inv_temperature) in place,
  * with the sum of each 256-element chunk in chunk_sums (ceil(n / 256) of them); returns the

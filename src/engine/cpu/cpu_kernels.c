@@ -228,6 +228,16 @@ void cpu_rope_fast(float *vec, int n_heads, int head_dim, const float *cos_sin)
     }
 }
 
+void cpu_halves_from_floats(cpu_half *out, const float *in, int n)
+{
+    if (cpu_isa_active() >= CPU_ISA_AVX2) {
+        cpu_halves_from_floats_avx2(out, in, n);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        out[i] = cpu_half_from_float(in[i]);
+}
+
 float cpu_stream_sum(const float *x, size_t n)
 {
     switch (cpu_isa_active()) {

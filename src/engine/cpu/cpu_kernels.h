@@ -89,5 +89,8 @@ void cpu_rmsnorm_fast(float *o, const float *x, const float *weight, int size, f
 void cpu_rope_fast(float *vec, int n_heads, int head_dim, const float *cos_sin);
 /* A sum over n floats as fast as memory delivers them (the bandwidth probe). */
 float cpu_stream_sum(const float *x, size_t n);
+/* out[i] = cpu_half_from_float(in[i]) (cpu_half.h), with F16C where the kernels run AVX2 or
+ * AVX-512: the KV cache's writes. */
+void cpu_halves_from_floats(cpu_half *out, const float *in, int n);
 
 #endif

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "engine/cpu/cpu_kernels.h"
 
 double cpu_kv_bytes(const cpu_config *c, int64_t n_blocks)
 {
@@ -159,9 +160,13 @@ void cpu_kv_write(cpu_kv *kv, int layer, const cpu_kv_seq *s, int pos, const flo
     for (int h = 0; h < kv->n_kv_heads; h++) {
         cpu_half *kt = kv->k[layer] + h * kv->head_elems + block; /* (head_dim, 16) */
         cpu_half *vr = kv->v[layer] + h * kv->head_elems + block + (size_t)slot * hd;
-        for (int d = 0; d < hd; d++) {
-            kt[d * CPU_KV_BLOCK + slot] = cpu_half_from_float(k[h * hd + d]);
-            vr[d] = cpu_half_from_float(v[h * hd + d]);
+        cpu_half kh[256]; /* one head's K, rounded, then placed one element per row of 16 */
+        for (int d0 = 0; d0 < hd; d0 += 256) {
+            const int n = hd - d0 < 256 ? hd - d0 : 256;
+            cpu_halves_from_floats(kh, k + (size_t)h * hd + d0, n);
+            for (int d = 0; d < n; d++)
+                kt[(d0 + d) * CPU_KV_BLOCK + slot] = kh[d];
         }
+        cpu_halves_from_floats(vr, v + (size_t)h * hd, hd);
     }
 }

@@ -254,7 +254,8 @@ static void test_half_portable(void **state)
 
 /* The portable conversions agree bit for bit with F16C (vcvtps2ph, round to nearest; and
  * vcvtph2ps), which the AVX2 and AVX-512 kernels use: every half, and floats across the whole
- * range (every 997th bit pattern, then all that lie near a rounding tie in [1, 2)). */
+ * range (every 997th bit pattern, then all that lie near a rounding tie in [1, 2)); and
+ * cpu_halves_from_floats_avx2, the cache's writes, against the portable rounding. */
 __attribute__((target("f16c"))) static void test_half_f16c(void **state)
 {
     (void)state;
@@ -273,6 +274,16 @@ __attribute__((target("f16c"))) static void test_half_f16c(void **state)
             mismatches += cpu_half_from_float(f) != _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
         }
     assert_int_equal(mismatches, 0);
+    /* the cache's writes (cpu_kv_write): 8 at a time with F16C, the tail one by one */
+    enum { N = 1003 };
+    float in[N];
+    cpu_half fast[N];
+    fill(in, N, 21, 70000.0f); /* past the largest half, both signs: overflow too */
+    for (int i = 0; i < N; i += 7)
+        in[i] *= 0x1p-30f; /* subnormal halves */
+    cpu_halves_from_floats_avx2(fast, in, N);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(fast[i], cpu_half_from_float(in[i]));
 }
 
 int main(int argc, char **argv)
