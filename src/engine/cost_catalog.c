@@ -12,6 +12,7 @@
 #include "common/err.h"
 #include "common/fsio.h"
 #include "engine/cost.h"
+#include "engine/cpu/cpu_kv.h"
 #include "engine/profile.h"
 
 /* The cpu entry's figures: `stallscope calibrate` (Release, 1 thread, --model small) on the
@@ -52,7 +53,8 @@ static const cost_gpu gpu_catalog[] = {
      "stallscope calibrate on a 2-core AMD EPYC (Zen 4) VM, 1 thread: sustained GEMM, "
      "attention kernel and streaming-read bandwidth, decode overhead fitted on model small; "
      "4 GB for weights (F32) + KV (F16)",
-     CPU_NOMINAL_ATTENTION_FLOPS, 4, 2, CPU_NOMINAL_OVERHEAD_NS, 1, {"", 0, 0, 0, 0, 0, false}},
+     CPU_NOMINAL_ATTENTION_FLOPS, 4, CPU_KV_ELEM_BYTES, CPU_NOMINAL_OVERHEAD_NS, 1,
+     {"", 0, 0, 0, 0, 0, false}},
 };
 
 /* name, layers, hidden, heads, kv heads, head dim, ffn, vocab, max position, tied, source */

@@ -485,8 +485,8 @@ float *cpu_ref_forward(const cpu_model *m, cpu_ref_state *s, int token, int pos)
         cpu_rope_naive(k, p->n_kv_heads, head_size, pos, p->rope_theta);
         /* The cache holds what the paged one holds: each element rounded to a half. */
         for (int i = 0; i < kv_dim; i++) {
-            k[i] = cpu_half_to_float(cpu_half_from_float(k[i]));
-            v[i] = cpu_half_to_float(cpu_half_from_float(v[i]));
+            k[i] = cpu_half_round(k[i]);
+            v[i] = cpu_half_round(v[i]);
         }
 
         for (int h = 0; h < p->n_heads; h++) {

@@ -59,4 +59,10 @@ static inline float cpu_half_to_float(cpu_half h)
     return f;
 }
 
+/* x as the cache holds it: rounded to the nearest half and widened back. */
+static inline float cpu_half_round(float x)
+{
+    return cpu_half_to_float(cpu_half_from_float(x));
+}
+
 #endif

@@ -60,8 +60,8 @@ static void fixture_build(attn_fixture *f, int n_kv_heads, int head_dim, int n_k
     fill(f->values, (size_t)n_keys * f->kv_dim, 12, 1.0f);
     /* the reference reads what the cache holds: each element rounded to a half */
     for (size_t i = 0; i < (size_t)n_keys * f->kv_dim; i++) {
-        f->keys[i] = cpu_half_to_float(cpu_half_from_float(f->keys[i]));
-        f->values[i] = cpu_half_to_float(cpu_half_from_float(f->values[i]));
+        f->keys[i] = cpu_half_round(f->keys[i]);
+        f->values[i] = cpu_half_round(f->values[i]);
     }
     for (int p = 0; p < n_keys; p++)
         cpu_kv_write(&f->kv, 0, &f->seq, p, f->keys + (size_t)p * f->kv_dim,
