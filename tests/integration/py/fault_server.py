@@ -18,7 +18,9 @@ max_tokens as chunks without usage, then a usage-only chunk claiming all max_tok
 Under the base URL http://127.0.0.1:PORT/mode/NAME every request with max_tokens > 1 gets
 the hostile behaviour NAME of MODES below (probes are served well, so the run reaches its
 load); under http://127.0.0.1:PORT/all/NAME the probes get it too. /health and /v1/models
-answer normally under both. One server serves every mode at once.
+answer normally under both. One server serves every mode at once. NAME may carry a tag,
+NAME+TAG: the same mode, with its own count for "every" below, so that two runs of one mode
+at the same time (the raw and the curl transport) each get every N-th of their own requests.
 
 Every request and what was done to it is appended to LOG as one JSON line: {"n", "fault",
 "max_tokens", "tokens_sent", "accept_encoding"} so the test can match the client's records.
@@ -233,9 +235,9 @@ class H(BaseHTTPRequestHandler):
         with lock:
             count += 1
             n = count
-        mode, probes_too, _ = self.split_mode()
-        if mode is not None:
-            return self.hostile(n, mode, probes_too, max_tokens, prompt_tokens)
+        tagged, probes_too, _ = self.split_mode()
+        if tagged is not None:
+            return self.hostile(n, tagged, probes_too, max_tokens, prompt_tokens)
         fault = FAULTS[n % len(FAULTS)] if max_tokens > 1 else "ok"
         now = time.monotonic() - START
         if burst_at >= 0 and burst_at <= now < burst_at + burst_len:
@@ -319,7 +321,9 @@ class H(BaseHTTPRequestHandler):
         if pause:
             time.sleep(pause)
 
-    def hostile(self, n, mode, probes_too, max_tokens, prompt_tokens):
+    def hostile(self, n, tagged, probes_too, max_tokens, prompt_tokens):
+        """tagged: NAME or NAME+TAG, the mode and the key of its "every" count."""
+        mode, counter = tagged.split("+", 1)[0], tagged
         self.close_connection = True
         accept = self.headers.get("Accept-Encoding")
         spec = MODES.get(mode)
@@ -330,8 +334,8 @@ class H(BaseHTTPRequestHandler):
             spec = MODES["ok"]
         elif spec.get("every"):
             with lock:
-                mode_counts[mode] = mode_counts.get(mode, 0) + 1
-                if mode_counts[mode] % spec["every"] != 0:
+                mode_counts[counter] = mode_counts.get(counter, 0) + 1
+                if mode_counts[counter] % spec["every"] != 0:
                     spec = MODES["ok"]
         try:
             sent = self.respond(spec, max_tokens, prompt_tokens)
