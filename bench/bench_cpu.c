@@ -1,16 +1,17 @@
 /* bench_cpu — the cpu engine's speed against this machine's measured roofline.
  *
  * Prints, for each thread count: the sustained SGEMM rate, attention-kernel rate and read
- * bandwidth (cpu_calib.h), then one-shot prefill of 512, 2,048 and 8,192 tokens (the longest
- * again with its KV blocks scattered over the arena, as a server hands them out) and decode
- * steps of 1, 32 and 256 sequences at context 512, each with the cost model's FLOPs and
- * bytes (F32) and its roofline: max(FLOPs / SGEMM rate, bytes / bandwidth), and for decode
- * also the serial bound max(FLOPs / SGEMM rate, weight bytes / bandwidth) + KV bytes /
- * bandwidth (an engine that reads the cache between its products, not during them, takes at
- * least that), their blocks drawn from the arena the scattered prefill shuffled (--decode B
- * alone: a fresh arena, blocks in order); then llama-bench's
- * pp512 and tg128 in its shape (tg128 with sampling). The first line says the kernels'
- * dispatch (STALLSCOPE_CPU_ISA=avx2 measures the AVX2 path on an AVX-512 CPU;
+ * bandwidths, streaming and in scattered 1 KB blocks (cpu_calib.h), then one-shot prefill of
+ * 512, 2,048 and 8,192 tokens (the longest again with its KV blocks scattered over the arena,
+ * as a server hands them out) and decode steps of 1, 32 and 256 sequences at context 512,
+ * each with the cost model's FLOPs and bytes (F32) and its roofline: max(FLOPs / SGEMM rate,
+ * bytes / bandwidth), and for decode also the serial bound max(FLOPs / SGEMM rate, weight
+ * bytes / bandwidth) + KV bytes / bandwidth (an engine that reads the cache between its
+ * products, not during them, takes at least that) and the scattered bound, the same with the
+ * KV bytes read at the scattered-block bandwidth; their blocks drawn from the arena the
+ * scattered prefill shuffled (--decode B alone: a fresh arena, blocks in order); then
+ * llama-bench's pp512 and tg128 in its shape (tg128 with sampling). The first line says the
+ * kernels' dispatch (STALLSCOPE_CPU_ISA=avx2 measures the AVX2 path on an AVX-512 CPU;
  * OPENBLAS_CORETYPE picks OpenBLAS's). Never fails on time.
  *
  *   bench_cpu [--model NAME] [--threads N] [--quick] [--prefill N | --decode B] [--no-roofline]
@@ -41,6 +42,7 @@ typedef struct bench {
     cpu_kv kv;
     cpu_pool *pool;
     cost_params cost; /* F32, the measured rates */
+    double block_bandwidth; /* reads of scattered 1 KB pieces (cpu_calib.h), bytes/s */
 } bench;
 
 static void die(const char *what, const char *err)
@@ -49,18 +51,24 @@ static void die(const char *what, const char *err)
     exit(1);
 }
 
-/* Give s a cache of n_tokens positions without computing them (decode timing does not
- * depend on what the keys hold): zeroed K and V. */
-static void fake_context(bench *b, cpu_kv_seq *s, int n_tokens)
+/* Give each of the n sequences a cache of n_tokens positions without computing them (decode
+ * timing does not depend on what the keys hold): zeroed K and V. grown: the tables grow a
+ * block at a time, all sequences in turn, as sequences that decode together grow (their
+ * blocks interleave); else each sequence's at once, as a prompt's (a run where the arena
+ * has one). */
+static void fake_contexts(bench *b, cpu_kv_seq *s, int n, int n_tokens, bool grown)
 {
     char err[ERR_LEN];
-    if (cpu_kv_reserve(&b->kv, s, n_tokens, err) != 0)
-        die("kv", err);
-    for (int l = 0; l < b->kv.n_layers; l++)
-        for (int h = 0; h < b->kv.n_kv_heads; h++)
-            for (int i = 0; i < s->n_blocks; i++)
-                memset((cpu_half *)cpu_kv_head_k(&b->kv, l, h) + (size_t)s->blocks[i] * b->kv.block_elems,
-                       0, b->kv.block_elems * sizeof(cpu_half));
+    for (int upto = grown ? CPU_KV_BLOCK : n_tokens; upto < n_tokens + CPU_KV_BLOCK; upto += CPU_KV_BLOCK)
+        for (int i = 0; i < n; i++)
+            if (cpu_kv_reserve(&b->kv, &s[i], upto < n_tokens ? upto : n_tokens, err) != 0)
+                die("kv", err);
+    for (int i = 0; i < n; i++)
+        for (int l = 0; l < b->kv.n_layers; l++)
+            for (int h = 0; h < b->kv.n_kv_heads; h++)
+                for (int k = 0; k < s[i].n_blocks; k++)
+                    memset((cpu_half *)cpu_kv_head_k(&b->kv, l, h) + (size_t)s[i].blocks[k] * b->kv.block_elems,
+                           0, b->kv.block_elems * sizeof(cpu_half));
 }
 
 static int64_t time_forward(bench *b, const cpu_batch_seq *seqs, int n)
@@ -77,15 +85,8 @@ static int64_t time_forward(bench *b, const cpu_batch_seq *seqs, int n)
  * them out; else consecutive blocks of a fresh arena. */
 static void bench_prefill(bench *b, int tokens, int reps, bool scattered)
 {
-    if (scattered) {
-        uint64_t state = 7;
-        for (int64_t i = b->kv.n_free - 1; i > 0; i--) {
-            const int64_t j = (int64_t)(rng_next(&state) % (uint64_t)(i + 1));
-            const int32_t t = b->kv.free_blocks[i];
-            b->kv.free_blocks[i] = b->kv.free_blocks[j];
-            b->kv.free_blocks[j] = t;
-        }
-    }
+    if (scattered)
+        cpu_kv_shuffle_free(&b->kv, 7);
     int32_t *ids = malloc(sizeof *ids * (size_t)tokens);
     for (int i = 0; i < tokens; i++)
         ids[i] = (i * 7919) % b->model.config.vocab_size;
@@ -112,13 +113,13 @@ static void bench_prefill(bench *b, int tokens, int reps, bool scattered)
     free(ids);
 }
 
-static void bench_decode(bench *b, int batch, int context, int reps)
+static void bench_decode(bench *b, int batch, int context, int reps, bool grown)
 {
     cpu_kv_seq *kv = calloc((size_t)batch, sizeof *kv);
     cpu_batch_seq *seqs = calloc((size_t)batch, sizeof *seqs);
     int32_t *ids = calloc((size_t)batch, sizeof *ids);
+    fake_contexts(b, kv, batch, context + 1, grown);
     for (int i = 0; i < batch; i++) {
-        fake_context(b, &kv[i], context + 1);
         ids[i] = (i * 31) % b->model.config.vocab_size;
         seqs[i] = (cpu_batch_seq){ids + i, context, 1, &kv[i], true};
     }
@@ -137,11 +138,16 @@ static void bench_decode(bench *b, int batch, int context, int reps)
      * least the products' bound plus the cache's read. */
     const double kv_ns = cb.memory_ns * cb.kv_bytes / (cb.weight_bytes + cb.kv_bytes);
     const double weights_ns = cb.memory_ns - kv_ns;
-    const double serial = (cb.compute_ns > weights_ns ? cb.compute_ns : weights_ns) + kv_ns;
-    printf("  %6d %9.2f %9.2f %8.2f %8.1f %11.2f %-7s %8.2fx %10.2f %8.2fx\n", batch, best / 1e6,
-           total / 1e6 / reps, flops / 1e9, (cb.weight_bytes + cb.kv_bytes) / 1e6, roof / 1e6,
+    const double products = cb.compute_ns > weights_ns ? cb.compute_ns : weights_ns;
+    const double serial = products + kv_ns;
+    /* The same with the cache read at the rate of scattered blocks: where the arena's blocks
+     * are scattered, what the cache's read alone costs on this machine. */
+    const double scattered = products + cb.kv_bytes / b->block_bandwidth * 1e9;
+    printf("  %6d %-11s %9.2f %9.2f %8.2f %8.1f %11.2f %-7s %8.2fx %10.2f %8.2fx %13.2f %8.2fx\n",
+           batch, grown ? "interleaved" : "runs", best / 1e6, total / 1e6 / reps, flops / 1e9,
+           (cb.weight_bytes + cb.kv_bytes) / 1e6, roof / 1e6,
            cb.compute_ns >= cb.memory_ns ? "compute" : "memory", (double)best / roof,
-           serial / 1e6, best / serial);
+           serial / 1e6, best / serial, scattered / 1e6, best / scattered);
     for (int i = 0; i < batch; i++) {
         cpu_kv_release(&b->kv, &kv[i]);
         cpu_kv_seq_free(&kv[i]);
@@ -208,7 +214,7 @@ static void run(const char *model_name, int threads, bool quick)
     memset(&b, 0, sizeof b);
     if (!(b.pool = cpu_pool_create(threads, err)))
         die("pool", err);
-    cpu_calib cal = {threads, 1e12, 1e12, 1e12, 1e12}; /* --no-roofline: placeholders */
+    cpu_calib cal = {threads, 1e12, 1e12, 1e12, 1e12, 1e12}; /* --no-roofline: placeholders */
     if (!no_roofline && cpu_calib_run(b.pool, quick ? 0.2 : 1.0, &cal, err) != 0)
         die("calibrate", err);
     if (no_roofline)
@@ -216,9 +222,10 @@ static void run(const char *model_name, int threads, bool quick)
                threads);
     else
         printf("\nthreads %d: SGEMM %.1f GFLOP/s (4096 rows), %.1f GFLOP/s (32 rows); attention "
-           "kernel %.1f GFLOP/s; read bandwidth %.1f GB/s\n",
+           "kernel %.1f GFLOP/s; read bandwidth %.1f GB/s streaming, %.1f GB/s in scattered "
+           "%d-byte blocks\n",
            threads, cal.gemm_flops / 1e9, cal.small_gemm_flops / 1e9, cal.attention_flops / 1e9,
-           cal.mem_bandwidth / 1e9);
+           cal.mem_bandwidth / 1e9, cal.block_bandwidth / 1e9, CPU_CALIB_BLOCK_BYTES);
 
     cost_arch arch;
     cpu_config config;
@@ -240,6 +247,7 @@ static void run(const char *model_name, int threads, bool quick)
                          .kv_bytes_per_elem = CPU_KV_ELEM_BYTES};
     snprintf(roofline.name, sizeof roofline.name, "this CPU");
     cost_params_init(&b.cost, &roofline, &arch);
+    b.block_bandwidth = cal.block_bandwidth;
 
     printf("model %s: %d layers, hidden %d, %d/%d heads x %d, FFN %d, vocab %d; %.1f MB of F32 "
            "weights, F16 KV cache\n",
@@ -260,17 +268,21 @@ static void run(const char *model_name, int threads, bool quick)
     }
     printf("decode step, every sequence at context 512 (roofline = max(FLOPs / SGEMM, bytes / "
            "bandwidth); serial = max(FLOPs / SGEMM, weight bytes / bandwidth) + KV bytes / "
-           "bandwidth); KV blocks %s:\n",
-           only_decode ? "in order (a fresh arena)"
-                       : "scattered (the arena as the scattered prefill left it)");
-    printf("  %6s %9s %9s %8s %8s %11s %-7s %9s %10s %9s\n", "batch", "best ms", "mean ms",
-           "GFLOP", "MB read", "roofline ms", "bound", "vs roof", "serial ms", "vs serial");
+           "bandwidth; scattered = the same with KV bytes / scattered-block bandwidth); the "
+           "arena %s; blocks: runs = each sequence's reserved at once (a prompt's), interleaved "
+           "= the sequences' tables grown a block at a time in turn (sequences decoding "
+           "together):\n",
+           only_decode ? "fresh" : "as the prefills left it, its free list shuffled");
+    printf("  %6s %-11s %9s %9s %8s %8s %11s %-7s %9s %10s %9s %13s %9s\n", "batch", "blocks",
+           "best ms", "mean ms", "GFLOP", "MB read", "roofline ms", "bound", "vs roof",
+           "serial ms", "vs serial", "scattered ms", "vs scat");
     static const int batches[] = {1, 32, 256};
     if (only_decode)
-        bench_decode(&b, only_decode, 512, 100);
-    for (int i = 0; i < 3 && !only_prefill && !only_decode; i++)
-        if (batches[i] <= max_batch)
-            bench_decode(&b, batches[i], 512, 20);
+        bench_decode(&b, only_decode, 512, 100, false);
+    for (int grown = 0; grown < 2 && !only_prefill && !only_decode; grown++)
+        for (int i = grown; i < 3; i++) /* one sequence's blocks are a run either way */
+            if (batches[i] <= max_batch)
+                bench_decode(&b, batches[i], 512, 20, grown);
     if (!only_prefill && !only_decode)
         bench_llama_shape(&b, 3);
     cpu_kv_free(&b.kv);

@@ -158,6 +158,7 @@ json_t *calib_cpu_profile_json(const calib_cpu_options *o, const calib_cpu_resul
     json_object_set_new(m, "small_gemm_flops", json_real(r->rates.small_gemm_flops));
     json_object_set_new(m, "kernel_gemm_flops", json_real(r->rates.gemm_flops));
     json_object_set_new(m, "kernel_attention_flops", json_real(r->rates.attention_flops));
+    json_object_set_new(m, "block_bandwidth", json_real(r->rates.block_bandwidth));
     if (fit) {
         const fit_probe *longest = calib_cpu_longest_prefill(r);
         json_object_set_new(m, "fit_model", json_string(r->arch.name));

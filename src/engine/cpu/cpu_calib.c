@@ -177,6 +177,63 @@ int cpu_calib_bandwidth(cpu_pool *pool, double min_seconds, double *bytes_per_s,
     return 0;
 }
 
+typedef struct block_probe {
+    const float *x;
+    const int32_t *order; /* piece ids, shuffled */
+    int per_task;         /* pieces of a task */
+    int n_pieces;
+    float sums[64];
+} block_probe;
+
+static void block_task(void *arg, int task, int thread)
+{
+    block_probe *p = arg;
+    const size_t piece = CPU_CALIB_BLOCK_BYTES / sizeof(float);
+    const int lo = task * p->per_task;
+    const int hi = lo + p->per_task < p->n_pieces ? lo + p->per_task : p->n_pieces;
+    float sum = 0;
+    for (int i = lo; i < hi; i++) {
+        if (i + CPU_CALIB_AHEAD < hi) {
+            const char *next = (const char *)(p->x + (size_t)p->order[i + CPU_CALIB_AHEAD] * piece);
+            for (size_t b = 0; b < CPU_CALIB_BLOCK_BYTES; b += 64)
+                __builtin_prefetch(next + b, 0, 3);
+        }
+        sum += cpu_stream_sum(p->x + (size_t)p->order[i] * piece, piece);
+    }
+    p->sums[thread % 64] += sum;
+}
+
+int cpu_calib_block_bandwidth(cpu_pool *pool, double min_seconds, double *bytes_per_s,
+                              char *err)
+{
+    const size_t n = (size_t)64 << 20; /* 256 MB of floats, as the streaming probe */
+    const int n_pieces = (int)(n * sizeof(float) / CPU_CALIB_BLOCK_BYTES);
+    float *x = random_floats(n, 9);
+    int32_t *order = malloc((size_t)n_pieces * sizeof *order);
+    if (!x || !order) {
+        free(x);
+        free(order);
+        return err_set(err, "out of memory for the block bandwidth probe");
+    }
+    for (int i = 0; i < n_pieces; i++)
+        order[i] = i;
+    uint64_t state = 10;
+    for (int i = n_pieces - 1; i > 0; i--) {
+        const int j = (int)(rng_next(&state) % (uint64_t)(i + 1));
+        const int32_t t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    const int tasks = cpu_pool_threads(pool) * 8;
+    block_probe p = {x, order, (n_pieces + tasks - 1) / tasks, n_pieces, {0}};
+    int64_t best;
+    BEST_OF(min_seconds, best, cpu_pool_run(pool, tasks, block_task, &p));
+    *bytes_per_s = (double)n_pieces * CPU_CALIB_BLOCK_BYTES / (best / 1e9);
+    free(x);
+    free(order);
+    return 0;
+}
+
 int cpu_calib_run(cpu_pool *pool, double min_seconds, cpu_calib *out, char *err)
 {
     memset(out, 0, sizeof *out);
@@ -184,7 +241,8 @@ int cpu_calib_run(cpu_pool *pool, double min_seconds, cpu_calib *out, char *err)
     if (cpu_calib_gemm(pool, 4096, min_seconds, &out->gemm_flops, err) != 0 ||
         cpu_calib_gemm(pool, 32, min_seconds, &out->small_gemm_flops, err) != 0 ||
         cpu_calib_attention(pool, 32, 4096, min_seconds, &out->attention_flops, err) != 0 ||
-        cpu_calib_bandwidth(pool, min_seconds, &out->mem_bandwidth, err) != 0)
+        cpu_calib_bandwidth(pool, min_seconds, &out->mem_bandwidth, err) != 0 ||
+        cpu_calib_block_bandwidth(pool, min_seconds, &out->block_bandwidth, err) != 0)
         return -1;
     return 0;
 }

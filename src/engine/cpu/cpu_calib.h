@@ -7,6 +7,10 @@
  *   attention FLOP/s  the attention kernel on a causal prefill of 4096 tokens, counted as
  *                     the cost model counts it (4 head_dim FLOPs per query-key pair)
  *   bandwidth         streaming read of a 256 MB buffer split over the pool (bytes/s)
+ *   block bandwidth   the same buffer read as 1 KB pieces (a KV block of one head at
+ *                     head_dim 32) in shuffled order, each piece prefetched CPU_CALIB_AHEAD
+ *                     pieces ahead, as a decode step's attention reads a server's arena:
+ *                     pieces scattered over the arena (bytes/s)
  *   small-batch GEMM  cpu_gemm with 32 rows (a decode step's shape), FLOP/s
  * Each figure is the best of several repetitions over at least min_seconds. */
 #ifndef STALLSCOPE_CPU_CALIB_H
@@ -24,7 +28,13 @@ typedef struct cpu_calib {
     double attention_flops;
     double mem_bandwidth;
     double small_gemm_flops;
+    double block_bandwidth;
 } cpu_calib;
+
+/* Pieces ahead that the block-bandwidth probe prefetches (the attention kernels' distance). */
+#define CPU_CALIB_AHEAD 3
+/* Bytes of one piece of the block-bandwidth probe. */
+#define CPU_CALIB_BLOCK_BYTES 1024
 
 /* This CPU's model name from /proc/cpuinfo ("unknown CPU" when it cannot be read). */
 void cpu_calib_cpu_name(char *out, size_t size);
@@ -33,6 +43,8 @@ int cpu_calib_gemm(cpu_pool *pool, int rows, double min_seconds, double *flops, 
 int cpu_calib_attention(cpu_pool *pool, int head_dim, int n_tokens, double min_seconds,
                         double *flops, char *err);
 int cpu_calib_bandwidth(cpu_pool *pool, double min_seconds, double *bytes_per_s, char *err);
+int cpu_calib_block_bandwidth(cpu_pool *pool, double min_seconds, double *bytes_per_s,
+                              char *err);
 /* All of the above. */
 int cpu_calib_run(cpu_pool *pool, double min_seconds, cpu_calib *out, char *err);
 

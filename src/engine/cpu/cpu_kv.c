@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/rng.h"
 #include "engine/cpu/cpu_kernels.h"
 
 double cpu_kv_bytes(const cpu_config *c, int64_t n_blocks)
@@ -27,7 +28,8 @@ int cpu_kv_init(cpu_kv *kv, const cpu_config *c, int64_t n_blocks, char *err)
     kv->k = calloc((size_t)c->n_layers, sizeof *kv->k);
     kv->v = calloc((size_t)c->n_layers, sizeof *kv->v);
     kv->free_blocks = malloc((size_t)n_blocks * sizeof *kv->free_blocks);
-    if (!kv->k || !kv->v || !kv->free_blocks)
+    kv->free_at = malloc((size_t)n_blocks * sizeof *kv->free_at);
+    if (!kv->k || !kv->v || !kv->free_blocks || !kv->free_at)
         goto oom;
     const size_t layer_bytes = (size_t)c->n_kv_heads * kv->head_elems * sizeof(cpu_half);
     for (int l = 0; l < c->n_layers; l++) {
@@ -37,8 +39,10 @@ int cpu_kv_init(cpu_kv *kv, const cpu_config *c, int64_t n_blocks, char *err)
             posix_memalign((void **)&kv->v[l], 64, layer_bytes) != 0)
             goto oom;
     }
-    for (int64_t i = 0; i < n_blocks; i++)
+    for (int64_t i = 0; i < n_blocks; i++) {
         kv->free_blocks[i] = (int32_t)(n_blocks - 1 - i); /* block 0 on top */
+        kv->free_at[n_blocks - 1 - i] = (int32_t)i;
+    }
     kv->n_free = n_blocks;
     return 0;
 oom:
@@ -68,6 +72,7 @@ void cpu_kv_free(cpu_kv *kv)
     free(kv->k);
     free(kv->v);
     free(kv->free_blocks);
+    free(kv->free_at);
     memset(kv, 0, sizeof *kv);
 }
 
@@ -87,6 +92,22 @@ static int grow_table(cpu_kv_seq *s, int needed, char *err)
     return 0;
 }
 
+/* A free block off the stack: `want` if it is free (taken from its place, the top moved
+ * there), else the top. */
+static int32_t take_block(cpu_kv *kv, int32_t want)
+{
+    const int32_t top = kv->free_blocks[kv->n_free - 1];
+    int32_t block = top;
+    if (want >= 0 && want < kv->n_blocks && kv->free_at[want] >= 0) {
+        block = want;
+        kv->free_blocks[kv->free_at[want]] = top;
+        kv->free_at[top] = kv->free_at[want];
+    }
+    kv->n_free--;
+    kv->free_at[block] = -1;
+    return block;
+}
+
 int cpu_kv_reserve(cpu_kv *kv, cpu_kv_seq *s, int n_tokens, char *err)
 {
     const int needed = (n_tokens + CPU_KV_BLOCK - 1) / CPU_KV_BLOCK;
@@ -98,7 +119,7 @@ int cpu_kv_reserve(cpu_kv *kv, cpu_kv_seq *s, int n_tokens, char *err)
         return err_set(err, "KV cache exhausted: %d more blocks wanted, %lld free of %lld",
                        needed - s->n_blocks, (long long)kv->n_free, (long long)kv->n_blocks);
     while (s->n_blocks < needed) {
-        const int32_t block = kv->free_blocks[--kv->n_free];
+        const int32_t block = take_block(kv, s->n_blocks ? s->blocks[s->n_blocks - 1] + 1 : -1);
         /* The attention kernel multiplies whole blocks of V by probabilities that are 0 past
          * the last key: never-written slots must hold numbers, not NaN bit patterns. */
         for (int l = 0; l < kv->n_layers; l++)
@@ -132,7 +153,21 @@ int cpu_kv_append(cpu_kv_seq *s, int32_t block, char *err)
 
 void cpu_kv_give_back(cpu_kv *kv, int32_t block)
 {
+    kv->free_at[block] = (int32_t)kv->n_free;
     kv->free_blocks[kv->n_free++] = block;
+}
+
+void cpu_kv_shuffle_free(cpu_kv *kv, uint64_t seed)
+{
+    uint64_t state = seed;
+    for (int64_t i = kv->n_free - 1; i > 0; i--) {
+        const int64_t j = (int64_t)(rng_next(&state) % (uint64_t)(i + 1));
+        const int32_t t = kv->free_blocks[i];
+        kv->free_blocks[i] = kv->free_blocks[j];
+        kv->free_blocks[j] = t;
+    }
+    for (int64_t i = 0; i < kv->n_free; i++)
+        kv->free_at[kv->free_blocks[i]] = (int32_t)i;
 }
 
 void cpu_kv_seq_free(cpu_kv_seq *s)

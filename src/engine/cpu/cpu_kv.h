@@ -12,8 +12,13 @@
  * (one head) streams compact pages rather than every other head's data in between.
  * Token at position p of a sequence lives in block table[p / 16], slot p % 16.
  * The pool is allocated once (its pages are touched when first used, or all at once by
- * cpu_kv_touch at a warm start); free blocks are a stack,
- * so recently freed (cache-warm) blocks are reused first.
+ * cpu_kv_touch at a warm start); free blocks are a stack, so recently freed (cache-warm)
+ * blocks are reused first, except that a sequence that grows takes the block right after
+ * its last one when that block is free: a prompt's blocks then follow each other, and a
+ * decode step reads them as one stream, which the hardware prefetcher follows, rather than
+ * as 1 KB pieces from anywhere, which it does not (a core reads those at a fraction of the
+ * streaming rate: bench_cpu's scattered-block bandwidth). Sequences that grow together
+ * still interleave their blocks.
  * A table may name blocks it does not own (a prefix cache's shared blocks, exec_cpu.c):
  * cpu_kv_append adds one, cpu_kv_release_from gives back only the table's own ones. */
 #ifndef STALLSCOPE_CPU_KV_H
@@ -39,6 +44,7 @@ typedef struct cpu_kv {
     cpu_half **v;
     int32_t *free_blocks; /* stack of free block ids */
     int64_t n_free;
+    int32_t *free_at;     /* (n_blocks,) each block's place in free_blocks; -1: in use */
 } cpu_kv;
 
 typedef struct cpu_kv_seq {
@@ -67,6 +73,9 @@ void cpu_kv_release_from(cpu_kv *kv, cpu_kv_seq *s, int first);
 int cpu_kv_append(cpu_kv_seq *s, int32_t block, char *err);
 /* Return one block that no table names any more to the pool. */
 void cpu_kv_give_back(cpu_kv *kv, int32_t block);
+/* Put the free blocks in an order drawn from seed, as a server that has run a while leaves
+ * them (a benchmark's scattered arena). */
+void cpu_kv_shuffle_free(cpu_kv *kv, uint64_t seed);
 /* Free the table's memory (after release). */
 void cpu_kv_seq_free(cpu_kv_seq *s);
 

@@ -44,12 +44,17 @@ static void fixture_build(attn_fixture *f, int n_kv_heads, int head_dim, int n_k
                     .n_kv_heads = n_kv_heads, .head_dim = head_dim, .vocab_size = 16,
                     .max_seq_len = 4096};
     memset(f, 0, sizeof *f);
-    const int blocks = (n_keys + 15) / 16 + 3;
+    const int blocks = 2 * ((n_keys + 15) / 16) + 3;
     assert_int_equal(cpu_kv_init(&f->kv, &c, blocks, err), 0);
-    /* take the blocks in a scrambled order: a decoy sequence holds some first */
+    /* blocks that do not follow each other: a decoy sequence grows with this one, a block
+     * each in turn, and takes every other block */
     cpu_kv_seq decoy = {0};
-    assert_int_equal(cpu_kv_reserve(&f->kv, &decoy, 16 * 2, err), 0);
-    assert_int_equal(cpu_kv_reserve(&f->kv, &f->seq, n_keys, err), 0);
+    for (int upto = 16; upto < n_keys + 16; upto += 16) {
+        assert_int_equal(cpu_kv_reserve(&f->kv, &f->seq, upto < n_keys ? upto : n_keys, err), 0);
+        assert_int_equal(cpu_kv_reserve(&f->kv, &decoy, upto, err), 0);
+    }
+    if (f->seq.n_blocks > 1)
+        assert_int_not_equal(f->seq.blocks[1], f->seq.blocks[0] + 1);
     cpu_kv_release(&f->kv, &decoy);
     cpu_kv_seq_free(&decoy);
     f->n_keys = n_keys;

@@ -1,0 +1,160 @@
+/* engine/cpu/cpu_kv: the block pool's free stack. A sequence that grows takes the block right
+ * after its last one when that one is free (its blocks then form runs), else the stack's
+ * top (the block freed last); blocks are never handed out twice, and none is lost. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/err.h"
+#include "engine/cpu/cpu_kv.h"
+
+static const cpu_config CONFIG = {.dim = 16, .hidden_dim = 16, .n_layers = 2, .n_heads = 2,
+                                  .n_kv_heads = 1, .head_dim = 8, .vocab_size = 16,
+                                  .max_seq_len = 4096};
+
+static void init(cpu_kv *kv, int64_t n_blocks)
+{
+    char err[ERR_LEN];
+    assert_int_equal(cpu_kv_init(kv, &CONFIG, n_blocks, err), 0);
+}
+
+static void reserve(cpu_kv *kv, cpu_kv_seq *s, int n_tokens)
+{
+    char err[ERR_LEN];
+    if (cpu_kv_reserve(kv, s, n_tokens, err) != 0)
+        fail_msg("cpu_kv_reserve: %s", err);
+}
+
+/* Every block is either free (once, at the place free_at says) or in exactly one table. */
+static void assert_consistent(const cpu_kv *kv, cpu_kv_seq *const *seqs, int n_seqs)
+{
+    int owners[256] = {0};
+    assert_true(kv->n_blocks <= 256);
+    for (int64_t i = 0; i < kv->n_free; i++) {
+        const int32_t b = kv->free_blocks[i];
+        assert_int_equal(kv->free_at[b], i);
+        owners[b]++;
+    }
+    for (int s = 0; s < n_seqs; s++)
+        for (int i = 0; i < seqs[s]->n_blocks; i++) {
+            assert_int_equal(kv->free_at[seqs[s]->blocks[i]], -1);
+            owners[seqs[s]->blocks[i]]++;
+        }
+    for (int64_t b = 0; b < kv->n_blocks; b++)
+        assert_int_equal(owners[b], 1);
+}
+
+static void test_prompt_blocks_form_a_run(void **state)
+{
+    (void)state;
+    cpu_kv kv;
+    init(&kv, 64);
+    cpu_kv_shuffle_free(&kv, 3);
+    cpu_kv_seq a = {0};
+    const int32_t top = kv.free_blocks[kv.n_free - 1];
+    reserve(&kv, &a, 5 * CPU_KV_BLOCK);
+    assert_int_equal(a.blocks[0], top); /* the first from the top (freed last) */
+    int run = 1;
+    while (run < a.n_blocks && a.blocks[run] == a.blocks[run - 1] + 1)
+        run++;
+    /* a run up to the pool's end, then the top again */
+    assert_true(run == a.n_blocks || a.blocks[run - 1] == kv.n_blocks - 1);
+    cpu_kv_seq *all[] = {&a};
+    assert_consistent(&kv, all, 1);
+    cpu_kv_release(&kv, &a);
+    assert_int_equal(kv.n_free, kv.n_blocks);
+    assert_consistent(&kv, all, 0);
+    cpu_kv_seq_free(&a);
+    cpu_kv_free(&kv);
+}
+
+static void test_growth_skips_taken_neighbours(void **state)
+{
+    (void)state;
+    cpu_kv kv;
+    init(&kv, 32);
+    /* a fresh pool: block 0 on top; two sequences growing in turn interleave */
+    cpu_kv_seq a = {0}, b = {0};
+    for (int upto = CPU_KV_BLOCK; upto <= 4 * CPU_KV_BLOCK; upto += CPU_KV_BLOCK) {
+        reserve(&kv, &a, upto);
+        reserve(&kv, &b, upto);
+    }
+    const int32_t want_a[] = {0, 2, 4, 6}, want_b[] = {1, 3, 5, 7};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(a.blocks[i], want_a[i]);
+        assert_int_equal(b.blocks[i], want_b[i]);
+    }
+    cpu_kv_seq *all[] = {&a, &b};
+    assert_consistent(&kv, all, 2);
+    /* b's blocks back: a's next block is the one after its last, now free */
+    cpu_kv_release(&kv, &b);
+    reserve(&kv, &a, 5 * CPU_KV_BLOCK);
+    assert_int_equal(a.blocks[4], 7);
+    assert_consistent(&kv, all, 2);
+    cpu_kv_release(&kv, &a);
+    assert_consistent(&kv, all, 2);
+    assert_int_equal(kv.n_free, kv.n_blocks);
+    cpu_kv_seq_free(&a);
+    cpu_kv_seq_free(&b);
+    cpu_kv_free(&kv);
+}
+
+static void test_exhausted_pool_is_an_error(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "";
+    cpu_kv kv;
+    init(&kv, 4);
+    cpu_kv_seq a = {0};
+    assert_int_equal(cpu_kv_reserve(&kv, &a, 5 * CPU_KV_BLOCK, err), -1);
+    assert_non_null(strstr(err, "KV cache exhausted"));
+    assert_int_equal(kv.n_free, 4); /* nothing taken */
+    reserve(&kv, &a, 4 * CPU_KV_BLOCK);
+    assert_int_equal(kv.n_free, 0);
+    cpu_kv_seq *all[] = {&a};
+    assert_consistent(&kv, all, 1);
+    cpu_kv_release(&kv, &a);
+    cpu_kv_seq_free(&a);
+    cpu_kv_free(&kv);
+}
+
+static void test_shuffle_keeps_every_block(void **state)
+{
+    (void)state;
+    cpu_kv kv;
+    init(&kv, 200);
+    cpu_kv_seq a = {0}, b = {0};
+    reserve(&kv, &a, 30 * CPU_KV_BLOCK);
+    cpu_kv_shuffle_free(&kv, 11);
+    cpu_kv_seq *all[] = {&a, &b};
+    assert_consistent(&kv, all, 2);
+    int in_order = 0;
+    for (int64_t i = 1; i < kv.n_free; i++)
+        in_order += kv.free_blocks[i] == kv.free_blocks[i - 1] - 1;
+    assert_true(in_order < kv.n_free / 4); /* shuffled, not the fresh descending stack */
+    for (int upto = CPU_KV_BLOCK; upto <= 40 * CPU_KV_BLOCK; upto += CPU_KV_BLOCK)
+        reserve(&kv, &b, upto);
+    assert_consistent(&kv, all, 2);
+    cpu_kv_release(&kv, &a);
+    cpu_kv_release(&kv, &b);
+    assert_consistent(&kv, all, 2);
+    assert_int_equal(kv.n_free, kv.n_blocks);
+    cpu_kv_seq_free(&a);
+    cpu_kv_seq_free(&b);
+    cpu_kv_free(&kv);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_prompt_blocks_form_a_run),
+        cmocka_unit_test(test_growth_skips_taken_neighbours),
+        cmocka_unit_test(test_exhausted_pool_is_an_error),
+        cmocka_unit_test(test_shuffle_keeps_every_block),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
