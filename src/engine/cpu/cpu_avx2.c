@@ -291,8 +291,11 @@ TGT void cpu_halves_from_floats_avx2(cpu_half *out, const float *in, int n)
  * of rows at a time, 32 dimensions (4 accumulators per row) per pass over the block's
  * values. Keys come in chunks of CPU_ATTN_CHUNK_BLOCKS, widened from the cache's halves to
  * F32 into a buffer once per chunk (a2_widen_chunk, which prefetches A2_PREFETCH blocks
- * ahead: a decode row streams every block from memory once), and every row group passes
- * over the chunk while it is in L1/L2. For head_dim a multiple of 8. */
+ * ahead), and every row group passes over the chunk while it is in L1/L2. A tile of one row
+ * group (a decode token's kv_mul rows) has no second reader of the buffer: it widens K and
+ * V as it loads them from the cache, its values added for all its rows in one pass so each
+ * value is widened once (a2_values_halves), and prefetches A2_PREFETCH blocks ahead itself
+ * (a decode row streams every block from memory once). For head_dim a multiple of 8. */
 #define A2_ROWS 4
 #define A2_LAZY 8.0f
 #define A2_PREFETCH 3
@@ -368,6 +371,48 @@ INLINE void a2_values_block(float *o, int hd, const float *pb, const float *vb, 
         a2_values_rows(o + (size_t)r * hd, hd, pb + r * 16, vb, keys, R - r >= 2 ? 2 : 1);
 }
 
+/* o[r] += sum_j p[r][j] v_j over dims [d0, d0 + 8 NV) for R rows, keys [0, keys), V read as
+ * halves straight from the cache: all R rows in one pass, so each value is widened once. */
+INLINE void a2_values_halves(float *o, int hd, const float *pb, const cpu_half *vb, int keys,
+                             int d0, int R, int NV)
+{
+    __m256 acc[A2_ROWS][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++)
+            acc[r][v] = _mm256_loadu_ps(o + (size_t)r * hd + d0 + v * 8);
+    for (int j = 0; j < keys; j++) {
+        __m256 vj[2];
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++)
+            vj[v] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vb + (size_t)j * hd + d0 + v * 8)));
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m256 pj = _mm256_broadcast_ss(pb + r * 16 + j);
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++)
+                acc[r][v] = _mm256_fmadd_ps(pj, vj[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++)
+            _mm256_storeu_ps(o + (size_t)r * hd + d0 + v * 8, acc[r][v]);
+}
+
+/* The weighted values of one block for R rows, from halves (a2_values_halves). */
+INLINE void a2_values_block_halves(float *o, int hd, const float *pb, const cpu_half *vb,
+                                   int keys, int R)
+{
+    int d0 = 0;
+    for (; d0 + 16 <= hd; d0 += 16)
+        a2_values_halves(o, hd, pb, vb, keys, d0, R, 2);
+    if (d0 < hd)
+        a2_values_halves(o, hd, pb, vb, keys, d0, R, 1);
+}
+
 /* Widen the F16 keys and values of blocks [c0, c1) into the chunk buffers, once for every
  * row group that passes over them. The blocks A2_PREFETCH ahead (up to n_blocks) are
  * prefetched as each block is widened: a decode row streams every block from memory once. */
@@ -405,7 +450,7 @@ static TGT void a2_widen_chunk(const cpu_attn_tile *t, const a2_state *st, int c
  * as it was then, and its values are added before this block may raise the max (and rescale
  * the outputs), so every term is scaled alike. */
 INLINE void a2_group(const cpu_attn_tile *t, const a2_state *st, int row0, int c0, int b1,
-                     int R)
+                     int R, bool halves)
 {
     const int hd = t->head_dim;
     const int32_t *pos = t->pos + row0;
@@ -418,11 +463,26 @@ INLINE void a2_group(const cpu_attn_tile *t, const a2_state *st, int row0, int c
     const __m256 lane_hi = _mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15);
     const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
     const float *prev_vb = NULL; /* the block whose values are still to add */
+    const cpu_half *prev_vh = NULL;
     int prev_keys = 0, cur = 0;
     for (int b = c0; b < b1; b++) {
-        const size_t block = (size_t)(b - c0) * hd * 16;
-        const float *kt = st->kc + block;
-        const float *vb = st->vc + block;
+        const float *kt = NULL, *vb = NULL; /* the widened chunk's block */
+        const cpu_half *kh = NULL, *vh = NULL; /* or the cache's */
+        if (halves) {
+            const size_t cached = (size_t)t->block_table[b] * hd * 16;
+            kh = t->k + cached;
+            vh = t->v + cached;
+            if (b + A2_PREFETCH < b1) {
+                const size_t next = (size_t)t->block_table[b + A2_PREFETCH] * hd * 16;
+                for (int i = 0; i < hd * 16; i += 32) { /* 64-byte lines of halves */
+                    _mm_prefetch((const char *)(t->k + next + i), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(t->v + next + i), _MM_HINT_T0);
+                }
+            }
+        } else {
+            kt = st->kc + (size_t)(b - c0) * hd * 16;
+            vb = st->vc + (size_t)(b - c0) * hd * 16;
+        }
         const int key0 = b * 16;
         const bool masked = key0 + 15 > pos[0];
         {
@@ -435,8 +495,10 @@ INLINE void a2_group(const cpu_attn_tile *t, const a2_state *st, int row0, int c
             for (int d = 0; d < hd; d += 2) {
 #pragma GCC unroll 2
                 for (int e = d; e < d + 2; e++) {
-                    const __m256 k0 = _mm256_loadu_ps(kt + e * 16);
-                    const __m256 k1 = _mm256_loadu_ps(kt + e * 16 + 8);
+                    const __m256 k0 = halves ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kh + e * 16)))
+                                             : _mm256_loadu_ps(kt + e * 16);
+                    const __m256 k1 = halves ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kh + e * 16 + 8)))
+                                             : _mm256_loadu_ps(kt + e * 16 + 8);
 #pragma GCC unroll 4
                     for (int r = 0; r < R; r++) {
                         const __m256 q = _mm256_broadcast_ss(qs + (size_t)r * hd + e);
@@ -451,7 +513,9 @@ INLINE void a2_group(const cpu_attn_tile *t, const a2_state *st, int row0, int c
                 _mm256_storeu_ps(sb + r * 16 + 8, s1[r]);
             }
         }
-        if (prev_vb)
+        if (prev_vh && halves)
+            a2_values_block_halves(o, hd, st->p + (1 - cur) * A2_ROWS * 16, prev_vh, prev_keys, R);
+        else if (prev_vb)
             a2_values_block(o, hd, st->p + (1 - cur) * A2_ROWS * 16, prev_vb, prev_keys, R);
         float *pb = st->p + cur * A2_ROWS * 16;
         int keys = 0; /* the widest row's keys in this block */
@@ -492,10 +556,13 @@ INLINE void a2_group(const cpu_attn_tile *t, const a2_state *st, int row0, int c
             _mm256_storeu_ps(pb + r * 16 + 8, p1);
         }
         prev_vb = vb;
+        prev_vh = vh;
         prev_keys = keys;
         cur = 1 - cur;
     }
-    if (prev_vb)
+    if (prev_vh && halves)
+        a2_values_block_halves(o, hd, st->p + (1 - cur) * A2_ROWS * 16, prev_vh, prev_keys, R);
+    else if (prev_vb)
         a2_values_block(o, hd, st->p + (1 - cur) * A2_ROWS * 16, prev_vb, prev_keys, R);
 }
 
@@ -503,10 +570,22 @@ static TGT void a2_group_rows(const cpu_attn_tile *t, const a2_state *st, int ro
                               int b1, int R)
 {
     switch (R) {
-    case 4: a2_group(t, st, row0, c0, b1, 4); break;
-    case 3: a2_group(t, st, row0, c0, b1, 3); break;
-    case 2: a2_group(t, st, row0, c0, b1, 2); break;
-    default: a2_group(t, st, row0, c0, b1, 1); break;
+    case 4: a2_group(t, st, row0, c0, b1, 4, false); break;
+    case 3: a2_group(t, st, row0, c0, b1, 3, false); break;
+    case 2: a2_group(t, st, row0, c0, b1, 2, false); break;
+    default: a2_group(t, st, row0, c0, b1, 1, false); break;
+    }
+}
+
+/* A tile of one row group (a decode token's kv_mul rows) reads the cache's halves itself:
+ * widened into the chunk buffers, each would be read back once. */
+static TGT void a2_group_halves(const cpu_attn_tile *t, const a2_state *st, int b1, int R)
+{
+    switch (R) {
+    case 4: a2_group(t, st, 0, 0, b1, 4, true); break;
+    case 3: a2_group(t, st, 0, 0, b1, 3, true); break;
+    case 2: a2_group(t, st, 0, 0, b1, 2, true); break;
+    default: a2_group(t, st, 0, 0, b1, 1, true); break;
     }
 }
 
@@ -532,7 +611,15 @@ TGT void cpu_attn_tile_avx2(const cpu_attn_tile *t, float *scratch)
         st.m[r] = -INFINITY;
     }
     const int n_blocks = t->pos[n - 1] / 16 + 1;
-    for (int c0 = 0; c0 < n_blocks; c0 += CPU_ATTN_CHUNK_BLOCKS) {
+    if (n <= A2_ROWS) {
+        for (int i = 0; i < A2_PREFETCH && i < n_blocks; i++) /* the first blocks' lines */
+            for (int e = 0; e < hd * 16; e += 32) {
+                _mm_prefetch((const char *)(t->k + (size_t)t->block_table[i] * hd * 16 + e), _MM_HINT_T0);
+                _mm_prefetch((const char *)(t->v + (size_t)t->block_table[i] * hd * 16 + e), _MM_HINT_T0);
+            }
+        a2_group_halves(t, &st, n_blocks, n);
+    }
+    for (int c0 = 0; c0 < n_blocks && n > A2_ROWS; c0 += CPU_ATTN_CHUNK_BLOCKS) {
         const int c1 = c0 + CPU_ATTN_CHUNK_BLOCKS < n_blocks ? c0 + CPU_ATTN_CHUNK_BLOCKS : n_blocks;
         a2_widen_chunk(t, &st, c0, c1, n_blocks);
         for (int row0 = 0; row0 < n; row0 += A2_ROWS) {
