@@ -72,7 +72,7 @@ static void print_rates(const cpu_calib *rates)
     printf("  GEMM (32 rows)             %8.1f GFLOP/s\n", rates->small_gemm_flops / 1e9);
     printf("  attention kernel           %8.1f GFLOP/s\n", rates->attention_flops / 1e9);
     printf("  streaming read             %8.1f GB/s\n", rates->mem_bandwidth / 1e9);
-    printf("  scattered %4d-byte blocks  %8.1f GB/s\n", CPU_CALIB_BLOCK_BYTES,
+    printf("  scattered %4d-byte blocks %8.1f GB/s\n", CPU_CALIB_BLOCK_BYTES,
            rates->block_bandwidth / 1e9);
 }
 
