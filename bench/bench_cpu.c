@@ -2,15 +2,16 @@
  *
  * Prints, for each thread count: the sustained SGEMM rate, attention-kernel rate and read
  * bandwidths, streaming and in scattered 1 KB blocks (cpu_calib.h), then one-shot prefill of
- * 512, 2,048 and 8,192 tokens (the longest again with its KV blocks scattered over the arena,
- * as a server hands them out) and decode steps of 1, 32 and 256 sequences at context 512,
- * each with the cost model's FLOPs and bytes (F32) and its roofline: max(FLOPs / SGEMM rate,
- * bytes / bandwidth), and for decode also the serial bound max(FLOPs / SGEMM rate, weight
- * bytes / bandwidth) + KV bytes / bandwidth (an engine that reads the cache between its
- * products, not during them, takes at least that) and the scattered bound, the same with the
- * KV bytes read at the scattered-block bandwidth; their blocks drawn from the arena the
- * scattered prefill shuffled (--decode B alone: a fresh arena, blocks in order); then
- * llama-bench's pp512 and tg128 in its shape (tg128 with sampling). The first line says the
+ * 512, 2,048 and 8,192 tokens (the longest again on an arena whose free list is shuffled, as
+ * a server that has run a while leaves it) and decode steps of 1, 32 and 256 sequences at
+ * context 512, each with the cost model's FLOPs and bytes (F32) and its roofline:
+ * max(FLOPs / SGEMM rate, bytes / bandwidth), and for decode also the serial bound
+ * max(FLOPs / SGEMM rate, weight bytes / bandwidth) + KV bytes / bandwidth (an engine that
+ * reads the cache between its products, not during them, takes at least that) and the
+ * scattered bound, the same with the KV bytes read at the scattered-block bandwidth; their
+ * blocks drawn from that arena, each sequence's at once (runs) and grown a block at a time
+ * in turn (interleaved) (--decode B alone: a fresh arena, runs); then llama-bench's pp512
+ * and tg128 in its shape (tg128 with sampling). The first line says the
  * kernels' dispatch (STALLSCOPE_CPU_ISA=avx2 measures the AVX2 path on an AVX-512 CPU;
  * OPENBLAS_CORETYPE picks OpenBLAS's). Never fails on time.
  *
@@ -80,9 +81,9 @@ static int64_t time_forward(bench *b, const cpu_batch_seq *seqs, int n)
     return clock_now_ns() - t0;
 }
 
-/* One-shot prefill of `tokens`, the best of reps. scattered: the prompt's blocks drawn from
- * anywhere in the arena (the free list shuffled first), as a server that has run a while hands
- * them out; else consecutive blocks of a fresh arena. */
+/* One-shot prefill of `tokens`, the best of reps. scattered: the free list shuffled first, as
+ * a server that has run a while leaves it (the prompt's blocks then a run from wherever its
+ * first block is); else consecutive blocks of a fresh arena. */
 static void bench_prefill(bench *b, int tokens, int reps, bool scattered)
 {
     if (scattered)
@@ -109,7 +110,7 @@ static void bench_prefill(bench *b, int tokens, int reps, bool scattered)
            tokens, best / 1e6, tokens / (best / 1e9), flops / 1e9, flops / best,
            100.0 * flops / best * 1e9 / b->cost.gpu.peak_flops, roof / 1e6,
            (double)best / roof, 100 * cb.attention_flops / flops,
-           scattered ? "; blocks scattered" : "");
+           scattered ? "; free list shuffled" : "");
     free(ids);
 }
 
