@@ -159,9 +159,12 @@ static void check_attention_decode_rows(attn_kernel kernel)
     }
 }
 
-/* many tokens: causal rows, row groups of every size 1..8 */
+/* many tokens: causal rows, row groups of every size 1..8; and tiles of one row group whose
+ * rows are several tokens (each row its own last key) */
 static void check_attention_prefill_tiles(attn_kernel kernel)
 {
+    check_attention(kernel, 1, 32, 40, 2, 2, 1.0f);
+    check_attention(kernel, 1, 16, 33, 4, 1, 1.0f);
     check_attention(kernel, 2, 32, 200, 37, 4, 1.0f);
     check_attention(kernel, 1, 32, 64, 64, 1, 1.0f);
     check_attention(kernel, 1, 16, 90, 23, 5, 1.0f);
