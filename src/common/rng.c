@@ -27,3 +27,13 @@ int64_t rng_range(uint64_t *state, int64_t lo, int64_t hi)
     uint64_t span = (uint64_t)(hi - lo) + 1;
     return lo + (int64_t)(rng_next(state) % span);
 }
+
+void rng_shuffle_i32(uint64_t *state, int32_t *a, int64_t n)
+{
+    for (int64_t i = n - 1; i > 0; i--) {
+        const int64_t j = (int64_t)(rng_next(state) % (uint64_t)(i + 1));
+        const int32_t t = a[i];
+        a[i] = a[j];
+        a[j] = t;
+    }
+}

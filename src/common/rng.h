@@ -12,5 +12,7 @@ uint64_t rng_hash3(uint64_t a, uint64_t b, uint64_t c);
 double rng_uniform(uint64_t *state);
 /* Uniform integer in [lo, hi] (inclusive). */
 int64_t rng_range(uint64_t *state, int64_t lo, int64_t hi);
+/* Put a[0..n) in a random order (Fisher-Yates, from the end). */
+void rng_shuffle_i32(uint64_t *state, int32_t *a, int64_t n);
 
 #endif

@@ -294,7 +294,7 @@ TGT void cpu_halves_from_floats_avx2(cpu_half *out, const float *in, int n)
  * ahead), and every row group passes over the chunk while it is in L1/L2. A tile of one row
  * group (a decode token's kv_mul rows) has no second reader of the buffer: it widens K and
  * V as it loads them from the cache, its values added for all its rows in one pass so each
- * value is widened once (a2_values_halves), and prefetches A2_PREFETCH blocks ahead itself
+ * value is widened once (a2_values_block_halves), and prefetches A2_PREFETCH blocks ahead itself
  * (a decode row streams every block from memory once). For head_dim a multiple of 8. */
 #define A2_ROWS 4
 #define A2_LAZY 8.0f
@@ -311,12 +311,21 @@ typedef struct a2_state {
     float *vc; /* (CPU_ATTN_CHUNK_BLOCKS, 16, hd) its values, widened */
 } a2_state;
 
-/* o[r] += sum_j p[r][j] v_j over dims [d0, d0 + 8 NV) for RR rows, keys [0, keys). */
-INLINE void a2_values(float *o, int hd, const float *pb, const float *vb, int keys, int d0,
-                      int RR, int NV)
+/* 8 elements of a block at element i: F32 from the widened chunk, or the cache's halves
+ * widened on load. */
+INLINE __m256 a2_load(const void *block, size_t i, bool halves)
 {
-    __m256 acc[2][4];
-#pragma GCC unroll 2
+    return halves ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const cpu_half *)block + i)))
+                  : _mm256_loadu_ps((const float *)block + i);
+}
+
+/* o[r] += sum_j p[r][j] v_j over dims [d0, d0 + 8 NV) for RR rows, keys [0, keys); V F32
+ * or halves (a2_load). */
+INLINE void a2_values(float *o, int hd, const float *pb, const void *vb, int keys, int d0,
+                      int RR, int NV, bool halves)
+{
+    __m256 acc[A2_ROWS][4];
+#pragma GCC unroll 4
     for (int r = 0; r < RR; r++)
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++)
@@ -325,8 +334,8 @@ INLINE void a2_values(float *o, int hd, const float *pb, const float *vb, int ke
         __m256 vj[4];
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++)
-            vj[v] = _mm256_loadu_ps(vb + (size_t)j * hd + d0 + v * 8);
-#pragma GCC unroll 2
+            vj[v] = a2_load(vb, (size_t)j * hd + d0 + v * 8, halves);
+#pragma GCC unroll 4
         for (int r = 0; r < RR; r++) {
             const __m256 pj = _mm256_broadcast_ss(pb + r * 16 + j);
 #pragma GCC unroll 4
@@ -334,7 +343,7 @@ INLINE void a2_values(float *o, int hd, const float *pb, const float *vb, int ke
                 acc[r][v] = _mm256_fmadd_ps(pj, vj[v], acc[r][v]);
         }
     }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int r = 0; r < RR; r++)
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++)
@@ -348,17 +357,17 @@ static TGT void a2_values_rows(float *o, int hd, const float *pb, const float *v
         const int nv = hd - d0 >= 32 ? 4 : (hd - d0) / 8;
         if (RR == 2) {
             switch (nv) {
-            case 4: a2_values(o, hd, pb, vb, keys, d0, 2, 4); break;
-            case 3: a2_values(o, hd, pb, vb, keys, d0, 2, 3); break;
-            case 2: a2_values(o, hd, pb, vb, keys, d0, 2, 2); break;
-            default: a2_values(o, hd, pb, vb, keys, d0, 2, 1); break;
+            case 4: a2_values(o, hd, pb, vb, keys, d0, 2, 4, false); break;
+            case 3: a2_values(o, hd, pb, vb, keys, d0, 2, 3, false); break;
+            case 2: a2_values(o, hd, pb, vb, keys, d0, 2, 2, false); break;
+            default: a2_values(o, hd, pb, vb, keys, d0, 2, 1, false); break;
             }
         } else {
             switch (nv) {
-            case 4: a2_values(o, hd, pb, vb, keys, d0, 1, 4); break;
-            case 3: a2_values(o, hd, pb, vb, keys, d0, 1, 3); break;
-            case 2: a2_values(o, hd, pb, vb, keys, d0, 1, 2); break;
-            default: a2_values(o, hd, pb, vb, keys, d0, 1, 1); break;
+            case 4: a2_values(o, hd, pb, vb, keys, d0, 1, 4, false); break;
+            case 3: a2_values(o, hd, pb, vb, keys, d0, 1, 3, false); break;
+            case 2: a2_values(o, hd, pb, vb, keys, d0, 1, 2, false); break;
+            default: a2_values(o, hd, pb, vb, keys, d0, 1, 1, false); break;
             }
         }
     }
@@ -371,46 +380,36 @@ INLINE void a2_values_block(float *o, int hd, const float *pb, const float *vb, 
         a2_values_rows(o + (size_t)r * hd, hd, pb + r * 16, vb, keys, R - r >= 2 ? 2 : 1);
 }
 
-/* o[r] += sum_j p[r][j] v_j over dims [d0, d0 + 8 NV) for R rows, keys [0, keys), V read as
- * halves straight from the cache: all R rows in one pass, so each value is widened once. */
-INLINE void a2_values_halves(float *o, int hd, const float *pb, const cpu_half *vb, int keys,
-                             int d0, int R, int NV)
-{
-    __m256 acc[A2_ROWS][2];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 2
-        for (int v = 0; v < NV; v++)
-            acc[r][v] = _mm256_loadu_ps(o + (size_t)r * hd + d0 + v * 8);
-    for (int j = 0; j < keys; j++) {
-        __m256 vj[2];
-#pragma GCC unroll 2
-        for (int v = 0; v < NV; v++)
-            vj[v] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vb + (size_t)j * hd + d0 + v * 8)));
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const __m256 pj = _mm256_broadcast_ss(pb + r * 16 + j);
-#pragma GCC unroll 2
-            for (int v = 0; v < NV; v++)
-                acc[r][v] = _mm256_fmadd_ps(pj, vj[v], acc[r][v]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 2
-        for (int v = 0; v < NV; v++)
-            _mm256_storeu_ps(o + (size_t)r * hd + d0 + v * 8, acc[r][v]);
-}
-
-/* The weighted values of one block for R rows, from halves (a2_values_halves). */
+/* The weighted values of one block of the cache's halves for R rows, all rows in one pass
+ * over each 16 dimensions, so each value is widened once. */
 INLINE void a2_values_block_halves(float *o, int hd, const float *pb, const cpu_half *vb,
                                    int keys, int R)
 {
     int d0 = 0;
     for (; d0 + 16 <= hd; d0 += 16)
-        a2_values_halves(o, hd, pb, vb, keys, d0, R, 2);
+        a2_values(o, hd, pb, vb, keys, d0, R, 2, true);
     if (d0 < hd)
-        a2_values_halves(o, hd, pb, vb, keys, d0, R, 1);
+        a2_values(o, hd, pb, vb, keys, d0, R, 1, true);
+}
+
+/* The weighted values of one block, F32 (a2_values_block) or halves (the one above). */
+INLINE void a2_add_values(float *o, int hd, const float *pb, const void *vb, int keys, int R,
+                          bool halves)
+{
+    if (halves)
+        a2_values_block_halves(o, hd, pb, vb, keys, R);
+    else
+        a2_values_block(o, hd, pb, vb, keys, R);
+}
+
+/* Prefetch block b of the tile's sequence, K and V, every 64-byte line of halves. */
+INLINE void a2_prefetch_block(const cpu_attn_tile *t, int b)
+{
+    const size_t block = (size_t)t->block_table[b] * t->head_dim * 16;
+    for (int i = 0; i < t->head_dim * 16; i += 32) {
+        _mm_prefetch((const char *)(t->k + block + i), _MM_HINT_T0);
+        _mm_prefetch((const char *)(t->v + block + i), _MM_HINT_T0);
+    }
 }
 
 /* Widen the F16 keys and values of blocks [c0, c1) into the chunk buffers, once for every
@@ -423,13 +422,8 @@ static TGT void a2_widen_chunk(const cpu_attn_tile *t, const a2_state *st, int c
     for (int b = c0; b < c1; b++) {
         const size_t block = (size_t)t->block_table[b] * block_elems;
         const cpu_half *kh = t->k + block, *vh = t->v + block;
-        if (b + A2_PREFETCH < n_blocks) {
-            const size_t next = (size_t)t->block_table[b + A2_PREFETCH] * block_elems;
-            for (size_t i = 0; i < block_elems; i += 32) { /* 64-byte lines of halves */
-                _mm_prefetch((const char *)(t->k + next + i), _MM_HINT_T0);
-                _mm_prefetch((const char *)(t->v + next + i), _MM_HINT_T0);
-            }
-        }
+        if (b + A2_PREFETCH < n_blocks)
+            a2_prefetch_block(t, b + A2_PREFETCH);
         float *kf = st->kc + (size_t)(b - c0) * block_elems;
         float *vf = st->vc + (size_t)(b - c0) * block_elems;
         for (size_t i = 0; i < block_elems; i += 16) {
@@ -462,25 +456,17 @@ INLINE void a2_group(const cpu_attn_tile *t, const a2_state *st, int row0, int c
     const __m256 lane_lo = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256 lane_hi = _mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15);
     const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
-    const float *prev_vb = NULL; /* the block whose values are still to add */
-    const cpu_half *prev_vh = NULL;
+    const void *prev_vb = NULL; /* the block whose values are still to add */
     int prev_keys = 0, cur = 0;
     for (int b = c0; b < b1; b++) {
-        const float *kt = NULL, *vb = NULL; /* the widened chunk's block */
-        const cpu_half *kh = NULL, *vh = NULL; /* or the cache's */
+        const void *kb, *vb; /* the block: the widened chunk's F32, or the cache's halves */
         if (halves) {
-            const size_t cached = (size_t)t->block_table[b] * hd * 16;
-            kh = t->k + cached;
-            vh = t->v + cached;
-            if (b + A2_PREFETCH < b1) {
-                const size_t next = (size_t)t->block_table[b + A2_PREFETCH] * hd * 16;
-                for (int i = 0; i < hd * 16; i += 32) { /* 64-byte lines of halves */
-                    _mm_prefetch((const char *)(t->k + next + i), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(t->v + next + i), _MM_HINT_T0);
-                }
-            }
+            kb = t->k + (size_t)t->block_table[b] * hd * 16;
+            vb = t->v + (size_t)t->block_table[b] * hd * 16;
+            if (b + A2_PREFETCH < b1)
+                a2_prefetch_block(t, b + A2_PREFETCH);
         } else {
-            kt = st->kc + (size_t)(b - c0) * hd * 16;
+            kb = st->kc + (size_t)(b - c0) * hd * 16;
             vb = st->vc + (size_t)(b - c0) * hd * 16;
         }
         const int key0 = b * 16;
@@ -495,10 +481,8 @@ INLINE void a2_group(const cpu_attn_tile *t, const a2_state *st, int row0, int c
             for (int d = 0; d < hd; d += 2) {
 #pragma GCC unroll 2
                 for (int e = d; e < d + 2; e++) {
-                    const __m256 k0 = halves ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kh + e * 16)))
-                                             : _mm256_loadu_ps(kt + e * 16);
-                    const __m256 k1 = halves ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kh + e * 16 + 8)))
-                                             : _mm256_loadu_ps(kt + e * 16 + 8);
+                    const __m256 k0 = a2_load(kb, (size_t)e * 16, halves);
+                    const __m256 k1 = a2_load(kb, (size_t)e * 16 + 8, halves);
 #pragma GCC unroll 4
                     for (int r = 0; r < R; r++) {
                         const __m256 q = _mm256_broadcast_ss(qs + (size_t)r * hd + e);
@@ -513,10 +497,8 @@ INLINE void a2_group(const cpu_attn_tile *t, const a2_state *st, int row0, int c
                 _mm256_storeu_ps(sb + r * 16 + 8, s1[r]);
             }
         }
-        if (prev_vh && halves)
-            a2_values_block_halves(o, hd, st->p + (1 - cur) * A2_ROWS * 16, prev_vh, prev_keys, R);
-        else if (prev_vb)
-            a2_values_block(o, hd, st->p + (1 - cur) * A2_ROWS * 16, prev_vb, prev_keys, R);
+        if (prev_vb)
+            a2_add_values(o, hd, st->p + (1 - cur) * A2_ROWS * 16, prev_vb, prev_keys, R, halves);
         float *pb = st->p + cur * A2_ROWS * 16;
         int keys = 0; /* the widest row's keys in this block */
 #pragma GCC unroll 4
@@ -556,14 +538,11 @@ INLINE void a2_group(const cpu_attn_tile *t, const a2_state *st, int row0, int c
             _mm256_storeu_ps(pb + r * 16 + 8, p1);
         }
         prev_vb = vb;
-        prev_vh = vh;
         prev_keys = keys;
         cur = 1 - cur;
     }
-    if (prev_vh && halves)
-        a2_values_block_halves(o, hd, st->p + (1 - cur) * A2_ROWS * 16, prev_vh, prev_keys, R);
-    else if (prev_vb)
-        a2_values_block(o, hd, st->p + (1 - cur) * A2_ROWS * 16, prev_vb, prev_keys, R);
+    if (prev_vb)
+        a2_add_values(o, hd, st->p + (1 - cur) * A2_ROWS * 16, prev_vb, prev_keys, R, halves);
 }
 
 static TGT void a2_group_rows(const cpu_attn_tile *t, const a2_state *st, int row0, int c0,
@@ -612,11 +591,8 @@ TGT void cpu_attn_tile_avx2(const cpu_attn_tile *t, float *scratch)
     }
     const int n_blocks = t->pos[n - 1] / 16 + 1;
     if (n <= A2_ROWS) {
-        for (int i = 0; i < A2_PREFETCH && i < n_blocks; i++) /* the first blocks' lines */
-            for (int e = 0; e < hd * 16; e += 32) {
-                _mm_prefetch((const char *)(t->k + (size_t)t->block_table[i] * hd * 16 + e), _MM_HINT_T0);
-                _mm_prefetch((const char *)(t->v + (size_t)t->block_table[i] * hd * 16 + e), _MM_HINT_T0);
-            }
+        for (int i = 0; i < A2_PREFETCH && i < n_blocks; i++) /* the first blocks */
+            a2_prefetch_block(t, i);
         a2_group_halves(t, &st, n_blocks, n);
     }
     for (int c0 = 0; c0 < n_blocks && n > A2_ROWS; c0 += CPU_ATTN_CHUNK_BLOCKS) {

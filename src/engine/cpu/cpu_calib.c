@@ -218,12 +218,7 @@ int cpu_calib_block_bandwidth(cpu_pool *pool, double min_seconds, double *bytes_
     for (int i = 0; i < n_pieces; i++)
         order[i] = i;
     uint64_t state = 10;
-    for (int i = n_pieces - 1; i > 0; i--) {
-        const int j = (int)(rng_next(&state) % (uint64_t)(i + 1));
-        const int32_t t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-    }
+    rng_shuffle_i32(&state, order, n_pieces);
     const int tasks = cpu_pool_threads(pool) * 8;
     block_probe p = {x, order, (n_pieces + tasks - 1) / tasks, n_pieces, {0}};
     int64_t best;

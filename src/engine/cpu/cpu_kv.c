@@ -160,12 +160,7 @@ void cpu_kv_give_back(cpu_kv *kv, int32_t block)
 void cpu_kv_shuffle_free(cpu_kv *kv, uint64_t seed)
 {
     uint64_t state = seed;
-    for (int64_t i = kv->n_free - 1; i > 0; i--) {
-        const int64_t j = (int64_t)(rng_next(&state) % (uint64_t)(i + 1));
-        const int32_t t = kv->free_blocks[i];
-        kv->free_blocks[i] = kv->free_blocks[j];
-        kv->free_blocks[j] = t;
-    }
+    rng_shuffle_i32(&state, kv->free_blocks, kv->n_free);
     for (int64_t i = 0; i < kv->n_free; i++)
         kv->free_at[kv->free_blocks[i]] = (int32_t)i;
 }
