@@ -121,8 +121,8 @@ static bool avx512_applies(int head_dim)
 size_t cpu_attn_scratch_floats(int n_rows, int head_dim)
 {
     /* prescaled q, running max, running sum (16 lanes), output accumulators, the block
-     * buffers (AVX-512: p of one block, 8 rows x 16; AVX2: p of two blocks and the scores of
-     * one, 4 rows x 16 each, and a chunk's keys and values widened to F32), plus the
+     * buffers (AVX-512: p of a pair of blocks, 8 rows x 32; AVX2: p of two blocks and the
+     * scores of one, 6 rows x 16 each, and a chunk's keys and values widened to F32), plus the
      * alignment slack of two buffers */
     return (size_t)n_rows * ((size_t)head_dim * 2 + 1 + 16) + 3 * 8 * 16 +
            2 * (size_t)CPU_ATTN_CHUNK_BLOCKS * 16 * head_dim + 2 * 16;

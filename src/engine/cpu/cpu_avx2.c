@@ -285,18 +285,19 @@ TGT void cpu_halves_from_floats_avx2(cpu_half *out, const float *in, int n)
 
 /* The AVX-512 kernel's flash attention on 8-lane vectors: a block of 16 keys is two vectors
  * of scores per row, up to A2_ROWS rows take their queries against one load of each key
- * (8 score accumulators, 2 key vectors and a broadcast: 11 of the 16 registers), exp2 with
- * scale x log2(e) folded into Q, the running max only raised (and the row's output and sums
- * rescaled) when a score overtakes it by 2^A2_LAZY. The weighted values are added for a pair
- * of rows at a time, 32 dimensions (4 accumulators per row) per pass over the block's
- * values. Keys come in chunks of CPU_ATTN_CHUNK_BLOCKS, widened from the cache's halves to
- * F32 into a buffer once per chunk (a2_widen_chunk, which prefetches A2_PREFETCH blocks
- * ahead), and every row group passes over the chunk while it is in L1/L2. A tile of one row
- * group (a decode token's kv_mul rows) has no second reader of the buffer: it widens K and
- * V as it loads them from the cache, its values added for all its rows in one pass so each
- * value is widened once (a2_values_block_halves), and prefetches A2_PREFETCH blocks ahead itself
- * (a decode row streams every block from memory once). For head_dim a multiple of 8. */
-#define A2_ROWS 4
+ * (12 score accumulators, 2 key vectors and a broadcast: 15 of the 16 registers; 12
+ * independent chains of FMAs cover the FMA's latency on both pipes, where 8 just did), exp2
+ * with scale x log2(e) folded into Q, the running max only raised (and the row's output and
+ * sums rescaled) when a score overtakes it by 2^A2_LAZY. The weighted values are added for
+ * all the group's rows at a time, 16 dimensions (2 accumulators per row) per pass over the
+ * block's values, so each value is loaded once per pass. Keys come in chunks of
+ * CPU_ATTN_CHUNK_BLOCKS, widened from the cache's halves to F32 into a buffer once per chunk
+ * (a2_widen_chunk, which prefetches A2_PREFETCH blocks ahead), and every row group passes
+ * over the chunk while it is in L1/L2. A tile of one row group (a decode token's kv_mul rows)
+ * has no second reader of the buffer: it widens K and V as it loads them from the cache
+ * (each value widened once, a2_load) and prefetches A2_PREFETCH blocks ahead itself (a
+ * decode row streams every block from memory once). For head_dim a multiple of 8. */
+#define A2_ROWS 6
 #define A2_LAZY 8.0f
 #define A2_PREFETCH 3
 
@@ -324,82 +325,43 @@ INLINE __m256 a2_load(const void *block, size_t i, bool halves)
 INLINE void a2_values(float *o, int hd, const float *pb, const void *vb, int keys, int d0,
                       int RR, int NV, bool halves)
 {
-    __m256 acc[A2_ROWS][4];
-#pragma GCC unroll 4
+    __m256 acc[A2_ROWS][2];
+#pragma GCC unroll 6
     for (int r = 0; r < RR; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 2
         for (int v = 0; v < NV; v++)
             acc[r][v] = _mm256_loadu_ps(o + (size_t)r * hd + d0 + v * 8);
     for (int j = 0; j < keys; j++) {
-        __m256 vj[4];
-#pragma GCC unroll 4
+        __m256 vj[2];
+#pragma GCC unroll 2
         for (int v = 0; v < NV; v++)
             vj[v] = a2_load(vb, (size_t)j * hd + d0 + v * 8, halves);
-#pragma GCC unroll 4
+#pragma GCC unroll 6
         for (int r = 0; r < RR; r++) {
             const __m256 pj = _mm256_broadcast_ss(pb + r * 16 + j);
-#pragma GCC unroll 4
+#pragma GCC unroll 2
             for (int v = 0; v < NV; v++)
                 acc[r][v] = _mm256_fmadd_ps(pj, vj[v], acc[r][v]);
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 6
     for (int r = 0; r < RR; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 2
         for (int v = 0; v < NV; v++)
             _mm256_storeu_ps(o + (size_t)r * hd + d0 + v * 8, acc[r][v]);
 }
 
-static TGT void a2_values_rows(float *o, int hd, const float *pb, const float *vb, int keys,
-                               int RR)
-{
-    for (int d0 = 0; d0 < hd; d0 += 32) {
-        const int nv = hd - d0 >= 32 ? 4 : (hd - d0) / 8;
-        if (RR == 2) {
-            switch (nv) {
-            case 4: a2_values(o, hd, pb, vb, keys, d0, 2, 4, false); break;
-            case 3: a2_values(o, hd, pb, vb, keys, d0, 2, 3, false); break;
-            case 2: a2_values(o, hd, pb, vb, keys, d0, 2, 2, false); break;
-            default: a2_values(o, hd, pb, vb, keys, d0, 2, 1, false); break;
-            }
-        } else {
-            switch (nv) {
-            case 4: a2_values(o, hd, pb, vb, keys, d0, 1, 4, false); break;
-            case 3: a2_values(o, hd, pb, vb, keys, d0, 1, 3, false); break;
-            case 2: a2_values(o, hd, pb, vb, keys, d0, 1, 2, false); break;
-            default: a2_values(o, hd, pb, vb, keys, d0, 1, 1, false); break;
-            }
-        }
-    }
-}
-
-/* The weighted values of one block for R rows: o[r] += p[r] . V over its `keys` keys. */
-INLINE void a2_values_block(float *o, int hd, const float *pb, const float *vb, int keys, int R)
-{
-    for (int r = 0; r < R; r += 2)
-        a2_values_rows(o + (size_t)r * hd, hd, pb + r * 16, vb, keys, R - r >= 2 ? 2 : 1);
-}
-
-/* The weighted values of one block of the cache's halves for R rows, all rows in one pass
- * over each 16 dimensions, so each value is widened once. */
-INLINE void a2_values_block_halves(float *o, int hd, const float *pb, const cpu_half *vb,
-                                   int keys, int R)
-{
-    int d0 = 0;
-    for (; d0 + 16 <= hd; d0 += 16)
-        a2_values(o, hd, pb, vb, keys, d0, R, 2, true);
-    if (d0 < hd)
-        a2_values(o, hd, pb, vb, keys, d0, R, 1, true);
-}
-
-/* The weighted values of one block, F32 (a2_values_block) or halves (the one above). */
+/* The weighted values of one block for R rows, F32 or the cache's halves: all rows in one
+ * pass over each 16 dimensions (R x 2 accumulators), so each value is loaded (and widened)
+ * once. */
 INLINE void a2_add_values(float *o, int hd, const float *pb, const void *vb, int keys, int R,
                           bool halves)
 {
-    if (halves)
-        a2_values_block_halves(o, hd, pb, vb, keys, R);
-    else
-        a2_values_block(o, hd, pb, vb, keys, R);
+    int d0 = 0;
+    for (; d0 + 16 <= hd; d0 += 16)
+        a2_values(o, hd, pb, vb, keys, d0, R, 2, halves);
+    if (d0 < hd)
+        a2_values(o, hd, pb, vb, keys, d0, R, 1, halves);
 }
 
 /* Prefetch block b of the tile's sequence, K and V, every 64-byte line of halves. */
@@ -473,25 +435,20 @@ INLINE void a2_group(const cpu_attn_tile *t, const a2_state *st, int row0, int c
         const bool masked = key0 + 15 > pos[0];
         {
             __m256 s0[A2_ROWS], s1[A2_ROWS];
-#pragma GCC unroll 4
+#pragma GCC unroll 6
             for (int r = 0; r < R; r++)
                 s0[r] = s1[r] = _mm256_setzero_ps();
-            /* two d per pass (hd is a multiple of 8) */
-#pragma GCC unroll 2
-            for (int d = 0; d < hd; d += 2) {
-#pragma GCC unroll 2
-                for (int e = d; e < d + 2; e++) {
-                    const __m256 k0 = a2_load(kb, (size_t)e * 16, halves);
-                    const __m256 k1 = a2_load(kb, (size_t)e * 16 + 8, halves);
-#pragma GCC unroll 4
-                    for (int r = 0; r < R; r++) {
-                        const __m256 q = _mm256_broadcast_ss(qs + (size_t)r * hd + e);
-                        s0[r] = _mm256_fmadd_ps(q, k0, s0[r]);
-                        s1[r] = _mm256_fmadd_ps(q, k1, s1[r]);
-                    }
+            for (int e = 0; e < hd; e++) {
+                const __m256 k0 = a2_load(kb, (size_t)e * 16, halves);
+                const __m256 k1 = a2_load(kb, (size_t)e * 16 + 8, halves);
+#pragma GCC unroll 6
+                for (int r = 0; r < R; r++) {
+                    const __m256 q = _mm256_broadcast_ss(qs + (size_t)r * hd + e);
+                    s0[r] = _mm256_fmadd_ps(q, k0, s0[r]);
+                    s1[r] = _mm256_fmadd_ps(q, k1, s1[r]);
                 }
             }
-#pragma GCC unroll 4
+#pragma GCC unroll 6
             for (int r = 0; r < R; r++) {
                 _mm256_storeu_ps(sb + r * 16, s0[r]);
                 _mm256_storeu_ps(sb + r * 16 + 8, s1[r]);
@@ -501,7 +458,7 @@ INLINE void a2_group(const cpu_attn_tile *t, const a2_state *st, int row0, int c
             a2_add_values(o, hd, st->p + (1 - cur) * A2_ROWS * 16, prev_vb, prev_keys, R, halves);
         float *pb = st->p + cur * A2_ROWS * 16;
         int keys = 0; /* the widest row's keys in this block */
-#pragma GCC unroll 4
+#pragma GCC unroll 6
         for (int r = 0; r < R; r++) {
             __m256 s0 = _mm256_loadu_ps(sb + r * 16), s1 = _mm256_loadu_ps(sb + r * 16 + 8);
             int n_valid = 16;
@@ -549,6 +506,8 @@ static TGT void a2_group_rows(const cpu_attn_tile *t, const a2_state *st, int ro
                               int b1, int R)
 {
     switch (R) {
+    case 6: a2_group(t, st, row0, c0, b1, 6, false); break;
+    case 5: a2_group(t, st, row0, c0, b1, 5, false); break;
     case 4: a2_group(t, st, row0, c0, b1, 4, false); break;
     case 3: a2_group(t, st, row0, c0, b1, 3, false); break;
     case 2: a2_group(t, st, row0, c0, b1, 2, false); break;
@@ -561,6 +520,8 @@ static TGT void a2_group_rows(const cpu_attn_tile *t, const a2_state *st, int ro
 static TGT void a2_group_halves(const cpu_attn_tile *t, const a2_state *st, int b1, int R)
 {
     switch (R) {
+    case 6: a2_group(t, st, 0, 0, b1, 6, true); break;
+    case 5: a2_group(t, st, 0, 0, b1, 5, true); break;
     case 4: a2_group(t, st, 0, 0, b1, 4, true); break;
     case 3: a2_group(t, st, 0, 0, b1, 3, true); break;
     case 2: a2_group(t, st, 0, 0, b1, 2, true); break;

@@ -316,101 +316,147 @@ typedef struct attn_state {
     float *m;   /* (n_rows,) running max, log2 units */
     float *l;   /* (n_rows, 16) running sums, one per lane */
     float *o;   /* (n_rows, hd) unnormalised output */
-    float *p;   /* (8, 16) probabilities of the current block */
+    float *p;   /* (8, 32) probabilities of the current pair of blocks */
 } attn_state;
 
-/* Rows [row0, row0 + R) against key blocks [b0, b1); blocks up to b_end exist for the
- * group (the next one is prefetched while this one computes). DV = head_dim / 16. */
-INLINE void attn_group(const cpu_attn_tile *t, const attn_state *st, int row0, int b0, int b1,
-                       int b_end, int R, int DV)
+/* 16 halves of a block at element i, widened to F32. */
+INLINE __m512 attn_load(const cpu_half *block, size_t i)
+{
+    return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(block + i)));
+}
+
+/* NB (1 or 2) blocks from b for R rows: their scores, the softmax terms, and the weighted
+ * values added into the output accumulators acc (R x DV, in registers). */
+INLINE void attn_blocks(const cpu_attn_tile *t, const attn_state *st, __m512 *acc, int row0,
+                        int b, int b_end, int R, int DV, int NB)
 {
     const int hd = DV * 16;
-    const cpu_half *k_head = t->k;
-    const cpu_half *v_head = t->v;
     const int32_t *pos = t->pos + row0;
     const float *qs = st->qs + (size_t)row0 * hd;
     float *m = st->m + row0;
     float *l = st->l + (size_t)row0 * 16;
-    float *o = st->o + (size_t)row0 * hd;
     float *pb = st->p;
     const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+    const cpu_half *kt[2], *vb[2];
+    /* Decode rows stream every block from memory once: fetch the lines (hd / 2 of K, as many
+     * of V: 16 halves per d) of the blocks ATTN_PREFETCH ahead, a line of each per two steps
+     * of the score loop; a block of compute is shorter than a memory round trip. */
+    const cpu_half *kt_next[2], *vb_next[2];
+#pragma GCC unroll 2
+    for (int i = 0; i < NB; i++) {
+        const size_t block = (size_t)t->block_table[b + i] * hd * 16;
+        kt[i] = t->k + block;
+        vb[i] = t->v + block;
+        kt_next[i] = kt[i];
+        vb_next[i] = vb[i];
+        if (b + i + ATTN_PREFETCH < b_end) {
+            const size_t next = (size_t)t->block_table[b + i + ATTN_PREFETCH] * hd * 16;
+            kt_next[i] = t->k + next;
+            vb_next[i] = t->v + next;
+        }
+    }
+    const int key0 = b * 16;
+    const bool masked = key0 + 16 * NB - 1 > pos[0];
 
+    __m512 s[2][8];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int i = 0; i < NB; i++)
+            s[i][r] = _mm512_setzero_ps();
+    for (int d0 = 0; d0 < hd; d0 += 2) {
+#pragma GCC unroll 2
+        for (int i = 0; i < NB; i++) {
+            _mm_prefetch((const char *)(kt_next[i] + d0 * 16), _MM_HINT_T0);
+            _mm_prefetch((const char *)(vb_next[i] + d0 * 16), _MM_HINT_T0);
+        }
+#pragma GCC unroll 2
+        for (int d = d0; d < d0 + 2; d++) {
+            __m512 kd[2];
+#pragma GCC unroll 2
+            for (int i = 0; i < NB; i++)
+                kd[i] = attn_load(kt[i], (size_t)d * 16);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                const __m512 q = _mm512_set1_ps(qs[(size_t)r * hd + d]);
+#pragma GCC unroll 2
+                for (int i = 0; i < NB; i++)
+                    s[i][r] = _mm512_fmadd_ps(q, kd[i], s[i][r]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        __mmask16 valid[2] = {0xFFFF, 0xFFFF};
+        if (masked) {
+#pragma GCC unroll 2
+            for (int i = 0; i < NB; i++) {
+                const int n_valid = pos[r] - (key0 + 16 * i) + 1;
+                valid[i] = n_valid >= 16 ? 0xFFFF : n_valid <= 0 ? 0 : (__mmask16)((1u << n_valid) - 1);
+                s[i][r] = _mm512_mask_mov_ps(neg_inf, valid[i], s[i][r]);
+            }
+        }
+        const __m512 top16 = NB == 2 ? _mm512_max_ps(s[0][r], s[1][r]) : s[0][r];
+        if (_mm512_cmp_ps_mask(top16, _mm512_set1_ps(m[r] + LAZY_MAX), _CMP_GT_OQ)) {
+            const float top = _mm512_reduce_max_ps(top16);
+            const float new_max = top > m[r] ? top : m[r];
+            const __m512 factor = _mm512_set1_ps(exp2f(m[r] - new_max));
+#pragma GCC unroll 8
+            for (int dv = 0; dv < DV; dv++)
+                acc[r * DV + dv] = _mm512_mul_ps(acc[r * DV + dv], factor);
+            _mm512_store_ps(l + r * 16, _mm512_mul_ps(_mm512_load_ps(l + r * 16), factor));
+            m[r] = new_max;
+        }
+        const __m512 mv = _mm512_set1_ps(m[r]);
+        __m512 sum = _mm512_load_ps(l + r * 16);
+#pragma GCC unroll 2
+        for (int i = 0; i < NB; i++) {
+            __m512 p = exp2_ps(_mm512_sub_ps(s[i][r], mv));
+            if (masked)
+                p = _mm512_maskz_mov_ps(valid[i], p);
+            sum = _mm512_add_ps(sum, p);
+            _mm512_store_ps(pb + r * 32 + i * 16, p);
+        }
+        _mm512_store_ps(l + r * 16, sum);
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < NB; i++)
+        for (int j = 0; j < 16; j++) {
+            __m512 vj[8];
+#pragma GCC unroll 8
+            for (int dv = 0; dv < DV; dv++)
+                vj[dv] = attn_load(vb[i], (size_t)j * hd + dv * 16);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                const __m512 pj = _mm512_set1_ps(pb[r * 32 + i * 16 + j]);
+#pragma GCC unroll 8
+                for (int dv = 0; dv < DV; dv++)
+                    acc[r * DV + dv] = _mm512_fmadd_ps(pj, vj[dv], acc[r * DV + dv]);
+            }
+        }
+}
+
+/* Rows [row0, row0 + R) against key blocks [b0, b1), two blocks a pass (2R chains of
+ * dependent FMAs in the score loop, past the FMA's latency on two pipes, and each
+ * broadcast of q serves two keys' vectors); blocks up to b_end exist for the group (those
+ * ahead are prefetched while these compute). DV = head_dim / 16; R x DV output accumulators
+ * stay in registers across the blocks. */
+INLINE void attn_group(const cpu_attn_tile *t, const attn_state *st, int row0, int b0, int b1,
+                       int b_end, int R, int DV)
+{
+    const int hd = DV * 16;
+    float *o = st->o + (size_t)row0 * hd;
     __m512 acc[16];
 #pragma GCC unroll 16
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
         for (int dv = 0; dv < DV; dv++)
             acc[r * DV + dv] = _mm512_load_ps(o + (size_t)r * hd + dv * 16);
-
-    for (int b = b0; b < b1; b++) {
-        const size_t block = (size_t)t->block_table[b] * hd * 16;
-        const cpu_half *kt = k_head + block;
-        const cpu_half *vb = v_head + block;
-        const int key0 = b * 16;
-        const bool masked = key0 + 15 > pos[0];
-        /* Decode rows stream every block from memory once: fetch the lines (hd / 2 of K, as
-         * many of V: 16 halves per d) of the block ATTN_PREFETCH ahead, one pair per two
-         * steps of the score loop; one block of compute is shorter than a memory round trip. */
-        const cpu_half *kt_next = kt, *vb_next = vb;
-        if (b + ATTN_PREFETCH < b_end) {
-            const size_t next = (size_t)t->block_table[b + ATTN_PREFETCH] * hd * 16;
-            kt_next = k_head + next;
-            vb_next = v_head + next;
-        }
-
-        __m512 s[8];
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++)
-            s[r] = _mm512_setzero_ps();
-        for (int d0 = 0; d0 < hd; d0 += 2) {
-            _mm_prefetch((const char *)(kt_next + d0 * 16), _MM_HINT_T0);
-            _mm_prefetch((const char *)(vb_next + d0 * 16), _MM_HINT_T0);
-#pragma GCC unroll 2
-            for (int d = d0; d < d0 + 2; d++) {
-                const __m512 kd = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(kt + d * 16)));
-#pragma GCC unroll 8
-                for (int r = 0; r < R; r++)
-                    s[r] = _mm512_fmadd_ps(_mm512_set1_ps(qs[(size_t)r * hd + d]), kd, s[r]);
-            }
-        }
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            __mmask16 valid = 0xFFFF;
-            if (masked) {
-                const int n_valid = pos[r] - key0 + 1;
-                valid = n_valid >= 16 ? 0xFFFF : n_valid <= 0 ? 0 : (__mmask16)((1u << n_valid) - 1);
-                s[r] = _mm512_mask_mov_ps(neg_inf, valid, s[r]);
-            }
-            if (_mm512_cmp_ps_mask(s[r], _mm512_set1_ps(m[r] + LAZY_MAX), _CMP_GT_OQ)) {
-                const float top = _mm512_reduce_max_ps(s[r]);
-                const float new_max = top > m[r] ? top : m[r];
-                const __m512 factor = _mm512_set1_ps(exp2f(m[r] - new_max));
-#pragma GCC unroll 8
-                for (int dv = 0; dv < DV; dv++)
-                    acc[r * DV + dv] = _mm512_mul_ps(acc[r * DV + dv], factor);
-                _mm512_store_ps(l + r * 16, _mm512_mul_ps(_mm512_load_ps(l + r * 16), factor));
-                m[r] = new_max;
-            }
-            __m512 p = exp2_ps(_mm512_sub_ps(s[r], _mm512_set1_ps(m[r])));
-            if (masked)
-                p = _mm512_maskz_mov_ps(valid, p);
-            _mm512_store_ps(l + r * 16, _mm512_add_ps(_mm512_load_ps(l + r * 16), p));
-            _mm512_store_ps(pb + r * 16, p);
-        }
-        for (int j = 0; j < 16; j++) {
-            __m512 vj[8];
-#pragma GCC unroll 8
-            for (int dv = 0; dv < DV; dv++)
-                vj[dv] = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(vb + (size_t)j * hd + dv * 16)));
-#pragma GCC unroll 8
-            for (int r = 0; r < R; r++) {
-                const __m512 pj = _mm512_set1_ps(pb[r * 16 + j]);
-#pragma GCC unroll 8
-                for (int dv = 0; dv < DV; dv++)
-                    acc[r * DV + dv] = _mm512_fmadd_ps(pj, vj[dv], acc[r * DV + dv]);
-            }
-        }
-    }
+    int b = b0;
+    for (; b + 2 <= b1; b += 2)
+        attn_blocks(t, st, acc, row0, b, b_end, R, DV, 2);
+    if (b < b1)
+        attn_blocks(t, st, acc, row0, b, b_end, R, DV, 1);
 #pragma GCC unroll 16
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
@@ -436,7 +482,7 @@ static TGT void attn_group_dv2(const cpu_attn_tile *t, const attn_state *st, int
 {
     switch (R) {
         GROUP_CASE(1, 2); GROUP_CASE(2, 2); GROUP_CASE(3, 2); GROUP_CASE(4, 2);
-        GROUP_CASE(5, 2); GROUP_CASE(6, 2); GROUP_CASE(7, 2); default: attn_group(t, st, row0, b0, b1, b_end, 8, 2);
+        GROUP_CASE(5, 2); default: attn_group(t, st, row0, b0, b1, b_end, 6, 2);
     }
 }
 static TGT void attn_group_dv4(const cpu_attn_tile *t, const attn_state *st, int row0, int b0,
@@ -462,12 +508,12 @@ static float *align64(float *p)
 TGT void cpu_attn_tile_avx512(const cpu_attn_tile *t, float *scratch)
 {
     const int hd = t->head_dim, n = t->n_rows, dv = hd / 16;
-    const int group_rows = dv == 8 ? 2 : dv == 4 ? 4 : 8;
+    const int group_rows = dv == 8 ? 2 : dv == 4 ? 4 : dv == 2 ? 6 : 8;
     /* scale * log2(e): scores come out in log2 units for exp2 */
     const float qscale = t->scale * 1.4426950408889634f;
     attn_state st;
     st.p = align64(scratch);
-    st.qs = st.p + 8 * 16;
+    st.qs = st.p + 8 * 32;
     st.o = st.qs + (size_t)n * hd;
     st.l = st.o + (size_t)n * hd;
     st.m = st.l + (size_t)n * 16;

@@ -160,7 +160,8 @@ static void check_attention_decode_rows(attn_kernel kernel)
 }
 
 /* many tokens: causal rows, row groups of every size 1..8; and tiles of one row group whose
- * rows are several tokens (each row its own last key) */
+ * rows are several tokens (each row its own last key): 4 rows, and the AVX2 kernel's widest
+ * group, 6 rows (3 tokens x 2 heads), and 5 */
 static void check_attention_prefill_tiles(attn_kernel kernel)
 {
     check_attention(kernel, 1, 32, 40, 2, 2, 1.0f);
@@ -170,6 +171,8 @@ static void check_attention_prefill_tiles(attn_kernel kernel)
     check_attention(kernel, 1, 16, 90, 23, 5, 1.0f);
     check_attention(kernel, 1, 64, 70, 19, 3, 1.0f);
     check_attention(kernel, 1, 128, 40, 9, 2, 1.0f);
+    check_attention(kernel, 1, 32, 50, 3, 2, 1.0f);
+    check_attention(kernel, 1, 32, 47, 5, 1, 1.0f);
 }
 
 /* Peaked scores (large q) make the running max jump mid-sequence: the lazy rescale must
@@ -194,7 +197,8 @@ static void test_attention_portable(void **state)
 }
 
 /* The AVX2 kernel takes any head_dim a multiple of 8: widths whose values pass is not a
- * whole number of 32-dimension runs (the 8, 16 and 24 tails), decode and prefill. */
+ * whole number of 16-dimension runs (the 8 tail: 8, 24, 40, 56) and one that is (96),
+ * decode and prefill. */
 static void test_attention_avx2(void **state)
 {
     (void)state;
