@@ -388,12 +388,11 @@ static TGT void a2_widen_chunk(const cpu_attn_tile *t, const a2_state *st, int c
             a2_prefetch_block(t, b + A2_PREFETCH);
         float *kf = st->kc + (size_t)(b - c0) * block_elems;
         float *vf = st->vc + (size_t)(b - c0) * block_elems;
-        for (size_t i = 0; i < block_elems; i += 16) {
-            _mm256_storeu_ps(kf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kh + i))));
-            _mm256_storeu_ps(kf + i + 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kh + i + 8))));
-            _mm256_storeu_ps(vf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vh + i))));
-            _mm256_storeu_ps(vf + i + 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vh + i + 8))));
-        }
+        for (size_t i = 0; i < block_elems; i += 16) /* head_dim is a multiple of 8 */
+            for (size_t h = i; h < i + 16; h += 8) {
+                _mm256_storeu_ps(kf + h, a2_load(kh, h, true));
+                _mm256_storeu_ps(vf + h, a2_load(vh, h, true));
+            }
     }
 }
 
@@ -502,31 +501,23 @@ INLINE void a2_group(const cpu_attn_tile *t, const a2_state *st, int row0, int c
         a2_add_values(o, hd, st->p + (1 - cur) * A2_ROWS * 16, prev_vb, prev_keys, R, halves);
 }
 
+/* One instance of a2_group per (rows, halves): its loops see both as constants. */
 static TGT void a2_group_rows(const cpu_attn_tile *t, const a2_state *st, int row0, int c0,
-                              int b1, int R)
+                              int b1, int R, bool halves)
 {
+#define A2_CASE(RR)                                                                          \
+    case RR:                                                                                 \
+        if (halves)                                                                          \
+            a2_group(t, st, row0, c0, b1, RR, true);                                         \
+        else                                                                                 \
+            a2_group(t, st, row0, c0, b1, RR, false);                                        \
+        break
     switch (R) {
-    case 6: a2_group(t, st, row0, c0, b1, 6, false); break;
-    case 5: a2_group(t, st, row0, c0, b1, 5, false); break;
-    case 4: a2_group(t, st, row0, c0, b1, 4, false); break;
-    case 3: a2_group(t, st, row0, c0, b1, 3, false); break;
-    case 2: a2_group(t, st, row0, c0, b1, 2, false); break;
-    default: a2_group(t, st, row0, c0, b1, 1, false); break;
+        A2_CASE(6); A2_CASE(5); A2_CASE(4); A2_CASE(3); A2_CASE(2);
+    default:
+        A2_CASE(1);
     }
-}
-
-/* A tile of one row group (a decode token's kv_mul rows) reads the cache's halves itself:
- * widened into the chunk buffers, each would be read back once. */
-static TGT void a2_group_halves(const cpu_attn_tile *t, const a2_state *st, int b1, int R)
-{
-    switch (R) {
-    case 6: a2_group(t, st, 0, 0, b1, 6, true); break;
-    case 5: a2_group(t, st, 0, 0, b1, 5, true); break;
-    case 4: a2_group(t, st, 0, 0, b1, 4, true); break;
-    case 3: a2_group(t, st, 0, 0, b1, 3, true); break;
-    case 2: a2_group(t, st, 0, 0, b1, 2, true); break;
-    default: a2_group(t, st, 0, 0, b1, 1, true); break;
-    }
+#undef A2_CASE
 }
 
 TGT void cpu_attn_tile_avx2(const cpu_attn_tile *t, float *scratch)
@@ -551,10 +542,11 @@ TGT void cpu_attn_tile_avx2(const cpu_attn_tile *t, float *scratch)
         st.m[r] = -INFINITY;
     }
     const int n_blocks = t->pos[n - 1] / 16 + 1;
-    if (n <= A2_ROWS) {
+    if (n <= A2_ROWS) { /* one row group: widened into the chunk buffers, each block would
+                           be read back once, so it reads the cache's halves itself */
         for (int i = 0; i < A2_PREFETCH && i < n_blocks; i++) /* the first blocks */
             a2_prefetch_block(t, i);
-        a2_group_halves(t, &st, n_blocks, n);
+        a2_group_rows(t, &st, 0, 0, n_blocks, n, true);
     }
     for (int c0 = 0; c0 < n_blocks && n > A2_ROWS; c0 += CPU_ATTN_CHUNK_BLOCKS) {
         const int c1 = c0 + CPU_ATTN_CHUNK_BLOCKS < n_blocks ? c0 + CPU_ATTN_CHUNK_BLOCKS : n_blocks;
@@ -565,7 +557,7 @@ TGT void cpu_attn_tile_avx2(const cpu_attn_tile *t, float *scratch)
             const int b1 = c1 < last ? c1 : last;
             if (c0 >= b1)
                 continue;
-            a2_group_rows(t, &st, row0, c0, b1, rows);
+            a2_group_rows(t, &st, row0, c0, b1, rows, false);
         }
     }
     for (int r = 0; r < n; r++) {
