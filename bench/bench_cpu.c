@@ -10,15 +10,19 @@
  * reads the cache between its products, not during them, takes at least that) and the
  * scattered bound, the same with the KV bytes read at the scattered-block bandwidth; their
  * blocks drawn from that arena, each sequence's at once (runs) and grown a block at a time
- * in turn (interleaved) (--decode B alone: a fresh arena, runs); then llama-bench's pp512
+ * in turn (interleaved) (--decode B alone: a fresh arena, runs); then the decode step of 32
+ * sequences 1,000 times back to back (its p50, p99, max and the steps above twice the p50: the
+ * engine's own jitter, which a served stream sees as gaps); then llama-bench's pp512
  * and tg128 in its shape (tg128 with sampling). The first line says the
  * kernels' dispatch (STALLSCOPE_CPU_ISA=avx2 measures the AVX2 path on an AVX-512 CPU;
  * OPENBLAS_CORETYPE picks OpenBLAS's). Never fails on time.
  *
- *   bench_cpu [--model NAME] [--threads N] [--quick] [--prefill N | --decode B] [--no-roofline]
+ *   bench_cpu [--model NAME] [--threads N] [--quick] [--prefill N | --decode B]
+ *             [--steady STEPS] [--no-roofline]
  * Default: model ref-256, threads 1 and every count up to the cores, every figure;
  * --prefill / --decode: that one (a prefill of N tokens, a decode step of B sequences at
- * context 512) repeated, for a profiler; --no-roofline skips the calibration (to time two
+ * context 512) repeated, for a profiler; --steady STEPS: the steady-state figure alone over
+ * STEPS steps (batch 32, or --decode's); --no-roofline skips the calibration (to time two
  * builds against each other from outside). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,6 +162,56 @@ static void bench_decode(bench *b, int batch, int context, int reps, bool grown)
     free(ids);
 }
 
+static int cmp_ns(const void *x, const void *y)
+{
+    const int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* The same decode step `steps` times back to back, as a server runs them: the typical step and
+ * its tail (p99, max, and how many took more than twice the median). A best-of figure hides a
+ * step the machine or the engine stretched now and then; a served stream sees it as a gap. */
+static void bench_steady(bench *b, int batch, int context, int steps)
+{
+    cpu_kv_seq *kv = calloc((size_t)batch, sizeof *kv);
+    cpu_batch_seq *seqs = calloc((size_t)batch, sizeof *seqs);
+    int32_t *ids = calloc((size_t)batch, sizeof *ids);
+    int64_t *ns = malloc(sizeof *ns * (size_t)steps);
+    int64_t *sorted = malloc(sizeof *sorted * (size_t)steps);
+    if (!kv || !seqs || !ids || !ns || !sorted)
+        die("steady", "out of memory");
+    fake_contexts(b, kv, batch, context + 1, false);
+    for (int i = 0; i < batch; i++) {
+        ids[i] = (i * 31) % b->model.config.vocab_size;
+        seqs[i] = (cpu_batch_seq){ids + i, context, 1, &kv[i], true};
+    }
+    time_forward(b, seqs, batch);
+    const int64_t t0 = clock_now_ns();
+    for (int r = 0; r < steps; r++)
+        ns[r] = time_forward(b, seqs, batch);
+    const double seconds = (clock_now_ns() - t0) / 1e9;
+    memcpy(sorted, ns, sizeof *ns * (size_t)steps);
+    qsort(sorted, (size_t)steps, sizeof *sorted, cmp_ns);
+    const int64_t p50 = sorted[steps / 2], p99 = sorted[(int64_t)steps * 99 / 100];
+    const int64_t max = sorted[steps - 1];
+    int slow = 0;
+    for (int r = 0; r < steps; r++)
+        slow += ns[r] > 2 * p50;
+    printf("decode steady state: batch %d at context %d, %d steps back to back (%.1f s): p50 "
+           "%.2f ms, p99 %.2f ms, max %.2f ms (max / p50 %.1f); %d steps above 2 x p50\n",
+           batch, context, steps, seconds, p50 / 1e6, p99 / 1e6, max / 1e6, (double)max / p50,
+           slow);
+    for (int i = 0; i < batch; i++) {
+        cpu_kv_release(&b->kv, &kv[i]);
+        cpu_kv_seq_free(&kv[i]);
+    }
+    free(kv);
+    free(seqs);
+    free(ids);
+    free(ns);
+    free(sorted);
+}
+
 /* llama-bench's two figures, in its shape: pp512 (a prompt of 512 tokens in one pass, tokens
  * per second) and tg128 (128 tokens generated one at a time from an empty context, each
  * step the forward pass and a token drawn from its logits at temperature 1, tokens per
@@ -205,7 +259,7 @@ static void bench_llama_shape(bench *b, int reps)
 /* --prefill N / --decode B: that one figure only (for a profiler); 0: all of them.
  * --no-roofline: no calibration (the rooflines are not figured; for timing two builds
  * against each other from outside, e.g. with farm-bench). */
-static int only_prefill, only_decode;
+static int only_prefill, only_decode, only_steady;
 static bool no_roofline;
 
 static void run(const char *model_name, int threads, bool quick)
@@ -234,6 +288,8 @@ static void run(const char *model_name, int threads, bool quick)
         cpu_config_from_arch(&arch, 1, 0, &config, err) != 0)
         die("model", err);
     int max_prefill = quick ? 2048 : 8192, max_batch = quick ? 32 : 256;
+    if (only_steady && !only_decode)
+        only_decode = 32;
     if (only_prefill || only_decode) {
         max_prefill = only_prefill;
         max_batch = only_decode;
@@ -278,14 +334,18 @@ static void run(const char *model_name, int threads, bool quick)
            "best ms", "mean ms", "GFLOP", "MB read", "roofline ms", "bound", "vs roof",
            "serial ms", "vs serial", "scattered ms", "vs scat");
     static const int batches[] = {1, 32, 256};
-    if (only_decode)
+    if (only_steady)
+        bench_steady(&b, only_decode, 512, only_steady);
+    else if (only_decode)
         bench_decode(&b, only_decode, 512, 100, false);
     for (int grown = 0; grown < 2 && !only_prefill && !only_decode; grown++)
         for (int i = grown; i < 3; i++) /* one sequence's blocks are a run either way */
             if (batches[i] <= max_batch)
                 bench_decode(&b, batches[i], 512, 20, grown);
-    if (!only_prefill && !only_decode)
+    if (!only_prefill && !only_decode) {
+        bench_steady(&b, 32, 512, quick ? 200 : 1000);
         bench_llama_shape(&b, 3);
+    }
     cpu_kv_free(&b.kv);
     cpu_free_runstate(&b.run);
     cpu_free_model(&b.model);
@@ -308,13 +368,19 @@ int main(int argc, char **argv)
             only_prefill = atoi(argv[++i]);
         else if (strcmp(argv[i], "--decode") == 0 && i + 1 < argc)
             only_decode = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--steady") == 0 && i + 1 < argc)
+            only_steady = atoi(argv[++i]);
         else if (strcmp(argv[i], "--no-roofline") == 0)
             no_roofline = true;
         else {
             fprintf(stderr, "usage: bench_cpu [--model NAME] [--threads N] [--quick] [--prefill N | "
-                            "--decode B] [--no-roofline]\n");
+                            "--decode B] [--steady STEPS] [--no-roofline]\n");
             return 2;
         }
+    }
+    if (only_steady < 0 || only_decode < 0 || only_prefill < 0) {
+        fprintf(stderr, "bench_cpu: --prefill, --decode and --steady take a positive count\n");
+        return 2;
     }
     openblas_set_num_threads(1);
     char name[128];

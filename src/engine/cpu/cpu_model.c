@@ -3,7 +3,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "common/err.h"
 #include "common/rng.h"
@@ -74,19 +73,17 @@ double cpu_rope_angle(const cpu_config *c, int pos, int pair)
     return pos * freq;
 }
 
-/* 64-byte aligned (one cache line, one AVX-512 vector); large tensors ask for huge pages,
- * which the LM head streamed every decode step likes. */
+/* 64-byte aligned (one cache line, one AVX-512 vector), on the system's ordinary pages. The
+ * weights do not ask for huge pages (MADV_HUGEPAGE): in the virtual machines the project runs
+ * on, huge-paged weights stalled one decode step about every half second by several times its
+ * length and slowed a long prefill, for no gain in the typical step (docs/explanation/
+ * cpu-engine.md). */
 static float *alloc_tensor(size_t n)
 {
     const size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
     void *p = NULL;
-    const size_t align = bytes >= (2u << 20) ? (2u << 20) : 64;
-    if (posix_memalign(&p, align, bytes) != 0)
+    if (posix_memalign(&p, 64, bytes) != 0)
         return NULL;
-#ifdef MADV_HUGEPAGE
-    if (align > 64)
-        madvise(p, bytes, MADV_HUGEPAGE);
-#endif
     return p;
 }
 
