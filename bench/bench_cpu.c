@@ -118,16 +118,44 @@ static void bench_prefill(bench *b, int tokens, int reps, bool scattered)
     free(ids);
 }
 
+/* A decode step's batch: `batch` sequences at `context`, one token each, their caches faked
+ * (fake_contexts); decode_batch_free gives the blocks back. */
+typedef struct decode_batch {
+    cpu_kv_seq *kv;
+    cpu_batch_seq *seqs;
+    int32_t *ids;
+    int n;
+} decode_batch;
+
+static decode_batch decode_batch_make(bench *b, int batch, int context, bool grown)
+{
+    decode_batch d = {calloc((size_t)batch, sizeof *d.kv), calloc((size_t)batch, sizeof *d.seqs),
+                      calloc((size_t)batch, sizeof *d.ids), batch};
+    if (!d.kv || !d.seqs || !d.ids)
+        die("decode batch", "out of memory");
+    fake_contexts(b, d.kv, batch, context + 1, grown);
+    for (int i = 0; i < batch; i++) {
+        d.ids[i] = (i * 31) % b->model.config.vocab_size;
+        d.seqs[i] = (cpu_batch_seq){d.ids + i, context, 1, &d.kv[i], true};
+    }
+    return d;
+}
+
+static void decode_batch_free(bench *b, decode_batch *d)
+{
+    for (int i = 0; i < d->n; i++) {
+        cpu_kv_release(&b->kv, &d->kv[i]);
+        cpu_kv_seq_free(&d->kv[i]);
+    }
+    free(d->kv);
+    free(d->seqs);
+    free(d->ids);
+}
+
 static void bench_decode(bench *b, int batch, int context, int reps, bool grown)
 {
-    cpu_kv_seq *kv = calloc((size_t)batch, sizeof *kv);
-    cpu_batch_seq *seqs = calloc((size_t)batch, sizeof *seqs);
-    int32_t *ids = calloc((size_t)batch, sizeof *ids);
-    fake_contexts(b, kv, batch, context + 1, grown);
-    for (int i = 0; i < batch; i++) {
-        ids[i] = (i * 31) % b->model.config.vocab_size;
-        seqs[i] = (cpu_batch_seq){ids + i, context, 1, &kv[i], true};
-    }
+    decode_batch d = decode_batch_make(b, batch, context, grown);
+    const cpu_batch_seq *seqs = d.seqs;
     time_forward(b, seqs, batch); /* warm: buffers grown, weights in cache as they will be */
     int64_t best = INT64_MAX, total = 0;
     for (int r = 0; r < reps; r++) {
@@ -153,13 +181,7 @@ static void bench_decode(bench *b, int batch, int context, int reps, bool grown)
            (cb.weight_bytes + cb.kv_bytes) / 1e6, roof / 1e6,
            cb.compute_ns >= cb.memory_ns ? "compute" : "memory", (double)best / roof,
            serial / 1e6, best / serial, scattered / 1e6, best / scattered);
-    for (int i = 0; i < batch; i++) {
-        cpu_kv_release(&b->kv, &kv[i]);
-        cpu_kv_seq_free(&kv[i]);
-    }
-    free(kv);
-    free(seqs);
-    free(ids);
+    decode_batch_free(b, &d);
 }
 
 static int cmp_ns(const void *x, const void *y)
@@ -173,18 +195,12 @@ static int cmp_ns(const void *x, const void *y)
  * step the machine or the engine stretched now and then; a served stream sees it as a gap. */
 static void bench_steady(bench *b, int batch, int context, int steps)
 {
-    cpu_kv_seq *kv = calloc((size_t)batch, sizeof *kv);
-    cpu_batch_seq *seqs = calloc((size_t)batch, sizeof *seqs);
-    int32_t *ids = calloc((size_t)batch, sizeof *ids);
     int64_t *ns = malloc(sizeof *ns * (size_t)steps);
     int64_t *sorted = malloc(sizeof *sorted * (size_t)steps);
-    if (!kv || !seqs || !ids || !ns || !sorted)
+    if (!ns || !sorted)
         die("steady", "out of memory");
-    fake_contexts(b, kv, batch, context + 1, false);
-    for (int i = 0; i < batch; i++) {
-        ids[i] = (i * 31) % b->model.config.vocab_size;
-        seqs[i] = (cpu_batch_seq){ids + i, context, 1, &kv[i], true};
-    }
+    decode_batch d = decode_batch_make(b, batch, context, false);
+    const cpu_batch_seq *seqs = d.seqs;
     time_forward(b, seqs, batch);
     const int64_t t0 = clock_now_ns();
     for (int r = 0; r < steps; r++)
@@ -201,13 +217,7 @@ static void bench_steady(bench *b, int batch, int context, int steps)
            "%.2f ms, p99 %.2f ms, max %.2f ms (max / p50 %.1f); %d steps above 2 x p50\n",
            batch, context, steps, seconds, p50 / 1e6, p99 / 1e6, max / 1e6, (double)max / p50,
            slow);
-    for (int i = 0; i < batch; i++) {
-        cpu_kv_release(&b->kv, &kv[i]);
-        cpu_kv_seq_free(&kv[i]);
-    }
-    free(kv);
-    free(seqs);
-    free(ids);
+    decode_batch_free(b, &d);
     free(ns);
     free(sorted);
 }
