@@ -316,10 +316,14 @@ static void run(const char *model_name, int threads, bool quick)
     cost_params_init(&b.cost, &roofline, &arch);
     b.block_bandwidth = cal.block_bandwidth;
 
+    char panels[96] = "";
+    if (b.model.panels.bytes > 0)
+        snprintf(panels, sizeof panels, " (and %.1f MB of them in panels, for products of %d-%d rows)",
+                 b.model.panels.bytes / 1e6, CPU_GEMM_PANEL_M, CPU_GEMM_SMALL_M - 1);
     printf("model %s: %d layers, hidden %d, %d/%d heads x %d, FFN %d, vocab %d; %.1f MB of F32 "
-           "weights, F16 KV cache\n",
+           "weights%s, F16 KV cache\n",
            arch.name, arch.n_layers, arch.hidden, arch.n_heads, arch.n_kv_heads, arch.head_dim,
-           arch.ffn, arch.vocab, cpu_weight_bytes(&config) / 1e6);
+           arch.ffn, arch.vocab, cpu_weight_bytes(&config) / 1e6, panels);
     printf("prefill, one shot (roofline = cost-model FLOPs / SGEMM rate, attention included):\n");
     printf("  %6s %9s %9s %8s %8s %8s %11s %9s\n", "tokens", "ms", "tok/s", "GFLOP", "GFLOP/s",
            "of peak", "roofline ms", "vs roof");

@@ -135,6 +135,98 @@ TGT void cpu_gemm_small_avx2(float *y, int ldy, const float *x, int ldx, const f
     }
 }
 
+/* ---- GEMM on panels --------------------------------------------------------------- */
+
+/* As cpu_gemm_panels_avx512's tile, on 8-lane vectors: R (up to 6) rows of a group of X
+ * (xg[p * G + i0 + i], G the group's rows) against one panel of W (16 columns, two vectors):
+ * 12 accumulators, per step of k two loads of W, R broadcasts of X and 2R FMAs. */
+INLINE void panel_tile(float *y, int ldy, const float *xg, int G, int i0, const float *wp, int k,
+                       int R, int cols, bool accumulate, const char *pf, int npf)
+{
+    __m256 acc[12];
+#pragma GCC unroll 12
+    for (int i = 0; i < 2 * R; i++)
+        acc[i] = _mm256_setzero_ps();
+    int f = 0;
+    for (int p = 0; p < k; p++) {
+        if (f < npf && (p & 1) == 0)
+            _mm_prefetch(pf + (size_t)f++ * 64, _MM_HINT_T1);
+        const __m256 w0 = _mm256_loadu_ps(wp + (size_t)p * CPU_PANEL);
+        const __m256 w1 = _mm256_loadu_ps(wp + (size_t)p * CPU_PANEL + 8);
+        const float *xp = xg + (size_t)p * G + i0;
+#pragma GCC unroll 6
+        for (int i = 0; i < R; i++) {
+            const __m256 xv = _mm256_broadcast_ss(xp + i);
+            acc[2 * i] = _mm256_fmadd_ps(xv, w0, acc[2 * i]);
+            acc[2 * i + 1] = _mm256_fmadd_ps(xv, w1, acc[2 * i + 1]);
+        }
+    }
+    for (; f < npf; f++)
+        _mm_prefetch(pf + (size_t)f * 64, _MM_HINT_T1);
+    const __m256i m0 = cpu_avx2_tail_mask(cols >= 8 ? 8 : cols);
+    const __m256i m1 = cpu_avx2_tail_mask(cols >= 16 ? 8 : cols <= 8 ? 0 : cols - 8);
+#pragma GCC unroll 6
+    for (int i = 0; i < R; i++) {
+        float *yr = y + (size_t)(i0 + i) * ldy;
+        __m256 v0 = acc[2 * i], v1 = acc[2 * i + 1];
+        if (accumulate) {
+            v0 = _mm256_add_ps(v0, _mm256_maskload_ps(yr, m0));
+            v1 = _mm256_add_ps(v1, _mm256_maskload_ps(yr + 8, m1));
+        }
+        _mm256_maskstore_ps(yr, m0, v0);
+        _mm256_maskstore_ps(yr + 8, m1, v1);
+    }
+}
+
+#define PANEL_CASE(RR)                                                                       \
+    case RR:                                                                                 \
+        panel_tile(y, ldy, xg, G, i0, wp, k, RR, cols, accumulate, pf, npf);                 \
+        break
+
+static TGT void panel_tile_rows(float *y, int ldy, const float *xg, int G, int i0,
+                                const float *wp, int k, int R, int cols, bool accumulate,
+                                const char *pf, int npf)
+{
+    switch (R) {
+        PANEL_CASE(1); PANEL_CASE(2); PANEL_CASE(3); PANEL_CASE(4); PANEL_CASE(5);
+        default: PANEL_CASE(6);
+    }
+}
+#undef PANEL_CASE
+
+/* As cpu_gemm_panels_avx512: two panels at a time, every group of X (in two halves of up
+ * to 6 rows) passing over each, the next two prefetched into L2, spread over the tiles. */
+TGT void cpu_gemm_panels_avx2(float *y, int ldy, const float *xpack, const float *panels, int m,
+                              int n0, int n1, int k, bool accumulate)
+{
+    const int groups = (m + CPU_PANEL_ROWS - 1) / CPU_PANEL_ROWS;
+    const int halves = groups * 2 * 2; /* tiles per two panels, at most */
+    for (int n = n0; n < n1; n += 2 * CPU_PANEL) {
+        const float *wp = panels + (size_t)(n / CPU_PANEL) * k * CPU_PANEL;
+        const int cols = n1 - n < 2 * CPU_PANEL ? n1 - n : 2 * CPU_PANEL;
+        const int next_cols = n1 - n - 2 * CPU_PANEL; /* <= 0: none */
+        const char *next = (const char *)(wp + (size_t)2 * k * CPU_PANEL);
+        const int next_lines = next_cols <= 0 ? 0
+                               : (next_cols > CPU_PANEL ? 2 : 1) * k * CPU_PANEL * (int)sizeof(float) / 64;
+        const int per_tile = (next_lines + halves - 1) / halves;
+        int line = 0;
+        for (int g = 0; g < groups; g++) {
+            const int r0 = g * CPU_PANEL_ROWS;
+            const int G = m - r0 < CPU_PANEL_ROWS ? m - r0 : CPU_PANEL_ROWS;
+            const float *xg = xpack + (size_t)r0 * k;
+            for (int j = 0; j < 2 && j * CPU_PANEL < cols; j++)
+                for (int i0 = 0; i0 < G; i0 += 6) {
+                    const int npf = next_lines - line < per_tile ? next_lines - line : per_tile;
+                    const char *pf = next + (size_t)line * 64;
+                    line += npf;
+                    panel_tile_rows(y + (size_t)r0 * ldy + n + j * CPU_PANEL, ldy, xg, G, i0,
+                                    wp + (size_t)j * k * CPU_PANEL, k, G - i0 < 6 ? G - i0 : 6,
+                                    cols - j * CPU_PANEL, accumulate, pf, npf);
+                }
+        }
+    }
+}
+
 /* ---- streaming read ---------------------------------------------------------------- */
 
 TGT float cpu_stream_sum_avx2(const float *x, size_t n)

@@ -1,5 +1,5 @@
-/* cpu_avx512 — the AVX-512 kernels: the small-batch GEMM, exp2, SwiGLU, RMSNorm, RoPE, the
- * sampler's helpers, the streaming read and the attention tile.
+/* cpu_avx512 — the AVX-512 kernels: the small-batch GEMM and the GEMM on panels, exp2, SwiGLU,
+ * RMSNorm, RoPE, the sampler's helpers, the streaming read and the attention tile.
  * Compiled for AVX-512 by function attribute (no -march for the whole build); callers
  * check cpu_simd_enabled() first. Each kernel has a plain reference in cpu_kernels.c or
  * cpu_attn.c that the tests compare it with. */
@@ -145,6 +145,111 @@ TGT void cpu_gemm_small_avx512(float *y, int ldy, const float *x, int ldx, const
             cpu_gemm_store_tile(y + (size_t)i * ldy + n, ldy, out, 1, rows_w, 1, 16, accumulate);
         }
 #undef PREFETCH_SHARE
+    }
+}
+
+/* ---- GEMM on panels --------------------------------------------------------------- */
+
+/* One tile: R rows of X (a group of xpack: xg[p * R + i] = X[i][p]) against NP panels of W
+ * (16 columns each, wp[p * 16 + j], the next panel k * 16 floats on): R x NP accumulators,
+ * per step of k NP loads of W, R broadcasts of X and R x NP FMAs. cols: the tile's columns
+ * to store (past them, zero padding or a neighbour's). While it computes, npf lines from pf
+ * are prefetched into L2 (the next panels). */
+INLINE void panel_tile(float *y, int ldy, const float *xg, const float *wp, int k, int R, int NP,
+                       int cols, bool accumulate, const char *pf, int npf)
+{
+    __m512 acc[2 * CPU_PANEL_ROWS];
+#pragma GCC unroll 24
+    for (int i = 0; i < R * NP; i++)
+        acc[i] = _mm512_setzero_ps();
+    const float *wp1 = wp + (size_t)k * CPU_PANEL;
+    int f = 0;
+    for (int p = 0; p < k; p++) {
+        if (f < npf && (p & 1) == 0)
+            _mm_prefetch(pf + (size_t)f++ * 64, _MM_HINT_T1);
+        const __m512 w0 = _mm512_loadu_ps(wp + (size_t)p * CPU_PANEL);
+        const __m512 w1 = NP > 1 ? _mm512_loadu_ps(wp1 + (size_t)p * CPU_PANEL) : w0;
+#pragma GCC unroll 12
+        for (int i = 0; i < R; i++) {
+            const __m512 xv = _mm512_set1_ps(xg[(size_t)p * R + i]);
+            acc[i * NP] = _mm512_fmadd_ps(xv, w0, acc[i * NP]);
+            if (NP > 1)
+                acc[i * NP + 1] = _mm512_fmadd_ps(xv, w1, acc[i * NP + 1]);
+        }
+    }
+    for (; f < npf; f++)
+        _mm_prefetch(pf + (size_t)f * 64, _MM_HINT_T1);
+    const __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
+    const __mmask16 m1 = cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1);
+#pragma GCC unroll 12
+    for (int i = 0; i < R; i++) {
+        float *yr = y + (size_t)i * ldy;
+        __m512 v0 = acc[i * NP];
+        if (accumulate)
+            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, yr));
+        _mm512_mask_storeu_ps(yr, m0, v0);
+        if (NP > 1 && m1) {
+            __m512 v1 = acc[i * NP + 1];
+            if (accumulate)
+                v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, yr + 16));
+            _mm512_mask_storeu_ps(yr + 16, m1, v1);
+        }
+    }
+}
+
+#define PANEL_CASE(RR, NPP)                                                                  \
+    case RR:                                                                                 \
+        panel_tile(y, ldy, xg, wp, k, RR, NPP, cols, accumulate, pf, npf);                   \
+        break
+
+static TGT void panel_tile_np2(float *y, int ldy, const float *xg, const float *wp, int k, int R,
+                               int cols, bool accumulate, const char *pf, int npf)
+{
+    switch (R) {
+        PANEL_CASE(1, 2); PANEL_CASE(2, 2); PANEL_CASE(3, 2); PANEL_CASE(4, 2);
+        PANEL_CASE(5, 2); PANEL_CASE(6, 2); PANEL_CASE(7, 2); PANEL_CASE(8, 2);
+        PANEL_CASE(9, 2); PANEL_CASE(10, 2); PANEL_CASE(11, 2); default: PANEL_CASE(12, 2);
+    }
+}
+static TGT void panel_tile_np1(float *y, int ldy, const float *xg, const float *wp, int k, int R,
+                               int cols, bool accumulate, const char *pf, int npf)
+{
+    switch (R) {
+        PANEL_CASE(1, 1); PANEL_CASE(2, 1); PANEL_CASE(3, 1); PANEL_CASE(4, 1);
+        PANEL_CASE(5, 1); PANEL_CASE(6, 1); PANEL_CASE(7, 1); PANEL_CASE(8, 1);
+        PANEL_CASE(9, 1); PANEL_CASE(10, 1); PANEL_CASE(11, 1); default: PANEL_CASE(12, 1);
+    }
+}
+#undef PANEL_CASE
+
+/* Two panels (32 columns, 2 x 16 x k floats, in L1 after the first group) at a time; every
+ * group of X passes over them, so W streams from memory once per call, and the next two
+ * panels are prefetched into L2 meanwhile, their lines spread over the groups. */
+TGT void cpu_gemm_panels_avx512(float *y, int ldy, const float *xpack, const float *panels,
+                                int m, int n0, int n1, int k, bool accumulate)
+{
+    const int groups = (m + CPU_PANEL_ROWS - 1) / CPU_PANEL_ROWS;
+    for (int n = n0; n < n1; n += 2 * CPU_PANEL) {
+        const float *wp = panels + (size_t)(n / CPU_PANEL) * k * CPU_PANEL;
+        const int cols = n1 - n < 2 * CPU_PANEL ? n1 - n : 2 * CPU_PANEL;
+        const int next_cols = n1 - n - 2 * CPU_PANEL; /* <= 0: none */
+        const char *next = (const char *)(wp + (size_t)2 * k * CPU_PANEL);
+        const int next_lines = next_cols <= 0 ? 0
+                               : (next_cols > CPU_PANEL ? 2 : 1) * k * CPU_PANEL * (int)sizeof(float) / 64;
+        const int per_group = (next_lines + groups - 1) / groups;
+        int line = 0;
+        for (int g = 0; g < groups; g++) {
+            const int r0 = g * CPU_PANEL_ROWS;
+            const int rows = m - r0 < CPU_PANEL_ROWS ? m - r0 : CPU_PANEL_ROWS;
+            const float *xg = xpack + (size_t)r0 * k;
+            const int npf = next_lines - line < per_group ? next_lines - line : per_group;
+            const char *pf = next + (size_t)line * 64;
+            line += npf;
+            if (cols > CPU_PANEL)
+                panel_tile_np2(y + (size_t)r0 * ldy + n, ldy, xg, wp, k, rows, cols, accumulate, pf, npf);
+            else
+                panel_tile_np1(y + (size_t)r0 * ldy + n, ldy, xg, wp, k, rows, cols, accumulate, pf, npf);
+        }
     }
 }
 

@@ -2,8 +2,9 @@
  * a hardware profile (stallscope calibrate) gives the cost model, and the rooflines the
  * benchmark compares the engine with.
  *
- *   gemm FLOP/s       cpu_gemm (OpenBLAS SGEMM split over the pool) on prefill-sized
- *                     products: 4096 rows x (256 -> 768) and (768 -> 256), 2 m n k FLOPs
+ *   gemm FLOP/s       the engine's product (cpu_gemm_panels: at these rows OpenBLAS SGEMM
+ *                     split over the pool) on prefill-sized products: 4096 rows x
+ *                     (256 -> 768) and (768 -> 256), 2 m n k FLOPs
  *   attention FLOP/s  the attention kernel on a causal prefill of 4096 tokens, counted as
  *                     the cost model counts it (4 head_dim FLOPs per query-key pair)
  *   bandwidth         streaming read of a 256 MB buffer split over the pool (bytes/s)
@@ -11,7 +12,8 @@
  *                     head_dim 32) in shuffled order, each piece prefetched CPU_CALIB_AHEAD
  *                     pieces ahead, as a decode step's attention reads a server's arena:
  *                     pieces scattered over the arena (bytes/s)
- *   small-batch GEMM  cpu_gemm with 32 rows (a decode step's shape), FLOP/s
+ *   small-batch GEMM  the same with 32 rows (a decode step's shape): the GEMM on panels
+ *                     (plain C: the small-batch loop), FLOP/s
  * Each figure is the best of several repetitions over at least min_seconds. */
 #ifndef STALLSCOPE_CPU_CALIB_H
 #define STALLSCOPE_CPU_CALIB_H

@@ -18,27 +18,78 @@
 
 /* ---- model ----------------------------------------------------------------------- */
 
-int cpu_build_model(cpu_model *m, const cpu_config *c, char *err)
-{
-    memset(m, 0, sizeof *m);
-    m->config = *c;
-    m->dims = cpu_config_dims(c);
-    return cpu_build_weights(&m->weights, c, err);
-}
-
-void cpu_free_model(cpu_model *m)
-{
-    cpu_free_weights(&m->weights);
-}
-
-/* ---- run state ------------------------------------------------------------------- */
-
 static float *alloc_floats(size_t n)
 {
     void *p = NULL;
     if (posix_memalign(&p, 64, (n ? n : 1) * sizeof(float)) != 0)
         return NULL;
     return p;
+}
+
+/* Each layer's (n, k) matrix of a tensor, in panels, one layer after the other. */
+static float *pack_layers(const float *w, int layers, int n, int k)
+{
+    const size_t per_layer = cpu_panels_floats(n, k);
+    float *p = alloc_floats((size_t)layers * per_layer);
+    if (!p)
+        return NULL;
+    for (int l = 0; l < layers; l++)
+        cpu_pack_panels(p + (size_t)l * per_layer, w + (size_t)l * n * k, n, k);
+    return p;
+}
+
+static void free_panels(cpu_panels *p)
+{
+    free(p->wqkv);
+    free(p->wo);
+    free(p->w13);
+    free(p->w2);
+    free(p->wcls);
+    memset(p, 0, sizeof *p);
+}
+
+int cpu_build_model(cpu_model *m, const cpu_config *c, char *err)
+{
+    memset(m, 0, sizeof *m);
+    m->config = *c;
+    m->dims = cpu_config_dims(c);
+    if (cpu_build_weights(&m->weights, c, err) != 0)
+        return -1;
+    if (cpu_isa_active() == CPU_ISA_PORTABLE)
+        return 0;
+    const cpu_weights *w = &m->weights;
+    const cpu_dims *d = &m->dims;
+    cpu_panels *p = &m->panels;
+    const int L = c->n_layers, dim = c->dim, ffn = c->hidden_dim;
+    p->wqkv = pack_layers(w->wqkv, L, d->qkv_dim, dim);
+    p->wo = pack_layers(w->wo, L, dim, d->q_dim);
+    p->w13 = pack_layers(w->w13, L, 2 * ffn, dim);
+    p->w2 = pack_layers(w->w2, L, dim, ffn);
+    p->wcls = pack_layers(w->wcls, 1, c->vocab_size, dim);
+    if (!p->wqkv || !p->wo || !p->w13 || !p->w2 || !p->wcls) {
+        cpu_free_model(m);
+        return err_set(err, "out of memory for %.1f MB of weights in panels",
+                       cpu_panel_bytes(c) / 1e6);
+    }
+    p->bytes = cpu_panel_bytes(c);
+    return 0;
+}
+
+void cpu_free_model(cpu_model *m)
+{
+    cpu_free_weights(&m->weights);
+    free_panels(&m->panels);
+}
+
+/* ---- run state ------------------------------------------------------------------- */
+
+/* X of the widest product on panels: fewer rows than CPU_GEMM_SMALL_M, of k up to the
+ * widest input (dim, q_dim or hidden_dim). */
+static size_t xpack_floats(const cpu_model *m)
+{
+    int k = m->config.dim > m->dims.q_dim ? m->config.dim : m->dims.q_dim;
+    k = k > m->config.hidden_dim ? k : m->config.hidden_dim;
+    return cpu_gemm_xpack_floats(CPU_GEMM_SMALL_M - 1, k);
 }
 
 int cpu_build_runstate(cpu_runstate *s, const cpu_model *m, int n_threads, char *err)
@@ -58,6 +109,8 @@ int cpu_build_runstate(cpu_runstate *s, const cpu_model *m, int n_threads, char 
     for (int t = 0; t < n_threads; t++)
         if (!(s->scratch[t] = alloc_floats(s->scratch_floats)))
             goto oom;
+    if (m->panels.wcls && !(s->xpack = alloc_floats(xpack_floats(m))))
+        goto oom;
     return 0;
 oom:
     cpu_free_runstate(s);
@@ -93,6 +146,7 @@ void cpu_free_runstate(cpu_runstate *s)
     free(s->tile_q);
     free(s->tile_out);
     free(s->tile_pos);
+    free(s->xpack);
     memset(s, 0, sizeof *s);
 }
 
@@ -193,7 +247,8 @@ double cpu_runstate_bytes(const cpu_runstate *s, const cpu_model *m)
            (double)s->cap_seqs * sizeof(int32_t) +
            (double)s->cap_positions * c->head_dim * sizeof(float) +
            (double)s->cap_tasks * sizeof(cpu_attn_task) +
-           (double)s->n_threads * s->scratch_floats * sizeof(float);
+           (double)s->n_threads * s->scratch_floats * sizeof(float) +
+           (s->xpack ? (double)xpack_floats(m) * sizeof(float) : 0.0);
 }
 
 /* ---- row-wise sections ------------------------------------------------------------- */
@@ -339,12 +394,19 @@ static int plan_attention(cpu_runstate *s, const cpu_model *m, const cpu_batch_s
 
 /* ---- the step ------------------------------------------------------------------------ */
 
+/* Layer l's (n, k) matrix of a tensor in panels, or NULL. */
+static const float *layer_panels(const float *panels, int l, int n, int k)
+{
+    return panels ? panels + (size_t)l * cpu_panels_floats(n, k) : NULL;
+}
+
 int cpu_forward(const cpu_model *m, cpu_runstate *s, cpu_kv *kv, cpu_pool *pool,
                 const cpu_batch_seq *seqs, int n_seqs, char *err)
 {
     const cpu_config *c = &m->config;
     const cpu_dims *d = &m->dims;
     const cpu_weights *w = &m->weights;
+    const cpu_panels *p = &m->panels;
     const int dim = c->dim, ffn = c->hidden_dim;
     int n_tokens = 0, n_samples = 0, max_pos = 0;
     for (int i = 0; i < n_seqs; i++) {
@@ -390,18 +452,26 @@ int cpu_forward(const cpu_model *m, cpu_runstate *s, cpu_kv *kv, cpu_pool *pool,
         const float *wo = w->wo + (size_t)l * dim * d->q_dim;
         const float *w13 = w->w13 + (size_t)l * 2 * ffn * dim;
         const float *w2 = w->w2 + (size_t)l * dim * ffn;
+        const float *pqkv = layer_panels(p->wqkv, l, d->qkv_dim, dim);
+        const float *po = layer_panels(p->wo, l, dim, d->q_dim);
+        const float *p13 = layer_panels(p->w13, l, 2 * ffn, dim);
+        const float *p2 = layer_panels(p->w2, l, dim, ffn);
         /* attention sublayer: x += wo . attention(rope(wqkv . rmsnorm(x))) */
         rows_run(pool, &rj, ROWS_NORM_ATT, l);
-        cpu_gemm(pool, s->qkv, d->qkv_dim, s->xb, dim, wqkv, n_tokens, d->qkv_dim, dim, false);
+        cpu_gemm_panels(pool, s->qkv, d->qkv_dim, s->xb, dim, wqkv, pqkv, n_tokens,
+                        d->qkv_dim, dim, false, s->xpack);
         rows_run(pool, &rj, ROWS_ROPE_KV, l);
         aj.layer = l;
         cpu_pool_run(pool, n_tasks, attn_task, &aj);
-        cpu_gemm(pool, s->x, dim, s->att, d->q_dim, wo, n_tokens, dim, d->q_dim, true);
+        cpu_gemm_panels(pool, s->x, dim, s->att, d->q_dim, wo, po, n_tokens, dim,
+                        d->q_dim, true, s->xpack);
         /* feed-forward sublayer: x += w2 . (silu(w1 . xb) * (w3 . xb)), xb = rmsnorm(x) */
         rows_run(pool, &rj, ROWS_NORM_FFN, l);
-        cpu_gemm(pool, s->hb, 2 * ffn, s->xb, dim, w13, n_tokens, 2 * ffn, dim, false);
+        cpu_gemm_panels(pool, s->hb, 2 * ffn, s->xb, dim, w13, p13, n_tokens,
+                        2 * ffn, dim, false, s->xpack);
         rows_run(pool, &rj, ROWS_SWIGLU, l);
-        cpu_gemm(pool, s->x, dim, s->hb, 2 * ffn, w2, n_tokens, dim, ffn, true);
+        cpu_gemm_panels(pool, s->x, dim, s->hb, 2 * ffn, w2, p2, n_tokens, dim, ffn,
+                        true, s->xpack);
     }
     /* LM head for the last row of each sampling sequence only. */
     int k = 0;
@@ -413,8 +483,8 @@ int cpu_forward(const cpu_model *m, cpu_runstate *s, cpu_kv *kv, cpu_pool *pool,
                          c->norm_eps);
         k++;
     }
-    cpu_gemm(pool, s->logits, c->vocab_size, s->xs, dim, w->wcls, n_samples, c->vocab_size, dim,
-             false);
+    cpu_gemm_panels(pool, s->logits, c->vocab_size, s->xs, dim, w->wcls, p->wcls, n_samples,
+                    c->vocab_size, dim, false, s->xpack);
     return 0;
 }
 

@@ -63,15 +63,26 @@ typedef struct cpu_runstate {
     int32_t *tile_pos;
     int tile_rows;    /* rows of an attention tile: tile_tokens x kv_mul */
     int tile_tokens;
+    float *xpack;     /* X rearranged for the products on panels (NULL: the model has none) */
 } cpu_runstate;
+
+/* The matrices in panels (cpu_gemm_panels), each layer's after the previous one's; all NULL
+ * where the engine runs plain C only (a CPU without AVX2, or STALLSCOPE_CPU_ISA=portable
+ * when the model was built). */
+typedef struct cpu_panels {
+    float *wqkv, *wo, *w13, *w2, *wcls;
+    double bytes;
+} cpu_panels;
 
 typedef struct cpu_model {
     cpu_config config;
     cpu_dims dims;
     cpu_weights weights;
+    cpu_panels panels;
 } cpu_model;
 
-/* Build the model (config + synthetic weights) / free it. */
+/* Build the model (config + synthetic weights, and their panels where the kernels read
+ * them) / free it. */
 int cpu_build_model(cpu_model *m, const cpu_config *c, char *err);
 void cpu_free_model(cpu_model *m);
 

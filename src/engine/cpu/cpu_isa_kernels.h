@@ -46,6 +46,15 @@ void cpu_gemm_small_avx512(float *y, int ldy, const float *x, int ldx, const flo
                            int n0, int n1, int k, bool accumulate);
 void cpu_gemm_small_avx2(float *y, int ldy, const float *x, int ldx, const float *w, int m,
                          int n0, int n1, int k, bool accumulate);
+/* W's rows per panel, X's rows per group (cpu_gemm_panels in cpu_kernels.h). */
+#define CPU_PANEL 16
+#define CPU_PANEL_ROWS 12
+/* The kernels on panels (cpu_kernels.h): Y's columns [n0, n1) (n0 a multiple of 16)
+ * from X rearranged in groups of 12 rows (xpack) and W in panels. */
+void cpu_gemm_panels_avx512(float *y, int ldy, const float *xpack, const float *panels, int m,
+                            int n0, int n1, int k, bool accumulate);
+void cpu_gemm_panels_avx2(float *y, int ldy, const float *xpack, const float *panels, int m,
+                          int n0, int n1, int k, bool accumulate);
 
 void cpu_swiglu_avx512(float *out, const float *gate, const float *up, int n);
 void cpu_swiglu_avx2(float *out, const float *gate, const float *up, int n);

@@ -322,3 +322,83 @@ void cpu_gemm(cpu_pool *pool, float *y, int ldy, const float *x, int ldx, const 
     }
     cpu_pool_run(pool, ceil_div(g.span, g.per_task), gemm_task, &g);
 }
+
+size_t cpu_panels_floats(int n, int k)
+{
+    return (size_t)ceil_div(n, CPU_PANEL) * CPU_PANEL * (size_t)k;
+}
+
+void cpu_pack_panels(float *panels, const float *w, int n, int k)
+{
+    for (int n0 = 0; n0 < n; n0 += CPU_PANEL) {
+        float *panel = panels + (size_t)n0 * k;
+        for (int p = 0; p < k; p++)
+            for (int j = 0; j < CPU_PANEL; j++)
+                panel[(size_t)p * CPU_PANEL + j] = n0 + j < n ? w[(size_t)(n0 + j) * k + p] : 0.0f;
+    }
+}
+
+size_t cpu_gemm_xpack_floats(int m, int k)
+{
+    return (size_t)m * (size_t)k;
+}
+
+typedef struct panels_job {
+    float *y, *xpack;
+    const float *x, *panels;
+    int ldy, ldx, m, n, k;
+    bool accumulate;
+    int per_task; /* groups of X to rearrange, or columns of Y to compute */
+} panels_job;
+
+/* X's groups of CPU_PANEL_ROWS rows, each [k][rows]. */
+static void xpack_task(void *arg, int task, int thread)
+{
+    (void)thread;
+    const panels_job *g = arg;
+    const int groups = ceil_div(g->m, CPU_PANEL_ROWS);
+    for (int gi = task * g->per_task; gi < groups && gi < (task + 1) * g->per_task; gi++) {
+        const int r0 = gi * CPU_PANEL_ROWS;
+        const int rows = g->m - r0 < CPU_PANEL_ROWS ? g->m - r0 : CPU_PANEL_ROWS;
+        float *out = g->xpack + (size_t)r0 * g->k;
+        for (int i = 0; i < rows; i++) {
+            const float *xr = g->x + (size_t)(r0 + i) * g->ldx;
+            for (int p = 0; p < g->k; p++)
+                out[(size_t)p * rows + i] = xr[p];
+        }
+    }
+}
+
+static void panels_task(void *arg, int task, int thread)
+{
+    (void)thread;
+    const panels_job *g = arg;
+    const int lo = task * g->per_task;
+    const int hi = lo + g->per_task < g->n ? lo + g->per_task : g->n;
+    if (lo >= hi)
+        return;
+    if (cpu_isa_active() == CPU_ISA_AVX512)
+        cpu_gemm_panels_avx512(g->y, g->ldy, g->xpack, g->panels, g->m, lo, hi, g->k, g->accumulate);
+    else
+        cpu_gemm_panels_avx2(g->y, g->ldy, g->xpack, g->panels, g->m, lo, hi, g->k, g->accumulate);
+}
+
+void cpu_gemm_panels(cpu_pool *pool, float *y, int ldy, const float *x, int ldx, const float *w,
+                     const float *panels, int m, int n, int k, bool accumulate, float *xpack)
+{
+    if (!panels || m < CPU_GEMM_PANEL_M || m >= CPU_GEMM_SMALL_M ||
+        cpu_isa_active() == CPU_ISA_PORTABLE) {
+        cpu_gemm(pool, y, ldy, x, ldx, w, m, n, k, accumulate);
+        return;
+    }
+    if (n <= 0)
+        return;
+    const int threads = cpu_pool_threads(pool);
+    panels_job g = {y, xpack, x, panels, ldy, ldx, m, n, k, accumulate, 0};
+    const int groups = ceil_div(m, CPU_PANEL_ROWS);
+    g.per_task = ceil_div(groups, threads);
+    cpu_pool_run(pool, ceil_div(groups, g.per_task), xpack_task, &g);
+    /* columns in multiples of two panels, about four tasks a thread */
+    g.per_task = ceil_div(ceil_div(n, threads * 4), 2 * CPU_PANEL) * 2 * CPU_PANEL;
+    cpu_pool_run(pool, ceil_div(n, g.per_task), panels_task, &g);
+}

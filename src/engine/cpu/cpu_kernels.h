@@ -50,6 +50,27 @@ void cpu_gemm_naive(float *y, int ldy, const float *x, int ldx, const float *w, 
  * writes Y directly; a prefill is OpenBLAS's, its packing paid back over thousands of rows. */
 #define CPU_GEMM_SMALL_M 512
 
+/* W in panels: W's rows (Y's columns) in groups of CPU_PANEL, each group its k columns one
+ * after the other, CPU_PANEL floats each ([ceil(n / 16)][k][16], the last group padded with
+ * zeros; CPU_PANEL and CPU_PANEL_ROWS are in cpu_isa_kernels.h). With AVX2 or AVX-512,
+ * products of CPU_GEMM_PANEL_M to CPU_GEMM_SMALL_M - 1 rows read W so: a step of k loads
+ * two vectors of W (32 columns on AVX-512, 16 on AVX2) and broadcasts one value of X for
+ * each of up to CPU_PANEL_ROWS rows (6 on AVX2), with no horizontal sums, where the small-batch kernel takes a dot product per output and sums
+ * it across the vector. Fewer rows than CPU_GEMM_PANEL_M are bound by reading W, which the
+ * small-batch kernel overlaps better. */
+#define CPU_GEMM_PANEL_M 16
+/* Floats of W (n, k) in panels. */
+size_t cpu_panels_floats(int n, int k);
+/* panels (cpu_panels_floats(n, k)) = W (n, k) row-major, in panels. */
+void cpu_pack_panels(float *panels, const float *w, int n, int k);
+/* Floats of the scratch cpu_gemm_panels takes for X (m, k): its rows in groups of
+ * CPU_PANEL_ROWS, each group's k columns one after the other. */
+size_t cpu_gemm_xpack_floats(int m, int k);
+/* cpu_gemm, reading W from its panels (or NULL) where a kernel on panels applies; xpack holds
+ * cpu_gemm_xpack_floats(m, k) floats for X rearranged. */
+void cpu_gemm_panels(cpu_pool *pool, float *y, int ldy, const float *x, int ldx, const float *w,
+                     const float *panels, int m, int n, int k, bool accumulate, float *xpack);
+
 /* ---- dispatch ------------------------------------------------------------------ */
 
 /* The instruction sets of the fast paths, narrowest first. The environment variable

@@ -6,6 +6,7 @@
 
 #include "common/err.h"
 #include "common/rng.h"
+#include "engine/cpu/cpu_kernels.h"
 
 /* Salt of the weight streams: tensor t of layer l draws from rng_hash3(seed, t, l ^ SALT). */
 #define CPU_WEIGHT_SALT 0x77656967687473ULL /* "weights" */
@@ -30,6 +31,21 @@ double cpu_weight_bytes(const cpu_config *c)
                              + 3 * dim * c->hidden_dim;  /* w13, w2 */
     const double params = 2 * (double)c->vocab_size * dim + dim + layers * per_layer;
     return params * sizeof(float);
+}
+
+/* Floats of an (n, k) matrix in panels of CPU_PANEL rows (cpu_panels_floats). */
+static double panel_floats(double n, double k)
+{
+    return ceil(n / CPU_PANEL) * CPU_PANEL * k;
+}
+
+double cpu_panel_bytes(const cpu_config *c)
+{
+    const cpu_dims d = cpu_config_dims(c);
+    const double dim = c->dim, ffn = c->hidden_dim;
+    const double per_layer = panel_floats(d.qkv_dim, dim) + panel_floats(dim, d.q_dim) +
+                             panel_floats(2 * ffn, dim) + panel_floats(dim, ffn);
+    return (c->n_layers * per_layer + panel_floats(c->vocab_size, dim)) * sizeof(float);
 }
 
 int cpu_config_from_arch(const cost_arch *arch, uint64_t seed, double max_weight_bytes,
@@ -58,11 +74,13 @@ int cpu_config_from_arch(const cost_arch *arch, uint64_t seed, double max_weight
     if (c.n_heads % c.n_kv_heads != 0)
         return err_set(err, "model %s: %d heads are not a multiple of %d KV heads", arch->name,
                        c.n_heads, c.n_kv_heads);
-    const double bytes = cpu_weight_bytes(&c);
+    const bool panels = cpu_isa_active() != CPU_ISA_PORTABLE;
+    const double bytes = cpu_weight_bytes(&c) + (panels ? cpu_panel_bytes(&c) : 0);
     if (max_weight_bytes > 0 && bytes > max_weight_bytes)
-        return err_set(err, "model %s needs %.1f GB of F32 weights, more than the cpu engine's "
+        return err_set(err, "model %s needs %.1f GB of F32 weights%s, more than the cpu engine's "
                             "limit of %.1f GB (try --model tiny, small or ref-256)",
-                       arch->name, bytes / 1e9, max_weight_bytes / 1e9);
+                       arch->name, bytes / 1e9, panels ? " (with their panels)" : "",
+                       max_weight_bytes / 1e9);
     *out = c;
     return 0;
 }

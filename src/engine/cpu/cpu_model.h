@@ -56,11 +56,15 @@ typedef struct cpu_dims {
 cpu_dims cpu_config_dims(const cpu_config *c);
 
 /* A config for a catalog architecture: validates the shape (GQA divides, head_dim even)
- * and the F32 weights against max_weight_bytes (0: no limit). 0 or -1 with err. */
+ * and the F32 weights, with their panels where AVX2 or AVX-512 kernels are active
+ * (cpu_panel_bytes), against max_weight_bytes (0: no limit). 0 or -1 with err. */
 int cpu_config_from_arch(const cost_arch *arch, uint64_t seed, double max_weight_bytes,
                          cpu_config *out, char *err);
 /* Bytes of F32 weights build_weights allocates. */
 double cpu_weight_bytes(const cpu_config *c);
+/* Bytes of the second copy of the products' weights in panels (cpu_gemm_panels in
+ * cpu_kernels.h) that cpu_build_model makes when AVX2 or AVX-512 kernels are active. */
+double cpu_panel_bytes(const cpu_config *c);
 
 /* Allocate and fill the weights deterministically from c->seed. 0 or -1 with err. */
 int cpu_build_weights(cpu_weights *w, const cpu_config *c, char *err);

@@ -1,6 +1,6 @@
 /* engine/cpu/cpu_kernels: every fast kernel of each instruction set against its plain
- * reference (GEMM, the small-batch GEMM, exp2, SwiGLU, RMSNorm, RoPE, the streaming read),
- * and the references themselves (RMSNorm, softmax, argmax, SwiGLU by hand), on shapes that
+ * reference (GEMM, the small-batch GEMM, the GEMM on panels, exp2, SwiGLU, RMSNorm, RoPE,
+ * the streaming read), and the references themselves (RMSNorm, softmax, argmax, SwiGLU by hand), on shapes that
  * hit the vector tails and block edges.
  *
  * Groups, one ctest test each (the line below; CMakeLists.txt reads it): the kernels of
@@ -27,9 +27,9 @@
 
 /* ---- GEMM ------------------------------------------------------------------------ */
 
-/* Y = X W^T (and Y += ...) through cpu_gemm with 1 and 2 threads, against the double-
- * precision triple loop, for row counts on both sides of CPU_GEMM_SMALL_M and sizes that
- * are not multiples of 16. */
+/* Y = X W^T (and Y += ...) through cpu_gemm and through cpu_gemm_panels with 1 and 2
+ * threads, against the double-precision triple loop, for row counts on both sides of
+ * CPU_GEMM_PANEL_M and CPU_GEMM_SMALL_M and sizes that are not multiples of 16. */
 static void check_gemm(int m, int n, int k, int threads, cpu_isa isa)
 {
     char err[ERR_LEN];
@@ -41,8 +41,11 @@ static void check_gemm(int m, int n, int k, int threads, cpu_isa isa)
     float *w = malloc(sizeof(float) * (size_t)n * k);
     float *y = malloc(sizeof(float) * (size_t)m * ldy);
     float *ref = malloc(sizeof(float) * (size_t)m * ldy);
+    float *panels = malloc(sizeof(float) * cpu_panels_floats(n, k));
+    float *xpack = malloc(sizeof(float) * cpu_gemm_xpack_floats(m, k));
     fill(x, (size_t)m * ldx, 1, 1.0f);
     fill(w, (size_t)n * k, 2, 0.1f);
+    cpu_pack_panels(panels, w, n, k);
     for (int acc = 0; acc < 2; acc++) {
         fill(y, (size_t)m * ldy, 3, 1.0f);
         memcpy(ref, y, sizeof(float) * (size_t)m * ldy);
@@ -50,11 +53,18 @@ static void check_gemm(int m, int n, int k, int threads, cpu_isa isa)
         cpu_gemm_naive(ref, ldy, x, ldx, w, m, n, k, acc);
         for (int i = 0; i < m; i++)
             assert_close(y + (size_t)i * ldy, ref + (size_t)i * ldy, (size_t)n, 1e-5);
+        /* the same through W in panels (the kernel on panels for 16 to 511 rows, else cpu_gemm) */
+        fill(y, (size_t)m * ldy, 3, 1.0f);
+        cpu_gemm_panels(pool, y, ldy, x, ldx, w, panels, m, n, k, acc, xpack);
+        for (int i = 0; i < m; i++)
+            assert_close(y + (size_t)i * ldy, ref + (size_t)i * ldy, (size_t)n, 1e-5);
     }
     free(x);
     free(w);
     free(y);
     free(ref);
+    free(panels);
+    free(xpack);
     cpu_pool_free(pool);
     cpu_isa_set(CPU_ISA_AVX512); /* the widest again */
 }
@@ -63,7 +73,7 @@ static void check_gemm_shapes(cpu_isa isa)
 {
     static const int shapes[][3] = {{1, 37, 64}, {2, 16, 17}, {3, 50, 96}, {5, 33, 40},
                                     {7, 64, 128}, {31, 20, 48}, {32, 40, 64}, {70, 33, 80},
-                                    {300, 29, 40}, {600, 24, 40}};
+                                    {40, 203, 33}, {300, 29, 40}, {600, 24, 40}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int threads = 1; threads <= 2; threads++)
             check_gemm(shapes[i][0], shapes[i][1], shapes[i][2], threads, isa);
@@ -114,6 +124,57 @@ static void test_gemm_small_subrange_avx512(void **state)
 {
     (void)state;
     check_gemm_small_subrange(cpu_gemm_small_avx512);
+}
+
+typedef void (*gemm_panels_fn)(float *y, int ldy, const float *xpack, const float *panels,
+                               int m, int n0, int n1, int k, bool accumulate);
+
+/* A kernel on panels alone over a sub-range of Y's columns (from the second pair of panels
+ * to within the fifth panel), every group size of X from 1 to 12 rows and one more group:
+ * columns outside stay untouched. */
+static void check_gemm_panels_subrange(gemm_panels_fn gemm_panels)
+{
+    const int n = 80, k = 37, ldy = n + 3;
+    for (int m = 1; m <= 2 * CPU_PANEL_ROWS + 1; m++) {
+        float x[25 * 37], w[80 * 37], y[25 * 83], ref[25 * 83];
+        float panels[80 * 37], xpack[25 * 37];
+        fill(x, sizeof x / sizeof x[0], 6, 1.0f);
+        fill(w, sizeof w / sizeof w[0], 7, 1.0f);
+        cpu_pack_panels(panels, w, n, k);
+        for (int acc = 0; acc < 2; acc++) {
+            for (int i = 0; i < m * ldy; i++)
+                y[i] = ref[i] = -7.0f;
+            /* X in groups of CPU_PANEL_ROWS rows, each group's columns one after the other */
+            for (int r0 = 0; r0 < m; r0 += CPU_PANEL_ROWS) {
+                const int rows = m - r0 < CPU_PANEL_ROWS ? m - r0 : CPU_PANEL_ROWS;
+                for (int i = 0; i < rows; i++)
+                    for (int p = 0; p < k; p++)
+                        xpack[r0 * k + p * rows + i] = x[(r0 + i) * k + p];
+            }
+            gemm_panels(y, ldy, xpack, panels, m, 32, 71, k, acc);
+            cpu_gemm_naive(ref, ldy, x, k, w, m, n, k, acc);
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < n; j++) {
+                    if (j >= 32 && j < 71)
+                        assert_true(fabsf(y[i * ldy + j] - ref[i * ldy + j]) <=
+                                    1e-4f * (1 + fabsf(ref[i * ldy + j])));
+                    else
+                        assert_true(y[i * ldy + j] == -7.0f);
+                }
+        }
+    }
+}
+
+static void test_gemm_panels_subrange_avx512(void **state)
+{
+    (void)state;
+    check_gemm_panels_subrange(cpu_gemm_panels_avx512);
+}
+
+static void test_gemm_panels_subrange_avx2(void **state)
+{
+    (void)state;
+    check_gemm_panels_subrange(cpu_gemm_panels_avx2);
 }
 
 static void test_gemm_small_subrange_avx2(void **state)
@@ -264,12 +325,14 @@ int main(int argc, char **argv)
     const struct CMUnitTest avx2[] = {
         cmocka_unit_test(test_gemm_avx2_matches_naive),
         cmocka_unit_test(test_gemm_small_subrange_avx2),
+        cmocka_unit_test(test_gemm_panels_subrange_avx2),
         cmocka_unit_test(test_exp2_accuracy_avx2),
         cmocka_unit_test(test_elementwise_avx2),
     };
     const struct CMUnitTest avx512[] = {
         cmocka_unit_test(test_gemm_avx512_matches_naive),
         cmocka_unit_test(test_gemm_small_subrange_avx512),
+        cmocka_unit_test(test_gemm_panels_subrange_avx512),
         cmocka_unit_test(test_exp2_accuracy_avx512),
         cmocka_unit_test(test_elementwise_avx512),
     };
