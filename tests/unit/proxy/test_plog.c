@@ -72,7 +72,8 @@ static bool exists(const char *dir, const char *name)
 {
     char path[1024];
     struct stat st;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+        return false;
     return stat(path, &st) == 0;
 }
 
