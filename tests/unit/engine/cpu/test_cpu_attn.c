@@ -150,7 +150,9 @@ static void check_attention(attn_kernel kernel, int n_kv_heads, int head_dim, in
 /* one token, kv_mul heads, contexts around block and chunk edges */
 static void check_attention_decode_rows(attn_kernel kernel)
 {
-    static const int keys[] = {1, 15, 16, 17, 127, 128, 129, 300};
+    enum { CHUNK = CPU_ATTN_CHUNK_BLOCKS * 16 }; /* keys of a chunk */
+    static const int keys[] = {1, 15, 16, 17, 127, 128, 129, 300, CHUNK - 1, CHUNK, CHUNK + 1,
+                               2 * CHUNK + 70};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         check_attention(kernel, 2, 32, keys[i], 1, 4, 1.0f);
         check_attention(kernel, 1, 16, keys[i], 1, 3, 1.0f);
@@ -173,6 +175,9 @@ static void check_attention_prefill_tiles(attn_kernel kernel)
     check_attention(kernel, 1, 128, 40, 9, 2, 1.0f);
     check_attention(kernel, 1, 32, 50, 3, 2, 1.0f);
     check_attention(kernel, 1, 32, 47, 5, 1, 1.0f);
+    /* a tile across the edge of a chunk of keys, and one past two chunks */
+    check_attention(kernel, 1, 32, CPU_ATTN_CHUNK_BLOCKS * 16 + 20, 37, 4, 1.0f);
+    check_attention(kernel, 1, 16, 2 * CPU_ATTN_CHUNK_BLOCKS * 16 + 3, 11, 2, 1.0f);
 }
 
 /* Peaked scores (large q) make the running max jump mid-sequence: the lazy rescale must
