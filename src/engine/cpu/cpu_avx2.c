@@ -200,7 +200,8 @@ TGT void cpu_gemm_panels_avx2(float *y, int ldy, const float *xpack, const float
                               int n0, int n1, int k, bool accumulate)
 {
     const int groups = (m + CPU_PANEL_ROWS - 1) / CPU_PANEL_ROWS;
-    const int halves = groups * 2 * 2; /* tiles per two panels, at most */
+    /* tiles per two panels: two halves of each full group, one or two of the last */
+    const int tiles = 2 * ((m / CPU_PANEL_ROWS) * 2 + (m % CPU_PANEL_ROWS + 5) / 6);
     for (int n = n0; n < n1; n += 2 * CPU_PANEL) {
         const float *wp = panels + (size_t)(n / CPU_PANEL) * k * CPU_PANEL;
         const int cols = n1 - n < 2 * CPU_PANEL ? n1 - n : 2 * CPU_PANEL;
@@ -208,7 +209,7 @@ TGT void cpu_gemm_panels_avx2(float *y, int ldy, const float *xpack, const float
         const char *next = (const char *)(wp + (size_t)2 * k * CPU_PANEL);
         const int next_lines = next_cols <= 0 ? 0
                                : (next_cols > CPU_PANEL ? 2 : 1) * k * CPU_PANEL * (int)sizeof(float) / 64;
-        const int per_tile = (next_lines + halves - 1) / halves;
+        const int per_tile = (next_lines + tiles - 1) / tiles;
         int line = 0;
         for (int g = 0; g < groups; g++) {
             const int r0 = g * CPU_PANEL_ROWS;
