@@ -317,9 +317,9 @@ static void run(const char *model_name, int threads, bool quick)
     b.block_bandwidth = cal.block_bandwidth;
 
     char panels[96] = "";
-    if (b.model.panels.bytes > 0)
+    if (b.model.panels.wcls)
         snprintf(panels, sizeof panels, " (and %.1f MB of them in panels, for products of %d-%d rows)",
-                 b.model.panels.bytes / 1e6, CPU_GEMM_PANEL_M, CPU_GEMM_SMALL_M - 1);
+                 cpu_panel_bytes(&config) / 1e6, CPU_GEMM_PANEL_M, CPU_GEMM_SMALL_M - 1);
     printf("model %s: %d layers, hidden %d, %d/%d heads x %d, FFN %d, vocab %d; %.1f MB of F32 "
            "weights%s, F16 KV cache\n",
            arch.name, arch.n_layers, arch.hidden, arch.n_heads, arch.n_kv_heads, arch.head_dim,

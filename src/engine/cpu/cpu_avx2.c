@@ -203,26 +203,18 @@ TGT void cpu_gemm_panels_avx2(float *y, int ldy, const float *xpack, const float
     /* tiles per two panels: two halves of each full group, one or two of the last */
     const int tiles = 2 * ((m / CPU_PANEL_ROWS) * 2 + (m % CPU_PANEL_ROWS + 5) / 6);
     for (int n = n0; n < n1; n += 2 * CPU_PANEL) {
-        const float *wp = panels + (size_t)(n / CPU_PANEL) * k * CPU_PANEL;
-        const int cols = n1 - n < 2 * CPU_PANEL ? n1 - n : 2 * CPU_PANEL;
-        const int next_cols = n1 - n - 2 * CPU_PANEL; /* <= 0: none */
-        const char *next = (const char *)(wp + (size_t)2 * k * CPU_PANEL);
-        const int next_lines = next_cols <= 0 ? 0
-                               : (next_cols > CPU_PANEL ? 2 : 1) * k * CPU_PANEL * (int)sizeof(float) / 64;
-        const int per_tile = (next_lines + tiles - 1) / tiles;
-        int line = 0;
+        cpu_panel_pair pair = cpu_panel_pair_at(panels, n, n1, k);
         for (int g = 0; g < groups; g++) {
             const int r0 = g * CPU_PANEL_ROWS;
             const int G = m - r0 < CPU_PANEL_ROWS ? m - r0 : CPU_PANEL_ROWS;
             const float *xg = xpack + (size_t)r0 * k;
-            for (int j = 0; j < 2 && j * CPU_PANEL < cols; j++)
+            for (int j = 0; j < 2 && j * CPU_PANEL < pair.cols; j++)
                 for (int i0 = 0; i0 < G; i0 += 6) {
-                    const int npf = next_lines - line < per_tile ? next_lines - line : per_tile;
-                    const char *pf = next + (size_t)line * 64;
-                    line += npf;
+                    const char *pf;
+                    const int npf = cpu_panel_prefetch_share(&pair, tiles, &pf);
                     panel_tile_rows(y + (size_t)r0 * ldy + n + j * CPU_PANEL, ldy, xg, G, i0,
-                                    wp + (size_t)j * k * CPU_PANEL, k, G - i0 < 6 ? G - i0 : 6,
-                                    cols - j * CPU_PANEL, accumulate, pf, npf);
+                                    pair.w + (size_t)j * k * CPU_PANEL, k, G - i0 < 6 ? G - i0 : 6,
+                                    pair.cols - j * CPU_PANEL, accumulate, pf, npf);
                 }
         }
     }

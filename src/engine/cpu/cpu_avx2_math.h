@@ -6,6 +6,8 @@
 #define STALLSCOPE_CPU_AVX2_MATH_H
 #include <immintrin.h>
 
+#include "engine/cpu/cpu_isa_kernels.h"
+
 #define CPU_AVX2_TGT __attribute__((target("avx2,fma,f16c")))
 #define CPU_AVX2_INLINE static inline __attribute__((always_inline)) CPU_AVX2_TGT
 
@@ -18,12 +20,12 @@ CPU_AVX2_INLINE __m256 cpu_avx2_exp2_le127(__m256 x)
     const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_NGE_UQ);
     const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m256 f = _mm256_sub_ps(x, n);
-    __m256 p = _mm256_set1_ps(1.3276440012232019e-03f);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.675541083281353e-03f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5507133724826394e-02f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022119730090544e-01f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931469670040767e-01f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0000000716527573f));
+    __m256 p = _mm256_set1_ps(CPU_EXP2_P5);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(CPU_EXP2_P4));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(CPU_EXP2_P3));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(CPU_EXP2_P2));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(CPU_EXP2_P1));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(CPU_EXP2_P0));
     const __m256i bits =
         _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));

@@ -230,25 +230,18 @@ TGT void cpu_gemm_panels_avx512(float *y, int ldy, const float *xpack, const flo
 {
     const int groups = (m + CPU_PANEL_ROWS - 1) / CPU_PANEL_ROWS;
     for (int n = n0; n < n1; n += 2 * CPU_PANEL) {
-        const float *wp = panels + (size_t)(n / CPU_PANEL) * k * CPU_PANEL;
-        const int cols = n1 - n < 2 * CPU_PANEL ? n1 - n : 2 * CPU_PANEL;
-        const int next_cols = n1 - n - 2 * CPU_PANEL; /* <= 0: none */
-        const char *next = (const char *)(wp + (size_t)2 * k * CPU_PANEL);
-        const int next_lines = next_cols <= 0 ? 0
-                               : (next_cols > CPU_PANEL ? 2 : 1) * k * CPU_PANEL * (int)sizeof(float) / 64;
-        const int per_group = (next_lines + groups - 1) / groups;
-        int line = 0;
+        cpu_panel_pair pair = cpu_panel_pair_at(panels, n, n1, k);
         for (int g = 0; g < groups; g++) {
             const int r0 = g * CPU_PANEL_ROWS;
             const int rows = m - r0 < CPU_PANEL_ROWS ? m - r0 : CPU_PANEL_ROWS;
             const float *xg = xpack + (size_t)r0 * k;
-            const int npf = next_lines - line < per_group ? next_lines - line : per_group;
-            const char *pf = next + (size_t)line * 64;
-            line += npf;
-            if (cols > CPU_PANEL)
-                panel_tile_np2(y + (size_t)r0 * ldy + n, ldy, xg, wp, k, rows, cols, accumulate, pf, npf);
+            const char *pf;
+            const int npf = cpu_panel_prefetch_share(&pair, groups, &pf);
+            float *yg = y + (size_t)r0 * ldy + n;
+            if (pair.cols > CPU_PANEL)
+                panel_tile_np2(yg, ldy, xg, pair.w, k, rows, pair.cols, accumulate, pf, npf);
             else
-                panel_tile_np1(y + (size_t)r0 * ldy + n, ldy, xg, wp, k, rows, cols, accumulate, pf, npf);
+                panel_tile_np1(yg, ldy, xg, pair.w, k, rows, pair.cols, accumulate, pf, npf);
         }
     }
 }
@@ -281,12 +274,12 @@ INLINE __m512 exp2_ps(__m512 x)
     x = _mm512_max_ps(x, _mm512_set1_ps(-127.0f));
     const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 f = _mm512_sub_ps(x, n);
-    __m512 p = _mm512_set1_ps(1.3276440012232019e-03f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.675541083281353e-03f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5507133724826394e-02f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022119730090544e-01f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931469670040767e-01f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000000716527573f));
+    __m512 p = _mm512_set1_ps(CPU_EXP2_P5);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(CPU_EXP2_P4));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(CPU_EXP2_P3));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(CPU_EXP2_P2));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(CPU_EXP2_P1));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(CPU_EXP2_P0));
     return _mm512_scalef_ps(p, n);
 }
 

@@ -71,7 +71,6 @@ int cpu_build_model(cpu_model *m, const cpu_config *c, char *err)
         return err_set(err, "out of memory for %.1f MB of weights in panels",
                        cpu_panel_bytes(c) / 1e6);
     }
-    p->bytes = cpu_panel_bytes(c);
     return 0;
 }
 

@@ -70,8 +70,7 @@ typedef struct cpu_runstate {
  * where the engine runs plain C only (a CPU without AVX2, or STALLSCOPE_CPU_ISA=portable
  * when the model was built). */
 typedef struct cpu_panels {
-    float *wqkv, *wo, *w13, *w2, *wcls;
-    double bytes;
+    float *wqkv, *wo, *w13, *w2, *wcls; /* cpu_panel_bytes in all */
 } cpu_panels;
 
 typedef struct cpu_model {

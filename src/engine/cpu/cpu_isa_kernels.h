@@ -27,6 +27,15 @@ static inline void cpu_rotate_pair(float *v, float c, float s)
     v[1] = v0 * s + v1 * c;
 }
 
+/* exp2's degree-5 polynomial for 2^f on [-1/2, 1/2], fitted for relative error (7.5e-8
+ * before rounding), highest power first: both instruction sets' exp2 evaluate it. */
+#define CPU_EXP2_P5 1.3276440012232019e-03f
+#define CPU_EXP2_P4 9.675541083281353e-03f
+#define CPU_EXP2_P3 5.5507133724826394e-02f
+#define CPU_EXP2_P2 2.4022119730090544e-01f
+#define CPU_EXP2_P1 6.931469670040767e-01f
+#define CPU_EXP2_P0 1.0000000716527573f
+
 /* The small-batch kernels' tile (out[i * RN + j], RM x RN) into Y, its rows and columns past
  * rows_x and rows_w left out. */
 static inline void cpu_gemm_store_tile(float *y, int ldy, const float *out, int rows_x,
@@ -49,6 +58,40 @@ void cpu_gemm_small_avx2(float *y, int ldy, const float *x, int ldx, const float
 /* W's rows per panel, X's rows per group (cpu_gemm_panels in cpu_kernels.h). */
 #define CPU_PANEL 16
 #define CPU_PANEL_ROWS 12
+
+/* The two panels the kernels on panels take at a time, from Y's column n of [n0, n1): the
+ * first panel, the columns of the two to store, and the next two panels' cache lines, which
+ * the tiles over these two prefetch into L2, a share each (cpu_panel_prefetch_share). */
+typedef struct cpu_panel_pair {
+    const float *w;   /* the first panel; the second follows it, k x CPU_PANEL floats on */
+    int cols;         /* columns to store, up to 2 x CPU_PANEL */
+    const char *next; /* the next two panels' first line */
+    int next_lines;   /* their lines (0: these are the last) */
+    int line;         /* lines handed out so far */
+} cpu_panel_pair;
+
+static inline cpu_panel_pair cpu_panel_pair_at(const float *panels, int n, int n1, int k)
+{
+    cpu_panel_pair p;
+    p.w = panels + (size_t)(n / CPU_PANEL) * k * CPU_PANEL;
+    p.cols = n1 - n < 2 * CPU_PANEL ? n1 - n : 2 * CPU_PANEL;
+    const int next_cols = n1 - n - 2 * CPU_PANEL;
+    p.next = (const char *)(p.w + (size_t)2 * k * CPU_PANEL);
+    p.next_lines = next_cols <= 0 ? 0
+                   : (next_cols > CPU_PANEL ? 2 : 1) * k * CPU_PANEL * (int)sizeof(float) / 64;
+    p.line = 0;
+    return p;
+}
+
+/* The next lines for one of `tiles` tiles over the pair to prefetch: *from and the count. */
+static inline int cpu_panel_prefetch_share(cpu_panel_pair *p, int tiles, const char **from)
+{
+    const int share = (p->next_lines + tiles - 1) / tiles;
+    const int n = p->next_lines - p->line < share ? p->next_lines - p->line : share;
+    *from = p->next + (size_t)p->line * 64;
+    p->line += n;
+    return n;
+}
 /* The kernels on panels (cpu_kernels.h): Y's columns [n0, n1) (n0 a multiple of 16)
  * from X rearranged in groups of 12 rows (xpack) and W in panels. */
 void cpu_gemm_panels_avx512(float *y, int ldy, const float *xpack, const float *panels, int m,
