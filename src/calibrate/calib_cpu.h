@@ -16,7 +16,7 @@
  *   mem_bytes    memory granted to weights + KV cache
  *   bytes_per_param = 4 (F32 weights), kv_bytes_per_elem = 2 (F16 KV cache); threads (as
  *                serve will run)
- * The probes run as a warm-started server runs (arena and buffers touched first), in three
+ * The probes run as a warmed-up server runs (their arena and buffers touched first), in three
  * interleaved passes (a slow spell of the machine lands on every probe a little), and keep
  * the median of their repeats, the typical step rather than the luckiest.
  *

@@ -5,8 +5,9 @@
  * (the load generator starts `serve --port 0` and waits for it), then serves until SIGINT
  * or SIGTERM, and exits 0 after ending the streams in flight. `--config FILE` runs exactly
  * the engine and scheduler a run's config.json records (how `run` starts it). The cpu engine
- * warms up first (exec.warm: KV arena and buffers touched, one budget-sized step) and logs
- * how long that took on stderr; only then does it bind, print the line and answer /health. */
+ * warms up first (exec.warm: KV arena allocated, buffers touched, one budget-sized step)
+ * and logs how long that took on stderr; only then does it bind, print the line and answer
+ * /health. */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -63,8 +64,7 @@ static const opts_spec server_specs[] = {
               "llama.cpp's --no-slots): a server whose retained cells no client can drop",
               F, server.no_slots),
     OPTS_FLAG("no-warm-start",
-              "answer at once: skip touching the KV arena and the warm-up step before "
-              "listening (cpu engine)",
+              "answer at once: skip the warm-up step before listening (cpu engine)",
               F, no_warm_start),
     OPTS_STRING("config", "FILE",
                 "run the engine and scheduler a config.json records (replaces their flags)", F,
@@ -128,9 +128,8 @@ int cli_serve(int argc, char **argv)
                        "continuous-batching engine.\nPrints 'listening on http://HOST:PORT' "
                        "when ready; SIGINT/SIGTERM end the streams in flight and exit 0.\n"
                        "The default engine is the cpu engine (model 'small'): before it "
-                       "listens it warms up\n(touches its KV arena, runs one budget-sized "
-                       "step), which takes seconds to a minute\ndepending on the CPU "
-                       "(--no-warm-start skips it; --kv-blocks makes it shorter).\n"
+                       "listens it warms up\n(allocates its KV arena, runs one budget-sized "
+                       "step), which takes seconds\n(--no-warm-start skips it).\n"
                        "--engine emulate emulates a GPU of the catalog instead, ready at once.",
                        groups, OPTS_COUNT(groups)))
         return CLI_EXIT_OK;
@@ -161,12 +160,12 @@ int cli_serve(int argc, char **argv)
         fprintf(stderr, "stallscope serve: %s\n", err);
         return CLI_EXIT_FAIL;
     }
-    /* Warm start (cpu engine): the KV arena and the largest step's buffers are touched and
-     * one budget-sized step runs before the port is bound, so /health cannot say ready
+    /* Warm start (cpu engine): the KV arena allocated, the largest step's buffers touched
+     * and one budget-sized step run before the port is bound, so /health cannot say ready
      * (nor a request arrive) before it is done. */
     if (executor->warm && !f.no_warm_start) {
         exec_warm_info warm;
-        fprintf(stderr, "stallscope serve: warm start: touching the KV arena, one step of up "
+        fprintf(stderr, "stallscope serve: warm start: allocating the KV arena, one step of up "
                         "to %d tokens ...\n",
                 cfg.sched.max_num_batched_tokens);
         if (executor->warm(executor, &cfg.sched, &warm, err) != 0) {
@@ -175,10 +174,12 @@ int cli_serve(int argc, char **argv)
             return CLI_EXIT_FAIL;
         }
         fprintf(stderr,
-                "stallscope serve: warm start done in %.0f ms: KV arena %.0f MB touched, "
-                "buffers %.0f MB, warm-up step of %d tokens over %d sequences %.0f ms\n",
-                warm.ns / 1e6, warm.kv_bytes / 1e6, warm.scratch_bytes / 1e6, warm.step_tokens,
-                warm.step_seqs, warm.forward_ns / 1e6);
+                "stallscope serve: warm start done in %.0f ms: KV arena %.0f MB (%.0f MB "
+                "resident, the rest as blocks are first used), buffers %.0f MB, warm-up step "
+                "of %d tokens over %d sequences %.0f ms\n",
+                warm.ns / 1e6, warm.kv_bytes / 1e6, warm.kv_resident_bytes / 1e6,
+                warm.scratch_bytes / 1e6, warm.step_tokens, warm.step_seqs,
+                warm.forward_ns / 1e6);
     }
     /* A client that vanishes mid-write must be an error return, not a fatal signal. */
     signal(SIGPIPE, SIG_IGN);

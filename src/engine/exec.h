@@ -27,11 +27,12 @@ typedef struct exec_seq {
     int n_prompt_ids;
 } exec_seq;
 
-/* What a warm start did (exec.warm): the bytes it touched and how long it took. */
+/* What a warm start did (exec.warm): the bytes it allocated and touched, how long it took. */
 typedef struct exec_warm_info {
     int64_t ns;             /* the whole warm start, wall clock */
     int64_t forward_ns;     /* of which the warm-up step */
-    double kv_bytes;        /* KV arena allocated and touched */
+    double kv_bytes;        /* KV arena allocated */
+    double kv_resident_bytes; /* of which the warm-up step's blocks, resident */
     double scratch_bytes;   /* activation buffers sized for the largest step */
     int step_tokens;        /* tokens of the warm-up step (the budget, or what the KV holds) */
     int step_seqs;          /* sequences in it (max_num_seqs, at most one per token) */
@@ -68,9 +69,11 @@ struct exec {
      * holds for it (its KV pages). NULL when the executor keeps nothing per request. */
     void (*release)(exec *x, int64_t request_id);
     /* Before serving (vLLM sizes its KV cache and runs a profiling forward pass before it
-     * answers): allocate and touch everything a run under this scheduler will use, and run
-     * one step as large as its budget, so the first real long prompt does not pay for page
-     * faults and first-use allocations. The executor is as new afterwards (no request,
+     * answers): allocate everything a run under this scheduler will use, and run one step as
+     * large as its budget, so the first real long prompt does not pay for first-use
+     * allocations and the step's own page faults. The KV arena is allocated whole but only
+     * the warm-up step's blocks are written: the rest become resident as traffic first
+     * needs them (cpu_kv.h says why). The executor is as new afterwards (no request,
      * every KV block free). NULL when there is nothing to warm (emulate). 0, or -1 with
      * err. */
     int (*warm)(exec *x, const sched_config *sched, exec_warm_info *info, char *err);

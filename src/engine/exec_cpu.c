@@ -464,7 +464,7 @@ static int cpu_warm(exec *x, const sched_config *sched, exec_warm_info *info, ch
     /* Each sequence rounds up to whole blocks: fewer sequences when that overflows. */
     while (seqs > 1 && (int64_t)budget / CPU_KV_BLOCK + seqs > st->kv.n_blocks)
         seqs /= 2;
-    info->kv_bytes = cpu_kv_touch(&st->kv);
+    info->kv_bytes = cpu_kv_bytes(&st->model.config, st->kv.n_blocks);
     const int max_positions = sched->max_model_len > 0 ? sched->max_model_len
                                                        : st->model.config.max_seq_len;
     while (st->cap_slots < 2 * (seqs + 1))
@@ -478,6 +478,7 @@ static int cpu_warm(exec *x, const sched_config *sched, exec_warm_info *info, ch
     if (warm_forward(st, budget, seqs, err) != 0)
         return -1;
     info->forward_ns = clock_now_ns() - f0;
+    info->kv_resident_bytes = cpu_kv_bytes(&st->model.config, st->kv.n_touched);
     info->scratch_bytes = cpu_runstate_bytes(&st->run, &st->model);
     info->step_tokens = budget;
     info->step_seqs = seqs;

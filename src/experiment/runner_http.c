@@ -31,7 +31,7 @@
 #include "experiment/runner.h"
 #include "experiment/shard.h"
 
-/* The cpu engine's warm start (KV arena touched, one budget-sized step) comes before the
+/* The cpu engine's warm start (buffers touched, one budget-sized step) comes before the
  * ready line: seconds on a quiet machine, several times that on a loaded one or in the
  * sanitizer build. */
 #define SERVER_START_TIMEOUT_NS (180 * CLOCK_NS_PER_S)

@@ -390,8 +390,8 @@ int cpu_calib_steps(cpu_pool *pool, const cost_arch *arch, const int *batches, i
         err_set(err, "out of memory for the step probes");
         goto done;
     }
-    /* As a warm-started server: the whole arena and the largest step's buffers touched
-     * before the first probe, so no probe pays for first-use page faults. */
+    /* As a warmed-up server: the probes' arena and the largest step's buffers touched before
+     * the first probe, so no probe pays for first-use page faults. */
     if (cpu_build_model(&m, &c, err) != 0 ||
         cpu_build_runstate(&rs, &m, cpu_pool_threads(pool), err) != 0 ||
         cpu_kv_init(&kv, &c, decode_blocks > prompt_blocks ? decode_blocks : prompt_blocks,

@@ -58,8 +58,8 @@ int cpu_calib_run(cpu_pool *pool, double min_seconds, cpu_calib *out, char *err)
  * min_seconds (at least 6); then a one-shot prefill of each prompt length, the median of 3.
  * The probes run in 3 passes, each pass every probe with a third of its steps, so a slow
  * spell of a shared machine touches every probe a little rather than a few wholly. The KV
- * arena and the buffers are touched first (a warm-started server). out gets n_batches x
- * n_contexts + n_prompts probes in that order. 0, or -1 with err. */
+ * arena (sized to the probes) and the buffers are touched first (a warmed-up server). out
+ * gets n_batches x n_contexts + n_prompts probes in that order. 0, or -1 with err. */
 int cpu_calib_steps(cpu_pool *pool, const cost_arch *arch, const int *batches, int n_batches,
                     const int *contexts, int n_contexts, const int *prompts, int n_prompts,
                     double temperature, double min_seconds, fit_probe *out, char *err);

@@ -58,6 +58,7 @@ double cpu_kv_touch(cpu_kv *kv)
         memset(kv->k[l], 0, layer_bytes);
         memset(kv->v[l], 0, layer_bytes);
     }
+    kv->n_touched = kv->n_blocks;
     return 2.0 * kv->n_layers * (double)layer_bytes;
 }
 
@@ -92,19 +93,22 @@ static int grow_table(cpu_kv_seq *s, int needed, char *err)
     return 0;
 }
 
-/* A free block off the stack: `want` if it is free (taken from its place, the top moved
- * there), else the top. */
+/* A free block off the stack: `want` if it is free and has been used before (taken from its
+ * place, the top moved there), else the top. The top is a used block whenever one is free
+ * (never-used ones lie below every freed one), else the lowest never-used id. */
 static int32_t take_block(cpu_kv *kv, int32_t want)
 {
     const int32_t top = kv->free_blocks[kv->n_free - 1];
     int32_t block = top;
-    if (want >= 0 && want < kv->n_blocks && kv->free_at[want] >= 0) {
+    if (want >= 0 && want < kv->n_touched && kv->free_at[want] >= 0) {
         block = want;
         kv->free_blocks[kv->free_at[want]] = top;
         kv->free_at[top] = kv->free_at[want];
     }
     kv->n_free--;
     kv->free_at[block] = -1;
+    if (block >= kv->n_touched)
+        kv->n_touched = block + 1;
     return block;
 }
 
@@ -161,6 +165,7 @@ void cpu_kv_shuffle_free(cpu_kv *kv, uint64_t seed)
 {
     uint64_t state = seed;
     rng_shuffle_i32(&state, kv->free_blocks, kv->n_free);
+    kv->n_touched = kv->n_blocks; /* never-used blocks no longer lie in id order */
     for (int64_t i = 0; i < kv->n_free; i++)
         kv->free_at[kv->free_blocks[i]] = (int32_t)i;
 }

@@ -11,14 +11,21 @@
  * Head-major, so one head's blocks are 2 head_dim x 16 halves apart and an attention tile
  * (one head) streams compact pages rather than every other head's data in between.
  * Token at position p of a sequence lives in block table[p / 16], slot p % 16.
- * The pool is allocated once (its pages are touched when first used, or all at once by
- * cpu_kv_touch at a warm start); free blocks are a stack, so recently freed (cache-warm)
- * blocks are reused first, except that a sequence that grows takes the block right after
- * its last one when that block is free: a prompt's blocks then follow each other, and a
- * decode step reads them as one stream, which the hardware prefetcher follows, rather than
- * as 1 KB pieces from anywhere, which it does not (a core reads those at a fraction of the
- * streaming rate: bench_cpu's scattered-block bandwidth). Sequences that grow together
- * still interleave their blocks.
+ * The pool is allocated once and its pages become resident as blocks are first used
+ * (cpu_kv_touch writes them all at once, for a benchmark or a probe that must not pay
+ * first-use page faults). Free blocks are a stack, so recently freed (cache-warm) blocks are
+ * reused first, except that a sequence that grows takes the block right after its last one
+ * when that block is free and has been used before: a prompt's blocks then follow each
+ * other, and a decode step reads them as one stream, which the hardware prefetcher follows,
+ * rather than as 1 KB pieces from anywhere, which it does not (a core reads those at a
+ * fraction of the streaming rate: bench_cpu's scattered-block bandwidth). Sequences that
+ * grow together still interleave their blocks.
+ * A never-used block is handed out only when no used one is free, lowest id first, so the
+ * blocks ever used are [0, n_touched) and n_touched is the most blocks ever in use at once:
+ * the resident part of a large arena is what the traffic needed, not all of it. (Memory
+ * written once and then left alone is what a host's proactive reclaim scans, and a
+ * process's pages that it cannot reclaim cost it time each pass: a 3.5 GB arena written at
+ * start made such a host stall the whole process every half second.)
  * A table may name blocks it does not own (a prefix cache's shared blocks, exec_cpu.c):
  * cpu_kv_append adds one, cpu_kv_release_from gives back only the table's own ones. */
 #ifndef STALLSCOPE_CPU_KV_H
@@ -45,6 +52,8 @@ typedef struct cpu_kv {
     int32_t *free_blocks; /* stack of free block ids */
     int64_t n_free;
     int32_t *free_at;     /* (n_blocks,) each block's place in free_blocks; -1: in use */
+    int64_t n_touched;    /* blocks [0, n_touched) have been used (resident); the others
+                           * are free, at the bottom of the stack in id order */
 } cpu_kv;
 
 typedef struct cpu_kv_seq {
@@ -56,9 +65,10 @@ typedef struct cpu_kv_seq {
 int cpu_kv_init(cpu_kv *kv, const cpu_config *c, int64_t n_blocks, char *err);
 void cpu_kv_free(cpu_kv *kv);
 /* Write every byte of the pool (zeros), so no page of it is first touched inside a step;
- * the bytes touched. Call it before any block holds KV. */
+ * the bytes touched. Every block then counts as used. Call it before any block holds KV. */
 double cpu_kv_touch(cpu_kv *kv);
-/* Bytes the pool occupies when every block is in use. */
+/* Bytes the pool occupies when every block is in use (of n_blocks = kv->n_touched: the
+ * bytes resident so far). */
 double cpu_kv_bytes(const cpu_config *c, int64_t n_blocks);
 
 /* Grow s's table to cover n_tokens positions. 0, or -1 with err (pool exhausted, memory). */
@@ -74,7 +84,7 @@ int cpu_kv_append(cpu_kv_seq *s, int32_t block, char *err);
 /* Return one block that no table names any more to the pool. */
 void cpu_kv_give_back(cpu_kv *kv, int32_t block);
 /* Put the free blocks in an order drawn from seed, as a server that has run a while leaves
- * them (a benchmark's scattered arena). */
+ * them (a benchmark's scattered arena). Every block then counts as used (n_touched). */
 void cpu_kv_shuffle_free(cpu_kv *kv, uint64_t seed);
 /* Free the table's memory (after release). */
 void cpu_kv_seq_free(cpu_kv_seq *s);

@@ -587,9 +587,9 @@ static void test_text_prompt_and_modeled_ns(void **state)
     x->destroy(x);
 }
 
-/* The warm start: the whole KV arena touched, the buffers of a budget-sized step written, one
- * step of that size run; afterwards every block is free and answers are the same as from a
- * cold executor. Refused once a request is held. */
+/* The warm start: the KV arena allocated (only the warm-up step's blocks resident), the
+ * buffers of a budget-sized step written, one step of that size run; afterwards every block
+ * is free and answers are the same as from a cold executor. Refused once a request is held. */
 static void test_warm_start(void **state)
 {
     (void)state;
@@ -613,6 +613,8 @@ static void test_warm_start(void **state)
     assert_true(info.kv_bytes == 2.0 * 2 * 100 * 2 * 16 * 16 * 2);
     assert_int_equal(info.step_tokens, 512);
     assert_int_equal(info.step_seqs, 64); /* max_num_seqs */
+    /* 64 sequences of 8 tokens: one block each, the rest of the arena never written */
+    assert_true(info.kv_resident_bytes == 2.0 * 2 * 64 * 2 * 16 * 16 * 2);
     assert_true(info.scratch_bytes > 512.0 * 64 * 4); /* at least the residual stream */
     assert_true(info.forward_ns > 0 && info.ns >= info.forward_ns);
     assert_int_equal(exec_cpu_blocks_used(x), 0);
@@ -627,6 +629,7 @@ static void test_warm_start(void **state)
     assert_int_equal(x->warm(x, &big, &info, err), 0);
     assert_int_equal(info.step_tokens, 100 * 16);
     assert_int_equal(info.step_seqs, 1); /* one sequence of every block: nothing left to split */
+    assert_true(info.kv_resident_bytes == info.kv_bytes);
 
     /* a request in flight: no warm start over it */
     client_req held;

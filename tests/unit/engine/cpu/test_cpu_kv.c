@@ -1,6 +1,8 @@
 /* engine/cpu/cpu_kv: the block pool's free stack. A sequence that grows takes the block right
- * after its last one when that one is free (its blocks then form runs), else the stack's
- * top (the block freed last); blocks are never handed out twice, and none is lost. */
+ * after its last one when that one is free and used before (its blocks then form runs), else
+ * the stack's top (the block freed last); a never-used block only when no used one is free,
+ * so the blocks ever used are as many as were ever in use at once; blocks are never handed
+ * out twice, and none is lost. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -148,6 +150,65 @@ static void test_shuffle_keeps_every_block(void **state)
     cpu_kv_free(&kv);
 }
 
+/* A fresh pool: the blocks ever used ([0, n_touched)) are as many as were ever in use at
+ * once, through churn of sequences that start, grow and end at different times; and a
+ * sequence that grows at the edge of the used blocks takes a freed one rather than a new
+ * one past the edge. */
+static void test_used_blocks_are_the_peak(void **state)
+{
+    (void)state;
+    cpu_kv kv;
+    init(&kv, 256);
+    cpu_kv_seq a = {0}, b = {0};
+    reserve(&kv, &a, 3 * CPU_KV_BLOCK); /* 0 1 2 */
+    reserve(&kv, &b, 2 * CPU_KV_BLOCK); /* 3 4 */
+    assert_int_equal(kv.n_touched, 5);
+    cpu_kv_release(&kv, &a);
+    reserve(&kv, &b, 3 * CPU_KV_BLOCK); /* 5 is free but never used: one of a's instead */
+    assert_true(b.blocks[2] < 3);
+    assert_int_equal(kv.n_touched, 5);
+    cpu_kv_release(&kv, &b);
+
+    enum { N_SEQS = 6 };
+    cpu_kv_seq seqs[N_SEQS] = {{0}};
+    cpu_kv_seq *all[N_SEQS];
+    int len[N_SEQS] = {0}, goal[N_SEQS] = {0};
+    for (int i = 0; i < N_SEQS; i++)
+        all[i] = &seqs[i];
+    int64_t peak = kv.n_touched; /* a and b's 5 */
+    uint32_t x = 12345;
+    for (int step = 0; step < 2000; step++) {
+        for (int i = 0; i < N_SEQS; i++) {
+            if (len[i] == 0) {
+                x = x * 1664525u + 1013904223u;
+                goal[i] = 1 + (int)((x >> 8) % (20 * CPU_KV_BLOCK));
+            }
+            len[i] += 1 + (i + step) % 5; /* they grow at different rates */
+            if (len[i] >= goal[i]) {
+                cpu_kv_release(&kv, &seqs[i]);
+                len[i] = 0;
+                continue;
+            }
+            reserve(&kv, &seqs[i], len[i]);
+            const int64_t in_use = kv.n_blocks - kv.n_free;
+            peak = in_use > peak ? in_use : peak;
+            assert_int_equal(kv.n_touched, peak);
+        }
+    }
+    assert_true(peak > 20 && peak < kv.n_blocks); /* churn that grew the used set, in room */
+    assert_consistent(&kv, all, N_SEQS);
+    for (int i = 0; i < N_SEQS; i++) {
+        for (int j = 0; j < seqs[i].n_blocks; j++)
+            assert_true(seqs[i].blocks[j] < kv.n_touched);
+        cpu_kv_release(&kv, &seqs[i]);
+        cpu_kv_seq_free(&seqs[i]);
+    }
+    assert_int_equal(kv.n_free, kv.n_blocks);
+    cpu_kv_seq_free(&a);
+    cpu_kv_seq_free(&b);
+    cpu_kv_free(&kv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -155,6 +216,7 @@ int main(void)
         cmocka_unit_test(test_growth_skips_taken_neighbours),
         cmocka_unit_test(test_exhausted_pool_is_an_error),
         cmocka_unit_test(test_shuffle_keeps_every_block),
+        cmocka_unit_test(test_used_blocks_are_the_peak),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
