@@ -23,9 +23,9 @@
  * A never-used block is handed out only when no used one is free, lowest id first, so the
  * blocks ever used are [0, n_touched) and n_touched is the most blocks ever in use at once:
  * the resident part of a large arena is what the traffic needed, not all of it. (Memory
- * written once and then left alone is what a host's proactive reclaim scans, and a
- * process's pages that it cannot reclaim cost it time each pass: a 3.5 GB arena written at
- * start made such a host stall the whole process every half second.)
+ * written once and then left alone is what a host's proactive reclaim scans, and pages it
+ * cannot reclaim cost their process time at each pass: an arena written whole at start made
+ * such a host stall the server about twice a second, docs/results/warm-start.md.)
  * A table may name blocks it does not own (a prefix cache's shared blocks, exec_cpu.c):
  * cpu_kv_append adds one, cpu_kv_release_from gives back only the table's own ones. */
 #ifndef STALLSCOPE_CPU_KV_H
