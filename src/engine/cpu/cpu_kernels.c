@@ -271,13 +271,21 @@ typedef struct gemm_job {
     int span;      /* m or n: what per_task divides */
 } gemm_job;
 
+/* Task `task`'s share [*lo, *hi) of span items handed out per_task at a time; false when it
+ * is empty (the last tasks of a span that does not divide evenly). */
+static bool task_range(int task, int per_task, int span, int *lo, int *hi)
+{
+    *lo = task * per_task;
+    *hi = *lo + per_task < span ? *lo + per_task : span;
+    return *lo < *hi;
+}
+
 static void gemm_task(void *arg, int task, int thread)
 {
     (void)thread;
     const gemm_job *g = arg;
-    const int lo = task * g->per_task;
-    const int hi = lo + g->per_task < g->span ? lo + g->per_task : g->span;
-    if (lo >= hi)
+    int lo, hi;
+    if (!task_range(task, g->per_task, g->span, &lo, &hi))
         return;
     const float beta = g->accumulate ? 1.0f : 0.0f;
     if (g->small == CPU_ISA_AVX512) {
@@ -356,8 +364,10 @@ static void xpack_task(void *arg, int task, int thread)
 {
     (void)thread;
     const panels_job *g = arg;
-    const int groups = ceil_div(g->m, CPU_PANEL_ROWS);
-    for (int gi = task * g->per_task; gi < groups && gi < (task + 1) * g->per_task; gi++) {
+    int lo, hi;
+    if (!task_range(task, g->per_task, ceil_div(g->m, CPU_PANEL_ROWS), &lo, &hi))
+        return;
+    for (int gi = lo; gi < hi; gi++) {
         const int r0 = gi * CPU_PANEL_ROWS;
         const int rows = g->m - r0 < CPU_PANEL_ROWS ? g->m - r0 : CPU_PANEL_ROWS;
         float *out = g->xpack + (size_t)r0 * g->k;
@@ -373,9 +383,8 @@ static void panels_task(void *arg, int task, int thread)
 {
     (void)thread;
     const panels_job *g = arg;
-    const int lo = task * g->per_task;
-    const int hi = lo + g->per_task < g->n ? lo + g->per_task : g->n;
-    if (lo >= hi)
+    int lo, hi;
+    if (!task_range(task, g->per_task, g->n, &lo, &hi))
         return;
     if (cpu_isa_active() == CPU_ISA_AVX512)
         cpu_gemm_panels_avx512(g->y, g->ldy, g->xpack, g->panels, g->m, lo, hi, g->k, g->accumulate);
