@@ -32,6 +32,16 @@
 
 #include "engine/cpu/cpu_half.h"
 
+/* The first key blocks of the tile a thread computes next (cpu_pool_run_ahead): a decode
+ * tile is a single pass over its blocks, too short for the prefetches within it to hide the
+ * latency of its first blocks, so the kernels prefetch the next tile's first blocks while
+ * they finish this one. n_blocks 0: none. */
+typedef struct cpu_attn_ahead {
+    const cpu_half *k, *v;      /* as the tile's k and v */
+    const int32_t *block_table;
+    int n_blocks;               /* its blocks (of its last row) */
+} cpu_attn_ahead;
+
 typedef struct cpu_attn_tile {
     const cpu_half *k;          /* this layer's K of the tile's KV head: (n_blocks, head_dim, 16) */
     const cpu_half *v;          /* its V: (n_blocks, 16, head_dim) */
@@ -42,6 +52,7 @@ typedef struct cpu_attn_tile {
     float *const *out;          /* (n_rows,) outputs of head_dim */
     const int32_t *pos;         /* (n_rows,) row r attends to keys 0..pos[r]; non-decreasing */
     float scale;                /* 1 / sqrt(head_dim) */
+    cpu_attn_ahead ahead;       /* the next tile's first blocks, to prefetch (or none) */
 } cpu_attn_tile;
 
 /* out (head_dim) = softmax(q . k_j * scale over j < n_keys) . v_j, with key j at

@@ -220,6 +220,44 @@ TGT void cpu_gemm_panels_avx2(float *y, int ldy, const float *xpack, const float
     }
 }
 
+/* ---- X rearranged for the kernels on panels ---------------------------------------- */
+
+/* One group of X's rows (cpu_gemm_panels): out[p * rows + i] = x[i * ldx + p]. Four rows by
+ * four columns at a time, transposed in registers, so each store writes four of a column's
+ * consecutive floats where a plain loop writes one float per 4 * rows bytes. */
+TGT void cpu_xpack_group_avx2(float *out, const float *x, int ldx, int rows, int k)
+{
+    int i = 0;
+    for (; i + 4 <= rows; i += 4) {
+        const float *x0 = x + (size_t)i * ldx, *x1 = x0 + ldx, *x2 = x1 + ldx, *x3 = x2 + ldx;
+        int p = 0;
+        for (; p + 4 <= k; p += 4) {
+            /* a_r = row r's columns p..p+3; t: interleaved pairs; c_j = column p+j's rows */
+            const __m128 a0 = _mm_loadu_ps(x0 + p), a1 = _mm_loadu_ps(x1 + p);
+            const __m128 a2 = _mm_loadu_ps(x2 + p), a3 = _mm_loadu_ps(x3 + p);
+            const __m128 t0 = _mm_unpacklo_ps(a0, a1), t1 = _mm_unpackhi_ps(a0, a1);
+            const __m128 t2 = _mm_unpacklo_ps(a2, a3), t3 = _mm_unpackhi_ps(a2, a3);
+            float *o = out + (size_t)p * rows + i;
+            _mm_storeu_ps(o, _mm_movelh_ps(t0, t2));
+            _mm_storeu_ps(o + rows, _mm_movehl_ps(t2, t0));
+            _mm_storeu_ps(o + 2 * rows, _mm_movelh_ps(t1, t3));
+            _mm_storeu_ps(o + 3 * rows, _mm_movehl_ps(t3, t1));
+        }
+        for (; p < k; p++) {
+            float *o = out + (size_t)p * rows + i;
+            o[0] = x0[p];
+            o[1] = x1[p];
+            o[2] = x2[p];
+            o[3] = x3[p];
+        }
+    }
+    for (; i < rows; i++) {
+        const float *xr = x + (size_t)i * ldx;
+        for (int p = 0; p < k; p++)
+            out[(size_t)p * rows + i] = xr[p];
+    }
+}
+
 /* ---- streaming read ---------------------------------------------------------------- */
 
 TGT float cpu_stream_sum_avx2(const float *x, size_t n)
@@ -449,19 +487,32 @@ INLINE void a2_add_values(float *o, int hd, const float *pb, const void *vb, int
         a2_values(o, hd, pb, vb, keys, d0, R, 1, halves);
 }
 
-/* Prefetch block b of the tile's sequence, K and V, every 64-byte line of halves. */
-INLINE void a2_prefetch_block(const cpu_attn_tile *t, int b)
+/* Prefetch block b of K and V (every 64-byte line of halves) at k and v, through table. */
+INLINE void a2_prefetch_block(const cpu_half *k, const cpu_half *v, const int32_t *table, int b,
+                              int head_dim)
 {
-    const size_t block = (size_t)t->block_table[b] * t->head_dim * 16;
-    for (int i = 0; i < t->head_dim * 16; i += 32) {
-        _mm_prefetch((const char *)(t->k + block + i), _MM_HINT_T0);
-        _mm_prefetch((const char *)(t->v + block + i), _MM_HINT_T0);
+    const size_t block = (size_t)table[b] * head_dim * 16;
+    for (int i = 0; i < head_dim * 16; i += 32) {
+        _mm_prefetch((const char *)(k + block + i), _MM_HINT_T0);
+        _mm_prefetch((const char *)(v + block + i), _MM_HINT_T0);
     }
 }
 
+/* Prefetch block `want` of the tile, whose blocks end at n_blocks, or past the end the next
+ * tile's (t->ahead), or nothing. */
+INLINE void a2_prefetch_at(const cpu_attn_tile *t, int want, int n_blocks)
+{
+    if (want < n_blocks)
+        a2_prefetch_block(t->k, t->v, t->block_table, want, t->head_dim);
+    else if (want - n_blocks < t->ahead.n_blocks)
+        a2_prefetch_block(t->ahead.k, t->ahead.v, t->ahead.block_table, want - n_blocks,
+                          t->head_dim);
+}
+
 /* Widen the F16 keys and values of blocks [c0, c1) into the chunk buffers, once for every
- * row group that passes over them. The blocks A2_PREFETCH ahead (up to n_blocks) are
- * prefetched as each block is widened: a decode row streams every block from memory once. */
+ * row group that passes over them. The blocks A2_PREFETCH ahead (past n_blocks, the next
+ * tile's) are prefetched as each block is widened: a decode row streams every block from
+ * memory once. */
 static TGT void a2_widen_chunk(const cpu_attn_tile *t, const a2_state *st, int c0, int c1,
                                int n_blocks)
 {
@@ -469,8 +520,7 @@ static TGT void a2_widen_chunk(const cpu_attn_tile *t, const a2_state *st, int c
     for (int b = c0; b < c1; b++) {
         const size_t block = (size_t)t->block_table[b] * block_elems;
         const cpu_half *kh = t->k + block, *vh = t->v + block;
-        if (b + A2_PREFETCH < n_blocks)
-            a2_prefetch_block(t, b + A2_PREFETCH);
+        a2_prefetch_at(t, b + A2_PREFETCH, n_blocks);
         float *kf = st->kc + (size_t)(b - c0) * block_elems;
         float *vf = st->vc + (size_t)(b - c0) * block_elems;
         for (size_t i = 0; i < block_elems; i += 16) /* head_dim is a multiple of 8 */
@@ -509,8 +559,7 @@ INLINE void a2_group(const cpu_attn_tile *t, const a2_state *st, int row0, int c
         if (halves) {
             kb = t->k + (size_t)t->block_table[b] * hd * 16;
             vb = t->v + (size_t)t->block_table[b] * hd * 16;
-            if (b + A2_PREFETCH < b1)
-                a2_prefetch_block(t, b + A2_PREFETCH);
+            a2_prefetch_at(t, b + A2_PREFETCH, b1);
         } else {
             kb = st->kc + (size_t)(b - c0) * hd * 16;
             vb = st->vc + (size_t)(b - c0) * hd * 16;
@@ -630,7 +679,7 @@ TGT void cpu_attn_tile_avx2(const cpu_attn_tile *t, float *scratch)
     if (n <= A2_ROWS) { /* one row group: widened into the chunk buffers, each block would
                            be read back once, so it reads the cache's halves itself */
         for (int i = 0; i < A2_PREFETCH && i < n_blocks; i++) /* the first blocks */
-            a2_prefetch_block(t, i);
+            a2_prefetch_at(t, i, n_blocks);
         a2_group_rows(t, &st, 0, 0, n_blocks, n, true);
     }
     for (int c0 = 0; c0 < n_blocks && n > A2_ROWS; c0 += CPU_ATTN_CHUNK_BLOCKS) {

@@ -413,7 +413,29 @@ typedef struct attn_state {
     float *l;   /* (n_rows, 16) running sums, one per lane */
     float *o;   /* (n_rows, hd) unnormalised output */
     float *p;   /* (8, 32) probabilities of the current pair of blocks */
+    int ahead;  /* blocks of the next tile (t->ahead) that the prefetches may run on into:
+                   its first ones, past this row group's last block (0: none) */
 } attn_state;
+
+/* Where the prefetch for block `want` of a row group whose blocks end at b_end goes: that
+ * block's K and V, or past the end the next tile's (st->ahead of them), or nowhere (false). */
+INLINE bool attn_prefetch_at(const cpu_attn_tile *t, const attn_state *st, int want, int b_end,
+                             const cpu_half **k, const cpu_half **v)
+{
+    const size_t block_elems = (size_t)t->head_dim * 16;
+    if (want < b_end) {
+        *k = t->k + (size_t)t->block_table[want] * block_elems;
+        *v = t->v + (size_t)t->block_table[want] * block_elems;
+        return true;
+    }
+    if (want - b_end < st->ahead) {
+        const cpu_attn_ahead *a = &t->ahead;
+        *k = a->k + (size_t)a->block_table[want - b_end] * block_elems;
+        *v = a->v + (size_t)a->block_table[want - b_end] * block_elems;
+        return true;
+    }
+    return false;
+}
 
 /* 16 halves of a block at element i, widened to F32. */
 INLINE __m512 attn_load(const cpu_half *block, size_t i)
@@ -443,12 +465,9 @@ INLINE void attn_blocks(const cpu_attn_tile *t, const attn_state *st, __m512 *ac
         const size_t block = (size_t)t->block_table[b + i] * hd * 16;
         kt[i] = t->k + block;
         vb[i] = t->v + block;
-        kt_next[i] = kt[i];
-        vb_next[i] = vb[i];
-        if (b + i + ATTN_PREFETCH < b_end) {
-            const size_t next = (size_t)t->block_table[b + i + ATTN_PREFETCH] * hd * 16;
-            kt_next[i] = t->k + next;
-            vb_next[i] = t->v + next;
+        if (!attn_prefetch_at(t, st, b + i + ATTN_PREFETCH, b_end, &kt_next[i], &vb_next[i])) {
+            kt_next[i] = kt[i];
+            vb_next[i] = vb[i];
         }
     }
     const int key0 = b * 16;
@@ -626,6 +645,8 @@ TGT void cpu_attn_tile_avx512(const cpu_attn_tile *t, float *scratch)
         const int c1 = c0 + CPU_ATTN_CHUNK_BLOCKS < n_blocks ? c0 + CPU_ATTN_CHUNK_BLOCKS : n_blocks;
         for (int row0 = 0; row0 < n; row0 += group_rows) {
             const int rows = n - row0 < group_rows ? n - row0 : group_rows;
+            /* the tile's last pass over its last blocks runs on into the next tile's */
+            st.ahead = row0 + rows == n && c1 == n_blocks ? t->ahead.n_blocks : 0;
             const int last = t->pos[row0 + rows - 1] / 16 + 1;
             const int b1 = c1 < last ? c1 : last;
             if (c0 >= b1)

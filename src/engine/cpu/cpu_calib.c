@@ -102,9 +102,15 @@ static void attn_probe_task(void *arg, int task, int thread)
             out[n] = p->out + ((size_t)t * p->kv_mul + h) * p->head_dim;
             pos[n] = t;
         }
-    const cpu_attn_tile at = {cpu_kv_head_k(p->kv, 0, 0), cpu_kv_head_v(p->kv, 0, 0),
-                              p->head_dim, p->seq->blocks, n, q, out, pos,
-                              1.0f / sqrtf((float)p->head_dim)};
+    const cpu_attn_tile at = {.k = cpu_kv_head_k(p->kv, 0, 0),
+                              .v = cpu_kv_head_v(p->kv, 0, 0),
+                              .head_dim = p->head_dim,
+                              .block_table = p->seq->blocks,
+                              .n_rows = n,
+                              .q = q,
+                              .out = out,
+                              .pos = pos,
+                              .scale = 1.0f / sqrtf((float)p->head_dim)};
     cpu_attn_run(&at, p->scratch[thread]);
 }
 

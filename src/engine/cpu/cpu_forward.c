@@ -8,11 +8,6 @@
 #include "engine/cpu/cpu_attn.h"
 #include "engine/cpu/cpu_kernels.h"
 
-/* Rows of a row-wise section (norms, RoPE, SwiGLU) per task: at most this many, fewer in a
- * small step so that every thread gets some (a decode step's 32 rows in one task left the
- * other thread idle through it), never fewer than ROWS_MIN_TASK. */
-#define ROWS_PER_TASK 64
-#define ROWS_MIN_TASK 8
 /* Query rows of an attention tile: tokens x kv_mul, about this many. */
 #define TILE_ROWS 64
 
@@ -263,10 +258,11 @@ typedef struct rows_job {
     const int32_t *row_seq; /* sequence of each row */
     int layer;
     int n_rows;
-    int per_task; /* rows of a task */
 } rows_job;
 
-static void rows_task(void *arg, int task, int thread)
+/* Rows [lo, hi) of the job's op: a share of its section (cpu_rows_run) or the prep of the
+ * product that reads them (cpu_gemm_panels_prep). */
+static void rows_do(void *arg, int lo, int hi, int thread)
 {
     (void)thread;
     const rows_job *j = arg;
@@ -274,8 +270,6 @@ static void rows_task(void *arg, int task, int thread)
     const cpu_dims *d = &j->m->dims;
     const cpu_weights *w = &j->m->weights;
     cpu_runstate *s = j->s;
-    const int lo = task * j->per_task;
-    const int hi = lo + j->per_task < j->n_rows ? lo + j->per_task : j->n_rows;
     for (int r = lo; r < hi; r++) {
         switch (j->op) {
         case ROWS_NORM_ATT:
@@ -309,7 +303,15 @@ static void rows_run(cpu_pool *pool, rows_job *j, rows_op op, int layer)
 {
     j->op = op;
     j->layer = layer;
-    cpu_pool_run(pool, (j->n_rows + j->per_task - 1) / j->per_task, rows_task, j);
+    cpu_rows_run(pool, j->n_rows, rows_do, j);
+}
+
+/* The job's op as the prep of the product that reads its rows. */
+static cpu_rows_fn rows_prep(rows_job *j, rows_op op, int layer)
+{
+    j->op = op;
+    j->layer = layer;
+    return rows_do;
 }
 
 /* ---- attention ---------------------------------------------------------------------- */
@@ -317,12 +319,37 @@ static void rows_run(cpu_pool *pool, rows_job *j, rows_op op, int layer)
 typedef struct attn_job {
     const cpu_model *m;
     cpu_runstate *s;
-    const cpu_kv *kv;
+    cpu_kv *kv;
     const cpu_batch_seq *seqs;
     int layer;
+    /* Each tile ropes its rows' Q and K of its head and stores that K and V first (no
+     * section of their own): when every sequence has one tile per KV head, so that no tile
+     * reads a key another tile of the step writes. */
+    bool rope_kv;
 } attn_job;
 
-static void attn_task(void *arg, int task, int thread)
+/* The tile's rows roped and their K and V stored, for its KV head only. */
+static void attn_tile_rope_kv(const attn_job *j, const cpu_attn_task *at)
+{
+    const cpu_config *c = &j->m->config;
+    const cpu_dims *d = &j->m->dims;
+    cpu_runstate *s = j->s;
+    const cpu_batch_seq *seq = &j->seqs[at->seq];
+    for (int t = at->token0; t < at->token0 + at->n_tokens; t++) {
+        const size_t row = (size_t)s->row_start[at->seq] + t;
+        float *q = s->qkv + row * d->qkv_dim + (size_t)at->kv_head * d->kv_mul * c->head_dim;
+        float *k = s->qkv + row * d->qkv_dim + d->q_dim + (size_t)at->kv_head * c->head_dim;
+        const float *v = k + d->kv_dim;
+        const float *cos_sin = s->rope + (size_t)s->pos[row] * c->head_dim;
+        cpu_rope_fast(q, d->kv_mul, c->head_dim, cos_sin);
+        cpu_rope_fast(k, 1, c->head_dim, cos_sin);
+        cpu_kv_write_head(j->kv, j->layer, seq->kv, s->pos[row], at->kv_head, k, v);
+    }
+}
+
+/* next: the tile this thread computes after this one (cpu_pool_run_ahead), whose first blocks
+ * the kernel prefetches as it finishes this one. */
+static void attn_task(void *arg, int task, int next, int thread)
 {
     const attn_job *j = arg;
     cpu_runstate *s = j->s;
@@ -330,6 +357,8 @@ static void attn_task(void *arg, int task, int thread)
     const cpu_dims *d = &j->m->dims;
     const cpu_attn_task *at = &s->tasks[task];
     const cpu_batch_seq *seq = &j->seqs[at->seq];
+    if (j->rope_kv)
+        attn_tile_rope_kv(j, at);
     const float **q = s->tile_q + (size_t)thread * s->tile_rows;
     float **out = s->tile_out + (size_t)thread * s->tile_rows;
     int32_t *pos = s->tile_pos + (size_t)thread * s->tile_rows;
@@ -343,6 +372,17 @@ static void attn_task(void *arg, int task, int thread)
             pos[n] = seq->context + t;
         }
     }
+    cpu_attn_ahead ahead = {0};
+    if (next >= 0) {
+        const cpu_attn_task *nt = &s->tasks[next];
+        const cpu_batch_seq *ns = &j->seqs[nt->seq];
+        ahead = (cpu_attn_ahead){
+            .k = cpu_kv_head_k(j->kv, j->layer, nt->kv_head),
+            .v = cpu_kv_head_v(j->kv, j->layer, nt->kv_head),
+            .block_table = ns->kv->blocks,
+            .n_blocks = (ns->context + nt->token0 + nt->n_tokens - 1) / CPU_KV_BLOCK + 1,
+        };
+    }
     const cpu_attn_tile tile = {
         .k = cpu_kv_head_k(j->kv, j->layer, at->kv_head),
         .v = cpu_kv_head_v(j->kv, j->layer, at->kv_head),
@@ -353,8 +393,14 @@ static void attn_task(void *arg, int task, int thread)
         .out = out,
         .pos = pos,
         .scale = 1.0f / sqrtf((float)c->head_dim),
+        .ahead = ahead,
     };
     cpu_attn_run(&tile, s->scratch[thread]);
+}
+
+static void attn_task_alone(void *arg, int task, int thread)
+{
+    attn_task(arg, task, -1, thread);
 }
 
 static int by_cost_desc(const void *a, const void *b)
@@ -440,12 +486,10 @@ int cpu_forward(const cpu_model *m, cpu_runstate *s, cpu_kv *kv, cpu_pool *pool,
     int n_tasks = 0;
     if (plan_attention(s, m, seqs, n_seqs, &n_tasks, err) != 0)
         return -1;
-    const int threads = cpu_pool_threads(pool);
-    int per_task = (n_tokens + threads - 1) / threads;
-    per_task = per_task > ROWS_PER_TASK ? ROWS_PER_TASK : per_task;
-    per_task = per_task < ROWS_MIN_TASK ? ROWS_MIN_TASK : per_task;
-    rows_job rj = {ROWS_NORM_ATT, m, s, kv, seqs, row_seq, 0, n_tokens, per_task};
-    attn_job aj = {m, s, kv, seqs, 0};
+    rows_job rj = {ROWS_NORM_ATT, m, s, kv, seqs, row_seq, 0, n_tokens};
+    attn_job aj = {m, s, kv, seqs, 0, true};
+    for (int i = 0; i < n_seqs; i++)
+        aj.rope_kv = aj.rope_kv && seqs[i].new_tokens <= s->tile_tokens;
     for (int l = 0; l < c->n_layers; l++) {
         const float *wqkv = w->wqkv + (size_t)l * d->qkv_dim * dim;
         const float *wo = w->wo + (size_t)l * dim * d->q_dim;
@@ -456,21 +500,23 @@ int cpu_forward(const cpu_model *m, cpu_runstate *s, cpu_kv *kv, cpu_pool *pool,
         const float *p13 = layer_panels(p->w13, l, 2 * ffn, dim);
         const float *p2 = layer_panels(p->w2, l, dim, ffn);
         /* attention sublayer: x += wo . attention(rope(wqkv . rmsnorm(x))) */
-        rows_run(pool, &rj, ROWS_NORM_ATT, l);
-        cpu_gemm_panels(pool, s->qkv, d->qkv_dim, s->xb, dim, wqkv, pqkv, n_tokens,
-                        d->qkv_dim, dim, false, s->xpack);
-        rows_run(pool, &rj, ROWS_ROPE_KV, l);
+        cpu_gemm_panels_prep(pool, s->qkv, d->qkv_dim, s->xb, dim, wqkv, pqkv, n_tokens,
+                             d->qkv_dim, dim, false, s->xpack,
+                             rows_prep(&rj, ROWS_NORM_ATT, l), &rj);
+        if (!aj.rope_kv)
+            rows_run(pool, &rj, ROWS_ROPE_KV, l);
         aj.layer = l;
-        cpu_pool_run(pool, n_tasks, attn_task, &aj);
+        if (aj.rope_kv) /* short tiles: each prefetches the next one's first blocks */
+            cpu_pool_run_ahead(pool, n_tasks, attn_task, &aj);
+        else
+            cpu_pool_run(pool, n_tasks, attn_task_alone, &aj);
         cpu_gemm_panels(pool, s->x, dim, s->att, d->q_dim, wo, po, n_tokens, dim,
                         d->q_dim, true, s->xpack);
         /* feed-forward sublayer: x += w2 . (silu(w1 . xb) * (w3 . xb)), xb = rmsnorm(x) */
-        rows_run(pool, &rj, ROWS_NORM_FFN, l);
-        cpu_gemm_panels(pool, s->hb, 2 * ffn, s->xb, dim, w13, p13, n_tokens,
-                        2 * ffn, dim, false, s->xpack);
-        rows_run(pool, &rj, ROWS_SWIGLU, l);
-        cpu_gemm_panels(pool, s->x, dim, s->hb, 2 * ffn, w2, p2, n_tokens, dim, ffn,
-                        true, s->xpack);
+        cpu_gemm_panels_prep(pool, s->hb, 2 * ffn, s->xb, dim, w13, p13, n_tokens, 2 * ffn,
+                             dim, false, s->xpack, rows_prep(&rj, ROWS_NORM_FFN, l), &rj);
+        cpu_gemm_panels_prep(pool, s->x, dim, s->hb, 2 * ffn, w2, p2, n_tokens, dim, ffn,
+                             true, s->xpack, rows_prep(&rj, ROWS_SWIGLU, l), &rj);
     }
     /* LM head for the last row of each sampling sequence only. */
     int k = 0;

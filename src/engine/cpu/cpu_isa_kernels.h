@@ -92,6 +92,9 @@ static inline int cpu_panel_prefetch_share(cpu_panel_pair *p, int tiles, const c
     p->line += n;
     return n;
 }
+/* One group of X (its `rows` rows, up to CPU_PANEL_ROWS) rearranged for the kernels on
+ * panels: out[p * rows + i] = x[i * ldx + p] (AVX2; the AVX-512 kernels read it too). */
+void cpu_xpack_group_avx2(float *out, const float *x, int ldx, int rows, int k);
 /* The kernels on panels (cpu_kernels.h): Y's columns [n0, n1) (n0 a multiple of 16)
  * from X rearranged in groups of 12 rows (xpack) and W in panels. */
 void cpu_gemm_panels_avx512(float *y, int ldy, const float *xpack, const float *panels, int m,

@@ -357,12 +357,14 @@ typedef struct panels_job {
     int ldy, ldx, m, n, k;
     bool accumulate;
     int per_task; /* groups of X to rearrange, or columns of Y to compute */
+    cpu_rows_fn prep; /* X's rows made first (or NULL) */
+    void *prep_arg;
 } panels_job;
 
-/* X's groups of CPU_PANEL_ROWS rows, each [k][rows]. */
+/* X's groups of CPU_PANEL_ROWS rows, each [k][rows] (AVX2 and up: the only instruction sets
+ * cpu_gemm_panels runs its kernels on). */
 static void xpack_task(void *arg, int task, int thread)
 {
-    (void)thread;
     const panels_job *g = arg;
     int lo, hi;
     if (!task_range(task, g->per_task, ceil_div(g->m, CPU_PANEL_ROWS), &lo, &hi))
@@ -370,12 +372,10 @@ static void xpack_task(void *arg, int task, int thread)
     for (int gi = lo; gi < hi; gi++) {
         const int r0 = gi * CPU_PANEL_ROWS;
         const int rows = g->m - r0 < CPU_PANEL_ROWS ? g->m - r0 : CPU_PANEL_ROWS;
-        float *out = g->xpack + (size_t)r0 * g->k;
-        for (int i = 0; i < rows; i++) {
-            const float *xr = g->x + (size_t)(r0 + i) * g->ldx;
-            for (int p = 0; p < g->k; p++)
-                out[(size_t)p * rows + i] = xr[p];
-        }
+        if (g->prep)
+            g->prep(g->prep_arg, r0, r0 + rows, thread);
+        cpu_xpack_group_avx2(g->xpack + (size_t)r0 * g->k, g->x + (size_t)r0 * g->ldx, g->ldx,
+                             rows, g->k);
     }
 }
 
@@ -392,22 +392,59 @@ static void panels_task(void *arg, int task, int thread)
         cpu_gemm_panels_avx2(g->y, g->ldy, g->xpack, g->panels, g->m, lo, hi, g->k, g->accumulate);
 }
 
-void cpu_gemm_panels(cpu_pool *pool, float *y, int ldy, const float *x, int ldx, const float *w,
-                     const float *panels, int m, int n, int k, bool accumulate, float *xpack)
+/* A row function over a pool section, a task's share of the rows at a time. */
+typedef struct rows_job {
+    cpu_rows_fn fn;
+    void *arg;
+    int m, per_task;
+} rows_job;
+
+static void rows_task(void *arg, int task, int thread)
 {
-    if (!panels || m < CPU_GEMM_PANEL_M || m >= CPU_GEMM_SMALL_M ||
+    const rows_job *r = arg;
+    int lo, hi;
+    if (task_range(task, r->per_task, r->m, &lo, &hi))
+        r->fn(r->arg, lo, hi, thread);
+}
+
+/* Rows of a task of cpu_rows_run: at most ROWS_MAX_TASK, at least ROWS_MIN_TASK. */
+#define ROWS_MAX_TASK 64
+#define ROWS_MIN_TASK 8
+
+void cpu_rows_run(cpu_pool *pool, int m, cpu_rows_fn fn, void *arg)
+{
+    if (m <= 0)
+        return;
+    int per_task = ceil_div(m, cpu_pool_threads(pool));
+    per_task = per_task > ROWS_MAX_TASK ? ROWS_MAX_TASK : per_task;
+    per_task = per_task < ROWS_MIN_TASK ? ROWS_MIN_TASK : per_task;
+    rows_job r = {fn, arg, m, per_task};
+    cpu_pool_run(pool, ceil_div(m, per_task), rows_task, &r);
+}
+
+void cpu_gemm_panels_prep(cpu_pool *pool, float *y, int ldy, const float *x, int ldx,
+                          const float *w, const float *panels, int m, int n, int k,
+                          bool accumulate, float *xpack, cpu_rows_fn prep, void *prep_arg)
+{
+    if (!panels || m < CPU_GEMM_PANEL_M || m >= CPU_GEMM_SMALL_M || n <= 0 ||
         cpu_isa_active() == CPU_ISA_PORTABLE) {
+        if (prep)
+            cpu_rows_run(pool, m, prep, prep_arg);
         cpu_gemm(pool, y, ldy, x, ldx, w, m, n, k, accumulate);
         return;
     }
-    if (n <= 0)
-        return;
     const int threads = cpu_pool_threads(pool);
-    panels_job g = {y, xpack, x, panels, ldy, ldx, m, n, k, accumulate, 0};
+    panels_job g = {y, xpack, x, panels, ldy, ldx, m, n, k, accumulate, 0, prep, prep_arg};
     const int groups = ceil_div(m, CPU_PANEL_ROWS);
     g.per_task = ceil_div(groups, threads);
     cpu_pool_run(pool, ceil_div(groups, g.per_task), xpack_task, &g);
     /* columns in multiples of two panels, about four tasks a thread */
     g.per_task = ceil_div(ceil_div(n, threads * 4), 2 * CPU_PANEL) * 2 * CPU_PANEL;
     cpu_pool_run(pool, ceil_div(n, g.per_task), panels_task, &g);
+}
+
+void cpu_gemm_panels(cpu_pool *pool, float *y, int ldy, const float *x, int ldx, const float *w,
+                     const float *panels, int m, int n, int k, bool accumulate, float *xpack)
+{
+    cpu_gemm_panels_prep(pool, y, ldy, x, ldx, w, panels, m, n, k, accumulate, xpack, NULL, NULL);
 }

@@ -70,6 +70,20 @@ size_t cpu_gemm_xpack_floats(int m, int k);
  * cpu_gemm_xpack_floats(m, k) floats for X rearranged. */
 void cpu_gemm_panels(cpu_pool *pool, float *y, int ldy, const float *x, int ldx, const float *w,
                      const float *panels, int m, int n, int k, bool accumulate, float *xpack);
+/* Work on rows [r0, r1) of a step (an RMSNorm, a SwiGLU in place, RoPE); thread: the pool
+ * thread's index. */
+typedef void (*cpu_rows_fn)(void *arg, int r0, int r1, int thread);
+/* fn over rows [0, m) as one pool section: tasks of at most 64 rows, fewer in a small step so
+ * that every thread gets some (a decode step's 32 rows in one task left the other thread idle
+ * through it), never fewer than 8 (fewer are not worth waking a thread for). */
+void cpu_rows_run(cpu_pool *pool, int m, cpu_rows_fn fn, void *arg);
+/* cpu_gemm_panels with X's rows made by prep first (an RMSNorm into X, a SwiGLU in place).
+ * Where the kernel on panels applies, each task makes a group's rows and rearranges them at
+ * once, while they are in its cache: no pool section of their own, and no pass over X by one
+ * thread after another wrote it. Else prep runs over all rows first (cpu_rows_run). */
+void cpu_gemm_panels_prep(cpu_pool *pool, float *y, int ldy, const float *x, int ldx,
+                          const float *w, const float *panels, int m, int n, int k,
+                          bool accumulate, float *xpack, cpu_rows_fn prep, void *prep_arg);
 
 /* ---- dispatch ------------------------------------------------------------------ */
 

@@ -186,22 +186,28 @@ const cpu_half *cpu_kv_head_v(const cpu_kv *kv, int layer, int kv_head)
     return kv->v[layer] + (size_t)kv_head * kv->head_elems;
 }
 
-void cpu_kv_write(cpu_kv *kv, int layer, const cpu_kv_seq *s, int pos, const float *k,
-                  const float *v)
+void cpu_kv_write_head(cpu_kv *kv, int layer, const cpu_kv_seq *s, int pos, int kv_head,
+                       const float *k, const float *v)
 {
     const int hd = kv->head_dim;
     const size_t block = (size_t)s->blocks[pos / CPU_KV_BLOCK] * kv->block_elems;
     const int slot = pos % CPU_KV_BLOCK;
-    for (int h = 0; h < kv->n_kv_heads; h++) {
-        cpu_half *kt = kv->k[layer] + h * kv->head_elems + block; /* (head_dim, 16) */
-        cpu_half *vr = kv->v[layer] + h * kv->head_elems + block + (size_t)slot * hd;
-        cpu_half kh[256]; /* one head's K, rounded, then placed one element per row of 16 */
-        for (int d0 = 0; d0 < hd; d0 += 256) {
-            const int n = hd - d0 < 256 ? hd - d0 : 256;
-            cpu_halves_from_floats(kh, k + (size_t)h * hd + d0, n);
-            for (int d = 0; d < n; d++)
-                kt[(d0 + d) * CPU_KV_BLOCK + slot] = kh[d];
-        }
-        cpu_halves_from_floats(vr, v + (size_t)h * hd, hd);
+    cpu_half *kt = kv->k[layer] + kv_head * kv->head_elems + block; /* (head_dim, 16) */
+    cpu_half *vr = kv->v[layer] + kv_head * kv->head_elems + block + (size_t)slot * hd;
+    cpu_half kh[256]; /* the head's K, rounded, then placed one element per row of 16 */
+    for (int d0 = 0; d0 < hd; d0 += 256) {
+        const int n = hd - d0 < 256 ? hd - d0 : 256;
+        cpu_halves_from_floats(kh, k + d0, n);
+        for (int d = 0; d < n; d++)
+            kt[(d0 + d) * CPU_KV_BLOCK + slot] = kh[d];
     }
+    cpu_halves_from_floats(vr, v, hd);
+}
+
+void cpu_kv_write(cpu_kv *kv, int layer, const cpu_kv_seq *s, int pos, const float *k,
+                  const float *v)
+{
+    for (int h = 0; h < kv->n_kv_heads; h++)
+        cpu_kv_write_head(kv, layer, s, pos, h, k + (size_t)h * kv->head_dim,
+                          v + (size_t)h * kv->head_dim);
 }

@@ -98,5 +98,8 @@ const cpu_half *cpu_kv_head_v(const cpu_kv *kv, int layer, int kv_head);
  * element rounded to the nearest half. */
 void cpu_kv_write(cpu_kv *kv, int layer, const cpu_kv_seq *s, int pos, const float *k,
                   const float *v);
+/* The same for one KV head: k and v its head_dim elements. */
+void cpu_kv_write_head(cpu_kv *kv, int layer, const cpu_kv_seq *s, int pos, int kv_head,
+                       const float *k, const float *v);
 
 #endif

@@ -18,8 +18,9 @@ struct cpu_pool {
     pthread_t *workers; /* n_threads - 1 */
     int n_started;
 
-    /* the current section, published by bumping generation */
+    /* the current section, published by bumping generation: fn, or ahead_fn */
     cpu_pool_fn fn;
+    cpu_pool_ahead_fn ahead_fn;
     void *arg;
     int n_tasks;
     atomic_int next_task;
@@ -44,10 +45,24 @@ static inline void cpu_relax(void)
 #endif
 }
 
+static int claim_task(cpu_pool *p)
+{
+    return atomic_fetch_add_explicit(&p->next_task, 1, memory_order_relaxed);
+}
+
 static void run_tasks(cpu_pool *p, int thread)
 {
+    if (p->ahead_fn) {
+        int task = claim_task(p);
+        while (task < p->n_tasks) {
+            const int next = claim_task(p);
+            p->ahead_fn(p->arg, task, next < p->n_tasks ? next : -1, thread);
+            task = next;
+        }
+        return;
+    }
     for (;;) {
-        const int task = atomic_fetch_add_explicit(&p->next_task, 1, memory_order_relaxed);
+        const int task = claim_task(p);
         if (task >= p->n_tasks)
             return;
         p->fn(p->arg, task, thread);
@@ -152,16 +167,13 @@ int cpu_pool_threads(const cpu_pool *p)
     return p->n_threads;
 }
 
-void cpu_pool_run(cpu_pool *p, int n_tasks, cpu_pool_fn fn, void *arg)
+/* Publish a section (fn or ahead_fn) to the workers, run tasks on the caller, and wait for
+ * the workers to finish theirs. */
+static void run_section(cpu_pool *p, int n_tasks, cpu_pool_fn fn, cpu_pool_ahead_fn ahead_fn,
+                        void *arg)
 {
-    if (n_tasks <= 0)
-        return;
-    if (p->n_started == 0 || n_tasks == 1) {
-        for (int t = 0; t < n_tasks; t++)
-            fn(arg, t, 0);
-        return;
-    }
     p->fn = fn;
+    p->ahead_fn = ahead_fn;
     p->arg = arg;
     p->n_tasks = n_tasks;
     atomic_store_explicit(&p->next_task, 0, memory_order_relaxed);
@@ -186,6 +198,30 @@ void cpu_pool_run(cpu_pool *p, int n_tasks, cpu_pool_fn fn, void *arg)
             nanosleep(&nap, NULL);
         }
     }
+}
+
+void cpu_pool_run(cpu_pool *p, int n_tasks, cpu_pool_fn fn, void *arg)
+{
+    if (n_tasks <= 0)
+        return;
+    if (p->n_started == 0 || n_tasks == 1) {
+        for (int t = 0; t < n_tasks; t++)
+            fn(arg, t, 0);
+        return;
+    }
+    run_section(p, n_tasks, fn, NULL, arg);
+}
+
+void cpu_pool_run_ahead(cpu_pool *p, int n_tasks, cpu_pool_ahead_fn fn, void *arg)
+{
+    if (n_tasks <= 0)
+        return;
+    if (p->n_started == 0 || n_tasks == 1) {
+        for (int t = 0; t < n_tasks; t++)
+            fn(arg, t, t + 1 < n_tasks ? t + 1 : -1, 0);
+        return;
+    }
+    run_section(p, n_tasks, NULL, fn, arg);
 }
 
 int cpu_pool_default_threads(void)

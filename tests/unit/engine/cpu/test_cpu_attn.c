@@ -1,6 +1,7 @@
 /* engine/cpu/cpu_attn: each attention tile (plain C, AVX2 + FMA, AVX-512) against the
  * naive reference over a paged KV cache (cpu_kv.h): decode rows, prefill tiles, peaked
- * scores. And the cache's element, the half (cpu_half.h): its portable conversions on known
+ * scores (the fast tiles also with the next tile's blocks named, for their prefetch: the
+ * same output). And the cache's element, the half (cpu_half.h): its portable conversions on known
  * values and every half, and against the F16C instructions (the AVX2 group).
  *
  * Groups, one ctest test each (the line below; CMakeLists.txt reads it): the kernels of
@@ -116,8 +117,15 @@ static void check_attention(attn_kernel kernel, int n_kv_heads, int head_dim, in
                            f.values + (size_t)h * head_dim, pos[r] + 1, f.kv_dim, head_dim,
                            scale, att);
         }
-        cpu_attn_tile tile = {cpu_kv_head_k(&f.kv, 0, h), cpu_kv_head_v(&f.kv, 0, h), head_dim,
-                              f.seq.blocks, n_rows, qp, op, pos, scale};
+        cpu_attn_tile tile = {.k = cpu_kv_head_k(&f.kv, 0, h),
+                              .v = cpu_kv_head_v(&f.kv, 0, h),
+                              .head_dim = head_dim,
+                              .block_table = f.seq.blocks,
+                              .n_rows = n_rows,
+                              .q = qp,
+                              .out = op,
+                              .pos = pos,
+                              .scale = scale};
         switch (kernel) {
         case ATTN_PORTABLE:
             cpu_attn_tile_generic(&tile);
@@ -135,6 +143,20 @@ static void check_attention(attn_kernel kernel, int n_kv_heads, int head_dim, in
             break;
         }
         assert_close(out, ref, (size_t)n_rows * head_dim, 2e-5);
+        if (kernel == ATTN_PORTABLE)
+            continue;
+        /* With the next tile's blocks named (another head's, as a decode step's next tile
+         * is), the fast kernels prefetch them and compute the same output. */
+        memcpy(ref, out, sizeof(float) * (size_t)n_rows * head_dim);
+        memset(out, 0, sizeof(float) * (size_t)n_rows * head_dim);
+        const int other = (h + 1) % n_kv_heads;
+        tile.ahead = (cpu_attn_ahead){cpu_kv_head_k(&f.kv, 0, other), cpu_kv_head_v(&f.kv, 0, other),
+                                      f.seq.blocks, (n_keys + 15) / 16};
+        if (kernel == ATTN_AVX2)
+            cpu_attn_tile_avx2(&tile, scratch);
+        else
+            cpu_attn_tile_avx512(&tile, scratch);
+        assert_memory_equal(out, ref, sizeof(float) * (size_t)n_rows * head_dim);
     }
     free(q);
     free(out);

@@ -1,7 +1,8 @@
 /* engine/cpu/cpu_kernels: every fast kernel of each instruction set against its plain
- * reference (GEMM, the small-batch GEMM, the GEMM on panels, exp2, SwiGLU, RMSNorm, RoPE,
- * the streaming read), and the references themselves (RMSNorm, softmax, argmax, SwiGLU by hand), on shapes that
- * hit the vector tails and block edges.
+ * reference (GEMM, the small-batch GEMM, the GEMM on panels with and without a prep of X's
+ * rows, X rearranged for it, exp2, SwiGLU, RMSNorm, RoPE, the streaming read), and the
+ * references themselves (RMSNorm, softmax, argmax, SwiGLU by hand), on shapes that hit the
+ * vector tails and block edges.
  *
  * Groups, one ctest test each (the line below; CMakeLists.txt reads it): the kernels of
  * each instruction set (kernel_check.h). A group whose instructions this CPU lacks runs
@@ -27,9 +28,33 @@
 
 /* ---- GEMM ------------------------------------------------------------------------ */
 
-/* Y = X W^T (and Y += ...) through cpu_gemm and through cpu_gemm_panels with 1 and 2
- * threads, against the double-precision triple loop, for row counts on both sides of
- * CPU_GEMM_PANEL_M and CPU_GEMM_SMALL_M and sizes that are not multiples of 16. */
+/* The prep of check_gemm's product through cpu_gemm_panels_prep: X's rows r0..r1 made from
+ * the source rows, row r scaled by 1 + r % 3 (each row once: a row made twice, or not made,
+ * fails the comparison). */
+typedef struct scale_prep {
+    const float *src;
+    float *x;
+    int ldx, k, threads;
+    int made[600];
+    int bad_thread; /* a thread index out of range was passed (checked on the main thread) */
+} scale_prep;
+
+static void scale_rows(void *arg, int r0, int r1, int thread)
+{
+    scale_prep *p = arg;
+    if (thread < 0 || thread >= p->threads)
+        p->bad_thread = 1;
+    for (int r = r0; r < r1; r++) {
+        p->made[r]++;
+        for (int i = 0; i < p->k; i++)
+            p->x[(size_t)r * p->ldx + i] = p->src[(size_t)r * p->ldx + i] * (float)(1 + r % 3);
+    }
+}
+
+/* Y = X W^T (and Y += ...) through cpu_gemm, through cpu_gemm_panels and through
+ * cpu_gemm_panels_prep (X made by a prep first) with 1 and 2 threads, against the
+ * double-precision triple loop, for row counts on both sides of CPU_GEMM_PANEL_M and
+ * CPU_GEMM_SMALL_M and sizes that are not multiples of 16. */
 static void check_gemm(int m, int n, int k, int threads, cpu_isa isa)
 {
     char err[ERR_LEN];
@@ -58,6 +83,26 @@ static void check_gemm(int m, int n, int k, int threads, cpu_isa isa)
         cpu_gemm_panels(pool, y, ldy, x, ldx, w, panels, m, n, k, acc, xpack);
         for (int i = 0; i < m; i++)
             assert_close(y + (size_t)i * ldy, ref + (size_t)i * ldy, (size_t)n, 1e-5);
+        /* X made by a prep: X's rows scaled, then the product of the scaled rows */
+        scale_prep *prep = calloc(1, sizeof *prep);
+        float *xs = malloc(sizeof(float) * (size_t)m * ldx);
+        assert_true(prep && xs && m <= 600);
+        *prep = (scale_prep){.src = x, .x = xs, .ldx = ldx, .k = k, .threads = threads};
+        for (int i = 0; i < m * ldx; i++)
+            xs[i] = x[i] * (float)(1 + i / ldx % 3); /* the reference's X */
+        fill(y, (size_t)m * ldy, 3, 1.0f);
+        memcpy(ref, y, sizeof(float) * (size_t)m * ldy);
+        cpu_gemm_naive(ref, ldy, xs, ldx, w, m, n, k, acc);
+        memset(xs, 0, sizeof(float) * (size_t)m * ldx);
+        cpu_gemm_panels_prep(pool, y, ldy, xs, ldx, w, panels, m, n, k, acc, xpack, scale_rows,
+                             prep);
+        assert_int_equal(prep->bad_thread, 0);
+        for (int i = 0; i < m; i++) {
+            assert_int_equal(prep->made[i], 1);
+            assert_close(y + (size_t)i * ldy, ref + (size_t)i * ldy, (size_t)n, 1e-5);
+        }
+        free(xs);
+        free(prep);
     }
     free(x);
     free(w);
@@ -163,6 +208,26 @@ static void check_gemm_panels_subrange(gemm_panels_fn gemm_panels)
                 }
         }
     }
+}
+
+/* X's groups rearranged for the kernels on panels (cpu_xpack_group_avx2) against the plain
+ * loop, exactly: every group size, column counts on both sides of its four at a time. */
+static void test_xpack_group_avx2(void **state)
+{
+    (void)state;
+    static const int ks[] = {1, 3, 4, 5, 8, 37};
+    for (int rows = 1; rows <= CPU_PANEL_ROWS; rows++)
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+            const int k = ks[ki], ldx = k + 3;
+            float x[CPU_PANEL_ROWS * 40], got[CPU_PANEL_ROWS * 40], want[CPU_PANEL_ROWS * 40];
+            fill(x, (size_t)rows * ldx, 11, 1.0f);
+            for (int i = 0; i < rows; i++)
+                for (int p = 0; p < k; p++)
+                    want[p * rows + i] = x[i * ldx + p];
+            memset(got, 0, sizeof got);
+            cpu_xpack_group_avx2(got, x, ldx, rows, k);
+            assert_memory_equal(got, want, sizeof(float) * (size_t)rows * k);
+        }
 }
 
 static void test_gemm_panels_subrange_avx512(void **state)
@@ -326,6 +391,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gemm_avx2_matches_naive),
         cmocka_unit_test(test_gemm_small_subrange_avx2),
         cmocka_unit_test(test_gemm_panels_subrange_avx2),
+        cmocka_unit_test(test_xpack_group_avx2),
         cmocka_unit_test(test_exp2_accuracy_avx2),
         cmocka_unit_test(test_elementwise_avx2),
     };

@@ -1,9 +1,11 @@
-/* engine/cpu/cpu_pool: the thread pool runs every task once. */
+/* engine/cpu/cpu_pool: the thread pool runs every task once; cpu_pool_run_ahead tells each
+ * task the one its thread runs next. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -45,10 +47,58 @@ static void test_pool_runs_every_task_once(void **state)
     assert_true(cpu_pool_default_threads() >= 1);
 }
 
+/* What each thread ran, in order, and the next each task was told. */
+typedef struct ahead_job {
+    int next_of[500];
+    int hits[500];
+    int order[3][500];
+    int n_order[3];
+} ahead_job;
+
+static void ahead_task(void *arg, int task, int next, int thread)
+{
+    ahead_job *j = arg;
+    j->hits[task]++;
+    j->next_of[task] = next;
+    j->order[thread][j->n_order[thread]++] = task;
+}
+
+static void test_pool_run_ahead_names_the_next_task(void **state)
+{
+    (void)state;
+    char err[ERR_LEN];
+    for (int threads = 1; threads <= 3; threads++) {
+        cpu_pool *pool = cpu_pool_create(threads, err);
+        assert_non_null(pool);
+        for (int round = 0; round < 50; round++) {
+            ahead_job *job = calloc(1, sizeof *job);
+            assert_non_null(job);
+            const int n = 1 + round * 37 % 500;
+            cpu_pool_run_ahead(pool, n, ahead_task, job);
+            int ran = 0;
+            for (int t = 0; t < threads; t++) {
+                /* each task's next is the task its thread ran after it; the last, none */
+                for (int i = 0; i < job->n_order[t]; i++) {
+                    const int task = job->order[t][i];
+                    const int want = i + 1 < job->n_order[t] ? job->order[t][i + 1] : -1;
+                    assert_int_equal(job->next_of[task], want);
+                }
+                ran += job->n_order[t];
+            }
+            assert_int_equal(ran, n);
+            for (int i = 0; i < 500; i++)
+                assert_int_equal(job->hits[i], i < n ? 1 : 0);
+            free(job);
+        }
+        cpu_pool_free(pool);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool_runs_every_task_once),
+        cmocka_unit_test(test_pool_run_ahead_names_the_next_task),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
