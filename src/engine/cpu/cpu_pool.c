@@ -55,9 +55,14 @@ static void run_tasks(cpu_pool *p, int thread)
     if (p->ahead_fn) {
         int task = claim_task(p);
         while (task < p->n_tasks) {
-            const int next = claim_task(p);
-            p->ahead_fn(p->arg, task, next < p->n_tasks ? next : -1, thread);
-            task = next;
+            /* The next one claimed now only while each thread can still get a task: with as
+             * few tasks as threads, one thread claiming two would leave another idle. */
+            int next = -1;
+            if (atomic_load_explicit(&p->next_task, memory_order_relaxed) + p->n_threads <=
+                p->n_tasks)
+                next = claim_task(p);
+            p->ahead_fn(p->arg, task, next >= 0 && next < p->n_tasks ? next : -1, thread);
+            task = next >= 0 ? next : claim_task(p);
         }
         return;
     }

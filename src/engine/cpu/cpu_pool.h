@@ -24,12 +24,13 @@ int cpu_pool_threads(const cpu_pool *p);
  * one caller thread, no nested runs. */
 void cpu_pool_run(cpu_pool *p, int n_tasks, cpu_pool_fn fn, void *arg);
 
-/* As cpu_pool_fn, and next: the task this thread runs right after this one (or -1), already
- * claimed, so the task may fetch what next will read while it computes. */
+/* As cpu_pool_fn, and next: the task this thread runs right after this one, already claimed
+ * (or -1: none claimed yet), so the task may fetch what next will read while it computes. */
 typedef void (*cpu_pool_ahead_fn)(void *arg, int task, int next, int thread);
-/* cpu_pool_run where each thread claims its next task before it runs the current one. A
- * thread holds at most one claimed task more than cpu_pool_run's, so the balance of uneven
- * tasks is as good within one task. */
+/* cpu_pool_run where each thread claims its next task before it runs the current one, while
+ * at least as many tasks as threads are unclaimed (so that every thread gets one: with two
+ * tasks and two threads, each runs one, told no next). A thread holds at most one claimed
+ * task more than cpu_pool_run's, so the balance of uneven tasks is as good within one task. */
 void cpu_pool_run_ahead(cpu_pool *p, int n_tasks, cpu_pool_ahead_fn fn, void *arg);
 
 /* Threads the engine uses by default: the CPUs this process may run on (proc_cpus) - 1, at
