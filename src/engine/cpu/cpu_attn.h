@@ -55,6 +55,29 @@ typedef struct cpu_attn_tile {
     cpu_attn_ahead ahead;       /* the next tile's first blocks, to prefetch (or none) */
 } cpu_attn_tile;
 
+/* Where the fast kernels' prefetch for block `want` goes, in a pass over the tile's blocks
+ * that ends at `end`: that block's K and V, or past the end block want - end of the next
+ * tile's (t->ahead, while fewer than `ahead`: 0 for a pass that is not the tile's last), or
+ * nowhere (false). */
+static inline bool cpu_attn_block_at(const cpu_attn_tile *t, int want, int end, int ahead,
+                                     const cpu_half **k, const cpu_half **v)
+{
+    const size_t block_elems = (size_t)t->head_dim * 16;
+    const cpu_half *k0 = t->k, *v0 = t->v;
+    const int32_t *table = t->block_table;
+    if (want >= end) {
+        if (want - end >= ahead)
+            return false;
+        k0 = t->ahead.k;
+        v0 = t->ahead.v;
+        table = t->ahead.block_table;
+        want -= end;
+    }
+    *k = k0 + (size_t)table[want] * block_elems;
+    *v = v0 + (size_t)table[want] * block_elems;
+    return true;
+}
+
 /* out (head_dim) = softmax(q . k_j * scale over j < n_keys) . v_j, with key j at
  * k + j * stride (and v likewise). att: n_keys floats of scratch. */
 void cpu_attn_naive(float *out, const float *q, const float *k, const float *v, int n_keys,

@@ -487,26 +487,17 @@ INLINE void a2_add_values(float *o, int hd, const float *pb, const void *vb, int
         a2_values(o, hd, pb, vb, keys, d0, R, 1, halves);
 }
 
-/* Prefetch block b of K and V (every 64-byte line of halves) at k and v, through table. */
-INLINE void a2_prefetch_block(const cpu_half *k, const cpu_half *v, const int32_t *table, int b,
-                              int head_dim)
-{
-    const size_t block = (size_t)table[b] * head_dim * 16;
-    for (int i = 0; i < head_dim * 16; i += 32) {
-        _mm_prefetch((const char *)(k + block + i), _MM_HINT_T0);
-        _mm_prefetch((const char *)(v + block + i), _MM_HINT_T0);
-    }
-}
-
 /* Prefetch block `want` of the tile, whose blocks end at n_blocks, or past the end the next
- * tile's (t->ahead), or nothing. */
+ * tile's (t->ahead), or nothing: every 64-byte line of its K and V halves. */
 INLINE void a2_prefetch_at(const cpu_attn_tile *t, int want, int n_blocks)
 {
-    if (want < n_blocks)
-        a2_prefetch_block(t->k, t->v, t->block_table, want, t->head_dim);
-    else if (want - n_blocks < t->ahead.n_blocks)
-        a2_prefetch_block(t->ahead.k, t->ahead.v, t->ahead.block_table, want - n_blocks,
-                          t->head_dim);
+    const cpu_half *k, *v;
+    if (!cpu_attn_block_at(t, want, n_blocks, t->ahead.n_blocks, &k, &v))
+        return;
+    for (int i = 0; i < t->head_dim * 16; i += 32) {
+        _mm_prefetch((const char *)(k + i), _MM_HINT_T0);
+        _mm_prefetch((const char *)(v + i), _MM_HINT_T0);
+    }
 }
 
 /* Widen the F16 keys and values of blocks [c0, c1) into the chunk buffers, once for every

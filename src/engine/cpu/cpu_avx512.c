@@ -417,26 +417,6 @@ typedef struct attn_state {
                    its first ones, past this row group's last block (0: none) */
 } attn_state;
 
-/* Where the prefetch for block `want` of a row group whose blocks end at b_end goes: that
- * block's K and V, or past the end the next tile's (st->ahead of them), or nowhere (false). */
-INLINE bool attn_prefetch_at(const cpu_attn_tile *t, const attn_state *st, int want, int b_end,
-                             const cpu_half **k, const cpu_half **v)
-{
-    const size_t block_elems = (size_t)t->head_dim * 16;
-    if (want < b_end) {
-        *k = t->k + (size_t)t->block_table[want] * block_elems;
-        *v = t->v + (size_t)t->block_table[want] * block_elems;
-        return true;
-    }
-    if (want - b_end < st->ahead) {
-        const cpu_attn_ahead *a = &t->ahead;
-        *k = a->k + (size_t)a->block_table[want - b_end] * block_elems;
-        *v = a->v + (size_t)a->block_table[want - b_end] * block_elems;
-        return true;
-    }
-    return false;
-}
-
 /* 16 halves of a block at element i, widened to F32. */
 INLINE __m512 attn_load(const cpu_half *block, size_t i)
 {
@@ -465,7 +445,8 @@ INLINE void attn_blocks(const cpu_attn_tile *t, const attn_state *st, __m512 *ac
         const size_t block = (size_t)t->block_table[b + i] * hd * 16;
         kt[i] = t->k + block;
         vb[i] = t->v + block;
-        if (!attn_prefetch_at(t, st, b + i + ATTN_PREFETCH, b_end, &kt_next[i], &vb_next[i])) {
+        if (!cpu_attn_block_at(t, b + i + ATTN_PREFETCH, b_end, st->ahead, &kt_next[i],
+                               &vb_next[i])) {
             kt_next[i] = kt[i];
             vb_next[i] = vb[i];
         }

@@ -260,6 +260,24 @@ typedef struct rows_job {
     int n_rows;
 } rows_job;
 
+/* Row `row` (position s->pos[row] of the sequence whose cache is kv_seq) for KV heads
+ * [h0, h0 + n_kv): their query heads and keys roped, their K and V stored in the cache. */
+static void rope_store(const cpu_model *m, cpu_runstate *s, cpu_kv *kv, int layer,
+                       const cpu_kv_seq *kv_seq, size_t row, int h0, int n_kv)
+{
+    const cpu_config *c = &m->config;
+    const cpu_dims *d = &m->dims;
+    float *q = s->qkv + row * d->qkv_dim + (size_t)h0 * d->kv_mul * c->head_dim;
+    float *k = s->qkv + row * d->qkv_dim + d->q_dim + (size_t)h0 * c->head_dim;
+    const float *v = k + d->kv_dim;
+    const float *cos_sin = s->rope + (size_t)s->pos[row] * c->head_dim;
+    cpu_rope_fast(q, n_kv * d->kv_mul, c->head_dim, cos_sin);
+    cpu_rope_fast(k, n_kv, c->head_dim, cos_sin);
+    for (int h = 0; h < n_kv; h++)
+        cpu_kv_write_head(kv, layer, kv_seq, s->pos[row], h0 + h, k + (size_t)h * c->head_dim,
+                          v + (size_t)h * c->head_dim);
+}
+
 /* Rows [lo, hi) of the job's op: a share of its section (cpu_rows_run) or the prep of the
  * product that reads them (cpu_gemm_panels_prep). */
 static void rows_do(void *arg, int lo, int hi, int thread)
@@ -267,7 +285,6 @@ static void rows_do(void *arg, int lo, int hi, int thread)
     (void)thread;
     const rows_job *j = arg;
     const cpu_config *c = &j->m->config;
-    const cpu_dims *d = &j->m->dims;
     const cpu_weights *w = &j->m->weights;
     cpu_runstate *s = j->s;
     for (int r = lo; r < hi; r++) {
@@ -280,16 +297,10 @@ static void rows_do(void *arg, int lo, int hi, int thread)
                              c->dim, c->norm_eps);
             break;
         }
-        case ROWS_ROPE_KV: {
-            float *q = s->qkv + (size_t)r * d->qkv_dim;
-            float *k = q + d->q_dim;
-            const float *v = k + d->kv_dim;
-            const float *cos_sin = s->rope + (size_t)s->pos[r] * c->head_dim;
-            cpu_rope_fast(q, c->n_heads, c->head_dim, cos_sin);
-            cpu_rope_fast(k, c->n_kv_heads, c->head_dim, cos_sin);
-            cpu_kv_write(j->kv, j->layer, j->seqs[j->row_seq[r]].kv, s->pos[r], k, v);
+        case ROWS_ROPE_KV:
+            rope_store(j->m, s, j->kv, j->layer, j->seqs[j->row_seq[r]].kv, (size_t)r, 0,
+                       c->n_kv_heads);
             break;
-        }
         case ROWS_SWIGLU: {
             float *hb = s->hb + (size_t)r * 2 * c->hidden_dim;
             cpu_swiglu_fast(hb, hb, hb + c->hidden_dim, c->hidden_dim);
@@ -331,20 +342,9 @@ typedef struct attn_job {
 /* The tile's rows roped and their K and V stored, for its KV head only. */
 static void attn_tile_rope_kv(const attn_job *j, const cpu_attn_task *at)
 {
-    const cpu_config *c = &j->m->config;
-    const cpu_dims *d = &j->m->dims;
-    cpu_runstate *s = j->s;
-    const cpu_batch_seq *seq = &j->seqs[at->seq];
-    for (int t = at->token0; t < at->token0 + at->n_tokens; t++) {
-        const size_t row = (size_t)s->row_start[at->seq] + t;
-        float *q = s->qkv + row * d->qkv_dim + (size_t)at->kv_head * d->kv_mul * c->head_dim;
-        float *k = s->qkv + row * d->qkv_dim + d->q_dim + (size_t)at->kv_head * c->head_dim;
-        const float *v = k + d->kv_dim;
-        const float *cos_sin = s->rope + (size_t)s->pos[row] * c->head_dim;
-        cpu_rope_fast(q, d->kv_mul, c->head_dim, cos_sin);
-        cpu_rope_fast(k, 1, c->head_dim, cos_sin);
-        cpu_kv_write_head(j->kv, j->layer, seq->kv, s->pos[row], at->kv_head, k, v);
-    }
+    for (int t = at->token0; t < at->token0 + at->n_tokens; t++)
+        rope_store(j->m, j->s, j->kv, j->layer, j->seqs[at->seq].kv,
+                   (size_t)j->s->row_start[at->seq] + t, at->kv_head, 1);
 }
 
 /* next: the tile this thread computes after this one (cpu_pool_run_ahead), whose first blocks
