@@ -603,7 +603,8 @@ INLINE void a2_group(const cpu_attn_tile *t, const a2_state *st, int row0, int c
             if (_mm256_movemask_ps(_mm256_cmp_ps(top8, _mm256_set1_ps(m[r] + A2_LAZY), _CMP_GT_OQ))) {
                 const float top = cpu_avx2_hmax(top8);
                 const float new_max = top > m[r] ? top : m[r];
-                const __m256 factor = _mm256_set1_ps(exp2f(m[r] - new_max));
+                /* in registers, not libm's exp2f (a call saves every live register) */
+                const __m256 factor = cpu_avx2_exp2_le127(_mm256_set1_ps(m[r] - new_max));
                 for (int d = 0; d < hd; d += 8)
                     _mm256_storeu_ps(o + (size_t)r * hd + d,
                                      _mm256_mul_ps(_mm256_loadu_ps(o + (size_t)r * hd + d), factor));

@@ -496,7 +496,10 @@ INLINE void attn_blocks(const cpu_attn_tile *t, const attn_state *st, __m512 *ac
         if (_mm512_cmp_ps_mask(top16, _mm512_set1_ps(m[r] + LAZY_MAX), _CMP_GT_OQ)) {
             const float top = _mm512_reduce_max_ps(top16);
             const float new_max = top > m[r] ? top : m[r];
-            const __m512 factor = _mm512_set1_ps(exp2f(m[r] - new_max));
+            /* in registers, not libm's exp2f: a call would make every accumulator a save
+             * around it. A first max (m = -inf) or a jump past 127 gives 2^-127, not 0: the
+             * old terms keep a weight that no float sum can see. */
+            const __m512 factor = exp2_ps(_mm512_set1_ps(m[r] - new_max));
 #pragma GCC unroll 8
             for (int dv = 0; dv < DV; dv++)
                 acc[r * DV + dv] = _mm512_mul_ps(acc[r * DV + dv], factor);
