@@ -27,38 +27,38 @@ INLINE void gemm_tile(const float *x, int ldx, int rows_x, const float *w, int r
     __m256 acc[12];
     const float *xr[4];
     const float *wr[8];
-#pragma GCC unroll 12
+CPU_UNROLL(12)
     for (int i = 0; i < 12; i++)
         acc[i] = _mm256_setzero_ps();
-#pragma GCC unroll 4
+CPU_UNROLL(4)
     for (int i = 0; i < RM; i++)
         xr[i] = x + (size_t)(i < rows_x ? i : rows_x - 1) * ldx;
-#pragma GCC unroll 8
+CPU_UNROLL(8)
     for (int j = 0; j < RN; j++)
         wr[j] = w + (size_t)(j < rows_w ? j : rows_w - 1) * k;
     int p = 0;
     for (; p + 8 <= k; p += 8) {
         if (RM >= RN) { /* 4 x 3: each W load serves 4 rows of X */
             __m256 wv[3];
-#pragma GCC unroll 3
+CPU_UNROLL(3)
             for (int j = 0; j < RN; j++)
                 wv[j] = _mm256_loadu_ps(wr[j] + p);
-#pragma GCC unroll 4
+CPU_UNROLL(4)
             for (int i = 0; i < RM; i++) {
                 const __m256 xv = _mm256_loadu_ps(xr[i] + p);
-#pragma GCC unroll 3
+CPU_UNROLL(3)
                 for (int j = 0; j < RN; j++)
                     acc[i * RN + j] = _mm256_fmadd_ps(xv, wv[j], acc[i * RN + j]);
             }
         } else { /* 2 x 4, 1 x 8: each X load serves RN rows of W */
             __m256 xv[2];
-#pragma GCC unroll 2
+CPU_UNROLL(2)
             for (int i = 0; i < RM; i++)
                 xv[i] = _mm256_loadu_ps(xr[i] + p);
-#pragma GCC unroll 8
+CPU_UNROLL(8)
             for (int j = 0; j < RN; j++) {
                 const __m256 wv = _mm256_loadu_ps(wr[j] + p);
-#pragma GCC unroll 2
+CPU_UNROLL(2)
                 for (int i = 0; i < RM; i++)
                     acc[i * RN + j] = _mm256_fmadd_ps(xv[i], wv, acc[i * RN + j]);
             }
@@ -66,10 +66,10 @@ INLINE void gemm_tile(const float *x, int ldx, int rows_x, const float *w, int r
     }
     if (p < k) {
         const __m256i tail = cpu_avx2_tail_mask(k - p);
-#pragma GCC unroll 4
+CPU_UNROLL(4)
         for (int i = 0; i < RM; i++) {
             const __m256 xv = _mm256_maskload_ps(xr[i] + p, tail);
-#pragma GCC unroll 8
+CPU_UNROLL(8)
             for (int j = 0; j < RN; j++)
                 acc[i * RN + j] =
                     _mm256_fmadd_ps(xv, _mm256_maskload_ps(wr[j] + p, tail), acc[i * RN + j]);
@@ -144,7 +144,7 @@ INLINE void panel_tile(float *y, int ldy, const float *xg, int G, int i0, const 
                        int R, int cols, bool accumulate, const char *pf, int npf)
 {
     __m256 acc[12];
-#pragma GCC unroll 12
+CPU_UNROLL(12)
     for (int i = 0; i < 2 * R; i++)
         acc[i] = _mm256_setzero_ps();
     int f = 0;
@@ -154,7 +154,7 @@ INLINE void panel_tile(float *y, int ldy, const float *xg, int G, int i0, const 
         const __m256 w0 = _mm256_loadu_ps(wp + (size_t)p * CPU_PANEL);
         const __m256 w1 = _mm256_loadu_ps(wp + (size_t)p * CPU_PANEL + 8);
         const float *xp = xg + (size_t)p * G + i0;
-#pragma GCC unroll 6
+CPU_UNROLL(6)
         for (int i = 0; i < R; i++) {
             const __m256 xv = _mm256_broadcast_ss(xp + i);
             acc[2 * i] = _mm256_fmadd_ps(xv, w0, acc[2 * i]);
@@ -165,7 +165,7 @@ INLINE void panel_tile(float *y, int ldy, const float *xg, int G, int i0, const 
         _mm_prefetch(pf + (size_t)f * 64, _MM_HINT_T1);
     const __m256i m0 = cpu_avx2_tail_mask(cols >= 8 ? 8 : cols);
     const __m256i m1 = cpu_avx2_tail_mask(cols >= 16 ? 8 : cols <= 8 ? 0 : cols - 8);
-#pragma GCC unroll 6
+CPU_UNROLL(6)
     for (int i = 0; i < R; i++) {
         float *yr = y + (size_t)(i0 + i) * ldy;
         __m256 v0 = acc[2 * i], v1 = acc[2 * i + 1];
@@ -449,27 +449,27 @@ INLINE void a2_values(float *o, int hd, const float *pb, const void *vb, int key
                       int RR, int NV, bool halves)
 {
     __m256 acc[A2_ROWS][2];
-#pragma GCC unroll 6
+CPU_UNROLL(6)
     for (int r = 0; r < RR; r++)
-#pragma GCC unroll 2
+CPU_UNROLL(2)
         for (int v = 0; v < NV; v++)
             acc[r][v] = _mm256_loadu_ps(o + (size_t)r * hd + d0 + v * 8);
     for (int j = 0; j < keys; j++) {
         __m256 vj[2];
-#pragma GCC unroll 2
+CPU_UNROLL(2)
         for (int v = 0; v < NV; v++)
             vj[v] = a2_load(vb, (size_t)j * hd + d0 + v * 8, halves);
-#pragma GCC unroll 6
+CPU_UNROLL(6)
         for (int r = 0; r < RR; r++) {
             const __m256 pj = _mm256_broadcast_ss(pb + r * 16 + j);
-#pragma GCC unroll 2
+CPU_UNROLL(2)
             for (int v = 0; v < NV; v++)
                 acc[r][v] = _mm256_fmadd_ps(pj, vj[v], acc[r][v]);
         }
     }
-#pragma GCC unroll 6
+CPU_UNROLL(6)
     for (int r = 0; r < RR; r++)
-#pragma GCC unroll 2
+CPU_UNROLL(2)
         for (int v = 0; v < NV; v++)
             _mm256_storeu_ps(o + (size_t)r * hd + d0 + v * 8, acc[r][v]);
 }
@@ -559,20 +559,20 @@ INLINE void a2_group(const cpu_attn_tile *t, const a2_state *st, int row0, int c
         const bool masked = key0 + 15 > pos[0];
         {
             __m256 s0[A2_ROWS], s1[A2_ROWS];
-#pragma GCC unroll 6
+CPU_UNROLL(6)
             for (int r = 0; r < R; r++)
                 s0[r] = s1[r] = _mm256_setzero_ps();
             for (int e = 0; e < hd; e++) {
                 const __m256 k0 = a2_load(kb, (size_t)e * 16, halves);
                 const __m256 k1 = a2_load(kb, (size_t)e * 16 + 8, halves);
-#pragma GCC unroll 6
+CPU_UNROLL(6)
                 for (int r = 0; r < R; r++) {
                     const __m256 q = _mm256_broadcast_ss(qs + (size_t)r * hd + e);
                     s0[r] = _mm256_fmadd_ps(q, k0, s0[r]);
                     s1[r] = _mm256_fmadd_ps(q, k1, s1[r]);
                 }
             }
-#pragma GCC unroll 6
+CPU_UNROLL(6)
             for (int r = 0; r < R; r++) {
                 _mm256_storeu_ps(sb + r * 16, s0[r]);
                 _mm256_storeu_ps(sb + r * 16 + 8, s1[r]);
@@ -582,7 +582,7 @@ INLINE void a2_group(const cpu_attn_tile *t, const a2_state *st, int row0, int c
             a2_add_values(o, hd, st->p + (1 - cur) * A2_ROWS * 16, prev_vb, prev_keys, R, halves);
         float *pb = st->p + cur * A2_ROWS * 16;
         int keys = 0; /* the widest row's keys in this block */
-#pragma GCC unroll 6
+CPU_UNROLL(6)
         for (int r = 0; r < R; r++) {
             __m256 s0 = _mm256_loadu_ps(sb + r * 16), s1 = _mm256_loadu_ps(sb + r * 16 + 8);
             int n_valid = 16;

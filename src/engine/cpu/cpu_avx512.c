@@ -54,42 +54,42 @@ INLINE void gemm_tile(const float *x, int ldx, int rows_x, const float *w, int r
     __m512 acc[16];
     const float *xr[16];
     const float *wr[16];
-#pragma GCC unroll 16
+CPU_UNROLL(16)
     for (int i = 0; i < 16; i++)
         acc[i] = _mm512_setzero_ps();
-#pragma GCC unroll 16
+CPU_UNROLL(16)
     for (int i = 0; i < RM; i++)
         xr[i] = x + (size_t)(i < rows_x ? i : rows_x - 1) * ldx;
-#pragma GCC unroll 16
+CPU_UNROLL(16)
     for (int j = 0; j < RN; j++)
         wr[j] = w + (size_t)(j < rows_w ? j : rows_w - 1) * k;
     int p = 0;
     for (; p + 16 <= k; p += 16) {
         if (RN <= 8) {
             __m512 wv[8];
-#pragma GCC unroll 8
+CPU_UNROLL(8)
             for (int j = 0; j < RN; j++)
                 wv[j] = _mm512_loadu_ps(wr[j] + p);
-#pragma GCC unroll 4
+CPU_UNROLL(4)
             for (int i = 0; i < RM; i++) {
                 const __m512 xv = _mm512_loadu_ps(xr[i] + p);
-#pragma GCC unroll 8
+CPU_UNROLL(8)
                 for (int j = 0; j < RN; j++)
                     acc[i * RN + j] = _mm512_fmadd_ps(xv, wv[j], acc[i * RN + j]);
             }
         } else {
             const __m512 xv = _mm512_loadu_ps(xr[0] + p);
-#pragma GCC unroll 16
+CPU_UNROLL(16)
             for (int j = 0; j < RN; j++)
                 acc[j] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(wr[j] + p), acc[j]);
         }
     }
     if (p < k) {
         const __mmask16 tail = (__mmask16)((1u << (k - p)) - 1);
-#pragma GCC unroll 4
+CPU_UNROLL(4)
         for (int i = 0; i < RM; i++) {
             const __m512 xv = _mm512_maskz_loadu_ps(tail, xr[i] + p);
-#pragma GCC unroll 16
+CPU_UNROLL(16)
             for (int j = 0; j < RN; j++)
                 acc[i * RN + j] =
                     _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(tail, wr[j] + p), acc[i * RN + j]);
@@ -159,7 +159,7 @@ INLINE void panel_tile(float *y, int ldy, const float *xg, const float *wp, int 
                        int cols, bool accumulate, const char *pf, int npf)
 {
     __m512 acc[2 * CPU_PANEL_ROWS];
-#pragma GCC unroll 24
+CPU_UNROLL(24)
     for (int i = 0; i < R * NP; i++)
         acc[i] = _mm512_setzero_ps();
     const float *wp1 = wp + (size_t)k * CPU_PANEL;
@@ -169,7 +169,7 @@ INLINE void panel_tile(float *y, int ldy, const float *xg, const float *wp, int 
             _mm_prefetch(pf + (size_t)f++ * 64, _MM_HINT_T1);
         const __m512 w0 = _mm512_loadu_ps(wp + (size_t)p * CPU_PANEL);
         const __m512 w1 = NP > 1 ? _mm512_loadu_ps(wp1 + (size_t)p * CPU_PANEL) : w0;
-#pragma GCC unroll 12
+CPU_UNROLL(12)
         for (int i = 0; i < R; i++) {
             const __m512 xv = _mm512_set1_ps(xg[(size_t)p * R + i]);
             acc[i * NP] = _mm512_fmadd_ps(xv, w0, acc[i * NP]);
@@ -181,7 +181,7 @@ INLINE void panel_tile(float *y, int ldy, const float *xg, const float *wp, int 
         _mm_prefetch(pf + (size_t)f * 64, _MM_HINT_T1);
     const __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
     const __mmask16 m1 = cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1);
-#pragma GCC unroll 12
+CPU_UNROLL(12)
     for (int i = 0; i < R; i++) {
         float *yr = y + (size_t)i * ldy;
         __m512 v0 = acc[i * NP];
@@ -440,7 +440,7 @@ INLINE void attn_blocks(const cpu_attn_tile *t, const attn_state *st, __m512 *ac
      * of V: 16 halves per d) of the blocks ATTN_PREFETCH ahead, a line of each per two steps
      * of the score loop; a block of compute is shorter than a memory round trip. */
     const cpu_half *kt_next[2], *vb_next[2];
-#pragma GCC unroll 2
+CPU_UNROLL(2)
     for (int i = 0; i < NB; i++) {
         const size_t block = (size_t)t->block_table[b + i] * hd * 16;
         kt[i] = t->k + block;
@@ -455,37 +455,37 @@ INLINE void attn_blocks(const cpu_attn_tile *t, const attn_state *st, __m512 *ac
     const bool masked = key0 + 16 * NB - 1 > pos[0];
 
     __m512 s[2][8];
-#pragma GCC unroll 8
+CPU_UNROLL(8)
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 2
+CPU_UNROLL(2)
         for (int i = 0; i < NB; i++)
             s[i][r] = _mm512_setzero_ps();
     for (int d0 = 0; d0 < hd; d0 += 2) {
-#pragma GCC unroll 2
+CPU_UNROLL(2)
         for (int i = 0; i < NB; i++) {
             _mm_prefetch((const char *)(kt_next[i] + d0 * 16), _MM_HINT_T0);
             _mm_prefetch((const char *)(vb_next[i] + d0 * 16), _MM_HINT_T0);
         }
-#pragma GCC unroll 2
+CPU_UNROLL(2)
         for (int d = d0; d < d0 + 2; d++) {
             __m512 kd[2];
-#pragma GCC unroll 2
+CPU_UNROLL(2)
             for (int i = 0; i < NB; i++)
                 kd[i] = attn_load(kt[i], (size_t)d * 16);
-#pragma GCC unroll 8
+CPU_UNROLL(8)
             for (int r = 0; r < R; r++) {
                 const __m512 q = _mm512_set1_ps(qs[(size_t)r * hd + d]);
-#pragma GCC unroll 2
+CPU_UNROLL(2)
                 for (int i = 0; i < NB; i++)
                     s[i][r] = _mm512_fmadd_ps(q, kd[i], s[i][r]);
             }
         }
     }
-#pragma GCC unroll 8
+CPU_UNROLL(8)
     for (int r = 0; r < R; r++) {
         __mmask16 valid[2] = {0xFFFF, 0xFFFF};
         if (masked) {
-#pragma GCC unroll 2
+CPU_UNROLL(2)
             for (int i = 0; i < NB; i++) {
                 const int n_valid = pos[r] - (key0 + 16 * i) + 1;
                 valid[i] = n_valid >= 16 ? 0xFFFF : n_valid <= 0 ? 0 : (__mmask16)((1u << n_valid) - 1);
@@ -500,7 +500,7 @@ INLINE void attn_blocks(const cpu_attn_tile *t, const attn_state *st, __m512 *ac
              * around it. A first max (m = -inf) or a jump past 127 gives 2^-127, not 0: the
              * old terms keep a weight that no float sum can see. */
             const __m512 factor = exp2_ps(_mm512_set1_ps(m[r] - new_max));
-#pragma GCC unroll 8
+CPU_UNROLL(8)
             for (int dv = 0; dv < DV; dv++)
                 acc[r * DV + dv] = _mm512_mul_ps(acc[r * DV + dv], factor);
             _mm512_store_ps(l + r * 16, _mm512_mul_ps(_mm512_load_ps(l + r * 16), factor));
@@ -508,7 +508,7 @@ INLINE void attn_blocks(const cpu_attn_tile *t, const attn_state *st, __m512 *ac
         }
         const __m512 mv = _mm512_set1_ps(m[r]);
         __m512 sum = _mm512_load_ps(l + r * 16);
-#pragma GCC unroll 2
+CPU_UNROLL(2)
         for (int i = 0; i < NB; i++) {
             __m512 p = exp2_ps(_mm512_sub_ps(s[i][r], mv));
             if (masked)
@@ -518,17 +518,17 @@ INLINE void attn_blocks(const cpu_attn_tile *t, const attn_state *st, __m512 *ac
         }
         _mm512_store_ps(l + r * 16, sum);
     }
-#pragma GCC unroll 2
+CPU_UNROLL(2)
     for (int i = 0; i < NB; i++)
         for (int j = 0; j < 16; j++) {
             __m512 vj[8];
-#pragma GCC unroll 8
+CPU_UNROLL(8)
             for (int dv = 0; dv < DV; dv++)
                 vj[dv] = attn_load(vb[i], (size_t)j * hd + dv * 16);
-#pragma GCC unroll 8
+CPU_UNROLL(8)
             for (int r = 0; r < R; r++) {
                 const __m512 pj = _mm512_set1_ps(pb[r * 32 + i * 16 + j]);
-#pragma GCC unroll 8
+CPU_UNROLL(8)
                 for (int dv = 0; dv < DV; dv++)
                     acc[r * DV + dv] = _mm512_fmadd_ps(pj, vj[dv], acc[r * DV + dv]);
             }
@@ -546,9 +546,9 @@ INLINE void attn_group(const cpu_attn_tile *t, const attn_state *st, int row0, i
     const int hd = DV * 16;
     float *o = st->o + (size_t)row0 * hd;
     __m512 acc[16];
-#pragma GCC unroll 16
+CPU_UNROLL(16)
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 8
+CPU_UNROLL(8)
         for (int dv = 0; dv < DV; dv++)
             acc[r * DV + dv] = _mm512_load_ps(o + (size_t)r * hd + dv * 16);
     int b = b0;
@@ -556,9 +556,9 @@ INLINE void attn_group(const cpu_attn_tile *t, const attn_state *st, int row0, i
         attn_blocks(t, st, acc, row0, b, b_end, R, DV, 2);
     if (b < b1)
         attn_blocks(t, st, acc, row0, b, b_end, R, DV, 1);
-#pragma GCC unroll 16
+CPU_UNROLL(16)
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 8
+CPU_UNROLL(8)
         for (int dv = 0; dv < DV; dv++)
             _mm512_store_ps(o + (size_t)r * hd + dv * 16, acc[r * DV + dv]);
 }
