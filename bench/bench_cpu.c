@@ -13,7 +13,8 @@
  * in turn (interleaved) (--decode B alone: a fresh arena, runs); then the decode step of 32
  * sequences 1,000 times back to back (its p50, p99, max and the steps above twice the p50: the
  * engine's own jitter, which a served stream sees as gaps); then llama-bench's pp512
- * and tg128 in its shape (tg128 with sampling). The first line says the
+ * and tg128 in its shape (tg128 with sampling); last, the SGEMM rate measured again, to
+ * show how far the machine's speed moved under the ratios. The first line says the
  * kernels' dispatch (STALLSCOPE_CPU_ISA=avx2 measures the AVX2 path on an AVX-512 CPU;
  * OPENBLAS_CORETYPE picks OpenBLAS's). Never fails on time.
  *
@@ -359,6 +360,16 @@ static void run(const char *model_name, int threads, bool quick)
     if (!only_prefill && !only_decode) {
         bench_steady(&b, 32, 512, quick ? 200 : 1000);
         bench_llama_shape(&b, 3);
+    }
+    /* The machine's speed can move within a run (a VM's most of all) while every ratio
+     * above is against the rates measured at its start: SGEMM again, to show how far. */
+    double again = 0;
+    if (!no_roofline && !only_prefill && !only_decode && !only_steady) {
+        if (cpu_calib_gemm(b.pool, 4096, quick ? 0.2 : 1.0, &again, err) != 0)
+            die("calibrate", err);
+        printf("SGEMM again at the end: %.1f GFLOP/s, %+.1f %% from the start's %.1f (the "
+               "ratios above are against the start's)\n",
+               again / 1e9, (again / cal.gemm_flops - 1) * 100, cal.gemm_flops / 1e9);
     }
     cpu_kv_free(&b.kv);
     cpu_free_runstate(&b.run);
