@@ -129,8 +129,14 @@ def within(a, b, f=0.05):
 # The proxy's rows over run's window, by the same rule (5 x the window's median gap):
 stalls_win = win["stalls"]["count"]
 prefill_win = win["attribution"]["by_cause"]["prefill"]["stalls"]
+# What each side counted, for a failure to say where the difference lies: the threshold (5 x
+# its own median gap), the stalls aligned with an injection, and the causes of the others.
+def tally(s):
+    causes = ", ".join(f"{k} {v['stalls']}" for k, v in s["attribution"]["by_cause"].items() if v.get("stalls"))
+    return (f"{s['stalls']['count']} (above {s['stalls']['threshold_ms']:.2f} ms, "
+            f"{s['stalls']['aligned']} aligned; {causes})")
 check("stall count (the proxy's rows over run's window)", stalls_run > 0 and within(stalls_win, stalls_run),
-      f"proxy {stalls_win}, run {stalls_run}")
+      f"proxy {tally(win)}, run {tally(run)}")
 check("prefill stalls (the same)", prefill_run > 0 and within(prefill_win, prefill_run), f"proxy {prefill_win}, run {prefill_run}")
 # live, as /metrics counted them (5 x the rolling median, the proxy's whole life):
 check("prefill stalls counted live", within(prefill_px, prefill_run), f"proxy {prefill_px:.0f}, run {prefill_run}")
