@@ -363,8 +363,8 @@ static void run(const char *model_name, int threads, bool quick)
     }
     /* The machine's speed can move within a run (a VM's most of all) while every ratio
      * above is against the rates measured at its start: SGEMM again, to show how far. */
-    double again = 0;
     if (!no_roofline && !only_prefill && !only_decode && !only_steady) {
+        double again = 0;
         if (cpu_calib_gemm(b.pool, 4096, quick ? 0.2 : 1.0, &again, err) != 0)
             die("calibrate", err);
         printf("SGEMM again at the end: %.1f GFLOP/s, %+.1f %% from the start's %.1f (the "

@@ -172,11 +172,23 @@ int cpu_pool_threads(const cpu_pool *p)
     return p->n_threads;
 }
 
-/* Publish a section (fn or ahead_fn) to the workers, run tasks on the caller, and wait for
- * the workers to finish theirs. */
+/* Run a section (fn, or ahead_fn): on the caller alone when there are no workers or one
+ * task (each task told the one after it as its next); else published to the workers, tasks
+ * run on the caller too, and the workers waited for. */
 static void run_section(cpu_pool *p, int n_tasks, cpu_pool_fn fn, cpu_pool_ahead_fn ahead_fn,
                         void *arg)
 {
+    if (n_tasks <= 0)
+        return;
+    if (p->n_started == 0 || n_tasks == 1) {
+        for (int t = 0; t < n_tasks; t++) {
+            if (ahead_fn)
+                ahead_fn(arg, t, t + 1 < n_tasks ? t + 1 : -1, 0);
+            else
+                fn(arg, t, 0);
+        }
+        return;
+    }
     p->fn = fn;
     p->ahead_fn = ahead_fn;
     p->arg = arg;
@@ -207,25 +219,11 @@ static void run_section(cpu_pool *p, int n_tasks, cpu_pool_fn fn, cpu_pool_ahead
 
 void cpu_pool_run(cpu_pool *p, int n_tasks, cpu_pool_fn fn, void *arg)
 {
-    if (n_tasks <= 0)
-        return;
-    if (p->n_started == 0 || n_tasks == 1) {
-        for (int t = 0; t < n_tasks; t++)
-            fn(arg, t, 0);
-        return;
-    }
     run_section(p, n_tasks, fn, NULL, arg);
 }
 
 void cpu_pool_run_ahead(cpu_pool *p, int n_tasks, cpu_pool_ahead_fn fn, void *arg)
 {
-    if (n_tasks <= 0)
-        return;
-    if (p->n_started == 0 || n_tasks == 1) {
-        for (int t = 0; t < n_tasks; t++)
-            fn(arg, t, t + 1 < n_tasks ? t + 1 : -1, 0);
-        return;
-    }
     run_section(p, n_tasks, NULL, fn, arg);
 }
 
