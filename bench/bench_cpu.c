@@ -177,11 +177,12 @@ static void bench_decode(bench *b, int batch, int context, int reps, bool grown)
     /* The same with the cache read at the rate of scattered blocks: where the arena's blocks
      * are scattered, what the cache's read alone costs on this machine. */
     const double scattered = products + cb.kv_bytes / b->block_bandwidth * 1e9;
-    printf("  %6d %-11s %9.2f %9.2f %8.2f %8.1f %11.2f %-7s %8.2fx %10.2f %8.2fx %13.2f %8.2fx\n",
+    printf("  %6d %-11s %9.2f %9.2f %8.2f %8.1f %11.2f %-7s %8.2fx %10.2f %8.2fx %13.2f %8.2fx "
+           "%5d\n",
            batch, grown ? "interleaved" : "runs", best / 1e6, total / 1e6 / reps, flops / 1e9,
            (cb.weight_bytes + cb.kv_bytes) / 1e6, roof / 1e6,
            cb.compute_ns >= cb.memory_ns ? "compute" : "memory", (double)best / roof,
-           serial / 1e6, best / serial, scattered / 1e6, best / scattered);
+           serial / 1e6, best / serial, scattered / 1e6, best / scattered, b->run.last_parts);
     decode_batch_free(b, &d);
 }
 
@@ -343,11 +344,11 @@ static void run(const char *model_name, int threads, bool quick)
            "bandwidth; scattered = the same with KV bytes / scattered-block bandwidth); the "
            "arena %s; blocks: runs = each sequence's reserved at once (a prompt's), interleaved "
            "= the sequences' tables grown a block at a time in turn (sequences decoding "
-           "together):\n",
+           "together); parts = the step split into one part per thread, or 1 (run whole):\n",
            only_decode ? "fresh" : "as the prefills left it, its free list shuffled");
-    printf("  %6s %-11s %9s %9s %8s %8s %11s %-7s %9s %10s %9s %13s %9s\n", "batch", "blocks",
-           "best ms", "mean ms", "GFLOP", "MB read", "roofline ms", "bound", "vs roof",
-           "serial ms", "vs serial", "scattered ms", "vs scat");
+    printf("  %6s %-11s %9s %9s %8s %8s %11s %-7s %9s %10s %9s %13s %9s %5s\n", "batch",
+           "blocks", "best ms", "mean ms", "GFLOP", "MB read", "roofline ms", "bound", "vs roof",
+           "serial ms", "vs serial", "scattered ms", "vs scat", "parts");
     static const int batches[] = {1, 32, 256};
     if (only_steady)
         bench_steady(&b, only_decode, 512, only_steady);

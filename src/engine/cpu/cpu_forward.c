@@ -11,6 +11,16 @@
 /* Query rows of an attention tile: tokens x kv_mul, about this many. */
 #define TILE_ROWS 64
 
+/* A contiguous run of the step's sequences, their rows, sampling rows and attention tiles:
+ * the whole step, or the part of a split step that one thread runs alone. */
+struct cpu_step_part {
+    int seq0, n_seqs;
+    int row0, n_rows;
+    int sample0, n_samples;
+    int task0, n_tasks; /* in s->tasks */
+};
+typedef struct cpu_step_part step_part;
+
 /* ---- model ----------------------------------------------------------------------- */
 
 static float *alloc_floats(size_t n)
@@ -103,8 +113,21 @@ int cpu_build_runstate(cpu_runstate *s, const cpu_model *m, int n_threads, char 
     for (int t = 0; t < n_threads; t++)
         if (!(s->scratch[t] = alloc_floats(s->scratch_floats)))
             goto oom;
-    if (m->panels.wcls && !(s->xpack = alloc_floats(xpack_floats(m))))
-        goto oom;
+    s->split_min_rows = CPU_FORWARD_SPLIT_ROWS;
+    if (m->panels.wcls) {
+        s->xpack_floats = xpack_floats(m);
+        if (!(s->xpack = alloc_floats(s->xpack_floats * (size_t)n_threads)))
+            goto oom;
+    }
+    if (n_threads > 1) {
+        s->solo = calloc((size_t)n_threads, sizeof *s->solo);
+        s->parts = calloc((size_t)n_threads, sizeof *s->parts);
+        if (!s->solo || !s->parts)
+            goto oom;
+        for (int t = 0; t < n_threads; t++)
+            if (!(s->solo[t] = cpu_pool_create_solo(t, err)))
+                goto oom;
+    }
     return 0;
 oom:
     cpu_free_runstate(s);
@@ -141,6 +164,11 @@ void cpu_free_runstate(cpu_runstate *s)
     free(s->tile_out);
     free(s->tile_pos);
     free(s->xpack);
+    if (s->solo)
+        for (int t = 0; t < s->n_threads; t++)
+            cpu_pool_free(s->solo[t]);
+    free(s->solo);
+    free(s->parts);
     memset(s, 0, sizeof *s);
 }
 
@@ -242,7 +270,7 @@ double cpu_runstate_bytes(const cpu_runstate *s, const cpu_model *m)
            (double)s->cap_positions * c->head_dim * sizeof(float) +
            (double)s->cap_tasks * sizeof(cpu_attn_task) +
            (double)s->n_threads * s->scratch_floats * sizeof(float) +
-           (s->xpack ? (double)xpack_floats(m) * sizeof(float) : 0.0);
+           (double)s->n_threads * s->xpack_floats * sizeof(float);
 }
 
 /* ---- row-wise sections ------------------------------------------------------------- */
@@ -258,6 +286,7 @@ typedef struct rows_job {
     const int32_t *row_seq; /* sequence of each row */
     int layer;
     int n_rows;
+    int row0; /* the part's first row: lo and hi count from it */
 } rows_job;
 
 /* Row `row` (position s->pos[row] of the sequence whose cache is kv_seq) for KV heads
@@ -287,7 +316,7 @@ static void rows_do(void *arg, int lo, int hi, int thread)
     const cpu_config *c = &j->m->config;
     const cpu_weights *w = &j->m->weights;
     cpu_runstate *s = j->s;
-    for (int r = lo; r < hi; r++) {
+    for (int r = j->row0 + lo; r < j->row0 + hi; r++) {
         switch (j->op) {
         case ROWS_NORM_ATT:
         case ROWS_NORM_FFN: {
@@ -337,6 +366,7 @@ typedef struct attn_job {
      * section of their own): when every sequence has one tile per KV head, so that no tile
      * reads a key another tile of the step writes. */
     bool rope_kv;
+    int task0; /* the part's first tile: task numbers count from it */
 } attn_job;
 
 /* The tile's rows roped and their K and V stored, for its KV head only. */
@@ -355,7 +385,7 @@ static void attn_task(void *arg, int task, int next, int thread)
     cpu_runstate *s = j->s;
     const cpu_config *c = &j->m->config;
     const cpu_dims *d = &j->m->dims;
-    const cpu_attn_task *at = &s->tasks[task];
+    const cpu_attn_task *at = &s->tasks[j->task0 + task];
     const cpu_batch_seq *seq = &j->seqs[at->seq];
     if (j->rope_kv)
         attn_tile_rope_kv(j, at);
@@ -374,7 +404,7 @@ static void attn_task(void *arg, int task, int next, int thread)
     }
     cpu_attn_ahead ahead = {0};
     if (next >= 0) {
-        const cpu_attn_task *nt = &s->tasks[next];
+        const cpu_attn_task *nt = &s->tasks[j->task0 + next];
         const cpu_batch_seq *ns = &j->seqs[nt->seq];
         ahead = (cpu_attn_ahead){
             .k = cpu_kv_head_k(j->kv, j->layer, nt->kv_head),
@@ -409,9 +439,10 @@ static int by_cost_desc(const void *a, const void *b)
     return ca < cb ? 1 : ca > cb ? -1 : 0;
 }
 
-/* The step's attention tiles (the same for every layer), heaviest first. */
+/* The step's attention tiles (the same for every layer), in sequence order, each part's
+ * heaviest first. */
 static int plan_attention(cpu_runstate *s, const cpu_model *m, const cpu_batch_seq *seqs,
-                          int n_seqs, int *n_tasks, char *err)
+                          int n_seqs, step_part *parts, int n_parts, char *err)
 {
     int n = 0;
     for (int i = 0; i < n_seqs; i++)
@@ -424,17 +455,96 @@ static int plan_attention(cpu_runstate *s, const cpu_model *m, const cpu_batch_s
         s->cap_tasks = n;
     }
     int k = 0;
-    for (int i = 0; i < n_seqs; i++)
-        for (int t0 = 0; t0 < seqs[i].new_tokens; t0 += s->tile_tokens) {
-            const int tokens = seqs[i].new_tokens - t0 < s->tile_tokens ? seqs[i].new_tokens - t0
-                                                                        : s->tile_tokens;
-            for (int h = 0; h < m->config.n_kv_heads; h++)
-                s->tasks[k++] = (cpu_attn_task){i, h, t0, tokens,
-                                                (double)tokens * (seqs[i].context + t0 + tokens)};
-        }
-    qsort(s->tasks, (size_t)n, sizeof *s->tasks, by_cost_desc);
-    *n_tasks = n;
+    for (int g = 0; g < n_parts; g++) {
+        step_part *pt = &parts[g];
+        pt->task0 = k;
+        for (int i = pt->seq0; i < pt->seq0 + pt->n_seqs; i++)
+            for (int t0 = 0; t0 < seqs[i].new_tokens; t0 += s->tile_tokens) {
+                const int left = seqs[i].new_tokens - t0;
+                const int tokens = left < s->tile_tokens ? left : s->tile_tokens;
+                for (int h = 0; h < m->config.n_kv_heads; h++)
+                    s->tasks[k++] = (cpu_attn_task){
+                        i, h, t0, tokens, (double)tokens * (seqs[i].context + t0 + tokens)};
+            }
+        pt->n_tasks = k - pt->task0;
+        qsort(s->tasks + pt->task0, (size_t)pt->n_tasks, sizeof *s->tasks, by_cost_desc);
+    }
     return 0;
+}
+
+/* ---- splitting a step ----------------------------------------------------------------- */
+
+/* A key the attention reads costs about as much as this many FLOPs of the products: one
+ * thread runs the products on panels at about 200 GFLOP/s and reads a decode's scattered K
+ * and V at about 20 GB/s (AVX-512 and AVX2 alike, `bench_cpu --threads 1`). */
+#define SPLIT_FLOPS_PER_KV_BYTE 10.0
+/* A split whose heaviest part costs more than this times the mean is not taken. */
+#define SPLIT_BALANCE 1.1
+
+/* A sequence's cost in the step, in FLOPs: its rows through the layers' products (and the
+ * LM head if it samples) and the keys its attention reads. */
+static double seq_cost(const cpu_model *m, const cpu_batch_seq *q)
+{
+    const cpu_config *c = &m->config;
+    const cpu_dims *d = &m->dims;
+    const double row = 2.0 * c->n_layers *
+                           ((double)c->dim * (d->qkv_dim + d->q_dim + 3.0 * c->hidden_dim)) +
+                       (q->samples ? 2.0 * c->dim * c->vocab_size : 0.0);
+    const double keys = (double)q->new_tokens * (q->context + q->new_tokens);
+    return q->new_tokens * row +
+           keys * cpu_kv_bytes(c, 1) / CPU_KV_BLOCK * SPLIT_FLOPS_PER_KV_BYTE;
+}
+
+/* The step's parts into parts (room for s->n_threads): one per thread when the step splits
+ * (cpu_forward.h), else one, the whole step. Returns their number; fills each one's
+ * sequences, rows and samples. */
+static int plan_parts(const cpu_runstate *s, const cpu_model *m, const cpu_batch_seq *seqs,
+                      int n_seqs, int n_tokens, int threads, bool short_rows, step_part *parts)
+{
+    int n_parts = 1;
+    if (threads >= 2 && s->solo && threads <= s->n_threads && short_rows &&
+        s->split_min_rows > 0 && n_tokens / threads >= s->split_min_rows) {
+        double total = 0, acc = 0, worst = 0;
+        for (int i = 0; i < n_seqs; i++)
+            total += seq_cost(m, &seqs[i]);
+        int i = 0;
+        for (int g = 0; g < threads; g++) {
+            const double goal = total * (g + 1) / threads;
+            double part = 0;
+            parts[g].seq0 = i;
+            /* take a sequence while that brings the running sum nearer the part's goal */
+            for (; i < n_seqs; i++) {
+                const double cost = seq_cost(m, &seqs[i]);
+                if (g < threads - 1 && i > parts[g].seq0 && acc + cost - goal > goal - acc)
+                    break;
+                acc += cost;
+                part += cost;
+            }
+            parts[g].n_seqs = i - parts[g].seq0;
+            worst = part > worst ? part : worst;
+        }
+        n_parts = threads;
+        for (int g = 0; g < threads; g++)
+            if (parts[g].n_seqs == 0)
+                n_parts = 1;
+        if (worst > SPLIT_BALANCE * total / threads)
+            n_parts = 1;
+    }
+    if (n_parts == 1)
+        parts[0].seq0 = 0, parts[0].n_seqs = n_seqs;
+    int sample = 0;
+    for (int g = 0; g < n_parts; g++) {
+        step_part *pt = &parts[g];
+        pt->row0 = s->row_start[pt->seq0];
+        pt->n_rows = 0;
+        pt->sample0 = sample;
+        for (int i = pt->seq0; i < pt->seq0 + pt->n_seqs; i++) {
+            pt->n_rows += seqs[i].new_tokens;
+            sample += seqs[i].samples ? 1 : 0;
+        }
+        pt->n_samples = sample - pt->sample0;
+    }
+    return n_parts;
 }
 
 /* ---- the step ------------------------------------------------------------------------ */
@@ -445,14 +555,88 @@ static const float *layer_panels(const float *panels, int l, int n, int k)
     return panels ? panels + (size_t)l * cpu_panels_floats(n, k) : NULL;
 }
 
-int cpu_forward(const cpu_model *m, cpu_runstate *s, cpu_kv *kv, cpu_pool *pool,
-                const cpu_batch_seq *seqs, int n_seqs, char *err)
+/* The whole pass over one part of the step: its sections on pool, its products' X
+ * rearranged in xpack. */
+static void forward_part(const cpu_model *m, cpu_runstate *s, cpu_kv *kv, cpu_pool *pool,
+                         const cpu_batch_seq *seqs, bool rope_kv, const step_part *pt,
+                         float *xpack)
 {
     const cpu_config *c = &m->config;
     const cpu_dims *d = &m->dims;
     const cpu_weights *w = &m->weights;
     const cpu_panels *p = &m->panels;
-    const int dim = c->dim, ffn = c->hidden_dim;
+    const int dim = c->dim, ffn = c->hidden_dim, n = pt->n_rows;
+    const size_t r0 = (size_t)pt->row0;
+    float *x = s->x + r0 * dim, *xb = s->xb + r0 * dim, *qkv = s->qkv + r0 * d->qkv_dim;
+    float *att = s->att + r0 * d->q_dim, *hb = s->hb + r0 * 2 * ffn;
+    rows_job rj = {ROWS_NORM_ATT, m, s, kv, seqs, s->row_seq, 0, n, pt->row0};
+    attn_job aj = {m, s, kv, seqs, 0, rope_kv, pt->task0};
+    for (int l = 0; l < c->n_layers; l++) {
+        const float *wqkv = w->wqkv + (size_t)l * d->qkv_dim * dim;
+        const float *wo = w->wo + (size_t)l * dim * d->q_dim;
+        const float *w13 = w->w13 + (size_t)l * 2 * ffn * dim;
+        const float *w2 = w->w2 + (size_t)l * dim * ffn;
+        const float *pqkv = layer_panels(p->wqkv, l, d->qkv_dim, dim);
+        const float *po = layer_panels(p->wo, l, dim, d->q_dim);
+        const float *p13 = layer_panels(p->w13, l, 2 * ffn, dim);
+        const float *p2 = layer_panels(p->w2, l, dim, ffn);
+        /* attention sublayer: x += wo . attention(rope(wqkv . rmsnorm(x))) */
+        cpu_gemm_panels_prep(pool, qkv, d->qkv_dim, xb, dim, wqkv, pqkv, n, d->qkv_dim, dim,
+                             false, xpack, rows_prep(&rj, ROWS_NORM_ATT, l), &rj);
+        if (!rope_kv)
+            rows_run(pool, &rj, ROWS_ROPE_KV, l);
+        aj.layer = l;
+        if (rope_kv) /* short tiles: each prefetches the next one's first blocks */
+            cpu_pool_run_ahead(pool, pt->n_tasks, attn_task, &aj);
+        else
+            cpu_pool_run(pool, pt->n_tasks, attn_task_alone, &aj);
+        cpu_gemm_panels(pool, x, dim, att, d->q_dim, wo, po, n, dim, d->q_dim, true, xpack);
+        /* feed-forward sublayer: x += w2 . (silu(w1 . xb) * (w3 . xb)), xb = rmsnorm(x) */
+        cpu_gemm_panels_prep(pool, hb, 2 * ffn, xb, dim, w13, p13, n, 2 * ffn, dim, false,
+                             xpack, rows_prep(&rj, ROWS_NORM_FFN, l), &rj);
+        cpu_gemm_panels_prep(pool, x, dim, hb, 2 * ffn, w2, p2, n, dim, ffn, true, xpack,
+                             rows_prep(&rj, ROWS_SWIGLU, l), &rj);
+    }
+    if (pt->n_samples == 0)
+        return;
+    /* LM head for the last row of each sampling sequence only. */
+    int k = pt->sample0;
+    for (int i = pt->seq0; i < pt->seq0 + pt->n_seqs; i++) {
+        if (!seqs[i].samples)
+            continue;
+        const size_t last = (size_t)s->row_start[i] + seqs[i].new_tokens - 1;
+        cpu_rmsnorm_fast(s->xs + (size_t)k * dim, s->x + last * dim, w->rms_final, dim,
+                         c->norm_eps);
+        k++;
+    }
+    cpu_gemm_panels(pool, s->logits + (size_t)pt->sample0 * c->vocab_size, c->vocab_size,
+                    s->xs + (size_t)pt->sample0 * dim, dim, w->wcls, p->wcls, pt->n_samples,
+                    c->vocab_size, dim, false, xpack);
+}
+
+typedef struct parts_job {
+    const cpu_model *m;
+    cpu_runstate *s;
+    cpu_kv *kv;
+    const cpu_batch_seq *seqs;
+    bool rope_kv;
+} parts_job;
+
+/* One part of a split step, on the thread that claimed it, alone. */
+static void part_task(void *arg, int part, int thread)
+{
+    const parts_job *j = arg;
+    cpu_runstate *s = j->s;
+    forward_part(j->m, s, j->kv, s->solo[thread], j->seqs, j->rope_kv, &s->parts[part],
+                 s->xpack ? s->xpack + (size_t)thread * s->xpack_floats : NULL);
+}
+
+int cpu_forward(const cpu_model *m, cpu_runstate *s, cpu_kv *kv, cpu_pool *pool,
+                const cpu_batch_seq *seqs, int n_seqs, char *err)
+{
+    const cpu_config *c = &m->config;
+    const cpu_weights *w = &m->weights;
+    const int dim = c->dim;
     int n_tokens = 0, n_samples = 0, max_pos = 0;
     for (int i = 0; i < n_seqs; i++) {
         const int last = seqs[i].context + seqs[i].new_tokens - 1;
@@ -470,66 +654,33 @@ int cpu_forward(const cpu_model *m, cpu_runstate *s, cpu_kv *kv, cpu_pool *pool,
     if (reserve(s, m, n_tokens, n_samples, n_seqs, max_pos, err) != 0)
         return -1;
     /* Rows: each sequence's new tokens, in batch order; the embedding of each. */
-    int32_t *row_seq = s->row_seq;
     int row = 0;
+    bool short_rows = true;
     for (int i = 0; i < n_seqs; i++) {
         s->row_start[i] = row;
+        short_rows = short_rows && seqs[i].new_tokens <= s->tile_tokens;
         for (int t = 0; t < seqs[i].new_tokens; t++, row++) {
             const int32_t token = seqs[i].tokens[t];
             const int32_t id = token >= 0 && token < c->vocab_size ? token : 0;
             memcpy(s->x + (size_t)row * dim, w->token_embedding + (size_t)id * dim,
                    (size_t)dim * sizeof(float));
             s->pos[row] = seqs[i].context + t;
-            row_seq[row] = i;
+            s->row_seq[row] = i;
         }
     }
-    int n_tasks = 0;
-    if (plan_attention(s, m, seqs, n_seqs, &n_tasks, err) != 0)
+    step_part whole;
+    step_part *parts = s->parts ? s->parts : &whole;
+    const int n_parts =
+        plan_parts(s, m, seqs, n_seqs, n_tokens, cpu_pool_threads(pool), short_rows, parts);
+    if (plan_attention(s, m, seqs, n_seqs, parts, n_parts, err) != 0)
         return -1;
-    rows_job rj = {ROWS_NORM_ATT, m, s, kv, seqs, row_seq, 0, n_tokens};
-    attn_job aj = {m, s, kv, seqs, 0, true};
-    for (int i = 0; i < n_seqs; i++)
-        aj.rope_kv = aj.rope_kv && seqs[i].new_tokens <= s->tile_tokens;
-    for (int l = 0; l < c->n_layers; l++) {
-        const float *wqkv = w->wqkv + (size_t)l * d->qkv_dim * dim;
-        const float *wo = w->wo + (size_t)l * dim * d->q_dim;
-        const float *w13 = w->w13 + (size_t)l * 2 * ffn * dim;
-        const float *w2 = w->w2 + (size_t)l * dim * ffn;
-        const float *pqkv = layer_panels(p->wqkv, l, d->qkv_dim, dim);
-        const float *po = layer_panels(p->wo, l, dim, d->q_dim);
-        const float *p13 = layer_panels(p->w13, l, 2 * ffn, dim);
-        const float *p2 = layer_panels(p->w2, l, dim, ffn);
-        /* attention sublayer: x += wo . attention(rope(wqkv . rmsnorm(x))) */
-        cpu_gemm_panels_prep(pool, s->qkv, d->qkv_dim, s->xb, dim, wqkv, pqkv, n_tokens,
-                             d->qkv_dim, dim, false, s->xpack,
-                             rows_prep(&rj, ROWS_NORM_ATT, l), &rj);
-        if (!aj.rope_kv)
-            rows_run(pool, &rj, ROWS_ROPE_KV, l);
-        aj.layer = l;
-        if (aj.rope_kv) /* short tiles: each prefetches the next one's first blocks */
-            cpu_pool_run_ahead(pool, n_tasks, attn_task, &aj);
-        else
-            cpu_pool_run(pool, n_tasks, attn_task_alone, &aj);
-        cpu_gemm_panels(pool, s->x, dim, s->att, d->q_dim, wo, po, n_tokens, dim,
-                        d->q_dim, true, s->xpack);
-        /* feed-forward sublayer: x += w2 . (silu(w1 . xb) * (w3 . xb)), xb = rmsnorm(x) */
-        cpu_gemm_panels_prep(pool, s->hb, 2 * ffn, s->xb, dim, w13, p13, n_tokens, 2 * ffn,
-                             dim, false, s->xpack, rows_prep(&rj, ROWS_NORM_FFN, l), &rj);
-        cpu_gemm_panels_prep(pool, s->x, dim, s->hb, 2 * ffn, w2, p2, n_tokens, dim, ffn,
-                             true, s->xpack, rows_prep(&rj, ROWS_SWIGLU, l), &rj);
+    s->last_parts = n_parts;
+    if (n_parts == 1) {
+        forward_part(m, s, kv, pool, seqs, short_rows, parts, s->xpack);
+    } else {
+        parts_job j = {m, s, kv, seqs, short_rows};
+        cpu_pool_run(pool, n_parts, part_task, &j);
     }
-    /* LM head for the last row of each sampling sequence only. */
-    int k = 0;
-    for (int i = 0; i < n_seqs; i++) {
-        if (!seqs[i].samples)
-            continue;
-        const size_t last = (size_t)s->row_start[i] + seqs[i].new_tokens - 1;
-        cpu_rmsnorm_fast(s->xs + (size_t)k * dim, s->x + last * dim, w->rms_final, dim,
-                         c->norm_eps);
-        k++;
-    }
-    cpu_gemm_panels(pool, s->logits, c->vocab_size, s->xs, dim, w->wcls, p->wcls, n_samples,
-                    c->vocab_size, dim, false, s->xpack);
     return 0;
 }
 

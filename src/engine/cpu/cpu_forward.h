@@ -63,8 +63,19 @@ typedef struct cpu_runstate {
     int32_t *tile_pos;
     int tile_rows;    /* rows of an attention tile: tile_tokens x kv_mul */
     int tile_tokens;
-    float *xpack;     /* X rearranged for the products on panels (NULL: the model has none) */
+    float *xpack;     /* X rearranged for the products on panels, one slice per thread
+                       * (NULL: the model has none) */
+    size_t xpack_floats; /* of a slice */
+    /* A decode step split into parts, one per thread (cpu_forward): */
+    cpu_pool **solo;  /* (n_threads,) or NULL: each thread's pool of itself alone */
+    struct cpu_step_part *parts; /* (n_threads,) */
+    int split_min_rows; /* rows a part needs at least (CPU_FORWARD_SPLIT_ROWS; tests set it) */
+    int last_parts;     /* parts the last step ran in (1: not split) */
 } cpu_runstate;
+
+/* A step splits into parts, one per thread, only when each part gets at least this many rows
+ * (cpu_forward). */
+#define CPU_FORWARD_SPLIT_ROWS 64
 
 /* The matrices in panels (cpu_gemm_panels), each layer's after the previous one's; all NULL
  * where the engine runs plain C only (a CPU without AVX2, or STALLSCOPE_CPU_ISA=portable
@@ -98,7 +109,16 @@ double cpu_runstate_bytes(const cpu_runstate *s, const cpu_model *m);
 
 /* One step. Writes K and V of every new token into kv, and logits of the sampling
  * sequences, in batch order, to s->logits (row i for the i-th sampling sequence).
- * 0, or -1 with err (out of memory, a position past max_seq_len). */
+ * 0, or -1 with err (out of memory, a position past max_seq_len).
+ *
+ * A step of short rows (each sequence's new tokens within one attention tile: decode) with
+ * at least s->split_min_rows rows per thread is split into one contiguous part of the
+ * sequences per thread, of about equal cost (rows through the products, keys read by the
+ * attention), and each thread runs its part's whole pass alone: no section waits on
+ * another thread, and no thread reads rows another one wrote. The rows' results are the
+ * same as unsplit, bit for bit, where a part's products take the same kernel as the whole
+ * step's (both on panels: CPU_GEMM_PANEL_M up to CPU_GEMM_SMALL_M - 1 rows, the LM head's
+ * counted in sampling rows); else up to the order of sums. */
 int cpu_forward(const cpu_model *m, cpu_runstate *s, cpu_kv *kv, cpu_pool *pool,
                 const cpu_batch_seq *seqs, int n_seqs, char *err);
 

@@ -15,6 +15,7 @@
 
 struct cpu_pool {
     int n_threads;
+    int self; /* the caller's thread index (0, or a solo pool's) */
     pthread_t *workers; /* n_threads - 1 */
     int n_started;
 
@@ -149,6 +150,18 @@ cpu_pool *cpu_pool_create(int n_threads, char *err)
     return p;
 }
 
+cpu_pool *cpu_pool_create_solo(int self, char *err)
+{
+    if (self < 0) {
+        err_set(err, "thread index %d must be at least 0", self);
+        return NULL;
+    }
+    cpu_pool *p = cpu_pool_create(1, err);
+    if (p)
+        p->self = self;
+    return p;
+}
+
 void cpu_pool_free(cpu_pool *p)
 {
     if (!p)
@@ -183,9 +196,9 @@ static void run_section(cpu_pool *p, int n_tasks, cpu_pool_fn fn, cpu_pool_ahead
     if (p->n_started == 0 || n_tasks == 1) {
         for (int t = 0; t < n_tasks; t++) {
             if (ahead_fn)
-                ahead_fn(arg, t, t + 1 < n_tasks ? t + 1 : -1, 0);
+                ahead_fn(arg, t, t + 1 < n_tasks ? t + 1 : -1, p->self);
             else
-                fn(arg, t, 0);
+                fn(arg, t, p->self);
         }
         return;
     }

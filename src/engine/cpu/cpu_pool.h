@@ -18,6 +18,10 @@ typedef void (*cpu_pool_fn)(void *arg, int task, int thread);
 
 /* n_threads >= 1 (the caller included). NULL with err. */
 cpu_pool *cpu_pool_create(int n_threads, char *err);
+/* A pool of one thread whose sections run on the caller as thread `self`: for a part of the
+ * work that one task of another pool runs alone, with that task's thread index (and so its
+ * scratch space). NULL with err. */
+cpu_pool *cpu_pool_create_solo(int self, char *err);
 void cpu_pool_free(cpu_pool *p);
 int cpu_pool_threads(const cpu_pool *p);
 /* Run fn(arg, task, thread) for every task; returns when all have returned. Not reentrant:

@@ -364,6 +364,102 @@ static void test_threads_agree(void **state)
     free(logits[1]);
 }
 
+/* ---- a decode step split into one part per thread ---------------------------------------- */
+
+enum { SPLIT_SEQS = 41 };
+
+/* SPLIT_SEQS sequences, each prefilled alone to its own context (5 .. 45 positions, across
+ * block edges; `long_context` for the middle one when it is above 0), then one decode step
+ * of them all, every one sampling. */
+typedef struct split_rig {
+    rig r;
+    cpu_kv_seq kv[SPLIT_SEQS];
+    int32_t tokens[SPLIT_SEQS][2];
+    cpu_batch_seq step[SPLIT_SEQS];
+} split_rig;
+
+static void split_rig_build(split_rig *t, int long_context)
+{
+    const cpu_config *c = &shape_a;
+    memset(t, 0, sizeof *t);
+    rig_build(&t->r, c, 2);
+    t->r.run.split_min_rows = 1 << 30; /* the prefills: never split */
+    int32_t prompt[2048];
+    float *logits = malloc(sizeof(float) * (size_t)c->vocab_size);
+    for (int i = 0; i < SPLIT_SEQS; i++) {
+        const int context = i == SPLIT_SEQS / 2 && long_context > 0 ? long_context : 5 + i;
+        make_tokens(prompt, context, c->vocab_size, 1000 + (uint64_t)i);
+        prefill_chunked(&t->r, &t->kv[i], prompt, context, 256, logits);
+        reserve_or_fail(&t->r, &t->kv[i], context + 1);
+        t->tokens[i][0] = (int32_t)((7 * i + 3) % c->vocab_size);
+        t->step[i] = (cpu_batch_seq){t->tokens[i], context, 1, &t->kv[i], true};
+    }
+    free(logits);
+}
+
+static void split_rig_free(split_rig *t)
+{
+    for (int i = 0; i < SPLIT_SEQS; i++) {
+        cpu_kv_release(&t->r.kv, &t->kv[i]);
+        cpu_kv_seq_free(&t->kv[i]);
+    }
+    rig_free(&t->r);
+}
+
+/* The same decode step (the same tokens at the same positions, so the cache holds the same
+ * keys after either) run whole, then split into two parts of 20 and 21 rows: the same logits
+ * for every sampling row. With every sequence sampling, every product of both runs is on
+ * panels where the model has them (16 rows and up), and the logits are the same bit for bit;
+ * with every third not sampling, a part's LM head has fewer than 16 rows and takes the
+ * small-batch kernel, whose sums run in another order (TOL_SAME); likewise with plain C only. */
+static void test_split_step_equals_whole(void **state)
+{
+    (void)state;
+    const cpu_config *c = &shape_a;
+    split_rig t;
+    split_rig_build(&t, 0);
+    const size_t n = (size_t)SPLIT_SEQS * c->vocab_size;
+    float *whole = malloc(sizeof(float) * n);
+    for (int pass = 0; pass < 2; pass++) {
+        int samples = 0;
+        for (int i = 0; i < SPLIT_SEQS; i++) {
+            t.step[i].samples = pass == 0 || i % 3 != 2;
+            samples += t.step[i].samples ? 1 : 0;
+        }
+        const size_t floats = (size_t)samples * c->vocab_size;
+        t.r.run.split_min_rows = 1 << 30;
+        forward_or_fail(&t.r, t.step, SPLIT_SEQS);
+        assert_int_equal(t.r.run.last_parts, 1);
+        memcpy(whole, t.r.run.logits, sizeof(float) * floats);
+        t.r.run.split_min_rows = 16;
+        forward_or_fail(&t.r, t.step, SPLIT_SEQS);
+        assert_int_equal(t.r.run.last_parts, 2);
+        if (pass == 0 && t.r.model.panels.wcls) {
+            const int same = memcmp(t.r.run.logits, whole, sizeof(float) * floats) == 0;
+            assert_true(same);
+        } else {
+            assert_close(t.r.run.logits, whole, (int)floats, TOL_SAME);
+        }
+    }
+    free(whole);
+    split_rig_free(&t);
+}
+
+/* A step whose middle sequence reads 2,001 keys, where the others read 6 to 46, is run
+ * whole: its keys are over a third of the step's cost, so the first part costs about 30 %
+ * more than half the step with that sequence and the second part more still without it;
+ * no split into contiguous parts comes within cpu_forward's 10 % of equal. */
+static void test_unbalanced_step_not_split(void **state)
+{
+    (void)state;
+    split_rig t;
+    split_rig_build(&t, 2000);
+    t.r.run.split_min_rows = 16;
+    forward_or_fail(&t.r, t.step, SPLIT_SEQS);
+    assert_int_equal(t.r.run.last_parts, 1);
+    split_rig_free(&t);
+}
+
 /* Bad input is refused with a reason, not computed. */
 static void test_forward_refuses_past_max_seq_len(void **state)
 {
@@ -420,6 +516,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_decode_equals_recompute),
         cmocka_unit_test(test_greedy_independent_of_batch),
         cmocka_unit_test(test_threads_agree),
+        cmocka_unit_test(test_split_step_equals_whole),
+        cmocka_unit_test(test_unbalanced_step_not_split),
         cmocka_unit_test(test_forward_refuses_past_max_seq_len),
         cmocka_unit_test(test_config_from_arch),
     };

@@ -1,5 +1,5 @@
 /* engine/cpu/cpu_pool: the thread pool runs every task once; cpu_pool_run_ahead tells each
- * task the one its thread runs next. */
+ * task the one its thread runs next; a solo pool calls its caller by the index it was given. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -100,11 +100,57 @@ static void test_pool_run_ahead_names_the_next_task(void **state)
     }
 }
 
+/* ---- a solo pool ---------------------------------------------------------------------- */
+
+typedef struct thread_job {
+    int thread[8];
+    int next[8];
+} thread_job;
+
+static void thread_task(void *arg, int task, int thread)
+{
+    ((thread_job *)arg)->thread[task] = thread;
+}
+
+static void thread_ahead_task(void *arg, int task, int next, int thread)
+{
+    ((thread_job *)arg)->thread[task] = thread;
+    ((thread_job *)arg)->next[task] = next;
+}
+
+/* A solo pool runs every task on its caller, in order, and tells each the thread index it
+ * was made with; a negative index is refused. */
+static void test_solo_pool_names_its_thread(void **state)
+{
+    (void)state;
+    char err[ERR_LEN] = "";
+    assert_null(cpu_pool_create_solo(-1, err));
+    assert_non_null(strstr(err, "-1"));
+    for (int self = 0; self < 3; self++) {
+        cpu_pool *pool = cpu_pool_create_solo(self, err);
+        assert_non_null(pool);
+        assert_int_equal(cpu_pool_threads(pool), 1);
+        thread_job job;
+        memset(&job, 0xff, sizeof job);
+        cpu_pool_run(pool, 5, thread_task, &job);
+        for (int t = 0; t < 8; t++)
+            assert_int_equal(job.thread[t], t < 5 ? self : -1);
+        memset(&job, 0xff, sizeof job);
+        cpu_pool_run_ahead(pool, 4, thread_ahead_task, &job);
+        for (int t = 0; t < 4; t++) {
+            assert_int_equal(job.thread[t], self);
+            assert_int_equal(job.next[t], t + 1 < 4 ? t + 1 : -1);
+        }
+        cpu_pool_free(pool);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool_runs_every_task_once),
         cmocka_unit_test(test_pool_run_ahead_names_the_next_task),
+        cmocka_unit_test(test_solo_pool_names_its_thread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
