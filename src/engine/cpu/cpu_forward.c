@@ -356,6 +356,8 @@ static cpu_rows_fn rows_prep(rows_job *j, rows_op op, int layer)
 
 /* ---- attention ---------------------------------------------------------------------- */
 
+/* The step's attention section for one layer (and, its layer and first tile yet unset, the
+ * step that forward_part and a split step's parts run from). */
 typedef struct attn_job {
     const cpu_model *m;
     cpu_runstate *s;
@@ -555,12 +557,13 @@ static const float *layer_panels(const float *panels, int l, int n, int k)
     return panels ? panels + (size_t)l * cpu_panels_floats(n, k) : NULL;
 }
 
-/* The whole pass over one part of the step: its sections on pool, its products' X
- * rearranged in xpack. */
-static void forward_part(const cpu_model *m, cpu_runstate *s, cpu_kv *kv, cpu_pool *pool,
-                         const cpu_batch_seq *seqs, bool rope_kv, const step_part *pt,
+/* The whole pass over one part of the step (step: the step's attention job, its layer and
+ * first tile yet to set): its sections on pool, its products' X rearranged in xpack. */
+static void forward_part(const attn_job *step, cpu_pool *pool, const step_part *pt,
                          float *xpack)
 {
+    const cpu_model *m = step->m;
+    cpu_runstate *s = step->s;
     const cpu_config *c = &m->config;
     const cpu_dims *d = &m->dims;
     const cpu_weights *w = &m->weights;
@@ -569,8 +572,10 @@ static void forward_part(const cpu_model *m, cpu_runstate *s, cpu_kv *kv, cpu_po
     const size_t r0 = (size_t)pt->row0;
     float *x = s->x + r0 * dim, *xb = s->xb + r0 * dim, *qkv = s->qkv + r0 * d->qkv_dim;
     float *att = s->att + r0 * d->q_dim, *hb = s->hb + r0 * 2 * ffn;
-    rows_job rj = {ROWS_NORM_ATT, m, s, kv, seqs, s->row_seq, 0, n, pt->row0};
-    attn_job aj = {m, s, kv, seqs, 0, rope_kv, pt->task0};
+    rows_job rj = {ROWS_NORM_ATT, m, s, step->kv, step->seqs, s->row_seq, 0, n, pt->row0};
+    attn_job aj = *step;
+    aj.task0 = pt->task0;
+    const bool rope_kv = aj.rope_kv;
     for (int l = 0; l < c->n_layers; l++) {
         const float *wqkv = w->wqkv + (size_t)l * d->qkv_dim * dim;
         const float *wo = w->wo + (size_t)l * dim * d->q_dim;
@@ -602,9 +607,9 @@ static void forward_part(const cpu_model *m, cpu_runstate *s, cpu_kv *kv, cpu_po
     /* LM head for the last row of each sampling sequence only. */
     int k = pt->sample0;
     for (int i = pt->seq0; i < pt->seq0 + pt->n_seqs; i++) {
-        if (!seqs[i].samples)
+        if (!step->seqs[i].samples)
             continue;
-        const size_t last = (size_t)s->row_start[i] + seqs[i].new_tokens - 1;
+        const size_t last = (size_t)s->row_start[i] + step->seqs[i].new_tokens - 1;
         cpu_rmsnorm_fast(s->xs + (size_t)k * dim, s->x + last * dim, w->rms_final, dim,
                          c->norm_eps);
         k++;
@@ -614,20 +619,13 @@ static void forward_part(const cpu_model *m, cpu_runstate *s, cpu_kv *kv, cpu_po
                     c->vocab_size, dim, false, xpack);
 }
 
-typedef struct parts_job {
-    const cpu_model *m;
-    cpu_runstate *s;
-    cpu_kv *kv;
-    const cpu_batch_seq *seqs;
-    bool rope_kv;
-} parts_job;
-
-/* One part of a split step, on the thread that claimed it, alone. */
+/* One part of a split step (arg: the step's attention job), on the thread that claimed it,
+ * alone. */
 static void part_task(void *arg, int part, int thread)
 {
-    const parts_job *j = arg;
-    cpu_runstate *s = j->s;
-    forward_part(j->m, s, j->kv, s->solo[thread], j->seqs, j->rope_kv, &s->parts[part],
+    const attn_job *step = arg;
+    cpu_runstate *s = step->s;
+    forward_part(step, s->solo[thread], &s->parts[part],
                  s->xpack ? s->xpack + (size_t)thread * s->xpack_floats : NULL);
 }
 
@@ -675,12 +673,11 @@ int cpu_forward(const cpu_model *m, cpu_runstate *s, cpu_kv *kv, cpu_pool *pool,
     if (plan_attention(s, m, seqs, n_seqs, parts, n_parts, err) != 0)
         return -1;
     s->last_parts = n_parts;
-    if (n_parts == 1) {
-        forward_part(m, s, kv, pool, seqs, short_rows, parts, s->xpack);
-    } else {
-        parts_job j = {m, s, kv, seqs, short_rows};
-        cpu_pool_run(pool, n_parts, part_task, &j);
-    }
+    attn_job step = {m, s, kv, seqs, 0, short_rows, 0};
+    if (n_parts == 1)
+        forward_part(&step, pool, parts, s->xpack);
+    else
+        cpu_pool_run(pool, n_parts, part_task, &step);
     return 0;
 }
 
