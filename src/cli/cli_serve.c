@@ -16,7 +16,9 @@
 #include "cli/cli.h"
 #include "common/clock.h"
 #include "common/err.h"
+#include "engine/cpu/cpu_forward.h"
 #include "engine/cpu/cpu_kernels.h"
+#include "engine/exec_cpu.h"
 #include "experiment/config.h"
 #include "experiment/config_json.h"
 #include "experiment/options.h"
@@ -71,7 +73,8 @@ static const opts_spec server_specs[] = {
                 config),
     OPTS_FLAG("verbose",
               "say more on stderr at start: the cpu engine's kernel dispatch (the instruction "
-              "set it runs, what the CPU has, STALLSCOPE_CPU_ISA, OpenBLAS's core)",
+              "set it runs, what the CPU has, STALLSCOPE_CPU_ISA, OpenBLAS's core) and its "
+              "threads (from how many rows a decode step splits into one part per thread)",
               F, verbose),
 };
 #undef F
@@ -159,6 +162,17 @@ int cli_serve(int argc, char **argv)
     if (experiment_create_executor(&cfg, stderr, &executor, err) != 0) {
         fprintf(stderr, "stallscope serve: %s\n", err);
         return CLI_EXIT_FAIL;
+    }
+    if (cpu && f.verbose) {
+        const int threads = exec_cpu_threads(executor);
+        if (threads > 1)
+            fprintf(stderr,
+                    "stallscope serve: cpu engine: %d threads; a decode step of %d rows or "
+                    "more (%d a thread) runs as one part of its sequences per thread, a "
+                    "smaller step shares each section\n",
+                    threads, threads * CPU_FORWARD_SPLIT_ROWS, CPU_FORWARD_SPLIT_ROWS);
+        else
+            fprintf(stderr, "stallscope serve: cpu engine: 1 thread; every step runs on it\n");
     }
     /* Warm start (cpu engine): the KV arena allocated, the largest step's buffers touched
      * and one budget-sized step run before the port is bound, so /health cannot say ready

@@ -4,7 +4,9 @@
 # answer is the one the server gives with the cache off (greedy), the step log shows the
 # repeats' prefill as the last 16 tokens over 1,984 cached ones, and the server exits 0
 # with no sanitizer report. No timing is checked (the TTFT gain is in the report of issue
-# 24; here the machine may be busy).
+# 24; here the machine may be busy). With --verbose each server says at start how its steps
+# use its threads: the plain one (1 thread) that every step runs on it; a third one started
+# with --threads 2, and stopped at once, from how many rows a decode step splits by sequence.
 set -euo pipefail
 BIN=$1
 DIR=$2
@@ -35,9 +37,16 @@ NAME=cached ask
 stop_server
 
 start_server plain --engine cpu --model tiny --threads 1 --kv-blocks 512 --no-warm-start \
-  --step-log "$DIR/plain_steps.csv"
+  --step-log "$DIR/plain_steps.csv" --verbose
 NAME=plain ask
 stop_server
+grep -qx "stallscope serve: cpu engine: 1 thread; every step runs on it" "$DIR/plain.err" ||
+  { cat "$DIR/plain.err"; fail "serve --verbose --threads 1 does not say that every step runs on its thread"; }
+
+start_server two --engine cpu --model tiny --threads 2 --kv-blocks 512 --no-warm-start --verbose
+stop_server
+grep -q "^stallscope serve: cpu engine: 2 threads; a decode step of 128 rows or more (64 a thread) runs as one part of its sequences per thread" "$DIR/two.err" ||
+  { cat "$DIR/two.err"; fail "serve --verbose --threads 2 does not say from how many rows a decode step splits"; }
 
 python3 - "$DIR" <<'PY' || fail "the cached server's answers or steps are not the expected ones"
 import csv, json, sys
