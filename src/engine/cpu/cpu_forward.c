@@ -476,9 +476,12 @@ static int plan_attention(cpu_runstate *s, const cpu_model *m, const cpu_batch_s
 
 /* ---- splitting a step ----------------------------------------------------------------- */
 
-/* A key the attention reads costs about as much as this many FLOPs of the products: one
- * thread runs the products on panels at about 200 GFLOP/s and reads a decode's scattered K
- * and V at about 20 GB/s (AVX-512 and AVX2 alike, `bench_cpu --threads 1`). */
+/* A byte of K and V the attention reads costs about as much as this many FLOPs of the
+ * products: one thread on the AVX-512 kernels runs the products on panels at about
+ * 200 GFLOP/s and reads a decode's scattered K and V at about 20 GB/s (`bench_cpu --threads
+ * 1`). The AVX2 kernels compute at about half that rate and read about as fast, so there
+ * the keys weigh more than counted; sequences of equal contexts split at equal rows either
+ * way. */
 #define SPLIT_FLOPS_PER_KV_BYTE 10.0
 /* A split whose heaviest part costs more than this times the mean is not taken. */
 #define SPLIT_BALANCE 1.1
@@ -532,8 +535,10 @@ static int plan_parts(const cpu_runstate *s, const cpu_model *m, const cpu_batch
         if (worst > SPLIT_BALANCE * total / threads)
             n_parts = 1;
     }
-    if (n_parts == 1)
-        parts[0].seq0 = 0, parts[0].n_seqs = n_seqs;
+    if (n_parts == 1) {
+        parts[0].seq0 = 0;
+        parts[0].n_seqs = n_seqs;
+    }
     int sample = 0;
     for (int g = 0; g < n_parts; g++) {
         step_part *pt = &parts[g];
