@@ -197,13 +197,13 @@ static TGT void panel_tile_rows(float *y, int ldy, const float *xg, int G, int i
 /* As cpu_gemm_panels_avx512: two panels at a time, every group of X (in two halves of up
  * to 6 rows) passing over each, the next two prefetched into L2, spread over the tiles. */
 TGT void cpu_gemm_panels_avx2(float *y, int ldy, const float *xpack, const float *panels, int m,
-                              int n0, int n1, int k, bool accumulate)
+                              int n0, int n1, int k, bool accumulate, int after0, int after1)
 {
     const int groups = (m + CPU_PANEL_ROWS - 1) / CPU_PANEL_ROWS;
     /* tiles per two panels: two halves of each full group, one or two of the last */
     const int tiles = 2 * ((m / CPU_PANEL_ROWS) * 2 + (m % CPU_PANEL_ROWS + 5) / 6);
     for (int n = n0; n < n1; n += 2 * CPU_PANEL) {
-        cpu_panel_pair pair = cpu_panel_pair_at(panels, n, n1, k);
+        cpu_panel_pair pair = cpu_panel_pair_at(panels, n, n1, k, after0, after1);
         for (int g = 0; g < groups; g++) {
             const int r0 = g * CPU_PANEL_ROWS;
             const int G = m - r0 < CPU_PANEL_ROWS ? m - r0 : CPU_PANEL_ROWS;

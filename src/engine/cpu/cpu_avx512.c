@@ -226,11 +226,12 @@ static TGT void panel_tile_np1(float *y, int ldy, const float *xg, const float *
  * group of X passes over them, so W streams from memory once per call, and the next two
  * panels are prefetched into L2 meanwhile, their lines spread over the groups. */
 TGT void cpu_gemm_panels_avx512(float *y, int ldy, const float *xpack, const float *panels,
-                                int m, int n0, int n1, int k, bool accumulate)
+                                int m, int n0, int n1, int k, bool accumulate, int after0,
+                                int after1)
 {
     const int groups = (m + CPU_PANEL_ROWS - 1) / CPU_PANEL_ROWS;
     for (int n = n0; n < n1; n += 2 * CPU_PANEL) {
-        cpu_panel_pair pair = cpu_panel_pair_at(panels, n, n1, k);
+        cpu_panel_pair pair = cpu_panel_pair_at(panels, n, n1, k, after0, after1);
         for (int g = 0; g < groups; g++) {
             const int r0 = g * CPU_PANEL_ROWS;
             const int rows = m - r0 < CPU_PANEL_ROWS ? m - r0 : CPU_PANEL_ROWS;

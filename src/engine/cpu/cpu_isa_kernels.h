@@ -71,7 +71,9 @@ void cpu_gemm_small_avx2(float *y, int ldy, const float *x, int ldx, const float
 
 /* The two panels the kernels on panels take at a time, from Y's column n of [n0, n1): the
  * first panel, the columns of the two to store, and the next two panels' cache lines, which
- * the tiles over these two prefetch into L2, a share each (cpu_panel_prefetch_share). */
+ * the tiles over these two prefetch into L2, a share each (cpu_panel_prefetch_share). After
+ * the last two of [n0, n1), the next are the first two of [after0, after1), the columns the
+ * same thread computes next (after0 == after1: none). */
 typedef struct cpu_panel_pair {
     const float *w;   /* the first panel; the second follows it, k x CPU_PANEL floats on */
     int cols;         /* columns to store, up to 2 x CPU_PANEL */
@@ -80,13 +82,18 @@ typedef struct cpu_panel_pair {
     int line;         /* lines handed out so far */
 } cpu_panel_pair;
 
-static inline cpu_panel_pair cpu_panel_pair_at(const float *panels, int n, int n1, int k)
+static inline cpu_panel_pair cpu_panel_pair_at(const float *panels, int n, int n1, int k,
+                                               int after0, int after1)
 {
     cpu_panel_pair p;
     p.w = panels + (size_t)(n / CPU_PANEL) * k * CPU_PANEL;
     p.cols = n1 - n < 2 * CPU_PANEL ? n1 - n : 2 * CPU_PANEL;
-    const int next_cols = n1 - n - 2 * CPU_PANEL;
+    int next_cols = n1 - n - 2 * CPU_PANEL;
     p.next = (const char *)(p.w + (size_t)2 * k * CPU_PANEL);
+    if (next_cols <= 0 && after1 > after0) {
+        next_cols = after1 - after0;
+        p.next = (const char *)(panels + (size_t)(after0 / CPU_PANEL) * k * CPU_PANEL);
+    }
     p.next_lines = next_cols <= 0 ? 0
                    : (next_cols > CPU_PANEL ? 2 : 1) * k * CPU_PANEL * (int)sizeof(float) / 64;
     p.line = 0;
@@ -106,11 +113,13 @@ static inline int cpu_panel_prefetch_share(cpu_panel_pair *p, int tiles, const c
  * panels: out[p * rows + i] = x[i * ldx + p] (AVX2; the AVX-512 kernels read it too). */
 void cpu_xpack_group_avx2(float *out, const float *x, int ldx, int rows, int k);
 /* The kernels on panels (cpu_kernels.h): Y's columns [n0, n1) (n0 a multiple of 16)
- * from X rearranged in groups of 12 rows (xpack) and W in panels. */
+ * from X rearranged in groups of 12 rows (xpack) and W in panels; the first two panels of
+ * [after0, after1) (after0 a multiple of 16; equal: none), which the caller computes next,
+ * prefetched into L2 while the last two of [n0, n1) compute. */
 void cpu_gemm_panels_avx512(float *y, int ldy, const float *xpack, const float *panels, int m,
-                            int n0, int n1, int k, bool accumulate);
+                            int n0, int n1, int k, bool accumulate, int after0, int after1);
 void cpu_gemm_panels_avx2(float *y, int ldy, const float *xpack, const float *panels, int m,
-                          int n0, int n1, int k, bool accumulate);
+                          int n0, int n1, int k, bool accumulate, int after0, int after1);
 
 void cpu_swiglu_avx512(float *out, const float *gate, const float *up, int n);
 void cpu_swiglu_avx2(float *out, const float *gate, const float *up, int n);

@@ -379,17 +379,23 @@ static void xpack_task(void *arg, int task, int thread)
     }
 }
 
-static void panels_task(void *arg, int task, int thread)
+/* Columns [lo, hi) of the task; next: the task this thread computes after it, whose first
+ * two panels its last two's tiles prefetch (a task of its own starts cold otherwise). */
+static void panels_task(void *arg, int task, int next, int thread)
 {
     (void)thread;
     const panels_job *g = arg;
-    int lo, hi;
+    int lo, hi, after0 = 0, after1 = 0;
     if (!task_range(task, g->per_task, g->n, &lo, &hi))
         return;
+    if (next >= 0 && !task_range(next, g->per_task, g->n, &after0, &after1))
+        after0 = after1 = 0;
     if (cpu_isa_active() == CPU_ISA_AVX512)
-        cpu_gemm_panels_avx512(g->y, g->ldy, g->xpack, g->panels, g->m, lo, hi, g->k, g->accumulate);
+        cpu_gemm_panels_avx512(g->y, g->ldy, g->xpack, g->panels, g->m, lo, hi, g->k,
+                               g->accumulate, after0, after1);
     else
-        cpu_gemm_panels_avx2(g->y, g->ldy, g->xpack, g->panels, g->m, lo, hi, g->k, g->accumulate);
+        cpu_gemm_panels_avx2(g->y, g->ldy, g->xpack, g->panels, g->m, lo, hi, g->k,
+                             g->accumulate, after0, after1);
 }
 
 /* A row function over a pool section, a task's share of the rows at a time. */
@@ -438,9 +444,11 @@ void cpu_gemm_panels_prep(cpu_pool *pool, float *y, int ldy, const float *x, int
     const int groups = ceil_div(m, CPU_PANEL_ROWS);
     g.per_task = ceil_div(groups, threads);
     cpu_pool_run(pool, ceil_div(groups, g.per_task), xpack_task, &g);
-    /* columns in multiples of two panels, about four tasks a thread */
+    /* columns in multiples of two panels, about four tasks a thread; each task's first two
+     * panels are fetched while the thread's task before it computes (a thread's first task
+     * starts cold) */
     g.per_task = ceil_div(ceil_div(n, threads * 4), 2 * CPU_PANEL) * 2 * CPU_PANEL;
-    cpu_pool_run(pool, ceil_div(n, g.per_task), panels_task, &g);
+    cpu_pool_run_ahead(pool, ceil_div(n, g.per_task), panels_task, &g);
 }
 
 void cpu_gemm_panels(cpu_pool *pool, float *y, int ldy, const float *x, int ldx, const float *w,

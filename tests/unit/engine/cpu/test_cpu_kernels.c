@@ -172,11 +172,13 @@ static void test_gemm_small_subrange_avx512(void **state)
 }
 
 typedef void (*gemm_panels_fn)(float *y, int ldy, const float *xpack, const float *panels,
-                               int m, int n0, int n1, int k, bool accumulate);
+                               int m, int n0, int n1, int k, bool accumulate, int after0,
+                               int after1);
 
 /* A kernel on panels alone over a sub-range of Y's columns (from the second pair of panels
  * to within the fifth panel), every group size of X from 1 to 12 rows and one more group:
- * columns outside stay untouched. */
+ * columns outside stay untouched. With an even row count the call is also told a next range
+ * (columns 16 to 48, before its own) to prefetch, which changes nothing it computes. */
 static void check_gemm_panels_subrange(gemm_panels_fn gemm_panels)
 {
     const int n = 80, k = 37, ldy = n + 3;
@@ -196,7 +198,7 @@ static void check_gemm_panels_subrange(gemm_panels_fn gemm_panels)
                     for (int p = 0; p < k; p++)
                         xpack[r0 * k + p * rows + i] = x[(r0 + i) * k + p];
             }
-            gemm_panels(y, ldy, xpack, panels, m, 32, 71, k, acc);
+            gemm_panels(y, ldy, xpack, panels, m, 32, 71, k, acc, m % 2 ? 0 : 16, m % 2 ? 0 : 48);
             cpu_gemm_naive(ref, ldy, x, k, w, m, n, k, acc);
             for (int i = 0; i < m; i++)
                 for (int j = 0; j < n; j++) {
