@@ -119,10 +119,10 @@ int cpu_build_runstate(cpu_runstate *s, const cpu_model *m, int n_threads, char 
         if (!(s->xpack = alloc_floats(s->xpack_floats * (size_t)n_threads)))
             goto oom;
     }
+    if (!(s->parts = calloc((size_t)n_threads, sizeof *s->parts)))
+        goto oom;
     if (n_threads > 1) {
-        s->solo = calloc((size_t)n_threads, sizeof *s->solo);
-        s->parts = calloc((size_t)n_threads, sizeof *s->parts);
-        if (!s->solo || !s->parts)
+        if (!(s->solo = calloc((size_t)n_threads, sizeof *s->solo)))
             goto oom;
         for (int t = 0; t < n_threads; t++)
             if (!(s->solo[t] = cpu_pool_create_solo(t, err)))
@@ -500,12 +500,12 @@ static double seq_cost(const cpu_model *m, const cpu_batch_seq *q)
            keys * cpu_kv_bytes(c, 1) / CPU_KV_BLOCK * SPLIT_FLOPS_PER_KV_BYTE;
 }
 
-/* The step's parts into parts (room for s->n_threads): one per thread when the step splits
- * (cpu_forward.h), else one, the whole step. Returns their number; fills each one's
- * sequences, rows and samples. */
-static int plan_parts(const cpu_runstate *s, const cpu_model *m, const cpu_batch_seq *seqs,
-                      int n_seqs, int n_tokens, int threads, bool short_rows, step_part *parts)
+/* The step's parts into s->parts: one per thread when the step splits (cpu_forward.h), else
+ * one, the whole step. Returns their number; fills each one's sequences, rows and samples. */
+static int plan_parts(cpu_runstate *s, const cpu_model *m, const cpu_batch_seq *seqs,
+                      int n_seqs, int n_tokens, int threads, bool short_rows)
 {
+    step_part *parts = s->parts;
     int n_parts = 1;
     if (threads >= 2 && s->solo && threads <= s->n_threads && short_rows &&
         s->split_min_rows > 0 && n_tokens / threads >= s->split_min_rows) {
@@ -563,12 +563,13 @@ static const float *layer_panels(const float *panels, int l, int n, int k)
 }
 
 /* The whole pass over one part of the step (step: the step's attention job, its layer and
- * first tile yet to set): its sections on pool, its products' X rearranged in xpack. */
-static void forward_part(const attn_job *step, cpu_pool *pool, const step_part *pt,
-                         float *xpack)
+ * first tile yet to set): its sections on pool, its products' X rearranged in the slice of
+ * the calling thread (thread). */
+static void forward_part(const attn_job *step, cpu_pool *pool, const step_part *pt, int thread)
 {
     const cpu_model *m = step->m;
     cpu_runstate *s = step->s;
+    float *xpack = s->xpack ? s->xpack + (size_t)thread * s->xpack_floats : NULL;
     const cpu_config *c = &m->config;
     const cpu_dims *d = &m->dims;
     const cpu_weights *w = &m->weights;
@@ -630,8 +631,7 @@ static void part_task(void *arg, int part, int thread)
 {
     const attn_job *step = arg;
     cpu_runstate *s = step->s;
-    forward_part(step, s->solo[thread], &s->parts[part],
-                 s->xpack ? s->xpack + (size_t)thread * s->xpack_floats : NULL);
+    forward_part(step, s->solo[thread], &s->parts[part], thread);
 }
 
 int cpu_forward(const cpu_model *m, cpu_runstate *s, cpu_kv *kv, cpu_pool *pool,
@@ -671,16 +671,14 @@ int cpu_forward(const cpu_model *m, cpu_runstate *s, cpu_kv *kv, cpu_pool *pool,
             s->row_seq[row] = i;
         }
     }
-    step_part whole;
-    step_part *parts = s->parts ? s->parts : &whole;
     const int n_parts =
-        plan_parts(s, m, seqs, n_seqs, n_tokens, cpu_pool_threads(pool), short_rows, parts);
-    if (plan_attention(s, m, seqs, n_seqs, parts, n_parts, err) != 0)
+        plan_parts(s, m, seqs, n_seqs, n_tokens, cpu_pool_threads(pool), short_rows);
+    if (plan_attention(s, m, seqs, n_seqs, s->parts, n_parts, err) != 0)
         return -1;
     s->last_parts = n_parts;
     attn_job step = {m, s, kv, seqs, 0, short_rows, 0};
     if (n_parts == 1)
-        forward_part(&step, pool, parts, s->xpack);
+        forward_part(&step, pool, s->parts, 0);
     else
         cpu_pool_run(pool, n_parts, part_task, &step);
     return 0;

@@ -68,7 +68,7 @@ typedef struct cpu_runstate {
     size_t xpack_floats; /* of a slice */
     /* A decode step split into parts, one per thread (cpu_forward): */
     cpu_pool **solo;  /* (n_threads,) or NULL: each thread's pool of itself alone */
-    struct cpu_step_part *parts; /* (n_threads,) */
+    struct cpu_step_part *parts; /* (n_threads,): the step's parts (one when not split) */
     int split_min_rows; /* rows a part needs at least (CPU_FORWARD_SPLIT_ROWS; tests set it) */
     int last_parts;     /* parts the last step ran in (1: not split) */
 } cpu_runstate;
