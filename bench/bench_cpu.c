@@ -72,9 +72,13 @@ static void fake_contexts(bench *b, cpu_kv_seq *s, int n, int n_tokens, bool gro
     for (int i = 0; i < n; i++)
         for (int l = 0; l < b->kv.n_layers; l++)
             for (int h = 0; h < b->kv.n_kv_heads; h++)
-                for (int k = 0; k < s[i].n_blocks; k++)
-                    memset((cpu_half *)cpu_kv_head_k(&b->kv, l, h) + (size_t)s[i].blocks[k] * b->kv.block_elems,
-                           0, b->kv.block_elems * sizeof(cpu_half));
+                for (int k = 0; k < s[i].n_blocks; k++) {
+                    const size_t at = (size_t)s[i].blocks[k] * b->kv.block_stride;
+                    memset((cpu_half *)cpu_kv_head_k(&b->kv, l, h) + at, 0,
+                           b->kv.block_elems * sizeof(cpu_half));
+                    memset((cpu_half *)cpu_kv_head_v(&b->kv, l, h) + at, 0,
+                           b->kv.block_elems * sizeof(cpu_half));
+                }
 }
 
 static int64_t time_forward(bench *b, const cpu_batch_seq *seqs, int n)
@@ -323,9 +327,10 @@ static void run(const char *model_name, int threads, bool quick)
         snprintf(panels, sizeof panels, " (and %.1f MB of them in panels, for products of %d-%d rows)",
                  cpu_panel_bytes(&config) / 1e6, CPU_GEMM_PANEL_M, CPU_GEMM_SMALL_M - 1);
     printf("model %s: %d layers, hidden %d, %d/%d heads x %d, FFN %d, vocab %d; %.1f MB of F32 "
-           "weights%s, F16 KV cache\n",
+           "weights%s, F16 KV cache %s\n",
            arch.name, arch.n_layers, arch.hidden, arch.n_heads, arch.n_kv_heads, arch.head_dim,
-           arch.ffn, arch.vocab, cpu_weight_bytes(&config) / 1e6, panels);
+           arch.ffn, arch.vocab, cpu_weight_bytes(&config) / 1e6, panels,
+           cpu_kv_layout_name(b.kv.layout));
     printf("prefill, one shot (roofline = cost-model FLOPs / SGEMM rate, attention included):\n");
     printf("  %6s %9s %9s %8s %8s %8s %11s %9s\n", "tokens", "ms", "tok/s", "GFLOP", "GFLOP/s",
            "of peak", "roofline ms", "vs roof");

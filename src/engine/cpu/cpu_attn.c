@@ -36,7 +36,7 @@ void cpu_attn_tile_generic(const cpu_attn_tile *t)
         for (int d = 0; d < hd; d++)
             out[d] = 0;
         for (int j = 0; j <= t->pos[r]; j++) {
-            const size_t block = (size_t)t->block_table[j / 16] * hd * 16;
+            const size_t block = (size_t)t->block_table[j / 16] * t->block_stride;
             const int slot = j % 16;
             const cpu_half *kt = t->k + block;
             const cpu_half *vb = t->v + block;
@@ -78,7 +78,7 @@ void cpu_attn_tile_blocked(const cpu_attn_tile *t)
         const int n_keys = t->pos[r] + 1;
         for (int b = 0; b * 16 < n_keys; b++) {
             const int nk = n_keys - b * 16 < 16 ? n_keys - b * 16 : 16;
-            const size_t block = (size_t)t->block_table[b] * hd * 16;
+            const size_t block = (size_t)t->block_table[b] * t->block_stride;
             const cpu_half *kt = t->k + block;
             const cpu_half *vb = t->v + block;
             float s[16] = {0};

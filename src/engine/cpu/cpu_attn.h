@@ -43,9 +43,10 @@ typedef struct cpu_attn_ahead {
 } cpu_attn_ahead;
 
 typedef struct cpu_attn_tile {
-    const cpu_half *k;          /* this layer's K of the tile's KV head: (n_blocks, head_dim, 16) */
-    const cpu_half *v;          /* its V: (n_blocks, 16, head_dim) */
-    int head_dim;               /* block b starts at b * head_dim * 16 in both */
+    const cpu_half *k;          /* this layer's K of the tile's KV head: blocks of (head_dim, 16) */
+    const cpu_half *v;          /* its V: blocks of (16, head_dim) */
+    int head_dim;
+    size_t block_stride;        /* block b starts at b * block_stride in both (cpu_kv's) */
     const int32_t *block_table; /* physical block of keys [16 b, 16 b + 16) */
     int n_rows;
     const float *const *q;      /* (n_rows,) query vectors of head_dim */
@@ -62,7 +63,7 @@ typedef struct cpu_attn_tile {
 static inline bool cpu_attn_block_at(const cpu_attn_tile *t, int want, int end, int ahead,
                                      const cpu_half **k, const cpu_half **v)
 {
-    const size_t block_elems = (size_t)t->head_dim * 16;
+    const size_t stride = t->block_stride;
     const cpu_half *k0 = t->k, *v0 = t->v;
     const int32_t *table = t->block_table;
     if (want >= end) {
@@ -73,8 +74,8 @@ static inline bool cpu_attn_block_at(const cpu_attn_tile *t, int want, int end, 
         table = t->ahead.block_table;
         want -= end;
     }
-    *k = k0 + (size_t)table[want] * block_elems;
-    *v = v0 + (size_t)table[want] * block_elems;
+    *k = k0 + (size_t)table[want] * stride;
+    *v = v0 + (size_t)table[want] * stride;
     return true;
 }
 

@@ -509,7 +509,7 @@ static TGT void a2_widen_chunk(const cpu_attn_tile *t, const a2_state *st, int c
 {
     const size_t block_elems = (size_t)t->head_dim * 16;
     for (int b = c0; b < c1; b++) {
-        const size_t block = (size_t)t->block_table[b] * block_elems;
+        const size_t block = (size_t)t->block_table[b] * t->block_stride;
         const cpu_half *kh = t->k + block, *vh = t->v + block;
         a2_prefetch_at(t, b + A2_PREFETCH, n_blocks);
         float *kf = st->kc + (size_t)(b - c0) * block_elems;
@@ -548,8 +548,8 @@ INLINE void a2_group(const cpu_attn_tile *t, const a2_state *st, int row0, int c
     for (int b = c0; b < b1; b++) {
         const void *kb, *vb; /* the block: the widened chunk's F32, or the cache's halves */
         if (halves) {
-            kb = t->k + (size_t)t->block_table[b] * hd * 16;
-            vb = t->v + (size_t)t->block_table[b] * hd * 16;
+            kb = t->k + (size_t)t->block_table[b] * t->block_stride;
+            vb = t->v + (size_t)t->block_table[b] * t->block_stride;
             a2_prefetch_at(t, b + A2_PREFETCH, b1);
         } else {
             kb = st->kc + (size_t)(b - c0) * hd * 16;

@@ -443,7 +443,7 @@ INLINE void attn_blocks(const cpu_attn_tile *t, const attn_state *st, __m512 *ac
     const cpu_half *kt_next[2], *vb_next[2];
 CPU_UNROLL(2)
     for (int i = 0; i < NB; i++) {
-        const size_t block = (size_t)t->block_table[b + i] * hd * 16;
+        const size_t block = (size_t)t->block_table[b + i] * t->block_stride;
         kt[i] = t->k + block;
         vb[i] = t->v + block;
         if (!cpu_attn_block_at(t, b + i + ATTN_PREFETCH, b_end, st->ahead, &kt_next[i],

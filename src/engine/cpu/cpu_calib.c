@@ -105,6 +105,7 @@ static void attn_probe_task(void *arg, int task, int thread)
     const cpu_attn_tile at = {.k = cpu_kv_head_k(p->kv, 0, 0),
                               .v = cpu_kv_head_v(p->kv, 0, 0),
                               .head_dim = p->head_dim,
+                              .block_stride = p->kv->block_stride,
                               .block_table = p->seq->blocks,
                               .n_rows = n,
                               .q = q,

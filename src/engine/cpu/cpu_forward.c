@@ -419,6 +419,7 @@ static void attn_task(void *arg, int task, int next, int thread)
         .k = cpu_kv_head_k(j->kv, j->layer, at->kv_head),
         .v = cpu_kv_head_v(j->kv, j->layer, at->kv_head),
         .head_dim = c->head_dim,
+        .block_stride = j->kv->block_stride,
         .block_table = seq->kv->blocks,
         .n_rows = n,
         .q = q,

@@ -13,7 +13,23 @@ double cpu_kv_bytes(const cpu_config *c, int64_t n_blocks)
            CPU_KV_ELEM_BYTES;
 }
 
+cpu_kv_layout cpu_kv_layout_for_isa(void)
+{
+    return cpu_isa_active() == CPU_ISA_AVX512 ? CPU_KV_BLOCK_MAJOR : CPU_KV_HEAD_MAJOR;
+}
+
+const char *cpu_kv_layout_name(cpu_kv_layout layout)
+{
+    return layout == CPU_KV_BLOCK_MAJOR ? "block-major" : "head-major";
+}
+
 int cpu_kv_init(cpu_kv *kv, const cpu_config *c, int64_t n_blocks, char *err)
+{
+    return cpu_kv_init_layout(kv, c, n_blocks, cpu_kv_layout_for_isa(), err);
+}
+
+int cpu_kv_init_layout(cpu_kv *kv, const cpu_config *c, int64_t n_blocks, cpu_kv_layout layout,
+                       char *err)
 {
     memset(kv, 0, sizeof *kv);
     if (n_blocks < 1 || n_blocks > INT32_MAX)
@@ -23,20 +39,29 @@ int cpu_kv_init(cpu_kv *kv, const cpu_config *c, int64_t n_blocks, char *err)
     kv->n_kv_heads = c->n_kv_heads;
     kv->head_dim = c->head_dim;
     kv->n_blocks = n_blocks;
+    kv->layout = layout;
     kv->block_elems = (size_t)c->head_dim * CPU_KV_BLOCK;
-    kv->head_elems = (size_t)n_blocks * kv->block_elems;
-    kv->k = calloc((size_t)c->n_layers, sizeof *kv->k);
-    kv->v = calloc((size_t)c->n_layers, sizeof *kv->v);
+    const size_t heads = (size_t)c->n_kv_heads;
+    if (layout == CPU_KV_BLOCK_MAJOR) {
+        kv->block_stride = 2 * heads * kv->block_elems;
+        kv->head_stride = 2 * kv->block_elems;
+        kv->v_offset = kv->block_elems;
+    } else {
+        kv->block_stride = kv->block_elems;
+        kv->head_stride = (size_t)n_blocks * kv->block_elems;
+        kv->v_offset = heads * kv->head_stride;
+    }
+    kv->layers = calloc((size_t)c->n_layers, sizeof *kv->layers);
     kv->free_blocks = malloc((size_t)n_blocks * sizeof *kv->free_blocks);
     kv->free_at = malloc((size_t)n_blocks * sizeof *kv->free_at);
-    if (!kv->k || !kv->v || !kv->free_blocks || !kv->free_at)
+    if (!kv->layers || !kv->free_blocks || !kv->free_at)
         goto oom;
-    const size_t layer_bytes = (size_t)c->n_kv_heads * kv->head_elems * sizeof(cpu_half);
+    const size_t layer_bytes = 2 * heads * (size_t)n_blocks * kv->block_elems * sizeof(cpu_half);
     for (int l = 0; l < c->n_layers; l++) {
-        /* 64-byte aligned for the attention kernel's aligned loads; untouched pages cost
-         * nothing until a block is first written. */
-        if (posix_memalign((void **)&kv->k[l], 64, layer_bytes) != 0 ||
-            posix_memalign((void **)&kv->v[l], 64, layer_bytes) != 0)
+        /* Page-aligned, so that a block of a page's size is one page; 64-byte aligned at
+         * least for the attention kernel's aligned loads. Untouched pages cost nothing until
+         * a block is first written. */
+        if (posix_memalign((void **)&kv->layers[l], 4096, layer_bytes) != 0)
             goto oom;
     }
     for (int64_t i = 0; i < n_blocks; i++) {
@@ -53,25 +78,19 @@ oom:
 
 double cpu_kv_touch(cpu_kv *kv)
 {
-    const size_t layer_bytes = (size_t)kv->n_kv_heads * kv->head_elems * sizeof(cpu_half);
-    for (int l = 0; l < kv->n_layers; l++) {
-        memset(kv->k[l], 0, layer_bytes);
-        memset(kv->v[l], 0, layer_bytes);
-    }
+    const size_t layer_bytes =
+        2 * (size_t)kv->n_kv_heads * (size_t)kv->n_blocks * kv->block_elems * sizeof(cpu_half);
+    for (int l = 0; l < kv->n_layers; l++)
+        memset(kv->layers[l], 0, layer_bytes);
     kv->n_touched = kv->n_blocks;
-    return 2.0 * kv->n_layers * (double)layer_bytes;
+    return kv->n_layers * (double)layer_bytes;
 }
 
 void cpu_kv_free(cpu_kv *kv)
 {
-    for (int l = 0; l < kv->n_layers; l++) {
-        if (kv->k)
-            free(kv->k[l]);
-        if (kv->v)
-            free(kv->v[l]);
-    }
-    free(kv->k);
-    free(kv->v);
+    for (int l = 0; kv->layers && l < kv->n_layers; l++)
+        free(kv->layers[l]);
+    free(kv->layers);
     free(kv->free_blocks);
     free(kv->free_at);
     memset(kv, 0, sizeof *kv);
@@ -128,8 +147,8 @@ int cpu_kv_reserve(cpu_kv *kv, cpu_kv_seq *s, int n_tokens, char *err)
          * the last key: never-written slots must hold numbers, not NaN bit patterns. */
         for (int l = 0; l < kv->n_layers; l++)
             for (int h = 0; h < kv->n_kv_heads; h++)
-                memset(kv->v[l] + h * kv->head_elems + (size_t)block * kv->block_elems, 0,
-                       kv->block_elems * sizeof(cpu_half));
+                memset((cpu_half *)cpu_kv_head_v(kv, l, h) + (size_t)block * kv->block_stride,
+                       0, kv->block_elems * sizeof(cpu_half));
         s->blocks[s->n_blocks++] = block;
     }
     return 0;
@@ -178,22 +197,22 @@ void cpu_kv_seq_free(cpu_kv_seq *s)
 
 const cpu_half *cpu_kv_head_k(const cpu_kv *kv, int layer, int kv_head)
 {
-    return kv->k[layer] + (size_t)kv_head * kv->head_elems;
+    return kv->layers[layer] + (size_t)kv_head * kv->head_stride;
 }
 
 const cpu_half *cpu_kv_head_v(const cpu_kv *kv, int layer, int kv_head)
 {
-    return kv->v[layer] + (size_t)kv_head * kv->head_elems;
+    return cpu_kv_head_k(kv, layer, kv_head) + kv->v_offset;
 }
 
 void cpu_kv_write_head(cpu_kv *kv, int layer, const cpu_kv_seq *s, int pos, int kv_head,
                        const float *k, const float *v)
 {
     const int hd = kv->head_dim;
-    const size_t block = (size_t)s->blocks[pos / CPU_KV_BLOCK] * kv->block_elems;
+    const size_t block = (size_t)s->blocks[pos / CPU_KV_BLOCK] * kv->block_stride;
     const int slot = pos % CPU_KV_BLOCK;
-    cpu_half *kt = kv->k[layer] + kv_head * kv->head_elems + block; /* (head_dim, 16) */
-    cpu_half *vr = kv->v[layer] + kv_head * kv->head_elems + block + (size_t)slot * hd;
+    cpu_half *kt = (cpu_half *)cpu_kv_head_k(kv, layer, kv_head) + block; /* (head_dim, 16) */
+    cpu_half *vr = kt + kv->v_offset + (size_t)slot * hd;
     cpu_half kh[256]; /* the head's K, rounded, then placed one element per row of 16 */
     for (int d0 = 0; d0 < hd; d0 += 256) {
         const int n = hd - d0 < 256 ? hd - d0 : 256;

@@ -4,12 +4,23 @@
  * and V to nearest, and the attention kernels widen them back to F32 as they load them, so a
  * decode step reads half the bytes an F32 cache would.
  *
- * Per layer l, K and V each hold, for every KV head, n_blocks blocks of 16 tokens:
- *   k[l]: (n_kv_heads, n_blocks, head_dim, 16)  K transposed inside a block: the 16 keys'
- *                                               element d form one AVX-512 vector (widened)
- *   v[l]: (n_kv_heads, n_blocks, 16, head_dim)  V row-major: token j's values in a row
- * Head-major, so one head's blocks are 2 head_dim x 16 halves apart and an attention tile
- * (one head) streams compact pages rather than every other head's data in between.
+ * Per layer l, one pool of n_blocks blocks of 16 tokens for every KV head's K and V:
+ *   K of a block and head (head_dim, 16)  transposed inside a block: the 16 keys' element d
+ *                                         form one vector (widened)
+ *   V of a block and head (16, head_dim)  row-major: token j's values in a row
+ * in one of two layouts (cpu_kv_layout), each the faster for its kernels (the figures:
+ * docs/results/cpu-engine-isa.md):
+ *   CPU_KV_HEAD_MAJOR   all K, then all V; in each, head by head, block by block: one head's
+ *                       blocks follow each other (block_stride = block_elems), so a tile
+ *                       (one head) streams compact K and V. The AVX2 and plain C kernels'.
+ *   CPU_KV_BLOCK_MAJOR  block by block; in each, head by head, its K then its V: a block's K
+ *                       and V of every head are one span (block_stride = 2 n_kv_heads
+ *                       block_elems; 4 KB, a page, for head_dim 32 and 2 KV heads), so a
+ *                       decode tile reads a block's K and V from one page and the tile of the
+ *                       block's other head the same page. The AVX-512 kernel's: on blocks
+ *                       scattered over the arena its decode attention reads them faster.
+ * Either way head h's K of block b is at layers[l] + h * head_stride + b * block_stride, and
+ * its V v_offset further.
  * Token at position p of a sequence lives in block table[p / 16], slot p % 16.
  * The pool is allocated once and its pages become resident as blocks are first used
  * (cpu_kv_touch writes them all at once, for a benchmark or a probe that must not pay
@@ -40,15 +51,19 @@
 /* Bytes of one cached element (F16): the cost model's kv_bytes_per_elem for the cpu device. */
 #define CPU_KV_ELEM_BYTES ((int)sizeof(cpu_half))
 
+typedef enum cpu_kv_layout { CPU_KV_HEAD_MAJOR, CPU_KV_BLOCK_MAJOR } cpu_kv_layout;
+
 typedef struct cpu_kv {
     int n_layers;
     int n_kv_heads;
     int head_dim;
     int64_t n_blocks;
+    cpu_kv_layout layout;
     size_t block_elems;   /* head_dim * 16: one block of one head's K (or V) */
-    size_t head_elems;    /* n_blocks * block_elems: one head's pool in one layer */
-    cpu_half **k;         /* (n_layers,) pools, layout above */
-    cpu_half **v;
+    size_t block_stride;  /* halves from a block of a head's K (or V) to the next block */
+    size_t head_stride;   /* from a head's K to the next head's */
+    size_t v_offset;      /* from a head's K to its V */
+    cpu_half **layers;    /* (n_layers,) pools, layout above */
     int32_t *free_blocks; /* stack of free block ids */
     int64_t n_free;
     int32_t *free_at;     /* (n_blocks,) each block's place in free_blocks; -1: in use */
@@ -62,7 +77,13 @@ typedef struct cpu_kv_seq {
     int cap_blocks;
 } cpu_kv_seq;
 
+/* The pool in the layout of the active kernels (cpu_kv_layout_for_isa), or in `layout`. */
 int cpu_kv_init(cpu_kv *kv, const cpu_config *c, int64_t n_blocks, char *err);
+int cpu_kv_init_layout(cpu_kv *kv, const cpu_config *c, int64_t n_blocks, cpu_kv_layout layout,
+                       char *err);
+/* Block-major when the AVX-512 kernels are active (cpu_isa_active), else head-major. */
+cpu_kv_layout cpu_kv_layout_for_isa(void);
+const char *cpu_kv_layout_name(cpu_kv_layout layout);
 void cpu_kv_free(cpu_kv *kv);
 /* Write every byte of the pool (zeros), so no page of it is first touched inside a step;
  * the bytes touched. Every block then counts as used. Call it before any block holds KV. */
@@ -89,8 +110,8 @@ void cpu_kv_shuffle_free(cpu_kv *kv, uint64_t seed);
 /* Free the table's memory (after release). */
 void cpu_kv_seq_free(cpu_kv_seq *s);
 
-/* One layer's K (or V) of one KV head: (n_blocks, head_dim, 16) (V: (n_blocks, 16,
- * head_dim)); block b starts at b * block_elems. */
+/* One layer's K (or V) of one KV head: block b's (head_dim, 16) (V: (16, head_dim)) starts
+ * at b * kv->block_stride, in either layout. */
 const cpu_half *cpu_kv_head_k(const cpu_kv *kv, int layer, int kv_head);
 const cpu_half *cpu_kv_head_v(const cpu_kv *kv, int layer, int kv_head);
 

@@ -120,6 +120,7 @@ static void check_attention(attn_kernel kernel, int n_kv_heads, int head_dim, in
         cpu_attn_tile tile = {.k = cpu_kv_head_k(&f.kv, 0, h),
                               .v = cpu_kv_head_v(&f.kv, 0, h),
                               .head_dim = head_dim,
+                              .block_stride = f.kv.block_stride,
                               .block_table = f.seq.blocks,
                               .n_rows = n_rows,
                               .q = qp,

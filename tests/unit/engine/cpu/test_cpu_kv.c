@@ -2,7 +2,8 @@
  * after its last one when that one is free and used before (its blocks then form runs), else
  * the stack's top (the block freed last); a never-used block only when no used one is free,
  * so the blocks ever used are as many as were ever in use at once; blocks are never handed
- * out twice, and none is lost. */
+ * out twice, and none is lost. And the two layouts: where each head's K and V of a block
+ * lie. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -209,6 +210,71 @@ static void test_used_blocks_are_the_peak(void **state)
     cpu_kv_free(&kv);
 }
 
+/* The layouts cpu_kv.h states, for a model of ref-256's KV shape (head_dim 32, 2 KV heads),
+ * each layer's pool starting on a page: block-major, a block's K and V of both heads one
+ * 4 KB span, block after block; head-major, one head's K blocks one after the other, every
+ * head's K before any V. Either way, what cpu_kv_write stores for a position lands in its
+ * block of its head, K transposed, V in a row. */
+static void check_layout(cpu_kv_layout layout)
+{
+    const cpu_config c = {.dim = 64, .hidden_dim = 64, .n_layers = 2, .n_heads = 8,
+                          .n_kv_heads = 2, .head_dim = 32, .vocab_size = 16,
+                          .max_seq_len = 4096};
+    enum { BLOCKS = 8 };
+    char err[ERR_LEN];
+    cpu_kv kv;
+    assert_int_equal(cpu_kv_init_layout(&kv, &c, BLOCKS, layout, err), 0);
+    assert_int_equal(kv.layout, layout);
+    const size_t be = 32 * CPU_KV_BLOCK;
+    assert_int_equal(kv.block_elems, be);
+    for (int l = 0; l < c.n_layers; l++) {
+        assert_int_equal((uintptr_t)kv.layers[l] % 4096, 0);
+        for (int h = 0; h < c.n_kv_heads; h++) {
+            const cpu_half *k = cpu_kv_head_k(&kv, l, h), *v = cpu_kv_head_v(&kv, l, h);
+            if (layout == CPU_KV_BLOCK_MAJOR) {
+                assert_int_equal(kv.block_stride * sizeof(cpu_half), 4096);
+                assert_ptr_equal(k, kv.layers[l] + (size_t)h * 2 * be);
+                assert_ptr_equal(v, k + be);
+            } else {
+                assert_int_equal(kv.block_stride, be);
+                assert_ptr_equal(k, kv.layers[l] + (size_t)h * BLOCKS * be);
+                assert_ptr_equal(v, kv.layers[l] + (size_t)(2 + h) * BLOCKS * be);
+            }
+        }
+    }
+    cpu_kv_seq s = {0};
+    assert_int_equal(cpu_kv_reserve(&kv, &s, 3 * CPU_KV_BLOCK, err), 0);
+    float k[64], v[64];
+    for (int i = 0; i < 64; i++) {
+        k[i] = (float)(i + 1);
+        v[i] = (float)(-i - 1);
+    }
+    const int pos = 2 * CPU_KV_BLOCK + 5; /* block s.blocks[2], slot 5 */
+    cpu_kv_write(&kv, 1, &s, pos, k, v);
+    const size_t at = (size_t)s.blocks[2] * kv.block_stride;
+    for (int h = 0; h < 2; h++)
+        for (int d = 0; d < 32; d++) {
+            const cpu_half *kb = cpu_kv_head_k(&kv, 1, h) + at, *vb = cpu_kv_head_v(&kv, 1, h) + at;
+            assert_true(cpu_half_to_float(kb[d * CPU_KV_BLOCK + 5]) == k[h * 32 + d]);
+            assert_true(cpu_half_to_float(vb[5 * 32 + d]) == v[h * 32 + d]);
+        }
+    cpu_kv_release(&kv, &s);
+    cpu_kv_seq_free(&s);
+    cpu_kv_free(&kv);
+}
+
+static void test_block_major_layout(void **state)
+{
+    (void)state;
+    check_layout(CPU_KV_BLOCK_MAJOR);
+}
+
+static void test_head_major_layout(void **state)
+{
+    (void)state;
+    check_layout(CPU_KV_HEAD_MAJOR);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -217,6 +283,8 @@ int main(void)
         cmocka_unit_test(test_exhausted_pool_is_an_error),
         cmocka_unit_test(test_shuffle_keeps_every_block),
         cmocka_unit_test(test_used_blocks_are_the_peak),
+        cmocka_unit_test(test_block_major_layout),
+        cmocka_unit_test(test_head_major_layout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
