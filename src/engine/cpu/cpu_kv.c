@@ -13,6 +13,12 @@ double cpu_kv_bytes(const cpu_config *c, int64_t n_blocks)
            CPU_KV_ELEM_BYTES;
 }
 
+/* Bytes of one layer's pool: every KV head's K and V of every block, in either layout. */
+static size_t layer_bytes(const cpu_kv *kv)
+{
+    return 2 * (size_t)kv->n_kv_heads * (size_t)kv->n_blocks * kv->block_elems * sizeof(cpu_half);
+}
+
 cpu_kv_layout cpu_kv_layout_for_isa(void)
 {
     return cpu_isa_active() == CPU_ISA_AVX512 ? CPU_KV_BLOCK_MAJOR : CPU_KV_HEAD_MAJOR;
@@ -56,12 +62,11 @@ int cpu_kv_init_layout(cpu_kv *kv, const cpu_config *c, int64_t n_blocks, cpu_kv
     kv->free_at = malloc((size_t)n_blocks * sizeof *kv->free_at);
     if (!kv->layers || !kv->free_blocks || !kv->free_at)
         goto oom;
-    const size_t layer_bytes = 2 * heads * (size_t)n_blocks * kv->block_elems * sizeof(cpu_half);
     for (int l = 0; l < c->n_layers; l++) {
         /* Page-aligned, so that a block of a page's size is one page; 64-byte aligned at
          * least for the attention kernel's aligned loads. Untouched pages cost nothing until
          * a block is first written. */
-        if (posix_memalign((void **)&kv->layers[l], 4096, layer_bytes) != 0)
+        if (posix_memalign((void **)&kv->layers[l], 4096, layer_bytes(kv)) != 0)
             goto oom;
     }
     for (int64_t i = 0; i < n_blocks; i++) {
@@ -78,12 +83,10 @@ oom:
 
 double cpu_kv_touch(cpu_kv *kv)
 {
-    const size_t layer_bytes =
-        2 * (size_t)kv->n_kv_heads * (size_t)kv->n_blocks * kv->block_elems * sizeof(cpu_half);
     for (int l = 0; l < kv->n_layers; l++)
-        memset(kv->layers[l], 0, layer_bytes);
+        memset(kv->layers[l], 0, layer_bytes(kv));
     kv->n_touched = kv->n_blocks;
-    return kv->n_layers * (double)layer_bytes;
+    return kv->n_layers * (double)layer_bytes(kv);
 }
 
 void cpu_kv_free(cpu_kv *kv)
