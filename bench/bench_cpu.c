@@ -18,13 +18,16 @@
  * kernels' dispatch (STALLSCOPE_CPU_ISA=avx2 measures the AVX2 path on an AVX-512 CPU;
  * OPENBLAS_CORETYPE picks OpenBLAS's). Never fails on time.
  *
- *   bench_cpu [--model NAME] [--threads N] [--quick] [--prefill N | --decode B]
+ *   bench_cpu [--model NAME] [--threads N] [--quick] [--rounds N] [--prefill N | --decode B]
  *             [--steady STEPS] [--no-roofline]
  * Default: model ref-256, threads 1 and every count up to the cores, every figure;
  * --prefill / --decode: that one (a prefill of N tokens, a decode step of B sequences at
  * context 512) repeated, for a profiler; --steady STEPS: the steady-state figure alone over
  * STEPS steps (batch 32, or --decode's); --no-roofline skips the calibration (to time two
- * builds against each other from outside). */
+ * builds against each other from outside); --rounds N (up to 20): the whole run N times, each
+ * round against its own calibration, then each figure's median and range over the rounds
+ * (a VM's speed moves between runs minutes apart: one run's ratios are one draw). */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +58,77 @@ static void die(const char *what, const char *err)
 {
     fprintf(stderr, "bench_cpu: %s: %s\n", what, err);
     exit(1);
+}
+
+/* --rounds N: each figure with a ratio or a rate, recorded round by round for the summary
+ * (median and range) that follows a thread count's rounds. */
+#define MAX_ROUNDS 20
+#define MAX_FIGURES 24
+typedef struct tally {
+    int n_figures;
+    char name[MAX_FIGURES][48];
+    const char *unit[MAX_FIGURES]; /* printf format of one value */
+    double value[MAX_FIGURES][MAX_ROUNDS];
+    int n[MAX_FIGURES];
+} tally;
+static tally rounds;
+
+static void tally_add(const char *unit, double value, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void tally_add(const char *unit, double value, const char *fmt, ...)
+{
+    char name[48];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    int f = 0;
+    while (f < rounds.n_figures && strcmp(rounds.name[f], name) != 0)
+        f++;
+    if (f == MAX_FIGURES)
+        return;
+    if (f == rounds.n_figures) {
+        snprintf(rounds.name[f], sizeof rounds.name[f], "%s", name);
+        rounds.unit[f] = unit;
+        rounds.n[f] = 0;
+        rounds.n_figures++;
+    }
+    if (rounds.n[f] < MAX_ROUNDS)
+        rounds.value[f][rounds.n[f]++] = value;
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    const double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* The summary of a thread count's rounds: each figure's median (the mean of the middle two
+ * for an even count), its lowest and highest, and the rounds' values in order. */
+static void tally_print(int threads, int n_rounds)
+{
+    printf("\nthreads %d, %d rounds, each against its own calibration: median, range, and "
+           "each round's\n",
+           threads, n_rounds);
+    printf("  %-34s %9s %9s %9s   %s\n", "figure", "median", "lowest", "highest", "rounds");
+    for (int f = 0; f < rounds.n_figures; f++) {
+        const int n = rounds.n[f];
+        double sorted[MAX_ROUNDS];
+        memcpy(sorted, rounds.value[f], sizeof sorted[0] * (size_t)n);
+        qsort(sorted, (size_t)n, sizeof sorted[0], cmp_double);
+        const double median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+        char cell[3][24];
+        const double shown[3] = {median, sorted[0], sorted[n - 1]};
+        for (int c = 0; c < 3; c++)
+            snprintf(cell[c], sizeof cell[c], rounds.unit[f], shown[c]);
+        printf("  %-34s %9s %9s %9s  ", rounds.name[f], cell[0], cell[1], cell[2]);
+        for (int r = 0; r < n; r++) {
+            char v[24];
+            snprintf(v, sizeof v, rounds.unit[f], rounds.value[f][r]);
+            printf(" %s", v);
+        }
+        printf("\n");
+    }
 }
 
 /* Give each of the n sequences a cache of n_tokens positions without computing them (decode
@@ -120,6 +194,8 @@ static void bench_prefill(bench *b, int tokens, int reps, bool scattered)
            100.0 * flops / best * 1e9 / b->cost.gpu.peak_flops, roof / 1e6,
            (double)best / roof, 100 * cb.attention_flops / flops,
            scattered ? "; free list shuffled" : "");
+    tally_add("%.2fx", (double)best / roof, "prefill %d%s vs roof", tokens,
+              scattered ? " shuffled" : "");
     free(ids);
 }
 
@@ -187,6 +263,8 @@ static void bench_decode(bench *b, int batch, int context, int reps, bool grown)
            (cb.weight_bytes + cb.kv_bytes) / 1e6, roof / 1e6,
            cb.compute_ns >= cb.memory_ns ? "compute" : "memory", (double)best / roof,
            serial / 1e6, best / serial, scattered / 1e6, best / scattered, b->run.last_parts);
+    tally_add("%.2fx", (double)best / roof, "decode %d %s vs roof", batch,
+              grown ? "interleaved" : "runs");
     decode_batch_free(b, &d);
 }
 
@@ -223,6 +301,8 @@ static void bench_steady(bench *b, int batch, int context, int steps)
            "%.2f ms, p99 %.2f ms, max %.2f ms (max / p50 %.1f); %d steps above 2 x p50\n",
            batch, context, steps, seconds, p50 / 1e6, p99 / 1e6, max / 1e6, (double)max / p50,
            slow);
+    tally_add("%.2f", p50 / 1e6, "steady %d p50 ms", batch);
+    tally_add("%.2f", p99 / 1e6, "steady %d p99 ms", batch);
     decode_batch_free(b, &d);
     free(ns);
     free(sorted);
@@ -270,6 +350,8 @@ static void bench_llama_shape(bench *b, int reps)
     printf("llama-bench shape: pp512 %.0f tok/s, tg128 %.0f tok/s (%.2f ms a token, sampling "
            "included)\n",
            512 / (pp / 1e9), 128 / (tg / 1e9), tg / 1e6 / 128);
+    tally_add("%.0f", 512 / (pp / 1e9), "pp512 tok/s");
+    tally_add("%.0f", 128 / (tg / 1e9), "tg128 tok/s");
 }
 
 /* --prefill N / --decode B: that one figure only (for a profiler); 0: all of them.
@@ -297,6 +379,8 @@ static void run(const char *model_name, int threads, bool quick)
            "%d-byte blocks\n",
            threads, cal.gemm_flops / 1e9, cal.small_gemm_flops / 1e9, cal.attention_flops / 1e9,
            cal.mem_bandwidth / 1e9, cal.block_bandwidth / 1e9, CPU_CALIB_BLOCK_BYTES);
+    if (!no_roofline)
+        tally_add("%.1f", cal.gemm_flops / 1e9, "SGEMM GFLOP/s at the start");
 
     cost_arch arch;
     cpu_config config;
@@ -376,6 +460,7 @@ static void run(const char *model_name, int threads, bool quick)
         printf("SGEMM again at the end: %.1f GFLOP/s, %+.1f %% from the start's %.1f (the "
                "ratios above are against the start's)\n",
                again / 1e9, (again / cal.gemm_flops - 1) * 100, cal.gemm_flops / 1e9);
+        tally_add("%+.1f", (again / cal.gemm_flops - 1) * 100, "SGEMM at the end, %% moved");
     }
     cpu_kv_free(&b.kv);
     cpu_free_runstate(&b.run);
@@ -388,6 +473,7 @@ int main(int argc, char **argv)
     const char *model = "ref-256";
     int threads = 0;
     bool quick = false;
+    int n_rounds = 1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
             model = argv[++i];
@@ -403,14 +489,25 @@ int main(int argc, char **argv)
             only_steady = atoi(argv[++i]);
         else if (strcmp(argv[i], "--no-roofline") == 0)
             no_roofline = true;
+        else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
+            n_rounds = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_cpu [--model NAME] [--threads N] [--quick] [--prefill N | "
-                            "--decode B] [--steady STEPS] [--no-roofline]\n");
+            fprintf(stderr, "usage: bench_cpu [--model NAME] [--threads N] [--quick] [--rounds N] "
+                            "[--prefill N | --decode B] [--steady STEPS] [--no-roofline]\n");
             return 2;
         }
     }
     if (only_steady < 0 || only_decode < 0 || only_prefill < 0) {
         fprintf(stderr, "bench_cpu: --prefill, --decode and --steady take a positive count\n");
+        return 2;
+    }
+    if (n_rounds < 1 || n_rounds > MAX_ROUNDS) {
+        fprintf(stderr, "bench_cpu: --rounds takes 1 to %d\n", MAX_ROUNDS);
+        return 2;
+    }
+    if (n_rounds > 1 && (only_prefill || only_decode || only_steady || no_roofline)) {
+        fprintf(stderr, "bench_cpu: --rounds repeats the whole run against its calibration: "
+                        "not with --prefill, --decode, --steady or --no-roofline\n");
         return 2;
     }
     openblas_set_num_threads(1);
@@ -420,10 +517,16 @@ int main(int argc, char **argv)
     char isa[256];
     cpu_isa_describe(isa, sizeof isa);
     printf("bench_cpu: %s, %d cores; %s\n", name, cores, isa);
-    if (threads > 0)
-        run(model, threads, quick);
-    else
-        for (int t = 1; t <= cores; t++)
+    for (int t = threads > 0 ? threads : 1; t <= (threads > 0 ? threads : cores); t++) {
+        memset(&rounds, 0, sizeof rounds);
+        for (int r = 0; r < n_rounds; r++) {
+            if (n_rounds > 1)
+                printf("\nthreads %d, round %d of %d\n", t, r + 1, n_rounds);
+            fflush(stdout);
             run(model, t, quick);
+        }
+        if (n_rounds > 1)
+            tally_print(t, n_rounds);
+    }
     return 0;
 }
