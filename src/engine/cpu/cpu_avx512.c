@@ -154,7 +154,10 @@ TGT void cpu_gemm_small_avx512(float *y, int ldy, const float *x, int ldx, const
  * (16 columns each, wp[p * 16 + j], the next panel k * 16 floats on): R x NP accumulators,
  * per step of k NP loads of W, R broadcasts of X and R x NP FMAs. cols: the tile's columns
  * to store (past them, zero padding or a neighbour's). While it computes, npf lines from pf
- * are prefetched into L2 (the next panels). */
+ * are prefetched into L2 (the next panels): one every other step of k, or every step when
+ * the share is more than half of k (few groups: a decode of 32 rows has three over a pair
+ * of panels, 171 lines each at k 256), rather than the rest at once after the loop, where
+ * the next pair's first group would wait on them. */
 INLINE void panel_tile(float *y, int ldy, const float *xg, const float *wp, int k, int R, int NP,
                        int cols, bool accumulate, const char *pf, int npf)
 {
@@ -163,9 +166,10 @@ CPU_UNROLL(24)
     for (int i = 0; i < R * NP; i++)
         acc[i] = _mm512_setzero_ps();
     const float *wp1 = wp + (size_t)k * CPU_PANEL;
+    const int odd = npf * 2 > k ? 0 : 1; /* step mask: 0 every step, 1 every other */
     int f = 0;
     for (int p = 0; p < k; p++) {
-        if (f < npf && (p & 1) == 0)
+        if (f < npf && (p & odd) == 0)
             _mm_prefetch(pf + (size_t)f++ * 64, _MM_HINT_T1);
         const __m512 w0 = _mm512_loadu_ps(wp + (size_t)p * CPU_PANEL);
         const __m512 w1 = NP > 1 ? _mm512_loadu_ps(wp1 + (size_t)p * CPU_PANEL) : w0;
