@@ -45,6 +45,8 @@
 #include "engine/cpu/cpu_kv.h"
 #include "engine/cpu/cpu_sample.h"
 
+#include "median.h"
+
 typedef struct bench {
     cpu_model model;
     cpu_runstate run;
@@ -90,17 +92,10 @@ static void tally_add(const char *unit, double value, const char *fmt, ...)
     if (f == rounds.n_figures) {
         snprintf(rounds.name[f], sizeof rounds.name[f], "%s", name);
         rounds.unit[f] = unit;
-        rounds.n[f] = 0;
         rounds.n_figures++;
     }
     if (rounds.n[f] < MAX_ROUNDS)
         rounds.value[f][rounds.n[f]++] = value;
-}
-
-static int cmp_double(const void *x, const void *y)
-{
-    const double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
 }
 
 /* The summary of a thread count's rounds: each figure's median (the mean of the middle two
@@ -115,10 +110,9 @@ static void tally_print(int threads, int n_rounds)
         const int n = rounds.n[f];
         double sorted[MAX_ROUNDS];
         memcpy(sorted, rounds.value[f], sizeof sorted[0] * (size_t)n);
-        qsort(sorted, (size_t)n, sizeof sorted[0], cmp_double);
-        const double median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+        median_sort(sorted, n);
         char cell[3][24];
-        const double shown[3] = {median, sorted[0], sorted[n - 1]};
+        const double shown[3] = {median_of_sorted(sorted, n), sorted[0], sorted[n - 1]};
         for (int c = 0; c < 3; c++)
             snprintf(cell[c], sizeof cell[c], rounds.unit[f], shown[c]);
         printf("  %-34s %9s %9s %9s  ", rounds.name[f], cell[0], cell[1], cell[2]);

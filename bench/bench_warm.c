@@ -26,6 +26,8 @@
 #include "common/buf.h"
 #include "report/predict.h"
 
+#include "median.h"
+
 #define MAX_INJ 64
 #define MAX_RUNS 16
 
@@ -75,18 +77,12 @@ static int read_summary(const char *dir, run_figures *out)
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double median(const double *v, int n)
 {
     double s[MAX_INJ];
     memcpy(s, v, sizeof(double) * (size_t)n);
-    qsort(s, (size_t)n, sizeof s[0], cmp_double);
-    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    median_sort(s, n);
+    return median_of_sorted(s, n);
 }
 
 /* Quote one argument for sh. */

@@ -345,7 +345,7 @@ def run_argv(out, duration):
             "--prompt-tokens", "2000", "--out", out]
 
 PAGE = 4096
-kernel_cuts = []  # (what, run directory): files a SIGKILL cut at a page boundary
+kernel_cuts = []  # the run directory of each file a SIGKILL cut at a page boundary
 
 def whole_rows(what, path, fields, kill_cut_ok=False):
     """The file's rows (header included) if it ends with a newline and every row has its
@@ -358,7 +358,7 @@ def whole_rows(what, path, fields, kill_cut_ok=False):
             problems.append(f"{what}: {os.path.basename(path)} ends inside a row ({len(data)} "
                             f"bytes, ends {data[-30:]!r})")
             return []
-        kernel_cuts.append((what, os.path.dirname(path)))
+        kernel_cuts.append(os.path.dirname(path))
         print(f"     {what}: {os.path.basename(path)} cut inside its last row at {len(data)} "
               f"bytes, a page boundary (SIGKILL during a write of several pages)")
         data = data[:data.rindex(b"\n") + 1]
@@ -391,8 +391,8 @@ print(f"     8 kills: tokens.csv {min(sizes)}-{max(sizes)} bytes, every file who
       f"{not problems and not kernel_cuts}")
 # A cut the kernel made: report reads the run, drops that one row with its warning and
 # says the run is incomplete (one warning per run: "dropped N rows", N the files cut).
-for d in sorted({d for _, d in kernel_cuts}):
-    n_cut = sum(1 for _, x in kernel_cuts if x == d)
+for d in sorted(set(kernel_cuts)):
+    n_cut = kernel_cuts.count(d)
     rep = subprocess.run([binary, "report", os.path.dirname(d), "--no-report"],
                          capture_output=True, text=True, timeout=120)
     want = f"dropped {n_cut} row{'' if n_cut == 1 else 's'} cut short"
