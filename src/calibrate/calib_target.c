@@ -483,10 +483,15 @@ typedef struct inject_wait {
     int n;
 } inject_wait;
 
+/* An injection's answer: its second token bounds when the step that emitted its first
+ * ended (calib_target_stall_of), should the first be delivered late. */
+#define INJECT_ANSWER 2
+
 static bool injected(void *ctx)
 {
     const inject_wait *w = ctx;
-    if (w->inject->n > 0 || w->inject->ended)
+    if ((w->inject->n > 0 && w->inject->cum[w->inject->n - 1] >= INJECT_ANSWER) ||
+        w->inject->ended)
         return true;
     for (int i = 0; i < w->n; i++)
         if (w->bg[i].ended)
@@ -531,7 +536,7 @@ static int probe_interference(calib_target *ct, calib_target_result *r, char *er
         reset_state(ct);
         calib_target_metrics cells;
         scrape(ct, &cells);
-        if (post(ct, &inj, r->prefill[p].prompt_tokens, 1, err) != 0)
+        if (post(ct, &inj, r->prefill[p].prompt_tokens, INJECT_ANSWER, err) != 0)
             goto done;
         inject_wait w = {&inj, bg, n};
         /* alone it took ttft: a prompt that waits far longer beside the streams is one the
@@ -540,6 +545,11 @@ static int probe_interference(calib_target *ct, calib_target_result *r, char *er
         int prc = pump(ct, clock_now_ns() + (wait_ns < c->timeout_ns ? wait_ns : c->timeout_ns),
                        injected, &w, err);
         const int64_t send = inj.t_post, first = inj.n > 0 ? inj.t_ns[0] : 0;
+        /* the event that carried the second token (the first's too, when one read took both:
+         * it was received no earlier than the step after the first's ended) */
+        int64_t next = 0;
+        for (int q = 0; q < inj.n && next == 0; q++)
+            next = inj.cum[q] >= INJECT_ANSWER ? inj.t_ns[q] : 0;
         /* the prompt took a slot whose earlier cells went: what it met is what is occupied
          * once it is in, less its own cells, at most what was before it */
         calib_target_metrics cells_after = CALIB_TARGET_METRICS_NONE;
@@ -574,8 +584,8 @@ static int probe_interference(calib_target *ct, calib_target_result *r, char *er
         calib_target_seen seen;
         if (calib_target_steady_gap(series, n, c->skip, prompt, send - SETTLE_NS, send, &st->gap_ns,
                                     &st->mean_context, &samples) != 0 ||
-            calib_target_stall_of(series, n, send, first, st->gap_ns, STALLED_FACTOR * st->gap_ns,
-                                  &seen) != 0)
+            calib_target_stall_of(series, n, send, first, next, st->gap_ns,
+                                  STALLED_FACTOR * st->gap_ns, &seen) != 0)
             continue;
         st->stall_ns = seen.stall_ns;
         st->streams_stalled = seen.stalled;

@@ -96,7 +96,8 @@ int calib_target_steady_gap(const calib_target_series *s, int n_streams, int ski
 
 /* One stream's view: its longest gap overlapping [send, first] (-1: none), and the steps of
  * the prefill counted back from the one that emitted the prompt's first token (this stream's
- * event within tol of first_ns, or its last before): that step, then each step before it
+ * last event within tol of anchor_ns, the latest that step can have ended): that step, then
+ * each step before it
  * that was slowed (a gap over slow_ns: it carried prefill) and ended after the send, and that
  * took at least CALIB_TARGET_CHUNK_ALIKE of the steps counted after it (the final step for the
  * first one counted, the shortest of the others after that): a prompt's chunks are the same
@@ -105,7 +106,8 @@ int calib_target_steady_gap(const calib_target_series *s, int n_streams, int ski
  * from the send to the first counted step's start (0 when it began before the send; -1
  * when the stream has no event there). */
 static void stream_seen(const calib_target_series *s, int64_t send_ns, int64_t first_ns,
-                        double slow_ns, double tol_ns, double *worst, double *wait, int *steps)
+                        double anchor_ns, double slow_ns, double tol_ns, double *worst,
+                        double *wait, int *steps)
 {
     *worst = -1;
     *wait = -1;
@@ -116,7 +118,7 @@ static void stream_seen(const calib_target_series *s, int64_t send_ns, int64_t f
             const double gap = (double)(s->t_ns[i] - s->t_ns[i - 1]);
             *worst = gap > *worst ? gap : *worst;
         }
-        if ((double)s->t_ns[i] <= (double)first_ns + tol_ns && s->t_ns[i] > send_ns)
+        if ((double)s->t_ns[i] <= anchor_ns + tol_ns && s->t_ns[i] > send_ns)
             last = i;
     }
     if (last < 1)
@@ -137,9 +139,16 @@ static void stream_seen(const calib_target_series *s, int64_t send_ns, int64_t f
 }
 
 int calib_target_stall_of(const calib_target_series *s, int n_streams, int64_t send_ns,
-                          int64_t first_ns, double gap_ns, double threshold_ns,
+                          int64_t first_ns, int64_t next_ns, double gap_ns, double threshold_ns,
                           calib_target_seen *out)
 {
+    /* The step that emitted the first token ended by the time that token was received, and
+     * a step before the one that emitted the second (no server emits a prompt's first two
+     * tokens in one step: the second needs a pass over the first): a stamp is only ever
+     * late, so the earlier of the two bounds it */
+    double anchor_ns = (double)first_ns;
+    if (next_ns > 0 && next_ns >= first_ns && (double)next_ns - gap_ns < anchor_ns)
+        anchor_ns = (double)next_ns - gap_ns;
     const size_t cap = (size_t)(n_streams > 0 ? n_streams : 1);
     double *longest = malloc(sizeof *longest * cap), *queue = malloc(sizeof *queue * cap);
     double *steps = malloc(sizeof *steps * cap);
@@ -154,8 +163,8 @@ int calib_target_stall_of(const calib_target_series *s, int n_streams, int64_t s
     for (int k = 0; k < n_streams; k++) {
         double worst, wait;
         int k_steps;
-        stream_seen(&s[k], send_ns, first_ns, CALIB_TARGET_SLOWED * gap_ns, gap_ns / 2, &worst,
-                    &wait, &k_steps);
+        stream_seen(&s[k], send_ns, first_ns, anchor_ns, CALIB_TARGET_SLOWED * gap_ns, gap_ns / 2,
+                    &worst, &wait, &k_steps);
         if (worst < 0)
             continue;
         steps[n] = k_steps;

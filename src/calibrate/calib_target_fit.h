@@ -141,7 +141,8 @@ int calib_target_steady_gap(const calib_target_series *s, int n_streams, int ski
  * percent (under half only for chunks near a small model's whole width). */
 #define CALIB_TARGET_CHUNK_ALIKE 0.5
 
-/* What the streams saw when a prompt was sent at send_ns and answered at first_ns. */
+/* What the streams saw when a prompt was sent at send_ns and answered at first_ns (its
+ * second token received at next_ns, first_ns when one read took both; 0: none came). */
 typedef struct calib_target_seen {
     double stall_ns; /* the median of each stream's longest gap overlapping [send, first] */
     int stalled;     /* streams whose longest such gap exceeds the threshold */
@@ -149,16 +150,19 @@ typedef struct calib_target_seen {
                         back from the first token (below), the median over the streams
                         (0 when it began before the send) */
     int steps;       /* the steps the prefill took, the median over the streams: the step
-                        that emitted the first token (a stream's event within half a steady
-                        gap of first_ns: one step's events arrive apart) and every step
-                        before it, back to the send, that was slowed (a gap over
-                        CALIB_TARGET_SLOWED steady gaps: it carried prefill) */
+                        that emitted the first token (a stream's last event within half a
+                        steady gap of first_ns, or of next_ns less a steady gap where that
+                        is earlier: one step's events arrive apart, and a first token
+                        delivered a step late would otherwise add the decode step after
+                        the prefill) and every step before it, back to the send, that was
+                        slowed (a gap over CALIB_TARGET_SLOWED steady gaps: it carried
+                        prefill) */
 } calib_target_seen;
 
 /* Each stream's view of the injection (calib_target_seen), the streams' steady gap gap_ns.
  * -1 when no stream has a gap overlapping [send_ns, first_ns]. */
 int calib_target_stall_of(const calib_target_series *s, int n_streams, int64_t send_ns,
-                          int64_t first_ns, double gap_ns, double threshold_ns,
+                          int64_t first_ns, int64_t next_ns, double gap_ns, double threshold_ns,
                           calib_target_seen *out);
 
 /* Mark each prefill probe fitted or weight-bound (ttft >= factor x decode_1_ns). */

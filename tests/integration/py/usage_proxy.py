@@ -1,23 +1,36 @@
-"""A proxy that lies about token counts (stdlib only, 127.0.0.1 only), for
-tests/integration/calibrate_target.sh (ctest registers only *.sh).
+"""A proxy that lies about token counts, or delivers a prompt's first token late (stdlib
+only, 127.0.0.1 only), for tests/integration/calibrate_target.sh (ctest registers only *.sh).
 
-    python3 usage_proxy.py PORT UPSTREAM_URL
+    python3 usage_proxy.py PORT UPSTREAM_URL [--hold-first MS [N]]
 
 It forwards every request to UPSTREAM_URL (an OpenAI-compatible server, e.g. `stallscope
 serve`) and every answer back, byte for byte, except in streamed answers: each SSE event's
 usage.completion_tokens is doubled, the text left as it is (issue 22, defect 1: a proxy
 that doubles usage in front of a server). Events go out as they come (one write per event),
-so the gaps between them are the upstream's. Prints "ready" when listening; stops by itself
+so the gaps between them are the upstream's.
+
+With --hold-first MS it doubles nothing and instead holds the first event of each streamed
+answer that asked for exactly N tokens (2 unless given) while 4 or more other answers stream
+(calibrate's interference injection; it asked for 1 token before it asked for 2) for MS
+milliseconds; the events after it go out as they come, so one held past the next step
+arrives right behind it. No ctest runs it: its own threads add a few ms of jitter to every
+stream, so a calibration through it is right most times, not every time (the figures:
+docs/results/calibrate-policy-inference.md). Prints "ready" when listening; stops by itself
 after 300 s."""
 import http.client
 import json
 import sys
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 port = int(sys.argv[1])
 upstream = urllib.parse.urlsplit(sys.argv[2])
+HOLD = float(sys.argv[4]) / 1000 if len(sys.argv) > 4 and sys.argv[3] == "--hold-first" else 0
+HOLD_N = int(sys.argv[5]) if HOLD and len(sys.argv) > 5 else 2
+streaming = 0  # answers streaming now
+lock = threading.Lock()
 HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
 
 
@@ -59,19 +72,29 @@ class H(BaseHTTPRequestHandler):
             return
         self.send_header("Connection", "close")
         self.end_headers()
+        global streaming
+        with lock:
+            injection = HOLD and body and streaming >= 4 and json.loads(body).get("max_tokens") == HOLD_N
+            hold = HOLD if injection else 0
+            streaming += 1
         event = b""
         try:
             while True:
                 line = resp.readline()
                 if not line:
                     break
-                event += doubled(line)
+                event += line if HOLD else doubled(line)
                 if line in (b"\n", b"\r\n"):  # an event is whole: out it goes, in one write
+                    if hold and event.startswith(b"data: {"):
+                        time.sleep(hold)
+                        hold = 0
                     self.wfile.write(event)
                     event = b""
             self.wfile.write(event)
         except (BrokenPipeError, ConnectionResetError):
             pass
+        with lock:
+            streaming -= 1
         up.close()
         self.close_connection = True
 

@@ -111,20 +111,20 @@ static void test_stall_of(void **state)
     }
     calib_target_seen seen;
     /* the prompt sent at 190 ms, its first token at 590 ms */
-    assert_int_equal(calib_target_stall_of(series, 4, 190 * MS, 590 * MS, 7 * MS, 21 * MS, &seen), 0);
+    assert_int_equal(calib_target_stall_of(series, 4, 190 * MS, 590 * MS, 0, 7 * MS, 21 * MS, &seen), 0);
     assert_int_equal(seen.stalled, 3);
     assert_true(fabs(seen.stall_ns - 380 * MS) < 1); /* median of {380, 380, 380, 7}: lower middle */
     /* the stalled streams' step began at 203, 204, 205 ms: queued 14 ms (their median) */
     assert_true(fabs(seen.queue_ns - 14 * MS) < 1);
     /* its first token with the step's end (583 .. 585 ms): that one step; the stream that
      * never stalled saw 56 steps end after the send, less the one then in flight */
-    assert_int_equal(calib_target_stall_of(series, 4, 190 * MS, 584 * MS, 7 * MS, 21 * MS, &seen), 0);
+    assert_int_equal(calib_target_stall_of(series, 4, 190 * MS, 584 * MS, 0, 7 * MS, 21 * MS, &seen), 0);
     assert_int_equal(seen.steps, 1);
     /* sent after the step began: no queueing */
-    assert_int_equal(calib_target_stall_of(series, 4, 206 * MS, 590 * MS, 7 * MS, 21 * MS, &seen), 0);
+    assert_int_equal(calib_target_stall_of(series, 4, 206 * MS, 590 * MS, 0, 7 * MS, 21 * MS, &seen), 0);
     assert_true(seen.queue_ns == 0);
     /* nothing overlaps a window past the streams */
-    assert_int_equal(calib_target_stall_of(series, 4, 9000 * MS, 9100 * MS, 7 * MS, 21 * MS, &seen), -1);
+    assert_int_equal(calib_target_stall_of(series, 4, 9000 * MS, 9100 * MS, 0, 7 * MS, 21 * MS, &seen), -1);
 }
 
 /* A chunked prefill's steps counted from the streams: chunks cost alike step to step, so a
@@ -149,19 +149,41 @@ static void test_stall_steps(void **state)
     }
     calib_target_seen seen;
     const int64_t send = s[0].t[28] + 1 * MS, first = s[0].t[34];
-    assert_int_equal(calib_target_stall_of(series, 3, send, first, 7 * MS, 21 * MS, &seen), 0);
+    assert_int_equal(calib_target_stall_of(series, 3, send, first, 0, 7 * MS, 21 * MS, &seen), 0);
+    assert_int_equal(seen.steps, 5);
+    /* the first token delivered 5 ms late, past half a steady gap: alone it takes the
+     * streams' next step (event 35, 7 ms on) for the one that emitted it, and adds that
+     * decode step and the slowed one before the chunks; the second token, received with
+     * event 35, bounds that step by a steady gap before it */
+    assert_int_equal(calib_target_stall_of(series, 3, send, first + 5 * MS, 0, 7 * MS, 21 * MS, &seen), 0);
+    assert_int_equal(seen.steps, 7);
+    assert_int_equal(calib_target_stall_of(series, 3, send, first + 5 * MS, s[0].t[35], 7 * MS,
+                                           21 * MS, &seen), 0);
+    assert_int_equal(seen.steps, 5);
+    /* 9 ms late, past event 35: the second token comes after it on the same connection,
+     * and a steady gap before that still bounds it (up to 1.5 steady gaps late) */
+    assert_int_equal(calib_target_stall_of(series, 3, send, first + 9 * MS, first + 9 * MS + MS / 10,
+                                           7 * MS, 21 * MS, &seen), 0);
+    assert_int_equal(seen.steps, 5);
+    /* one read took both, 9 ms late: its stamp bounds the second token's step */
+    assert_int_equal(calib_target_stall_of(series, 3, send, first + 9 * MS, first + 9 * MS, 7 * MS,
+                                           21 * MS, &seen), 0);
+    assert_int_equal(seen.steps, 5);
+    /* the second late instead, the first on time: the first bounds it */
+    assert_int_equal(calib_target_stall_of(series, 3, send, first, s[0].t[35] + 9 * MS, 7 * MS,
+                                           21 * MS, &seen), 0);
     assert_int_equal(seen.steps, 5);
     /* the chunk steps need not be equal: one slowed to 50 ms still counts */
     for (int k = 0; k < 3; k++)
         for (int i = 31; i < 60; i++)
             s[k].t[i] += 20 * MS;
-    assert_int_equal(calib_target_stall_of(series, 3, send, s[0].t[34], 7 * MS, 21 * MS, &seen), 0);
+    assert_int_equal(calib_target_stall_of(series, 3, send, s[0].t[34], 0, 7 * MS, 21 * MS, &seen), 0);
     assert_int_equal(seen.steps, 5);
     /* a slowed step as long as half a chunk step is one */
     for (int k = 0; k < 3; k++)
         for (int i = 29; i < 60; i++)
             s[k].t[i] += 6 * MS;
-    assert_int_equal(calib_target_stall_of(series, 3, send, s[0].t[34], 7 * MS, 21 * MS, &seen), 0);
+    assert_int_equal(calib_target_stall_of(series, 3, send, s[0].t[34], 0, 7 * MS, 21 * MS, &seen), 0);
     assert_int_equal(seen.steps, 6);
 
     /* one 380 ms prefill step after the slowed one: one step */
@@ -170,7 +192,7 @@ static void test_stall_steps(void **state)
         for (int i = 29; i < 60; i++)
             s[k].t[i] += (i == 29 ? 3 : 3 + 373) * MS;
     }
-    assert_int_equal(calib_target_stall_of(series, 3, send, s[0].t[30], 7 * MS, 21 * MS, &seen), 0);
+    assert_int_equal(calib_target_stall_of(series, 3, send, s[0].t[30], 0, 7 * MS, 21 * MS, &seen), 0);
     assert_int_equal(seen.steps, 1);
 }
 
