@@ -97,14 +97,15 @@ int calib_target_steady_gap(const calib_target_series *s, int n_streams, int ski
 /* One stream's view: its longest gap overlapping [send, first] (-1: none), and the steps of
  * the prefill counted back from the one that emitted the prompt's first token (this stream's
  * last event within tol of anchor_ns, the latest that step can have ended): that step, then
- * each step before it
- * that was slowed (a gap over slow_ns: it carried prefill) and ended after the send, and that
- * took at least CALIB_TARGET_CHUNK_ALIKE of the steps counted after it (the final step for the
- * first one counted, the shortest of the others after that): a prompt's chunks are the same
- * size and cost alike step to step, while a decode step the machine slowed before the first
- * chunk is far shorter than one — counted, it would add a step to every stream. *wait:
- * from the send to the first counted step's start (0 when it began before the send; -1
- * when the stream has no event there). */
+ * each step before it that was slowed (a gap over slow_ns: it carried prefill), that began
+ * at or after the send (its previous event: a step whose batch formed before the prompt
+ * arrived cannot carry it, however slow the server's handling of the request or of anything
+ * else made it), and that took at least CALIB_TARGET_CHUNK_ALIKE of the steps counted after
+ * it (the final step for the first one counted, the shortest of the others after that): a
+ * prompt's chunks are the same size and cost alike step to step, while a decode step the
+ * server slowed before the first chunk is far shorter than one — counted, it would add a
+ * step to every stream. *wait: from the send to the first counted step's start (0 when it
+ * began before the send; -1 when the stream has no event there). */
 static void stream_seen(const calib_target_series *s, int64_t send_ns, int64_t first_ns,
                         double anchor_ns, double slow_ns, double tol_ns, double *worst,
                         double *wait, int *steps)
@@ -126,7 +127,7 @@ static void stream_seen(const calib_target_series *s, int64_t send_ns, int64_t f
     int i = last;
     *steps = 1;
     double alike = (double)(s->t_ns[last] - s->t_ns[last - 1]); /* the final step's gap */
-    for (bool first_counted = true; i - 1 >= 1 && s->t_ns[i - 1] > send_ns; first_counted = false) {
+    for (bool first_counted = true; i - 1 >= 1 && s->t_ns[i - 2] >= send_ns; first_counted = false) {
         const double gap = (double)(s->t_ns[i - 1] - s->t_ns[i - 2]);
         if (gap <= slow_ns || gap < CALIB_TARGET_CHUNK_ALIKE * alike)
             break;

@@ -154,7 +154,8 @@ typedef struct calib_target_seen {
                         steady gap of first_ns, or of next_ns less a steady gap where that
                         is earlier: one step's events arrive apart, and a first token
                         delivered a step late would otherwise add the decode step after
-                        the prefill) and every step before it, back to the send, that was
+                        the prefill) and every step before it that began after the send
+                        (a batch formed before the prompt arrived cannot carry it) and was
                         slowed (a gap over CALIB_TARGET_SLOWED steady gaps: it carried
                         prefill) */
 } calib_target_seen;

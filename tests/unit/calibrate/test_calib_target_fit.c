@@ -120,17 +120,21 @@ static void test_stall_of(void **state)
      * never stalled saw 56 steps end after the send, less the one then in flight */
     assert_int_equal(calib_target_stall_of(series, 4, 190 * MS, 584 * MS, 0, 7 * MS, 21 * MS, &seen), 0);
     assert_int_equal(seen.steps, 1);
-    /* sent after the step began: no queueing */
+    /* sent after the 380 ms step began (203 .. 205 ms), which cannot then carry it: with the
+     * first token at 590 ms, the decode step ending there is the one step counted ... */
     assert_int_equal(calib_target_stall_of(series, 4, 206 * MS, 590 * MS, 0, 7 * MS, 21 * MS, &seen), 0);
+    assert_int_equal(seen.steps, 1);
+    /* ... and one that emitted the first token began before the send: no queueing */
+    assert_int_equal(calib_target_stall_of(series, 4, 206 * MS, 584 * MS, 0, 7 * MS, 21 * MS, &seen), 0);
     assert_true(seen.queue_ns == 0);
     /* nothing overlaps a window past the streams */
     assert_int_equal(calib_target_stall_of(series, 4, 9000 * MS, 9100 * MS, 0, 7 * MS, 21 * MS, &seen), -1);
 }
 
 /* A chunked prefill's steps counted from the streams: chunks cost alike step to step, so a
- * decode step the machine slowed just before the first chunk (over 1.25 x the steady gap,
+ * decode step the server slowed just before the first chunk (over 1.25 x the steady gap,
  * under half a chunk step) is not counted as one; nor, before a one-step prefill, as a
- * second step. */
+ * second step; nor one that began before the send, however long. */
 static void test_stall_steps(void **state)
 {
     (void)state;
@@ -138,8 +142,9 @@ static void test_stall_steps(void **state)
     calib_target_series series[3];
     for (int k = 0; k < 3; k++) {
         synth_fill(&s[k], &series[k], 60, k * MS, 7 * MS);
-        /* the step in flight at the send (event 29) slowed from 7 to 10 ms, then four 30 ms
-         * chunk steps (events 30..33) and a final 20 ms one (event 34, the first token) */
+        /* the step that began just after the send (event 29) slowed from 7 to 10 ms (the
+         * server reading the request), then four 30 ms chunk steps (events 30..33) and a
+         * final 20 ms one (event 34, the first token) */
         const int64_t extra[6] = {3, 23, 23, 23, 23, 13};
         int64_t shift = 0;
         for (int i = 29; i < 60; i++) {
@@ -148,7 +153,7 @@ static void test_stall_steps(void **state)
         }
     }
     calib_target_seen seen;
-    const int64_t send = s[0].t[28] + 1 * MS, first = s[0].t[34];
+    const int64_t send = s[0].t[28] - 1 * MS, first = s[0].t[34];
     assert_int_equal(calib_target_stall_of(series, 3, send, first, 0, 7 * MS, 21 * MS, &seen), 0);
     assert_int_equal(seen.steps, 5);
     /* the first token delivered 5 ms late, past half a steady gap: alone it takes the
@@ -185,6 +190,10 @@ static void test_stall_steps(void **state)
             s[k].t[i] += 6 * MS;
     assert_int_equal(calib_target_stall_of(series, 3, send, s[0].t[34], 0, 7 * MS, 21 * MS, &seen), 0);
     assert_int_equal(seen.steps, 6);
+    /* but not when it began before the send (every stream's event 28 before it) */
+    assert_int_equal(calib_target_stall_of(series, 3, s[0].t[28] + 3 * MS, s[0].t[34], 0, 7 * MS,
+                                           21 * MS, &seen), 0);
+    assert_int_equal(seen.steps, 5);
 
     /* one 380 ms prefill step after the slowed one: one step */
     for (int k = 0; k < 3; k++) {
